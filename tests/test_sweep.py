@@ -98,16 +98,26 @@ def test_trained_run_without_record_is_measured_not_retrained(swept):
 def test_sweep_yaml_is_valid_and_outside_train_configs():
     path = ROOT / "configs" / "sweeps" / "sweep.yaml"
     assert path not in set((ROOT / "configs").glob("*.yaml"))
-    text = path.read_text()
-    assert text.startswith("#") and "python -m vat.experiments.sweep -c configs/sweeps/sweep.yaml" in text
-    data = yaml.safe_load(text)
-    assert set(data) <= {f.name for f in sweep.fields(sweep.SweepConfig)}
+    data = yaml.safe_load(path.read_text())
     assert data["prior_stds"] == [0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
     assert sweep.curve_pair(data["prior_stds"]) == (1.0, 0.4)
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
+    text = path.read_text()
+    assert text.startswith("#") and f"python -m vat.experiments.sweep -c configs/sweeps/{path.name}" in text
+    data = yaml.safe_load(text)
+    assert set(data) <= {f.name for f in sweep.fields(sweep.SweepConfig)}
+    assert (ROOT / data["train_config"]).is_file()
+    cfg = sweep.SweepConfig(**{**data, "train_config": str(ROOT / data["train_config"]), "probe": str(ROOT)})
+    cfg.validate(str(path))  # types and ranges (jobs, device, prior_stds)
+    assert len(set(cfg.prior_stds)) == len(cfg.prior_stds)
+
+
 @pytest.mark.parametrize("bad, msg", [({"prior_stds": [0.4, -1]}, "positive"), ({"probe": "/nonexistent"}, "probe"),
-                                      ({"typo_key": 1}, "unknown key")])
+                                      ({"typo_key": 1}, "unknown key"), ({"jobs": 0}, "jobs"),
+                                      ({"device": "tpu"}, "device")])
 def test_bad_sweep_config_is_one_line_error(tmp_path, capsys, bad, msg):
     assert sweep.main(["-c", str(_config(tmp_path, **bad))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -130,3 +140,35 @@ def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
     assert sweep.main(["-c", str(cfg), "--values", "0.2"]) == 0
     assert len(calls) == 1 and calls[0][-2:] == ["--ckpt_path", "last"]
     assert json.loads((run / "record.json").read_text())["step"] == 6
+
+
+def test_parallel_jobs_train_each_value_in_its_own_process(tmp_path, capsys):
+    """jobs=2: the data is prepared once, each value trains in a child process with its own
+    log, and the parent writes the same table as a sequential sweep would."""
+    cfg = _config(tmp_path, prior_stds=[0.3, 0.7], jobs=2, device="cpu")
+    assert sweep.main(["-c", str(cfg)]) == 0
+    out = tmp_path / "sweep"
+    err = capsys.readouterr().err
+    assert err.count("started in a child process") == 2 and "preparing the data once" in err
+    caches = list((tmp_path / "cache").glob("data-*"))
+    assert len(caches) == 1  # one tokenized cache, built by the parent, read by both children
+    for name in ("s_0.3", "s_0.7"):
+        log = (out / name / "sweep.log").read_text()
+        assert "measuring" in log  # the child trained and measured this value
+        assert json.loads((out / name / "record.json").read_text())["step"] == 4
+    with open(out / "sweep.csv") as f:
+        assert [float(r["prior_std"]) for r in csv.DictReader(f)] == [0.3, 0.7]
+
+
+def test_failed_parallel_run_is_reported_with_its_log(tmp_path, capsys):
+    """A child that fails does not stop the others; the parent names it and its log."""
+    cfg = _config(tmp_path, prior_stds=[0.3, 0.7], jobs=2,
+                  extra_args=["--trainer.max_steps", "4", "--data.cache_dir", str(tmp_path / "cache")])
+    bad = tmp_path / "sweep" / "s_0.7" / "checkpoints"
+    bad.mkdir(parents=True)
+    (bad / "last.ckpt").write_text("not a checkpoint")  # resume of s=0.7 fails with a one-line error
+    assert sweep.main(["-c", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: 1 of 2 runs failed: s=0.7") and "sweep.log" in err[-1]
+    assert (tmp_path / "sweep" / "s_0.3" / "record.json").is_file()
+    assert "last.ckpt" in (tmp_path / "sweep" / "s_0.7" / "sweep.log").read_text()

@@ -145,3 +145,15 @@ def test_unwritable_run_dir_and_too_many_devices(tmp_path, capsys):
     code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "r"), "--trainer.accelerator", "gpu",
                        "--trainer.devices", "64"], capsys)
     assert code == 2 and err[-1].startswith("error: --trainer.devices 64 asks for more GPUs than exist")
+
+
+def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
+    """Lightning 2.6 alone keeps last.ckpt from the last periodic save (step 4 here) when fit
+    stops at step 7; vat's FinalLastCheckpoint rewrites it at the end of fit."""
+    run = tmp_path / "run"
+    r = _train(["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(tmp_path / "cache"),
+                "--trainer.max_steps", "7", "--checkpoint.every_n_train_steps", "4"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    from vat.checkpoint import read_checkpoint
+
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 7

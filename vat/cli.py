@@ -49,11 +49,27 @@ class _OneLineErrorParser(LightningArgumentParser):
         self.exit(2, f"error: {'; '.join(lines[:3])}\n")
 
 
+class FinalLastCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose last.ckpt always holds the final training step.
+
+    Lightning 2.6 writes last.ckpt at the end of fit only when no last.ckpt was written during
+    the run, so a run that stops (max_steps, max_time) between two `every_n_train_steps` saves
+    kept a stale last.ckpt: sweep runs that trained 5,000 steps had last.ckpt from step 4,000.
+    Resume, evaluation and the sweep all read last.ckpt, so it must be the final state.
+    """
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        if self.save_last and not trainer.fast_dev_run and self._last_global_step_saved != trainer.global_step:
+            # _save_last_checkpoint is what the parent's own on_train_end calls (Lightning 2.6).
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
 class VATCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_dir", type=str, default="runs/vat",
                             help="Run directory: TensorBoard logs, config.yaml, tokenizer.json, checkpoints/.")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
         parser.set_defaults({
             "checkpoint.filename": "step{step:07d}",
             "checkpoint.auto_insert_metric_name": False,
@@ -149,11 +165,19 @@ def main(args: list[str] | None = None) -> int:
         sys.argv[:] = [a for a in sys.argv if a != "--debug"]
     else:
         args = [a for a in args if a != "--debug"]
+    return _run(lambda: _build_cli(args), debug)
+
+
+def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
+    return VATCLI(VATSystem, VATDataModule, args=args, trainer_defaults=trainer_defaults(), parser_class=_OneLineErrorParser,
+                  save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
+                  subclass_mode_model=False, subclass_mode_data=False, **kwargs)
+
+
+def _run(fn, debug: bool) -> int:
+    """Run fn; a user error becomes one line on stderr and exit code 2 (a traceback with --debug)."""
     try:
-        cli = VATCLI(VATSystem, VATDataModule, args=args, trainer_defaults=trainer_defaults(), parser_class=_OneLineErrorParser,
-                     save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
-                     subclass_mode_model=False, subclass_mode_data=False)
-        del cli
+        fn()
     except (*USER_ERRORS, NonFiniteLossError, MisconfigurationException) as e:
         if debug:
             raise
@@ -161,4 +185,17 @@ def main(args: list[str] | None = None) -> int:
         print(f"error: {msg}", file=sys.stderr)
         return 2
     return 0
+
+
+def prepare_data(args: list[str]) -> int:
+    """Build the tokenizer and tokenized-data cache of a train config without training.
+
+    `args` are train.py's arguments without the subcommand (e.g. ["-c", "configs/x.yaml"]).
+    Used before starting several trainings on the same data at once (the parallel sweep),
+    so that they read one cache instead of each building its own.
+    """
+    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.AtomicCheckpointIO")
+    debug = "--debug" in args or os.environ.get("VAT_DEBUG") == "1"
+    args = [a for a in args if a != "--debug"]
+    return _run(lambda: _build_cli(args, run=False).datamodule.prepare_data(), debug)
 

@@ -1,12 +1,17 @@
 """The prior-scale sweep (PAPER.md, "Latent-space measurements", Figures 2-3).
 
-    python -m vat.experiments.sweep -c configs/sweeps/sweep.yaml [--out DIR] [--values 0.1,0.4]
+    python -m vat.experiments.sweep -c configs/sweeps/sweep.yaml [--out DIR] [--values 0.1,0.4] [--jobs N]
 
 For each prior standard deviation s, trains one model with the same train config, seed,
 data and budget into `out_dir/s_<s>/` (through `vat.cli.main`, in-process), then records
 the final validation losses, the latent geometry on a probe set, STS-B cosine Spearman
 (mean pooling) and mu-decoding reconstruction BLEU in `out_dir/s_<s>/record.json`.
 Finally it writes `sweep.csv`, `sweep.json` and three PNG plots to `out_dir`.
+
+With `jobs > 1` the runs train and are measured in that many child processes at once (one
+per value of s, each logging to `out_dir/s_<s>/sweep.log`) after the parent has built the
+tokenizer and the tokenized-data cache once. A small model does not fill a GPU, so several
+runs share one; on a CPU, keep jobs = 1 (the runs would only compete for the cores).
 
 Resume: a run whose record.json exists is skipped; a run with checkpoints/last.ckpt but no
 `.trained` marker continues training with `--ckpt_path last`; a trained run without a
@@ -19,7 +24,9 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -71,6 +78,12 @@ class SweepConfig:
     """Text file whose lines are reconstructed from mu for BLEU; None = skip."""
     bleu_lines: int = 500
     """Number of (non-empty) lines of bleu_file to use."""
+    device: str = "auto"
+    """Where the measurements run: "auto" (CUDA when available, else CPU), "cpu", "cuda", "cuda:1"."""
+    jobs: int = 1
+    """Runs trained at the same time, each in its own process (for a GPU that one small model
+    does not fill). Every run still gets the same seed, data and step budget; a time budget
+    (max_time) would then depend on how the runs share the device, so use max_steps."""
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
@@ -109,6 +122,10 @@ class SweepConfig:
             raise VatError(f"{where}: bleu_file {self.bleu_file} does not exist")
         if self.bleu_lines < 1:
             raise VatError(f"{where}: bleu_lines must be >= 1, got {self.bleu_lines}")
+        if not isinstance(self.device, str) or not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
+            raise VatError(f"{where}: device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if not isinstance(self.jobs, int) or self.jobs < 1:
+            raise VatError(f"{where}: jobs must be a whole number >= 1, got {self.jobs!r}")
 
 
 def run_name(s: float) -> str:
@@ -164,6 +181,14 @@ def measure_run(cfg: SweepConfig, s: float, run_dir: Path) -> dict[str, Any]:
     return record
 
 
+def measure_device(cfg: SweepConfig) -> str:
+    import torch
+
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
 def _geometry(cfg: SweepConfig, ckpt: Path) -> dict[str, Any]:
     from vat.checkpoint import load_vat
     from vat.encode import token_vectors
@@ -172,7 +197,7 @@ def _geometry(cfg: SweepConfig, ckpt: Path) -> dict[str, Any]:
     probe = Path(cfg.probe)
     kind = {"senteval_dir": probe} if probe.is_dir() else {"probe_file": probe}
     sentences = load_probe_sentences(**kind, max_sentences=cfg.probe_max_sentences)
-    loaded = load_vat(ckpt)
+    loaded = load_vat(ckpt, map_location=measure_device(cfg))
     tv = token_vectors(loaded.model, loaded.tokenizer, sentences)
     try:
         rep = geometry_report(tv.vectors, tv.token_ids, tv.sentence_ids, logvar=tv.logvar,
@@ -191,7 +216,7 @@ def _stsb(cfg: SweepConfig, ckpt: Path) -> float | None:
     from vat.eval.encoders import vat_encoder
     from vat.eval.engine import EvalSettings, evaluate
 
-    results, _ = evaluate(vat_encoder(ckpt, "mean"), ["STSBenchmark"], cfg.stsb_dir,
+    results, _ = evaluate(vat_encoder(ckpt, "mean", measure_device(cfg)), ["STSBenchmark"], cfg.stsb_dir,
                           EvalSettings(relatedness="cosine", progress=False))
     return float(results["STSBenchmark-cosine"]["test"]["spearman"])
 
@@ -205,14 +230,22 @@ def _bleu(cfg: SweepConfig, ckpt: Path) -> float | None:
     lines = lines[: cfg.bleu_lines]
     if not lines:
         raise VatError(f"bleu_file {cfg.bleu_file} has no non-empty lines")
-    return float(VATGenerator.from_checkpoint(ckpt).score(lines).bleu)
+    return float(VATGenerator.from_checkpoint(ckpt, device=measure_device(cfg)).score(lines).bleu)
 
 
 # -- the sweep ----------------------------------------------------------------------------
-def run_sweep(cfg: SweepConfig, log=print) -> list[dict[str, Any]]:
-    """Train and measure every s (skipping finished runs), then write the table and plots."""
+def run_sweep(cfg: SweepConfig, log=print, config_path: str | None = None, summary: bool = True) -> list[dict[str, Any]]:
+    """Train and measure every s (skipping finished runs), then write the table and plots.
+
+    `config_path` (the sweep YAML) is needed only with cfg.jobs > 1, to start the children.
+    """
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    pending = [s for s in cfg.prior_stds if not (out / run_name(s) / "record.json").is_file()]
+    if cfg.jobs > 1 and len(pending) > 1:
+        if config_path is None:
+            raise VatError("jobs > 1 needs the sweep YAML's path to start the child processes")
+        run_parallel(cfg, config_path, pending, log)
     records = []
     for s in cfg.prior_stds:
         run_dir = out / run_name(s)
@@ -228,10 +261,62 @@ def run_sweep(cfg: SweepConfig, log=print) -> list[dict[str, Any]]:
         write_json_atomic(rec_path, record)
         records.append(record)
     records.sort(key=lambda r: r["prior_std"])
-    write_table(records, out)
-    plot_all(records, out)
-    log(f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'} and the plots in {out}")
+    if summary:
+        write_table(records, out)
+        plot_all(records, out)
+        log(f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'} and the plots in {out}")
     return records
+
+
+def prepare_data(cfg: SweepConfig, out: Path) -> None:
+    """Build the tokenizer and tokenized-data cache of the train config once, so that
+    parallel runs only read it (each would otherwise build its own copy at the same time)."""
+    from vat.cli import prepare_data as prepare
+
+    code = prepare(["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args])
+    if code != 0:
+        raise VatError(f"preparing the data of {cfg.train_config} failed (exit {code}; see the message above)")
+
+
+def run_parallel(cfg: SweepConfig, config_path: str, values: Sequence[float], log=print, poll_s: float = 1.0) -> None:
+    """Train and measure `values` in up to cfg.jobs child processes at once.
+
+    Each child is this command for one value (`--values s --jobs 1 --no-summary`) with its
+    output in `out_dir/s_<s>/sweep.log`; a failed child does not stop the others, and the
+    failures are reported together at the end (their runs resume on the next invocation).
+    """
+    out = Path(cfg.out_dir)
+    log(f"preparing the data once for {len(values)} parallel runs")
+    prepare_data(cfg, out)
+    queue = list(values)
+    running: list[tuple[float, subprocess.Popen, Any]] = []
+    failed: list[tuple[float, Path]] = []
+    while queue or running:
+        while queue and len(running) < cfg.jobs:
+            s = queue.pop(0)
+            run_dir = out / run_name(s)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            logf = open(run_dir / "sweep.log", "a", encoding="utf-8")  # noqa: SIM115 (closed when the child ends)
+            cmd = [sys.executable, "-m", "vat.experiments.sweep", "-c", config_path, "--out", str(out),
+                   "--values", repr(float(s)), "--jobs", "1", "--no-summary"]
+            log(f"s={s}: started in a child process (log: {run_dir / 'sweep.log'})")
+            running.append((s, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), logf))
+        time.sleep(poll_s)
+        for item in list(running):
+            s, proc, logf = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            logf.close()
+            log_path = out / run_name(s) / "sweep.log"
+            if proc.returncode == 0:
+                log(f"s={s}: finished")
+            else:
+                failed.append((s, log_path))
+                log(f"s={s}: failed (exit {proc.returncode}; see {log_path})")
+    if failed:
+        names = ", ".join(f"s={s} ({p})" for s, p in failed)
+        raise VatError(f"{len(failed)} of {len(values)} runs failed: {names}; rerun the same command to resume them")
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -345,6 +430,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/sweep.yaml)")
     p.add_argument("--out", help="output folder (overrides out_dir)")
     p.add_argument("--values", type=_values, help="comma-separated prior stds (overrides prior_stds)")
+    p.add_argument("--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)")
+    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)  # used by the child processes
     return p
 
 
@@ -355,8 +442,12 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg.out_dir = args.out
     if args.values is not None:
         cfg.prior_stds = args.values
-        cfg.validate("--values")
-    run_sweep(cfg, log=lambda m: print(f"[sweep] {m}", file=sys.stderr, flush=True))
+    if args.jobs is not None:
+        cfg.jobs = args.jobs
+    if args.values is not None or args.jobs is not None:
+        cfg.validate("--values/--jobs")
+    run_sweep(cfg, log=lambda m: print(f"[sweep] {m}", file=sys.stderr, flush=True), config_path=args.config,
+              summary=not args.no_summary)
     return 0
 
 
@@ -364,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
-__all__ = ["SweepConfig", "run_sweep", "measure_run", "train_run", "read_scalars", "write_table", "plot_all",
+__all__ = ["SweepConfig", "run_sweep", "run_parallel", "prepare_data", "measure_run", "train_run", "read_scalars", "write_table", "plot_all",
            "curve_pair", "run_name", "main"]
 
 if __name__ == "__main__":
