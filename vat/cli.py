@@ -153,11 +153,17 @@ def trainer_defaults() -> dict:
     }
 
 
+def _quiet_warnings() -> None:
+    # config.yaml cannot record the AtomicCheckpointIO instance from trainer_defaults; it is
+    # not a user setting, so jsonargparse's warning about it is noise. The sweep calls main()
+    # with explicit args while its own sys.argv holds the sweep's options: intended here.
+    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.AtomicCheckpointIO")
+    warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended to run from within Python")
+
+
 def main(args: list[str] | None = None) -> int:
     """Entry point; `args` defaults to sys.argv[1:]. `--debug` shows tracebacks of user errors."""
-    # config.yaml cannot record the AtomicCheckpointIO instance from trainer_defaults; it is
-    # not a user setting, so jsonargparse's warning about it is noise.
-    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.AtomicCheckpointIO")
+    _quiet_warnings()
     debug = "--debug" in (sys.argv if args is None else args) or os.environ.get("VAT_DEBUG") == "1"
     if args is None:
         # LightningCLI reads sys.argv itself, and DDP re-launches this script with sys.argv,
@@ -194,7 +200,7 @@ def prepare_data(args: list[str]) -> int:
     Used before starting several trainings on the same data at once (the parallel sweep),
     so that they read one cache instead of each building its own.
     """
-    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.AtomicCheckpointIO")
+    _quiet_warnings()
     debug = "--debug" in args or os.environ.get("VAT_DEBUG") == "1"
     args = [a for a in args if a != "--debug"]
     return _run(lambda: _build_cli(args, run=False).datamodule.prepare_data(), debug)
