@@ -22,15 +22,12 @@ from pathlib import Path
 
 import torch
 
+from vat.errors import CheckpointError
 from vat.io import atomic_write
 from vat.model import VAT, VATConfig
 from vat.tokenizer import VATTokenizer
 
 FORMAT_VERSION = 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, unreadable, or not a vat checkpoint."""
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """User-facing errors: one line, no traceback (unless --debug), non-zero exit.
 
-Every entry point (train.py, evaluate.py, vat.generate) wraps its main in `run_cli`, so an
-error caused by the user's input (a missing file, a bad option, a corrupt checkpoint) reads
-as `error: <what> (<path or option>): <what was expected>` instead of a traceback.
+A leaf module (it imports nothing from vat), so every other module can raise `VatError`.
+Every command (`vat ...`, train.py, evaluate.py) runs through `run_cli`, so an error caused
+by the user's input (a missing file, a bad option, a corrupt checkpoint) reads as
+`error: <what> (<path or option>): <what was expected>` instead of a traceback.
 """
 
 from __future__ import annotations
@@ -11,37 +12,60 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from vat.checkpoint import CheckpointError
-
 
 class VatError(Exception):
     """An error caused by user input; its message is the whole story."""
 
 
+class CheckpointError(VatError, ValueError):
+    """A checkpoint that is missing, unreadable, or not a vat checkpoint."""
+
+
 # Exceptions that mean "bad input" rather than "bug in vat". Each message must already name
 # the path or option at fault; the places that raise them make sure it does.
-USER_ERRORS: tuple[type[BaseException], ...] = (VatError, CheckpointError, FileNotFoundError, IsADirectoryError,
-                                                NotADirectoryError, PermissionError, UnicodeDecodeError)
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    VatError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+    UnicodeDecodeError,
+)
 
 
-def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+def debug_requested(argv: Sequence[str]) -> bool:
+    """`--debug` on the command line or VAT_DEBUG=1: show tracebacks of user errors."""
+    return "--debug" in argv or os.environ.get("VAT_DEBUG") == "1"
+
+
+def one_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name if it has none)."""
+    if isinstance(e, OSError) and not isinstance(e, VatError) and e.filename and e.strerror:
+        return f"{e.strerror}: {e.filename}"
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def run_cli(
+    main: Callable[[list[str]], int | None],
+    argv: Sequence[str] | None = None,
+    extra_errors: tuple[type[BaseException], ...] = (),
+) -> int:
     """Call `main(argv)`; turn user errors into one line on stderr and exit code 2.
 
-    `--debug` anywhere in argv (or VAT_DEBUG=1) re-raises so the full traceback shows.
+    `--debug` anywhere in argv (or VAT_DEBUG=1) re-raises so the full traceback shows; it is
+    removed from the arguments `main` sees. Ctrl-C is one line and exit code 130 (128 +
+    SIGINT, the shell's convention). `extra_errors` are further exception types that mean
+    bad input for this command (e.g. Lightning's MisconfigurationException for training).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("VAT_DEBUG") == "1"
+    debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]
     try:
         return int(main(argv) or 0)
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, *extra_errors) as e:
         if debug:
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError) and e.filename:
-            msg = f"{e.strerror}: {e.filename}"
-        print(f"error: {msg}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if debug:
+            raise
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -13,8 +13,10 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from vat.model import VAT
+from vat.runtime import eval_mode
 from vat.tokenizer import VATTokenizer, make_batch
 
 Pooling = Literal["mean", "sum", "start"]
@@ -28,26 +30,39 @@ class EncodedBatch(NamedTuple):
     mask: torch.Tensor  # (B, T) bool
 
 
-@torch.no_grad()
-def iter_encoded(
-    model: VAT, tokenizer: VATTokenizer, sentences: Sequence[str], batch_size: int = 128
+def length_sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[int]]:
+    """Indices in batches of `size`, sorted by length so each batch holds little padding."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    for start in range(0, len(order), size):
+        yield order[start : start + size]
+
+
+def iter_encoded_ids(
+    model: VAT, ids: Sequence[list[int]], batch_size: int = 128, progress: bool = False
 ) -> Iterator[EncodedBatch]:
-    """Encode sentences in length-sorted batches (less padding), yielding each batch."""
-    was_training = model.training
-    model.eval()
+    """Encode subword id lists (already cut to max_len - 1) in length-sorted batches, in eval
+    mode without autograd; `progress` shows a bar on stderr."""
     device = next(model.parameters()).device
+    batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
+    with eval_mode(model):
+        for index in tqdm(batches, desc="encoding", unit="batch", disable=not progress,
+                          leave=False):
+            batch_ids = [ids[i] for i in index]
+            post = model.encode(make_batch(batch_ids)["src"].to(device))  # mu, logvar (B, T, d)
+            yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
+
+
+def iter_encoded(
+    model: VAT,
+    tokenizer: VATTokenizer,
+    sentences: Sequence[str],
+    batch_size: int = 128,
+    progress: bool = False,
+) -> Iterator[EncodedBatch]:
+    """Encode sentences (cut to the model's max_len) in length-sorted batches."""
     max_len = model.config.max_len
     ids = [s[: max_len - 1] for s in tokenizer.encode_batch(list(sentences))]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    try:
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            batch_ids = [ids[i] for i in index]
-            src = make_batch(batch_ids)["src"].to(device)
-            post = model.encode(src)
-            yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
-    finally:
-        model.train(was_training)
+    yield from iter_encoded_ids(model, ids, batch_size, progress)
 
 
 def pool(mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling) -> torch.Tensor:
@@ -82,12 +97,16 @@ def sentence_features(
 
 @torch.no_grad()
 def token_posteriors(
-    model: VAT, tokenizer: VATTokenizer, sentences: Sequence[str], batch_size: int = 128
+    model: VAT,
+    tokenizer: VATTokenizer,
+    sentences: Sequence[str],
+    batch_size: int = 128,
+    progress: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """mu (N, d) and logvar (N, d) of every subword, on the model's device, with token ids
     (N,) and sentence ids (N,), in input order (batches run length-sorted, then reordered)."""
     mus, logvars, tok, sent = [], [], [], []
-    for b in iter_encoded(model, tokenizer, sentences, batch_size):
+    for b in iter_encoded(model, tokenizer, sentences, batch_size, progress):
         lengths = torch.tensor([len(x) for x in b.ids], device=b.mu.device)  # (B,)
         keep = torch.arange(b.mu.shape[1], device=b.mu.device)[None, :] < lengths[:, None]  # (B, T)
         mus.append(b.mu[keep])  # (n_b, d), row-major: sentence by sentence
@@ -113,8 +132,12 @@ class TokenVectors(NamedTuple):
 
 
 def token_vectors(
-    model: VAT, tokenizer: VATTokenizer, sentences: Sequence[str], batch_size: int = 128
+    model: VAT,
+    tokenizer: VATTokenizer,
+    sentences: Sequence[str],
+    batch_size: int = 128,
+    progress: bool = False,
 ) -> TokenVectors:
     """Every subword's mu (and log-variance) over a list of sentences, in input order, as numpy."""
-    mu, logvar, tok, sent = token_posteriors(model, tokenizer, sentences, batch_size)
+    mu, logvar, tok, sent = token_posteriors(model, tokenizer, sentences, batch_size, progress)
     return TokenVectors(mu.cpu().numpy(), tok.numpy(), sent.numpy(), logvar.cpu().numpy())

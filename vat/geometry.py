@@ -24,12 +24,9 @@ lengths, zero or non-finite vectors, fewer than two tokens, no word type reachin
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -398,6 +395,22 @@ def _batch_mi(mu: torch.Tensor, logvar: torch.Tensor, eps: torch.Tensor) -> floa
 
 
 # -- everything at once -------------------------------------------------------------------
+METRICS: dict[str, str] = {
+    "anisotropy": "anisotropy (mean cos, random tokens)",
+    "self_similarity": "self-similarity",
+    "self_similarity_adjusted": "self-similarity - anisotropy",
+    "intra_sentence_similarity": "intra-sentence similarity",
+    "intra_sentence_similarity_adjusted": "intra-sentence - anisotropy",
+    "isoscore": "IsoScore",
+    "effective_rank": "effective rank",
+    "active_units": "active units",
+    "kl_per_token": "KL per token (nats)",
+    "mutual_information": "mutual information (nats)",
+}
+"""The scalar metrics of a GeometryReport with their labels, in display order: the one list
+the training callback logs (under geometry/), `vat geometry` prints and the sweep records."""
+
+
 @dataclass
 class GeometryReport:
     """All geometry metrics of one set of token vectors (see the functions of the same names)."""
@@ -422,6 +435,10 @@ class GeometryReport:
     kl_per_dim: list[float] | None = None
     active_unit_variances: list[float] | None = None
     self_similarity_by_type: dict[int, tuple[int, float]] = field(default_factory=dict, repr=False)
+
+    def metrics(self) -> dict[str, float]:
+        """{name: value} of the METRICS this report has (collapse diagnostics need a logvar)."""
+        return {k: float(getattr(self, k)) for k in METRICS if getattr(self, k) is not None}
 
     def scalars(self) -> dict[str, float]:
         """Flat {name: value} of the scalar metrics (what the callback logs under geometry/)."""
@@ -489,65 +506,3 @@ def geometry_report(
             report.kl_per_dim = kl.tolist()
             report.kl_per_token = float(kl.sum())
     return report
-
-
-# -- probe sets ---------------------------------------------------------------------------
-STS12_DIR = ("STS", "STS12-en-test")
-"""Where SentEval's downstream layout keeps STS12 (STS.input.*.txt: two sentences a line)."""
-
-
-def default_senteval_dir() -> Path:
-    """$VAT_DATA_DIR/senteval, else ../shared/data/senteval beside the working directory."""
-    return Path(os.environ.get("VAT_DATA_DIR", Path.cwd().parent / "shared" / "data")) / "senteval"
-
-
-def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
-    """The STS12 input files under a SentEval `data/downstream` folder, sorted by name."""
-    root = Path(senteval_dir).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(errno.ENOENT, "SentEval folder does not exist", str(root))
-    folder = root.joinpath(*STS12_DIR)
-    files = sorted(folder.glob("STS.input.*.txt"))
-    if not files:
-        raise FileNotFoundError(errno.ENOENT, "no STS12 files (expected STS/STS12-en-test/STS.input.*.txt)", str(folder))
-    return files
-
-
-def read_sentences(path: str | os.PathLike) -> list[str]:
-    """Sentences of a text file: one per line; a tab-separated line gives one per field
-    (so STS input files, two sentences a line, read as they are). Blank fields are skipped."""
-    text = Path(path).expanduser().read_text(encoding="utf-8")
-    return [f.strip() for line in text.splitlines() for f in line.split("\t") if f.strip()]
-
-
-def load_probe_sentences(
-    probe_file: str | os.PathLike | None = None,
-    senteval_dir: str | os.PathLike | None = None,
-    max_sentences: int | None = None,
-    deduplicate: bool = True,
-) -> list[str]:
-    """The probe set the geometry is measured on: a text file, or STS12 from a SentEval folder.
-
-    The paper (PAPER.md, "Latent-space measurements") measures on STS12's sentences, as
-    Ethayarajh (2019) does on STS 2012-2016. STS12 has 6,216 sentences of which 4,946 are
-    distinct; with `deduplicate` (default) a repeated sentence is kept once, because a
-    deterministic encoder maps the copies to identical vectors, and their pairs would inflate
-    self-similarity with "different contexts" that are the same context. Order is kept
-    (first occurrence), so `max_sentences` takes a fixed prefix.
-    """
-    if (probe_file is None) == (senteval_dir is None):
-        raise ValueError("give exactly one of a probe file or a SentEval folder")
-    if probe_file is not None:
-        sentences = read_sentences(probe_file)
-    else:
-        sentences = [s for f in sts12_files(senteval_dir) for s in read_sentences(f)]
-    if deduplicate:
-        sentences = list(dict.fromkeys(sentences))
-    if max_sentences is not None:
-        if max_sentences < 1:
-            raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
-        sentences = sentences[:max_sentences]
-    if len(sentences) < 2:
-        where = probe_file if probe_file is not None else senteval_dir
-        raise ValueError(f"probe {where} has {len(sentences)} sentence(s); need at least 2")
-    return sentences

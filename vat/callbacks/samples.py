@@ -1,10 +1,11 @@
 """Reconstruction BLEU and text samples in TensorBoard while a VAT trains.
 
-Every `every_n_validations` validation runs (sanity checks excluded) the callback, on
-global rank 0 only, in eval mode and without gradients:
-- mu-decodes a fixed set of sentences (from `sentences_file`, or the first `num_sentences`
-  validation sentences, fixed at the first run) and logs their corpus BLEU as
-  `val/recon_bleu` (0-100, sacrebleu's 13a tokenizer, see `vat.generate.corpus_bleu`);
+Every `every_n_validations` validation runs (`vat.callbacks.base.EveryNValidations`: sanity
+checks excluded, global rank 0 only, eval mode, no gradients) the callback:
+- mu-decodes a fixed set of sentences (`sentences`, else `sentences_file`, else the first
+  `num_sentences` validation sentences, fixed at the first run) and logs their corpus BLEU
+  as `val/recon_bleu` (0-100, sacrebleu's 13a tokenizer, see `vat.generate.corpus_bleu`)
+  and the fraction reproduced exactly as `val/recon_exact_match`;
 - writes TensorBoard text: reconstructions, variational samples (z = mu + tau sigma eps for
   every token) and one interpolation between the first two sentences.
 The module's train/eval mode is restored afterwards. Other loggers get only the scalar.
@@ -19,25 +20,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
+from vat.callbacks.base import EveryNValidations, markdown_table, tensorboard_writer
 from vat.errors import VatError
-from vat.generate import DecodeOptions, VATGenerator, corpus_bleu, eval_mode, greedy_decode
+from vat.generate import DecodeOptions, VATGenerator, corpus_bleu
 from vat.tokenizer import VATTokenizer
 
-__all__ = ["SamplesCallback", "greedy_decode"]
+__all__ = ["SamplesCallback"]
 
 
-class SamplesCallback(Callback):
+class SamplesCallback(EveryNValidations):
     """Log `val/recon_bleu` and reconstruction / sampling / interpolation text samples."""
 
     def __init__(
         self,
+        sentences: list[str] | None = None,
         sentences_file: str | None = None,
         num_sentences: int = 32,
         every_n_validations: int = 1,
@@ -51,6 +51,7 @@ class SamplesCallback(Callback):
     ) -> None:
         """
         Args:
+            sentences: The fixed set itself (its first `num_sentences`); overrides the others.
             sentences_file: Text file whose first `num_sentences` non-empty lines are the fixed
                 set; None takes the first `num_sentences` validation sentences instead.
             num_sentences: Size of the fixed set that `val/recon_bleu` is computed on.
@@ -63,22 +64,24 @@ class SamplesCallback(Callback):
             max_len: Most generated tokens per sentence (None = the model's max_len).
             seed: Seed of the variational samples, so that runs are comparable.
         """
-        super().__init__()
-        if every_n_validations < 1 or num_sentences < 1:
-            raise VatError("SamplesCallback: every_n_validations and num_sentences must be at least 1")
+        super().__init__(every_n_validations)
+        if num_sentences < 1:
+            raise VatError(f"SamplesCallback: num_sentences must be at least 1, got {num_sentences}")
+        if sentences is not None and not [x for x in sentences if x.strip()]:
+            raise VatError("SamplesCallback: sentences must hold at least one non-empty sentence")
         if sentences_file is not None and not Path(sentences_file).is_file():
             raise VatError(f"SamplesCallback: sentences_file {sentences_file} does not exist")
         self.sentences_file = sentences_file
         self.num_sentences = num_sentences
-        self.every_n_validations = every_n_validations
         self.num_show = num_show
         self.num_samples = num_samples
         self.tau = tau
         self.alphas = list(alphas)
         self.options = DecodeOptions(strategy="beam" if beam_size > 1 else "greedy", beam_size=beam_size, max_len=max_len)
         self.seed = seed
-        self.val_runs = 0
         self._sentences: list[str] | None = None
+        if sentences is not None:
+            self._sentences = [x for x in sentences if x.strip()][:num_sentences]
 
     # -- which sentences --------------------------------------------------------------------
     def _from_val_data(self, trainer: pl.Trainer, tokenizer: VATTokenizer) -> list[str]:
@@ -107,24 +110,22 @@ class SamplesCallback(Callback):
         return self._sentences
 
     # -- the hook -------------------------------------------------------------------------
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        self.val_runs += 1
-        if self.val_runs % self.every_n_validations or not trainer.is_global_zero:
-            return
+    def _run(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sentences = self.sentences(trainer, pl_module.tokenizer)
         if not sentences:
             rank_zero_warn("SamplesCallback: no sentences to reconstruct; skipping")
             return
         gen = VATGenerator(pl_module.model, pl_module.tokenizer, prior_std=float(pl_module.prior_std),
                            length_histogram=list(getattr(pl_module, "length_histogram", []) or []))
-        with eval_mode(pl_module):  # restores train mode, also of submodules, afterwards
-            recon = gen.reconstruct(sentences, self.options)
-            shown = sentences[: self.num_show]
-            samples = gen.sample(shown, self.num_samples, self.tau, self.options, seed=self.seed)
-            interp = gen.interpolate(sentences[0], sentences[1], self.alphas, options=self.options) if len(sentences) > 1 else []
+        recon = gen.reconstruct(sentences, self.options)
+        shown = sentences[: self.num_show]
+        samples = gen.sample(shown, self.num_samples, self.tau, self.options, seed=self.seed)
+        interp = []
+        if len(sentences) > 1:
+            interp = gen.interpolate(sentences[0], sentences[1], self.alphas, options=self.options)
+        exact = sum(r.strip() == x.strip() for r, x in zip(recon, sentences)) / len(sentences)
         pl_module.log("val/recon_bleu", corpus_bleu(recon, sentences), rank_zero_only=True)
+        pl_module.log("val/recon_exact_match", exact, rank_zero_only=True)
         recon_rows, sample_rows = [], []
         for i, s in enumerate(shown):
             recon_rows += [(f"{i} input", s), (f"{i} mu-decoded", recon[i])]
@@ -132,29 +133,11 @@ class SamplesCallback(Callback):
         interp_rows = [(f"a={a:g}", t) for a, t in zip(self.alphas, interp)]
         if interp:
             interp_rows = [("Z1", sentences[0]), *interp_rows, ("Z2", sentences[1])]
-        self._write_text(trainer, {"val/reconstructions": _markdown(recon_rows),
-                                   "val/variational_samples": _markdown(sample_rows),
-                                   "val/interpolation": _markdown(interp_rows)})
-
-    def _write_text(self, trainer: pl.Trainer, texts: dict[str, str]) -> None:
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                for tag, text in texts.items():
-                    if text:
-                        logger.experiment.add_text(tag, text, global_step=trainer.global_step)
-
-    # -- resume ---------------------------------------------------------------------------
-    # The run counter travels with the checkpoint, so every_n_validations keeps its rhythm on resume.
-    def state_dict(self) -> dict[str, Any]:
-        return {"val_runs": self.val_runs}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.val_runs = int(state_dict.get("val_runs", 0))
-
-
-def _markdown(rows: Sequence[tuple[str, str]]) -> str:
-    """TensorBoard renders text as Markdown; a table keeps label and sentence aligned."""
-    if not rows:
-        return ""
-    esc = [(k, v.replace("|", "\\|").replace("\n", " ") or "(empty)") for k, v in rows]
-    return "| | text |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in esc)
+        writer = tensorboard_writer(trainer)
+        if writer is None:
+            return
+        texts = {"val/reconstructions": recon_rows, "val/variational_samples": sample_rows,
+                 "val/interpolation": interp_rows}
+        for tag, rows in texts.items():
+            if rows:
+                writer.add_text(tag, markdown_table(rows), global_step=trainer.global_step)

@@ -130,9 +130,9 @@ def _encode(args: argparse.Namespace, sentences: list[str]):
     """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None, token_text)."""
     if args.ckpt is not None:
         import torch
+        from vat.encode import token_vectors
 
         from vat.checkpoint import load_vat
-        from vat.encode import token_vectors
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         loaded = load_vat(args.ckpt, map_location=device)

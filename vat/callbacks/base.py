@@ -1,0 +1,80 @@
+"""What the training callbacks share: when to run, where TensorBoard is, markdown text.
+
+`EveryNValidations` runs `_run(trainer, pl_module)` after every n-th validation run (the
+sanity check does not count), on global rank zero only, in eval mode without gradients,
+and puts the model back in the mode it found. Its run counter travels with the checkpoint,
+so the rhythm survives a resume. Subclasses only decide what to compute and log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_warn
+
+from vat.errors import VatError
+from vat.runtime import eval_mode
+
+
+def tensorboard_writer(trainer: Trainer) -> Any | None:
+    """The SummaryWriter of the trainer's first TensorBoardLogger, or None."""
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            return logger.experiment
+    return None
+
+
+def markdown_cell(text: str) -> str:
+    """Text safe inside a markdown table cell (TensorBoard renders text as Markdown)."""
+    return text.replace("|", "\\|").replace("\n", " ") or "(empty)"
+
+
+def markdown_table(rows: Sequence[tuple[str, str]], header: tuple[str, str] = ("", "text")) -> str:
+    """A two-column markdown table, which keeps a label and its sentence aligned ("" if no rows)."""
+    if not rows:
+        return ""
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    return "\n".join(lines + [f"| {markdown_cell(k)} | {markdown_cell(v)} |" for k, v in rows])
+
+
+class EveryNValidations(Callback):
+    """Runs `_run` after every n-th validation run, on rank zero, under no_grad, in eval mode."""
+
+    def __init__(self, every_n_validations: int = 1) -> None:
+        if every_n_validations < 1:
+            raise VatError(f"{type(self).__name__}: every_n_validations must be >= 1, "
+                           f"got {every_n_validations}")
+        self.every_n_validations = every_n_validations
+        self.val_runs = 0
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.val_runs += 1
+        if self.val_runs % self.every_n_validations or not trainer.is_global_zero:
+            return
+        if getattr(pl_module, "tokenizer", None) is None:
+            rank_zero_warn(f"{type(self).__name__}: pl_module.tokenizer is not set; skipping")
+            return
+        with eval_mode(pl_module):  # the whole module, so submodules get their mode back too
+            self._run(trainer, pl_module)
+
+    def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        raise NotImplementedError
+
+    def _state_key_fields(self) -> dict[str, Any]:
+        """What tells two instances of one class apart (say, two probes) in a checkpoint."""
+        return {"every_n_validations": self.every_n_validations}
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(**self._state_key_fields())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"val_runs": self.val_runs}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.val_runs = int(state_dict.get("val_runs", 0))

@@ -1,0 +1,345 @@
+"""Decoding text from any latent sequence Z (B, T, d) with its mask (B, T).
+
+PAPER.md, "Generation": every point of a VAT's latent space decodes to text. `greedy_decode`,
+`beam_search` and `sample_decode` share one step function and sit behind
+`decode_latents(model, z, z_mask, options)`. Every decoder step feeds only the newest token
+and reuses cached self-attention keys and values (O(T) per step); `use_cache=False` re-runs
+the whole prefix instead, the naive baseline for the equality test and
+bench/bench_decode.py.
+
+Decoded sequences are subword ids without <s>; a sequence stops at its first </s>, which is
+not part of the returned ids (but its log-probability is part of the score). Pure: no
+tokenizer, no Lightning; callers put the model in eval mode (`vat.runtime.eval_mode`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import torch
+from torch import nn
+
+from vat.errors import VatError
+from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+Strategy = Literal["greedy", "beam", "sample"]
+
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to turn a latent sequence into tokens."""
+
+    strategy: Strategy = "greedy"
+    """greedy (argmax), beam (beam search) or sample (ancestral sampling, top-k / top-p)."""
+    beam_size: int = 5
+    """Beams per sentence for strategy=beam (the paper decodes with beam 5)."""
+    length_penalty: float = 1.0
+    """Beam score = sum of log-probs / length**length_penalty (length counts </s>); 0 ranks by
+    total log-probability, 1 by mean log-probability per token."""
+    temperature: float = 1.0
+    """Sampling temperature: log-probs are divided by it before top-k / top-p."""
+    top_k: int = 0
+    """Sample only among the k most probable tokens (0 = no limit)."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample among the smallest set of tokens whose probability reaches p."""
+    max_len: int | None = None
+    """Most tokens to generate, </s> included (None = the model's max_len)."""
+    min_len: int = 0
+    """</s> is forbidden before this many tokens; min_len = max_len forces fixed lengths."""
+    use_cache: bool = True
+    """Reuse cached self-attention keys/values (O(T) per step); False re-runs the prefix."""
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("greedy", "beam", "sample"):
+            raise VatError(f"decoding strategy must be greedy, beam or sample, got {self.strategy!r}")
+        if self.beam_size < 1:
+            raise VatError(f"--beam must be at least 1, got {self.beam_size}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise VatError(f"--temperature must be a positive finite number, got {self.temperature}")
+        if not math.isfinite(self.length_penalty):
+            raise VatError(f"--length-penalty must be a finite number, got {self.length_penalty}")
+        if self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise VatError(f"--top-k must be >= 0 and --top-p in (0, 1], got {self.top_k} and {self.top_p}")
+        if self.max_len is not None and self.max_len < 1:
+            raise VatError(f"--max-len must be at least 1, got {self.max_len}")
+
+
+GREEDY = DecodeOptions()
+"""The default: argmax decoding up to the model's max_len."""
+
+
+class Hypothesis(NamedTuple):
+    ids: list[int]  # generated subword ids, without <s> and </s>
+    score: float  # what the hypotheses are ranked by (beam: logprob / length**length_penalty)
+    logprob: float  # sum of the model's log-probabilities of the generated tokens, </s> included
+    finished: bool  # True if </s> was generated within max_len
+
+
+class _Stepper:
+    """Runs the decoder one position at a time and returns next-token log-probabilities.
+
+    With the cache each step feeds only the newest token, whose query attends to the cached
+    keys/values of the prefix: O(T) work per step. Without it each step re-runs the whole
+    prefix (O(T^2) per step): the naive baseline of the equality test and the benchmark.
+    """
+
+    def __init__(self, model: nn.Module, z: torch.Tensor, z_mask: torch.Tensor, use_cache: bool) -> None:
+        self.model, self.z, self.z_mask = model, z, z_mask
+        self.cache = model.new_cache() if use_cache else None
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:  # tokens (N, L) -> (N, V)
+        if self.cache is None:
+            logits = self.model.decode(tokens, self.z, self.z_mask)  # (N, L, V)
+        else:
+            offset = tokens.shape[1] - 1
+            logits = self.model.decode(tokens[:, -1:], self.z, self.z_mask, cache=self.cache, offset=offset)  # (N, 1, V)
+        return logits[:, -1].float().log_softmax(-1)  # (N, V)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` (A',) of the batch: Z, its mask and every cached tensor."""
+        self.z, self.z_mask = self.z.index_select(0, rows), self.z_mask.index_select(0, rows)  # (A', T, d), (A', T)
+        for layer in self.cache or []:
+            for key, value in layer.items():
+                layer[key] = value.index_select(0, rows)  # (A', H, L, hs)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Row i continues row rows[i] (beam search). Only the self-attention cache moves:
+        beams never leave their sentence's group of rows, and all rows of a group share one
+        Z, so Z, its mask and the cross-attention keys/values stay valid as they are."""
+        if self.cache is None:
+            return
+        for layer in self.cache:
+            for key in ("self_k", "self_v"):
+                if key in layer:
+                    layer[key] = layer[key].index_select(0, rows)  # (N, H, L, hs)
+
+
+def _resolve_max_len(model: nn.Module, max_len: int | None) -> int:
+    limit = int(model.config.max_len)
+    if max_len is None:
+        return limit
+    if max_len > limit:
+        raise VatError(f"--max-len {max_len} exceeds the model's max_len={limit}")
+    return max_len
+
+
+def _mask_specials(logp: torch.Tensor, step: int, min_len: int) -> torch.Tensor:
+    """<pad> and <s> are never outputs; </s> waits for min_len tokens. In place, (N, V)."""
+    logp[:, PAD_ID] = -math.inf
+    logp[:, BOS_ID] = -math.inf
+    if step < min_len:
+        logp[:, EOS_ID] = -math.inf
+    return logp
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set every token outside the top-k and outside the top-p nucleus to -inf. (N, V)."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (N, V)
+        cum = sorted_logits.softmax(-1).cumsum(-1)  # (N, V)
+        # Drop a token when the tokens ranked above it already reach p; the top one stays.
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p  # (N, V)
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, -math.inf)
+    return logits
+
+
+@torch.no_grad()
+def _autoregress(
+    model: nn.Module,
+    z: torch.Tensor,
+    z_mask: torch.Tensor,
+    max_len: int | None,
+    min_len: int,
+    use_cache: bool,
+    choose: Callable[[torch.Tensor], torch.Tensor],
+) -> list[Hypothesis]:
+    """Greedy or sampled decoding: `choose` maps log-probs (A, V) to next tokens (A,).
+
+    Rows that emit </s> leave the batch (with their cache rows), so one long row does not
+    keep a whole batch of finished ones decoding.
+    """
+    B = z.shape[0]
+    steps = _resolve_max_len(model, max_len)
+    stepper = _Stepper(model, z, z_mask, use_cache)
+    tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=z.device)  # (A, L) of the active rows
+    active = torch.arange(B, device=z.device)  # (A,) original row of each active row
+    generated: list[list[int]] = [[] for _ in range(B)]
+    logprob = torch.zeros(B, device=z.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=z.device)
+    for step in range(steps):
+        logp = _mask_specials(stepper(tokens), step, min_len)  # (A, V)
+        nxt = choose(logp)  # (A,)
+        logprob[active] += logp.gather(1, nxt[:, None]).squeeze(1)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (A, L + 1)
+        ended = nxt == EOS_ID  # (A,)
+        if bool(ended.any()):
+            for row, ids in zip(active[ended].tolist(), tokens[ended, 1:-1].tolist()):
+                generated[row] = ids
+            finished[active[ended]] = True
+            keep = (~ended).nonzero().squeeze(1)  # (A',)
+            if keep.numel() == 0:
+                break
+            active, tokens = active[keep], tokens[keep]  # (A',), (A', L + 1)
+            stepper.select(keep)
+    else:  # max_len reached: the rows still active stop unfinished
+        for row, ids in zip(active.tolist(), tokens[:, 1:].tolist()):
+            generated[row] = ids
+    return [Hypothesis(ids, lp, lp, fin) for ids, lp, fin in zip(generated, logprob.tolist(), finished.tolist())]
+
+
+def _argmax(logp: torch.Tensor) -> torch.Tensor:  # (A, V) -> (A,)
+    return logp.argmax(-1)
+
+
+def greedy_decode(
+    model: nn.Module,
+    z: torch.Tensor,
+    z_mask: torch.Tensor,
+    max_len: int | None = None,
+    *,
+    min_len: int = 0,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Argmax decoding of latents z (B, T, d) with mask (B, T): subword ids per row.
+
+    Pure (no tokenizer, no Lightning); put the model in eval mode first (dropout).
+    """
+    hyps = _autoregress(model, z, z_mask, max_len, min_len, use_cache, _argmax)
+    return [h.ids for h in hyps]
+
+
+def sample_decode(
+    model: nn.Module,
+    z: torch.Tensor,
+    z_mask: torch.Tensor,
+    max_len: int | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_len: int = 0,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> list[Hypothesis]:
+    """Ancestral sampling with temperature, top-k and top-p. Scores are the model's own
+    (temperature 1) log-probabilities of the sampled tokens."""
+
+    def choose(logp: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
+        probs = filter_logits(logp / temperature, top_k, top_p).softmax(-1)  # (B, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _autoregress(model, z, z_mask, max_len, min_len, use_cache, choose)
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    z: torch.Tensor,
+    z_mask: torch.Tensor,
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
+    max_len: int | None = None,
+    *,
+    min_len: int = 0,
+    use_cache: bool = True,
+    n_best: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search from latents z (B, T, d); per row the n_best hypotheses, best first.
+
+    A hypothesis scores logprob / length**length_penalty, length counting </s>. Each step
+    expands every live beam, keeps the best `beam_size` continuations that do not end, and
+    sets aside those ending in </s> that rank within the top `beam_size`. A row stops once
+    it holds `beam_size` finished hypotheses and its best live beam, scored at its current
+    length, is no better than the worst of them. That stop is exact for length_penalty = 0
+    (log-probabilities only fall as a beam grows); for length_penalty > 0 it is the usual
+    heuristic (as in Hugging Face transformers' default), since a longer beam's normaliser
+    grows. Rows that never finish return their live beams (finished=False).
+    """
+    B, T, d = z.shape
+    K = beam_size
+    steps = _resolve_max_len(model, max_len)
+    n_best = K if n_best is None else min(n_best, K)
+    dev = z.device
+    # Every beam of a sentence decodes the same Z: row b * K + k is beam k of sentence b.
+    stepper = _Stepper(model, z.repeat_interleave(K, 0), z_mask.repeat_interleave(K, 0), use_cache)  # (B*K, T, d)
+    tokens = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)  # (B*K, 1)
+    scores = torch.full((B, K), -math.inf, device=dev)  # (B, K) summed log-probs of live beams
+    scores[:, 0] = 0.0  # the K beams start identical; keep one so the first step is not K copies
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    done = [False] * B
+    base = torch.arange(B, device=dev)[:, None] * K  # (B, 1)
+
+    def norm(logprob: float, length: int) -> float:
+        return logprob / length**length_penalty
+
+    length = 0
+    for step in range(steps):
+        length = step + 1  # generated tokens after this step, </s> included
+        logp = _mask_specials(stepper(tokens), step, min_len)  # (B*K, V)
+        V = logp.shape[-1]
+        cand = scores[:, :, None] + logp.view(B, K, V)  # (B, K, V)
+        top_s, top_i = cand.view(B, K * V).topk(min(2 * K, K * V), dim=1)  # (B, 2K), best first
+        beam, tok = top_i // V, top_i % V  # (B, 2K) source beam and token of each candidate
+        is_eos = tok == EOS_ID  # (B, 2K)
+        # A beam has one </s> continuation, so 2K candidates always hold K that go on.
+        ended = is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & top_s.isfinite()  # (B, 2K)
+        ended_at = ended.nonzero().tolist()
+        if ended_at:  # one host transfer per step, not one per hypothesis
+            beam_l, top_l = beam.tolist(), top_s.tolist()
+            for b, j in ended_at:
+                if done[b]:
+                    continue
+                ids, lp = tokens[b * K + beam_l[b][j]].tolist()[1:], top_l[b][j]
+                finished[b].append(Hypothesis(ids, norm(lp, length), lp, True))
+                finished[b] = sorted(finished[b], key=lambda h: -h.score)[:K]
+        live_s, live_j = top_s.masked_fill(is_eos, -math.inf).topk(K, dim=1)  # (B, K)
+        rows = (base + beam.gather(1, live_j)).view(-1)  # (B*K,) the beam each new row extends
+        tokens = torch.cat([tokens.index_select(0, rows), tok.gather(1, live_j).view(-1, 1)], dim=1)  # (B*K, L + 1)
+        stepper.reorder(rows)
+        scores = live_s
+        best_live = scores.max(dim=1).values.tolist()  # (B,)
+        for b in range(B):
+            if not done[b] and len(finished[b]) >= K:
+                done[b] = norm(best_live[b], length) <= finished[b][-1].score
+        if all(done):
+            break
+    out = []
+    for b in range(B):
+        hyps = list(finished[b])
+        if len(hyps) < n_best:  # ran out of steps: the live beams are the best there is
+            for k in range(K):
+                lp = float(scores[b, k])
+                if math.isfinite(lp):
+                    hyps.append(Hypothesis(tokens[b * K + k].tolist()[1:], norm(lp, length), lp, False))
+        out.append(sorted(hyps, key=lambda h: -h.score)[:n_best])
+    return out
+
+
+def decode_latents(
+    model: nn.Module,
+    z: torch.Tensor,
+    z_mask: torch.Tensor,
+    options: DecodeOptions = GREEDY,
+    generator: torch.Generator | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode latents z (B, T, d) with mask (B, T) by `options`: per row a list of hypotheses,
+    best first (one for greedy and sample, beam_size for beam)."""
+    o = options
+    if o.strategy == "beam":
+        return beam_search(model, z, z_mask, o.beam_size, o.length_penalty, o.max_len,
+                           min_len=o.min_len, use_cache=o.use_cache)
+    if o.strategy == "sample":
+        hyps = sample_decode(model, z, z_mask, o.max_len, temperature=o.temperature, top_k=o.top_k,
+                             top_p=o.top_p, min_len=o.min_len, use_cache=o.use_cache, generator=generator)
+    else:
+        hyps = _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, _argmax)
+    return [[h] for h in hyps]
+

@@ -1,0 +1,37 @@
+"""Where and how a model runs outside training: the `--device auto` rule and eval mode.
+
+Each is written once here; every command, the callbacks and the sweep use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from vat.errors import VatError
+
+
+def resolve_device(name: str | torch.device | None = "auto", option: str = "--device") -> str:
+    """"auto" (or None) is "cuda" when a CUDA GPU is visible, else "cpu"; any other name is
+    returned as given, after checking that a requested CUDA device exists."""
+    if name is None or str(name) == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    name = str(name)
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise VatError(f"{option} {name}: CUDA is not available on this machine")
+    return name
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no autograd for the block; restores the model's mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
