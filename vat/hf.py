@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from vat.errors import VatError
+from vat.runtime import resolve_device
 
 HFPooling = Literal["mean", "cls"]
 
@@ -70,7 +71,7 @@ def _import_transformers():
 
 
 def _default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(resolve_device("auto"))
 
 
 @functools.lru_cache(maxsize=2)

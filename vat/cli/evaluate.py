@@ -1,10 +1,10 @@
-"""`python evaluate.py`: SentEval-style evaluation of a vat checkpoint or any encoder.
+"""`vat evaluate`: SentEval-style evaluation of a vat checkpoint or any encoder.
 
-    python evaluate.py --ckpt runs/demo/checkpoints/last.ckpt --pooling mean \\
+    vat evaluate --ckpt runs/demo/checkpoints/last.ckpt --pooling mean \\
         --tasks sts,MR,TREC --data-dir data/downstream --output results.json
-    python evaluate.py --encoder ../shared/oracle/hashbow.py:encode --tasks all --skip-missing ...
-    python evaluate.py --hf-model /path/to/all-MiniLM-L6-v2 --pooling mean --tasks sts ...
-    python evaluate.py --ckpt last.ckpt --finetune --tasks MR,SST2 --output finetune.json
+    vat evaluate --encoder ../shared/oracle/hashbow.py:encode --tasks all --skip-missing ...
+    vat evaluate --hf-model /path/to/all-MiniLM-L6-v2 --pooling mean --tasks sts ...
+    vat evaluate --ckpt last.ckpt --finetune --tasks MR,SST2 --output finetune.json
 
 Results are written as JSON in SentEval's layout (see docs/evaluate.md), atomically, and
 never over an existing file unless --overwrite is given.
@@ -14,36 +14,38 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
 from vat.eval.tasks import ALL_TASKS, TASK_GROUPS, expand_tasks
 from vat.io import write_json_atomic
-
-DATA_ENV = "VAT_SENTEVAL_DIR"
+from vat.probes import SENTEVAL_ENV, default_senteval_dir
+from vat.runtime import resolve_device
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="evaluate.py",
+    p = Parser(
+        prog="vat evaluate",
         description="SentEval-compatible evaluation (STS and transfer tasks) of a sentence encoder.",
         epilog=f"Tasks: {', '.join(ALL_TASKS)}. Groups: "
         + "; ".join(f"{g} = {','.join(t)}" for g, t in TASK_GROUPS.items())
         + ". See docs/evaluate.md.",
     )
     enc = p.add_mutually_exclusive_group(required=True)
-    enc.add_argument("--ckpt", help="vat checkpoint (.ckpt written by train.py)")
+    enc.add_argument("--ckpt", help="vat checkpoint (.ckpt written by vat train) or exported folder")
     enc.add_argument("--encoder", metavar="FILE:FUNC",
-                     help="Python file and function: f(list[str]) -> array (n, d)")
+                     help="Python file and function: f(list[str]) -> array (n, d). The file is "
+                     "imported, i.e. EXECUTED as Python code: only pass files you trust")
     enc.add_argument("--hf-model", metavar="DIR", help="local Hugging Face encoder directory (needs transformers)")
     p.add_argument("--tasks", default="all", help="comma-separated task names and/or groups sts, transfer, all")
-    p.add_argument("--data-dir", default=os.environ.get(DATA_ENV),
-                   help=f"SentEval data/downstream folder (default: ${DATA_ENV})")
+    p.add_argument("--data-dir", default=None,
+                   help=f"SentEval data/downstream folder (default: ${SENTEVAL_ENV}, "
+                   "else ../shared/data/senteval)")
     p.add_argument("--output", help="JSON results file (written atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--pooling", default="mean",
@@ -59,14 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "regressor, or both")
     p.add_argument("--seed", type=int, default=1111, help="SentEval seed (default 1111, SentEval's)")
     p.add_argument("--batch-size", type=int, default=128, help="sentences per encoder call")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (encoder and classifiers)")
     p.add_argument("--skip-missing", action="store_true",
                    help="skip tasks whose data is missing (with a warning) instead of failing")
     p.add_argument("--finetune", action="store_true",
                    help="fine-tune the vat encoder + one dense layer per classification task (--ckpt only)")
     p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
     p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_common(p)
     return p
 
 
@@ -161,22 +162,12 @@ def format_table(results: dict) -> str:
 def _make_encoder(args: argparse.Namespace):
     from vat.eval import encoders
 
-    device = _device(args.device)
+    device = resolve_device(args.device)
     if args.ckpt:
         return encoders.vat_encoder(args.ckpt, args.pooling, device, args.batch_size), f"vat:{args.ckpt}"
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
     return encoders.hf_encoder(args.hf_model, args.pooling, args.batch_size, device), f"hf:{args.hf_model}"
-
-
-def _device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise VatError(f"--device {name}: no CUDA device is available")
-    return name
 
 
 def _available(tasks: list[str], data_dir: str) -> list[str]:
@@ -197,7 +188,10 @@ def _available(tasks: list[str], data_dir: str) -> list[str]:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.data_dir is None:
-        raise VatError(f"no data dir: pass --data-dir or set ${DATA_ENV} to SentEval's data/downstream folder")
+        args.data_dir = str(default_senteval_dir())
+        if not Path(args.data_dir).is_dir():
+            raise VatError(f"no SentEval data at {args.data_dir}: pass --data-dir or set "
+                           f"${SENTEVAL_ENV} to SentEval's data/downstream folder")
     if args.finetune and not args.ckpt:
         raise VatError("--finetune needs --ckpt (it trains the vat encoder)")
     if args.batch_size < 1:
@@ -215,7 +209,7 @@ def _main(argv: Sequence[str] | None) -> int:
         from vat.eval.finetune import FinetuneSettings, finetune_tasks
 
         settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, pooling=args.pooling, seed=args.seed,
-                                    device=_device(args.device), progress=not args.no_progress)
+                                    device=resolve_device(args.device), progress=show_progress(args))
         results, seconds = finetune_tasks(args.ckpt, tasks, args.data_dir, settings)
         meta.update(mode="finetune", encoder=f"vat:{args.ckpt}", pooling=args.pooling, epochs=args.epochs, lr=args.lr,
                     batch_size=settings.batch_size)
@@ -227,7 +221,7 @@ def _main(argv: Sequence[str] | None) -> int:
         encoder, name = _make_encoder(args)
         settings = EvalSettings(preset=args.preset, classifier=args.classifier, nhid=args.nhid, seed=args.seed,
                                 relatedness=args.relatedness, batch_size=args.batch_size,
-                                device=_device(args.device), progress=not args.no_progress)
+                                device=resolve_device(args.device), progress=show_progress(args))
         results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
         meta.update(mode="features", encoder=name, pooling=args.pooling if not args.encoder else None,
                     preset=args.preset, classifier=asdict(settings.classifier_config()),
@@ -236,7 +230,8 @@ def _main(argv: Sequence[str] | None) -> int:
     print(format_table(results) if not args.finetune else _format_finetune(results))
     if out is not None:
         write_results({**results, "_meta": meta}, out, args.overwrite)
-        print(f"wrote {out}", file=sys.stderr)
+        if not args.quiet:
+            print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
@@ -248,7 +243,7 @@ def _format_finetune(results: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point (`vat-evaluate`, `python evaluate.py`)."""
+    """`vat evaluate ...` (and `python evaluate.py`, `vat-evaluate`)."""
     return run_cli(_main, argv)
 
 

@@ -1,10 +1,11 @@
-"""`python evaluate.py geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
+"""`vat geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
 
-    python evaluate.py geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json
-    python evaluate.py geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
+    vat geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json
+    vat geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
         --output minilm_layer3.json
 
-Encodes the probe (default: STS12 from $VAT_DATA_DIR/senteval), computes every metric of
+Encodes the probe (`vat.probes`; default: STS12 from $VAT_SENTEVAL_DIR, else
+../shared/data/senteval), computes every metric of
 `vat.geometry` on the token vectors (a VAT's posterior means mu; a Hugging Face model's
 hidden states at --layer, special tokens excluded), prints a table and writes JSON
 atomically. An existing output file is only replaced with --overwrite.
@@ -13,40 +14,23 @@ atomically. An existing output file is only replaced with --overwrite.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
-from vat.geometry import GeometryReport, default_senteval_dir, geometry_report, load_probe_sentences
+from vat.geometry import METRICS, GeometryReport, geometry_report
 from vat.io import write_json_atomic
+from vat.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
+from vat.runtime import resolve_device
 
-TABLE_ROWS = (
-    ("anisotropy", "anisotropy (mean cos, random tokens)"),
-    ("self_similarity", "self-similarity"),
-    ("self_similarity_adjusted", "self-similarity - anisotropy"),
-    ("intra_sentence_similarity", "intra-sentence similarity"),
-    ("intra_sentence_similarity_adjusted", "intra-sentence - anisotropy"),
-    ("isoscore", "IsoScore"),
-    ("effective_rank", "effective rank"),
-    ("active_units", "active units"),
-    ("kl_per_token", "KL per token (nats)"),
-    ("mutual_information", "mutual information (nats)"),
-    ("num_types", "types with >= min_count"),
-)
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (`error: ...`, exit 2), like every other vat entry point."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+TABLE_ROWS = (*METRICS.items(), ("num_types", "types with >= min_count"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
-        prog="evaluate.py geometry",
+    p = Parser(
+        prog="vat geometry",
         description="Isotropy, self-similarity, intra-sentence similarity and collapse diagnostics "
         "(Ethayarajh 2019; see vat.geometry) of a vat checkpoint or a local Hugging Face encoder.",
     )
@@ -58,23 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
     probe = p.add_mutually_exclusive_group()
     probe.add_argument("--probe", help="text file of probe sentences (one a line; tab-separated fields split)")
     probe.add_argument("--senteval-dir", help="SentEval data/downstream folder; its STS12 sentences are the probe "
-                       "(default: $VAT_DATA_DIR/senteval, else ../shared/data/senteval)")
+                       f"(default: ${SENTEVAL_ENV}, else ../shared/data/senteval)")
     p.add_argument("--max-sentences", type=int, default=None, help="use only the first N probe sentences")
     p.add_argument("--keep-duplicates", action="store_true",
                    help="keep repeated probe sentences (default: each distinct sentence once)")
     p.add_argument("--min-count", type=int, default=5, help="occurrences a token type needs for self-similarity")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--top-types", type=int, default=10,
                    help="print this many most and least self-similar token types (0: none)")
     p.add_argument("--output", required=True, help="JSON file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_common(p)
     return p
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    args.device = resolve_device(args.device)
     output = Path(args.output)
     if output.exists() and not args.overwrite:
         raise VatError(f"--output {output} exists; pass --overwrite to replace it")
@@ -122,21 +106,20 @@ def _main(argv: Sequence[str] | None) -> int:
         k = args.top_types
         print(f"\nleast self-similar types (most context-specific): {_types(types[:k], token_text)}")
         print(f"most self-similar types: {_types(types[::-1][:k], token_text)}")
-    print(f"\nencode {encode_s:.1f} s, geometry {geometry_s:.2f} s; wrote {output}")
+    if not args.quiet:
+        print(f"\nencode {encode_s:.1f} s, geometry {geometry_s:.2f} s; wrote {output}")
     return 0
 
 
 def _encode(args: argparse.Namespace, sentences: list[str]):
     """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None, token_text)."""
     if args.ckpt is not None:
-        import torch
-        from vat.encode import token_vectors
-
         from vat.checkpoint import load_vat
+        from vat.features import token_vectors
 
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        loaded = load_vat(args.ckpt, map_location=device)
-        tv = token_vectors(loaded.model, loaded.tokenizer, sentences, args.batch_size)
+        loaded = load_vat(args.ckpt, map_location=args.device)
+        tv = token_vectors(loaded.model, loaded.tokenizer, sentences, args.batch_size,
+                           progress=show_progress(args))
         info = {"kind": "vat", "name": Path(args.ckpt).name, "path": str(args.ckpt), "prior_std": loaded.prior_std}
         return info, tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, loaded.prior_std, loaded.tokenizer.token_text
 
@@ -168,6 +151,6 @@ def _types(items, token_text) -> str:
     return ", ".join(f"{token_text(w)!r} {v:.2f} (n={c})" for w, (c, v) in items)
 
 
-def main() -> int:
-    """Entry point of `python evaluate.py geometry ...` (reads sys.argv[2:])."""
-    return run_cli(_main, sys.argv[2:])
+def main(argv: Sequence[str] | None = None) -> int:
+    """`vat geometry ...` (and `python evaluate.py geometry ...`)."""
+    return run_cli(_main, argv)

@@ -1,4 +1,4 @@
-"""`python train.py {fit,validate,test} -c configs/<name>.yaml`: LightningCLI over vat.
+"""`vat train -c configs/<name>.yaml` (= `python train.py fit ...`): LightningCLI over vat.
 
 One run is one directory, `--run_dir` (default runs/vat): TensorBoard events, config.yaml,
 tokenizer.json and checkpoints/ (last.ckpt, the best on val/loss, and on_exception.ckpt).
@@ -8,7 +8,6 @@ Resume a killed run with the same command plus `--ckpt_path last`.
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from pathlib import Path
 
@@ -18,9 +17,10 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, OnExceptionCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from vat.callbacks.progress import StepProgressBar
 from vat.checkpoint import atomic_torch_save, read_checkpoint
 from vat.data import VATDataModule
-from vat.errors import USER_ERRORS, VatError
+from vat.errors import VatError, run_cli
 from vat.module import NonFiniteLossError, VATSystem
 
 
@@ -66,6 +66,11 @@ class FinalLastCheckpoint(ModelCheckpoint):
 
 
 class VATCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        # predict would need a predict_step and data that vat does not define: not offered.
+        return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_dir", type=str, default="runs/vat",
                             help="Run directory: TensorBoard logs, config.yaml, tokenizer.json, checkpoints/.")
@@ -101,6 +106,8 @@ class VATCLI(LightningCLI):
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
         # Keep what a crash interrupted (Lightning saves it when an exception escapes fit).
         self.trainer_defaults["callbacks"].append(_OnExceptionCheckpoint(dirpath=cfg.checkpoint.dirpath, filename="on_exception"))
+        if cfg.trainer.enable_progress_bar is not False:
+            self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
         if self.subcommand == "fit":
             _check_writable(run_dir)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
@@ -157,21 +164,17 @@ def _quiet_warnings() -> None:
     # config.yaml cannot record the AtomicCheckpointIO instance from trainer_defaults; it is
     # not a user setting, so jsonargparse's warning about it is noise. The sweep calls main()
     # with explicit args while its own sys.argv holds the sweep's options: intended here.
-    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.AtomicCheckpointIO")
+    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.train\.AtomicCheckpointIO")
     warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended to run from within Python")
 
 
 def main(args: list[str] | None = None) -> int:
-    """Entry point; `args` defaults to sys.argv[1:]. `--debug` shows tracebacks of user errors."""
+    """Entry point; `args` defaults to sys.argv[1:]. `--debug` shows tracebacks of user errors.
+
+    DDP re-launches the script with its original sys.argv, so each rank re-enters here.
+    """
     _quiet_warnings()
-    debug = "--debug" in (sys.argv if args is None else args) or os.environ.get("VAT_DEBUG") == "1"
-    if args is None:
-        # LightningCLI reads sys.argv itself, and DDP re-launches this script with sys.argv,
-        # so the command line is cleaned in place rather than copied.
-        sys.argv[:] = [a for a in sys.argv if a != "--debug"]
-    else:
-        args = [a for a in args if a != "--debug"]
-    return _run(lambda: _build_cli(args), debug)
+    return _run(lambda a: _build_cli(a), args)
 
 
 def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
@@ -180,17 +183,18 @@ def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
                   subclass_mode_model=False, subclass_mode_data=False, **kwargs)
 
 
-def _run(fn, debug: bool) -> int:
-    """Run fn; a user error becomes one line on stderr and exit code 2 (a traceback with --debug)."""
-    try:
-        fn()
-    except (*USER_ERRORS, NonFiniteLossError, MisconfigurationException) as e:
-        if debug:
-            raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
-    return 0
+TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)
+"""Beyond vat.errors.USER_ERRORS, what ends a training command in one line."""
+
+
+def _run(fn, args: list[str] | None) -> int:
+    """Run fn(args) through the one error wrapper (vat.errors.run_cli)."""
+
+    def call(argv: list[str]) -> int:
+        fn(argv)
+        return 0
+
+    return run_cli(call, args, extra_errors=TRAIN_ERRORS)
 
 
 def prepare_data(args: list[str]) -> int:
@@ -201,7 +205,25 @@ def prepare_data(args: list[str]) -> int:
     so that they read one cache instead of each building its own.
     """
     _quiet_warnings()
-    debug = "--debug" in args or os.environ.get("VAT_DEBUG") == "1"
-    args = [a for a in args if a != "--debug"]
-    return _run(lambda: _build_cli(args, run=False).datamodule.prepare_data(), debug)
+    return _run(lambda a: _build_cli(a, run=False).datamodule.prepare_data(), args)
 
+
+
+def vat_train(argv: list[str]) -> int:
+    """`vat train ARGS` = `python train.py fit ARGS` (`vat train validate|test ...` also work).
+
+    `-c NAME` may name a packaged config (`vat config`); `--no-progress` and `--quiet` are the
+    options every vat command shares: no progress bar (and, quiet, no model summary).
+    """
+    from vat.cli.config import resolve_config_args
+
+    args = resolve_config_args(argv)
+    extra = []
+    if "--no-progress" in args or "--quiet" in args:
+        extra.append("--trainer.enable_progress_bar=false")
+    if "--quiet" in args:
+        extra.append("--trainer.enable_model_summary=false")
+    args = [a for a in args if a not in ("--no-progress", "--quiet")]
+    if not args or args[0] not in VATCLI.subcommands():
+        args = ["fit", *args]
+    return main([*args, *extra])

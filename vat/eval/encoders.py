@@ -28,7 +28,7 @@ def vat_encoder(ckpt: str | Path, pooling: str = "mean", device: str | torch.dev
     if pooling not in VAT_POOLINGS:
         raise VatError(f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}")
     from vat.checkpoint import load_vat
-    from vat.encode import sentence_features
+    from vat.features import sentence_features
 
     loaded = load_vat(ckpt, map_location=device)
 

@@ -28,6 +28,7 @@ from vat.errors import VatError
 from vat.eval import classifier as clf
 from vat.eval.sts import RelatednessRegressor, cosine_scores, cosine_split_results, sts_results
 from vat.eval.tasks import Pairs, Singles, TaskData, expand_tasks, load_task
+from vat.runtime import resolve_device
 
 Encoder = Callable[[list[str]], np.ndarray]
 RELATEDNESS_MODES = ("cosine", "regressor", "both")
@@ -58,9 +59,7 @@ class EvalSettings:
         return clf.make_config(self.preset, self.classifier, self.nhid)
 
     def torch_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        return torch.device(resolve_device(self.device))
 
 
 class FeatureCache:

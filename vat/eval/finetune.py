@@ -90,7 +90,7 @@ class _Classifier(torch.nn.Module):
         self.head = torch.nn.Linear(model.config.d_model, nclasses)
 
     def forward(self, ids: list[list[int]]) -> torch.Tensor:
-        from vat.encode import pool
+        from vat.features import pool
         from vat.tokenizer import make_batch
 
         device = self.head.weight.device

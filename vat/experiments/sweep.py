@@ -3,7 +3,7 @@
     python -m vat.experiments.sweep -c configs/sweeps/sweep.yaml [--out DIR] [--values 0.1,0.4] [--jobs N]
 
 For each prior standard deviation s, trains one model with the same train config, seed,
-data and budget into `out_dir/s_<s>/` (through `vat.cli.main`, in-process), then records
+data and budget into `out_dir/s_<s>/` (through `vat.cli.train.main`, in-process), then records
 the final validation losses, the latent geometry on a probe set, STS-B cosine Spearman
 (mean pooling) and mu-decoding reconstruction BLEU in `out_dir/s_<s>/record.json`.
 Finally it writes `sweep.csv`, `sweep.json` and three PNG plots to `out_dir`.
@@ -136,7 +136,7 @@ def run_name(s: float) -> str:
 # -- one run ------------------------------------------------------------------------------
 def train_run(cfg: SweepConfig, s: float, run_dir: Path) -> None:
     """Train (or finish training) the model for prior std s in run_dir."""
-    from vat.cli import main as train_main
+    from vat.cli.train import main as train_main
 
     if (run_dir / TRAINED_MARKER).exists():
         return
@@ -182,17 +182,16 @@ def measure_run(cfg: SweepConfig, s: float, run_dir: Path) -> dict[str, Any]:
 
 
 def measure_device(cfg: SweepConfig) -> str:
-    import torch
+    from vat.runtime import resolve_device
 
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return cfg.device
+    return resolve_device(cfg.device)
 
 
 def _geometry(cfg: SweepConfig, ckpt: Path) -> dict[str, Any]:
     from vat.checkpoint import load_vat
-    from vat.encode import token_vectors
-    from vat.geometry import geometry_report, load_probe_sentences
+    from vat.features import token_vectors
+    from vat.geometry import geometry_report
+    from vat.probes import load_probe_sentences
 
     probe = Path(cfg.probe)
     kind = {"senteval_dir": probe} if probe.is_dir() else {"probe_file": probe}
@@ -271,7 +270,7 @@ def run_sweep(cfg: SweepConfig, log=print, config_path: str | None = None, summa
 def prepare_data(cfg: SweepConfig, out: Path) -> None:
     """Build the tokenizer and tokenized-data cache of the train config once, so that
     parallel runs only read it (each would otherwise build its own copy at the same time)."""
-    from vat.cli import prepare_data as prepare
+    from vat.cli.train import prepare_data as prepare
 
     code = prepare(["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args])
     if code != 0:

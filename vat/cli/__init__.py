@@ -1,0 +1,71 @@
+"""`vat COMMAND ...`: the one command line of vat, one module per command.
+
+    vat train -c demo                  train (LightningCLI; = python train.py fit ...)
+    vat evaluate --ckpt last.ckpt      SentEval-style evaluation
+    vat geometry --ckpt last.ckpt      latent geometry of a checkpoint or HF encoder
+    vat generate reconstruct --ckpt last.ckpt "a sentence"
+    vat sweep -c configs/sweeps/sweep.yaml
+    vat export last.ckpt model_dir     a shareable model folder
+    vat config [NAME]                  list the packaged configs, or print one
+
+Every command prints errors as one line (`error: ...`) with exit code 2 (130 on Ctrl-C);
+`--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from vat.errors import VatError, run_cli
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("vat.cli.train:vat_train", "train a VAT (LightningCLI; see `vat train --help`)"),
+    "evaluate": ("vat.cli.evaluate:main", "SentEval-style evaluation of a checkpoint or encoder"),
+    "geometry": ("vat.cli.geometry:main", "isotropy, self-similarity and collapse diagnostics"),
+    "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
+    "sweep": ("vat.experiments.sweep:main", "train and measure one run per prior scale s"),
+    "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),
+    "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
+}
+"""name -> ("module:function", one-line help); each function takes the command's arguments."""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
+    return ("usage: vat COMMAND [options]   (vat COMMAND --help for a command's options)\n\n"
+            f"commands:\n{rows}\n\nErrors are one line, exit code 2; --debug shows tracebacks.")
+
+
+def command(name: str):
+    """The entry function of command `name` (imported only when it runs: fast --help)."""
+    module, function = COMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _no_command(argv: list[str]) -> int:
+    if not argv:
+        raise VatError("no command given; expected one of " + ", ".join(COMMANDS) + " (see vat --help)")
+    name = argv[0]
+    if name in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if name == "--version":
+        from vat import __version__
+
+        print(f"vat {__version__}")
+        return 0
+    raise VatError(f"unknown command {name!r}; expected one of {', '.join(COMMANDS)} "
+                   "(see vat --help)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `vat` console script. Each command wraps its own errors; the wrapper here only
+    catches what happens before one runs (no command, an unknown one)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        # --debug belongs to the command, which strips and honours it itself.
+        return int(command(argv[0])(argv[1:]) or 0)
+    return run_cli(_no_command, argv)
