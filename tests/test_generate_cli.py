@@ -1,4 +1,4 @@
-"""The vat-generate CLI: every command through `python -m vat.generate` in a subprocess, plus
+"""`vat generate`: every command through `python -m vat generate` in a subprocess, plus
 in-process checks of the bad-input paths (fast: no interpreter start-up)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vat.generate import main
+from vat.cli.generate import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--max-len", "6"]  # random weights never say </s>: keep every decode short
@@ -20,7 +20,7 @@ FAST = ["--max-len", "6"]  # random weights never say </s>: keep every decode sh
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "vat.generate", *args], cwd=ROOT, env=env, input=stdin,
+    return subprocess.run([sys.executable, "-m", "vat", "generate", *args], cwd=ROOT, env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -145,9 +145,9 @@ def test_bad_options_are_one_line_errors(tiny_ckpt, capsys, args, message):
 def test_list_options_are_comma_separated(tiny_ckpt, capsys):
     rc, out, _ = _main(capsys, "interpolate", "--ckpt", str(tiny_ckpt), "--alphas", "0,1", "A b.", "C d e.", *FAST)
     assert rc == 0 and len(out) == 2
-    with pytest.raises(SystemExit) as e:  # argparse's own usage error, also exit status 2
-        main(["resample-token", "--ckpt", str(tiny_ckpt), "--positions", "x", "A b."])
-    assert e.value.code == 2 and "comma-separated ints" in capsys.readouterr().err
+    # A usage error is one line too (no usage block), exit status 2.
+    rc, out, err = _main(capsys, "resample-token", "--ckpt", str(tiny_ckpt), "--positions", "x", "A b.")
+    assert rc == 2 and out == [] and len(lines(err)) == 1 and "comma-separated integers" in err
 
 
 def test_interpolate_file_needs_tab_separated_pairs(tiny_ckpt, tmp_path, capsys):
@@ -155,3 +155,72 @@ def test_interpolate_file_needs_tab_separated_pairs(tiny_ckpt, tmp_path, capsys)
     p.write_text("The cat sat.\tTwo dogs run.\n\nno tab here\n")
     rc, _, err = _main(capsys, "interpolate", "--ckpt", str(tiny_ckpt), "--input", str(p), *FAST)
     assert rc == 2 and "line 3" in err and "tab" in err
+
+
+# -- issue 11: input lines, encodings, numbers, Ctrl-C ---------------------------------------
+
+
+def test_only_newline_ends_an_input_line(tiny_ckpt, tmp_path, capsys):
+    # str.splitlines() would split each of these five lines again (9 lines in all).
+    text = "a\fb\n" + "c\u2028d\n" + "e\x85f\n" + "g\x1dh\r\n" + "i j\n"
+    p = tmp_path / "odd.txt"
+    p.write_bytes(text.encode("utf-8"))
+    rc, out, _ = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(p), "--json",
+                       "--no-progress", *FAST)
+    assert rc == 0 and len(out) == 5
+    assert [json.loads(x)["input"] for x in out] == ["a\fb", "c\u2028d", "e\x85f", "g\x1dh", "i j"]
+
+
+def test_invalid_utf8_on_stdin_is_one_line_error(tiny_ckpt, monkeypatch, capsys):
+    import io
+
+    stdin = io.TextIOWrapper(io.BytesIO(b"fine line\nbad \xff byte\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", "-", *FAST)
+    assert rc == 2 and out == [] and len(lines(err)) == 1
+    assert "stdin: line 2" in err and "UTF-8" in err
+
+
+@pytest.mark.slow
+def test_invalid_utf8_argument_is_one_line_error(tiny_ckpt):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable.encode(), b"-m", b"vat", b"generate", b"reconstruct", b"--ckpt",
+            str(tiny_ckpt).encode(), b"caf\xe9 latte"]  # latin-1, not UTF-8
+    r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=120)
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 2 and r.stdout == b"" and len(lines(err)) == 1
+    assert "argument" in err and "not valid UTF-8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, option", [
+    (["interpolate", "A b.", "C d.", "--alphas", "0,nan,1"], "--alphas"),
+    (["interpolate", "A b.", "C d.", "--alphas", "inf"], "--alphas"),
+    (["sample", "A b.", "--sampling", "--temperature", "nan"], "--temperature"),
+    (["sample", "A b.", "--tau=-inf"], "--tau"),
+])
+def test_non_finite_numbers_are_one_line_errors(tiny_ckpt, capsys, args, option):
+    rc, out, err = _main(capsys, args[0], "--ckpt", str(tiny_ckpt), *args[1:], *FAST)
+    assert rc == 2 and out == [] and len(lines(err)) == 1 and option in err and "finite" in err
+
+
+def test_ctrl_c_is_one_line_exit_130(tiny_ckpt, monkeypatch, capsys):
+    from vat.generate import VATGenerator
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(VATGenerator, "reconstruct_hypotheses", interrupted)
+    rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "A b.", *FAST)
+    assert rc == 130 and out == [] and err == "error: interrupted\n"
+
+
+# -- issue 14: progress on stderr, --quiet ------------------------------------------------------
+
+
+def test_progress_bar_for_input_files_and_quiet(tiny_ckpt, input_file, capsys):
+    rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
+                         *FAST)
+    assert rc == 0 and len(out) == 5 and "decoding" in err and "/3 " in err  # 3 sentences
+    rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
+                         "--quiet", *FAST)
+    assert rc == 0 and len(out) == 5 and err == ""  # no bar, no "skipped" note
