@@ -1,4 +1,4 @@
-"""The bad-input catalogue across entry points (train.py, evaluate.py, vat.generate).
+"""The bad-input catalogue across the `vat` commands (train, evaluate, generate).
 
 Each case: a one-line `error: ...` naming the path or option, exit code 2, no traceback, no
 partial output, and nothing earlier overwritten. Cases already covered next to their
@@ -36,7 +36,7 @@ CKPT_CASES = ["truncated", "other kind", "garbage", "directory", "missing"]
 
 @pytest.mark.parametrize("case", CKPT_CASES)
 def test_evaluate_bad_checkpoint(tmp_path, tiny_ckpt, senteval_dir, case, capsys):
-    from vat.eval.cli import main
+    from vat.cli.evaluate import main
 
     path, needle = _corrupt_checkpoints(tmp_path, tiny_ckpt)[case]
     out = tmp_path / "results.json"
@@ -48,7 +48,7 @@ def test_evaluate_bad_checkpoint(tmp_path, tiny_ckpt, senteval_dir, case, capsys
 
 @pytest.mark.parametrize("case", CKPT_CASES)
 def test_generate_bad_checkpoint(tmp_path, tiny_ckpt, case, capsys):
-    from vat.generate import main
+    from vat.cli.generate import main
 
     path, needle = _corrupt_checkpoints(tmp_path, tiny_ckpt)[case]
     code = main(["reconstruct", "--ckpt", str(path), "a sentence"])
@@ -98,7 +98,7 @@ def test_train_bad_corpus_bytes(tmp_path, case, capsys):
 
 @pytest.mark.parametrize("case", ["missing", "directory", "bad utf-8"])
 def test_generate_bad_input_file(tmp_path, tiny_ckpt, case, capsys):
-    from vat.generate import main
+    from vat.cli.generate import main
 
     path = {"missing": tmp_path / "nope.txt", "directory": tmp_path, "bad utf-8": tmp_path / "in.txt"}[case]
     if case == "bad utf-8":

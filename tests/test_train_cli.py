@@ -1,4 +1,5 @@
-"""train.py end to end: fit, checkpoints, TensorBoard, configs, errors, resume, DDP."""
+"""`vat train` (and the train.py shim) end to end: fit, checkpoints, TensorBoard, configs, errors,
+resume, DDP."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from conftest import ASSETS, ROOT
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vat.checkpoint import load_vat
-from vat.encode import token_vectors
+from vat.features import token_vectors
 
 TINY = str(ASSETS / "tiny.yaml")
 
@@ -22,7 +23,7 @@ TINY = str(ASSETS / "tiny.yaml")
 def _train(args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "PYTHONWARNINGS": "ignore"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "vat", "train", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -79,7 +80,7 @@ def test_validate_and_test_subcommands(fitted):
 
 def test_every_config_parses(tmp_path):
     """Each YAML in configs/ opens with its purpose and command, and LightningCLI accepts it."""
-    from vat.cli import VATCLI, _OneLineErrorParser, trainer_defaults
+    from vat.cli.train import VATCLI, _OneLineErrorParser, trainer_defaults
     from vat.data import VATDataModule
     from vat.module import VATSystem
 
@@ -87,7 +88,7 @@ def test_every_config_parses(tmp_path):
     assert len(configs) >= 3
     for cfg in configs:
         text = cfg.read_text()
-        assert text.startswith("#") and "python " in text.split("\n\n")[0] or "python " in text[:1500], cfg
+        assert text.startswith("#") and "vat train -c" in text[:1500], cfg
         yaml.safe_load(text)
         cli = VATCLI(VATSystem, VATDataModule, run=False, parser_class=_OneLineErrorParser,
                      trainer_defaults=trainer_defaults(), args=["-c", str(cfg), "--trainer.accelerator", "cpu",
@@ -98,7 +99,7 @@ def test_every_config_parses(tmp_path):
 
 def _main(args: list[str], capsys) -> tuple[int, list[str]]:
     """train.py in-process (no interpreter start-up): exit code and stderr lines."""
-    from vat.cli import main
+    from vat.cli.train import main
 
     try:
         code = main(args)
@@ -157,3 +158,51 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
     from vat.checkpoint import read_checkpoint
 
     assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 7
+
+
+# -- the `vat train` command and the train.py shim ---------------------------------------------
+
+
+def test_train_py_shim_is_fit_of_vat_train(tmp_path):
+    """python train.py fit ARGS = vat train ARGS (here: a usage error, one line, exit 2)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "fit", "-c", TINY, "--model.loss.prior_stdd", "1"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "prior_stdd" in r.stderr
+
+
+def test_predict_is_not_offered(capsys):
+    from vat.cli.train import VATCLI
+
+    assert "predict" not in VATCLI.subcommands() and "fit" in VATCLI.subcommands()
+    code, err = _main(["predict", "-c", TINY], capsys)
+    assert code == 2 and len(err) == 1 and "predict" in err[0]
+
+
+def test_packaged_config_by_name(capsys):
+    from vat.cli.config import find_config, resolve_config_args
+    from vat.cli.train import vat_train
+
+    demo = find_config("demo")
+    assert demo is not None and demo == find_config("configs/demo.yaml") == find_config("demo.yaml")
+    assert resolve_config_args(["-c", "demo", "--x", "1"]) == ["-c", str(demo), "--x", "1"]
+    assert resolve_config_args(["--config=demo"]) == [f"--config={demo}"]
+    assert resolve_config_args(["-c", TINY]) == ["-c", TINY]  # a file wins over a name
+    with pytest.raises(SystemExit) as e:
+        vat_train(["-c", "demo", "--print_config"])
+    assert e.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    expected = yaml.safe_load(demo.read_text())["model"]["arch"]
+    assert {k: printed["model"]["arch"][k] for k in expected} == expected
+
+
+def test_progress_bar_counts_steps_not_epochs(tmp_path, capsys):
+    from vat.cli.train import vat_train
+
+    code = vat_train(["-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.cache_dir", str(tmp_path / "cache"),
+                      "--trainer.enable_progress_bar", "true", "--trainer.max_steps", "3"])
+    out = capsys.readouterr().out  # Lightning's bars write to stdout
+    assert code == 0 and "training" in out and "3/3" in out and "Epoch" not in out
+    code = vat_train(["-c", TINY, "--run_dir", str(tmp_path / "run2"), "--data.cache_dir", str(tmp_path / "cache"),
+                      "--trainer.enable_progress_bar", "true", "--no-progress"])
+    assert code == 0 and "training" not in capsys.readouterr().out

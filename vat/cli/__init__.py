@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("vat.cli.evaluate:main", "SentEval-style evaluation of a checkpoint or encoder"),
     "geometry": ("vat.cli.geometry:main", "isotropy, self-similarity and collapse diagnostics"),
     "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
-    "sweep": ("vat.experiments.sweep:main", "train and measure one run per prior scale s"),
+    "sweep": ("vat.cli.sweep:main", "train and measure one run per prior scale s"),
     "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
 }
