@@ -1,4 +1,5 @@
-"""evaluate.py / vat.eval.cli: encoders, output file safety, bad input, fine-tuning."""
+"""`vat evaluate` (vat/cli/evaluate.py, and the evaluate.py shim): encoders, output file safety,
+bad input, fine-tuning."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from eval_helpers import write_mini_senteval
 
-from vat.eval.cli import main
+from vat.cli.evaluate import main
 from vat.eval.encoders import callable_encoder, senteval_batcher, vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.tasks import ALL_TASKS
@@ -149,8 +150,19 @@ def test_data_dir_from_environment(tmp_path, mini, capsys, monkeypatch):
     code, stdout, _ = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", *FAST], capsys)
     assert code == 0 and "STS12" in stdout
     monkeypatch.delenv("VAT_SENTEVAL_DIR")
+    monkeypatch.chdir(tmp_path)  # the default, ../shared/data/senteval, does not exist from here
     code, _, err = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", *FAST], capsys)
-    assert code == 2 and "VAT_SENTEVAL_DIR" in err
+    assert code == 2 and "VAT_SENTEVAL_DIR" in err and "shared/data/senteval" in err
+
+
+def test_usage_errors_are_one_line_and_help_warns_about_encoder_files(capsys):
+    code, out, err = run(["--tasks", "STS12"], capsys)  # no encoder given
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith("error:")
+    assert "usage:" not in err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "EXECUTED as Python code" in help_text
 
 
 def test_skip_missing(tmp_path, mini, capsys):

@@ -15,12 +15,14 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader
 
-from vat.callbacks import GeometryMetrics, LatentProjector, ReconstructionText
-from vat.callbacks.geometry import greedy_reconstruct, projector_label
+from vat.callbacks import GeometryMetrics, LatentProjector, SamplesCallback
+from vat.callbacks.geometry import projector_label
 from vat.checkpoint import load_vat
-from vat.encode import token_vectors
+from vat.decoding import DecodeOptions
 from vat.errors import VatError
-from vat.geometry import geometry_report
+from vat.features import token_posteriors, token_vectors
+from vat.generate import VATGenerator
+from vat.geometry import METRICS, geometry_report
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
 
 
@@ -73,7 +75,7 @@ def test_callbacks_write_tensorboard(tmp_path, tiny_ckpt, tiny_sentences, probe_
     callbacks = [
         GeometryMetrics(probe_file=str(probe_file), min_count=2),
         LatentProjector(every_n_validations=2, probe_file=str(probe_file), max_tokens=50),
-        ReconstructionText(probe_file=str(probe_file), num_sentences=3),
+        SamplesCallback(sentences=tiny_sentences[:3], num_show=3, num_samples=1, max_len=6),
     ]
     _, log_dir = fit(module, tmp_path, callbacks)
     ea = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0}).Reload()
@@ -82,14 +84,13 @@ def test_callbacks_write_tensorboard(tmp_path, tiny_ckpt, tiny_sentences, probe_
     # Scalars: one per validation run (2 epochs; the sanity check does not count).
     tv = token_vectors(module.model, module.tokenizer, callbacks[0].sentences)
     expected = geometry_report(tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, 0.4, min_count=2)
-    for name in ("anisotropy", "self_similarity", "self_similarity_adjusted", "intra_sentence_similarity",
-                 "intra_sentence_similarity_adjusted", "isoscore", "effective_rank", "active_units",
-                 "kl_per_token", "mutual_information"):
+    assert len(METRICS) == 10  # one list: the callback logs every scalar metric of the report
+    for name in METRICS:
         events = ea.Scalars(f"geometry/{name}")
         assert len(events) == 2, name
         assert events[-1].value == pytest.approx(getattr(expected, name), rel=1e-5, abs=1e-5), name
     assert len(ea.Scalars("geometry/seconds")) == 2
-    assert len(ea.Scalars("reconstructions/exact_match")) == 2
+    assert len(ea.Scalars("val/recon_exact_match")) == 2 and len(ea.Scalars("val/recon_bleu")) == 2
 
     # Histograms of KL and mu-variance per latent dimension: d = 32 values each.
     assert {"geometry/kl_per_dim", "geometry/mu_variance_per_dim"} <= set(tags["histograms"])
@@ -107,11 +108,11 @@ def test_callbacks_write_tensorboard(tmp_path, tiny_ckpt, tiny_sentences, probe_
     assert [row.split("\t")[0] for row in meta[1 : 1 + len(first_tokens)]] == [projector_label(t) for t in first_tokens]
     assert len((log_dir / paths["tensor_path"].strip('"')).read_text().splitlines()) == 50
 
-    # Reconstructions as text, one table row per sentence.
-    text_tag = "reconstructions/greedy_mu/text_summary"
+    # Reconstructions as text, two table rows (input, mu-decoding) per sentence.
+    text_tag = "val/reconstructions/text_summary"
     assert text_tag in tags["tensors"]
     table = ea.Tensors(text_tag)[-1].tensor_proto.string_val[0].decode()
-    assert table.count("\n| ") == 3 and tiny_sentences[0] in table
+    assert table.count("\n| ") == 6 and tiny_sentences[0] in table
 
 
 class Spy(GeometryMetrics):
@@ -175,17 +176,18 @@ def test_bad_probe_and_arguments_fail_at_setup(tmp_path, tiny_ckpt, tiny_sentenc
 
 
 def test_sts12_is_the_default_probe(senteval_dir, monkeypatch, tiny_ckpt, tiny_sentences):
-    monkeypatch.setenv("VAT_DATA_DIR", str(senteval_dir.parent))
+    monkeypatch.setenv("VAT_SENTEVAL_DIR", str(senteval_dir))
     cb = GeometryMetrics(max_sentences=100)
     cb.setup(fake_trainer(), TinySystem(tiny_ckpt, tiny_sentences), "fit")
     assert len(cb.sentences) == 100
 
 
 def test_greedy_reconstruct_matches_uncached_argmax(tiny_ckpt, tiny_sentences):
+    """The one greedy loop (vat.decoding, batched, cached) that SamplesCallback also uses."""
     loaded = load_vat(tiny_ckpt)
     model, tok = loaded.model, loaded.tokenizer
     sentences = tiny_sentences[:3]
-    got = greedy_reconstruct(model, tok, sentences, max_new_tokens=6)
+    got = VATGenerator(model, tok, batch_size=2).reconstruct(sentences, DecodeOptions(max_len=6))
     # Reference: re-run the whole decoder prefix every step, one sentence at a time.
     for s, text in zip(sentences, got):
         src = make_batch([tok.encode(s)])["src"]
@@ -213,14 +215,14 @@ callbacks:
     init_args: {{probe_file: {probe_file}, every_n_validations: 2, min_count: 3}}
   - class_path: vat.callbacks.LatentProjector
     init_args: {{probe_file: {probe_file}, max_tokens: 100}}
-  - class_path: vat.callbacks.ReconstructionText
+  - class_path: vat.callbacks.SamplesCallback
     init_args: {{sentences: [a b, c d]}}
 """
     cfg = parser.parse_string(yaml)
     cbs = parser.instantiate_classes(cfg).callbacks
-    assert [type(c).__name__ for c in cbs] == ["GeometryMetrics", "LatentProjector", "ReconstructionText"]
+    assert [type(c).__name__ for c in cbs] == ["GeometryMetrics", "LatentProjector", "SamplesCallback"]
     assert cbs[0].every_n_validations == 2 and cbs[0].min_count == 3 and cbs[1].max_tokens == 100
-    assert cbs[2].sentences == ["a b", "c d"]
+    assert cbs[2].sentences(None, None) == ["a b", "c d"]
 
 
 def test_projector_label_escapes():
@@ -229,13 +231,11 @@ def test_projector_label_escapes():
     assert np.asarray([projector_label("x")]).dtype.kind == "U"
 
 
-def test_probe_posteriors_match_token_vectors(tiny_ckpt, tiny_sentences):
-    from vat.callbacks.geometry import probe_posteriors
-
+def test_token_posteriors_match_token_vectors(tiny_ckpt, tiny_sentences):
     loaded = load_vat(tiny_ckpt)
     sentences = tiny_sentences + [""]  # an empty sentence contributes no token
     # Several length-sorted batches, put back in input order (padding changes float round-off only).
-    mu, logvar, tok, sent = probe_posteriors(loaded.model, loaded.tokenizer, sentences, batch_size=5)
+    mu, logvar, tok, sent = token_posteriors(loaded.model, loaded.tokenizer, sentences, batch_size=5)
     tv = token_vectors(loaded.model, loaded.tokenizer, sentences, batch_size=5)
     np.testing.assert_array_equal(mu.numpy(), tv.vectors)
     np.testing.assert_array_equal(logvar.numpy(), tv.logvar)

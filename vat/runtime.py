@@ -27,11 +27,13 @@ def resolve_device(name: str | torch.device | None = "auto", option: str = "--de
 
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode (no dropout) and no autograd for the block; restores the model's mode."""
-    was_training = model.training
+    """Eval mode (no dropout) and no autograd for the block. Afterwards every submodule gets
+    back the mode it had (a LightningModule in train mode may hold a model in eval mode)."""
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         with torch.no_grad():
             yield
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
