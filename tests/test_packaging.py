@@ -1,0 +1,58 @@
+"""The installed package: a wheel in a fresh virtualenv runs `vat` from outside the checkout.
+
+Builds the wheel without network (`--no-build-isolation` uses the installed setuptools),
+installs it with `--no-deps` into a venv that sees the system site-packages (torch etc.),
+then runs the console script from a folder that holds no vat source, so the packaged
+configs must come from the wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_vat_command_and_configs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PIP_NO_INDEX"] = "1"  # everything needed is local
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheels), str(ROOT)], check=True, env=env, cwd=tmp_path, timeout=600)
+    (wheel,) = wheels.glob("vat-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "vat/configs/demo.yaml" in names and "vat/configs/sweeps/sweep.yaml" in names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
+                   timeout=300)
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+                   check=True, env=env, timeout=600)
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+
+    def vat(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(bin_dir / "vat"), *args], cwd=outside, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    r = vat("config", "demo")
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load(r.stdout) == yaml.safe_load((ROOT / "vat" / "configs" / "demo.yaml").read_text())
+    r = vat("config", "--path", "demo")
+    assert r.returncode == 0 and str(venv) in r.stdout  # from the wheel, not this checkout
+    r = vat("--help")
+    assert r.returncode == 0 and all(c in r.stdout for c in ("train", "evaluate", "generate", "export"))
+    r = vat("config")
+    assert r.returncode == 0 and "sweeps/sweep" in r.stdout
+    r = vat("nosuchcommand")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown command" in r.stderr
