@@ -9,6 +9,7 @@ configs must come from the wheel.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,9 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_wheel_installs_vat_command_and_configs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PIP_NO_INDEX"] = "1"  # everything needed is local
+    # Build from a copy: an in-tree build leaves build/ and *.egg-info in the checkout, and a
+    # stale build/lib would put deleted modules into later wheels.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "vat", src / "vat", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), str(ROOT)], check=True, env=env, cwd=tmp_path, timeout=600)
+                    "-w", str(wheels), str(src)], check=True, env=env, cwd=tmp_path, timeout=600)
     (wheel,) = wheels.glob("vat-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "vat/configs/demo.yaml" in names and "vat/configs/sweeps/sweep.yaml" in names
