@@ -52,7 +52,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {p} is truncated, corrupt or not a torch checkpoint ({first[:200]})") from None
     if not isinstance(ckpt, dict) or "vat" not in ckpt or "state_dict" not in ckpt:
-        raise CheckpointError(f"{p} is not a vat checkpoint (no 'vat' metadata; was it written by vat's train.py?)")
+        raise CheckpointError(f"{p} is not a vat checkpoint (no 'vat' metadata; was it written by `vat train`?)")
     return ckpt
 
 

@@ -501,7 +501,7 @@ class VATDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         if "test" not in self.splits:
-            raise VatError("train.py test needs data.test_files or data.hf_test_split")
+            raise VatError("`vat train test` needs data.test_files or data.hf_test_split")
         return self._loader("test", shuffle=False)
 
 

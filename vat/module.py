@@ -241,7 +241,7 @@ class VATSystem(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.tokenizer is None:
-            raise VatError("cannot save a vat checkpoint before the tokenizer is set (run through train.py)")
+            raise VatError("cannot save a vat checkpoint before the tokenizer is set (run through `vat train`)")
         checkpoint["vat"] = vat_metadata(self.model, self.tokenizer, float(self.prior_std), self.length_histogram)
         checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
 

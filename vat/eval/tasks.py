@@ -142,7 +142,7 @@ def _need(path: Path, task: str, data_dir: Path) -> Path:
         missing = path.parent if what == "folder" else path
         raise VatError(
             f"{task}: missing {what} {missing} (expected SentEval layout under {data_dir}: {LAYOUT[task]}; "
-            "run scripts/get_senteval_data.sh to fetch the data)"
+            "fetch it with scripts/get_senteval_data.sh from the vat source repository)"
         )
     return path
 
@@ -391,6 +391,6 @@ def load_task(data_dir: str | Path, task: str) -> TaskData:
     if not data_dir.is_dir():
         raise VatError(
             f"data dir {data_dir} does not exist (expected SentEval's data/downstream layout, e.g. {data_dir}/{LAYOUT[task]}; "
-            "set --data-dir or VAT_SENTEVAL_DIR, or run scripts/get_senteval_data.sh)"
+            "set --data-dir or VAT_SENTEVAL_DIR; scripts/get_senteval_data.sh in the vat source repository fetches it)"
         )
     return _LOADERS[task](data_dir, task)
