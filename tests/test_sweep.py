@@ -106,7 +106,7 @@ def test_sweep_yaml_is_valid_and_outside_train_configs():
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
     text = path.read_text()
-    assert text.startswith("#") and f"python -m vat.experiments.sweep -c configs/sweeps/{path.name}" in text
+    assert text.startswith("#") and f"vat sweep -c configs/sweeps/{path.name}" in text
     data = yaml.safe_load(text)
     assert set(data) <= {f.name for f in sweep.fields(sweep.SweepConfig)}
     assert (ROOT / data["train_config"]).is_file()

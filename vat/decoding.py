@@ -28,7 +28,6 @@ from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 Strategy = Literal["greedy", "beam", "sample"]
 
 
-
 @dataclass(frozen=True)
 class DecodeOptions:
     """How to turn a latent sequence into tokens."""
@@ -55,15 +54,21 @@ class DecodeOptions:
 
     def __post_init__(self) -> None:
         if self.strategy not in ("greedy", "beam", "sample"):
-            raise VatError(f"decoding strategy must be greedy, beam or sample, got {self.strategy!r}")
+            raise VatError(
+                f"decoding strategy must be greedy, beam or sample, got {self.strategy!r}"
+            )
         if self.beam_size < 1:
             raise VatError(f"--beam must be at least 1, got {self.beam_size}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise VatError(f"--temperature must be a positive finite number, got {self.temperature}")
+            raise VatError(
+                f"--temperature must be a positive finite number, got {self.temperature}"
+            )
         if not math.isfinite(self.length_penalty):
             raise VatError(f"--length-penalty must be a finite number, got {self.length_penalty}")
         if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise VatError(f"--top-k must be >= 0 and --top-p in (0, 1], got {self.top_k} and {self.top_p}")
+            raise VatError(
+                f"--top-k must be >= 0 and --top-p in (0, 1], got {self.top_k} and {self.top_p}"
+            )
         if self.max_len is not None and self.max_len < 1:
             raise VatError(f"--max-len must be at least 1, got {self.max_len}")
 
@@ -87,7 +92,9 @@ class _Stepper:
     prefix (O(T^2) per step): the naive baseline of the equality test and the benchmark.
     """
 
-    def __init__(self, model: nn.Module, z: torch.Tensor, z_mask: torch.Tensor, use_cache: bool) -> None:
+    def __init__(
+        self, model: nn.Module, z: torch.Tensor, z_mask: torch.Tensor, use_cache: bool
+    ) -> None:
         self.model, self.z, self.z_mask = model, z, z_mask
         self.cache = model.new_cache() if use_cache else None
 
@@ -96,12 +103,17 @@ class _Stepper:
             logits = self.model.decode(tokens, self.z, self.z_mask)  # (N, L, V)
         else:
             offset = tokens.shape[1] - 1
-            logits = self.model.decode(tokens[:, -1:], self.z, self.z_mask, cache=self.cache, offset=offset)  # (N, 1, V)
+            logits = self.model.decode(
+                tokens[:, -1:], self.z, self.z_mask, cache=self.cache, offset=offset
+            )  # (N, 1, V)
         return logits[:, -1].float().log_softmax(-1)  # (N, V)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (A',) of the batch: Z, its mask and every cached tensor."""
-        self.z, self.z_mask = self.z.index_select(0, rows), self.z_mask.index_select(0, rows)  # (A', T, d), (A', T)
+        self.z, self.z_mask = (
+            self.z.index_select(0, rows),
+            self.z_mask.index_select(0, rows),
+        )  # (A', T, d), (A', T)
         for layer in self.cache or []:
             for key, value in layer.items():
                 layer[key] = value.index_select(0, rows)  # (A', H, L, hs)
@@ -169,7 +181,9 @@ def _autoregress(
     B = z.shape[0]
     steps = _resolve_max_len(model, max_len)
     stepper = _Stepper(model, z, z_mask, use_cache)
-    tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=z.device)  # (A, L) of the active rows
+    tokens = torch.full(
+        (B, 1), BOS_ID, dtype=torch.long, device=z.device
+    )  # (A, L) of the active rows
     active = torch.arange(B, device=z.device)  # (A,) original row of each active row
     generated: list[list[int]] = [[] for _ in range(B)]
     logprob = torch.zeros(B, device=z.device)
@@ -192,7 +206,10 @@ def _autoregress(
     else:  # max_len reached: the rows still active stop unfinished
         for row, ids in zip(active.tolist(), tokens[:, 1:].tolist()):
             generated[row] = ids
-    return [Hypothesis(ids, lp, lp, fin) for ids, lp, fin in zip(generated, logprob.tolist(), finished.tolist())]
+    return [
+        Hypothesis(ids, lp, lp, fin)
+        for ids, lp, fin in zip(generated, logprob.tolist(), finished.tolist())
+    ]
 
 
 def _argmax(logp: torch.Tensor) -> torch.Tensor:  # (A, V) -> (A,)
@@ -269,7 +286,9 @@ def beam_search(
     n_best = K if n_best is None else min(n_best, K)
     dev = z.device
     # Every beam of a sentence decodes the same Z: row b * K + k is beam k of sentence b.
-    stepper = _Stepper(model, z.repeat_interleave(K, 0), z_mask.repeat_interleave(K, 0), use_cache)  # (B*K, T, d)
+    stepper = _Stepper(
+        model, z.repeat_interleave(K, 0), z_mask.repeat_interleave(K, 0), use_cache
+    )  # (B*K, T, d)
     tokens = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)  # (B*K, 1)
     scores = torch.full((B, K), -math.inf, device=dev)  # (B, K) summed log-probs of live beams
     scores[:, 0] = 0.0  # the K beams start identical; keep one so the first step is not K copies
@@ -290,7 +309,9 @@ def beam_search(
         beam, tok = top_i // V, top_i % V  # (B, 2K) source beam and token of each candidate
         is_eos = tok == EOS_ID  # (B, 2K)
         # A beam has one </s> continuation, so 2K candidates always hold K that go on.
-        ended = is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & top_s.isfinite()  # (B, 2K)
+        ended = (
+            is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & top_s.isfinite()
+        )  # (B, 2K)
         ended_at = ended.nonzero().tolist()
         if ended_at:  # one host transfer per step, not one per hypothesis
             beam_l, top_l = beam.tolist(), top_s.tolist()
@@ -302,7 +323,9 @@ def beam_search(
                 finished[b] = sorted(finished[b], key=lambda h: -h.score)[:K]
         live_s, live_j = top_s.masked_fill(is_eos, -math.inf).topk(K, dim=1)  # (B, K)
         rows = (base + beam.gather(1, live_j)).view(-1)  # (B*K,) the beam each new row extends
-        tokens = torch.cat([tokens.index_select(0, rows), tok.gather(1, live_j).view(-1, 1)], dim=1)  # (B*K, L + 1)
+        tokens = torch.cat(
+            [tokens.index_select(0, rows), tok.gather(1, live_j).view(-1, 1)], dim=1
+        )  # (B*K, L + 1)
         stepper.reorder(rows)
         scores = live_s
         best_live = scores.max(dim=1).values.tolist()  # (B,)
@@ -318,7 +341,9 @@ def beam_search(
             for k in range(K):
                 lp = float(scores[b, k])
                 if math.isfinite(lp):
-                    hyps.append(Hypothesis(tokens[b * K + k].tolist()[1:], norm(lp, length), lp, False))
+                    hyps.append(
+                        Hypothesis(tokens[b * K + k].tolist()[1:], norm(lp, length), lp, False)
+                    )
         out.append(sorted(hyps, key=lambda h: -h.score)[:n_best])
     return out
 
@@ -334,12 +359,29 @@ def decode_latents(
     best first (one for greedy and sample, beam_size for beam)."""
     o = options
     if o.strategy == "beam":
-        return beam_search(model, z, z_mask, o.beam_size, o.length_penalty, o.max_len,
-                           min_len=o.min_len, use_cache=o.use_cache)
+        return beam_search(
+            model,
+            z,
+            z_mask,
+            o.beam_size,
+            o.length_penalty,
+            o.max_len,
+            min_len=o.min_len,
+            use_cache=o.use_cache,
+        )
     if o.strategy == "sample":
-        hyps = sample_decode(model, z, z_mask, o.max_len, temperature=o.temperature, top_k=o.top_k,
-                             top_p=o.top_p, min_len=o.min_len, use_cache=o.use_cache, generator=generator)
+        hyps = sample_decode(
+            model,
+            z,
+            z_mask,
+            o.max_len,
+            temperature=o.temperature,
+            top_k=o.top_k,
+            top_p=o.top_p,
+            min_len=o.min_len,
+            use_cache=o.use_cache,
+            generator=generator,
+        )
     else:
         hyps = _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, _argmax)
     return [[h] for h in hyps]
-

@@ -34,8 +34,15 @@ from vat.latents import (
 from vat.runtime import eval_mode
 from vat.tokenizer import VATTokenizer
 
-__all__ = ["DecodeOptions", "Hypothesis", "ReconstructionScore", "TruncationWarning", "VATGenerator",
-           "corpus_bleu", "reconstruction_score"]
+__all__ = [
+    "DecodeOptions",
+    "Hypothesis",
+    "ReconstructionScore",
+    "TruncationWarning",
+    "VATGenerator",
+    "corpus_bleu",
+    "reconstruction_score",
+]
 
 
 class TruncationWarning(UserWarning):
@@ -68,11 +75,15 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     return 100.0 * float(metric(list(hypotheses), [[r] for r in references]))
 
 
-def reconstruction_score(hypotheses: Sequence[str], references: Sequence[str]) -> ReconstructionScore:
+def reconstruction_score(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> ReconstructionScore:
     """Corpus BLEU and exact-match rate of reconstructions against their inputs."""
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references))
     n = len(references)
-    return ReconstructionScore(corpus_bleu(hypotheses, references), exact / n if n else 0.0, exact, n)
+    return ReconstructionScore(
+        corpus_bleu(hypotheses, references), exact / n if n else 0.0, exact, n
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -104,16 +115,27 @@ class VATGenerator:
         """Show progress bars (stderr) while encoding and decoding."""
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64) -> VATGenerator:
+    def from_checkpoint(
+        cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64
+    ) -> VATGenerator:
         """Load a vat checkpoint; a missing, corrupt or non-vat file raises CheckpointError."""
         try:
             loaded = load_vat(path, map_location=device)
         except CheckpointError:
             raise
-        except Exception as e:  # malformed metadata surfaces as KeyError/TypeError/tokenizers errors
-            raise CheckpointError(f"{path} is not a usable vat checkpoint ({type(e).__name__}: {e})") from e
-        return cls(loaded.model, loaded.tokenizer, prior_std=loaded.prior_std,
-                   length_histogram=loaded.length_histogram, batch_size=batch_size)
+        except (
+            Exception
+        ) as e:  # malformed metadata surfaces as KeyError/TypeError/tokenizers errors
+            raise CheckpointError(
+                f"{path} is not a usable vat checkpoint ({type(e).__name__}: {e})"
+            ) from e
+        return cls(
+            loaded.model,
+            loaded.tokenizer,
+            prior_std=loaded.prior_std,
+            length_histogram=loaded.length_histogram,
+            batch_size=batch_size,
+        )
 
     @property
     def device(self) -> torch.device:
@@ -124,7 +146,9 @@ class VATGenerator:
         return int(self.model.config.max_len)
 
     # -- encoding / decoding --------------------------------------------------------------
-    def tokenize(self, sentences: Sequence[str], labels: Sequence[str] | None = None) -> list[list[int]]:
+    def tokenize(
+        self, sentences: Sequence[str], labels: Sequence[str] | None = None
+    ) -> list[list[int]]:
         """Subword ids, cut to max_len - 1 subwords (the </s> takes the last place) with a
         TruncationWarning naming each cut sentence."""
         ids = self.tokenizer.encode_batch(list(sentences))
@@ -132,12 +156,18 @@ class VATGenerator:
         for i, x in enumerate(ids):
             if len(x) > keep:
                 name = labels[i] if labels is not None else f"sentence {i + 1}"
-                warnings.warn(f"{name} has {len(x)} subwords, more than the model's max_len={self.max_len} "
-                              f"allows; truncated to its first {keep}", TruncationWarning, stacklevel=3)
+                warnings.warn(
+                    f"{name} has {len(x)} subwords, more than the model's max_len={self.max_len} "
+                    f"allows; truncated to its first {keep}",
+                    TruncationWarning,
+                    stacklevel=3,
+                )
                 ids[i] = x[:keep]
         return ids
 
-    def encode(self, sentences: Sequence[str], labels: Sequence[str] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def encode(
+        self, sentences: Sequence[str], labels: Sequence[str] | None = None
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1."""
         ids = self.tokenize(sentences, labels)
         out: list[tuple[torch.Tensor, torch.Tensor]] = [None] * len(ids)  # type: ignore[list-item]
@@ -155,13 +185,21 @@ class VATGenerator:
         if seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         out: list[list[Hypothesis]] = [[] for _ in zs]
-        size = max(1, self.batch_size // options.beam_size) if options.strategy == "beam" else self.batch_size
+        size = (
+            max(1, self.batch_size // options.beam_size)
+            if options.strategy == "beam"
+            else self.batch_size
+        )
         dtype = next(self.model.parameters()).dtype
         batches = list(length_sorted_batches([z.shape[0] for z in zs], size))
-        bar = tqdm(total=len(zs), desc="decoding", unit="sent", disable=not self.progress, leave=False)
+        bar = tqdm(
+            total=len(zs), desc="decoding", unit="sent", disable=not self.progress, leave=False
+        )
         with eval_mode(self.model), bar:
             for index in batches:
-                z, mask = pad_latents([zs[i].to(self.device, dtype) for i in index])  # (B, T, d), (B, T)
+                z, mask = pad_latents(
+                    [zs[i].to(self.device, dtype) for i in index]
+                )  # (B, T, d), (B, T)
                 for i, hyps in zip(index, decode_latents(self.model, z, mask, options, generator)):
                     out[i] = hyps
                 bar.update(len(index))
@@ -170,18 +208,26 @@ class VATGenerator:
     def text(self, hyp: Hypothesis) -> str:
         return self.tokenizer.decode(hyp.ids)
 
-    def _best_texts(self, zs: Sequence[torch.Tensor], options: DecodeOptions, seed: int | None) -> list[str]:
+    def _best_texts(
+        self, zs: Sequence[torch.Tensor], options: DecodeOptions, seed: int | None
+    ) -> list[str]:
         return [self.text(h[0]) for h in self.decode(zs, options, seed)]
 
     # -- the five operations -----------------------------------------------------------------
     def reconstruct_hypotheses(
-        self, sentences: Sequence[str], options: DecodeOptions = GREEDY, labels: Sequence[str] | None = None
+        self,
+        sentences: Sequence[str],
+        options: DecodeOptions = GREEDY,
+        labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
         """Decode each sentence's token means mu (PAPER.md: z_t = mu_t at test time)."""
         return self.decode([mu for mu, _ in self.encode(sentences, labels)], options)
 
     def reconstruct(
-        self, sentences: Sequence[str], options: DecodeOptions = GREEDY, labels: Sequence[str] | None = None
+        self,
+        sentences: Sequence[str],
+        options: DecodeOptions = GREEDY,
+        labels: Sequence[str] | None = None,
     ) -> list[str]:
         return [self.text(h[0]) for h in self.reconstruct_hypotheses(sentences, options, labels)]
 
@@ -201,7 +247,9 @@ class VATGenerator:
         if n < 1:
             raise VatError(f"--num-samples must be at least 1, got {n}")
         posts = self.encode(sentences, labels)
-        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        generator = (
+            torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        )
         zs = []
         for i, (mu, logvar) in enumerate(posts):
             where = None
@@ -209,7 +257,10 @@ class VATGenerator:
                 bad = [p for p in positions if not 0 <= p < mu.shape[0]]
                 if bad:
                     name = labels[i] if labels is not None else f"sentence {i + 1}"
-                    raise VatError(f"--positions {bad} out of range for {name}, which has latent positions 0..{mu.shape[0] - 1}")
+                    raise VatError(
+                        f"--positions {bad} out of range for {name}, which has latent positions "
+                        f"0..{mu.shape[0] - 1}"
+                    )
                 where = torch.zeros(n, mu.shape[0], dtype=torch.bool, device=mu.device)  # (n, T_i)
                 where[:, list(positions)] = True
             mu_n, lv_n = mu.expand(n, *mu.shape), logvar.expand(n, *logvar.shape)  # (n, T_i, d)
@@ -260,17 +311,24 @@ class VATGenerator:
         if n < 1:
             raise VatError(f"-n must be at least 1, got {n}")
         if length is not None and not 1 <= length <= self.max_len:
-            raise VatError(f"--length must be in 1..{self.max_len} (the model's max_len), got {length}")
+            raise VatError(
+                f"--length must be in 1..{self.max_len} (the model's max_len), got {length}"
+            )
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        lengths = [length] * n if length is not None else sample_lengths(self.length_histogram, n, self.max_len, generator)
+        lengths = (
+            [length] * n
+            if length is not None
+            else sample_lengths(self.length_histogram, n, self.max_len, generator)
+        )
         s = self.prior_std if prior_std is None else prior_std
         zs = prior_latents(lengths, self.model.config.d_model, s, generator)
         return list(zip(lengths, self._best_texts(zs, options, None if seed is None else seed + 1)))
 
     def score(
-        self, sentences: Sequence[str], options: DecodeOptions = GREEDY, labels: Sequence[str] | None = None
+        self,
+        sentences: Sequence[str],
+        options: DecodeOptions = GREEDY,
+        labels: Sequence[str] | None = None,
     ) -> ReconstructionScore:
         """mu-decoding reconstruction quality: corpus BLEU and exact match against the inputs."""
         return reconstruction_score(self.reconstruct(sentences, options, labels), sentences)
-
-

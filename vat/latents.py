@@ -32,13 +32,17 @@ def perturb_latents(
     paper's Table 2); the others keep z_t = mu_t. None resamples every token (Table 1).
     tau = 0 returns mu exactly.
     """
-    z = mu + tau * torch.exp(0.5 * logvar) * torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+    z = mu + tau * torch.exp(0.5 * logvar) * torch.randn(
+        mu.shape, generator=generator, device=mu.device, dtype=mu.dtype
+    )
     if positions is None:
         return z
     return torch.where(positions[..., None], z, mu)  # (..., T, d)
 
 
-def sample_lengths(histogram: Sequence[int], n: int, max_len: int, generator: torch.Generator | None = None) -> list[int]:
+def sample_lengths(
+    histogram: Sequence[int], n: int, max_len: int, generator: torch.Generator | None = None
+) -> list[int]:
     """n latent lengths T (</s> included) drawn with probability histogram[T] / sum.
 
     Lengths above the model's max_len and length 0 (every sequence has its </s>) are
@@ -48,7 +52,9 @@ def sample_lengths(histogram: Sequence[int], n: int, max_len: int, generator: to
     if counts.numel():
         counts[0] = 0.0
     if counts.numel() == 0 or counts.sum() <= 0:
-        raise VatError("the checkpoint has no length histogram to draw prior lengths from; pass --length")
+        raise VatError(
+            "the checkpoint has no length histogram to draw prior lengths from; pass --length"
+        )
     return torch.multinomial(counts, n, replacement=True, generator=generator).tolist()
 
 
@@ -75,7 +81,10 @@ def slerp(a: torch.Tensor, b: torch.Tensor, alpha: float, eps: float = 1e-7) -> 
 
 
 def interpolate_latents(
-    z1: torch.Tensor, z2: torch.Tensor, alphas: Sequence[float], method: InterpolationMethod = "linear"
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    alphas: Sequence[float],
+    method: InterpolationMethod = "linear",
 ) -> list[torch.Tensor]:
     """Latent sequences between z1 (T1, d) and z2 (T2, d): one (T_a, d) tensor per alpha.
 
@@ -110,4 +119,3 @@ def pad_latents(zs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]
         z[i, : zi.shape[0]] = zi
         mask[i, : zi.shape[0]] = True
     return z, mask
-

@@ -35,7 +35,9 @@ def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
     folder = root.joinpath(*STS12_DIR)
     files = sorted(folder.glob("STS.input.*.txt"))
     if not files:
-        raise FileNotFoundError(errno.ENOENT, "no STS12 files (expected STS/STS12-en-test/STS.input.*.txt)", str(folder))
+        raise FileNotFoundError(
+            errno.ENOENT, "no STS12 files (expected STS/STS12-en-test/STS.input.*.txt)", str(folder)
+        )
     return files
 
 

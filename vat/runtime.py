@@ -15,7 +15,7 @@ from vat.errors import VatError
 
 
 def resolve_device(name: str | torch.device | None = "auto", option: str = "--device") -> str:
-    """"auto" (or None) is "cuda" when a CUDA GPU is visible, else "cpu"; any other name is
+    """ "auto" (or None) is "cuda" when a CUDA GPU is visible, else "cpu"; any other name is
     returned as given, after checking that a requested CUDA device exists."""
     if name is None or str(name) == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"

@@ -45,8 +45,10 @@ class EveryNValidations(Callback):
 
     def __init__(self, every_n_validations: int = 1) -> None:
         if every_n_validations < 1:
-            raise VatError(f"{type(self).__name__}: every_n_validations must be >= 1, "
-                           f"got {every_n_validations}")
+            raise VatError(
+                f"{type(self).__name__}: every_n_validations must be >= 1, "
+                f"got {every_n_validations}"
+            )
         self.every_n_validations = every_n_validations
         self.val_runs = 0
 

@@ -34,8 +34,14 @@ class StepProgressBar(TQDMProgressBar):
         bar.n = trainer.global_step
         bar.refresh()
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         total = self._budget(trainer)
         if total is None:
             return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

@@ -35,8 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def usage() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
-    return ("usage: vat COMMAND [options]   (vat COMMAND --help for a command's options)\n\n"
-            f"commands:\n{rows}\n\nErrors are one line, exit code 2; --debug shows tracebacks.")
+    return (
+        "usage: vat COMMAND [options]   (vat COMMAND --help for a command's options)\n\n"
+        f"commands:\n{rows}\n\nErrors are one line, exit code 2; --debug shows tracebacks."
+    )
 
 
 def command(name: str):
@@ -47,7 +49,9 @@ def command(name: str):
 
 def _no_command(argv: list[str]) -> int:
     if not argv:
-        raise VatError("no command given; expected one of " + ", ".join(COMMANDS) + " (see vat --help)")
+        raise VatError(
+            "no command given; expected one of " + ", ".join(COMMANDS) + " (see vat --help)"
+        )
     name = argv[0]
     if name in ("-h", "--help", "help"):
         print(usage())
@@ -57,8 +61,9 @@ def _no_command(argv: list[str]) -> int:
 
         print(f"vat {__version__}")
         return 0
-    raise VatError(f"unknown command {name!r}; expected one of {', '.join(COMMANDS)} "
-                   "(see vat --help)")
+    raise VatError(
+        f"unknown command {name!r}; expected one of {', '.join(COMMANDS)} (see vat --help)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,13 +26,19 @@ class Parser(argparse.ArgumentParser):
 
 def add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
     """--device, --debug and (where there are progress bars) --no-progress / --quiet."""
-    p.add_argument("--device", default="auto",
-                   help="cpu, cuda, cuda:1, ... (default auto: cuda if available, else cpu)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="cpu, cuda, cuda:1, ... (default auto: cuda if available, else cpu)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     if progress:
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
-        p.add_argument("--quiet", action="store_true",
-                       help="no progress bars and no notes on stderr (errors still show)")
+        p.add_argument(
+            "--quiet",
+            action="store_true",
+            help="no progress bars and no notes on stderr (errors still show)",
+        )
 
 
 def show_progress(args: argparse.Namespace) -> bool:
@@ -56,10 +62,14 @@ def number_list(kind: type[int] | type[float]) -> Callable[[str], list]:
 
     def parse(text: str) -> list:
         try:
-            values = [(finite_float if kind is float else int)(x) for x in text.split(",") if x.strip()]
+            values = [
+                (finite_float if kind is float else int)(x) for x in text.split(",") if x.strip()
+            ]
         except (ValueError, argparse.ArgumentTypeError):
             what = "finite numbers" if kind is float else "integers"
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what}, got {text!r}"
+            ) from None
         if not values:
             raise argparse.ArgumentTypeError("expected at least one value")
         return values
@@ -101,5 +111,7 @@ def read_text_lines(source: str, option: str = "--input") -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise VatError(f"{name}: line {line} has bytes that are not UTF-8 (expected UTF-8 text)") from None
+        raise VatError(
+            f"{name}: line {line} has bytes that are not UTF-8 (expected UTF-8 text)"
+        ) from None
     return split_lines(text)

@@ -63,8 +63,11 @@ def _summary(path: Path) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    p = Parser(prog="vat config", description="List the packaged configs, or print one "
-               "(then edit a copy: vat config demo > my.yaml; vat train -c my.yaml).")
+    p = Parser(
+        prog="vat config",
+        description="List the packaged configs, or print one "
+        "(then edit a copy: vat config demo > my.yaml; vat train -c my.yaml).",
+    )
     p.add_argument("name", nargs="?", help="config to print, e.g. demo or sweeps/sweep")
     p.add_argument("--path", action="store_true", help="print the file's path instead")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -77,8 +80,10 @@ def _main(argv: list[str]) -> int:
         return 0
     path = find_config(args.name)
     if path is None:
-        raise VatError(f"no packaged config {args.name!r}; expected one of {', '.join(configs)} "
-                       "(see vat config)")
+        raise VatError(
+            f"no packaged config {args.name!r}; expected one of {', '.join(configs)} "
+            "(see vat config)"
+        )
     if args.path:
         print(path)
     else:

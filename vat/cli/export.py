@@ -13,8 +13,11 @@ from vat.errors import run_cli
 
 
 def _main(argv: list[str]) -> int:
-    p = Parser(prog="vat export", description="Export a vat training checkpoint (.ckpt) to a "
-               "model folder that vat.load, sentence-transformers and the Hugging Face Hub read.")
+    p = Parser(
+        prog="vat export",
+        description="Export a vat training checkpoint (.ckpt) to a "
+        "model folder that vat.load, sentence-transformers and the Hugging Face Hub read.",
+    )
     p.add_argument("ckpt", metavar="CKPT", help="training checkpoint (.ckpt written by vat train)")
     p.add_argument("output", metavar="DIR", help="folder to write (must not exist, or be empty)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in DIR")
