@@ -7,6 +7,6 @@
 - `engine`: `evaluate(encoder, tasks, data_dir, settings)` -> SentEval's result layout;
 - `encoders`: vat checkpoints, `file.py:function` callables, HF directories, and
   `senteval_batcher` for the original toolkit;
-- `finetune`: encoder + dense layer fine-tuning mode;
-- `cli`: `python evaluate.py` (see docs/evaluate.md).
+- `finetune`: encoder + dense layer fine-tuning mode.
+The command line is `vat evaluate` (vat/cli/evaluate.py, see docs/evaluate.md).
 """
