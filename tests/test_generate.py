@@ -113,7 +113,7 @@ def test_beam_one_equals_greedy(random_model, overfit):
     assert [g[0].logprob for g in greedy] == pytest.approx([b[0].logprob for b in beam1], abs=1e-4)
     # ...and on a model that does emit </s>, so that finishing is exercised too.
     gen, sentences = overfit
-    mu = [m for m, _ in gen.encode(sentences)]
+    mu = [m for m, _ in gen.posteriors(sentences)]
     g = gen.decode(mu, DecodeOptions())
     b = gen.decode(mu, DecodeOptions(strategy="beam", beam_size=1))
     assert [h[0].ids for h in g] == [h[0].ids for h in b]
@@ -176,7 +176,7 @@ def test_beam_search_beats_greedy_on_hand_built_model():
 def test_beam_scores_are_the_models_log_probabilities(overfit):
     """Each hypothesis' logprob equals a teacher-forced forward pass of its tokens + </s>."""
     gen, sentences = overfit
-    mu = [m for m, _ in gen.encode(sentences[:3])]
+    mu = [m for m, _ in gen.posteriors(sentences[:3])]
     alpha = 0.7
     for z, hyps in zip(mu, gen.decode(mu, DecodeOptions(strategy="beam", beam_size=4, length_penalty=alpha))):
         scores = [h.score for h in hyps]
@@ -342,5 +342,5 @@ def test_long_sentence_is_truncated_with_a_warning(random_model, tiny_tokenizer)
     gen = VATGenerator(random_model, tiny_tokenizer)
     long = " ".join(["the cat"] * 60)
     with pytest.warns(TruncationWarning, match="truncated"):
-        (mu, _), = gen.encode([long])
+        (mu, _), = gen.posteriors([long])
     assert mu.shape[0] == random_model.config.max_len  # max_len - 1 subwords + </s>

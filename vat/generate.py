@@ -165,7 +165,7 @@ class VATGenerator:
                 ids[i] = x[:keep]
         return ids
 
-    def encode(
+    def posteriors(
         self, sentences: Sequence[str], labels: Sequence[str] | None = None
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1."""
@@ -221,7 +221,7 @@ class VATGenerator:
         labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
         """Decode each sentence's token means mu (PAPER.md: z_t = mu_t at test time)."""
-        return self.decode([mu for mu, _ in self.encode(sentences, labels)], options)
+        return self.decode([mu for mu, _ in self.posteriors(sentences, labels)], options)
 
     def reconstruct(
         self,
@@ -246,7 +246,7 @@ class VATGenerator:
         with z_t = mu_t elsewhere (Table 2, `resample_token`)."""
         if n < 1:
             raise VatError(f"--num-samples must be at least 1, got {n}")
-        posts = self.encode(sentences, labels)
+        posts = self.posteriors(sentences, labels)
         generator = (
             torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         )
@@ -294,7 +294,7 @@ class VATGenerator:
     ) -> list[str]:
         """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of the two sentences' token means for
         each alpha; see `interpolate_latents` for how unequal lengths are padded."""
-        (mu_a, _), (mu_b, _) = self.encode([a, b], labels)
+        (mu_a, _), (mu_b, _) = self.posteriors([a, b], labels)
         return self._best_texts(interpolate_latents(mu_a, mu_b, alphas, method), options, None)
 
     def prior(
