@@ -224,3 +224,14 @@ def test_progress_bar_for_input_files_and_quiet(tiny_ckpt, input_file, capsys):
     rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
                          "--quiet", *FAST)
     assert rc == 0 and len(out) == 5 and err == ""  # no bar, no "skipped" note
+
+
+def test_output_file_is_written_atomically_and_never_overwritten(tiny_ckpt, input_file, tmp_path, capsys):
+    out = tmp_path / "out.txt"
+    rc, stdout, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
+                            "--output", str(out), "--no-progress", *FAST)
+    assert rc == 0 and stdout == [] and f"wrote {out}" in err
+    assert len(lines(out.read_text())) == 5 and not list(tmp_path.glob(".out.txt.tmp-*"))
+    out.write_text("keep me")
+    rc, _, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "A b.", "--output", str(out), *FAST)
+    assert rc == 2 and "already exists" in err and out.read_text() == "keep me"

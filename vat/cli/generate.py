@@ -7,10 +7,12 @@ notes, warnings and progress bars go to stderr. Only \\n and \\r\\n end an input
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from vat.cli.common import (
@@ -25,6 +27,7 @@ from vat.cli.common import (
 from vat.decoding import DecodeOptions, Strategy
 from vat.errors import VatError, run_cli
 from vat.generate import TruncationWarning, VATGenerator
+from vat.io import atomic_write
 from vat.latents import InterpolationMethod
 from vat.runtime import resolve_device
 from vat.tokenizer import EOS_ID
@@ -46,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--json", action="store_true", help="one JSON object per input (JSON Lines) instead of text"
     )
+    g.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the results to FILE (atomically, once all are done) instead of stdout",
+    )
+    g.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     g.add_argument(
         "--seed", type=int, default=0, help="seed of latent and token sampling (default 0)"
     )
@@ -384,6 +393,11 @@ def _main(argv: Sequence[str]) -> int:
     opts = _options(args)
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
+    output = Path(args.output) if args.output is not None else None
+    if output is not None and output.is_dir():
+        raise VatError(f"--output {output} is a directory, expected a file path")
+    if output is not None and output.exists() and not args.overwrite:
+        raise VatError(f"--output {output} already exists; pass --overwrite to replace it")
     device = resolve_device(args.device)
     gen = VATGenerator.from_checkpoint(args.ckpt, device=device, batch_size=args.batch_size)
     # Bars only for a file or stdin: a few sentences on the command line decode in a blink.
@@ -391,7 +405,12 @@ def _main(argv: Sequence[str]) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("always", TruncationWarning)
         warnings.showwarning = _one_line_warning
-        RUNNERS[args.command](gen, args, opts, sys.stdout)
+        out = io.StringIO() if output is not None else sys.stdout
+        RUNNERS[args.command](gen, args, opts, out)
+    if output is not None:
+        atomic_write(output, lambda f: f.write(out.getvalue()))  # a failed run writes nothing
+        if not args.quiet:
+            print(f"wrote {output}", file=sys.stderr)
     return 0
 
 
