@@ -297,27 +297,3 @@ def test_malformed_arrays():
         g.effective_rank(np.ones((5, 3)))
     with pytest.raises(ValueError, match="prior_std must be > 0"):
         g.kl_per_dimension(np.ones((2, 2)), np.ones((2, 2)), 0.0)
-
-
-# -- probe sets ---------------------------------------------------------------------------
-def test_read_probe_file(tmp_path):
-    p = tmp_path / "probe.txt"
-    p.write_text("a b c\tthe cat\n\n  the cat \nlast one\n")
-    assert g.load_probe_sentences(p) == ["a b c", "the cat", "last one"]
-    assert g.load_probe_sentences(p, deduplicate=False) == ["a b c", "the cat", "the cat", "last one"]
-    assert g.load_probe_sentences(p, max_sentences=2) == ["a b c", "the cat"]
-    (tmp_path / "one.txt").write_text("only\n")
-    with pytest.raises(ValueError, match="1 sentence"):
-        g.load_probe_sentences(tmp_path / "one.txt")
-    with pytest.raises(FileNotFoundError):
-        g.load_probe_sentences(tmp_path / "missing.txt")
-    with pytest.raises(FileNotFoundError, match="no STS12 files"):
-        g.load_probe_sentences(senteval_dir=tmp_path)
-    with pytest.raises(ValueError, match="exactly one"):
-        g.load_probe_sentences()
-
-
-def test_sts12_probe(senteval_dir):
-    # STS12 test: 3,108 pairs = 6,216 sentences, 4,946 distinct.
-    assert len(g.load_probe_sentences(senteval_dir=senteval_dir, deduplicate=False)) == 6216
-    assert len(g.load_probe_sentences(senteval_dir=senteval_dir)) == 4946
