@@ -208,7 +208,6 @@ def prepare_data(args: list[str]) -> int:
     return _run(lambda a: _build_cli(a, run=False).datamodule.prepare_data(), args)
 
 
-
 def vat_train(argv: list[str]) -> int:
     """`vat train ARGS` = `python train.py fit ARGS` (`vat train validate|test ...` also work).
 
