@@ -1,22 +1,28 @@
 """`python train.py {fit,validate,test} -c configs/<name>.yaml`: LightningCLI over vat.
 
 One run is one directory, `--run_dir` (default runs/vat): TensorBoard events, config.yaml,
-tokenizer.json and checkpoints/ (last.ckpt, the best on val/loss, and on_exception.ckpt).
-Resume a killed run with the same command plus `--ckpt_path last`.
+tokenizer.json and checkpoints/ (last.ckpt, the best on `--best_monitor`, and
+on_exception.ckpt). Resume a killed run with the same command plus `--ckpt_path last`; the
+rules for run directories (no silent resume, --overwrite, the lock, what a resume may
+change) live in vat/run_dir.py.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, OnExceptionCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from vat import run_dir as rd
 
 from vat.checkpoint import atomic_torch_save, read_checkpoint
 from vat.data import VATDataModule
@@ -69,8 +75,15 @@ class VATCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_dir", type=str, default="runs/vat",
                             help="Run directory: TensorBoard logs, config.yaml, tokenizer.json, checkpoints/.")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="Replace the run already in --run_dir (its checkpoints, events and configs) with a fresh one.")
+        parser.add_argument("--best_monitor", type=Literal[tuple(rd.BEST_MONITORS)], default="val/loss",
+                            help="Metric of the best checkpoint: val/nll (reconstruction), val/stsb_spearman (similarity; "
+                                 "needs the vat.callbacks.sts.STSBSpearman callback), or val/loss (rises with the KL weight).")
         parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
         parser.set_defaults({
+            # A copied run directory must overwrite last.ckpt, not write last-v1.ckpt beside it.
+            "checkpoint.enable_version_counter": False,
             "checkpoint.filename": "step{step:07d}",
             "checkpoint.auto_insert_metric_name": False,
             "checkpoint.save_last": True,
@@ -84,6 +97,9 @@ class VATCLI(LightningCLI):
         # LightningCLI torch.loads --ckpt_path itself (to read its hyperparameters); check the
         # file first so that a corrupt or foreign checkpoint is a one-line error.
         sub = self.config.get("subcommand")
+        self._config_filename = f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
+        if sub == "fit":
+            self._config_filename = rd.prepare_fit(self.config[sub])
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         if ckpt_path and Path(ckpt_path).is_file():
             read_checkpoint(ckpt_path)
@@ -99,31 +115,13 @@ class VATCLI(LightningCLI):
                                   "init_args": {"save_dir": run_dir, "name": "", "version": ""}}
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
-        # Keep what a crash interrupted (Lightning saves it when an exception escapes fit).
-        self.trainer_defaults["callbacks"].append(_OnExceptionCheckpoint(dirpath=cfg.checkpoint.dirpath, filename="on_exception"))
+        # Keep what a crash interrupted (saved when an exception escapes fit).
+        self.trainer_defaults["callbacks"].append(rd.ExceptionCheckpoint(cfg.checkpoint.dirpath))
+        self.trainer_defaults["callbacks"].append(rd.best_checkpoint(cfg.best_monitor))
+        self.save_config_kwargs["config_filename"] = getattr(self, "_config_filename", "config.yaml")
         if self.subcommand == "fit":
-            _check_writable(run_dir)
+            rd.check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
-
-
-class _OnExceptionCheckpoint(OnExceptionCheckpoint):
-    """OnExceptionCheckpoint, but only once training has begun: an error while reading data
-    or building the model has nothing to save, and must surface as itself."""
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if trainer.global_step > 0 and getattr(pl_module, "tokenizer", None) is not None:
-            super().on_exception(trainer, pl_module, exception)
-
-
-def _check_writable(run_dir: str) -> None:
-    p = Path(run_dir)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise VatError(f"--run_dir {run_dir} is not writable ({e.strerror})") from None
 
 
 def _check_devices(accelerator, devices) -> None:
@@ -137,14 +135,9 @@ def _check_devices(accelerator, devices) -> None:
             raise VatError(f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)")
 
 
-def _best_checkpoint() -> ModelCheckpoint:
-    return ModelCheckpoint(monitor="val/loss", mode="min", save_top_k=1, filename="best-step{step:07d}",
-                           auto_insert_metric_name=False, save_last=False)
-
-
 def trainer_defaults() -> dict:
     return {
-        "callbacks": [_best_checkpoint(), LearningRateMonitor(logging_interval="step")],
+        "callbacks": [LearningRateMonitor(logging_interval="step")],
         "plugins": [AtomicCheckpointIO()],
         "gradient_clip_val": 1.0,
         # BucketBatchSampler shards batches across ranks itself.
@@ -181,7 +174,9 @@ def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
 
 
 def _run(fn, debug: bool) -> int:
-    """Run fn; a user error becomes one line on stderr and exit code 2 (a traceback with --debug)."""
+    """Run fn; a user error becomes one line on stderr and exit code 2 (a traceback with --debug);
+    Ctrl-C becomes one line and exit code 130. The run directory's lock is released on return."""
+    rd.reset_state()
     try:
         fn()
     except (*USER_ERRORS, NonFiniteLossError, MisconfigurationException) as e:
@@ -190,7 +185,25 @@ def _run(fn, debug: bool) -> int:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted()
+    except SystemExit:
+        if not rd.was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
+            raise
+        return _interrupted()
+    except OSError as e:
+        if debug or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        print(f"error: cannot write {e.filename or 'a file'}: {e.strerror}", file=sys.stderr)
+        return 2
+    finally:
+        rd.release_locks()
     return 0
+
+
+def _interrupted() -> int:
+    print("error: interrupted (Ctrl-C); checkpoints on disk are whole, resume with --ckpt_path last", file=sys.stderr)
+    return 130
 
 
 def prepare_data(args: list[str]) -> int:
