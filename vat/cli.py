@@ -152,6 +152,9 @@ def _quiet_warnings() -> None:
     # with explicit args while its own sys.argv holds the sweep's options: intended here.
     warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.AtomicCheckpointIO")
     warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended to run from within Python")
+    # vat.run_dir lets a fresh run start only in a directory without checkpoints, so this
+    # warning only ever fires on a resume, where a full checkpoints/ is expected.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
 
 def main(args: list[str] | None = None) -> int:

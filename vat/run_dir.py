@@ -279,6 +279,6 @@ def check_monitor(monitor: str, callbacks: object) -> None:
     items = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
     names = [str(c.get("class_path", "") if isinstance(c, dict) else getattr(c, "class_path", type(c).__name__))
              for c in items]
-    if not any(n.rsplit(".", 1)[-1] == "STSBSpearman" for n in names):
+    if not any(n.endswith("STSBSpearman") for n in names):
         raise VatError("--best_monitor val/stsb_spearman needs the callback that logs it: add "
                        "--trainer.callbacks+=vat.callbacks.sts.STSBSpearman")
