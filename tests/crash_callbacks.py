@@ -53,6 +53,8 @@ class InterruptDuringSave(L.Callback):
         import vat.checkpoint
 
         real_save = torch.save
+        # A background job may inherit SIGINT ignored; a terminal's Ctrl-C is not.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
         def interrupted_save(obj, f, *args, **kwargs):
             f.write(b"PK\x03\x04 partial checkpoint")
