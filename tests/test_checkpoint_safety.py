@@ -54,7 +54,9 @@ def test_train_resume_from_a_pickled_payload_is_refused(evil_ckpt, tmp_path, mon
 
     path, marker = evil_ckpt
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--ckpt_path", str(path)], capsys)
+    code, err = _main(
+        ["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--ckpt_path", str(path)], capsys
+    )
     assert code == 2 and "pickled Python objects" in err[-1] and not marker.exists()
 
 
@@ -91,8 +93,16 @@ def _broken(tmp_path, tiny_ckpt, case):
     return path, needle
 
 
-CASES = ["missing tokenizer", "prior_std a string", "prior_std nan", "garbage tokenizer", "unknown config key",
-         "config of wrong type", "metadata not a dict", "non-finite weights"]
+CASES = [
+    "missing tokenizer",
+    "prior_std a string",
+    "prior_std nan",
+    "garbage tokenizer",
+    "unknown config key",
+    "config of wrong type",
+    "metadata not a dict",
+    "non-finite weights",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -104,7 +114,9 @@ def test_load_vat_refuses_broken_metadata_in_one_line(tmp_path, tiny_ckpt, case)
 
 
 @pytest.mark.parametrize("case", ["missing tokenizer", "garbage tokenizer", "non-finite weights"])
-def test_every_cli_refuses_a_broken_checkpoint_in_one_line(tmp_path, tiny_ckpt, senteval_dir, case, capsys):
+def test_every_cli_refuses_a_broken_checkpoint_in_one_line(
+    tmp_path, tiny_ckpt, senteval_dir, case, capsys
+):
     from vat.errors import run_cli
     from vat.eval.cli import main as evaluate
     from vat.generate import main as generate
@@ -115,10 +127,29 @@ def test_every_cli_refuses_a_broken_checkpoint_in_one_line(tmp_path, tiny_ckpt, 
     probe.write_text("a sentence\nanother one\n")
     calls = {
         "generate": lambda: generate(["reconstruct", "--ckpt", str(path), "a sentence"]),
-        "evaluate": lambda: evaluate(["--ckpt", str(path), "--tasks", "STS12", "--data-dir", str(senteval_dir),
-                                      "--output", str(tmp_path / "results.json")]),
-        "geometry": lambda: run_cli(geometry, ["--ckpt", str(path), "--probe", str(probe), "--output",
-                                               str(tmp_path / "geometry.json")]),
+        "evaluate": lambda: evaluate(
+            [
+                "--ckpt",
+                str(path),
+                "--tasks",
+                "STS12",
+                "--data-dir",
+                str(senteval_dir),
+                "--output",
+                str(tmp_path / "results.json"),
+            ]
+        ),
+        "geometry": lambda: run_cli(
+            geometry,
+            [
+                "--ckpt",
+                str(path),
+                "--probe",
+                str(probe),
+                "--output",
+                str(tmp_path / "geometry.json"),
+            ],
+        ),
     }
     for name, call in calls.items():
         code = call()

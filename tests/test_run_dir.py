@@ -35,8 +35,14 @@ def trained(tmp_path_factory):
     run = base / "run"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     env.pop("PYTHONWARNINGS", None)
-    r = subprocess.run([sys.executable, str(ROOT / "train.py"), *_fit_args(run, base / "cache")], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *_fit_args(run, base / "cache")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return run, base / "cache", r.stderr
 
@@ -62,12 +68,16 @@ def test_second_fresh_run_stops_and_overwrite_replaces_the_old_run(run_copy, cap
 
     code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "4"), capsys)
     assert code == 2 and len(err) == 1
-    assert err[0].startswith(f"error: --run_dir {run} already holds a run") and "--overwrite" in err[0]
+    assert (
+        err[0].startswith(f"error: --run_dir {run} already holds a run") and "--overwrite" in err[0]
+    )
     assert (run / "checkpoints" / "last.ckpt").read_bytes() == before  # untouched, not resumed
 
     code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1", "--overwrite"), capsys)
     assert code == 0, err
-    assert _step(run / "checkpoints" / "last.ckpt") == 1  # trained from scratch: a resume would refuse max_steps 1
+    assert (
+        _step(run / "checkpoints" / "last.ckpt") == 1
+    )  # trained from scratch: a resume would refuse max_steps 1
     new_events = sorted(p.name for p in run.glob("events.out.tfevents.*"))
     assert len(new_events) == 1 and not set(new_events) & set(old_events)
     assert [s for s, _ in _scalars(run)["train/loss"]] == [0]  # no curve of the old run left
@@ -84,10 +94,12 @@ def test_overwrite_cannot_be_combined_with_a_resume(run_copy, capsys):
 def test_resume_refuses_model_and_data_changes_and_lower_max_steps(run_copy, capsys):
     run, cache = run_copy
     before = (run / "checkpoints" / "last.ckpt").read_bytes()
-    for extra, option in [(["--model.optim.lr", "0.05"], "--model.optim.lr"),
-                          (["--model.loss.kl_schedule.warmup_steps", "7"], "--model.loss.kl_schedule.warmup_steps"),
-                          (["--data.batch_size", "2"], "--data.batch_size"),
-                          (["--trainer.max_steps", "1"], "--trainer.max_steps 1")]:
+    for extra, option in [
+        (["--model.optim.lr", "0.05"], "--model.optim.lr"),
+        (["--model.loss.kl_schedule.warmup_steps", "7"], "--model.loss.kl_schedule.warmup_steps"),
+        (["--data.batch_size", "2"], "--data.batch_size"),
+        (["--trainer.max_steps", "1"], "--trainer.max_steps 1"),
+    ]:
         code, err = _main(_fit_args(run, cache, "--ckpt_path", "last", *extra), capsys)
         assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}"), (extra, err)
     assert (run / "checkpoints" / "last.ckpt").read_bytes() == before
@@ -98,11 +110,26 @@ def test_resume_records_each_start_without_destroying_the_first(run_copy, capsys
     run, cache = run_copy
     first = (run / "config.yaml").read_text()
     for n, steps in [(1, 3), (2, 4)]:
-        code, err = _main(_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", str(steps),
-                                    "--checkpoint.every_n_train_steps", "2", "--data.num_workers", "0"), capsys)
+        code, err = _main(
+            _fit_args(
+                run,
+                cache,
+                "--ckpt_path",
+                "last",
+                "--trainer.max_steps",
+                str(steps),
+                "--checkpoint.every_n_train_steps",
+                "2",
+                "--data.num_workers",
+                "0",
+            ),
+            capsys,
+        )
         assert code == 0, err
         cfg = yaml.safe_load((run / f"config-resume-{n}.yaml").read_text())
-        assert cfg["trainer"]["max_steps"] == steps and cfg["checkpoint"]["every_n_train_steps"] == 2
+        assert (
+            cfg["trainer"]["max_steps"] == steps and cfg["checkpoint"]["every_n_train_steps"] == 2
+        )
         assert cfg["ckpt_path"] == str(run / "checkpoints" / "last.ckpt")  # "last", resolved
         assert cfg["model"]["optim"]["lr"] == 0.001  # what the optimiser ran with
     assert (run / "config.yaml").read_text() == first
@@ -113,7 +140,9 @@ def test_copied_run_dir_overwrites_last_ckpt(run_copy, capsys):
     """Lightning's version counter wrote last-v1.ckpt beside the copied last.ckpt, while
     evaluate and the sweep read last.ckpt."""
     run, cache = run_copy
-    code, err = _main(_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys)
+    code, err = _main(
+        _fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
+    )
     assert code == 0, err
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert not [n for n in names if "-v1" in n], names
@@ -122,21 +151,28 @@ def test_copied_run_dir_overwrites_last_ckpt(run_copy, capsys):
 
 def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, capsys):
     _, cache, _ = trained
-    code, err = _main(_fit_args(tmp_path / "new", cache, "--ckpt_path", "last", "--trainer.max_steps", "1"), capsys)
+    code, err = _main(
+        _fit_args(tmp_path / "new", cache, "--ckpt_path", "last", "--trainer.max_steps", "1"),
+        capsys,
+    )
     assert code == 0 and any("no checkpoint" in line for line in err)
     assert _step(tmp_path / "new" / "checkpoints" / "last.ckpt") == 1
 
 
 def _hold_lock(run) -> subprocess.Popen:
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
-            f"from vat.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); print('locked', flush=True); "
-            f"time.sleep(120)")
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
+        f"from vat.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); print('locked', flush=True); "
+        f"time.sleep(120)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "locked"
     return p
 
 
-def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(tmp_path, trained, capsys):
+def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(
+    tmp_path, trained, capsys
+):
     _, cache, _ = trained
     run = tmp_path / "run"
     run.mkdir()
@@ -144,24 +180,33 @@ def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(t
     try:
         code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
         assert code == 2 and len(err) == 1
-        assert err[0] == (f"error: --run_dir {run} is in use by another run (pid {holder.pid}); wait for it to finish "
-                          f"or choose another --run_dir")
+        assert err[0] == (
+            f"error: --run_dir {run} is in use by another run (pid {holder.pid}); wait for it to finish "
+            f"or choose another --run_dir"
+        )
         assert not (run / "checkpoints").exists()
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)  # the kernel dropped the lock
+    code, err = _main(
+        _fit_args(run, cache, "--trainer.max_steps", "1"), capsys
+    )  # the kernel dropped the lock
     assert code == 0, err
 
 
 def test_temp_files_of_killed_writes_are_removed_at_start(run_copy, capsys):
     run, cache = run_copy
     ckpts = run / "checkpoints"
-    stale = [ckpts / ".last.ckpt.tmp-4000000@otherhost-a1b2c3d4", ckpts / ".last.ckpt.tmp-k3j4h5g6",
-             run / ".config.yaml.tmp-4000000@otherhost-zzzzzzzz"]
+    stale = [
+        ckpts / ".last.ckpt.tmp-4000000@otherhost-a1b2c3d4",
+        ckpts / ".last.ckpt.tmp-k3j4h5g6",
+        run / ".config.yaml.tmp-4000000@otherhost-zzzzzzzz",
+    ]
     for p in stale:
         p.write_bytes(b"half a checkpoint")
-    code, err = _main(_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys)
+    code, err = _main(
+        _fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
+    )
     assert code == 0, err
     assert not [p for p in stale if p.exists()]
 
@@ -190,12 +235,22 @@ def test_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path, trained, monk
 def test_sigint_while_writing_a_checkpoint(run_copy):
     run, cache = run_copy
     before = (run / "checkpoints" / "last.ckpt").read_bytes()
-    r = _train([*_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5"),
-                "--trainer.callbacks+=crash_callbacks.InterruptDuringSave", "--trainer.callbacks.step=3"])
+    r = _train(
+        [
+            *_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5"),
+            "--trainer.callbacks+=crash_callbacks.InterruptDuringSave",
+            "--trainer.callbacks.step=3",
+        ]
+    )
     assert r.returncode == 130, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-1].startswith("error: interrupted") and "Traceback" not in r.stderr
+    assert (
+        r.stderr.strip().splitlines()[-1].startswith("error: interrupted")
+        and "Traceback" not in r.stderr
+    )
     last = run / "checkpoints" / "last.ckpt"
-    assert last.read_bytes() == before and _step(last) == 2  # the interrupted save of step 3 left it whole
+    assert (
+        last.read_bytes() == before and _step(last) == 2
+    )  # the interrupted save of step 3 left it whole
     assert _step(run / "checkpoints" / "on_exception.ckpt") == 3
     assert not [p.name for p in (run / "checkpoints").iterdir() if ".tmp-" in p.name]
 
@@ -213,21 +268,35 @@ def test_garbage_tokenizer_json_is_one_line(tmp_path, trained, capsys):
 def test_best_checkpoint_monitor(tmp_path, trained, monitor, capsys):
     _, cache, _ = trained
     run = tmp_path / "run"
-    extra = ["--trainer.max_steps", "6", "--trainer.val_check_interval", "1", "--trainer.check_val_every_n_epoch",
-             "null", "--best_monitor", monitor]
+    extra = [
+        "--trainer.max_steps",
+        "6",
+        "--trainer.val_check_interval",
+        "1",
+        "--trainer.check_val_every_n_epoch",
+        "null",
+        "--best_monitor",
+        monitor,
+    ]
     if monitor == "val/stsb_spearman":
         code, err = _main(_fit_args(run, cache, *extra), capsys)
         assert code == 2 and "vat.callbacks.sts.STSBSpearman" in err[-1]
         shutil.rmtree(run)
-        extra += ["--trainer.callbacks+=crash_callbacks.ScriptedSTSBSpearman",
-                  "--trainer.callbacks.values=[0.1,0.3,0.7,0.2,0.6,0.5]"]
+        extra += [
+            "--trainer.callbacks+=crash_callbacks.ScriptedSTSBSpearman",
+            "--trainer.callbacks.values=[0.1,0.3,0.7,0.2,0.6,0.5]",
+        ]
     code, err = _main(_fit_args(run, cache, *extra), capsys)
     assert code == 0, err
     values = _scalars(run)[monitor]
-    best_step = (max if monitor == "val/stsb_spearman" else min)(values, key=lambda sv: sv[1])[0] + 1
+    best_step = (max if monitor == "val/stsb_spearman" else min)(values, key=lambda sv: sv[1])[
+        0
+    ] + 1
     if monitor == "val/stsb_spearman":
         assert best_step == 3  # the scripted maximum, 0.7 at the third validation
-    assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == [f"best-step{best_step:07d}.ckpt"]
+    assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == [
+        f"best-step{best_step:07d}.ckpt"
+    ]
 
 
 def test_stale_lock_file_from_an_old_pid_does_not_block(tmp_path, trained, capsys):

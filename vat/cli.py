@@ -23,7 +23,6 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from vat import run_dir as rd
-
 from vat.checkpoint import atomic_torch_save, read_checkpoint
 from vat.data import VATDataModule
 from vat.errors import USER_ERRORS, VatError

@@ -21,7 +21,9 @@ from typing import IO
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 # `.NAME.tmp-` then, for temps written by this version, `PID@HOST-` and mkstemp's 8 characters.
-TEMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?:(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)-)?[A-Za-z0-9_]+$")
+TEMP_RE = re.compile(
+    r"^\.(?P<name>.+)\.tmp-(?:(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)-)?[A-Za-z0-9_]+$"
+)
 
 
 def temp_prefix(path: Path) -> str:
@@ -54,7 +56,12 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
         if not m or not p.is_file():
             continue
         if not any_owner:
-            if m["pid"] is None or m["host"] != _HOST or int(m["pid"]) == os.getpid() or _pid_alive(int(m["pid"])):
+            if (
+                m["pid"] is None
+                or m["host"] != _HOST
+                or int(m["pid"]) == os.getpid()
+                or _pid_alive(int(m["pid"]))
+            ):
                 continue
         try:
             p.unlink()
@@ -68,8 +75,14 @@ def write_error(path: str | os.PathLike, e: OSError) -> Exception:
     """A one-line user error for a failed write (full disk, quota, read-only filesystem...)."""
     from vat.errors import VatError  # local: vat.errors imports vat.checkpoint, which imports this
 
-    what = "no space left on device" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
-    return VatError(f"cannot write {path}: {what}; nothing was written there (the temporary file was removed)")
+    what = (
+        "no space left on device"
+        if e.errno in (errno.ENOSPC, errno.EDQUOT)
+        else (e.strerror or str(e))
+    )
+    return VatError(
+        f"cannot write {path}: {what}; nothing was written there (the temporary file was removed)"
+    )
 
 
 def _filesystem_error(e: BaseException) -> OSError | None:
@@ -83,7 +96,9 @@ def _filesystem_error(e: BaseException) -> OSError | None:
     return None
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> None:
+def atomic_write(
+    path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
+) -> None:
     """Call `write(f)` on a temp file beside `path`, fsync it, then rename it to `path`.
 
     An OSError of the filesystem (ENOSPC, EDQUOT, EROFS, EIO...) becomes a one-line VatError
@@ -100,14 +115,18 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: b
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask)
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        with os.fdopen(
+            fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})
+        ) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except Exception as e:
         os_error = _filesystem_error(e)
-        if os_error is None or isinstance(os_error, FileNotFoundError | NotADirectoryError | PermissionError):
+        if os_error is None or isinstance(
+            os_error, FileNotFoundError | NotADirectoryError | PermissionError
+        ):
             raise  # not the filesystem's, or already one line naming the file (vat.errors.USER_ERRORS)
         raise write_error(path, os_error) from e
     finally:

@@ -40,15 +40,36 @@ from vat.io import remove_stale_temps
 LOCK_NAME = ".lock"
 TRASH_PREFIX = ".overwritten-"
 # What a run writes into its directory (the TensorBoard logger's and vat's own files).
-_RUN_FILE_RES = [re.compile(p) for p in (
-    r"checkpoints", r"events\.out\.tfevents\..*", r"config\.yaml", r"config-resume-\d+\.yaml", r"hparams\.yaml",
-    r"tokenizer\.json", r"projector_config\.pbtxt", r"\d{5,}",
-)]
+_RUN_FILE_RES = [
+    re.compile(p)
+    for p in (
+        r"checkpoints",
+        r"events\.out\.tfevents\..*",
+        r"config\.yaml",
+        r"config-resume-\d+\.yaml",
+        r"hparams\.yaml",
+        r"tokenizer\.json",
+        r"projector_config\.pbtxt",
+        r"\d{5,}",
+    )
+]
 # Options a resume may change: they drive the run, they do not define what is trained.
-RESUME_MAY_CHANGE = {"model.compile", "data.num_workers", "data.num_proc", "data.cache_dir", "data.test_files"}
+RESUME_MAY_CHANGE = {
+    "model.compile",
+    "data.num_workers",
+    "data.num_proc",
+    "data.cache_dir",
+    "data.test_files",
+}
 # Trainer options a resume may change, but which make it differ from an uninterrupted run.
-_RESUME_WARN = ("accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "precision", "devices",
-                "num_nodes")
+_RESUME_WARN = (
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "precision",
+    "devices",
+    "num_nodes",
+)
 BEST_MONITORS = {"val/loss": "min", "val/nll": "min", "val/stsb_spearman": "max"}
 
 _held_locks: list[int] = []
@@ -74,8 +95,10 @@ def lock_run_dir(run_dir: Path) -> None:
     except BlockingIOError:
         holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise VatError(f"--run_dir {run_dir} is in use by another run (pid {holder}); wait for it to finish "
-                       f"or choose another --run_dir") from None
+        raise VatError(
+            f"--run_dir {run_dir} is in use by another run (pid {holder}); wait for it to finish "
+            f"or choose another --run_dir"
+        ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _held_locks.append(fd)
@@ -94,7 +117,11 @@ def previous_run_files(run_dir: Path) -> list[Path]:
     found = []
     for p in sorted(run_dir.iterdir()):
         if any(r.fullmatch(p.name) for r in _RUN_FILE_RES):
-            if p.name == "checkpoints" and p.is_dir() and not any(c.suffix == ".ckpt" for c in p.iterdir()):
+            if (
+                p.name == "checkpoints"
+                and p.is_dir()
+                and not any(c.suffix == ".ckpt" for c in p.iterdir())
+            ):
                 continue
             found.append(p)
     return found
@@ -143,24 +170,37 @@ def _first_difference(now: object, then: object, prefix: str) -> tuple[str, obje
 def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
     """Refuse a resume whose model/data options differ from the checkpoint's, or whose
     trainer.max_steps lies below the checkpoint's step."""
-    recorded = {"model": ckpt.get("hyper_parameters") or {}, "data": ckpt.get("datamodule_hyper_parameters") or {}}
+    recorded = {
+        "model": ckpt.get("hyper_parameters") or {},
+        "data": ckpt.get("datamodule_hyper_parameters") or {},
+    }
     for section in ("model", "data"):
         now = _plain(cfg[section].as_dict() if hasattr(cfg[section], "as_dict") else cfg[section])
         diff = _first_difference(now, _plain(recorded[section]), section)
         if diff:
             key, new, old = diff
-            raise VatError(f"--{key}: a resume cannot change it ({old!r} in {ckpt_path}, {new!r} now); a resume "
-                           f"continues the checkpoint's model, data and optimiser; start a fresh run to change it")
+            raise VatError(
+                f"--{key}: a resume cannot change it ({old!r} in {ckpt_path}, {new!r} now); a resume "
+                f"continues the checkpoint's model, data and optimiser; start a fresh run to change it"
+            )
     step = int(ckpt.get("global_step", 0))
     max_steps = cfg.trainer.max_steps
     if max_steps is not None and max_steps >= 0 and max_steps < step:
-        raise VatError(f"--trainer.max_steps {max_steps} is below the step of {ckpt_path} ({step}): "
-                       f"a resume can only train further")
+        raise VatError(
+            f"--trainer.max_steps {max_steps} is below the step of {ckpt_path} ({step}): "
+            f"a resume can only train further"
+        )
 
 
 def _latest_config(run_dir: Path) -> Path | None:
-    resumes = sorted(run_dir.glob("config-resume-*.yaml"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
-    return resumes[-1] if resumes else (run_dir / "config.yaml" if (run_dir / "config.yaml").is_file() else None)
+    resumes = sorted(
+        run_dir.glob("config-resume-*.yaml"), key=lambda p: int(p.stem.rsplit("-", 1)[1])
+    )
+    return (
+        resumes[-1]
+        if resumes
+        else (run_dir / "config.yaml" if (run_dir / "config.yaml").is_file() else None)
+    )
 
 
 def warn_trainer_changes(cfg, run_dir: Path) -> None:
@@ -172,8 +212,11 @@ def warn_trainer_changes(cfg, run_dir: Path) -> None:
         return
     for k in _RESUME_WARN:
         if k in before and _plain(cfg.trainer.get(k)) != _plain(before[k]):
-            print(f"vat: warning: this resume changes trainer.{k} from {before[k]!r} to {cfg.trainer.get(k)!r} "
-                  f"(recorded in the new config file); the run will differ from an uninterrupted one", file=sys.stderr)
+            print(
+                f"vat: warning: this resume changes trainer.{k} from {before[k]!r} to {cfg.trainer.get(k)!r} "
+                f"(recorded in the new config file); the run will differ from an uninterrupted one",
+                file=sys.stderr,
+            )
 
 
 def config_filename(run_dir: Path, resuming: bool) -> str:
@@ -194,7 +237,10 @@ def prepare_fit(cfg) -> str:
         _check_writable(run_dir)
         lock_run_dir(run_dir)
         _remove_old_trash(run_dir)
-        for d in (run_dir, ckpt_dir):  # temps of killed writes; the lock says no vat run writes here
+        for d in (
+            run_dir,
+            ckpt_dir,
+        ):  # temps of killed writes; the lock says no vat run writes here
             remove_stale_temps(d, any_owner=True)
     if cfg.get("overwrite") and cfg.ckpt_path:
         raise VatError("--overwrite starts a fresh run and cannot be combined with --ckpt_path")
@@ -202,15 +248,22 @@ def prepare_fit(cfg) -> str:
         last = find_last(ckpt_dir)
         if last is None:
             if rank_zero and previous_run_files(run_dir):
-                raise VatError(f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} holds an "
-                               f"earlier run's files; start afresh with --overwrite (without --ckpt_path)")
-            print(f"vat: --ckpt_path last: no checkpoint in {ckpt_dir} yet; starting a fresh run", file=sys.stderr)
+                raise VatError(
+                    f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} holds an "
+                    f"earlier run's files; start afresh with --overwrite (without --ckpt_path)"
+                )
+            print(
+                f"vat: --ckpt_path last: no checkpoint in {ckpt_dir} yet; starting a fresh run",
+                file=sys.stderr,
+            )
         cfg.ckpt_path = str(last) if last else None
     if cfg.ckpt_path is None:
         old = previous_run_files(run_dir) if rank_zero else []
         if old and not cfg.get("overwrite"):
-            raise VatError(f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); resume it "
-                           f"with --ckpt_path last, or replace it with --overwrite")
+            raise VatError(
+                f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); resume it "
+                f"with --ckpt_path last, or replace it with --overwrite"
+            )
         if old:
             clear_previous_run(run_dir, old)
         return "config.yaml"
@@ -267,8 +320,15 @@ def reset_state() -> None:
 
 def best_checkpoint(monitor: str) -> ModelCheckpoint:
     """The best checkpoint on `monitor` (mode: max for a correlation, min for a loss)."""
-    return ModelCheckpoint(monitor=monitor, mode=BEST_MONITORS[monitor], save_top_k=1, filename="best-step{step:07d}",
-                           auto_insert_metric_name=False, save_last=False, enable_version_counter=False)
+    return ModelCheckpoint(
+        monitor=monitor,
+        mode=BEST_MONITORS[monitor],
+        save_top_k=1,
+        filename="best-step{step:07d}",
+        auto_insert_metric_name=False,
+        save_last=False,
+        enable_version_counter=False,
+    )
 
 
 def check_monitor(monitor: str, callbacks: object) -> None:
@@ -277,8 +337,16 @@ def check_monitor(monitor: str, callbacks: object) -> None:
     if monitor != "val/stsb_spearman":
         return
     items = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
-    names = [str(c.get("class_path", "") if isinstance(c, dict) else getattr(c, "class_path", type(c).__name__))
-             for c in items]
+    names = [
+        str(
+            c.get("class_path", "")
+            if isinstance(c, dict)
+            else getattr(c, "class_path", type(c).__name__)
+        )
+        for c in items
+    ]
     if not any(n.endswith("STSBSpearman") for n in names):
-        raise VatError("--best_monitor val/stsb_spearman needs the callback that logs it: add "
-                       "--trainer.callbacks+=vat.callbacks.sts.STSBSpearman")
+        raise VatError(
+            "--best_monitor val/stsb_spearman needs the callback that logs it: add "
+            "--trainer.callbacks+=vat.callbacks.sts.STSBSpearman"
+        )

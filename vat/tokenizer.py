@@ -48,7 +48,8 @@ class VATTokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> VATTokenizer:
         """A tokenizers JSON file; a missing, unreadable or garbage file is a one-line VatError."""
-        from vat.errors import VatError  # local: vat.errors imports vat.checkpoint, which imports this
+        # local import: vat.errors imports vat.checkpoint, which imports this module
+        from vat.errors import VatError
 
         path = Path(path)
         if not path.is_file():
