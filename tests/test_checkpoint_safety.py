@@ -176,3 +176,13 @@ def test_full_disk_while_saving_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", real_save)
     assert torch.equal(torch.load(path, weights_only=True)["w"], torch.zeros(3))
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_corrupt_checkpoint_error_gives_no_advice_to_disable_weights_only(tmp_path):
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"\x00\x01 not a checkpoint at all" * 100)
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(garbage)
+    msg = str(e.value)
+    assert msg.startswith(f"checkpoint {garbage} is truncated, corrupt or not a torch checkpoint (")
+    assert "weights_only" not in msg and "Re-running" not in msg and "\n" not in msg

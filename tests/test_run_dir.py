@@ -30,7 +30,7 @@ def _step(path) -> int:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A fresh 2-step run, trained in a subprocess with warnings on; kept pristine (tests copy it)."""
+    """A fresh 2-step run, trained in a subprocess with warnings on; tests work on copies."""
     base = tmp_path_factory.mktemp("rundir")
     run = base / "run"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
@@ -162,8 +162,8 @@ def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, caps
 def _hold_lock(run) -> subprocess.Popen:
     code = (
         f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
-        f"from vat.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); print('locked', flush=True); "
-        f"time.sleep(120)"
+        f"from vat.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
+        f"print('locked', flush=True); time.sleep(120)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "locked"
@@ -181,8 +181,8 @@ def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(
         code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
         assert code == 2 and len(err) == 1
         assert err[0] == (
-            f"error: --run_dir {run} is in use by another run (pid {holder.pid}); wait for it to finish "
-            f"or choose another --run_dir"
+            f"error: --run_dir {run} is in use by another run (pid {holder.pid}); "
+            f"wait for it to finish or choose another --run_dir"
         )
         assert not (run / "checkpoints").exists()
     finally:

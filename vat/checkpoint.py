@@ -73,11 +73,12 @@ def _load_failure(p: Path, e: BaseException) -> str:
     """One line for a failed torch.load. torch's own text advises re-running with
     weights_only=False, i.e. executing whatever the file holds: never pass that on."""
     text = str(e)
-    if isinstance(e, pickle.UnpicklingError) or "Weights only load failed" in text:
-        found = re.search(r"GLOBAL ([\w.]+)", text)
-        what = f" ({found.group(1)})" if found else ""
-        return (f"checkpoint {p} holds pickled Python objects{what}, not only tensors and plain data; "
-                f"vat loads checkpoints weights-only and refuses it")
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if "Weights only load failed" in text and found:  # a pickled global (code) weights_only refused
+        return (f"checkpoint {p} holds pickled Python objects ({found.group(1)}), not only tensors and "
+                f"plain data; vat loads checkpoints weights-only and refuses it")
+    if "WeightsUnpickler error:" in text:  # garbage bytes: keep the unpickler's reason only
+        text = text.split("WeightsUnpickler error:", 1)[1]
     lines = [ln for ln in text.strip().splitlines() if ln.strip() and "weights_only" not in ln]
     first = lines[0].strip() if lines else type(e).__name__
     return f"checkpoint {p} is truncated, corrupt or not a torch checkpoint ({first[:200]})"

@@ -127,7 +127,7 @@ def atomic_write(
         if os_error is None or isinstance(
             os_error, FileNotFoundError | NotADirectoryError | PermissionError
         ):
-            raise  # not the filesystem's, or already one line naming the file (vat.errors.USER_ERRORS)
+            raise  # not the filesystem's, or already one line naming the file (USER_ERRORS)
         raise write_error(path, os_error) from e
     finally:
         if tmp is not None and os.path.exists(tmp):

@@ -180,8 +180,9 @@ def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
         if diff:
             key, new, old = diff
             raise VatError(
-                f"--{key}: a resume cannot change it ({old!r} in {ckpt_path}, {new!r} now); a resume "
-                f"continues the checkpoint's model, data and optimiser; start a fresh run to change it"
+                f"--{key}: a resume cannot change it ({old!r} in {ckpt_path}, {new!r} now); "
+                f"a resume continues the checkpoint's model, data and optimiser; "
+                f"start a fresh run to change it"
             )
     step = int(ckpt.get("global_step", 0))
     max_steps = cfg.trainer.max_steps
@@ -213,8 +214,9 @@ def warn_trainer_changes(cfg, run_dir: Path) -> None:
     for k in _RESUME_WARN:
         if k in before and _plain(cfg.trainer.get(k)) != _plain(before[k]):
             print(
-                f"vat: warning: this resume changes trainer.{k} from {before[k]!r} to {cfg.trainer.get(k)!r} "
-                f"(recorded in the new config file); the run will differ from an uninterrupted one",
+                f"vat: warning: this resume changes trainer.{k} from {before[k]!r} "
+                f"to {cfg.trainer.get(k)!r} (recorded in the new config file); "
+                f"the run will differ from an uninterrupted one",
                 file=sys.stderr,
             )
 
@@ -249,8 +251,9 @@ def prepare_fit(cfg) -> str:
         if last is None:
             if rank_zero and previous_run_files(run_dir):
                 raise VatError(
-                    f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} holds an "
-                    f"earlier run's files; start afresh with --overwrite (without --ckpt_path)"
+                    f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} "
+                    f"holds an earlier run's files; start afresh with --overwrite "
+                    f"(without --ckpt_path)"
                 )
             print(
                 f"vat: --ckpt_path last: no checkpoint in {ckpt_dir} yet; starting a fresh run",
@@ -261,8 +264,8 @@ def prepare_fit(cfg) -> str:
         old = previous_run_files(run_dir) if rank_zero else []
         if old and not cfg.get("overwrite"):
             raise VatError(
-                f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); resume it "
-                f"with --ckpt_path last, or replace it with --overwrite"
+                f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); "
+                f"resume it with --ckpt_path last, or replace it with --overwrite"
             )
         if old:
             clear_previous_run(run_dir, old)
