@@ -32,3 +32,61 @@ class PoisonAtStep(L.Callback):
         if trainer.global_step == self.step:
             with torch.no_grad():
                 pl_module.model.mu_head.bias.fill_(float("nan"))
+
+
+class InterruptDuringSave(L.Callback):
+    """Ctrl-C (SIGINT) in the middle of writing the checkpoint of step `step`.
+
+    From that step on, torch.save (as called by vat's atomic checkpoint writer) writes a few
+    bytes, then the process signals itself; the KeyboardInterrupt lands inside the write.
+    Saves after the interrupt (Lightning ignores SIGINT while shutting down) complete.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step:
+            return
+        import time
+
+        import vat.checkpoint
+
+        real_save = torch.save
+        # A background job may inherit SIGINT ignored; a terminal's Ctrl-C is not.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        def interrupted_save(obj, f, *args, **kwargs):
+            f.write(b"PK\x03\x04 partial checkpoint")
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # the KeyboardInterrupt is raised here, mid-write
+            f.seek(0)
+            f.truncate()
+            real_save(obj, f, *args, **kwargs)
+
+        vat.checkpoint.torch = _TorchWith(interrupted_save)
+
+
+class _TorchWith:
+    """`torch` with another `save` (only vat.checkpoint's reference is replaced)."""
+
+    def __init__(self, save) -> None:
+        self.save = save
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+class ScriptedSTSBSpearman(L.Callback):
+    """Logs `val/stsb_spearman` like vat.callbacks.sts.STSBSpearman, with scripted values
+    (one per validation), so that a test knows which checkpoint must be the best."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = list(values)
+        self.calls = 0
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            return
+        pl_module.log("val/stsb_spearman", float(self.values[min(self.calls, len(self.values) - 1)]))
+        self.calls += 1

@@ -25,8 +25,17 @@ def test_bad_tokenizer_files(tmp_path):
         VATTokenizer.from_file(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ValueError, match="not a valid tokenizers JSON"):
+    from vat.errors import VatError
+
+    with pytest.raises(VatError, match="not a valid tokenizers JSON"):
         VATTokenizer.from_file(bad)
+    # valid tokenizers JSON, but not vat's special-token layout
+    from tokenizers import Tokenizer, models
+
+    other = tmp_path / "other.json"
+    Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")).save(str(other))
+    with pytest.raises(VatError, match=f"tokenizer file {other}: tokenizer must map"):
+        VATTokenizer.from_file(other)
 
 
 def test_make_batch_layout():

@@ -128,12 +128,22 @@ def test_bad_corpus_is_one_line_error(tmp_path, case, capsys):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_checkpoint_with_other_tokenizer_is_rejected(fitted, tmp_path, capsys):
+def test_checkpoint_with_other_corpus_or_tokenizer_is_rejected(fitted, tmp_path, capsys):
     other = tmp_path / "other.txt"
     other.write_text("\n".join(f"completely different words number {i} here" for i in range(40)))
     code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.train_files", f"[{other}]",
                        "--data.cache_dir", str(tmp_path / "cache"), "--trainer.max_steps", "4",
                        "--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")], capsys)
+    assert code == 2
+    assert err[-1].startswith("error: --data.train_files: a resume cannot change it")
+    # Same options, but the corpus file changed under them: the retrained tokenizer differs.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((ASSETS / "sentences.txt").read_text())
+    args = ["fit", "-c", TINY, "--run_dir", str(tmp_path / "run2"), "--data.train_files", f"[{corpus}]",
+            "--data.cache_dir", str(tmp_path / "cache")]
+    assert _main(args, capsys)[0] == 0
+    corpus.write_text(other.read_text())
+    code, err = _main([*args, "--trainer.max_steps", "4", "--ckpt_path", "last"], capsys)
     assert code == 2
     assert "tokenizer differs" in err[-1]
 

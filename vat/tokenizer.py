@@ -47,13 +47,23 @@ class VATTokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> VATTokenizer:
+        """A tokenizers JSON file; a missing, unreadable or garbage file is a one-line VatError."""
+        # local import: vat.errors imports vat.checkpoint, which imports this module
+        from vat.errors import VatError
+
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {path} does not exist (expected a tokenizers JSON file)")
         try:
-            return cls(Tokenizer.from_file(str(path)))
+            tok = Tokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises plain Exception subclasses
-            raise ValueError(f"{path} is not a valid tokenizers JSON file: {e}") from None
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            why = (lines[0] if lines else type(e).__name__)[:160]
+            raise VatError(f"tokenizer file {path} is not a valid tokenizers JSON file ({why})") from None
+        try:
+            return cls(tok)
+        except ValueError as e:
+            raise VatError(f"tokenizer file {path}: {e}") from None
 
     @classmethod
     def from_str(cls, json_str: str) -> VATTokenizer:

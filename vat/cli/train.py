@@ -1,22 +1,27 @@
 """`vat train -c configs/<name>.yaml` (= `python train.py fit ...`): LightningCLI over vat.
 
 One run is one directory, `--run_dir` (default runs/vat): TensorBoard events, config.yaml,
-tokenizer.json and checkpoints/ (last.ckpt, the best on val/loss, and on_exception.ckpt).
-Resume a killed run with the same command plus `--ckpt_path last`.
+tokenizer.json and checkpoints/ (last.ckpt, the best on `--best_monitor`, and
+on_exception.ckpt). Resume a killed run with the same command plus `--ckpt_path last`; the
+rules for run directories (no silent resume, --overwrite, the lock, what a resume may
+change) live in vat/run_dir.py.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, OnExceptionCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from vat import run_dir as rd
 from vat.callbacks.progress import StepProgressBar
 from vat.checkpoint import atomic_torch_save, read_checkpoint
 from vat.data import VATDataModule
@@ -74,8 +79,15 @@ class VATCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_dir", type=str, default="runs/vat",
                             help="Run directory: TensorBoard logs, config.yaml, tokenizer.json, checkpoints/.")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="Replace the run already in --run_dir (its checkpoints, events and configs) with a fresh one.")
+        parser.add_argument("--best_monitor", type=Literal[tuple(rd.BEST_MONITORS)], default="val/loss",
+                            help="Metric of the best checkpoint: val/nll (reconstruction), val/stsb_spearman (similarity; "
+                                 "needs the vat.callbacks.sts.STSBSpearman callback), or val/loss (rises with the KL weight).")
         parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
         parser.set_defaults({
+            # A copied run directory must overwrite last.ckpt, not write last-v1.ckpt beside it.
+            "checkpoint.enable_version_counter": False,
             "checkpoint.filename": "step{step:07d}",
             "checkpoint.auto_insert_metric_name": False,
             "checkpoint.save_last": True,
@@ -89,6 +101,9 @@ class VATCLI(LightningCLI):
         # LightningCLI torch.loads --ckpt_path itself (to read its hyperparameters); check the
         # file first so that a corrupt or foreign checkpoint is a one-line error.
         sub = self.config.get("subcommand")
+        self._config_filename = f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
+        if sub == "fit":
+            self._config_filename = rd.prepare_fit(self.config[sub])
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         if ckpt_path and Path(ckpt_path).is_file():
             read_checkpoint(ckpt_path)
@@ -104,33 +119,15 @@ class VATCLI(LightningCLI):
                                   "init_args": {"save_dir": run_dir, "name": "", "version": ""}}
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
-        # Keep what a crash interrupted (Lightning saves it when an exception escapes fit).
-        self.trainer_defaults["callbacks"].append(_OnExceptionCheckpoint(dirpath=cfg.checkpoint.dirpath, filename="on_exception"))
+        # Keep what a crash interrupted (saved when an exception escapes fit).
+        self.trainer_defaults["callbacks"].append(rd.ExceptionCheckpoint(cfg.checkpoint.dirpath))
+        self.trainer_defaults["callbacks"].append(rd.best_checkpoint(cfg.best_monitor))
+        self.save_config_kwargs["config_filename"] = getattr(self, "_config_filename", "config.yaml")
         if cfg.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
         if self.subcommand == "fit":
-            _check_writable(run_dir)
+            rd.check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
-
-
-class _OnExceptionCheckpoint(OnExceptionCheckpoint):
-    """OnExceptionCheckpoint, but only once training has begun: an error while reading data
-    or building the model has nothing to save, and must surface as itself."""
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if trainer.global_step > 0 and getattr(pl_module, "tokenizer", None) is not None:
-            super().on_exception(trainer, pl_module, exception)
-
-
-def _check_writable(run_dir: str) -> None:
-    p = Path(run_dir)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise VatError(f"--run_dir {run_dir} is not writable ({e.strerror})") from None
 
 
 def _check_devices(accelerator, devices) -> None:
@@ -144,14 +141,9 @@ def _check_devices(accelerator, devices) -> None:
             raise VatError(f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)")
 
 
-def _best_checkpoint() -> ModelCheckpoint:
-    return ModelCheckpoint(monitor="val/loss", mode="min", save_top_k=1, filename="best-step{step:07d}",
-                           auto_insert_metric_name=False, save_last=False)
-
-
 def trainer_defaults() -> dict:
     return {
-        "callbacks": [_best_checkpoint(), LearningRateMonitor(logging_interval="step")],
+        "callbacks": [LearningRateMonitor(logging_interval="step")],
         "plugins": [AtomicCheckpointIO()],
         "gradient_clip_val": 1.0,
         # BucketBatchSampler shards batches across ranks itself.
@@ -166,6 +158,9 @@ def _quiet_warnings() -> None:
     # with explicit args while its own sys.argv holds the sweep's options: intended here.
     warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.train\.AtomicCheckpointIO")
     warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended to run from within Python")
+    # vat.run_dir lets a fresh run start only in a directory without checkpoints, so this
+    # warning only ever fires on a resume, where a full checkpoints/ is expected.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
 
 def main(args: list[str] | None = None) -> int:
@@ -185,16 +180,32 @@ def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
 
 TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)
 """Beyond vat.errors.USER_ERRORS, what ends a training command in one line."""
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _run(fn, args: list[str] | None) -> int:
-    """Run fn(args) through the one error wrapper (vat.errors.run_cli)."""
+    """Run fn(args) through the one error wrapper (vat.errors.run_cli). A full disk is one
+    line too; Ctrl-C (which Lightning turns into SystemExit during fit) is one line and exit
+    130. The run directory's lock is released on return."""
 
     def call(argv: list[str]) -> int:
-        fn(argv)
+        rd.reset_state()
+        try:
+            fn(argv)
+        except SystemExit:
+            if not rd.was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
+                raise
+            raise KeyboardInterrupt from None
+        except OSError as e:
+            if isinstance(e, VatError) or e.errno not in _DISK_FULL:
+                raise
+            raise VatError(f"cannot write {e.filename or 'a file'}: {e.strerror}") from e
+        finally:
+            rd.release_locks()
         return 0
 
     return run_cli(call, args, extra_errors=TRAIN_ERRORS)
+
 
 
 def prepare_data(args: list[str]) -> int:

@@ -144,6 +144,8 @@ def train_run(cfg: SweepConfig, s: float, run_dir: Path) -> None:
             "--model.loss.prior_std", str(float(s))]
     if (run_dir / "checkpoints" / "last.ckpt").is_file():
         args += ["--ckpt_path", "last"]
+    else:  # killed before its first checkpoint: nothing to keep, and train.py refuses a used run_dir
+        args += ["--overwrite"]
     try:
         code = train_main(args)
     except SystemExit as e:  # the argument parser exits by itself

@@ -1,0 +1,309 @@
+"""Run directories (issue 11): no silent resume, --overwrite, what a resume may change, one
+run per directory, temp files of killed writes, faults as one line, the best-checkpoint monitor."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT
+from test_train_cli import TINY, _main, _scalars, _train
+
+from vat.checkpoint import read_checkpoint
+
+
+def _fit_args(run, cache, *extra) -> list[str]:
+    return ["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(cache), *extra]
+
+
+def _step(path) -> int:
+    return int(read_checkpoint(path)["global_step"])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A fresh 2-step run, trained in a subprocess with warnings on; tests work on copies."""
+    base = tmp_path_factory.mktemp("rundir")
+    run = base / "run"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    env.pop("PYTHONWARNINGS", None)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *_fit_args(run, base / "cache")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run, base / "cache", r.stderr
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path):
+    run, cache, _ = trained
+    dst = tmp_path / "run"
+    shutil.copytree(run, dst)
+    return dst, cache
+
+
+def test_fresh_run_has_no_contradictory_ckpt_path_warnings(trained):
+    _, _, stderr = trained
+    assert "ckpt_path" not in stderr and "last checkpoint" not in stderr
+
+
+def test_second_fresh_run_stops_and_overwrite_replaces_the_old_run(run_copy, capsys):
+    run, cache = run_copy
+    before = (run / "checkpoints" / "last.ckpt").read_bytes()
+    old_events = sorted(p.name for p in run.glob("events.out.tfevents.*"))
+    (run / "notes.txt").write_text("mine")  # not a run file: --overwrite leaves it
+
+    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "4"), capsys)
+    assert code == 2 and len(err) == 1
+    assert (
+        err[0].startswith(f"error: --run_dir {run} already holds a run") and "--overwrite" in err[0]
+    )
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == before  # untouched, not resumed
+
+    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1", "--overwrite"), capsys)
+    assert code == 0, err
+    assert (
+        _step(run / "checkpoints" / "last.ckpt") == 1
+    )  # trained from scratch: a resume would refuse max_steps 1
+    new_events = sorted(p.name for p in run.glob("events.out.tfevents.*"))
+    assert len(new_events) == 1 and not set(new_events) & set(old_events)
+    assert [s for s, _ in _scalars(run)["train/loss"]] == [0]  # no curve of the old run left
+    assert (run / "notes.txt").read_text() == "mine"
+    assert not list(run.glob(".overwritten-*"))
+
+
+def test_overwrite_cannot_be_combined_with_a_resume(run_copy, capsys):
+    run, cache = run_copy
+    code, err = _main(_fit_args(run, cache, "--overwrite", "--ckpt_path", "last"), capsys)
+    assert code == 2 and "--overwrite" in err[-1] and "--ckpt_path" in err[-1]
+
+
+def test_resume_refuses_model_and_data_changes_and_lower_max_steps(run_copy, capsys):
+    run, cache = run_copy
+    before = (run / "checkpoints" / "last.ckpt").read_bytes()
+    for extra, option in [
+        (["--model.optim.lr", "0.05"], "--model.optim.lr"),
+        (["--model.loss.kl_schedule.warmup_steps", "7"], "--model.loss.kl_schedule.warmup_steps"),
+        (["--data.batch_size", "2"], "--data.batch_size"),
+        (["--trainer.max_steps", "1"], "--trainer.max_steps 1"),
+    ]:
+        code, err = _main(_fit_args(run, cache, "--ckpt_path", "last", *extra), capsys)
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}"), (extra, err)
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == before
+    assert not list(run.glob("config-resume-*.yaml"))
+
+
+def test_resume_records_each_start_without_destroying_the_first(run_copy, capsys):
+    run, cache = run_copy
+    first = (run / "config.yaml").read_text()
+    for n, steps in [(1, 3), (2, 4)]:
+        code, err = _main(
+            _fit_args(
+                run,
+                cache,
+                "--ckpt_path",
+                "last",
+                "--trainer.max_steps",
+                str(steps),
+                "--checkpoint.every_n_train_steps",
+                "2",
+                "--data.num_workers",
+                "0",
+            ),
+            capsys,
+        )
+        assert code == 0, err
+        cfg = yaml.safe_load((run / f"config-resume-{n}.yaml").read_text())
+        assert (
+            cfg["trainer"]["max_steps"] == steps and cfg["checkpoint"]["every_n_train_steps"] == 2
+        )
+        assert cfg["ckpt_path"] == str(run / "checkpoints" / "last.ckpt")  # "last", resolved
+        assert cfg["model"]["optim"]["lr"] == 0.001  # what the optimiser ran with
+    assert (run / "config.yaml").read_text() == first
+    assert _step(run / "checkpoints" / "last.ckpt") == 4
+
+
+def test_copied_run_dir_overwrites_last_ckpt(run_copy, capsys):
+    """Lightning's version counter wrote last-v1.ckpt beside the copied last.ckpt, while
+    evaluate and the sweep read last.ckpt."""
+    run, cache = run_copy
+    code, err = _main(
+        _fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
+    )
+    assert code == 0, err
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert not [n for n in names if "-v1" in n], names
+    assert _step(run / "checkpoints" / "last.ckpt") == 3
+
+
+def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, capsys):
+    _, cache, _ = trained
+    code, err = _main(
+        _fit_args(tmp_path / "new", cache, "--ckpt_path", "last", "--trainer.max_steps", "1"),
+        capsys,
+    )
+    assert code == 0 and any("no checkpoint" in line for line in err)
+    assert _step(tmp_path / "new" / "checkpoints" / "last.ckpt") == 1
+
+
+def _hold_lock(run) -> subprocess.Popen:
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
+        f"from vat.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
+        f"print('locked', flush=True); time.sleep(120)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(
+    tmp_path, trained, capsys
+):
+    _, cache, _ = trained
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = _hold_lock(run)
+    try:
+        code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
+        assert code == 2 and len(err) == 1
+        assert err[0] == (
+            f"error: --run_dir {run} is in use by another run (pid {holder.pid}); "
+            f"wait for it to finish or choose another --run_dir"
+        )
+        assert not (run / "checkpoints").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    code, err = _main(
+        _fit_args(run, cache, "--trainer.max_steps", "1"), capsys
+    )  # the kernel dropped the lock
+    assert code == 0, err
+
+
+def test_temp_files_of_killed_writes_are_removed_at_start(run_copy, capsys):
+    run, cache = run_copy
+    ckpts = run / "checkpoints"
+    stale = [
+        ckpts / ".last.ckpt.tmp-4000000@otherhost-a1b2c3d4",
+        ckpts / ".last.ckpt.tmp-k3j4h5g6",
+        run / ".config.yaml.tmp-4000000@otherhost-zzzzzzzz",
+    ]
+    for p in stale:
+        p.write_bytes(b"half a checkpoint")
+    code, err = _main(
+        _fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
+    )
+    assert code == 0, err
+    assert not [p for p in stale if p.exists()]
+
+
+def test_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path, trained, monkeypatch, capsys):
+    _, cache, _ = trained
+    run = tmp_path / "run"
+    real_save = torch.save
+
+    def full_disk_save(obj, f, *args, **kwargs):
+        if isinstance(obj, dict) and "state_dict" in obj:
+            f.write(b"PK partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk_save)
+    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "2"), capsys)
+    assert code == 2 and err[-1].startswith(f"error: cannot write {run / 'checkpoints'}")
+    assert "no space left on device" in err[-1]
+    # no traceback of the failure (in-process runs may add unrelated "Logging error" noise)
+    assert not [line for line in err[:-1] if "space left" in line or "unexpected pos" in line], err
+    assert not [p.name for p in (run / "checkpoints").iterdir()]  # no temp, no partial checkpoint
+
+
+@pytest.mark.slow
+def test_sigint_while_writing_a_checkpoint(run_copy):
+    run, cache = run_copy
+    before = (run / "checkpoints" / "last.ckpt").read_bytes()
+    r = _train(
+        [
+            *_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5"),
+            "--trainer.callbacks+=crash_callbacks.InterruptDuringSave",
+            "--trainer.callbacks.step=3",
+        ]
+    )
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert (
+        r.stderr.strip().splitlines()[-1].startswith("error: interrupted")
+        and "Traceback" not in r.stderr
+    )
+    last = run / "checkpoints" / "last.ckpt"
+    assert (
+        last.read_bytes() == before and _step(last) == 2
+    )  # the interrupted save of step 3 left it whole
+    assert _step(run / "checkpoints" / "on_exception.ckpt") == 3
+    assert not [p.name for p in (run / "checkpoints").iterdir() if ".tmp-" in p.name]
+
+
+def test_garbage_tokenizer_json_is_one_line(tmp_path, trained, capsys):
+    _, cache, _ = trained
+    bad = tmp_path / "tok.json"
+    bad.write_text('{"version": "1.0", "model": 42')
+    code, err = _main(_fit_args(tmp_path / "run", cache, "--data.tokenizer_path", str(bad)), capsys)
+    assert code == 2 and err[-1].startswith("error: tokenizer file") and str(bad) in err[-1]
+    assert "not a valid tokenizers JSON" in err[-1]
+
+
+@pytest.mark.parametrize("monitor", ["val/nll", "val/stsb_spearman"])
+def test_best_checkpoint_monitor(tmp_path, trained, monitor, capsys):
+    _, cache, _ = trained
+    run = tmp_path / "run"
+    extra = [
+        "--trainer.max_steps",
+        "6",
+        "--trainer.val_check_interval",
+        "1",
+        "--trainer.check_val_every_n_epoch",
+        "null",
+        "--best_monitor",
+        monitor,
+    ]
+    if monitor == "val/stsb_spearman":
+        code, err = _main(_fit_args(run, cache, *extra), capsys)
+        assert code == 2 and "vat.callbacks.sts.STSBSpearman" in err[-1]
+        shutil.rmtree(run)
+        extra += [
+            "--trainer.callbacks+=crash_callbacks.ScriptedSTSBSpearman",
+            "--trainer.callbacks.values=[0.1,0.3,0.7,0.2,0.6,0.5]",
+        ]
+    code, err = _main(_fit_args(run, cache, *extra), capsys)
+    assert code == 0, err
+    values = _scalars(run)[monitor]
+    best_step = (max if monitor == "val/stsb_spearman" else min)(values, key=lambda sv: sv[1])[
+        0
+    ] + 1
+    if monitor == "val/stsb_spearman":
+        assert best_step == 3  # the scripted maximum, 0.7 at the third validation
+    assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == [
+        f"best-step{best_step:07d}.ckpt"
+    ]
+
+
+def test_stale_lock_file_from_an_old_pid_does_not_block(tmp_path, trained, capsys):
+    _, cache, _ = trained
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text("4000000\n")  # a run that died: its flock died with it
+    t0 = time.time()
+    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
+    assert code == 0 and time.time() - t0 < 120, err
