@@ -10,7 +10,6 @@ change) live in vat/run_dir.py.
 from __future__ import annotations
 
 import errno
-import os
 import warnings
 from pathlib import Path
 from typing import Literal
