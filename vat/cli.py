@@ -111,6 +111,8 @@ class _OnExceptionCheckpoint(OnExceptionCheckpoint):
     or building the model has nothing to save, and must surface as itself."""
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, NonFiniteLossError):
+            return  # the weights may be non-finite: keep the last good checkpoint as the latest
         if trainer.global_step > 0 and getattr(pl_module, "tokenizer", None) is not None:
             super().on_exception(trainer, pl_module, exception)
 
