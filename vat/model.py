@@ -295,7 +295,10 @@ class VAT(nn.Module):
         mu: torch.Tensor, logvar: torch.Tensor, tau: float = 1.0, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """z = mu + tau * exp(logvar / 2) * eps, eps ~ N(0, I) (PAPER.md; tau = 1 in training)."""
-        eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+        if generator is None:  # randn_like: traceable by torch.compile with a dynamic batch
+            eps = torch.randn_like(mu)
+        else:
+            eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
         return mu + tau * torch.exp(0.5 * logvar) * eps  # (B, T, d)
 
     def decode(

@@ -277,7 +277,9 @@ class VATSystem(L.LightningModule):
             log["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
         # sync_dist: under DDP the logged values are the mean over processes, not rank 0's alone.
         self.log_dict(log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs, sync_dist=True)
-        self.log("loss", out.loss, prog_bar=True, logger=False, batch_size=bs)
+        # The progress bar reads its values at every step: a device tensor there would be a
+        # sync per step, so it gets a host copy, taken here at a logging step.
+        self.log("loss", out.loss.detach().cpu(), prog_bar=True, logger=False, batch_size=bs)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "val")

@@ -19,6 +19,9 @@ from vat.model import VAT
 # Sequence lengths are padded to a multiple of this under `model.compile`: with static
 # shapes, a compiled graph exists per padded length (at most ceil(max_len / 8) of them).
 PAD_MULTIPLE = 8
+# torch.compile backend. Tests use "aot_eager" (traces the same graphs, no C++ build: inductor
+# takes minutes on a small shared CPU); training uses inductor.
+COMPILE_BACKEND = "inductor"
 
 
 class Terms(NamedTuple):
@@ -72,4 +75,4 @@ def compiled_objective(max_len: int):
     for name in ("recompile_limit", "cache_size_limit"):  # the name changed across releases
         if hasattr(dyn, name):
             setattr(dyn, name, max(getattr(dyn, name), limit))
-    return torch.compile(objective_terms)
+    return torch.compile(objective_terms, backend=COMPILE_BACKEND)
