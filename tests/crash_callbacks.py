@@ -32,3 +32,15 @@ class PoisonAtStep(L.Callback):
         if trainer.global_step == self.step:
             with torch.no_grad():
                 pl_module.model.mu_head.bias.fill_(float("nan"))
+
+
+class PoisonRankAtStep(PoisonAtStep):
+    """PoisonAtStep on one DDP rank only: the others must stop too, not hang."""
+
+    def __init__(self, step: int, rank: int = 1) -> None:
+        super().__init__(step)
+        self.rank = rank
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_rank == self.rank:
+            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)

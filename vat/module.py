@@ -111,8 +111,10 @@ class OptimConfig:
         check(self.warmup_unit in UNITS, f"{o}.warmup_unit", "steps, sentences or tokens", self.warmup_unit)
         check(isinstance(self.warmup_steps, int) and self.warmup_steps > 0, f"{o}.warmup_steps",
               "a positive integer", self.warmup_steps)
-        check(finite(self.lr_scale) and self.lr_scale > 0, f"{o}.lr_scale", "finite and > 0", self.lr_scale)
-        check(finite(self.lr) and self.lr > 0, f"{o}.lr", "finite and > 0", self.lr)
+        # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
+        # arithmetic cannot overflow into an error instead of a non-finite stop.
+        check(finite(self.lr_scale) and 0 < self.lr_scale <= 1e6, f"{o}.lr_scale", "in (0, 1e6]", self.lr_scale)
+        check(finite(self.lr) and 0 < self.lr <= 1e3, f"{o}.lr", "in (0, 1000]", self.lr)
         check(len(self.betas) == 2 and all(finite(b) and 0 <= b < 1 for b in self.betas), f"{o}.betas",
               "two numbers in [0, 1)", self.betas)
         check(finite(self.eps) and self.eps > 0, f"{o}.eps", "finite and > 0", self.eps)
