@@ -56,7 +56,7 @@ def test_non_finite_under_ddp_stops_all_ranks(tmp_path):
     run = tmp_path / "run"
     r = _train(["fit", "-c", TINY, "--run_dir", str(run), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
                 "--trainer.strategy", "ddp", "--data.batch_size", "2", "--data.cache_dir", str(tmp_path / "cache"),
-                "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "3", "--trainer.val_check_interval", "6",
+                "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "3", "--trainer.val_check_interval", "3",
                 "--trainer.callbacks+=crash_callbacks.PoisonRankAtStep", "--trainer.callbacks.step=1"], timeout=300)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "error: non-finite loss at step 1" in r.stderr and "Traceback" not in r.stderr
