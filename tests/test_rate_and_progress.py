@@ -29,15 +29,25 @@ def _batches(tok, sentences):
 
 def _system(tok, loss=None, optim=None):
     torch.manual_seed(0)
-    s = VATSystem(arch=tiny_config(tok.vocab_size), loss=loss or LossConfig(), optim=optim or OptimConfig())
+    s = VATSystem(
+        arch=tiny_config(tok.vocab_size), loss=loss or LossConfig(), optim=optim or OptimConfig()
+    )
     s.tokenizer = tok
     return s
 
 
 def _fit(system, batches, steps, tmp_path, ckpt_path=None, callbacks=()):
-    trainer = L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=bool(callbacks),
-                        callbacks=list(callbacks), enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0, log_every_n_steps=2)
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=bool(callbacks),
+        callbacks=list(callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        log_every_n_steps=2,
+    )
     trainer.fit(system, DataLoader(batches, batch_size=None), ckpt_path=ckpt_path)
     return trainer
 
@@ -45,7 +55,9 @@ def _fit(system, batches, steps, tmp_path, ckpt_path=None, callbacks=()):
 def test_schedules_in_sentences_and_tokens_closed_form(tiny_tokenizer, tiny_sentences, tmp_path):
     batches = _batches(tiny_tokenizer, tiny_sentences)
     tokens = [int((b["src"] != 0).sum()) for b in batches]
-    loss = LossConfig(kl_schedule=KLSchedule(kind="linear", initial_weight=0.0, warmup_steps=40, unit="sentences"))
+    loss = LossConfig(
+        kl_schedule=KLSchedule(kind="linear", initial_weight=0.0, warmup_steps=40, unit="sentences")
+    )
     optim = OptimConfig(schedule="noam", warmup_steps=60, warmup_unit="tokens", lr_scale=2.0)
     system = _system(tiny_tokenizer, loss, optim)
     trainer = _fit(system, batches, 5, tmp_path)
@@ -62,7 +74,9 @@ def test_resume_keeps_counters_and_controller(tiny_tokenizer, tiny_sentences, tm
     loss = LossConfig(target_kl=10.0, kl_control_ki=0.05, kl_schedule=KLSchedule(unit="tokens"))
     whole = _system(tiny_tokenizer, loss)
     _fit(whole, batches, 5, tmp_path / "a")
-    ckpt = ModelCheckpoint(dirpath=tmp_path / "ck", save_last=True, every_n_train_steps=3, save_top_k=0)
+    ckpt = ModelCheckpoint(
+        dirpath=tmp_path / "ck", save_last=True, every_n_train_steps=3, save_top_k=0
+    )
     first = _system(tiny_tokenizer, loss)
     _fit(first, batches[:3], 3, tmp_path / "b", callbacks=[ckpt])
     second = _system(tiny_tokenizer, loss)
@@ -103,7 +117,9 @@ def test_controller_weight_rises_when_the_rate_is_above_target():
     assert ctrl.weight.item() == pytest.approx(0.01 * math.exp(0.5 + 0.1))
     for _ in range(1000):
         ctrl.update(torch.tensor(4.0))
-    assert ctrl.weight.item() == pytest.approx(1.0)  # clamped at w_max; the integral did not wind up
+    assert ctrl.weight.item() == pytest.approx(
+        1.0
+    )  # clamped at w_max; the integral did not wind up
     ctrl.update(torch.tensor(0.0))  # error -1: leaves the bound at once
     assert ctrl.weight.item() < 1.0
     ctrl.update(torch.tensor(float("nan")))  # a non-finite rate leaves the state as it is
@@ -111,7 +127,9 @@ def test_controller_weight_rises_when_the_rate_is_above_target():
 
 
 def test_tiny_run_moves_the_rate_toward_the_target(tiny_tokenizer, tiny_sentences, tmp_path):
-    batches = [make_batch(tiny_tokenizer.encode_batch(tiny_sentences[i : i + 6])) for i in range(0, 12, 6)] * 15
+    batches = [
+        make_batch(tiny_tokenizer.encode_batch(tiny_sentences[i : i + 6])) for i in range(0, 12, 6)
+    ] * 15
     loss = LossConfig(target_kl=5.0, kl_control_ki=0.3, kl_control_initial=0.01)
     system = _system(tiny_tokenizer, loss, OptimConfig(schedule="constant", lr=3e-3))
     probe = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:12]))

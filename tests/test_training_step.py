@@ -25,20 +25,33 @@ def fast_compile(monkeypatch):
 
 def _system(tok, compile=False, **loss):
     torch.manual_seed(0)
-    system = VATSystem(arch=tiny_config(tok.vocab_size), loss=LossConfig(**loss),
-                       optim=OptimConfig(schedule="constant", lr=1e-3), compile=compile)
+    system = VATSystem(
+        arch=tiny_config(tok.vocab_size),
+        loss=LossConfig(**loss),
+        optim=OptimConfig(schedule="constant", lr=1e-3),
+        compile=compile,
+    )
     system.tokenizer = tok
     return system
 
 
 def _batches(tok, sentences, n=6, bs=4):
-    return [make_batch(tok.encode_batch(sentences[(i * bs) % 12 : (i * bs) % 12 + bs])) for i in range(n)]
+    return [
+        make_batch(tok.encode_batch(sentences[(i * bs) % 12 : (i * bs) % 12 + bs]))
+        for i in range(n)
+    ]
 
 
 def _trainer(tmp_path, steps, **kw):
-    kw = {"enable_checkpointing": False, "enable_model_summary": False, "limit_val_batches": 0,
-          "logger": L.pytorch.loggers.CSVLogger(tmp_path), **kw}
-    return L.Trainer(max_steps=steps, accelerator="cpu", **kw)
+    kw = {
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "limit_val_batches": 0,
+        "logger": L.pytorch.loggers.CSVLogger(tmp_path),
+        "accelerator": "cpu",
+        **kw,
+    }
+    return L.Trainer(max_steps=steps, **kw)
 
 
 class _SyncCounter(L.Callback):
@@ -91,8 +104,14 @@ def test_no_host_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_
     system.kl_schedule.unit = "sentences"
     counter = _SyncCounter(log_every=3)
     try:
-        trainer = _trainer(tmp_path, 6, log_every_n_steps=3, callbacks=[counter], enable_progress_bar=True,
-                           gradient_clip_val=1.0)
+        trainer = _trainer(
+            tmp_path,
+            6,
+            log_every_n_steps=3,
+            callbacks=[counter],
+            enable_progress_bar=True,
+            gradient_clip_val=1.0,
+        )
         trainer.fit(system, DataLoader(_batches(tiny_tokenizer, tiny_sentences), batch_size=None))
     finally:
         counter.restore()
@@ -102,11 +121,17 @@ def test_no_host_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_
     header = metrics[0].split(",")
     for name in ("train/loss", "train/kl", "train/kl_weight", "train/tokens_per_s", "train/lr"):
         assert name in header
-    steps = {row.split(",")[header.index("step")] for row in metrics[1:] if row.split(",")[header.index("train/loss")]}
+    steps = {
+        row.split(",")[header.index("step")]
+        for row in metrics[1:]
+        if row.split(",")[header.index("train/loss")]
+    }
     assert steps == {"2", "5"}  # logged at steps 3 and 6 only (0-based 2 and 5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CPU proxy above runs everywhere)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA (the CPU proxy above runs everywhere)"
+)
 def test_no_cuda_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_path):
     system = _system(tiny_tokenizer, target_kl=5.0)
     system.kl_schedule.unit = "tokens"
@@ -120,8 +145,16 @@ def test_no_cuda_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_
             torch.cuda.set_sync_debug_mode("default")
 
     try:
-        trainer = _trainer(tmp_path, 6, accelerator="gpu", devices=1, log_every_n_steps=3, callbacks=[SyncDebug()],
-                           enable_progress_bar=False, gradient_clip_val=1.0)
+        trainer = _trainer(
+            tmp_path,
+            6,
+            accelerator="gpu",
+            devices=1,
+            log_every_n_steps=3,
+            callbacks=[SyncDebug()],
+            enable_progress_bar=False,
+            gradient_clip_val=1.0,
+        )
         trainer.fit(system, DataLoader(_batches(tiny_tokenizer, tiny_sentences), batch_size=None))
     finally:
         torch.cuda.set_sync_debug_mode("default")
@@ -131,7 +164,11 @@ def test_no_cuda_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_
 def test_test_stage_logs_test_metrics(tiny_tokenizer, tiny_sentences, tmp_path):
     system = _system(tiny_tokenizer)
     trainer = _trainer(tmp_path, 1, enable_progress_bar=False)
-    trainer.test(system, DataLoader(_batches(tiny_tokenizer, tiny_sentences, n=2), batch_size=None), verbose=False)
+    trainer.test(
+        system,
+        DataLoader(_batches(tiny_tokenizer, tiny_sentences, n=2), batch_size=None),
+        verbose=False,
+    )
     keys = set(trainer.callback_metrics)
     assert {"test/nll", "test/kl", "test/loss", "test/ppl", "test/kl_weight"} <= keys
     assert not any(k.startswith("val/") for k in keys)
@@ -149,8 +186,10 @@ def test_forward_and_shared_step_agree(tiny_tokenizer, tiny_sentences):
 
 def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, fast_compile):
     batch = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:5]))  # T not a multiple of 8
-    eager, compiled = _system(tiny_tokenizer, sample_latent=False), _system(tiny_tokenizer, compile=True,
-                                                                           sample_latent=False)
+    eager, compiled = (
+        _system(tiny_tokenizer, sample_latent=False),
+        _system(tiny_tokenizer, compile=True, sample_latent=False),
+    )
     a, b = eager._shared_step(batch, "train"), compiled._shared_step(batch, "train")
     torch.testing.assert_close(b.loss, a.loss, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(b.kl, a.kl, rtol=1e-4, atol=1e-5)
@@ -166,9 +205,13 @@ def test_resume_across_compile_change(tiny_tokenizer, tiny_sentences, tmp_path, 
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     batches = DataLoader(_batches(tiny_tokenizer, tiny_sentences, n=4), batch_size=None)
-    ckpt = ModelCheckpoint(dirpath=tmp_path / "ck", save_last=True, every_n_train_steps=2, save_top_k=0)
+    ckpt = ModelCheckpoint(
+        dirpath=tmp_path / "ck", save_last=True, every_n_train_steps=2, save_top_k=0
+    )
     first = _system(tiny_tokenizer, compile=True)
-    _trainer(tmp_path, 2, callbacks=[ckpt], enable_checkpointing=True, enable_progress_bar=False).fit(first, batches)
+    _trainer(
+        tmp_path, 2, callbacks=[ckpt], enable_checkpointing=True, enable_progress_bar=False
+    ).fit(first, batches)
     sd = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True)["state_dict"]
     assert not any("_orig_mod" in k for k in sd)
     second = _system(tiny_tokenizer, compile=False)
@@ -183,9 +226,13 @@ def test_bf16_autocast_close_to_fp32(tiny_tokenizer, tiny_sentences, tmp_path):
     fp32 = system._shared_step(batch, "train")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = system._shared_step(batch, "train")
-    assert torch.isfinite(bf16.loss) and bf16.loss.dtype == torch.float32  # the loss is reduced in fp32
+    assert (
+        torch.isfinite(bf16.loss) and bf16.loss.dtype == torch.float32
+    )  # the loss is reduced in fp32
     # bf16 keeps 8 bits of mantissa: the stated bound is 2% of the loss.
     assert abs(bf16.loss.item() - fp32.loss.item()) < 0.02 * fp32.loss.item()
-    trainer = _trainer(tmp_path, 2, precision="bf16-mixed", enable_progress_bar=False, log_every_n_steps=1)
+    trainer = _trainer(
+        tmp_path, 2, precision="bf16-mixed", enable_progress_bar=False, log_every_n_steps=1
+    )
     trainer.fit(system, DataLoader(_batches(tiny_tokenizer, tiny_sentences, n=2), batch_size=None))
     assert all(torch.isfinite(p).all() for p in system.parameters())

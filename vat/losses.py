@@ -16,14 +16,21 @@ import torch.nn.functional as F
 ScheduleName = Literal["logistic", "constant", "linear", "cyclical"]
 
 
-def gaussian_kl(mu: torch.Tensor, logvar: torch.Tensor, prior_std: float | torch.Tensor) -> torch.Tensor:
+def gaussian_kl(
+    mu: torch.Tensor, logvar: torch.Tensor, prior_std: float | torch.Tensor
+) -> torch.Tensor:
     """KL(N(mu, diag(exp(logvar))) || N(0, prior_std^2 I)) per latent dimension.
 
     Closed form (PAPER.md, Loss): log s - logvar/2 + (exp(logvar) + mu^2) / (2 s^2) - 1/2.
     Returns a tensor of the same shape as `mu`; sum over the last axis for KL_t.
     """
     prior_std = torch.as_tensor(prior_std, dtype=mu.dtype, device=mu.device)
-    return torch.log(prior_std) - 0.5 * logvar + (logvar.exp() + mu.pow(2)) / (2 * prior_std.pow(2)) - 0.5
+    return (
+        torch.log(prior_std)
+        - 0.5 * logvar
+        + (logvar.exp() + mu.pow(2)) / (2 * prior_std.pow(2))
+        - 0.5
+    )
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -32,7 +39,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-def reconstruction_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def reconstruction_nll(
+    logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
     """Per-token cross-entropy (B, T) of logits (B, T, V) against targets (B, T); 0 at pads."""
     nll = F.cross_entropy(logits.transpose(1, 2).float(), targets, reduction="none")  # (B, T)
     return nll * mask
@@ -92,27 +101,53 @@ class KLSchedule:
     """What `warmup_steps` and `cycle_steps` count: optimiser steps, or sentences or non-pad
     tokens seen (summed over DDP ranks). Sentences or tokens keep the schedule's meaning when
     the batch size changes; steps keep how many updates the decoder gets before the weight
-    rises (at large batches a schedule in sentences rises within few updates, and the
-    posterior can collapse before the decoder has learned: docs/training.md)."""
+    rises. The trade-off (issue 15): at 32,768-token batches, W = 6.4 million sentences (the
+    paper's 50,000 steps x 128) raised the weight within ~2,000 updates, before the decoder had
+    learned (NLL 1.7 at weight 0.26), and the posterior collapsed (KL 0). So a schedule in
+    sentences needs W large in updates too, or use `target_kl`, which cannot collapse."""
 
     def __post_init__(self) -> None:
         o = "model.loss.kl_schedule"
-        check(self.kind in ("logistic", "constant", "linear", "cyclical"), f"{o}.kind",
-              "logistic, constant, linear or cyclical", self.kind)
+        check(
+            self.kind in ("logistic", "constant", "linear", "cyclical"),
+            f"{o}.kind",
+            "logistic, constant, linear or cyclical",
+            self.kind,
+        )
         check(self.unit in UNITS, f"{o}.unit", "steps, sentences or tokens", self.unit)
-        check(isinstance(self.warmup_steps, int) and self.warmup_steps > 0, f"{o}.warmup_steps",
-              "a positive integer", self.warmup_steps)
-        check(isinstance(self.cycle_steps, int) and self.cycle_steps > 0, f"{o}.cycle_steps",
-              "a positive integer", self.cycle_steps)
+        check(
+            isinstance(self.warmup_steps, int) and self.warmup_steps > 0,
+            f"{o}.warmup_steps",
+            "a positive integer",
+            self.warmup_steps,
+        )
+        check(
+            isinstance(self.cycle_steps, int) and self.cycle_steps > 0,
+            f"{o}.cycle_steps",
+            "a positive integer",
+            self.cycle_steps,
+        )
         if self.kind == "logistic":
-            check(finite(self.initial_weight) and 0 < self.initial_weight < 0.5, f"{o}.initial_weight",
-                  "in (0, 0.5) for the logistic schedule", self.initial_weight)
+            check(
+                finite(self.initial_weight) and 0 < self.initial_weight < 0.5,
+                f"{o}.initial_weight",
+                "in (0, 0.5) for the logistic schedule",
+                self.initial_weight,
+            )
         else:
-            check(finite(self.initial_weight) and self.initial_weight >= 0, f"{o}.initial_weight",
-                  "finite and >= 0", self.initial_weight)
+            check(
+                finite(self.initial_weight) and self.initial_weight >= 0,
+                f"{o}.initial_weight",
+                "finite and >= 0",
+                self.initial_weight,
+            )
         check(finite(self.beta) and self.beta >= 0, f"{o}.beta", "finite and >= 0", self.beta)
-        check(finite(self.cycle_ramp) and 0 < self.cycle_ramp <= 1, f"{o}.cycle_ramp", "in (0, 1]",
-              self.cycle_ramp)
+        check(
+            finite(self.cycle_ramp) and 0 < self.cycle_ramp <= 1,
+            f"{o}.cycle_ramp",
+            "in (0, 1]",
+            self.cycle_ramp,
+        )
 
     def __call__(self, progress: int | float | torch.Tensor) -> float | torch.Tensor:
         return self.beta * self.weight(progress)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import lightning as L
 import torch
@@ -22,104 +22,13 @@ from torchmetrics.text import Perplexity
 
 from vat.checkpoint import vat_metadata
 from vat.errors import VatError
-from vat.losses import UNITS, KLSchedule, Unit, check, finite, noam_lr
+from vat.losses import noam_lr
 from vat.model import VAT, VATConfig
 from vat.objective import compiled_objective, objective_terms, pad_to_multiple
 from vat.rate import KLController
 from vat.tokenizer import PAD_ID, VATTokenizer
+from vat.train_config import LossConfig, OptimConfig, _as
 from vat.train_state import TrainState
-
-
-@dataclass
-class LossConfig:
-    """The objective of PAPER.md eq. 5-6."""
-
-    prior_std: float = 0.4
-    """s, the standard deviation of the scaled prior N(0, s^2 I). Paper: 0.4."""
-    learn_prior_std: bool = False
-    """Learn s as a parameter (the abstract's reading), starting from `prior_std`. Off in the paper's experiments."""
-    kl_schedule: KLSchedule = field(default_factory=KLSchedule)
-    """The KL weight w(progress) times beta. Ignored (except beta) when `target_kl` is set."""
-    free_bits: float = 0.0
-    """Free bits per latent dimension (Kingma et al. 2016); 0 turns them off."""
-    sample_latent: bool = True
-    """Sample z = mu + sigma * eps in training and validation (the VAT). False decodes from
-    z = mu: with a zero KL weight, the paper's plain Transformer-autoencoder baseline; also
-    makes runs noise-free for comparisons."""
-    target_kl: float | None = None
-    """Hold the rate (KL in nats per token, summed over latent dimensions) at this value: a PI
-    controller (vat/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
-    step, replacing `kl_schedule`'s w (beta still multiplies). None: the schedule."""
-    kl_control_kp: float = 0.0
-    """Proportional gain of the controller on log(weight), per unit of relative KL error
-    (KL - target) / target. 0 (default) is pure dual ascent; > 0 reacts faster but passes
-    batch noise into the weight."""
-    kl_control_ki: float = 0.01
-    """Integral gain: each step moves log(weight) by ki * (KL - target) / target, so a KL 10%
-    above the target multiplies the weight by exp(0.001) per step, x2.7 in 1,000 steps."""
-    kl_control_initial: float = 0.001
-    """The controller's starting weight (small, so the decoder learns before the KL is squeezed)."""
-    kl_control_min: float = 1e-5
-    """Lower bound of the controlled weight (> 0: log space)."""
-    kl_control_max: float = 10.0
-    """Upper bound of the controlled weight (> 1 can push a rate below what weight 1 gives)."""
-
-    def __post_init__(self) -> None:
-        o = "model.loss"
-        check(finite(self.prior_std) and self.prior_std > 0, f"{o}.prior_std", "finite and > 0", self.prior_std)
-        check(finite(self.free_bits) and self.free_bits >= 0, f"{o}.free_bits", "finite and >= 0", self.free_bits)
-        check(self.target_kl is None or (finite(self.target_kl) and self.target_kl > 0), f"{o}.target_kl",
-              "null or finite and > 0 (nats per token)", self.target_kl)
-        for name in ("kl_control_kp", "kl_control_ki"):
-            check(finite(getattr(self, name)) and getattr(self, name) >= 0, f"{o}.{name}", "finite and >= 0",
-                  getattr(self, name))
-        check(finite(self.kl_control_min) and self.kl_control_min > 0, f"{o}.kl_control_min", "finite and > 0",
-              self.kl_control_min)
-        check(finite(self.kl_control_max) and self.kl_control_max >= self.kl_control_min, f"{o}.kl_control_max",
-              f"finite and >= kl_control_min={self.kl_control_min}", self.kl_control_max)
-        check(finite(self.kl_control_initial) and self.kl_control_min <= self.kl_control_initial <= self.kl_control_max,
-              f"{o}.kl_control_initial", "within [kl_control_min, kl_control_max]", self.kl_control_initial)
-
-
-@dataclass
-class OptimConfig:
-    """Adam with the Noam schedule (Vaswani et al. 2017, eq. 3)."""
-
-    schedule: Literal["noam", "constant"] = "noam"
-    """noam: lr = lr_scale * d^-0.5 * min(p^-0.5, p * warmup^-1.5), p = progress in warmup_unit; constant: lr."""
-    warmup_steps: int = 50_000
-    """Noam warm-up, counted in `warmup_unit`. Paper: 50,000 steps."""
-    lr_scale: float = 1.0
-    """Multiplier of the Noam curve. Its peak is lr_scale * d^-0.5 * warmup^-0.5, so with
-    warmup counted in sentences, lr_scale = sqrt(sentences per step) gives the step curve
-    (e.g. warmup 6,400,000 sentences and lr_scale 11.31 is the paper's at 128 per step)."""
-    lr: float = 5e-4
-    """Learning rate of the constant schedule."""
-    betas: tuple[float, float] = (0.9, 0.98)
-    """Adam betas (Vaswani et al. 2017)."""
-    eps: float = 1e-9
-    """Adam epsilon (Vaswani et al. 2017)."""
-    weight_decay: float = 0.0
-    """AdamW-style decoupled weight decay (0: plain Adam)."""
-    warmup_unit: Unit = "steps"
-    """What `warmup_steps` counts: optimiser steps, or sentences or non-pad tokens seen
-    (summed over DDP ranks); the lr is then set on the device every step."""
-
-    def __post_init__(self) -> None:
-        o = "model.optim"
-        check(self.schedule in ("noam", "constant"), f"{o}.schedule", "noam or constant", self.schedule)
-        check(self.warmup_unit in UNITS, f"{o}.warmup_unit", "steps, sentences or tokens", self.warmup_unit)
-        check(isinstance(self.warmup_steps, int) and self.warmup_steps > 0, f"{o}.warmup_steps",
-              "a positive integer", self.warmup_steps)
-        # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
-        # arithmetic cannot overflow into an error instead of a non-finite stop.
-        check(finite(self.lr_scale) and 0 < self.lr_scale <= 1e6, f"{o}.lr_scale", "in (0, 1e6]", self.lr_scale)
-        check(finite(self.lr) and 0 < self.lr <= 1e3, f"{o}.lr", "in (0, 1000]", self.lr)
-        check(len(self.betas) == 2 and all(finite(b) and 0 <= b < 1 for b in self.betas), f"{o}.betas",
-              "two numbers in [0, 1)", self.betas)
-        check(finite(self.eps) and self.eps > 0, f"{o}.eps", "finite and > 0", self.eps)
-        check(finite(self.weight_decay) and self.weight_decay >= 0, f"{o}.weight_decay", "finite and >= 0",
-              self.weight_decay)
 
 
 class StepOutput(NamedTuple):
@@ -132,16 +41,6 @@ class StepOutput(NamedTuple):
     logits: torch.Tensor | None  # (B, T, V); None in training (not needed, not kept)
     mask: torch.Tensor  # (B, T) bool
     ntokens: torch.Tensor  # non-pad tokens
-
-
-def _as(cls, value):
-    """Accept a dataclass or a plain dict (checkpoints store plain dicts for safe loading)."""
-    value = asdict(value) if isinstance(value, cls) else dict(value)
-    if cls is LossConfig and isinstance(value.get("kl_schedule"), dict):
-        value["kl_schedule"] = KLSchedule(**value["kl_schedule"])
-    if cls is OptimConfig and "betas" in value:
-        value["betas"] = tuple(value["betas"])
-    return cls(**value)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -179,8 +78,14 @@ class VATSystem(L.LightningModule):
         self.optim_cfg = _as(OptimConfig, optim)
         self.compile = bool(compile)
         # Plain dicts only, so checkpoints load with torch.load(weights_only=True).
-        self.save_hyperparameters({"arch": self.arch.to_dict(), "loss": asdict(self.loss_cfg),
-                                   "optim": asdict(self.optim_cfg), "compile": self.compile})
+        self.save_hyperparameters(
+            {
+                "arch": self.arch.to_dict(),
+                "loss": asdict(self.loss_cfg),
+                "optim": asdict(self.optim_cfg),
+                "compile": self.compile,
+            }
+        )
         self.model = VAT(self.arch)
         self.kl_schedule = self.loss_cfg.kl_schedule
         log_s = torch.tensor(math.log(self.loss_cfg.prior_std))
@@ -189,18 +94,19 @@ class VATSystem(L.LightningModule):
         else:
             self.register_buffer("log_prior_std", log_s)
         lc = self.loss_cfg
-        self.rate = None if lc.target_kl is None else KLController(
-            lc.target_kl, lc.kl_control_kp, lc.kl_control_ki, lc.kl_control_initial, lc.kl_control_min, lc.kl_control_max)
+        self.rate = None if lc.target_kl is None else KLController.from_config(lc)
         self.train_state = TrainState()
         self.tokenizer: VATTokenizer | None = None
         self.length_histogram: list[int] = []
-        self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (MeanMetric() for _ in range(4))
+        self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (
+            MeanMetric() for _ in range(4)
+        )
         self.val_ppl = Perplexity(ignore_index=PAD_ID)
         self._val_generator: torch.Generator | None = None
         self._rng_to_restore: torch.Tensor | None = None
         self._compiled = None
         self._step_stats: torch.Tensor | None = None
-        self._last_log: tuple[float, torch.Tensor] | None = None  # (time, tokens seen) at the last log
+        self._last_log: tuple[float, torch.Tensor] | None = None  # (time, tokens seen)
         self._log_step = False
         self._val_batches = 0
 
@@ -208,7 +114,13 @@ class VATSystem(L.LightningModule):
     def prior_std(self) -> torch.Tensor:
         return self.log_prior_std.exp()
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, sample: bool = True, generator: torch.Generator | None = None):
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        sample: bool = True,
+        generator: torch.Generator | None = None,
+    ):
         return self.model(src, tgt_in, sample=sample, generator=generator)
 
     def kl_weight(self) -> torch.Tensor | float:
@@ -220,7 +132,9 @@ class VATSystem(L.LightningModule):
             return self.kl_schedule(self.global_step)  # a Python float: no kernel, no sync
         return self.kl_schedule(self.train_state.seen(unit))
 
-    def _shared_step(self, batch: dict[str, torch.Tensor], stage: str, generator: torch.Generator | None = None) -> StepOutput:
+    def _shared_step(
+        self, batch: dict[str, torch.Tensor], stage: str, generator: torch.Generator | None = None
+    ) -> StepOutput:
         """Loss terms of one batch. Training may run compiled and keeps no logits; evaluation
         (stage val/test) runs eagerly with a fixed noise stream and returns logits."""
         train = stage == "train"
@@ -232,8 +146,17 @@ class VATSystem(L.LightningModule):
             batch = pad_to_multiple(batch, self.arch.pad_id)
             for v in batch.values():
                 torch._dynamo.maybe_mark_dynamic(v, 0)
-        terms = objective(self.model, batch["src"], batch["tgt_in"], batch["tgt_out"], self.prior_std,
-                          self.loss_cfg.free_bits, self.loss_cfg.sample_latent, generator, not train)
+        terms = objective(
+            self.model,
+            batch["src"],
+            batch["tgt_in"],
+            batch["tgt_out"],
+            self.prior_std,
+            self.loss_cfg.free_bits,
+            self.loss_cfg.sample_latent,
+            generator,
+            not train,
+        )
         weight = self.kl_weight()
         if isinstance(weight, torch.Tensor):
             weight = weight.to(terms.kl.dtype)
@@ -264,21 +187,31 @@ class VATSystem(L.LightningModule):
 
     def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
         bs = batch["src"].shape[0]
-        log = {"train/loss": out.loss, "train/nll": out.nll, "train/ppl": out.nll.exp(), "train/kl": out.kl,
-               "train/kl_weight": out.kl_weight, "train/kl_weighted": out.kl_weight * out.kl,
-               "train/nonpad_frac": out.ntokens / batch["src"].numel()}
+        log = {
+            "train/loss": out.loss,
+            "train/nll": out.nll,
+            "train/ppl": out.nll.exp(),
+            "train/kl": out.kl,
+            "train/kl_weight": out.kl_weight,
+            "train/kl_weighted": out.kl_weight * out.kl,
+            "train/nonpad_frac": out.ntokens / batch["src"].numel(),
+        }
         now, tokens = time.perf_counter(), self.train_state.seen("tokens").clone()
         if self._last_log is not None:
             # Tokens (all ranks) between two logging steps over the host time between them: the
             # device is waited for at every logging step, so the interval is measured in full.
-            log["train/tokens_per_s"] = (tokens - self._last_log[1]).double() / max(now - self._last_log[0], 1e-9)
+            log["train/tokens_per_s"] = (tokens - self._last_log[1]).double() / max(
+                now - self._last_log[0], 1e-9
+            )
         self._last_log = (now, tokens)
         if self.loss_cfg.learn_prior_std:
             log["train/prior_std"] = self.prior_std.detach()
         if self._tensor_lr():
             log["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
         # sync_dist: under DDP the logged values are the mean over processes, not rank 0's alone.
-        self.log_dict(log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs, sync_dist=True)
+        self.log_dict(
+            log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs, sync_dist=True
+        )
         # The progress bar reads its values at every step: a device tensor there would be a
         # sync per step, so it gets a host copy, taken here at a logging step.
         self.log("loss", out.loss.detach().cpu(), prog_bar=True, logger=False, batch_size=bs)
@@ -306,8 +239,18 @@ class VATSystem(L.LightningModule):
         self.val_loss.update(out.loss, n)
         self.val_ppl.update(out.logits.float(), batch["tgt_out"])
         bs = batch["src"].shape[0]
-        self.log_dict({f"{stage}/nll": self.val_nll, f"{stage}/kl": self.val_kl, f"{stage}/kl_weighted": self.val_kl_weighted,
-                       f"{stage}/loss": self.val_loss, f"{stage}/ppl": self.val_ppl}, on_step=False, on_epoch=True, batch_size=bs)
+        self.log_dict(
+            {
+                f"{stage}/nll": self.val_nll,
+                f"{stage}/kl": self.val_kl,
+                f"{stage}/kl_weighted": self.val_kl_weighted,
+                f"{stage}/loss": self.val_loss,
+                f"{stage}/ppl": self.val_ppl,
+            },
+            on_step=False,
+            on_epoch=True,
+            batch_size=bs,
+        )
         self.log(f"{stage}/kl_weight", out.kl_weight, on_step=False, on_epoch=True, batch_size=bs)
 
     def configure_optimizers(self):
@@ -319,15 +262,22 @@ class VATSystem(L.LightningModule):
             # A tensor lr needs capturable=True on CUDA, and the single-tensor path elsewhere.
             lr = torch.tensor(0.0, device=self.device)  # set before the first update
             cuda = self.device.type == "cuda"
-            return opt_cls(self.parameters(), lr=lr, capturable=cuda, foreach=None if cuda else False, **kw)
+            return opt_cls(
+                self.parameters(), lr=lr, capturable=cuda, foreach=None if cuda else False, **kw
+            )
         optimizer = opt_cls(self.parameters(), lr=1.0 if o.schedule == "noam" else o.lr, **kw)
         if o.schedule == "noam":
             d = self.arch.d_model
             # LambdaLR's step counts from 0 at the first update; Noam's step counts from 1.
-            sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d, o.warmup_steps, o.lr_scale))
+            sched = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda s: noam_lr(s + 1, d, o.warmup_steps, o.lr_scale)
+            )
         else:
             sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "train/lr"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "train/lr"},
+        }
 
     def _tensor_lr(self) -> bool:
         return self.optim_cfg.schedule == "noam" and self.optim_cfg.warmup_unit != "steps"
@@ -335,7 +285,9 @@ class VATSystem(L.LightningModule):
     def _noam_tensor_lr(self) -> torch.Tensor:
         o = self.optim_cfg
         # Progress including this batch, as the step schedule's s + 1.
-        return noam_lr(self.train_state.seen(o.warmup_unit), self.arch.d_model, o.warmup_steps, o.lr_scale)
+        return noam_lr(
+            self.train_state.seen(o.warmup_unit), self.arch.d_model, o.warmup_steps, o.lr_scale
+        )
 
     def _set_tensor_lr(self) -> None:
         if self._tensor_lr():
@@ -343,7 +295,9 @@ class VATSystem(L.LightningModule):
             for group in self.trainer.optimizers[0].param_groups:
                 group["lr"].copy_(lr)
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
         """Lightning's clipping, keeping the total gradient norm for the non-finite guard
         (clip_grad_norm_ computes it anyway; no extra pass over the gradients)."""
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
@@ -364,7 +318,10 @@ class VATSystem(L.LightningModule):
         if dm is None or getattr(dm, "tokenizer", None) is None:
             return
         if dm.tokenizer.vocab_size > self.arch.vocab_size:
-            raise VatError(f"model.arch.vocab_size={self.arch.vocab_size} is smaller than the tokenizer's {dm.tokenizer.vocab_size} tokens")
+            raise VatError(
+                f"model.arch.vocab_size={self.arch.vocab_size} is smaller than the tokenizer's "
+                f"{dm.tokenizer.vocab_size} tokens"
+            )
         self.tokenizer = dm.tokenizer
         self.length_histogram = list(dm.length_histogram)
         if stage == "fit":
@@ -395,27 +352,46 @@ class VATSystem(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.tokenizer is None:
-            raise VatError("cannot save a vat checkpoint before the tokenizer is set (run through train.py)")
+            raise VatError(
+                "cannot save a vat checkpoint before the tokenizer is set (run through train.py)"
+            )
         if self._trainer is not None and self.trainer.training:
             self._stop_if_non_finite()
         # Never write a checkpoint with non-finite weights (one host sync per save).
         weights = [t for t in checkpoint["state_dict"].values() if t.is_floating_point()]
         if weights and not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
-            raise NonFiniteLossError(f"non-finite weights after step {self.global_step}; stopped before saving them; "
-                                     f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}")
-        checkpoint["vat"] = vat_metadata(self.model, self.tokenizer, float(self.prior_std), self.length_histogram)
+            raise NonFiniteLossError(
+                f"non-finite weights after step {self.global_step}; stopped before saving them; "
+                f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}"
+            )
+        checkpoint["vat"] = vat_metadata(
+            self.model, self.tokenizer, float(self.prior_std), self.length_histogram
+        )
         checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
-        checkpoint["vat_train_state"] = {**self.train_state.state(), **({"rate": self.rate.state()} if self.rate else {})}
+        checkpoint["vat_train_state"] = {
+            **self.train_state.state(),
+            **({"rate": self.rate.state()} if self.rate else {}),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         meta = checkpoint.get("vat")
         if meta is None:
             raise VatError("the checkpoint is not a vat checkpoint (no 'vat' metadata)")
         if meta["model_config"] != self.arch.to_dict():
-            diff = {k: (v, self.arch.to_dict().get(k)) for k, v in meta["model_config"].items() if self.arch.to_dict().get(k) != v}
-            raise VatError(f"--ckpt_path: the checkpoint's model config differs from this run's: {diff} (checkpoint, config)")
+            diff = {
+                k: (v, self.arch.to_dict().get(k))
+                for k, v in meta["model_config"].items()
+                if self.arch.to_dict().get(k) != v
+            }
+            raise VatError(
+                "--ckpt_path: the checkpoint's model config differs from this run's: "
+                f"{diff} (checkpoint, config)"
+            )
         if self.tokenizer is not None and meta["tokenizer"] != self.tokenizer.to_str():
-            raise VatError("--ckpt_path: the checkpoint's tokenizer differs from this run's data.tokenizer (different corpus, vocab_size or tokenizer_path)")
+            raise VatError(
+                "--ckpt_path: the checkpoint's tokenizer differs from this run's data.tokenizer "
+                "(different corpus, vocab_size or tokenizer_path)"
+            )
         if self.tokenizer is None:
             self.tokenizer = VATTokenizer.from_str(meta["tokenizer"])
             self.length_histogram = list(meta.get("length_histogram", []))
@@ -435,8 +411,10 @@ class VATSystem(L.LightningModule):
             return
         f = self.train_state.fault.tolist()
         what = f"nll={f[1]:.4g}, kl={f[2]:.4g}, grad_norm={f[3]:.4g}" if here else "on another rank"
-        raise NonFiniteLossError(f"non-finite loss at step {step} ({what}); stopped, no checkpoint written since; "
-                                 f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}")
+        raise NonFiniteLossError(
+            f"non-finite loss at step {step} ({what}); stopped, no checkpoint written since; "
+            f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}"
+        )
 
     def _last_checkpoint(self) -> str | None:
         saved = [getattr(cb, "last_model_path", "") for cb in self.trainer.checkpoint_callbacks]

@@ -53,7 +53,9 @@ def objective_terms(
     return Terms(nll, kl, kl_objective, out.mask.sum(), out.logits if with_logits else None)
 
 
-def pad_to_multiple(batch: dict[str, torch.Tensor], pad_id: int, multiple: int = PAD_MULTIPLE) -> dict[str, torch.Tensor]:
+def pad_to_multiple(
+    batch: dict[str, torch.Tensor], pad_id: int, multiple: int = PAD_MULTIPLE
+) -> dict[str, torch.Tensor]:
     """Right-pad every (B, T) tensor to T a multiple of `multiple` (pads are masked out)."""
     T = batch["src"].shape[1]
     extra = -T % multiple

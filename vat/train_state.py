@@ -25,9 +25,13 @@ class TrainState(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         # Not in the state_dict (weights only): saved in checkpoint["vat_train_state"].
-        self.register_buffer("progress", torch.zeros(3, dtype=torch.long), persistent=False)  # steps, sentences, tokens
+        self.register_buffer(
+            "progress", torch.zeros(3, dtype=torch.long), persistent=False
+        )  # steps, sentences, tokens
         # First bad step (-1: none), its nll, kl and gradient norm.
-        self.register_buffer("fault", torch.tensor([-1.0, 0.0, 0.0, 0.0], dtype=torch.float64), persistent=False)
+        self.register_buffer(
+            "fault", torch.tensor([-1.0, 0.0, 0.0, 0.0], dtype=torch.float64), persistent=False
+        )
 
     def seen(self, unit: str) -> torch.Tensor:
         """Progress in `unit` (0-d long tensor on the device)."""
@@ -37,7 +41,9 @@ class TrainState(nn.Module):
     def count(self, mask: torch.Tensor, kl: torch.Tensor, reduce=None) -> torch.Tensor:
         """Add one step's sentences and tokens (summed over ranks by `reduce`); returns the
         global mean KL per token of the step, for the rate controller."""
-        delta = torch.stack([mask.any(1).sum().double(), mask.sum().double(), kl.detach().double() * mask.sum()])
+        delta = torch.stack(
+            [mask.any(1).sum().double(), mask.sum().double(), kl.detach().double() * mask.sum()]
+        )
         if reduce is not None:
             delta = reduce(delta)
         self.progress[0] += 1
@@ -47,7 +53,9 @@ class TrainState(nn.Module):
     @torch.no_grad()
     def record(self, nll: torch.Tensor, kl: torch.Tensor, grad_norm: torch.Tensor) -> None:
         """Keep the first step whose loss or gradient norm is not finite (on the device)."""
-        stats = torch.stack([(self.progress[0] - 1).double(), nll.double(), kl.double(), grad_norm.double()])
+        stats = torch.stack(
+            [(self.progress[0] - 1).double(), nll.double(), kl.double(), grad_norm.double()]
+        )
         bad = ~torch.isfinite(stats).all() & (self.fault[0] < 0)
         self.fault.copy_(torch.where(bad, stats, self.fault))
 
