@@ -141,7 +141,8 @@ def test_no_cuda_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_
             log_step = (trainer.global_step + 1) % 3 == 0
             torch.cuda.set_sync_debug_mode("default" if log_step else "error")
 
-        def on_train_end(self, trainer, pl_module):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            # From batch start (after its transfer) to batch end: the step, backward, update.
             torch.cuda.set_sync_debug_mode("default")
 
     try:
