@@ -90,3 +90,15 @@ class ScriptedSTSBSpearman(L.Callback):
             return
         pl_module.log("val/stsb_spearman", float(self.values[min(self.calls, len(self.values) - 1)]))
         self.calls += 1
+
+
+class PoisonRankAtStep(PoisonAtStep):
+    """PoisonAtStep on one DDP rank only: the others must stop too, not hang."""
+
+    def __init__(self, step: int, rank: int = 1) -> None:
+        super().__init__(step)
+        self.rank = rank
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_rank == self.rank:
+            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
+from vat.errors import VatError
 from vat.losses import (
     KLSchedule,
     free_bits_kl,
@@ -64,7 +65,7 @@ def test_other_schedules():
     assert [lin(0), lin(50), lin(100), lin(1000)] == [0.0, 0.5, 1.0, 1.0]
     cyc = KLSchedule(kind="cyclical", cycle_steps=100, cycle_ramp=0.5)
     assert [cyc(0), cyc(25), cyc(50), cyc(99), cyc(100), cyc(125)] == [0.0, 0.5, 1.0, 1.0, 0.0, 0.5]
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(VatError, match="kind"):
         KLSchedule(kind="sigmoid")
 
 

@@ -24,8 +24,8 @@ def test_shared_step_is_nll_plus_weighted_kl(tiny_tokenizer, tiny_sentences):
     out = system._shared_step(batch, "train")
     mu, logvar, mask = system.model.encode(batch["src"])
     kl = masked_mean(gaussian_kl(mu, logvar, 0.4).sum(-1), mask)
-    torch.testing.assert_close(out["kl"], kl)
-    torch.testing.assert_close(out["loss"], out["nll"] + 0.3 * kl)
+    torch.testing.assert_close(out.kl, kl)
+    torch.testing.assert_close(out.loss, out.nll + 0.3 * kl)
 
 
 def test_learnable_prior_std_gets_gradients_and_is_logged(tiny_tokenizer, tiny_sentences, tmp_path):

@@ -62,10 +62,25 @@ class VATConfig:
     prior scale, and it keeps exp(logvar) finite in fp16/bf16."""
 
     def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}")
-        if self.logvar_min >= self.logvar_max:
-            raise ValueError("model.logvar_min must be below model.logvar_max")
+        from vat.losses import check, finite  # vat.losses imports no model code
+
+        def positive_int(name: str) -> None:
+            v = getattr(self, name)
+            check(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.arch.{name}",
+                  "a positive integer", v)
+
+        for name in ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers", "n_heads", "d_ff"):
+            positive_int(name)
+        check(isinstance(self.max_len, int) and self.max_len >= 2, "model.arch.max_len", "an integer >= 2",
+              self.max_len)
+        check(self.d_model % self.n_heads == 0, "model.arch.d_model",
+              f"divisible by model.arch.n_heads={self.n_heads}", self.d_model)
+        check(finite(self.dropout) and 0 <= self.dropout < 1, "model.arch.dropout", "in [0, 1)", self.dropout)
+        check(isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size, "model.arch.pad_id",
+              f"in [0, vocab_size={self.vocab_size})", self.pad_id)
+        check(finite(self.logvar_min), "model.arch.logvar_min", "finite", self.logvar_min)
+        check(finite(self.logvar_max) and self.logvar_max > self.logvar_min, "model.arch.logvar_max",
+              f"finite and above model.arch.logvar_min={self.logvar_min}", self.logvar_max)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -280,7 +295,10 @@ class VAT(nn.Module):
         mu: torch.Tensor, logvar: torch.Tensor, tau: float = 1.0, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """z = mu + tau * exp(logvar / 2) * eps, eps ~ N(0, I) (PAPER.md; tau = 1 in training)."""
-        eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+        if generator is None:  # randn_like: traceable by torch.compile with a dynamic batch
+            eps = torch.randn_like(mu)
+        else:
+            eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
         return mu + tau * torch.exp(0.5 * logvar) * eps  # (B, T, d)
 
     def decode(
@@ -305,9 +323,19 @@ class VAT(nn.Module):
         """An empty key/value cache for incremental decoding, one dict per decoder layer."""
         return [{} for _ in self.decoder]
 
-    def forward(self, src_ids: torch.Tensor, tgt_in: torch.Tensor, sample: bool = True) -> VATOutput:
-        """Training pass: encode, sample Z by reparameterisation (or use mu), decode."""
+    def forward(
+        self,
+        src_ids: torch.Tensor,  # (B, T)
+        tgt_in: torch.Tensor,  # (B, S), S = T
+        sample: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> VATOutput:
+        """Training pass: encode, sample Z by reparameterisation (or use mu), decode.
+
+        `generator` draws the noise eps (default: the global RNG), so evaluation can use a
+        fixed noise stream without touching training's randomness.
+        """
         mu, logvar, mask = self.encode(src_ids)
-        z = self.reparameterize(mu, logvar) if sample else mu  # (B, T, d)
+        z = self.reparameterize(mu, logvar, generator=generator) if sample else mu  # (B, T, d)
         logits = self.decode(tgt_in, z, mask)  # (B, S, V)
         return VATOutput(logits, mu, logvar, z, mask)

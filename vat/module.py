@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
+from typing import NamedTuple
 
 import lightning as L
 import torch
@@ -22,107 +22,92 @@ from torchmetrics.text import Perplexity
 
 from vat.checkpoint import vat_metadata
 from vat.errors import VatError
-from vat.losses import (
-    KLSchedule,
-    free_bits_kl,
-    gaussian_kl,
-    masked_mean,
-    noam_lr,
-    reconstruction_nll,
-)
+from vat.losses import noam_lr
 from vat.model import VAT, VATConfig
+from vat.objective import compiled_objective, objective_terms, pad_to_multiple
+from vat.rate import KLController
 from vat.tokenizer import PAD_ID, VATTokenizer
+from vat.train_config import LossConfig, OptimConfig, _as
+from vat.train_state import TrainState
 
 
-@dataclass
-class LossConfig:
-    """The objective of PAPER.md eq. 5-6."""
+class StepOutput(NamedTuple):
+    """What `_shared_step` computes for one batch (scalars are 0-d tensors on the device)."""
 
-    prior_std: float = 0.4
-    """s, the standard deviation of the scaled prior N(0, s^2 I). Paper: 0.4."""
-    learn_prior_std: bool = False
-    """Learn s as a parameter (the abstract's reading), starting from `prior_std`. Off in the paper's experiments."""
-    kl_schedule: KLSchedule = field(default_factory=KLSchedule)
-    """The KL weight w(step) times beta."""
-    free_bits: float = 0.0
-    """Free bits per latent dimension (Kingma et al. 2016); 0 turns them off."""
-    sample_latent: bool = True
-    """Sample z = mu + sigma * eps in training and validation (the VAT). False decodes from
-    z = mu: with a zero KL weight, the paper's plain Transformer-autoencoder baseline; also
-    makes runs noise-free for comparisons."""
-
-
-@dataclass
-class OptimConfig:
-    """Adam with the Noam schedule (Vaswani et al. 2017, eq. 3)."""
-
-    schedule: Literal["noam", "constant"] = "noam"
-    """noam: lr = lr_scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5); constant: lr."""
-    warmup_steps: int = 50_000
-    """Noam warm-up steps. Paper: 50,000."""
-    lr_scale: float = 1.0
-    """Multiplier of the Noam curve."""
-    lr: float = 5e-4
-    """Learning rate of the constant schedule."""
-    betas: tuple[float, float] = (0.9, 0.98)
-    """Adam betas (Vaswani et al. 2017)."""
-    eps: float = 1e-9
-    """Adam epsilon (Vaswani et al. 2017)."""
-    weight_decay: float = 0.0
-    """AdamW-style decoupled weight decay (0: plain Adam)."""
-
-
-def _as(cls, value):
-    """Accept a dataclass or a plain dict (checkpoints store plain dicts for safe loading)."""
-    value = asdict(value) if isinstance(value, cls) else dict(value)
-    if cls is LossConfig and isinstance(value.get("kl_schedule"), dict):
-        value["kl_schedule"] = KLSchedule(**value["kl_schedule"])
-    if cls is OptimConfig and "betas" in value:
-        value["betas"] = tuple(value["betas"])
-    return cls(**value)
+    loss: torch.Tensor  # nll + weight * KL objective (free bits applied)
+    nll: torch.Tensor  # mean per non-pad token
+    kl: torch.Tensor  # mean per non-pad token, summed over latent dimensions (the rate)
+    kl_weight: torch.Tensor | float  # the effective weight (schedule or controller, times beta)
+    logits: torch.Tensor | None  # (B, T, V); None in training (not needed, not kept)
+    mask: torch.Tensor  # (B, T) bool
+    ntokens: torch.Tensor  # non-pad tokens
 
 
 class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss; raised before the optimiser step touches the weights."""
+    """Training produced a NaN/inf loss, gradient or weight; nothing non-finite was saved."""
 
 
 class VATSystem(L.LightningModule):
-    """Trains a VAT on L = mean_t [ CE_t + beta * w(step) * KL_t ] (PAPER.md eq. 5-6)."""
+    """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (PAPER.md eq. 5-6).
+
+    w is the KL schedule at the current progress (steps, sentences or tokens), or the rate
+    controller's weight when `loss.target_kl` is set. training_step never waits for the
+    device: scalars are logged at `trainer.log_every_n_steps` only, counters and the
+    controller live on the device, and non-finite values are detected on the device and read
+    at logging steps and checkpoint saves (vat/train_state.py).
+    """
 
     def __init__(
         self,
         arch: VATConfig = VATConfig(),  # noqa: B008 - copied below, never mutated
         loss: LossConfig = LossConfig(),  # noqa: B008
         optim: OptimConfig = OptimConfig(),  # noqa: B008
+        compile: bool = False,
     ) -> None:
         """
         Args:
             arch: The model architecture. vocab_size and max_len are linked from the data section.
-            loss: The objective: prior scale, KL schedule, free bits.
+            loss: The objective: prior scale, KL schedule or target rate, free bits.
             optim: Optimiser and learning-rate schedule.
+            compile: torch.compile the training step's forward and loss (vat/objective.py).
+                Lengths are padded to multiples of 8; checkpoints are the same either way.
         """
         super().__init__()
         self.arch = _as(VATConfig, arch)
         self.loss_cfg = _as(LossConfig, loss)
         self.optim_cfg = _as(OptimConfig, optim)
+        self.compile = bool(compile)
         # Plain dicts only, so checkpoints load with torch.load(weights_only=True).
-        self.save_hyperparameters({"arch": self.arch.to_dict(), "loss": asdict(self.loss_cfg), "optim": asdict(self.optim_cfg)})
+        self.save_hyperparameters(
+            {
+                "arch": self.arch.to_dict(),
+                "loss": asdict(self.loss_cfg),
+                "optim": asdict(self.optim_cfg),
+                "compile": self.compile,
+            }
+        )
         self.model = VAT(self.arch)
         self.kl_schedule = self.loss_cfg.kl_schedule
-        if not 0 < self.loss_cfg.prior_std:
-            raise VatError(f"model.loss.prior_std must be positive, got {self.loss_cfg.prior_std}")
         log_s = torch.tensor(math.log(self.loss_cfg.prior_std))
         if self.loss_cfg.learn_prior_std:
             self.log_prior_std = nn.Parameter(log_s)
         else:
             self.register_buffer("log_prior_std", log_s)
+        lc = self.loss_cfg
+        self.rate = None if lc.target_kl is None else KLController.from_config(lc)
+        self.train_state = TrainState()
         self.tokenizer: VATTokenizer | None = None
         self.length_histogram: list[int] = []
-        self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (MeanMetric() for _ in range(4))
+        self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (
+            MeanMetric() for _ in range(4)
+        )
         self.val_ppl = Perplexity(ignore_index=PAD_ID)
         self._val_generator: torch.Generator | None = None
         self._rng_to_restore: torch.Tensor | None = None
-        self._last_step_end: float | None = None
+        self._compiled = None
+        self._step_stats: torch.Tensor | None = None
+        self._last_log: tuple[float, torch.Tensor] | None = None  # (time, tokens seen)
+        self._log_step = False
         self._val_batches = 0
 
     @classmethod
@@ -142,45 +127,107 @@ class VATSystem(L.LightningModule):
     def prior_std(self) -> torch.Tensor:
         return self.log_prior_std.exp()
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, sample: bool = True):
-        return self.model(src, tgt_in, sample=sample)
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        sample: bool = True,
+        generator: torch.Generator | None = None,
+    ):
+        return self.model(src, tgt_in, sample=sample, generator=generator)
 
-    def _shared_step(self, batch: dict[str, torch.Tensor], stage: str, generator: torch.Generator | None = None) -> dict:
-        mu, logvar, mask = self.model.encode(batch["src"])  # (B, T, d), (B, T, d), (B, T)
-        z = self.model.reparameterize(mu, logvar, generator=generator) if self.loss_cfg.sample_latent else mu  # (B, T, d)
-        logits = self.model.decode(batch["tgt_in"], z, mask)  # (B, T, V)
-        nll_t = reconstruction_nll(logits, batch["tgt_out"], mask)  # (B, T)
-        kl_per_dim = gaussian_kl(mu.float(), logvar.float(), self.prior_std)  # (B, T, d)
-        kl_t = kl_per_dim.sum(-1)  # (B, T)
-        kl_objective_t = free_bits_kl(kl_per_dim, mask, self.loss_cfg.free_bits)  # (B, T)
-        weight = self.kl_schedule(self.global_step)
-        nll = masked_mean(nll_t, mask)
-        kl = masked_mean(kl_t, mask)
-        # Padding counts in neither term: both means run over non-pad tokens only (PAPER.md).
-        loss = nll + weight * masked_mean(kl_objective_t, mask)
-        return {"loss": loss, "nll": nll, "kl": kl, "kl_weight": weight, "kl_weighted": weight * kl,
-                "logits": logits, "ntokens": mask.sum(), "mask": mask}
+    def kl_weight(self) -> torch.Tensor | float:
+        """The effective KL weight now: beta times the controller's weight or w(progress)."""
+        if self.rate is not None:
+            return self.kl_schedule.beta * self.rate.weight
+        unit = self.kl_schedule.unit
+        if unit == "steps":
+            return self.kl_schedule(self.global_step)  # a Python float: no kernel, no sync
+        return self.kl_schedule(self.train_state.seen(unit))
+
+    def _shared_step(
+        self, batch: dict[str, torch.Tensor], stage: str, generator: torch.Generator | None = None
+    ) -> StepOutput:
+        """Loss terms of one batch. Training may run compiled and keeps no logits; evaluation
+        (stage val/test) runs eagerly with a fixed noise stream and returns logits."""
+        train = stage == "train"
+        objective = objective_terms
+        if train and self.compile:
+            if self._compiled is None:
+                self._compiled = compiled_objective(self.arch.max_len)
+            objective = self._compiled
+            batch = pad_to_multiple(batch, self.arch.pad_id)
+            for v in batch.values():
+                torch._dynamo.maybe_mark_dynamic(v, 0)
+        terms = objective(
+            self.model,
+            batch["src"],
+            batch["tgt_in"],
+            batch["tgt_out"],
+            self.prior_std,
+            self.loss_cfg.free_bits,
+            self.loss_cfg.sample_latent,
+            generator,
+            not train,
+        )
+        weight = self.kl_weight()
+        if isinstance(weight, torch.Tensor):
+            weight = weight.to(terms.kl.dtype)
+        loss = terms.nll + weight * terms.kl_objective
+        mask = batch["src"] != self.arch.pad_id
+        return StepOutput(loss, terms.nll, terms.kl, weight, terms.logits, mask, terms.ntokens)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         out = self._shared_step(batch, "train")
-        if not torch.isfinite(out["loss"]):
-            raise NonFiniteLossError(self._non_finite_message(out))
-        now = time.perf_counter()
-        ntok = out["ntokens"].item()
+        reduce = None
+        if self.trainer.world_size > 1:
+            reduce = lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")  # noqa: E731
+        step_kl = self.train_state.count(out.mask, out.kl, reduce)
+        if self.rate is not None:
+            self.rate.update(step_kl)
+        self._step_stats = torch.stack([out.nll.detach(), out.kl.detach()])
+        self._set_tensor_lr()
+        self._log_step = self._logs_now()
+        if self._log_step:
+            self._log_train(out, batch)
+        return out.loss
+
+    def _logs_now(self) -> bool:
+        connector = getattr(self.trainer, "_logger_connector", None)
+        if connector is not None:
+            return bool(connector.should_update_logs)
+        return (self.global_step + 1) % max(self.trainer.log_every_n_steps, 1) == 0
+
+    def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
+        bs = batch["src"].shape[0]
         log = {
-            "train/loss": out["loss"], "train/nll": out["nll"], "train/ppl": out["nll"].exp(), "train/kl": out["kl"],
-            "train/kl_weight": out["kl_weight"], "train/kl_weighted": out["kl_weighted"],
-            "train/nonpad_frac": ntok / batch["src"].numel(),
+            "train/loss": out.loss,
+            "train/nll": out.nll,
+            "train/ppl": out.nll.exp(),
+            "train/kl": out.kl,
+            "train/kl_weight": out.kl_weight,
+            "train/kl_weighted": out.kl_weight * out.kl,
+            "train/nonpad_frac": out.ntokens / batch["src"].numel(),
         }
-        if self._last_step_end is not None:
-            log["train/tokens_per_s"] = ntok * self.trainer.world_size / max(now - self._last_step_end, 1e-9)
+        now, tokens = time.perf_counter(), self.train_state.seen("tokens").clone()
+        if self._last_log is not None:
+            # Tokens (all ranks) between two logging steps over the host time between them: the
+            # device is waited for at every logging step, so the interval is measured in full.
+            log["train/tokens_per_s"] = (tokens - self._last_log[1]).double() / max(
+                now - self._last_log[0], 1e-9
+            )
+        self._last_log = (now, tokens)
         if self.loss_cfg.learn_prior_std:
             log["train/prior_std"] = self.prior_std.detach()
+        if self._tensor_lr():
+            log["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
         # sync_dist: under DDP the logged values are the mean over processes, not rank 0's alone.
-        self.log_dict(log, on_step=True, on_epoch=False, prog_bar=False, batch_size=batch["src"].shape[0], sync_dist=True)
-        self.log("loss", out["loss"], prog_bar=True, logger=False, batch_size=batch["src"].shape[0])
-        self._last_step_end = now
-        return out["loss"]
+        self.log_dict(
+            log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs, sync_dist=True
+        )
+        # The progress bar reads its values at every step: a device tensor there would be a
+        # sync per step, so it gets a host copy, taken here at a logging step.
+        self.log("loss", out.loss.detach().cpu(), prog_bar=True, logger=False, batch_size=bs)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "val")
@@ -197,29 +244,86 @@ class VATSystem(L.LightningModule):
             self._val_generator.manual_seed(1234 + self.global_rank)
         self._val_batches += 1
         out = self._shared_step(batch, stage, generator=self._val_generator)
-        n = out["ntokens"]
-        self.val_nll.update(out["nll"], n)
-        self.val_kl.update(out["kl"], n)
-        self.val_kl_weighted.update(out["kl_weighted"], n)
-        self.val_loss.update(out["loss"], n)
-        self.val_ppl.update(out["logits"].float(), batch["tgt_out"])
+        n = out.ntokens
+        # One set of metric objects serves val and test: the two stages never run at once.
+        self.val_nll.update(out.nll, n)
+        self.val_kl.update(out.kl, n)
+        self.val_kl_weighted.update(out.kl_weight * out.kl, n)
+        self.val_loss.update(out.loss, n)
+        self.val_ppl.update(out.logits.float(), batch["tgt_out"])
         bs = batch["src"].shape[0]
-        self.log_dict({f"{stage}/nll": self.val_nll, f"{stage}/kl": self.val_kl, f"{stage}/kl_weighted": self.val_kl_weighted,
-                       f"{stage}/loss": self.val_loss, f"{stage}/ppl": self.val_ppl}, on_step=False, on_epoch=True, batch_size=bs)
-        self.log(f"{stage}/kl_weight", out["kl_weight"], on_step=False, on_epoch=True, batch_size=bs)
+        self.log_dict(
+            {
+                f"{stage}/nll": self.val_nll,
+                f"{stage}/kl": self.val_kl,
+                f"{stage}/kl_weighted": self.val_kl_weighted,
+                f"{stage}/loss": self.val_loss,
+                f"{stage}/ppl": self.val_ppl,
+            },
+            on_step=False,
+            on_epoch=True,
+            batch_size=bs,
+        )
+        self.log(f"{stage}/kl_weight", out.kl_weight, on_step=False, on_epoch=True, batch_size=bs)
 
     def configure_optimizers(self):
         o = self.optim_cfg
-        base_lr = 1.0 if o.schedule == "noam" else o.lr
         opt_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
-        optimizer = opt_cls(self.parameters(), lr=base_lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        kw = {"betas": o.betas, "eps": o.eps, "weight_decay": o.weight_decay}
+        if self._tensor_lr():
+            # The lr is a device tensor set every step from the progress counters (no sync).
+            # A tensor lr needs capturable=True on CUDA, and the single-tensor path elsewhere.
+            lr = torch.tensor(0.0, device=self.device)  # set before the first update
+            cuda = self.device.type == "cuda"
+            return opt_cls(
+                self.parameters(), lr=lr, capturable=cuda, foreach=None if cuda else False, **kw
+            )
+        optimizer = opt_cls(self.parameters(), lr=1.0 if o.schedule == "noam" else o.lr, **kw)
         if o.schedule == "noam":
             d = self.arch.d_model
             # LambdaLR's step counts from 0 at the first update; Noam's step counts from 1.
-            sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d, o.warmup_steps, o.lr_scale))
+            sched = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda s: noam_lr(s + 1, d, o.warmup_steps, o.lr_scale)
+            )
         else:
             sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "train/lr"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "train/lr"},
+        }
+
+    def _tensor_lr(self) -> bool:
+        return self.optim_cfg.schedule == "noam" and self.optim_cfg.warmup_unit != "steps"
+
+    def _noam_tensor_lr(self) -> torch.Tensor:
+        o = self.optim_cfg
+        # Progress including this batch, as the step schedule's s + 1.
+        return noam_lr(
+            self.train_state.seen(o.warmup_unit), self.arch.d_model, o.warmup_steps, o.lr_scale
+        )
+
+    def _set_tensor_lr(self) -> None:
+        if self._tensor_lr():
+            lr = self._noam_tensor_lr()
+            for group in self.trainer.optimizers[0].param_groups:
+                group["lr"].copy_(lr)
+
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """Lightning's clipping, keeping the total gradient norm for the non-finite guard
+        (clip_grad_norm_ computes it anyway; no extra pass over the gradients)."""
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        else:
+            if gradient_clip_val:
+                self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            norm = norm.new_zeros(())  # fp16's GradScaler skips overflowing steps itself
+        if self._step_stats is not None:
+            self.train_state.record(self._step_stats[0], self._step_stats[1], norm)
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -227,7 +331,10 @@ class VATSystem(L.LightningModule):
         if dm is None or getattr(dm, "tokenizer", None) is None:
             return
         if dm.tokenizer.vocab_size > self.arch.vocab_size:
-            raise VatError(f"model.arch.vocab_size={self.arch.vocab_size} is smaller than the tokenizer's {dm.tokenizer.vocab_size} tokens")
+            raise VatError(
+                f"model.arch.vocab_size={self.arch.vocab_size} is smaller than the tokenizer's "
+                f"{dm.tokenizer.vocab_size} tokens"
+            )
         self.tokenizer = dm.tokenizer
         self.length_histogram = list(dm.length_histogram)
         if stage == "fit":
@@ -252,31 +359,77 @@ class VATSystem(L.LightningModule):
             torch.set_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
 
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self._log_step:
+            self._stop_if_non_finite()
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.tokenizer is None:
-            raise VatError("cannot save a vat checkpoint before the tokenizer is set (run through `vat train`)")
-        checkpoint["vat"] = vat_metadata(self.model, self.tokenizer, float(self.prior_std), self.length_histogram)
+            raise VatError(
+                "cannot save a vat checkpoint before the tokenizer is set (run through `vat train`)"
+            )
+        if self._trainer is not None and self.trainer.training:
+            self._stop_if_non_finite()
+        # Never write a checkpoint with non-finite weights (one host sync per save).
+        weights = [t for t in checkpoint["state_dict"].values() if t.is_floating_point()]
+        if weights and not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
+            raise NonFiniteLossError(
+                f"non-finite weights after step {self.global_step}; stopped before saving them; "
+                f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}"
+            )
+        checkpoint["vat"] = vat_metadata(
+            self.model, self.tokenizer, float(self.prior_std), self.length_histogram
+        )
         checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
+        checkpoint["vat_train_state"] = {
+            **self.train_state.state(),
+            **({"rate": self.rate.state()} if self.rate else {}),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         meta = checkpoint.get("vat")
         if meta is None:
             raise VatError("the checkpoint is not a vat checkpoint (no 'vat' metadata)")
         if meta["model_config"] != self.arch.to_dict():
-            diff = {k: (v, self.arch.to_dict().get(k)) for k, v in meta["model_config"].items() if self.arch.to_dict().get(k) != v}
-            raise VatError(f"--ckpt_path: the checkpoint's model config differs from this run's: {diff} (checkpoint, config)")
+            diff = {
+                k: (v, self.arch.to_dict().get(k))
+                for k, v in meta["model_config"].items()
+                if self.arch.to_dict().get(k) != v
+            }
+            raise VatError(
+                "--ckpt_path: the checkpoint's model config differs from this run's: "
+                f"{diff} (checkpoint, config)"
+            )
         if self.tokenizer is not None and meta["tokenizer"] != self.tokenizer.to_str():
-            raise VatError("--ckpt_path: the checkpoint's tokenizer differs from this run's data.tokenizer (different corpus, vocab_size or tokenizer_path)")
+            raise VatError(
+                "--ckpt_path: the checkpoint's tokenizer differs from this run's data.tokenizer "
+                "(different corpus, vocab_size or tokenizer_path)"
+            )
         if self.tokenizer is None:
             self.tokenizer = VATTokenizer.from_str(meta["tokenizer"])
             self.length_histogram = list(meta.get("length_histogram", []))
         rng = checkpoint.get("vat_rng", {}).get("torch")
         if rng is not None:
             self._rng_to_restore = rng
+        state = checkpoint.get("vat_train_state")
+        if state is not None:  # older checkpoints: counters start at 0
+            self.train_state.load_state(state)
+            if self.rate is not None and "rate" in state:
+                self.rate.load_state(state["rate"])
 
-    def _non_finite_message(self, out: dict) -> str:
+    def _stop_if_non_finite(self) -> None:
+        """Read the device-side guard (one sync, all ranks agree) and stop every rank."""
+        step, here = self.train_state.read_fault()
+        if step < 0:
+            return
+        f = self.train_state.fault.tolist()
+        what = f"nll={f[1]:.4g}, kl={f[2]:.4g}, grad_norm={f[3]:.4g}" if here else "on another rank"
+        raise NonFiniteLossError(
+            f"non-finite loss at step {step} ({what}); stopped, no checkpoint written since; "
+            f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}"
+        )
+
+    def _last_checkpoint(self) -> str | None:
         saved = [getattr(cb, "last_model_path", "") for cb in self.trainer.checkpoint_callbacks]
         saved += [getattr(cb, "best_model_path", "") for cb in self.trainer.checkpoint_callbacks]
-        last = next((p for p in saved if p), None)  # last.ckpt first, else the best one
-        return (f"non-finite loss at step {self.global_step} (nll={out['nll'].item():.4g}, kl={out['kl'].item():.4g}); "
-                f"stopped before the update, weights untouched; last good checkpoint: {last or 'none saved yet'}")
+        return next((p for p in saved if p), None)  # last.ckpt first, else the best one

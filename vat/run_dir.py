@@ -300,6 +300,10 @@ class ExceptionCheckpoint(Callback):
         self.ckpt_path = str(Path(dirpath) / f"{filename}.ckpt")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        from vat.module import NonFiniteLossError  # lazy: vat.module is heavy
+
+        if isinstance(exception, NonFiniteLossError):
+            return  # the weights may be non-finite: the last good checkpoint stays the latest
         if isinstance(exception, KeyboardInterrupt):
             _state["interrupted"] = True
         if trainer.global_step == 0 or getattr(pl_module, "tokenizer", None) is None:
@@ -308,7 +312,7 @@ class ExceptionCheckpoint(Callback):
             return  # the disk is full or read-only: a second write would fail the same way
         try:
             trainer.save_checkpoint(self.ckpt_path)
-        except VatError:
+        except (VatError, NonFiniteLossError):
             pass  # the original exception is the one the user must see
 
 

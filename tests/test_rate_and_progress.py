@@ -1,0 +1,141 @@
+"""Schedules in sentences/tokens, progress counters across resume, the KL rate controller."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from conftest import tiny_config
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader
+
+from vat.losses import KLSchedule, gaussian_kl, noam_lr
+from vat.module import LossConfig, OptimConfig, VATSystem
+from vat.rate import KLController
+from vat.tokenizer import make_batch
+
+SIZES = [4, 2, 3, 4, 1]  # sentences per batch: known, unequal
+
+
+def _batches(tok, sentences):
+    out, i = [], 0
+    for n in SIZES:
+        out.append(make_batch(tok.encode_batch(sentences[i : i + n])))
+        i += n
+    return out
+
+
+def _system(tok, loss=None, optim=None):
+    torch.manual_seed(0)
+    s = VATSystem(
+        arch=tiny_config(tok.vocab_size), loss=loss or LossConfig(), optim=optim or OptimConfig()
+    )
+    s.tokenizer = tok
+    return s
+
+
+def _fit(system, batches, steps, tmp_path, ckpt_path=None, callbacks=()):
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=bool(callbacks),
+        callbacks=list(callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        log_every_n_steps=2,
+    )
+    trainer.fit(system, DataLoader(batches, batch_size=None), ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_schedules_in_sentences_and_tokens_closed_form(tiny_tokenizer, tiny_sentences, tmp_path):
+    batches = _batches(tiny_tokenizer, tiny_sentences)
+    tokens = [int((b["src"] != 0).sum()) for b in batches]
+    loss = LossConfig(
+        kl_schedule=KLSchedule(kind="linear", initial_weight=0.0, warmup_steps=40, unit="sentences")
+    )
+    optim = OptimConfig(schedule="noam", warmup_steps=60, warmup_unit="tokens", lr_scale=2.0)
+    system = _system(tiny_tokenizer, loss, optim)
+    trainer = _fit(system, batches, 5, tmp_path)
+    assert system.train_state.progress.tolist() == [5, sum(SIZES), sum(tokens)]
+    # w = sentences / W for the linear schedule from w0 = 0: 14 / 40
+    assert float(system.kl_weight()) == pytest.approx(sum(SIZES) / 40)
+    # The lr of the last update: Noam at the tokens seen including that batch.
+    lr = trainer.optimizers[0].param_groups[0]["lr"]
+    assert float(lr) == pytest.approx(noam_lr(sum(tokens), 32, 60, 2.0), rel=1e-6)
+
+
+def test_resume_keeps_counters_and_controller(tiny_tokenizer, tiny_sentences, tmp_path):
+    batches = _batches(tiny_tokenizer, tiny_sentences)
+    loss = LossConfig(target_kl=10.0, kl_control_ki=0.05, kl_schedule=KLSchedule(unit="tokens"))
+    whole = _system(tiny_tokenizer, loss)
+    _fit(whole, batches, 5, tmp_path / "a")
+    ckpt = ModelCheckpoint(
+        dirpath=tmp_path / "ck", save_last=True, every_n_train_steps=3, save_top_k=0
+    )
+    first = _system(tiny_tokenizer, loss)
+    _fit(first, batches[:3], 3, tmp_path / "b", callbacks=[ckpt])
+    second = _system(tiny_tokenizer, loss)
+    # A plain DataLoader restarts its epoch on resume: hand it the batches not yet seen.
+    _fit(second, batches[3:], 5, tmp_path / "b", ckpt_path=tmp_path / "ck" / "last.ckpt")
+    assert second.train_state.progress.tolist() == whole.train_state.progress.tolist()
+    assert second.rate.integral.item() != 0
+    torch.testing.assert_close(second.rate.log_weight, whole.rate.log_weight, rtol=1e-4, atol=1e-6)
+
+
+def test_controller_holds_a_toy_rate_at_the_target():
+    """A 1-D Gaussian posterior q = N(m, e^lv) against N(0, 1), reconstruction term
+    E_q[(x - c)^2] / 2 = ((m - c)^2 + e^lv) / 2: the optimum's KL falls as the weight rises
+    (for weight w: e^lv = w / (1 + w), m = c / (1 + w)), so the controller has one answer."""
+    c, target = 3.0, 1.0
+    m = torch.zeros((), requires_grad=True)
+    lv = torch.zeros((), requires_grad=True)
+    ctrl = KLController(target, kp=0.0, ki=0.02, initial=1e-3, w_min=1e-5, w_max=100.0)
+    opt = torch.optim.Adam([m, lv], lr=0.05)
+    for _ in range(3000):
+        kl = gaussian_kl(m, lv, 1.0)
+        loss = ((m - c) ** 2 + lv.exp()) / 2 + ctrl.weight.float() * kl
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ctrl.update(kl.detach())
+    kl = gaussian_kl(m, lv, 1.0).item()
+    assert kl == pytest.approx(target, abs=0.05)
+    # and the weight is the one whose optimum has KL = target (closed form above)
+    w = ctrl.weight.item()
+    m_opt, var_opt = c / (1 + w), w / (1 + w)
+    assert 0.5 * (m_opt**2 + var_opt - math.log(var_opt) - 1) == pytest.approx(target, abs=0.05)
+
+
+def test_controller_weight_rises_when_the_rate_is_above_target():
+    ctrl = KLController(2.0, kp=0.5, ki=0.1, initial=0.01, w_min=1e-4, w_max=1.0)
+    ctrl.update(torch.tensor(4.0))  # error +1
+    assert ctrl.weight.item() == pytest.approx(0.01 * math.exp(0.5 + 0.1))
+    for _ in range(1000):
+        ctrl.update(torch.tensor(4.0))
+    assert ctrl.weight.item() == pytest.approx(
+        1.0
+    )  # clamped at w_max; the integral did not wind up
+    ctrl.update(torch.tensor(0.0))  # error -1: leaves the bound at once
+    assert ctrl.weight.item() < 1.0
+    ctrl.update(torch.tensor(float("nan")))  # a non-finite rate leaves the state as it is
+    assert math.isfinite(ctrl.weight.item())
+
+
+def test_tiny_run_moves_the_rate_toward_the_target(tiny_tokenizer, tiny_sentences, tmp_path):
+    batches = [
+        make_batch(tiny_tokenizer.encode_batch(tiny_sentences[i : i + 6])) for i in range(0, 12, 6)
+    ] * 15
+    loss = LossConfig(target_kl=5.0, kl_control_ki=0.3, kl_control_initial=0.01)
+    system = _system(tiny_tokenizer, loss, OptimConfig(schedule="constant", lr=3e-3))
+    probe = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:12]))
+    kl0 = system._shared_step(probe, "val", torch.Generator().manual_seed(0)).kl.item()
+    _fit(system, batches, 30, tmp_path)
+    kl1 = system._shared_step(probe, "val", torch.Generator().manual_seed(0)).kl.item()
+    assert kl0 > 20  # a random encoder is far above the target
+    assert system.rate.weight.item() > 0.01  # the weight rose
+    assert abs(kl1 - 5.0) < 0.5 * abs(kl0 - 5.0)  # and the rate came at least half way
