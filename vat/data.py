@@ -316,15 +316,23 @@ class VATDataModule(L.LightningDataModule):
             tmp.mkdir()
             names = self._source_names()
             writers = {n: SplitWriter(tmp / n, dtype, h.max_len, h.overlength) for n in names}
-            with self._bar("train + val" if self._val_is_held_out() else "train") as bar:
+            held_out = self._val_is_held_out()
+            n_train: deque[int] = deque()  # train lines of each chunk in flight, in order
+
+            def train_chunks() -> Iterator[list[str]]:
                 for train, val in self._train_val_chunks():
-                    for name, part in (("train", train), ("val", val)):
-                        if part:
-                            for ids in self._encode([part], tok):
-                                writers[name].add(ids)
-                    bar.update(len(train) + len(val))
+                    n_train.append(len(train))
+                    yield train + val
+
+            with self._bar("train + val" if held_out else "train") as bar:
+                for chunk, ids in self._encode_stream(train_chunks(), tok):
+                    k = n_train.popleft()
+                    writers["train"].add(ids[:k])
+                    if held_out:
+                        writers["val"].add(ids[k:])
+                    bar.update(len(chunk))
             for name in names:
-                if name == "train" or (name == "val" and self._val_is_held_out()):
+                if name == "train" or (name == "val" and held_out):
                     continue
                 with self._bar(name) as bar:
                     for chunk, ids in self._encode_stream(self._chunks(name), tok):
@@ -348,10 +356,6 @@ class VATDataModule(L.LightningDataModule):
 
         return tqdm(desc=f"vat: tokenizing {name}", unit=" lines", unit_scale=True,
                     disable=not self._progress(), leave=False)
-
-    def _encode(self, chunks: list[list[str]], tok: VATTokenizer) -> Iterator[list[list[int]]]:
-        for _, ids in self._encode_stream(iter(chunks), tok):
-            yield ids
 
     def _encode_stream(self, chunks: Iterator[list[str]], tok: VATTokenizer,
                        ) -> Iterator[tuple[list[str], list[list[int]]]]:
