@@ -45,8 +45,7 @@ from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
     SplitWriter,
     TokenizedDataset,
-    encode_in_worker,
-    init_worker,
+    encode_chunks,
     remove,
     remove_stale_temps,
     token_dtype,
@@ -325,7 +324,7 @@ class VATDataModule(L.LightningDataModule):
                     yield train + val
 
             with self._bar("train + val" if held_out else "train") as bar:
-                for chunk, ids in self._encode_stream(train_chunks(), tok):
+                for chunk, ids in encode_chunks(train_chunks(), tok, h.num_proc):
                     k = n_train.popleft()
                     writers["train"].add(ids[:k])
                     if held_out:
@@ -335,7 +334,7 @@ class VATDataModule(L.LightningDataModule):
                 if name == "train" or (name == "val" and held_out):
                     continue
                 with self._bar(name) as bar:
-                    for chunk, ids in self._encode_stream(self._chunks(name), tok):
+                    for chunk, ids in encode_chunks(self._chunks(name), tok, h.num_proc):
                         writers[name].add(ids)
                         bar.update(len(chunk))
             write_done(tmp, {n: w.close() for n, w in writers.items()}, dtype,
@@ -356,30 +355,6 @@ class VATDataModule(L.LightningDataModule):
 
         return tqdm(desc=f"vat: tokenizing {name}", unit=" lines", unit_scale=True,
                     disable=not self._progress(), leave=False)
-
-    def _encode_stream(self, chunks: Iterator[list[str]], tok: VATTokenizer,
-                       ) -> Iterator[tuple[list[str], list[list[int]]]]:
-        """(chunk, ids) in order; with num_proc > 1 a process pool with a bounded window of
-        chunks in flight, so memory stays bounded whatever the corpus size."""
-        n = self.hparams.num_proc
-        if n <= 1:
-            for chunk in chunks:
-                yield chunk, tok.encode_batch(chunk)
-            return
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        ctx = multiprocessing.get_context("spawn")  # fork after tokenizers' threads is unsafe
-        with ProcessPoolExecutor(n, mp_context=ctx, initializer=init_worker, initargs=(tok.to_str(),)) as pool:
-            pending: deque = deque()
-            for chunk in chunks:
-                pending.append((chunk, pool.submit(encode_in_worker, chunk)))
-                if len(pending) >= 2 * n:
-                    c, fut = pending.popleft()
-                    yield c, fut.result()
-            while pending:
-                c, fut = pending.popleft()
-                yield c, fut.result()
 
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None and self.splits:

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -253,3 +254,29 @@ def init_worker(tokenizer_json: str) -> None:
 
 def encode_in_worker(chunk: list[str]) -> list[list[int]]:
     return _WORKER_TOKENIZER.encode_batch(chunk)
+
+
+def encode_chunks(chunks: Iterator[list[str]], tok, num_proc: int,
+                  ) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """(chunk, ids) for each chunk of sentences, in order. With num_proc > 1 a process pool
+    with a bounded window of chunks in flight (Pool.imap would read the whole corpus ahead),
+    so memory stays bounded whatever the corpus size."""
+    if num_proc <= 1:  # the tokenizers library already encodes a batch on every core
+        for chunk in chunks:
+            yield chunk, tok.encode_batch(chunk)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")  # fork after tokenizers' threads is unsafe
+    with ProcessPoolExecutor(num_proc, mp_context=ctx, initializer=init_worker,
+                             initargs=(tok.to_str(),)) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(encode_in_worker, chunk)))
+            if len(pending) >= 2 * num_proc:
+                c, fut = pending.popleft()
+                yield c, fut.result()
+        while pending:
+            c, fut = pending.popleft()
+            yield c, fut.result()
