@@ -110,8 +110,10 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path, train):
     (stale / "train" / "tokens.bin").write_bytes(b"x" * 1000)
     live = cache / f".data-4567.tmp-{os.getppid()}"  # a running process may still write it
     live.mkdir()
+    elsewhere = cache / f".data-89.tmp-{dead.pid}.another-host"  # a pid we cannot check
+    elsewhere.mkdir()
     _dm(tmp_path, train).prepare_data()
-    assert not stale.exists() and live.exists()
+    assert not stale.exists() and live.exists() and elsewhere.exists()
 
 
 def test_an_unusable_cache_dir_is_a_one_line_error_naming_the_option(tmp_path, train):

@@ -48,6 +48,7 @@ from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     encode_chunks,
     remove,
     remove_stale_temps,
+    temp_path,
     token_dtype,
     verify,
     write_done,
@@ -271,7 +272,7 @@ class VATDataModule(L.LightningDataModule):
         rank_zero_info(f"vat: training a {h.vocab_size}-token BPE tokenizer on up to {h.tokenizer_train_lines} training lines")
         tok = VATTokenizer.train(texts, vocab_size=h.vocab_size, progress=self._progress())
         path = self._tokenizer_cache_path()
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp = temp_path(path)
         try:
             tok.save(tmp)
             os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
@@ -308,7 +309,7 @@ class VATDataModule(L.LightningDataModule):
 
     def _tokenize_to_cache(self, tok: VATTokenizer, cache: Path) -> None:
         h = self.hparams
-        tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
+        tmp = temp_path(cache)
         remove(tmp)
         dtype = token_dtype(tok.vocab_size)
         try:
