@@ -78,7 +78,7 @@ class BucketBatchSampler(Sampler[list[int]]):
     pools of `pool_batches` global batches; sort each pool by length and cut it into global
     batches, of `batch_size * num_replicas` sentences, or (with `max_tokens`) of as many
     sentences as keep each rank's padded batch within max_tokens; shuffle the batch order.
-    Every rank builds the same list and takes its contiguous slice of each global batch, so
+    Every rank builds the same list and takes its interleaved share of each global batch, so
     the global batches are the same whatever the number of processes (1 process with batch
     8 sees exactly what 2 processes with batch 4 see together), and every rank runs the same
     number of steps (a global batch not divisible by the ranks is filled up by repetition).
@@ -174,8 +174,10 @@ class BucketBatchSampler(Sampler[list[int]]):
         for b in self.global_batches()[self.start_batch :]:
             if len(b) % self.num_replicas:
                 b = np.resize(b, len(b) + self.num_replicas - len(b) % self.num_replicas)
-            per_rank = len(b) // self.num_replicas
-            yield b[self.rank * per_rank : (self.rank + 1) * per_rank].tolist()
+            # Interleaved shares of the length-sorted global batch: every rank gets sentences
+            # of all lengths, so the ranks carry equal token counts (no rank waits for one
+            # holding all the long sentences, and per-rank mean losses weigh alike).
+            yield b[self.rank :: self.num_replicas].tolist()
 
     def __len__(self) -> int:
         # The whole epoch's length even when resuming mid-epoch: Lightning's own batch counter
