@@ -63,12 +63,13 @@ def measure(corpus: Path, cache: Path, num_proc: int) -> dict:
         sys.exit(f"prepare failed:\n{res.stderr[-3000:]}")
     wall = re.search(r"Elapsed \(wall clock\) time .*: (\S+)", res.stderr).group(1)
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr).group(1))
+    cpu = sum(float(re.search(rf"{k} time \(seconds\): (\S+)", res.stderr).group(1)) for k in ("User", "System"))
     parts = [float(x) for x in wall.split(":")]
     seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
     (data,) = cache.glob("data-*")
     size = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
     kept = json.loads((data / "done.json").read_text())["stats"]["train"]["kept"]
-    return {"lines": kept, "wall_s": round(seconds, 1), "peak_rss_mib": round(rss / 1024),
+    return {"lines": kept, "wall_s": round(seconds, 1), "cpu_s": round(cpu, 1), "peak_rss_mib": round(rss / 1024),
             "cache_mib": round(size / 2**20, 1)}
 
 
