@@ -92,7 +92,7 @@ def test_datamodule_caches_and_truncates(tmp_path, tiny_sentences):
     dm.prepare_data()
     dm.setup("fit")
     assert dm.overlength_stats["train"]["overlength"] + dm.overlength_stats["val"]["overlength"] == 1
-    assert max(len(x) for x in dm.splits["train"].ids + dm.splits["val"].ids) == 47
+    assert max(len(x) for x in [*dm.splits["train"].ids, *dm.splits["val"].ids]) == 47
     n_train, n_val = len(dm.splits["train"]), len(dm.splits["val"])
     assert n_train + n_val == 49 and n_val == 10
     cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
@@ -100,7 +100,7 @@ def test_datamodule_caches_and_truncates(tmp_path, tiny_sentences):
     dm2 = _dm(tmp_path, train_files=[str(train)], val_fraction=0.2, max_len=48)
     dm2.setup("fit")  # from the cache: same tokenizer, same ids
     assert dm2.tokenizer.to_str() == dm.tokenizer.to_str()
-    assert dm2.splits["train"].ids == dm.splits["train"].ids
+    assert list(dm2.splits["train"].ids) == list(dm.splits["train"].ids)
     filt = _dm(tmp_path, train_files=[str(train)], overlength="filter", max_len=48)
     filt.setup("fit")
     assert len(filt.splits["train"]) == 48

@@ -1,254 +1,61 @@
-"""Data: text files or a Hugging Face hub dataset -> tokenizer -> tokenized cache -> buckets.
+"""Data: text files or a Hugging Face dataset -> tokenizer -> tokenized cache -> buckets.
 
 `VATDataModule` reads local text files (plain or .gz, one sentence per line, several files
-or globs) or a hub dataset through `datasets`, trains the tokenizer once (or loads it from a
-file), tokenizes once with `datasets.map` (batched, several processes) and caches the result
-on disk keyed by the tokenizer and the input files, so a second run starts at once. Training
-batches come from `BucketBatchSampler`, which groups sentences of similar length.
+or globs) or a hub dataset through `datasets` (`vat.corpus`), trains the tokenizer once (or
+loads it from a file), tokenizes once into a memory-mapped cache keyed by the tokenizer and
+the input files (`vat.token_cache`), so a second run starts at once. Preparing streams the
+corpus in chunks, so its memory does not grow with the corpus. Training batches come from
+`vat.sampler.BucketBatchSampler`: length-bucketed, of `batch_size` sentences or of at most
+`max_tokens` padded tokens.
 
 Under DDP, `prepare_data` (local rank 0 only) does the expensive work and writes every cache
-file atomically; `setup` on every rank only reads the caches.
+file atomically; `setup` on every rank only reads (and checks) the caches.
 """
 
 from __future__ import annotations
 
-import glob
-import gzip
+import errno
 import hashlib
 import json
-import math
 import os
-import zlib
-from collections.abc import Iterator, Sequence
+import tempfile
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
+from torch.utils.data import DataLoader
 
+from vat.corpus import (  # noqa: F401 (read_lines, expand_files: public API)
+    expand_files,
+    held_out_indices,
+    iter_files,
+    iter_hub,
+    limit_lines,
+    read_lines,
+    split_held_out,
+)
 from vat.errors import VatError
-from vat.tokenizer import VATTokenizer, make_batch
+from vat.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
+from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
+    CacheDamaged,
+    SplitWriter,
+    TokenizedDataset,
+    encode_chunks,
+    remove,
+    remove_stale_temps,
+    temp_path,
+    token_dtype,
+    verify,
+    write_done,
+)
+from vat.tokenizer import SPECIAL_TOKENS, VATTokenizer
 
-# --------------------------------------------------------------------------------------
-# Reading text
-
-
-def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
-    """Expand globs; every pattern must match at least one regular file."""
-    files: list[Path] = []
-    for pat in patterns:
-        matches = sorted(glob.glob(os.path.expanduser(pat))) if glob.has_magic(pat) else [os.path.expanduser(pat)]
-        if not matches:
-            raise VatError(f"{option}: no file matches {pat!r}")
-        for m in matches:
-            p = Path(m)
-            if p.is_dir():
-                raise VatError(f"{option}: {p} is a directory, expected a text file (one sentence per line, plain or .gz)")
-            if not p.is_file():
-                raise VatError(f"{option}: file {p} does not exist")
-            files.append(p)
-    return files
-
-
-def read_lines(path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> tuple[list[str], int]:
-    """Non-empty stripped lines of a UTF-8 text file (plain or gzip) and the number of lines
-    skipped for undecodable bytes. With on_bad_bytes="error" such a line is an error instead."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    lines: list[str] = []
-    bad = 0
-    try:
-        with opener(path, "rb") as f:
-            head = f.read(8192)
-            if b"\x00" in head:
-                raise VatError(f"{path} looks like a binary file (NUL bytes), expected UTF-8 text, one sentence per line")
-            f.seek(0)
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    if on_bad_bytes == "error":
-                        raise VatError(f"{path}:{lineno}: bytes that are not UTF-8 (set data.on_bad_bytes: skip to skip such lines)") from None
-                    bad += 1
-                    continue
-                text = text.strip()
-                if text:
-                    lines.append(text)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
-    return lines, bad
-
-
-def read_corpus(paths: Sequence[Path], on_bad_bytes: Literal["skip", "error"], option: str) -> list[str]:
-    lines: list[str] = []
-    for p in paths:
-        got, bad = read_lines(p, on_bad_bytes)
-        if bad:
-            rank_zero_warn(f"{p}: skipped {bad} lines with bytes that are not UTF-8")
-        if not got:
-            raise VatError(f"{option}: {p} has no non-empty lines, expected one sentence per line")
-        lines.extend(got)
-    return lines
-
-
-def read_hub(name: str, config: str | None, split: str, text_field: str) -> list[str]:
-    """Sentences of a `datasets` dataset (hub name or local dataset folder); `text_field` may
-    be dotted, e.g. "translation.en" for WMT19 de-en."""
-    import datasets
-
-    try:
-        ds = datasets.load_dataset(name, config, split=split)
-    except Exception as e:  # datasets raises many types (connection, FileNotFound, ValueError)
-        raise VatError(f"data.hf_dataset: could not load {name!r} (config {config!r}, split {split!r}): {str(e).splitlines()[0]}") from None
-    head, *rest = text_field.split(".")
-    if head not in ds.column_names:
-        raise VatError(f"data.hf_text_field: {name} has no column {head!r} (columns: {ds.column_names})")
-    out = []
-    for value in ds[head]:
-        for key in rest:
-            value = value[key]
-        value = str(value).strip()
-        if value:
-            out.append(value)
-    return out
-
-
-# --------------------------------------------------------------------------------------
-# Batching
-
-
-class TokenizedDataset(Dataset):
-    """Subword id lists; items are lists of ints, collated by `make_batch`."""
-
-    def __init__(self, ids: list[list[int]]) -> None:
-        self.ids = ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> list[int]:
-        return self.ids[i]
-
-
-class BucketBatchSampler(Sampler[list[int]]):
-    """Length-bucketed batches that shuffle, resume mid-epoch, and shard under DDP.
-
-    Each epoch: shuffle all indices with a generator seeded by (seed, epoch); cut them into
-    pools of `pool_batches` global batches; sort each pool by length and cut it into global
-    batches of `batch_size * num_replicas` sentences; shuffle the batch order. Every rank
-    builds the same list and takes its contiguous `batch_size` slice of each global batch,
-    so the global batches are the same whatever the number of processes (1 process with
-    batch 8 sees exactly what 2 processes with batch 4 see together), and every rank runs
-    the same number of steps (a short last batch is filled up by repetition).
-    """
-
-    def __init__(
-        self,
-        lengths: Sequence[int],
-        batch_size: int,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        pool_batches: int = 100,
-        num_replicas: int = 1,
-        rank: int = 0,
-    ) -> None:
-        if batch_size < 1:
-            raise VatError(f"data.batch_size must be at least 1, got {batch_size}")
-        self.lengths = np.asarray(lengths)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.pool_batches = pool_batches
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.epoch = 0
-        self.start_batch = 0  # batches of the current epoch to skip (mid-epoch resume)
-
-    @property
-    def sampler(self) -> BucketBatchSampler:
-        # Lightning calls `dataloader.batch_sampler.sampler.set_epoch(epoch)` at each epoch
-        # start; exposing ourselves here is how a batch sampler receives that call.
-        return self
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.start_batch = 0
-        self.epoch = epoch
-
-    def global_batches(self) -> list[np.ndarray]:
-        """This epoch's global batches (index arrays), before sharding."""
-        n = len(self.lengths)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(n, generator=g).numpy() if self.shuffle else np.arange(n)
-        size = self.batch_size * self.num_replicas
-        pool = size * self.pool_batches
-        batches: list[np.ndarray] = []
-        for start in range(0, n, pool):
-            chunk = order[start : start + pool]
-            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches.extend(chunk[i : i + size] for i in range(0, len(chunk), size))
-        if self.shuffle:
-            batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
-        return batches
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for b in self.global_batches()[self.start_batch :]:
-            if len(b) % self.num_replicas:
-                b = np.resize(b, len(b) + self.num_replicas - len(b) % self.num_replicas)
-            per_rank = len(b) // self.num_replicas
-            yield b[self.rank * per_rank : (self.rank + 1) * per_rank].tolist()
-
-    def __len__(self) -> int:
-        size = self.batch_size * self.num_replicas
-        pool = size * self.pool_batches
-        n = len(self.lengths)
-        # Pools may end in a short batch each, so count per pool rather than estimate. This is
-        # the whole epoch's length even when resuming mid-epoch: Lightning's own batch counter
-        # resumes at `start_batch` and stops at this length.
-        return sum(math.ceil(min(pool, n - s) / size) for s in range(0, n, pool))
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader that Lightning checkpoints (it has state_dict/load_state_dict).
-
-    Lightning stores the state of such loaders in the checkpoint and restores it on
-    `--ckpt_path`, so a run killed mid-epoch resumes at the next unseen batch instead of
-    replaying or skipping part of the epoch. The loader has a length, so Lightning's fetcher
-    does not pre-fetch: every batch handed out has been trained on when a checkpoint is taken.
-    """
-
-    def __init__(self, dataset: Dataset, batch_sampler: BucketBatchSampler, **kwargs) -> None:
-        super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
-        self._yielded = 0
-
-    def __iter__(self):
-        sampler: BucketBatchSampler = self.batch_sampler
-        self._yielded = sampler.start_batch
-        for batch in super().__iter__():
-            self._yielded += 1
-            yield batch
-        sampler.start_batch = 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.batch_sampler.epoch, "batches_consumed": self._yielded}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.batch_sampler.epoch = int(state["epoch"])
-        self.batch_sampler.start_batch = int(state["batches_consumed"])
-
-
-def collate(max_len: int):
-    def _collate(batch: list[list[int]]) -> dict[str, torch.Tensor]:
-        return make_batch(batch, max_len)
-
-    return _collate
-
-
-# --------------------------------------------------------------------------------------
-# The DataModule
+PAD_MULTIPLE = 8  # token-budget batches pad sequence lengths to a multiple of 8 (issue 15)
 
 
 class VATDataModule(L.LightningDataModule):
@@ -275,11 +82,13 @@ class VATDataModule(L.LightningDataModule):
         overlength: Literal["truncate", "filter"] = "truncate",
         on_bad_bytes: Literal["skip", "error"] = "skip",
         batch_size: int = 128,
+        max_tokens: int | None = None,
         pool_batches: int = 100,
         num_workers: int = 0,
         num_proc: int = 1,
         cache_dir: str = ".cache/vat",
         seed: int = 1234,
+        progress: bool = True,
     ) -> None:
         """
         Args:
@@ -306,27 +115,30 @@ class VATDataModule(L.LightningDataModule):
                 Either way the number of affected lines is logged.
             on_bad_bytes: Lines that are not valid UTF-8 are skipped and counted ("skip")
                 or stop the run with the file and line number ("error").
-            batch_size: Sentences per batch, per process (paper: 128).
+            batch_size: Sentences per batch, per process (paper: 128). Ignored when
+                max_tokens is set.
+            max_tokens: Padded tokens per batch, per process (batch size x padded length,
+                like fairseq's --max-tokens). When set it governs the batch size instead of
+                batch_size, and sequence lengths are padded to a multiple of 8. At least max_len.
             pool_batches: Bucketing pool size, in batches: sentences are length-sorted within
-                pools of batch_size * pool_batches random sentences.
-            num_workers: DataLoader worker processes.
-            num_proc: Processes for tokenizing with `datasets.map`.
+                pools of pool_batches batches' worth of random sentences.
+            num_workers: DataLoader worker processes (0: load in the training process).
+            num_proc: Processes for tokenizing. 1 tokenizes in this process, where the
+                tokenizers library already uses every core; more uses a process pool.
             cache_dir: Where the tokenizer and tokenized data are cached.
             seed: Seed for the held-out split and the batch order.
+            progress: Progress bars for tokenizer training and corpus tokenizing (rank 0 only).
         """
         super().__init__()
-        if not train_files and not hf_dataset:
-            raise VatError("data: set data.train_files (text files) or data.hf_dataset (a datasets hub name)")
-        if overlength not in ("truncate", "filter"):
-            raise VatError(f"data.overlength must be 'truncate' or 'filter', got {overlength!r}")
-        if not 0.0 <= val_fraction < 1.0:
-            raise VatError(f"data.val_fraction must be in [0, 1), got {val_fraction}")
-        if max_len < 2:
-            raise VatError(f"data.max_len must be at least 2, got {max_len}")
+        _validate(locals())
         self.save_hyperparameters()
         self.tokenizer: VATTokenizer | None = None
         self.splits: dict[str, TokenizedDataset] = {}
         self.length_histogram: list[int] = []
+        self._verified: dict[Path, dict] = {}
+        if max_tokens is not None:
+            rank_zero_info(f"vat: data.max_tokens={max_tokens} sets the batch size "
+                           "(data.batch_size is not used)")
 
     # -- sources --------------------------------------------------------------------------
     def _has_val(self) -> bool:
@@ -348,128 +160,225 @@ class VATDataModule(L.LightningDataModule):
         if h.hf_dataset:
             desc: object = [h.hf_dataset, h.hf_config, h.hf_text_field, h.hf_train_split, h.hf_val_split, h.hf_test_split]
         else:
-            desc = {k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v] for k, v in self._source_files().items()}
+            desc = {k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v]
+                    for k, v in self._source_files().items()}
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
         return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    def _raw_splits(self) -> dict[str, list[str]]:
+    def _source_names(self) -> list[str]:
         h = self.hparams
         if h.hf_dataset:
-            splits = {"train": read_hub(h.hf_dataset, h.hf_config, h.hf_train_split, h.hf_text_field)}
-            if h.hf_val_split:
-                splits["val"] = read_hub(h.hf_dataset, h.hf_config, h.hf_val_split, h.hf_text_field)
-            if h.hf_test_split:
-                splits["test"] = read_hub(h.hf_dataset, h.hf_config, h.hf_test_split, h.hf_text_field)
+            names = ["train"] + [n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s]
         else:
-            files = self._source_files()
-            splits = {k: read_corpus(v, h.on_bad_bytes, f"data.{k}_files") for k, v in files.items()}
-        if h.max_train_lines:
-            splits["train"] = splits["train"][: h.max_train_lines]
-        if "val" not in splits and h.val_fraction > 0:
-            lines = splits["train"]
-            perm = np.random.default_rng(h.seed).permutation(len(lines))
-            n_val = max(1, int(round(h.val_fraction * len(lines))))
-            splits["val"] = [lines[i] for i in perm[:n_val]]
-            splits["train"] = [lines[i] for i in sorted(perm[n_val:])]
-        return splits
+            names = list(self._source_files())
+        if "val" not in names and h.val_fraction > 0:
+            names.insert(1, "val")
+        return names
+
+    def _chunks(self, split: str) -> Iterator[list[str]]:
+        """Chunks of raw sentences of one source split (the training split before holding out)."""
+        h = self.hparams
+        if h.hf_dataset:
+            hub_split = {"train": h.hf_train_split, "val": h.hf_val_split, "test": h.hf_test_split}[split]
+            chunks = iter_hub(h.hf_dataset, h.hf_config, hub_split, h.hf_text_field)
+        else:
+            chunks = iter_files(self._source_files()[split], h.on_bad_bytes, f"data.{split}_files")
+        return limit_lines(chunks, h.max_train_lines) if split == "train" else chunks
+
+    def _train_val_chunks(self) -> Iterator[tuple[list[str], list[str]]]:
+        """(train, held-out val) parts of each training chunk; val is empty unless
+        val_fraction holds lines out (chosen after a counting pass, see held_out_indices)."""
+        h = self.hparams
+        if not self._val_is_held_out():
+            return ((c, []) for c in self._chunks("train"))
+        n = sum(len(c) for c in self._chunks("train"))
+        return split_held_out(self._chunks("train"), held_out_indices(n, h.val_fraction, h.seed))
+
+    def _val_is_held_out(self) -> bool:
+        h = self.hparams
+        has_source = bool(h.val_files) or (bool(h.hf_dataset) and h.hf_val_split is not None)
+        return not has_source and h.val_fraction > 0
 
     # -- caches ---------------------------------------------------------------------------
     def _cache(self) -> Path:
         return Path(self.hparams.cache_dir)
 
+    def _check_cache_dir(self, write: bool) -> None:
+        """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
+        d = self._cache()
+        try:
+            os.stat(d)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise VatError(f"data.cache_dir: cannot use {d}: {e.strerror}") from None
+        if not write:
+            return
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=d):
+                pass
+        except OSError as e:
+            raise VatError(f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})") from None
+        remove_stale_temps(d)
+
+    def _progress(self) -> bool:
+        return bool(self.hparams.progress) and rank_zero_only.rank == 0
+
     def _tokenizer_cache_path(self) -> Path:
         h = self.hparams
-        key = hashlib.sha256(f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v1".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2".encode()).hexdigest()[:16]
         return self._cache() / f"tokenizer-{key}.json"
 
     def _data_cache_path(self, tokenizer: VATTokenizer) -> Path:
         h = self.hparams
         tok_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
-        key = hashlib.sha256(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2".encode()).hexdigest()[:16]
         return self._cache() / f"data-{key}"
 
-    def _load_or_train_tokenizer(self, splits: dict[str, list[str]] | None) -> VATTokenizer:
+    def _load_or_train_tokenizer(self) -> VATTokenizer:
         h = self.hparams
         if h.tokenizer_path:
-            tok = VATTokenizer.from_file(h.tokenizer_path)
+            try:
+                tok = VATTokenizer.from_file(h.tokenizer_path)
+            except ValueError as e:
+                raise VatError(f"data.tokenizer_path: {e}") from None
         else:
-            path = self._tokenizer_cache_path()
-            if path.is_file():
-                tok = VATTokenizer.from_file(path)
-            else:
-                if splits is None:
-                    splits = self._raw_splits()
-                rank_zero_info(f"vat: training a {h.vocab_size}-token BPE tokenizer on {min(len(splits['train']), h.tokenizer_train_lines)} lines")
-                tok = VATTokenizer.train(splits["train"][: h.tokenizer_train_lines], vocab_size=h.vocab_size)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-                tok.save(tmp)
-                os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
+            tok = self._cached_tokenizer() or self._train_tokenizer()
         if tok.vocab_size > h.vocab_size:
             src = h.tokenizer_path or "the cached tokenizer"
             raise VatError(f"data.tokenizer_path: {src} has {tok.vocab_size} tokens but data.vocab_size is {h.vocab_size}")
         return tok
 
+    def _cached_tokenizer(self) -> VATTokenizer | None:
+        path = self._tokenizer_cache_path()
+        if not path.is_file():
+            return None
+        try:
+            return VATTokenizer.from_file(path)
+        except Exception as e:  # a damaged cache file: train it again rather than fail
+            rank_zero_warn(f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again")
+            return None
+
+    def _train_tokenizer(self) -> VATTokenizer:
+        h = self.hparams
+        self._check_cache_dir(write=True)
+
+        def lines() -> Iterator[str]:
+            for train, _ in self._train_val_chunks():
+                yield from train
+
+        texts = limit_lines(lines(), h.tokenizer_train_lines)
+        rank_zero_info(f"vat: training a {h.vocab_size}-token BPE tokenizer on up to {h.tokenizer_train_lines} training lines")
+        tok = VATTokenizer.train(texts, vocab_size=h.vocab_size, progress=self._progress())
+        path = self._tokenizer_cache_path()
+        tmp = temp_path(path)
+        try:
+            tok.save(tmp)
+            os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
+        except Exception as e:  # tokenizers raises a plain Exception for I/O errors
+            raise VatError(f"data.cache_dir: could not write {path} ({str(e)[:120]})") from None
+        finally:
+            remove(tmp) if tmp.exists() else None
+        return tok
+
+    def _verified_cache(self, cache: Path) -> dict | None:
+        """done.json of the intact cache, or None (a damaged one is removed, with a warning)."""
+        if cache in self._verified:
+            return self._verified[cache]
+        if not cache.exists():
+            return None
+        try:
+            info = verify(cache, self.tokenizer.vocab_size if self.tokenizer else 1 << 32, self.hparams.max_len)
+        except CacheDamaged as e:
+            rank_zero_warn(f"vat: the tokenized cache {cache} is damaged ({e}); rebuilding it")
+            self._check_cache_dir(write=True)
+            remove(cache)
+            return None
+        self._verified[cache] = info
+        return info
+
     def prepare_data(self) -> None:
         """Local rank 0 only: train the tokenizer and tokenize every split into the cache."""
-        tok_path_exists = bool(self.hparams.tokenizer_path) or self._tokenizer_cache_path().is_file()
-        splits = None if tok_path_exists else self._raw_splits()
-        tok = self._load_or_train_tokenizer(splits)
+        self._check_cache_dir(write=False)
+        tok = self._load_or_train_tokenizer()
         cache = self._data_cache_path(tok)
-        if (cache / "done.json").is_file():
-            return
-        splits = splits or self._raw_splits()
-        self._tokenize_to_cache(tok, splits, cache)
+        if self._verified_cache(cache) is None:
+            self._check_cache_dir(write=True)
+            self._tokenize_to_cache(tok, cache)
 
-    def _tokenize_to_cache(self, tok: VATTokenizer, splits: dict[str, list[str]], cache: Path) -> None:
-        import datasets
-
+    def _tokenize_to_cache(self, tok: VATTokenizer, cache: Path) -> None:
         h = self.hparams
-        tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
-        stats = {}
-        tok_json = tok.to_str()
-        for name, lines in splits.items():
-            ds = datasets.Dataset.from_dict({"text": lines})
-            ds = ds.map(
-                _tokenize_batch, batched=True, batch_size=1000, num_proc=h.num_proc if len(lines) > 10_000 else None,
-                fn_kwargs={"tokenizer_json": tok_json}, remove_columns=["text"], desc=f"tokenizing {name}",
-            )
-            lengths = np.asarray(ds["length"])
-            over = int((lengths > h.max_len - 1).sum())
-            if h.overlength == "filter":
-                ds = ds.filter(lambda b: [n <= h.max_len - 1 for n in b["length"]], batched=True)
-            stats[name] = {"lines": len(lines), "overlength": over, "kept": len(ds)}
-            ds.save_to_disk(str(tmp / name))
-        (tmp / "done.json").write_text(json.dumps({"stats": stats, "max_len": h.max_len, "overlength": h.overlength}))
+        tmp = temp_path(cache)
+        remove(tmp)
+        dtype = token_dtype(tok.vocab_size)
         try:
-            os.replace(tmp, cache)
-        except OSError:  # another process finished first: keep theirs
-            import shutil
+            tmp.mkdir()
+            names = self._source_names()
+            writers = {n: SplitWriter(tmp / n, dtype, h.max_len, h.overlength) for n in names}
+            held_out = self._val_is_held_out()
+            n_train: deque[int] = deque()  # train lines of each chunk in flight, in order
 
-            shutil.rmtree(tmp, ignore_errors=True)
+            def train_chunks() -> Iterator[list[str]]:
+                for train, val in self._train_val_chunks():
+                    n_train.append(len(train))
+                    yield train + val
+
+            with self._bar("train + val" if held_out else "train") as bar:
+                for chunk, ids in encode_chunks(train_chunks(), tok, h.num_proc):
+                    k = n_train.popleft()
+                    writers["train"].add(ids[:k])
+                    if held_out:
+                        writers["val"].add(ids[k:])
+                    bar.update(len(chunk))
+            for name in names:
+                if name == "train" or (name == "val" and held_out):
+                    continue
+                with self._bar(name) as bar:
+                    for chunk, ids in encode_chunks(self._chunks(name), tok, h.num_proc):
+                        writers[name].add(ids)
+                        bar.update(len(chunk))
+            write_done(tmp, {n: w.close() for n, w in writers.items()}, dtype,
+                       max_len=h.max_len, overlength=h.overlength)
+            try:
+                os.replace(tmp, cache)
+            except OSError:  # another process finished first: keep theirs
+                pass
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise VatError(f"data.cache_dir: no space left on the device while writing {cache}") from None
+            raise VatError(f"data.cache_dir: could not write {cache} ({e.strerror or e})") from None
+        finally:
+            remove(tmp)  # never leave a partial folder behind (e.g. after a full disk)
+
+    def _bar(self, name: str):
+        from tqdm.auto import tqdm
+
+        return tqdm(desc=f"vat: tokenizing {name}", unit=" lines", unit_scale=True,
+                    disable=not self._progress(), leave=False)
 
     def setup(self, stage: str | None = None) -> None:
-        import datasets
-
         if self.tokenizer is not None and self.splits:
             return
-        self.tokenizer = self._load_or_train_tokenizer(None)
+        self._check_cache_dir(write=False)
+        self.tokenizer = self._load_or_train_tokenizer()
         cache = self._data_cache_path(self.tokenizer)
-        if not (cache / "done.json").is_file():
+        info = self._verified_cache(cache)
+        if info is None:
             # prepare_data runs only on local rank 0 of each node; with a node-local cache
             # dir on a multi-node job the other nodes tokenize here.
             self.prepare_data()
-        info = json.loads((cache / "done.json").read_text())
+            info = self._verified_cache(cache)
         h = self.hparams
+        pad = PAD_MULTIPLE if h.max_tokens is not None else 1
         for name, st in info["stats"].items():
-            ds = datasets.load_from_disk(str(cache / name))
-            self.splits[name] = TokenizedDataset([ids[: h.max_len - 1] for ids in ds["ids"]])
+            self.splits[name] = TokenizedDataset(cache / name, info["dtype"], h.max_len, pad)
             if st["overlength"]:
                 verb = "truncated to" if h.overlength == "truncate" else "dropped for exceeding"
                 rank_zero_info(f"vat: {name}: {st['overlength']} of {st['lines']} lines {verb} max_len={h.max_len} tokens")
         if not len(self.splits["train"]):
             raise VatError("data: no training sentence is left after filtering to data.max_len")
-        counts = np.bincount([len(x) + 1 for x in self.splits["train"].ids], minlength=h.max_len + 1)
+        counts = np.bincount(self.splits["train"].lengths + 1, minlength=h.max_len + 1)
         self.length_histogram = counts.tolist()
         self.overlength_stats = info["stats"]
 
@@ -480,16 +389,24 @@ class VATDataModule(L.LightningDataModule):
         trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sampler = BucketBatchSampler(
-            [len(x) for x in ds.ids], h.batch_size, shuffle=shuffle, seed=h.seed, pool_batches=h.pool_batches,
-            num_replicas=world, rank=rank,
+            ds.lengths + 1, h.batch_size, shuffle=shuffle, seed=h.seed, pool_batches=h.pool_batches,
+            num_replicas=world, rank=rank, max_tokens=h.max_tokens, pad_multiple=PAD_MULTIPLE,
+            max_len=h.max_len,
         )
         # A private generator: creating the iterator then draws no number from torch's global
         # RNG, so dropout/sampling noise is the same in a resumed and an uninterrupted run.
-        kwargs = dict(collate_fn=collate(h.max_len), num_workers=h.num_workers,
+        kwargs = dict(collate_fn=passthrough, num_workers=h.num_workers, pin_memory=self._pin_memory(),
                       generator=torch.Generator().manual_seed(h.seed), persistent_workers=h.num_workers > 0)
         if split == "train":
             return ResumableDataLoader(ds, sampler, **kwargs)
         return DataLoader(ds, batch_sampler=sampler, **kwargs)
+
+    def _pin_memory(self) -> bool:
+        """Page-locked batches when training on CUDA, for asynchronous host-to-device copies."""
+        try:
+            return self.trainer.strategy.root_device.type == "cuda"
+        except (AttributeError, RuntimeError):
+            return torch.cuda.is_available()
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)
@@ -505,17 +422,44 @@ class VATDataModule(L.LightningDataModule):
         return self._loader("test", shuffle=False)
 
 
-def _tokenize_batch(batch: dict, tokenizer_json: str) -> dict:
-    tok = _tokenizer_from_json(tokenizer_json)
-    ids = tok.encode_batch(batch["text"])
-    return {"ids": ids, "length": [len(x) for x in ids]}
+def _validate(args: dict) -> None:
+    """Check every data option at construction; the message names the option (issue 11)."""
+    def fail(name: str, expected: str) -> None:
+        raise VatError(f"data.{name} must be {expected}, got {args[name]!r}")
 
+    def is_int(v) -> bool:
+        return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
-_TOKENIZERS: dict[int, VATTokenizer] = {}
-
-
-def _tokenizer_from_json(tokenizer_json: str) -> VATTokenizer:
-    key = hash(tokenizer_json)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = VATTokenizer.from_str(tokenizer_json)
-    return _TOKENIZERS[key]
+    if not args["train_files"] and not args["hf_dataset"]:
+        raise VatError("data: set data.train_files (text files) or data.hf_dataset (a datasets hub name)")
+    for name in ("train_files", "val_files", "test_files"):
+        v = args[name]
+        if v is not None and (isinstance(v, str) or not all(isinstance(p, str) and p for p in v)):
+            fail(name, "a list of file paths or globs")
+    minimum = {"vocab_size": len(SPECIAL_TOKENS) + 1, "tokenizer_train_lines": 1, "max_len": 2,
+               "batch_size": 1, "pool_batches": 1, "num_workers": 0, "num_proc": 1}
+    for name, low in minimum.items():
+        if not is_int(args[name]) or args[name] < low:
+            fail(name, f"an integer >= {low}")
+    if not is_int(args["seed"]):
+        fail("seed", "an integer")
+    for name in ("max_train_lines",):
+        if args[name] is not None and (not is_int(args[name]) or args[name] < 1):
+            fail(name, "an integer >= 1 or null")
+    v = args["max_tokens"]
+    if v is not None and (not is_int(v) or v < args["max_len"]):
+        fail("max_tokens", f"null or an integer >= data.max_len ({args['max_len']}), so the longest sentence fits")
+    v = args["val_fraction"]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
+        fail("val_fraction", "a number in [0, 1)")
+    if args["overlength"] not in ("truncate", "filter"):
+        fail("overlength", "'truncate' or 'filter'")
+    if args["on_bad_bytes"] not in ("skip", "error"):
+        fail("on_bad_bytes", "'skip' or 'error'")
+    if not isinstance(args["cache_dir"], str | os.PathLike) or not str(args["cache_dir"]):
+        fail("cache_dir", "a folder path")
+    if not isinstance(args["progress"], bool):
+        fail("progress", "true or false")
+    for name in ("hf_text_field", "hf_train_split"):
+        if not isinstance(args[name], str) or not args[name]:
+            fail(name, "a non-empty string")

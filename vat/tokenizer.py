@@ -30,8 +30,10 @@ class VATTokenizer:
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 32768, min_frequency: int = 2) -> VATTokenizer:
-        """Train byte-level BPE on an iterator of sentences."""
+    def train(cls, texts: Iterable[str], vocab_size: int = 32768, min_frequency: int = 2,
+              progress: bool = False, length: int | None = None) -> VATTokenizer:
+        """Train byte-level BPE on an iterator of sentences; `progress` shows the trainer's
+        own progress bars (`length`: the number of sentences, for the bar's total)."""
         tok = Tokenizer(models.BPE(unk_token=UNK))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -40,9 +42,9 @@ class VATTokenizer:
             min_frequency=min_frequency,
             special_tokens=SPECIAL_TOKENS,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
+            show_progress=progress,
         )
-        tok.train_from_iterator(_batched(texts), trainer=trainer)
+        tok.train_from_iterator(_batched(texts), trainer=trainer, length=length)
         return cls(tok)
 
     @classmethod

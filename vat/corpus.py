@@ -1,0 +1,188 @@
+"""Reading sentences: text files (plain or .gz) or a `datasets` dataset, streamed in chunks.
+
+Everything here yields sentences in chunks of a few thousand lines, so preparing a corpus
+holds one chunk of text in memory at a time whatever the corpus size (issue 15, item 5).
+Only `\\n` (and `\\r\\n`) ends a line: bytes are split on b"\\n" before decoding, so form
+feeds, U+2028 and friends stay inside their sentence.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from lightning.pytorch.utilities import rank_zero_warn
+
+from vat.errors import VatError
+
+CHUNK_BYTES = 1 << 20  # read ~1 MB of text at a time (~10,000 sentences)
+HUB_CHUNK = 10_000  # rows of a `datasets` table per chunk
+
+
+def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
+    """Expand globs; every pattern must match at least one regular file."""
+    files: list[Path] = []
+    for pat in patterns:
+        pat = os.path.expanduser(pat)
+        matches = sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+        if not matches:
+            raise VatError(f"{option}: no file matches {pat!r}")
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                raise VatError(f"{option}: {p} is a directory, expected a text file "
+                               "(one sentence per line, plain or .gz)")
+            if not p.is_file():
+                raise VatError(f"{option}: file {p} does not exist")
+            files.append(p)
+    return files
+
+
+class LineReader:
+    """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip).
+
+    A line that is not valid UTF-8 is skipped and counted in `bad` (on_bad_bytes="skip") or
+    is an error naming the file and line (on_bad_bytes="error").
+    """
+
+    def __init__(self, path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> None:
+        self.path = path
+        self.on_bad_bytes = on_bad_bytes
+        self.bad = 0
+
+    def __iter__(self) -> Iterator[list[str]]:
+        path = self.path
+        opener = gzip.open if path.suffix == ".gz" else open
+        lineno = 0
+        try:
+            with opener(path, "rb") as f:
+                if b"\x00" in f.read(8192):
+                    raise VatError(f"{path} looks like a binary file (NUL bytes), "
+                                   "expected UTF-8 text, one sentence per line")
+                f.seek(0)
+                while raw := f.readlines(CHUNK_BYTES):
+                    try:
+                        # Fast path: the whole chunk decodes; one split, no per-line decode.
+                        text = b"".join(raw).decode("utf-8").split("\n")
+                    except UnicodeDecodeError:
+                        text = self._decode_lines(raw, lineno)
+                    lineno += len(raw)
+                    chunk = [s for s in (t.strip() for t in text) if s]
+                    if chunk:
+                        yield chunk
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
+
+    def _decode_lines(self, raw: list[bytes], lineno: int) -> list[str]:
+        out = []
+        for i, line in enumerate(raw, lineno + 1):
+            try:
+                out.append(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                if self.on_bad_bytes == "error":
+                    raise VatError(f"{self.path}:{i}: bytes that are not UTF-8 "
+                                   "(set data.on_bad_bytes: skip to skip such lines)") from None
+                self.bad += 1
+        return out
+
+
+def read_lines(path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> tuple[list[str], int]:
+    """All non-empty stripped lines of a file and the number skipped for undecodable bytes
+    (for small files: tests, benchmarks; corpora stream through `iter_files`)."""
+    reader = LineReader(Path(path), on_bad_bytes)
+    lines = [s for chunk in reader for s in chunk]
+    return lines, reader.bad
+
+
+def iter_files(paths: Sequence[Path], on_bad_bytes: Literal["skip", "error"],
+               option: str) -> Iterator[list[str]]:
+    """Chunks of sentences of several files, in order; an empty file is an error."""
+    for p in paths:
+        reader = LineReader(p, on_bad_bytes)
+        got = 0
+        for chunk in reader:
+            got += len(chunk)
+            yield chunk
+        if reader.bad:
+            rank_zero_warn(f"{p}: skipped {reader.bad} lines with bytes that are not UTF-8")
+        if not got:
+            raise VatError(f"{option}: {p} has no non-empty lines, expected one sentence per line")
+
+
+def load_hub(name: str, config: str | None, split: str, text_field: str):
+    """A `datasets` split (hub name or local dataset folder), memory-mapped Arrow on disk."""
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # datasets raises many types (connection, FileNotFound, ValueError)
+        first = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+        raise VatError(f"data.hf_dataset: could not load {name!r} (config {config!r}, "
+                       f"split {split!r}): {first}") from None
+    head = text_field.split(".")[0]
+    if head not in ds.column_names:
+        raise VatError(f"data.hf_text_field: {name} has no column {head!r} "
+                       f"(columns: {ds.column_names})")
+    return ds
+
+
+def iter_hub(name: str, config: str | None, split: str, text_field: str) -> Iterator[list[str]]:
+    """Chunks of sentences of a `datasets` split; `text_field` may be dotted, e.g.
+    "translation.en" for WMT19 de-en. Rows are read HUB_CHUNK at a time from the Arrow file."""
+    ds = load_hub(name, config, split, text_field)
+    head, *rest = text_field.split(".")
+    column = ds.select_columns([head])
+    for start in range(0, len(column), HUB_CHUNK):
+        values = column[start : start + HUB_CHUNK][head]
+        for key in rest:
+            values = [v[key] for v in values]
+        chunk = [s for s in (str(v).strip() for v in values) if s]
+        if chunk:
+            yield chunk
+
+
+def limit_lines(chunks: Iterator[list[str]], limit: int | None) -> Iterator[list[str]]:
+    """The first `limit` sentences of a chunk stream (all of them when limit is None)."""
+    if limit is None:
+        yield from chunks
+        return
+    left = limit
+    for chunk in chunks:
+        if left <= 0:
+            return
+        yield chunk[:left]
+        left -= len(chunk)
+
+
+def held_out_indices(n: int, fraction: float, seed: int) -> np.ndarray:
+    """Sorted indices of the `fraction` of n lines held out for validation (at least one).
+
+    Memory is proportional to the held-out set only: `Generator.choice` without replacement
+    draws k of n without materialising a permutation of n when k is small.
+    """
+    n_val = min(n - 1, max(1, int(round(fraction * n))))
+    if n_val < 1:
+        raise VatError(f"data.val_fraction: {n} training line(s) are too few to hold out a "
+                       "validation set; give data.val_files instead")
+    return np.sort(np.random.default_rng(seed).choice(n, n_val, replace=False))
+
+
+def split_held_out(chunks: Iterator[list[str]], val_idx: np.ndarray,
+                   ) -> Iterator[tuple[list[str], list[str]]]:
+    """(train, val) parts of each chunk, given the sorted global indices of held-out lines."""
+    start = 0
+    for chunk in chunks:
+        lo, hi = np.searchsorted(val_idx, [start, start + len(chunk)])
+        held = set((val_idx[lo:hi] - start).tolist())
+        start += len(chunk)
+        if not held:
+            yield chunk, []
+            continue
+        yield ([s for i, s in enumerate(chunk) if i not in held],
+               [s for i, s in enumerate(chunk) if i in held])
