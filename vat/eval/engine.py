@@ -210,7 +210,11 @@ def evaluate(encoder: Encoder, tasks: str | Sequence[str], data_dir: str | Path,
         feats.encode_new(data.sentences(), data.name)
         t1 = time.perf_counter()
         with clf.torch_threads(threads):
-            res = run_task(data, feats, settings)
+            try:
+                res = run_task(data, feats, settings)
+            except clf.FoldError as e:  # SentEval's folds need more examples than the files hold
+                raise VatError(f"{data.name}: too few examples in {data.path} for --preset {settings.preset}: "
+                               f"{e}") from None
         t2 = time.perf_counter()
         seconds[data.name] = {"encode": round(t1 - t0, 3), "total": round(t2 - t0, 3)}
         results.update(res)

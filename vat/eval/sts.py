@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from scipy.stats import pearsonr, spearmanr
 
-
 TIE_TOL = 1e-12
 """Cosines closer than this (times max(1, |score|)) are ties for Spearman ranking. Float64
 rounding of a d-term dot product in any summation order stays below ~3 d eps64 (7e-14 for
