@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="JSON results file (written atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--pooling", default="mean",
-                   help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start); HF: mean | cls")
+                   help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start) | precision (mu weighted "
+                   "by exp(-logvar)); HF: mean | cls")
     p.add_argument("--preset", choices=["prototyping", "full"], default="prototyping",
                    help="SentEval classifier preset: prototyping (kfold 5, rmsprop, batch 128, tenacity 3, "
                    "epoch_size 2) or full (kfold 10, adam, batch 64, tenacity 5, epoch_size 4)")
