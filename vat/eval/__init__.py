@@ -8,5 +8,6 @@
 - `encoders`: vat checkpoints, `file.py:function` callables, HF directories, and
   `senteval_batcher` for the original toolkit;
 - `finetune`: encoder + dense layer fine-tuning mode;
+- `plots`: a bar chart comparing encoders/poolings across tasks (`--plot`);
 - `cli`: `python evaluate.py` (see docs/evaluate.md).
 """
