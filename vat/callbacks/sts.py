@@ -18,8 +18,8 @@ the time it took.
 Cost: the ~2,900 distinct dev sentences are encoded once per validation (encoder only, no
 decoder), in length-sorted batches, under no_grad; measured on 2 CPU cores in docs/evaluate.md.
 
-It runs on every rank (each holds the whole model; the result is the same), so a
-ModelCheckpoint that monitors it saves on all ranks together under DDP.
+It runs on every rank (each holds the whole model) and is averaged over ranks, so a
+ModelCheckpoint that monitors it takes the same decision on all ranks under DDP.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class STSBSpearman(Callback):
             return
         start = time.perf_counter()
         spearman = stsb_dev_spearman(pl_module.model, pl_module.tokenizer, self.pairs, self.pooling, self.batch_size)
-        pl_module.log(METRIC, spearman, on_step=False, on_epoch=True, prog_bar=True)
+        # sync_dist: every rank then holds the same number (GPU kernels may differ in the last
+        # bits), so their ModelCheckpoints take the same decision and save together
+        pl_module.log(METRIC, spearman, on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
         pl_module.log("val/stsb_seconds", time.perf_counter() - start, on_step=False, on_epoch=True)
 
     @property

@@ -213,8 +213,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.compare and plot is None:
         raise VatError("--compare needs --plot (the chart the runs are compared in)")
     if plot is not None:
-        from vat.eval.plots import load_results
+        from vat.eval.plots import load_results, require_matplotlib
 
+        require_matplotlib()
         earlier = {f: load_results(f) for f in args.compare}
     if args.skip_missing:
         tasks = _available(tasks, args.data_dir)

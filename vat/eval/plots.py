@@ -68,12 +68,19 @@ def load_results(path: str | Path) -> dict:
     return obj
 
 
-def plot_comparison(runs: Mapping[str, Mapping], path: str | Path, title: str | None = None) -> Path:
-    """Grouped bars of `headline_scores` for each {label: results}, saved as a PNG at `path`."""
+def require_matplotlib() -> None:
+    """Fail in one line, before any work, when matplotlib is missing."""
     try:
-        from matplotlib.figure import Figure
+        import matplotlib  # noqa: F401
     except ImportError:
         raise VatError("--plot needs matplotlib: pip install matplotlib") from None
+
+
+def plot_comparison(runs: Mapping[str, Mapping], path: str | Path, title: str | None = None) -> Path:
+    """Grouped bars of `headline_scores` for each {label: results}, saved as a PNG at `path`."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
     scores = {label: headline_scores(res) for label, res in runs.items()}
     tasks = [t for t in ALL_TASKS if any(t in s for s in scores.values())]
     if not tasks:
