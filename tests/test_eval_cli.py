@@ -219,7 +219,7 @@ def test_oracle_hashbow_as_encoder_argument(oracle_dir, senteval_dir, tmp_path, 
     assert got == pytest.approx(expected["STS12"]["all"]["spearman"]["wmean"], abs=1e-4)
 
 
-@pytest.mark.parametrize("pooling", ["mean", "sum", "start"])
+@pytest.mark.parametrize("pooling", ["mean", "sum", "start", "precision"])
 def test_vat_checkpoint_poolings(tiny_ckpt, tmp_path, mini, capsys, pooling):
     out = tmp_path / f"{pooling}.json"
     code, stdout, _ = run(["--ckpt", str(tiny_ckpt), "--pooling", pooling, "--tasks", "STS12,CR,MRPC", "--data-dir",

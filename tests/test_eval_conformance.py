@@ -2,7 +2,8 @@
 
 1. The oracle: with ../shared/oracle/hashbow.py features, the harness reproduces
    ../shared/oracle/expected.json (SentEval at commit 5d6dc11, prototyping preset):
-   STS and cosine results to 1e-4, the STS-B regressor within 0.02, classification within
+   STS and cosine results to 1e-4 (Spearman on subsets with tied cosines: to 1e-3, the
+   spread of SentEval's own results across OpenBLAS kernels), the STS-B regressor within 0.02, classification within
    1.5 points (tolerances from the oracle's README).
 2. The pieces, against literal re-statements of SentEval's code written here with
    torch.optim and autograd: the batched classifier trainer, the relatedness regressor,
@@ -22,7 +23,8 @@ from scipy.stats import pearsonr, spearmanr
 
 from vat.eval import classifier as clf
 from vat.eval.engine import EvalSettings, evaluate
-from vat.eval.sts import RelatednessRegressor, cosine_scores, encode_labels, sts_results
+from vat.eval.sts import RelatednessRegressor, cosine_scores, encode_labels, merge_ties, sts_results
+from vat.eval.tasks import load_task
 
 
 @pytest.fixture(autouse=True)
@@ -36,30 +38,66 @@ SHARED_TASKS = ["STS12", "STSBenchmark", "MR", "CR", "SUBJ", "MPQA", "SST2", "SS
 CLASSIFICATION = ["MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC"]
 
 
-@pytest.fixture(scope="module")
-def oracle(oracle_dir, senteval_dir):
-    """(harness results, expected.json) for hashbow features on every task in ../shared."""
+def _hashbow(oracle_dir):
     spec = importlib.util.spec_from_file_location("hashbow", oracle_dir / "hashbow.py")
     hashbow = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hashbow)
-    results, _ = evaluate(hashbow.encode, SHARED_TASKS, senteval_dir,
+    return hashbow.encode
+
+
+@pytest.fixture(scope="module")
+def oracle(oracle_dir, senteval_dir):
+    """(harness results, expected.json) for hashbow features on every task in ../shared."""
+    results, _ = evaluate(_hashbow(oracle_dir), SHARED_TASKS, senteval_dir,
                           EvalSettings(preset="prototyping", relatedness="both", device="cpu", progress=False,
                                        batch_size=4096))  # big batches: hashbow caches tokens per call
     return results, json.loads((oracle_dir / "expected.json").read_text())
 
 
-def test_oracle_sts12_to_1e4(oracle):
+# SentEval's own STS12 Spearman depends on the OpenBLAS kernel (issue 11): pairs of identical
+# sentences score cos = 1 +- 1 ulp and the kernel's summation order breaks those ties. Measured
+# with SentEval's float32 scoring on the oracle's features:
+#   SMTeuroparl      Haswell/Zen 0.563301 (= expected.json), SkylakeX 0.563191, Sandybridge 0.562523
+#   surprise.SMTnews Haswell/Zen 0.370911 (= expected.json), SkylakeX 0.37126,  Sandybridge 0.370600
+# a spread of up to 7.8e-4. vat ranks those ties as ties (the same on every machine), so its
+# Spearman can sit anywhere in that spread: it is held to 1e-3 (the spread, rounded up), and
+# expected.json must be one of the values a tie order can give (the interval below). Pearson
+# does not rank, so it keeps 1e-4; so does every subset without ties.
+SPEARMAN_TIE_TOL = 1e-3
+
+
+def _tie_order_interval(cos: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
+    """(min, max) Spearman over every order of the tied cosines: ties broken against gold,
+    then with gold (the rearrangement inequality makes these the extremes)."""
+    out = []
+    for sign in (-1, 1):
+        order = np.lexsort((sign * gold, merge_ties(cos)))
+        ranks = np.empty(len(cos))
+        ranks[order] = np.arange(len(cos))
+        out.append(spearmanr(ranks, gold)[0])
+    return out[0], out[1]
+
+
+def test_oracle_sts12_within_kernel_spread(oracle, oracle_dir, senteval_dir):
     got, exp = oracle
+    hashbow = _hashbow(oracle_dir)
+    data = load_task(senteval_dir, "STS12")
     for subset, e in exp["STS12"].items():
         if subset == "all":
-            for metric in ("pearson", "spearman"):
-                for agg in ("mean", "wmean"):
-                    assert got["STS12"]["all"][metric][agg] == pytest.approx(e[metric][agg], abs=1e-4)
+            for agg in ("mean", "wmean"):
+                assert got["STS12"]["all"]["pearson"][agg] == pytest.approx(e["pearson"][agg], abs=1e-4)
+                assert got["STS12"]["all"]["spearman"][agg] == pytest.approx(e["spearman"][agg],
+                                                                              abs=SPEARMAN_TIE_TOL)
         elif isinstance(e, dict):
             g = got["STS12"][subset]
             assert g["nsamples"] == e["nsamples"]
             assert g["pearson"] == pytest.approx(e["pearson"], abs=1e-4), subset
-            assert g["spearman"] == pytest.approx(e["spearman"], abs=1e-4), subset
+            pairs = data.splits[subset]
+            lo, hi = _tie_order_interval(cosine_scores(hashbow(pairs.a), hashbow(pairs.b)), pairs.y)
+            assert lo - 1e-4 <= e["spearman"] <= hi + 1e-4, subset  # SentEval = some tie order
+            assert lo <= g["spearman"] <= hi, subset
+            tol = 1e-4 if hi - lo < 1e-4 else SPEARMAN_TIE_TOL
+            assert g["spearman"] == pytest.approx(e["spearman"], abs=tol), subset
 
 
 def test_oracle_stsb_cosine_to_1e4(oracle):

@@ -19,7 +19,8 @@ from vat.model import VAT
 from vat.runtime import eval_mode
 from vat.tokenizer import VATTokenizer, make_batch
 
-Pooling = Literal["mean", "sum", "start"]
+Pooling = Literal["mean", "sum", "start", "precision"]
+POOLINGS: tuple[str, ...] = ("mean", "sum", "start", "precision")
 
 
 class EncodedBatch(NamedTuple):
@@ -65,10 +66,15 @@ def iter_encoded(
     yield from iter_encoded_ids(model, ids, batch_size, progress)
 
 
-def pool(mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+def pool(mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling,
+         logvar: torch.Tensor | None = None) -> torch.Tensor:
     """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row.
 
     mean / sum / start are the paper's VAT-mean, VAT-sum and VAT-start (Tables 4-5).
+    precision (issue 13) needs logvar (B, T, d): the mean of mu weighted per dimension by the
+    precision exp(-logvar), i.e. the mean of the product of the token Gaussians N(mu_t, var_t):
+    feature_i = sum_t mu_ti exp(-logvar_ti) / sum_t exp(-logvar_ti). Confident tokens count
+    more; with equal variances it is mean pooling.
     A row of length 0 (empty sentence) pools its </s> latent at position 0.
     """
     B, T, _ = mu.shape
@@ -76,12 +82,20 @@ def pool(mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling) -> torch.Ten
     keep = torch.arange(T, device=mu.device)[None, :] < n[:, None]  # (B, T)
     if pooling == "start":
         return mu[:, 0]  # (B, d)
+    if pooling == "precision":
+        if logvar is None:
+            raise ValueError("precision pooling needs the token log-variances (logvar)")
+        # normalised precisions = a softmax of -logvar over the sentence's tokens: the same
+        # ratio as exp(-logvar) / sum exp(-logvar), without overflow for very small variances
+        neg = (-logvar).masked_fill(~keep[..., None], float("-inf"))  # (B, T, d)
+        weights = torch.softmax(neg, dim=1)  # (B, T, d), sums to 1 over t
+        return (weights * mu).sum(1)  # (B, d)
     total = (mu * keep[..., None]).sum(1)  # (B, d)
     if pooling == "sum":
         return total
     if pooling == "mean":
         return total / n[:, None].to(mu.dtype)
-    raise ValueError(f"pooling must be mean, sum or start, got {pooling!r}")
+    raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
 
 
 def sentence_features(
@@ -91,7 +105,7 @@ def sentence_features(
     out = np.zeros((len(sentences), model.config.d_model), dtype=np.float32)
     for b in iter_encoded(model, tokenizer, sentences, batch_size):
         lengths = torch.tensor([len(x) for x in b.ids], device=b.mu.device)
-        out[b.index] = pool(b.mu, lengths, pooling).cpu().numpy()
+        out[b.index] = pool(b.mu, lengths, pooling, b.logvar).cpu().numpy()
     return out
 
 

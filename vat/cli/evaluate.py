@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="JSON results file (written atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--pooling", default="mean",
-                   help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start); HF: mean | cls")
+                   help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start) | precision (mu weighted "
+                   "by exp(-logvar)); HF: mean | cls")
     p.add_argument("--preset", choices=["prototyping", "full"], default="prototyping",
                    help="SentEval classifier preset: prototyping (kfold 5, rmsprop, batch 128, tenacity 3, "
                    "epoch_size 2) or full (kfold 10, adam, batch 64, tenacity 5, epoch_size 4)")
@@ -68,25 +69,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
     p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
     add_common(p)
+    p.add_argument("--plot", metavar="PNG", help="write a bar chart of the scores per task (with --compare: "
+                   "beside earlier runs), atomically; needs matplotlib")
+    p.add_argument("--compare", nargs="+", metavar="JSON", default=[],
+                   help="results files of earlier runs (--output) to plot beside this one (needs --plot)")
     return p
 
 
-def _check_output(path: str | None, overwrite: bool) -> Path | None:
+def _check_output(path: str | None, overwrite: bool, option: str = "--output", kind: str = ".json") -> Path | None:
     """Fail before any work if the output cannot (or must not) be written."""
     if path is None:
         return None
     out = Path(path)
     if out.is_dir():
-        raise VatError(f"--output {out} is a directory; expected a .json file path")
+        raise VatError(f"{option} {out} is a directory; expected a {kind} file path")
     if out.exists() and not overwrite:
-        raise VatError(f"--output {out} already exists; pass --overwrite to replace it")
+        raise VatError(f"{option} {out} already exists; pass --overwrite to replace it")
     parent = out.parent if str(out.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
             pass
     except OSError as e:
-        raise VatError(f"--output {out}: cannot write in {parent} ({e.strerror or type(e).__name__})") from None
+        raise VatError(f"{option} {out}: cannot write in {parent} ({e.strerror or type(e).__name__})") from None
     return out
 
 
@@ -198,6 +203,14 @@ def _main(argv: Sequence[str] | None) -> int:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
     tasks = expand_tasks(args.tasks)
     out = _check_output(args.output, args.overwrite)
+    plot = _check_output(args.plot, args.overwrite, "--plot", ".png")
+    if args.compare and plot is None:
+        raise VatError("--compare needs --plot (the chart the runs are compared in)")
+    if plot is not None:
+        from vat.eval.plots import load_results, require_matplotlib
+
+        require_matplotlib()
+        earlier = {f: load_results(f) for f in args.compare}
     if args.skip_missing:
         tasks = _available(tasks, args.data_dir)
     t0 = time.perf_counter()
@@ -232,6 +245,16 @@ def _main(argv: Sequence[str] | None) -> int:
         write_results({**results, "_meta": meta}, out, args.overwrite)
         if not args.quiet:
             print(f"wrote {out}", file=sys.stderr)
+    if plot is not None:
+        from vat.eval.plots import plot_comparison, run_label
+
+        runs = {run_label({"_meta": meta}, "this run"): results}
+        for f, res in earlier.items():
+            label = run_label(res, Path(f).stem)
+            runs[label if label not in runs else f"{label} [{Path(f).name}]"] = res
+        plot_comparison(runs, plot)
+        if not args.quiet:
+            print(f"wrote {plot}", file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,7 @@
 - `engine`: `evaluate(encoder, tasks, data_dir, settings)` -> SentEval's result layout;
 - `encoders`: vat checkpoints, `file.py:function` callables, HF directories, and
   `senteval_batcher` for the original toolkit;
-- `finetune`: encoder + dense layer fine-tuning mode.
+- `finetune`: encoder + dense layer fine-tuning mode;
+- `plots`: a bar chart comparing encoders/poolings across tasks (`--plot`).
 The command line is `vat evaluate` (vat/cli/evaluate.py, see docs/evaluate.md).
 """

@@ -93,6 +93,10 @@ def torch_threads(n: int) -> Iterator[None]:
 # ----------------------------------------------------------------------------- splits
 
 
+class FoldError(ValueError):
+    """Too few examples for a k-fold split (scikit-learn's StratifiedKFold ValueError)."""
+
+
 def stratified_kfold(y: np.ndarray, n_splits: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train_idx, test_idx) of sklearn's StratifiedKFold(n_splits, shuffle=True,
     random_state=seed).split(X, y), scikit-learn >= 0.22 algorithm."""
@@ -103,7 +107,8 @@ def stratified_kfold(y: np.ndarray, n_splits: int, seed: int) -> list[tuple[np.n
     y_enc = class_perm[y_inv.ravel()]
     n_classes = len(y_idx)
     if np.all(n_splits > np.bincount(y_enc)):
-        raise ValueError(f"n_splits={n_splits} cannot be greater than the number of members in each class")
+        raise FoldError(f"{n_splits}-fold cross-validation needs a class with at least {n_splits} examples; "
+                        f"the class sizes are {np.bincount(y_enc).tolist()}")
     y_order = np.sort(y_enc)
     allocation = np.asarray([np.bincount(y_order[i::n_splits], minlength=n_classes) for i in range(n_splits)])
     test_folds = np.empty(len(y), dtype="i")

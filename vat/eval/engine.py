@@ -26,7 +26,13 @@ from tqdm.auto import tqdm
 
 from vat.errors import VatError
 from vat.eval import classifier as clf
-from vat.eval.sts import RelatednessRegressor, cosine_scores, cosine_split_results, sts_results
+from vat.eval.sts import (
+    RelatednessRegressor,
+    correlations,
+    cosine_scores,
+    cosine_split_results,
+    sts_results,
+)
 from vat.eval.tasks import Pairs, Singles, TaskData, expand_tasks, load_task
 from vat.runtime import resolve_device
 
@@ -124,6 +130,20 @@ def pair_features(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.c_[np.abs(a - b), a * b]
 
 
+def pair_cosines(pairs: Pairs, feats: FeatureCache) -> np.ndarray:
+    """(N,) cosine of each pair's two sentence vectors (already in the cache)."""
+    return cosine_scores(feats(pairs.a), feats(pairs.b))
+
+
+def cosine_correlations(encoder: Encoder, pairs: Pairs, batch_size: int = 128, name: str = "pairs") -> dict:
+    """{'pearson', 'spearman', 'nsamples'} of the no-training cosine protocol on one split of
+    pairs: what `evaluate` reports for it (e.g. `STSBenchmark-cosine.dev`), without loading or
+    encoding the task's other splits. Each distinct sentence is encoded once."""
+    feats = FeatureCache(encoder, batch_size, progress=False)
+    feats.encode_new(pairs.a + pairs.b, name)
+    return correlations(pair_cosines(pairs, feats), pairs.y)
+
+
 def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dict[str, dict]:
     """Results of one loaded task (features already in the cache), keyed by result name."""
     cfg = settings.classifier_config()
@@ -131,12 +151,12 @@ def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dic
     seed = settings.seed
     name = data.name
     if data.kind == "sts":
-        per = {k: (cosine_scores(feats(p.a), feats(p.b)), p.y) for k, p in data.splits.items()}
+        per = {k: (pair_cosines(p, feats), p.y) for k, p in data.splits.items()}
         return {name: sts_results(per)}
     if data.kind == "relatedness":
         out: dict[str, dict] = {}
         if settings.relatedness in ("cosine", "both"):
-            per = {k: (cosine_scores(feats(p.a), feats(p.b)), p.y) for k, p in data.splits.items() if k != "train"}
+            per = {k: (pair_cosines(p, feats), p.y) for k, p in data.splits.items() if k != "train"}
             out[f"{name}-cosine"] = cosine_split_results(per)
         if settings.relatedness in ("regressor", "both"):
             out[name] = _relatedness_regressor(data, feats, seed, device)
@@ -209,7 +229,11 @@ def evaluate(encoder: Encoder, tasks: str | Sequence[str], data_dir: str | Path,
         feats.encode_new(data.sentences(), data.name)
         t1 = time.perf_counter()
         with clf.torch_threads(threads):
-            res = run_task(data, feats, settings)
+            try:
+                res = run_task(data, feats, settings)
+            except clf.FoldError as e:  # SentEval's folds need more examples than the files hold
+                raise VatError(f"{data.name}: too few examples in {data.path} for --preset {settings.preset}: "
+                               f"{e}") from None
         t2 = time.perf_counter()
         seconds[data.name] = {"encode": round(t1 - t0, 3), "total": round(t2 - t0, 3)}
         results.update(res)

@@ -95,9 +95,9 @@ class _Classifier(torch.nn.Module):
 
         device = self.head.weight.device
         src = make_batch(ids)["src"].to(device)  # (B, T)
-        mu = self.model.encode(src).mu  # (B, T, d)
+        post = self.model.encode(src)  # mu, logvar (B, T, d)
         lengths = torch.tensor([len(x) for x in ids], device=device)
-        return self.head(pool(mu, lengths, self.pooling))  # (B, C)
+        return self.head(pool(post.mu, lengths, self.pooling, post.logvar))  # (B, C)
 
 
 def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size: int) -> float:
@@ -113,9 +113,10 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) -> dict:
     """Fine-tune on one task; {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
     from vat.checkpoint import load_vat
+    from vat.encode import POOLINGS
 
-    if settings.pooling not in ("mean", "sum", "start"):
-        raise VatError(f"--pooling must be mean, sum or start for fine-tuning, got {settings.pooling!r}")
+    if settings.pooling not in POOLINGS:
+        raise VatError(f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, got {settings.pooling!r}")
     torch.manual_seed(settings.seed)
     loaded = load_vat(ckpt, map_location=settings.device)
     splits = task_splits(data, settings.seed)

@@ -19,22 +19,45 @@ import numpy as np
 import torch
 from scipy.stats import pearsonr, spearmanr
 
+TIE_TOL = 1e-12
+"""Cosines closer than this (times max(1, |score|)) are ties for Spearman ranking. Float64
+rounding of a d-term dot product in any summation order stays below ~3 d eps64 (7e-14 for
+d = 256; 1e-12 covers d up to ~3,000), while distinct cosines of float32 features are far
+apart (the closest distinct pair in SentEval's STS12 with the oracle's features: 1.1e-7)."""
+
 
 def cosine_scores(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Row-wise cosine (N,) of two (N, d) arrays, exactly as SentEval scores STS pairs:
-    `np.nan_to_num(cosine(np.nan_to_num(u), np.nan_to_num(v)))` with
-    `cosine = np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))`, pair by pair, in the
-    features' dtype. The per-pair loop is deliberate: pairs of identical sentences score
-    1 +- 1 ulp, and a vectorised float32 sum rounds those differently, which moves Spearman
-    (tied ranks) by up to 4e-4 on STS12 -- more than the 1e-4 we promise. A zero vector
-    scores 0, not NaN."""
-    u = np.nan_to_num(u)
-    v = np.nan_to_num(v)
-    out = np.empty(len(u), dtype=np.result_type(u.dtype, v.dtype, np.float32))
+    """Row-wise cosine (N,) of two (N, d) arrays, in float64, the same on every machine.
+
+    SentEval scores `np.nan_to_num(cosine(np.nan_to_num(u), np.nan_to_num(v)))` pair by pair
+    with a BLAS dot in the features' dtype. That is machine-dependent (issue 11): pairs of
+    identical sentences score cos = 1 +- 1 float32 ulp, the OpenBLAS kernel's summation
+    order (SkylakeX, Haswell, Sandybridge) breaks those ties, and Spearman ranks them, which
+    moves STS12 SMTeuroparl by up to 8e-4. Here products are taken in float64 (exact for
+    float32 features) and summed by NumPy's own fixed-order pairwise summation, never BLAS;
+    `correlations` then treats cosines within TIE_TOL as ties. A zero vector scores 0."""
+    u = np.nan_to_num(np.asarray(u, dtype=np.float64))
+    v = np.nan_to_num(np.asarray(v, dtype=np.float64))
+    uv = (u * v).sum(1)  # (N,) elementwise multiply + add.reduce: no BLAS kernel involved
+    norms = np.sqrt((u * u).sum(1)) * np.sqrt((v * v).sum(1))  # (N,)
     with np.errstate(invalid="ignore", divide="ignore"):
-        for i in range(len(u)):
-            out[i] = np.dot(u[i], v[i]) / (np.linalg.norm(u[i]) * np.linalg.norm(v[i]))
-    return np.nan_to_num(out)
+        return np.nan_to_num(uv / norms)
+
+
+def merge_ties(x: np.ndarray, tol: float = TIE_TOL) -> np.ndarray:
+    """x with every run of sorted values whose neighbours lie within tol * max(1, |x|) set
+    to the run's smallest value, so that rounding noise ranks as a tie (average rank)."""
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) < 2:
+        return x.copy()
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    close = np.diff(s) <= tol * np.maximum(1.0, np.abs(s[1:]))  # (N-1,) joins i and i+1
+    run_start = np.concatenate([[0], np.cumsum(~close)])  # (N,) run id of each sorted value
+    first = np.concatenate([[0], np.flatnonzero(~close) + 1])  # (runs,) first index per run
+    out = np.empty_like(x)
+    out[order] = s[first][run_start]
+    return out
 
 
 def _corr(fn, x: np.ndarray, y: np.ndarray) -> float:
@@ -45,8 +68,10 @@ def _corr(fn, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def correlations(sys: np.ndarray, gold: np.ndarray) -> dict[str, float | int]:
-    """{'pearson', 'spearman', 'nsamples'} of system scores against gold (scipy.stats)."""
-    return {"pearson": _corr(pearsonr, sys, gold), "spearman": _corr(spearmanr, sys, gold), "nsamples": int(len(gold))}
+    """{'pearson', 'spearman', 'nsamples'} of system scores against gold (scipy.stats).
+    Spearman ranks the scores after `merge_ties`, so it is the same on every machine."""
+    return {"pearson": _corr(pearsonr, sys, gold), "spearman": _corr(spearmanr, merge_ties(sys), gold),
+            "nsamples": int(len(gold))}
 
 
 def sts_results(per_subset: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:

@@ -17,6 +17,7 @@ A missing folder or file raises `VatError` naming the path and the expected layo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +204,8 @@ def _read_pair_file(
             b.append(_toks(cols[col_b]))
         except (IndexError, ValueError, KeyError):
             raise _bad_line(path, i, expected) from None
+        if not math.isfinite(y[-1]):
+            raise _bad_line(path, i, expected + ", with a finite score")
     return _pairs(a, b, y, dtype)
 
 
@@ -232,11 +235,34 @@ def load_sts(data_dir: Path, task: str) -> TaskData:
                 score = float(g)
             except ValueError:
                 raise _bad_line(gs, i, "a number or an empty line") from None
+            if not math.isfinite(score):
+                raise _bad_line(gs, i, "a finite number or an empty line")
             a.append(_toks(cols[0]))
             b.append(_toks(cols[1]))
             y.append(score)
-        splits[subset] = Pairs(a, b, np.asarray(y, dtype=np.float64))
+        splits[subset] = _scored(Pairs(a, b, np.asarray(y, dtype=np.float64)), gs)
     return TaskData(task, "sts", splits, path=folder)
+
+
+def _scored(pairs: Pairs, path: Path) -> Pairs:
+    """Pairs whose gold scores can be correlated with: at least 2, not all equal. Otherwise
+    every correlation would be NaN (a `null` in the JSON, a dash in the table)."""
+    if len(pairs) < 2:
+        raise VatError(f"{path}: {len(pairs)} scored pair(s); a correlation needs at least 2 "
+                       "(empty gold lines are unscored pairs)")
+    if np.ptp(pairs.y) == 0:
+        raise VatError(f"{path}: every gold score is {pairs.y[0]:g}; a correlation needs scores that differ")
+    return pairs
+
+
+def _labelled(split: Pairs | Singles, path: Path, train: bool) -> Pairs | Singles:
+    """A classification split that is not empty; a training split needs two classes (one
+    class scores a meaningless 100% accuracy)."""
+    if len(split) == 0:
+        raise VatError(f"{path}: no examples; expected {'labelled lines' if train else 'at least one labelled line'}")
+    if train and len(np.unique(split.y)) < 2:
+        raise VatError(f"{path}: every example has label {split.y[0]}; a classifier needs at least two classes")
+    return split
 
 
 def _sorted_pairs(a: list[str], b: list[str], y: list) -> tuple[list[str], list[str], list]:
@@ -262,8 +288,9 @@ def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
     splits = {}
     for split, fname in (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv")):
         path = _need(folder / fname, task, data_dir)
-        splits[split] = _read_pair_file(path, 5, 6, lambda c: float(c[4]), np.float64,
-                                        "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence", header=False)
+        pairs = _read_pair_file(path, 5, 6, lambda c: float(c[4]), np.float64,
+                                "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence", header=False)
+        splits[split] = _scored(pairs, path)
     return TaskData(task, "relatedness", splits, path=folder)
 
 
@@ -279,9 +306,10 @@ def load_sick(data_dir: Path, task: str) -> TaskData:
     for split, fname in (("train", "SICK_train.txt"), ("dev", "SICK_trial.txt"), ("test", "SICK_test_annotated.txt")):
         path = _need(folder / fname, task, data_dir)
         label = (lambda c: _SICK_LABELS[c[4].strip()]) if entail else (lambda c: float(c[3]))
-        splits[split] = _read_pair_file(path, 1, 2, label, np.int64 if entail else np.float64,
-                                        "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment",
-                                        header=True)
+        pairs = _read_pair_file(path, 1, 2, label, np.int64 if entail else np.float64,
+                                "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment",
+                                header=True)
+        splits[split] = _labelled(pairs, path, split == "train") if entail else _scored(pairs, path)
     if entail:
         return TaskData(task, "split", splits, nclasses=3, path=folder)
     return TaskData(task, "relatedness", splits, path=folder)
@@ -300,8 +328,14 @@ def load_binary(data_dir: Path, task: str) -> TaskData:
     """MR/CR/SUBJ/MPQA: one sentence a line, Latin-1; empty lines are (empty) samples, as in
     SentEval's BinaryClassifierEval."""
     folder, pos_f, neg_f = _BINARY_FILES[task]
-    pos = [_toks(s) for s in _splitlines(_need(data_dir / folder / pos_f, task, data_dir), "latin-1")]
-    neg = [_toks(s) for s in _splitlines(_need(data_dir / folder / neg_f, task, data_dir), "latin-1")]
+    sides = []
+    for fname in (pos_f, neg_f):
+        path = _need(data_dir / folder / fname, task, data_dir)
+        lines = [_toks(s) for s in _splitlines(path, "latin-1")]
+        if not any(lines):  # no sentence at all: one class only, a meaningless 100% accuracy
+            raise VatError(f"{path}: no sentences; expected one {task} sentence a line")
+        sides.append(lines)
+    pos, neg = sides
     x, y = _sorted_singles(pos + neg, [1] * len(pos) + [0] * len(neg))
     return TaskData(task, "kfold", {"all": Singles(x, np.asarray(y, np.int64))}, nclasses=2, path=data_dir / folder)
 
@@ -331,7 +365,7 @@ def load_sst(data_dir: Path, task: str) -> TaskData:
             x.append(_toks(sent))
             y.append(lab)
         x, y = _sorted_singles(x, y)
-        splits[split] = Singles(x, np.asarray(y, np.int64))
+        splits[split] = _labelled(Singles(x, np.asarray(y, np.int64)), path, split == "train")
     return TaskData(task, "split", splits, nclasses=nclasses, path=folder)
 
 
@@ -355,7 +389,7 @@ def load_trec(data_dir: Path, task: str = "TREC") -> TaskData:
             except (ValueError, IndexError, KeyError):
                 raise _bad_line(path, i, "COARSE:fine question, COARSE in " + "/".join(_TREC_CLASSES)) from None
         x, y = _sorted_singles(x, y)
-        splits[split] = Singles(x, np.asarray(y, np.int64))
+        splits[split] = _labelled(Singles(x, np.asarray(y, np.int64)), path, split == "train")
     return TaskData(task, "traintest", splits, nclasses=6, path=folder)
 
 
@@ -365,8 +399,9 @@ def load_mrpc(data_dir: Path, task: str = "MRPC") -> TaskData:
     splits = {}
     for split in ("train", "test"):
         path = _need(folder / f"msr_paraphrase_{split}.txt", task, data_dir)
-        splits[split] = _read_pair_file(path, 3, 4, lambda c: int(c[0]), np.int64,
-                                        "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String", header=True)
+        pairs = _read_pair_file(path, 3, 4, lambda c: int(c[0]), np.int64,
+                                "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String", header=True)
+        splits[split] = _labelled(pairs, path, split == "train")
     return TaskData(task, "traintest", splits, nclasses=2, path=folder)
 
 
