@@ -60,7 +60,11 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def load_vat(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
-    """Model (in eval mode), tokenizer and metadata from a vat checkpoint."""
+    """Model (in eval mode), tokenizer and metadata from a vat checkpoint or exported folder."""
+    if Path(path).is_dir() and (Path(path) / "config.json").is_file():  # a folder from `vat export`
+        from vat.hub import from_pretrained
+
+        return from_pretrained(path, device=map_location)
     ckpt = read_checkpoint(path, map_location)
     meta = ckpt["vat"]
     if meta.get("format_version") != FORMAT_VERSION:
