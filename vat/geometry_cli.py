@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print this many most and least self-similar token types (0: none)")
     p.add_argument("--output", required=True, help="JSON file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    p.add_argument("--plots", default=None, metavar="DIR",
+                   help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -117,6 +119,13 @@ def _main(argv: Sequence[str] | None) -> int:
         "seconds": {"encode": encode_s, "geometry": geometry_s},
     }
     write_json_atomic(output, result, indent=2)
+    if args.plots is not None:
+        from vat.geometry import covariance_eigenvalues
+        from vat.plots import save_geometry_plots
+
+        written = save_geometry_plots(args.plots, covariance_eigenvalues(vectors), report.kl_per_dim,
+                                      report.active_unit_variances)
+        print(f"wrote {', '.join(str(p) for p in written)}")
     print(format_table(report, model_info["name"], len(sentences)))
     if args.top_types > 0:
         k = args.top_types
