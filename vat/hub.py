@@ -172,11 +172,13 @@ def training_facts(ckpt_path: str | os.PathLike) -> dict[str, Any]:
         if isinstance(hp.get(key), dict):
             facts[key] = _plain(hp[key])
     metrics = {}
-    for name, state in (ckpt.get("callbacks") or {}).items():
-        if str(name).startswith("ModelCheckpoint") and isinstance(state, dict):
-            score = state.get("best_model_score")
-            if state.get("monitor") and score is not None:
-                metrics[f"best {state['monitor']}"] = float(score)
+    for state in (ckpt.get("callbacks") or {}).values():  # ModelCheckpoint states (Lightning)
+        if not isinstance(state, dict) or not state.get("monitor"):
+            continue
+        if state.get("current_score") is not None:  # the monitored value when this file was saved
+            metrics[str(state["monitor"])] = float(state["current_score"])
+        if state.get("best_model_score") is not None:
+            metrics[f"best {state['monitor']} of the run"] = float(state["best_model_score"])
     if metrics:
         facts["metrics"] = metrics
     run_config = Path(ckpt_path).resolve().parent.parent / "config.yaml"
