@@ -220,3 +220,19 @@ def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatc
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(VatError, match="cannot push to the Hugging Face Hub repo me/vat-tiny"):
         hub.push_to_hub(exported, "me/vat-tiny", token="hf_not_a_real_token")
+
+
+def test_export_command(tiny_ckpt, tmp_path, capsys):
+    from vat.export_cli import main
+
+    out = tmp_path / "m"
+    assert main([str(tiny_ckpt), str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
+    assert main([str(tiny_ckpt), str(out)]) == 2  # exists: one line, exit 2, nothing replaced
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: output") and "--overwrite" in err and "\n" not in err
+    assert main([str(tiny_ckpt), str(out), "--overwrite"]) == 0
+    assert main([str(tmp_path / "missing.ckpt"), str(tmp_path / "n")]) == 2
+    assert "missing.ckpt does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "n").exists()

@@ -102,3 +102,17 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
     assert scores["spearman"] == pytest.approx(expected["spearman"], abs=1e-4)  # via the encoder's similarity
     assert scores["cosine_pearson"] == pytest.approx(expected["pearson"], abs=1e-5)
     assert abs(expected["spearman"]) > 0.05  # a real correlation, not the 0 of a constant encoder
+
+
+def test_mteb_command_offline_is_one_line(exported, tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    from vat.integrations.mteb import english_sts_tasks, main
+
+    names = [t.metadata.name for t in english_sts_tasks()]
+    assert {"STS12", "STS13", "STS14", "STS15", "STSBenchmark", "SICK-R", "BIOSSES"} <= set(names)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    rc = main(["--model", str(exported), "--tasks", "STSBenchmark", "--output", str(tmp_path / "res")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("error: cannot fetch MTEB task data") and "stsbenchmark" in err[-1]

@@ -8,8 +8,8 @@ cosine, the score vat's own STS harness uses).
 
     python -m vat.integrations.mteb --model EXPORTED_DIR_OR_CKPT --output mteb-results
 
-runs every English STS task of MTEB (downloads the task data from the Hugging Face Hub) and
-prints each task's main score (cosine Spearman).
+runs the STS tasks of MTEB's English benchmark (the task data is downloaded from the Hugging
+Face Hub) and prints each task's main score (cosine Spearman).
 """
 
 from __future__ import annotations
@@ -53,18 +53,22 @@ class VATMTEBEncoder(AbsEncoder):
         return self.model.encode(texts, pooling=self.pooling, batch_size=self.batch_size, normalize=self.normalize)
 
 
+ENGLISH_BENCHMARK = "MTEB(eng, v2)"
+
+
 def english_sts_tasks() -> list:
-    """MTEB's English STS tasks (STS12-16, STSBenchmark, SICK-R, BIOSSES, ...)."""
+    """The STS tasks of MTEB's English benchmark, MTEB(eng, v2): BIOSSES, SICK-R, STS12-15,
+    STSBenchmark, STS17 (en-en) and STS22.v2 (en)."""
     import mteb
 
-    return list(mteb.get_tasks(task_types=["STS"], languages=["eng"], exclusive_language_filter=True))
+    return [t for t in mteb.get_benchmark(ENGLISH_BENCHMARK).tasks if t.metadata.type == "STS"]
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m vat.integrations.mteb",
                                 description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).")
     p.add_argument("--model", required=True, help="training checkpoint (.ckpt), exported folder, or Hub repo id")
-    p.add_argument("--tasks", default=None, help="comma-separated MTEB task names (default: every English STS task)")
+    p.add_argument("--tasks", default=None, help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))")
     p.add_argument("--pooling", default="mean", help="pooling of the token means (vat.encode.Pooling)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
@@ -86,7 +90,11 @@ def _main(argv: Sequence[str] | None) -> int:
             raise VatError(f"--tasks: {e}") from None
     else:
         tasks = english_sts_tasks()
-    result = mteb.evaluate(encoder, tasks, cache=ResultCache(args.output), overwrite_strategy="always")
+    try:
+        result = mteb.evaluate(encoder, tasks, cache=ResultCache(args.output), overwrite_strategy="always")
+    except ConnectionError as e:  # the task data comes from the Hub
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise VatError(f"cannot fetch MTEB task data from the Hugging Face Hub ({first[:200]})") from None
     for task_result in result.task_results:
         print(f"{task_result.task_name:<24} {task_result.get_score():.4f}")
     print(f"results in {args.output}")
