@@ -124,13 +124,20 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give it a plain mkdir's mode
-        old = None
-        if out.exists():  # move the old folder aside, swap in the new one, then delete the old
-            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-            os.replace(out, old / "x")
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        if not out.exists():
+            os.replace(tmp, out)
+            return
+        # Replacing a folder takes two renames (POSIX has no portable directory swap): move
+        # the old one aside, move the new one in, and put the old one back if that fails.
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.replace(out, old / "x")
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            os.replace(old / "x", out)  # if this fails too, the old folder stays in `old`
+            old.rmdir()
+            raise
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
