@@ -70,3 +70,21 @@ def test_load_errors_are_one_line(tmp_path):
     with pytest.raises(Exception, match="does not exist") as e:
         vat.load(tmp_path / "nope.ckpt")
     assert "\n" not in str(e.value)
+
+
+def test_save_and_push_from_a_loaded_model(tiny_ckpt, tmp_path, tiny_sentences):
+    import torch
+    from safetensors.torch import load
+    from test_hub import FOLDER_FILES, RecordingHfApi
+
+    model = vat.load(tiny_ckpt, device="cpu")
+    out = model.save_pretrained(tmp_path / "m")
+    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
+    assert (vat.load(out).encode(tiny_sentences) == model.encode(tiny_sentences)).all()
+    api = RecordingHfApi()
+    model.push_to_hub("me/tiny", api=api)
+    assert [c[0] for c in api.calls] == ["create_repo", "upload_folder"]
+    assert sorted(api.uploaded) == FOLDER_FILES
+    # the same tensors (not the same bytes: safetensors writes its metadata map in hash order)
+    uploaded, saved = load(api.uploaded["model.safetensors"]), load((out / "model.safetensors").read_bytes())
+    assert uploaded.keys() == saved.keys() and all(torch.equal(uploaded[k], saved[k]) for k in saved)
