@@ -339,12 +339,11 @@ def resolve(
     if repo_id.count("/") != 1 or repo_id.startswith((".", "/", "~")) or repo_id.endswith(".ckpt"):
         raise CheckpointError(f"{repo_id} does not exist (expected a .ckpt, a vat folder or a Hub repo id user/name)")
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
 
     try:
         folder = snapshot_download(repo_id, revision=revision, token=token, cache_dir=cache_dir,
                                    allow_patterns=list(FILES))
-    except (OSError, ValueError, HFValidationError) as e:  # network, offline mode, missing repo
+    except (OSError, ValueError) as e:  # network, offline mode, missing repo, a malformed id
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise VatError(f"cannot download {repo_id} from the Hugging Face Hub ({first[:200]})") from None
     return Path(folder)
