@@ -1,6 +1,7 @@
 """`python evaluate.py geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
 
-    python evaluate.py geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json
+    python evaluate.py geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json \\
+        --plots geometry-plots    # + spectrum.png, kl_per_dim.png, active_units.png
     python evaluate.py geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
         --output minilm_layer3.json
 
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(Ethayarajh 2019; see vat.geometry) of a vat checkpoint or a local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", help="vat checkpoint (.ckpt); its token vectors are the posterior means mu")
+    model.add_argument("--ckpt", help="vat checkpoint (.ckpt) or exported folder; its token vectors are the "
+                       "posterior means mu")
     model.add_argument("--hf-model", help="local Hugging Face model directory (needs the transformers extra)")
     p.add_argument("--layer", type=int, default=None,
                    help="--hf-model only: hidden layer, 0 = embeddings, -1 = last (default -1)")
