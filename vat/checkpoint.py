@@ -114,11 +114,15 @@ def check_finite(path: str | os.PathLike, state: dict) -> None:
 
 
 def load_vat(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
-    """Model (in eval mode), tokenizer and metadata from a vat checkpoint.
+    """Model (in eval mode), tokenizer and metadata from a vat checkpoint or exported folder.
 
     Damaged metadata (missing keys, wrong types, a tokenizer string that does not parse) and
     non-finite weights are one-line CheckpointErrors naming the file.
     """
+    if Path(path).is_dir() and (Path(path) / "config.json").is_file():  # a folder from `vat export`
+        from vat.hub import from_pretrained
+
+        return from_pretrained(path, device=map_location)
     ckpt = read_checkpoint(path, map_location)
     meta = _check_metadata(path, ckpt["vat"])
     from vat.errors import VatError  # local: vat.errors imports this module

@@ -81,7 +81,9 @@ class GeometryMetrics(_ProbeCallback):
     IsoScore, effective rank, active units, KL per token, mutual information, and the
     seconds this took (`geometry/seconds`, encoding included). Histograms (TensorBoard
     only): KL per latent dimension (`geometry/kl_per_dim`) and the variance of mu per
-    dimension (`geometry/mu_variance_per_dim`, the active-units statistic).
+    dimension (`geometry/mu_variance_per_dim`, the active-units statistic). Images
+    (TensorBoard, with matplotlib): `geometry/plots/{spectrum,kl_per_dim,active_units}`, the
+    figures of `vat.plots` that the geometry CLI writes with --plots.
     """
 
     def __init__(
@@ -128,6 +130,20 @@ class GeometryMetrics(_ProbeCallback):
             step = trainer.global_step
             writer.add_histogram("geometry/kl_per_dim", np.asarray(report.kl_per_dim), step)
             writer.add_histogram("geometry/mu_variance_per_dim", np.asarray(report.active_unit_variances), step)
+            self._log_figures(writer, mu, report, step)
+
+    @staticmethod
+    def _log_figures(writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
+        """The geometry CLI's --plots figures as TensorBoard images (skipped without matplotlib)."""
+        from vat.geometry import covariance_eigenvalues
+        from vat.plots import figure_to_array, geometry_figures
+
+        try:
+            figures = geometry_figures(covariance_eigenvalues(mu), report.kl_per_dim, report.active_unit_variances)
+        except VatError:  # matplotlib is missing
+            return
+        for name, fig in figures.items():
+            writer.add_image(f"geometry/plots/{name}", figure_to_array(fig), step, dataformats="HWC")
 
 
 class LatentProjector(_ProbeCallback):

@@ -1,6 +1,7 @@
 """`vat geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
 
-    vat geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json
+    vat geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json \\
+        --plots geometry-plots    # + spectrum.png, kl_per_dim.png, active_units.png
     vat geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
         --output minilm_layer3.json
 
@@ -35,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(Ethayarajh 2019; see vat.geometry) of a vat checkpoint or a local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", help="vat checkpoint (.ckpt); its token vectors are the posterior means mu")
+    model.add_argument("--ckpt", help="vat checkpoint (.ckpt) or exported folder; its token vectors are the "
+                       "posterior means mu")
     model.add_argument("--hf-model", help="local Hugging Face model directory (needs the transformers extra)")
     p.add_argument("--layer", type=int, default=None,
                    help="--hf-model only: hidden layer, 0 = embeddings, -1 = last (default -1)")
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="JSON file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     add_common(p)
+    p.add_argument("--plots", default=None, metavar="DIR",
+                   help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR")
     return p
 
 
@@ -101,6 +105,13 @@ def _main(argv: Sequence[str] | None) -> int:
         "seconds": {"encode": encode_s, "geometry": geometry_s},
     }
     write_json_atomic(output, result, indent=2)
+    if args.plots is not None:
+        from vat.geometry import covariance_eigenvalues
+        from vat.plots import save_geometry_plots
+
+        written = save_geometry_plots(args.plots, covariance_eigenvalues(vectors), report.kl_per_dim,
+                                      report.active_unit_variances)
+        print(f"wrote {', '.join(str(p) for p in written)}")
     print(format_table(report, model_info["name"], len(sentences)))
     if args.top_types > 0:
         k = args.top_types

@@ -1,0 +1,238 @@
+"""vat.hub: exported folders (safetensors + config + tokenizer + card), loading, the Hub path."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import HfApi
+from safetensors import safe_open
+
+from vat import hub
+from vat.checkpoint import CheckpointError, load_vat, read_checkpoint
+from vat.encode import sentence_features
+from vat.errors import VatError, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER_FILES = sorted(hub.FILES)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A real 2-step training run (tests/assets/tiny.yaml), in-process: RUN/checkpoints/*.ckpt."""
+    from vat.cli import main
+
+    run = tmp_path_factory.mktemp("train") / "run"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(["fit", "-c", str(ROOT / "tests/assets/tiny.yaml"), "--run_dir", str(run),
+                     "--data.cache_dir", str(run.parent / "cache"),
+                     "--data.train_files", json.dumps([str(ROOT / "tests/assets/sentences.txt")])])
+    assert code == 0
+    return run
+
+
+def _best(run: Path) -> Path:
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    return best
+
+
+def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
+    ckpt = _best(trained)
+    out = hub.export_checkpoint(ckpt, tmp_path / "exported")
+    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
+
+    raw = read_checkpoint(ckpt)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "vat" and config["format_version"] == hub.HUB_FORMAT_VERSION
+    assert config["model_config"] == raw["vat"]["model_config"]
+    assert config["prior_std"] == raw["vat"]["prior_std"] and config["length_histogram"] == raw["vat"]["length_histogram"]
+    training = config["training"]
+    assert training["global_step"] == raw["global_step"] == 2
+    monitor = next(s for s in raw["callbacks"].values() if s.get("monitor"))
+    assert training["metrics"]["val/loss"] == pytest.approx(float(monitor["current_score"]))
+    assert training["data"]["train_files"] == [str(ROOT / "tests/assets/sentences.txt")]
+    assert training["optim"]["lr"] == 0.001  # hyperparameters kept; optimizer *state* dropped
+    assert "optimizer_states" not in json.dumps(config)
+
+    # Weights: safetensors with the tied embedding / lm_head stored once, and nothing else.
+    state = {k[len("model."):]: v for k, v in raw["state_dict"].items() if k.startswith("model.")}
+    with safe_open(out / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+    assert keys == set(state) - {"lm_head.weight"}
+
+    loaded, original = load_vat(out), load_vat(ckpt)
+    assert loaded.model.lm_head.weight is loaded.model.embed.weight  # re-tied
+    for k, v in original.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[k], v), k
+    assert loaded.tokenizer.to_str() == original.tokenizer.to_str()
+    a = sentence_features(loaded.model, loaded.tokenizer, tiny_sentences)
+    b = sentence_features(original.model, original.tokenizer, tiny_sentences)
+    assert (a == b).all()
+
+    card = (out / "README.md").read_text()
+    for text in ("library_name: vat", "| d_model | 32 |", "s = 0.4", "optimizer steps: 2",
+                 "sentences.txt", f"val/loss: {monitor['current_score']:.4f}", 'vat.load("'):
+        assert text in card, text
+
+
+def test_export_is_atomic_and_never_overwrites_by_accident(tiny_ckpt, tmp_path, monkeypatch):
+    out = tmp_path / "model"
+    hub.export_checkpoint(tiny_ckpt, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(VatError, match="not empty; pass overwrite"):
+        hub.export_checkpoint(tiny_ckpt, out)
+
+    def broken_card(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(hub, "model_card", broken_card)
+    with pytest.raises(RuntimeError, match="disk full"):
+        hub.export_checkpoint(tiny_ckpt, out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old folder is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp folder left behind
+    monkeypatch.undo()
+
+    (out / "stale.txt").write_text("from an older export")
+    hub.export_checkpoint(tiny_ckpt, out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    hub.export_checkpoint(tiny_ckpt, empty)  # an existing empty folder is fine
+    with pytest.raises(VatError, match="directory; export takes a training checkpoint"):
+        hub.export_checkpoint(empty, tmp_path / "x")
+
+
+def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
+    from conftest import tiny_config
+
+    from vat.model import VAT
+
+    torch.manual_seed(1)
+    model = VAT(tiny_config(tiny_tokenizer.vocab_size, tie_embeddings=False))
+    hub.save_pretrained(tmp_path / "m", model, tiny_tokenizer, prior_std=1.0)
+    loaded = hub.from_pretrained(tmp_path / "m")
+    assert loaded.model.lm_head.weight is not loaded.model.embed.weight
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[k], v), k
+
+
+def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_sentences, capsys):
+    from vat.generate import VATGenerator
+    from vat.generate import main as generate_main
+    from vat.geometry_cli import _main as geometry_main
+
+    out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    probe = tmp_path / "probe.txt"
+    probe.write_text("\n".join(tiny_sentences) + "\n")
+    rc = run_cli(geometry_main, ["--ckpt", str(out), "--probe", str(probe), "--min-count", "2",
+                                 "--output", str(tmp_path / "g.json")])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert json.loads((tmp_path / "g.json").read_text())["model"]["prior_std"] == 0.4
+
+    rc = generate_main(["reconstruct", "--ckpt", str(out), "--input", str(probe), "--max-len", "5"])
+    from_folder = capsys.readouterr().out
+    assert rc == 0 and len(from_folder.splitlines()) == len(tiny_sentences)
+    generate_main(["reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(probe), "--max-len", "5"])
+    assert capsys.readouterr().out == from_folder
+    assert VATGenerator.from_checkpoint(out).prior_std == 0.4
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "model.safetensors").unlink(), "needs model.safetensors"),
+    (lambda d: (d / "model.safetensors").write_bytes(b"not safetensors"), "corrupt"),
+    (lambda d: (d / "config.json").write_text("{"), "not valid JSON"),
+    (lambda d: (d / "config.json").write_text('{"model_type": "bert"}'), "not a vat config"),
+    (lambda d: _edit_config(d, d_model=64, n_heads=4), "weights do not match"),
+    (lambda d: _edit_config(d, format_version=99), "unsupported vat folder format"),
+])
+def test_damaged_folder_is_a_one_line_error(tiny_ckpt, tmp_path, damage, message):
+    out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    damage(out)
+    with pytest.raises(CheckpointError, match=message) as e:
+        load_vat(out)
+    assert "\n" not in str(e.value)
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    for k, v in changes.items():
+        (config if k == "format_version" else config["model_config"])[k] = v
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def test_hub_id_goes_through_snapshot_download(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(VatError, match=r"cannot download someone/vat-tiny from the Hugging Face Hub") as e:
+        hub.from_pretrained("someone/vat-tiny", cache_dir=tmp_path)
+    assert "\n" not in str(e.value)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        hub.from_pretrained(tmp_path / "missing" / "model")
+
+
+class RecordingHfApi(HfApi):
+    """huggingface_hub's real HfApi with the two network calls recorded instead of sent."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def create_repo(self, *args, **kwargs):
+        self.calls.append(("create_repo", args, kwargs))
+
+    def upload_folder(self, *args, **kwargs):
+        folder = Path(kwargs["folder_path"])
+        self.uploaded = {p.name: p.read_bytes() for p in folder.iterdir()}  # gone after the call
+        self.reloaded = hub.from_pretrained(folder)
+        self.calls.append(("upload_folder", args, kwargs))
+        return "commit-info"
+
+
+def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatch):
+    api = RecordingHfApi()
+    assert hub.push_to_hub(tiny_ckpt, "me/vat-tiny", private=True, api=api, commit_message="first") == "commit-info"
+    (create, args, kwargs), (upload, _, up) = api.calls
+    assert create == "create_repo" and args == ("me/vat-tiny",)
+    assert kwargs == {"repo_type": "model", "private": True, "exist_ok": True}
+    assert upload == "upload_folder" and up["repo_id"] == "me/vat-tiny" and up["repo_type"] == "model"
+    assert up["commit_message"] == "first" and sorted(up["allow_patterns"]) == FOLDER_FILES
+    assert sorted(api.uploaded) == FOLDER_FILES
+    original = load_vat(tiny_ckpt)
+    for k, v in original.model.state_dict().items():
+        assert torch.equal(api.reloaded.model.state_dict()[k], v), k
+    assert not Path(up["folder_path"]).exists()  # the scratch export is cleaned up
+
+    exported = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    api = RecordingHfApi()
+    hub.push_to_hub(exported, "me/vat-tiny", api=api)
+    assert api.calls[1][2]["folder_path"] == str(exported)  # a folder is uploaded as it is
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(VatError, match="cannot push to the Hugging Face Hub repo me/vat-tiny"):
+        hub.push_to_hub(exported, "me/vat-tiny", token="hf_not_a_real_token")
+
+
+def test_export_command(tiny_ckpt, tmp_path, capsys):
+    from vat.export_cli import main
+
+    out = tmp_path / "m"
+    assert main([str(tiny_ckpt), str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
+    assert main([str(tiny_ckpt), str(out)]) == 2  # exists: one line, exit 2, nothing replaced
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: output") and "--overwrite" in err and "\n" not in err
+    assert main([str(tiny_ckpt), str(out), "--overwrite"]) == 0
+    assert main([str(tmp_path / "missing.ckpt"), str(tmp_path / "n")]) == 2
+    assert "missing.ckpt does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "n").exists()

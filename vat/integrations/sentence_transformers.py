@@ -1,0 +1,97 @@
+"""A VAT as a sentence-transformers model.
+
+An exported folder (`vat export`, `vat.hub.save_pretrained`) carries a `modules.json` whose
+one module is `VATSentenceEncoder` below, so with vat installed
+
+    from sentence_transformers import SentenceTransformer
+    st = SentenceTransformer("exported_dir", trust_remote_code=True)
+
+works. sentence-transformers >= 6 imports a module class outside its own namespace only with
+`trust_remote_code=True` (the class is vat's installed code; nothing is fetched from the
+folder). Without that flag, `to_sentence_transformer(path)` builds the same model directly.
+Embeddings are `vat.load(path).encode(...)`'s: pooled token means mu (`vat.encode.pool`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import InputModule
+
+from vat.checkpoint import LoadedVAT
+from vat.encode import pool
+from vat.hub import ST_MODULE_CONFIG_NAME, write_model_files
+from vat.tokenizer import make_batch
+
+
+class VATSentenceEncoder(InputModule):
+    """Tokenize with the VAT's tokenizer, encode, pool the token means mu into
+    `sentence_embedding` (B, d); `token_embeddings` (B, T, d) holds mu itself."""
+
+    config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.hub)
+    config_keys = ["pooling"]
+
+    def __init__(self, loaded: LoadedVAT, pooling: str = "mean") -> None:
+        super().__init__()
+        self.vat = loaded.model
+        self.tokenizer = loaded.tokenizer.tokenizer  # a tokenizers.Tokenizer, as InputModule expects
+        self.loaded = loaded
+        self.pooling = pooling
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.vat.config.max_len) - 1  # subwords; </s> takes the last place
+
+    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs: Any) -> dict[str, torch.Tensor]:
+        texts = [prompt + t for t in inputs] if prompt else list(inputs)
+        # the same cut as vat.encode.iter_encoded: at most max_len - 1 subwords
+        ids = [x[: self.max_seq_length] for x in self.loaded.tokenizer.encode_batch(texts)]
+        return {"input_ids": make_batch(ids)["src"], "lengths": torch.tensor([len(x) for x in ids])}
+
+    def forward(self, features: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
+        post = self.vat.encode(features["input_ids"])  # mu (B, T, d)
+        mu = post.mu.float()
+        features["token_embeddings"] = mu
+        features["attention_mask"] = post.mask.long()
+        features["sentence_embedding"] = pool(mu, features["lengths"].to(mu.device), self.pooling)  # (B, d)
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        return int(self.vat.config.d_model)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return self.get_embedding_dimension()
+
+    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+        loaded = self.loaded  # sentence-transformers writes its own README.md and modules.json
+        write_model_files(Path(output_path), self.vat, loaded.tokenizer, loaded.prior_std, loaded.length_histogram,
+                          {}, card=False)
+        self.save_config(output_path)
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", token: bool | str | None = None,
+             cache_folder: str | None = None, revision: str | None = None, local_files_only: bool = False,
+             **kwargs: Any) -> VATSentenceEncoder:
+        from vat.hub import from_pretrained
+
+        folder = cls.load_dir_path(model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
+                                   revision=revision, local_files_only=local_files_only)
+        config = cls.load_config(model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
+                                 revision=revision, local_files_only=local_files_only)
+        return cls(from_pretrained(folder), **config)
+
+
+def to_sentence_transformer(path: str | os.PathLike | LoadedVAT, pooling: str = "mean",
+                            device: str | None = None) -> SentenceTransformer:
+    """A SentenceTransformer around a .ckpt, an exported folder or a Hub id (no
+    trust_remote_code needed: the module is built here, not imported by name)."""
+    from vat.api import load
+
+    loaded = path if isinstance(path, LoadedVAT) else load(path, device="cpu").loaded
+    return SentenceTransformer(modules=[VATSentenceEncoder(loaded, pooling)], device=device,
+                               similarity_fn_name="cosine")
