@@ -61,7 +61,12 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 def load_vat(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
     """Model (in eval mode), tokenizer and metadata from a vat checkpoint."""
-    ckpt = read_checkpoint(path, map_location)
+    return vat_from_checkpoint(read_checkpoint(path, map_location), path, map_location)
+
+
+def vat_from_checkpoint(ckpt: dict, path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
+    """`load_vat` on a checkpoint dict already read by `read_checkpoint` (`path` names it in
+    errors), for callers that also need its trainer state (e.g. `global_step`): one read."""
     meta = ckpt["vat"]
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: unsupported vat checkpoint format {meta.get('format_version')!r}")
