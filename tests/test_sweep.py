@@ -56,20 +56,32 @@ def test_any_key_sweep_trains_each_value_and_records_it(swept):
     for value in (0.0, 0.5):
         run = out / f"free_bits_{value}"
         # the value reached training: the run's own saved config holds it
-        assert yaml.safe_load((run / "config.yaml").read_text())["model"]["loss"]["free_bits"] == value
+        assert (
+            yaml.safe_load((run / "config.yaml").read_text())["model"]["loss"]["free_bits"] == value
+        )
         rec = json.loads((run / "record.json").read_text())
         assert rec[KEY] == value and rec["run"] == run.name and rec["step"] == 4
         assert rec["checkpoint"] == str(run / "checkpoints" / "last.ckpt")
         assert rec["prior_std"] == pytest.approx(0.4)  # tiny.yaml's, unchanged (stored as float32)
-        for key in ("val_nll", "val_kl", "val_kl_weighted", "val_loss", "geometry_anisotropy",
-                    "geometry_self_similarity", "geometry_intra_sentence_similarity",
-                    "geometry_self_similarity_adjusted", "geometry_intra_sentence_similarity_adjusted",
-                    "geometry_active_units", "bleu"):
+        for key in (
+            "val_nll",
+            "val_kl",
+            "val_kl_weighted",
+            "val_loss",
+            "geometry_anisotropy",
+            "geometry_self_similarity",
+            "geometry_intra_sentence_similarity",
+            "geometry_self_similarity_adjusted",
+            "geometry_intra_sentence_similarity_adjusted",
+            "geometry_active_units",
+            "bleu",
+        ):
             assert isinstance(rec[key], int | float), key
         assert rec["stsb_spearman"] is None  # no senteval_dir given
         assert rec["curves"]["train/loss"] and rec["curves"]["val/loss"]
         assert rec["geometry_self_similarity_adjusted"] == pytest.approx(
-            rec["geometry_self_similarity"] - rec["geometry_anisotropy"])
+            rec["geometry_self_similarity"] - rec["geometry_anisotropy"]
+        )
 
 
 def test_sweep_writes_table_plots_and_hparams(swept):
@@ -79,8 +91,16 @@ def test_sweep_writes_table_plots_and_hparams(swept):
     with open(out / "sweep.csv") as f:
         rows = list(csv.DictReader(f))
     assert [float(r[KEY]) for r in rows] == [0.0, 0.5]
-    assert {"run", "checkpoint", "val_kl", "geometry_anisotropy", "geometry_active_units",
-            "geometry_intra_sentence_similarity", "stsb_spearman", "bleu"} <= set(rows[0])
+    assert {
+        "run",
+        "checkpoint",
+        "val_kl",
+        "geometry_anisotropy",
+        "geometry_active_units",
+        "geometry_intra_sentence_similarity",
+        "stsb_spearman",
+        "bleu",
+    } <= set(rows[0])
     assert "curves" not in rows[0]
     table = json.loads((out / "sweep.json").read_text())
     assert [r[KEY] for r in table["runs"]] == [0.0, 0.5]
@@ -94,7 +114,10 @@ def test_sweep_writes_table_plots_and_hparams(swept):
         assert ea.Scalars("hparam/val_kl")[0].value == pytest.approx(r["val_kl"], rel=1e-6)
         assert ea.Scalars("hparam/bleu")[0].value == pytest.approx(r["bleu"], rel=1e-6)
         assert KEY.encode() in ea.PluginTagToContent("hparams")["_hparams_/session_start_info"]
-    assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == ["free_bits_0.0", "free_bits_0.5"]
+    assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == [
+        "free_bits_0.0",
+        "free_bits_0.5",
+    ]
 
 
 def test_measure_run_reads_the_checkpoint_once(swept, monkeypatch):
@@ -118,7 +141,10 @@ def test_rerun_skips_finished_runs(swept, capsys):
     assert _events(out) == events  # no training ran
     assert {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")} == mtimes
     assert capsys.readouterr().err.count("done, skipping") == 2
-    assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == ["free_bits_0.0", "free_bits_0.5"]
+    assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == [
+        "free_bits_0.0",
+        "free_bits_0.5",
+    ]
 
 
 def test_trained_run_without_record_is_measured_not_retrained(swept):
@@ -141,8 +167,11 @@ def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
     calls = []
     real = vat.cli.main
     monkeypatch.setattr(vat.cli, "main", lambda args: calls.append(args) or real(args))
-    cfg = _config(swept / "resume", out_dir=str(out), extra_args=[
-        "--trainer.max_steps", "6", "--data.cache_dir", str(swept / "cache")])
+    cfg = _config(
+        swept / "resume",
+        out_dir=str(out),
+        extra_args=["--trainer.max_steps", "6", "--data.cache_dir", str(swept / "cache")],
+    )
     assert sweep.main(["-c", str(cfg), "--values", "0.0"]) == 0
     trains = [c for c in calls if "--print_config" not in c]
     assert len(trains) == 1 and trains[0][-2:] == ["--ckpt_path", "last"]
@@ -151,15 +180,31 @@ def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
 
 
 def test_grid_points_names_and_arguments(tmp_path):
-    cfg = SweepConfig.from_yaml(_config(tmp_path, sweep={KEY: [0.1, 0.2], "model.loss.kl_schedule.beta": [1, 0.5]}))
+    cfg = SweepConfig.from_yaml(
+        _config(tmp_path, sweep={KEY: [0.1, 0.2], "model.loss.kl_schedule.beta": [1, 0.5]})
+    )
     points = cfg.points()
-    assert points == [{KEY: 0.1, "model.loss.kl_schedule.beta": 1}, {KEY: 0.1, "model.loss.kl_schedule.beta": 0.5},
-                      {KEY: 0.2, "model.loss.kl_schedule.beta": 1}, {KEY: 0.2, "model.loss.kl_schedule.beta": 0.5}]
-    assert [run_name(p) for p in points] == ["free_bits_0.1-beta_1", "free_bits_0.1-beta_0.5",
-                                             "free_bits_0.2-beta_1", "free_bits_0.2-beta_0.5"]
+    assert points == [
+        {KEY: 0.1, "model.loss.kl_schedule.beta": 1},
+        {KEY: 0.1, "model.loss.kl_schedule.beta": 0.5},
+        {KEY: 0.2, "model.loss.kl_schedule.beta": 1},
+        {KEY: 0.2, "model.loss.kl_schedule.beta": 0.5},
+    ]
+    assert [run_name(p) for p in points] == [
+        "free_bits_0.1-beta_1",
+        "free_bits_0.1-beta_0.5",
+        "free_bits_0.2-beta_1",
+        "free_bits_0.2-beta_0.5",
+    ]
     assert sweep.train_args(cfg, points[1], Path("r"))[-4:] == [
-        "--model.loss.free_bits", "0.1", "--model.loss.kl_schedule.beta", "0.5"]
-    assert sweep_config.cli_value(True) == "true" and sweep_config.cli_value("constant") == "constant"
+        "--model.loss.free_bits",
+        "0.1",
+        "--model.loss.kl_schedule.beta",
+        "0.5",
+    ]
+    assert (
+        sweep_config.cli_value(True) == "true" and sweep_config.cli_value("constant") == "constant"
+    )
     assert sweep_config.cli_value(0.1 + 0.2) == "0.3"
 
 
@@ -168,15 +213,27 @@ def test_curve_pair_prefers_the_papers_pair_for_the_prior_std():
     assert frontier.curve_pair([0.1, 0.4, 1.0], KEY) == (1.0, 0.1)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
     text = path.read_text()
-    assert text.startswith("#") and f"python -m vat.experiments.sweep -c configs/sweeps/{path.name}" in text
+    assert (
+        text.startswith("#")
+        and f"python -m vat.experiments.sweep -c configs/sweeps/{path.name}" in text
+    )
     data = yaml.safe_load(text)
     assert set(data) <= {f.name for f in sweep_config.fields(SweepConfig)}
     assert (ROOT / data["train_config"]).is_file()
-    cfg = SweepConfig(**{**data, "train_config": str(ROOT / data["train_config"]), "probe": str(ROOT),
-                         "senteval_dir": None, "bleu_file": None})
+    cfg = SweepConfig(
+        **{
+            **data,
+            "train_config": str(ROOT / data["train_config"]),
+            "probe": str(ROOT),
+            "senteval_dir": None,
+            "bleu_file": None,
+        }
+    )
     cfg.validate(str(path))  # types and ranges (sweep, jobs, device)
 
 
@@ -185,13 +242,21 @@ def test_prior_scale_sweep_is_a_sweep_over_the_prior_std():
     assert data["sweep"] == {"model.loss.prior_std": [0.1, 0.2, 0.4, 0.6, 0.8, 1.0]}
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ({"sweep": {KEY: [0.4, 0.4]}}, "repeat"), ({"sweep": {"run_dir": [1, 2]}}, "sweep key"),
-    ({"sweep": {"a.b": [1], "c.d": [2], "e.f": [3]}}, "one or two"), ({"sweep": {KEY: []}}, "non-empty"),
-    ({"probe": "/nonexistent"}, "probe"), ({"typo_key": 1}, "unknown key"), ({"jobs": 0}, "jobs"),
-    ({"device": "tpu"}, "device"), ({"sts_tasks": ["MR"]}, "sts_tasks"),
-    ({"prior_stds": [0.4]}, "sweep: {model.loss.prior_std: [0.4]}"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ({"sweep": {KEY: [0.4, 0.4]}}, "repeat"),
+        ({"sweep": {"run_dir": [1, 2]}}, "sweep key"),
+        ({"sweep": {"a.b": [1], "c.d": [2], "e.f": [3]}}, "one or two"),
+        ({"sweep": {KEY: []}}, "non-empty"),
+        ({"probe": "/nonexistent"}, "probe"),
+        ({"typo_key": 1}, "unknown key"),
+        ({"jobs": 0}, "jobs"),
+        ({"device": "tpu"}, "device"),
+        ({"sts_tasks": ["MR"]}, "sts_tasks"),
+        ({"prior_stds": [0.4]}, "sweep: {model.loss.prior_std: [0.4]}"),
+    ],
+)
 def test_bad_sweep_config_is_one_line_error(tmp_path, capsys, bad, msg):
     assert sweep.main(["-c", str(_config(tmp_path, **bad))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -205,8 +270,15 @@ def test_a_key_the_train_config_lacks_fails_before_any_training(tmp_path, capsys
     assert not (tmp_path / "sweep").exists()
 
 
-@pytest.mark.parametrize("argv, msg", [([], "-c/--config"), (["-c", "x.yaml", "--jobs", "two"], "--jobs"),
-                                       (["-c", "missing.yaml"], "missing.yaml"), (["-c", "x.yaml", "--bogus"], "--bogus")])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        ([], "-c/--config"),
+        (["-c", "x.yaml", "--jobs", "two"], "--jobs"),
+        (["-c", "missing.yaml"], "missing.yaml"),
+        (["-c", "x.yaml", "--bogus"], "--bogus"),
+    ],
+)
 def test_usage_errors_are_one_line(capsys, argv, msg):
     assert sweep.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -45,9 +45,9 @@ class SweepConfig:
     out_dir: str = "runs/sweep"
     """Where the runs (<leaf>_<value>/), the table, the plots and hparams/ go."""
     extra_args: list[str] = field(default_factory=list)
-    """train.py command-line overrides applied to every run, e.g. ["--trainer.max_steps", "1500"]."""
+    """train.py overrides applied to every run, e.g. ["--trainer.max_steps", "1500"]."""
     probe: str | None = None
-    """Geometry probe: a SentEval folder (its STS12 sentences) or a text file (one sentence a line)."""
+    """Geometry probe: a SentEval folder (its STS12 sentences) or a text file, a sentence a line."""
     probe_max_sentences: int | None = None
     """Use at most this many (distinct) probe sentences; None = all."""
     min_count: int = 5
@@ -58,11 +58,12 @@ class SweepConfig:
     """Similarity tasks measured in senteval_dir, each a `<task>_spearman` column (x 100 is
     the paper's unit): STS-B test, STS12-16 SentEval's all.spearman.mean, SICK-R test."""
     bleu_file: str | None = None
-    """Text file whose lines are reconstructed from mu for BLEU (use lines no run trained on); None = skip."""
+    """Text file whose lines are reconstructed from mu for BLEU (use lines no run trained on);
+    None = skip."""
     bleu_lines: int = 500
     """Number of (non-empty) lines of bleu_file to use."""
     device: str = "auto"
-    """Where the measurements run: "auto" (CUDA when available, else CPU), "cpu", "cuda", "cuda:1"."""
+    """Where the measurements run: "auto" (CUDA when available, else CPU), "cpu", "cuda:1"."""
     jobs: int = 1
     """Runs trained at the same time, each in its own process (for a GPU that one small model
     does not fill). Every run still gets the same seed, data and step budget; a time budget
@@ -76,17 +77,23 @@ class SweepConfig:
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
-            raise VatError(f"sweep config {p} is not valid YAML ({str(e).splitlines()[0]})") from None
+            raise VatError(
+                f"sweep config {p} is not valid YAML ({str(e).splitlines()[0]})"
+            ) from None
         if not isinstance(data, dict):
             raise VatError(f"sweep config {p} must be a YAML mapping")
         if "prior_stds" in data:
-            raise VatError(f"sweep config {p}: prior_stds was replaced by `sweep: {{model.loss.prior_std: "
-                           f"{data['prior_stds']}}}` (docs/sweep.md)")
+            raise VatError(
+                f"sweep config {p}: prior_stds was replaced by `sweep: {{model.loss.prior_std: "
+                f"{data['prior_stds']}}}` (docs/sweep.md)"
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise VatError(f"sweep config {p}: unknown key(s) {', '.join(unknown)} "
-                           f"(known: {', '.join(sorted(known))})")
+            raise VatError(
+                f"sweep config {p}: unknown key(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
         for required in ("train_config", "sweep"):
             if required not in data:
                 raise VatError(f"sweep config {p}: {required} is required")
@@ -97,46 +104,68 @@ class SweepConfig:
     def validate(self, where: str = "sweep config") -> None:
         self._validate_sweep(where)
         if not isinstance(self.extra_args, list) or not all(
-                isinstance(a, str | int | float) for a in self.extra_args):
-            raise VatError(f"{where}: extra_args must be a list of strings, got {self.extra_args!r}")
+            isinstance(a, str | int | float) for a in self.extra_args
+        ):
+            raise VatError(
+                f"{where}: extra_args must be a list of strings, got {self.extra_args!r}"
+            )
         self.extra_args = [str(a) for a in self.extra_args]
         if not Path(self.train_config).is_file():
             raise VatError(f"{where}: train_config {self.train_config} does not exist")
         if self.probe is None or not Path(self.probe).exists():
-            raise VatError(f"{where}: probe {self.probe} does not exist (a SentEval folder or a text file)")
+            raise VatError(
+                f"{where}: probe {self.probe} does not exist (a SentEval folder or a text file)"
+            )
         if self.bleu_file is not None and not Path(self.bleu_file).is_file():
             raise VatError(f"{where}: bleu_file {self.bleu_file} does not exist")
         if not isinstance(self.bleu_lines, int) or self.bleu_lines < 1:
-            raise VatError(f"{where}: bleu_lines must be a whole number >= 1, got {self.bleu_lines!r}")
+            raise VatError(
+                f"{where}: bleu_lines must be a whole number >= 1, got {self.bleu_lines!r}"
+            )
         if not isinstance(self.sts_tasks, list) or any(t not in STS_TASKS for t in self.sts_tasks):
-            raise VatError(f"{where}: sts_tasks must be a list drawn from {', '.join(STS_TASKS)}, "
-                           f"got {self.sts_tasks!r}")
+            raise VatError(
+                f"{where}: sts_tasks must be a list drawn from {', '.join(STS_TASKS)}, "
+                f"got {self.sts_tasks!r}"
+            )
         if self.senteval_dir is not None and not Path(self.senteval_dir).is_dir():
             raise VatError(f"{where}: senteval_dir {self.senteval_dir} is not a folder")
         if not isinstance(self.device, str) or not (
-                self.device in ("auto", "cpu") or self.device.startswith("cuda")):
-            raise VatError(f"{where}: device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+            self.device in ("auto", "cpu") or self.device.startswith("cuda")
+        ):
+            raise VatError(
+                f"{where}: device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
+            )
         if not isinstance(self.jobs, int) or isinstance(self.jobs, bool) or self.jobs < 1:
             raise VatError(f"{where}: jobs must be a whole number >= 1, got {self.jobs!r}")
 
     def _validate_sweep(self, where: str) -> None:
         if not isinstance(self.sweep, dict) or not 1 <= len(self.sweep) <= 2:
-            raise VatError(f"{where}: sweep must map one or two train keys to lists of values, e.g. "
-                           f"{{model.loss.free_bits: [0.1, 0.2]}}, got {self.sweep!r}")
+            raise VatError(
+                f"{where}: sweep must map one or two train keys to lists of values, e.g. "
+                f"{{model.loss.free_bits: [0.1, 0.2]}}, got {self.sweep!r}"
+            )
         for key, values in self.sweep.items():
             if not isinstance(key, str) or not _KEY.match(key) or key in _NOT_SWEEPABLE:
-                raise VatError(f"{where}: sweep key {key!r} must be a dotted train.py option such as "
-                               f"model.loss.free_bits (not {', '.join(sorted(_NOT_SWEEPABLE))})")
+                raise VatError(
+                    f"{where}: sweep key {key!r} must be a dotted train.py option such as "
+                    f"model.loss.free_bits (not {', '.join(sorted(_NOT_SWEEPABLE))})"
+                )
             if not isinstance(values, list) or not values:
-                raise VatError(f"{where}: sweep values of {key} must be a non-empty list, got {values!r}")
+                raise VatError(
+                    f"{where}: sweep values of {key} must be a non-empty list, got {values!r}"
+                )
             if any(isinstance(v, dict | list) for v in values):
-                raise VatError(f"{where}: sweep values of {key} must be numbers, strings or booleans, "
-                               f"got {values!r}")
+                raise VatError(
+                    f"{where}: sweep values of {key} must be numbers, strings or booleans, "
+                    f"got {values!r}"
+                )
             if len({cli_value(v) for v in values}) != len(values):
                 raise VatError(f"{where}: sweep values of {key} repeat a value: {values!r}")
         leaves = [leaf(k) for k in self.sweep]
         if len(set(leaves)) != len(leaves):
-            raise VatError(f"{where}: the two sweep keys must end in different names, got {list(self.sweep)}")
+            raise VatError(
+                f"{where}: the two sweep keys must end in different names, got {list(self.sweep)}"
+            )
 
     @property
     def keys(self) -> list[str]:

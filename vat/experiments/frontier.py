@@ -80,8 +80,11 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     xs = [r["val_kl"] for r in pts]
     if any(_number(r.get("bleu")) for r in pts):
         ax.plot(*_xy(pts, "bleu"), "o-", color="tab:blue", label="reconstruction BLEU")
-    ax.set(xlabel="validation KL, nats per token", ylabel="reconstruction BLEU (mu decoding)",
-           title=f"Rate frontier: sweep over {', '.join(keys)}")
+    ax.set(
+        xlabel="validation KL, nats per token",
+        ylabel="reconstruction BLEU (mu decoding)",
+        title=f"Rate frontier: sweep over {', '.join(keys)}",
+    )
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
     for col, style in zip(sts_cols, ("s--", "^:", "v-.", "D--", "x:", "+-.", "*--")):
@@ -90,8 +93,13 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     ax2.set_ylabel("STS, cosine Spearman x 100 (mean pooling)", color="tab:red")
     for r, x in zip(pts, xs):
         point = {k: r.get(k) for k in keys}
-        ax.annotate(point_label(point), (x, r.get("bleu") if _number(r.get("bleu")) else 0),
-                    textcoords="offset points", xytext=(4, 6), fontsize=7)
+        ax.annotate(
+            point_label(point),
+            (x, r.get("bleu") if _number(r.get("bleu")) else 0),
+            textcoords="offset points",
+            xytext=(4, 6),
+            fontsize=7,
+        )
     handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
     if handles:
         ax.legend(handles, [h.get_label() for h in handles], loc="lower right", fontsize=8)
@@ -99,8 +107,10 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
 
 
 def _sts_columns(records: Sequence[Record]) -> list[str]:
-    known = [sts_column(t) for t in ("STSBenchmark", "STS12", "STS13", "STS14", "STS15", "STS16",
-                                     "SICKRelatedness")]
+    known = [
+        sts_column(t)
+        for t in ("STSBenchmark", "STS12", "STS13", "STS14", "STS15", "STS16", "SICKRelatedness")
+    ]
     return [c for c in known if any(c in r for r in records)]
 
 
@@ -112,14 +122,24 @@ def _xy(records: Sequence[Record], key: str, x: str = "val_kl") -> tuple[list, l
 def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tuple[float, float]:
     """The two runs of the Figure 2-style plot: for the prior std, s = 1.0 and 0.4 when both
     ran (the paper's pair); otherwise the largest and smallest value."""
-    if (leaf(key) == "prior_std" and any(abs(s - 1.0) < 1e-9 for s in values)
-            and any(abs(s - 0.4) < 1e-9 for s in values)):
+    if (
+        leaf(key) == "prior_std"
+        and any(abs(s - 1.0) < 1e-9 for s in values)
+        and any(abs(s - 0.4) < 1e-9 for s in values)
+    ):
         return 1.0, 0.4
     return max(values), min(values)
 
 
-def _plot_against_key(plt, records: Sequence[Record], key: str, series: list[tuple[str, str]],
-                      ylabel: str, title: str, path: Path) -> None:
+def _plot_against_key(
+    plt,
+    records: Sequence[Record],
+    key: str,
+    series: list[tuple[str, str]],
+    ylabel: str,
+    title: str,
+    path: Path,
+) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for col, label in series:
         ax.plot(*_xy(records, col, x=key), marker="o", label=label)
@@ -137,28 +157,56 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
     if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
         return written
     key, plt = keys[0], _pyplot()
-    _plot_against_key(plt, records, key, [
-        ("geometry_anisotropy", "anisotropy (random words)"),
-        ("geometry_self_similarity", "self-similarity"),
-        ("geometry_intra_sentence_similarity", "intra-sentence similarity")],
-        "cosine similarity", f"Similarities against {leaf(key)} (Figure 3a)", out / "fig3a_similarities.png")
-    _plot_against_key(plt, records, key, [
-        ("val_nll", "reconstruction (val NLL)"), ("val_kl_weighted", "weighted KL"),
-        ("val_loss", "total loss")],
-        "nats per token", f"Final validation losses against {leaf(key)} (Figure 3b)", out / "fig3b_losses.png")
+    _plot_against_key(
+        plt,
+        records,
+        key,
+        [
+            ("geometry_anisotropy", "anisotropy (random words)"),
+            ("geometry_self_similarity", "self-similarity"),
+            ("geometry_intra_sentence_similarity", "intra-sentence similarity"),
+        ],
+        "cosine similarity",
+        f"Similarities against {leaf(key)} (Figure 3a)",
+        out / "fig3a_similarities.png",
+    )
+    _plot_against_key(
+        plt,
+        records,
+        key,
+        [
+            ("val_nll", "reconstruction (val NLL)"),
+            ("val_kl_weighted", "weighted KL"),
+            ("val_loss", "total loss"),
+        ],
+        "nats per token",
+        f"Final validation losses against {leaf(key)} (Figure 3b)",
+        out / "fig3b_losses.png",
+    )
     by_value = {r[key]: r for r in records}
     fig, ax = plt.subplots(figsize=(6, 4))
     for v, color in zip(curve_pair(list(by_value), key), ("tab:red", "tab:blue")):
         for tag, style in (("train/loss", "-"), ("val/loss", "--")):
             pts = by_value[v].get("curves", {}).get(tag) or []
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color,
-                        marker="o" if len(pts) < 3 else None, label=f"{leaf(key)}={v:g} {tag.split('/')[0]}")
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    color=color,
+                    marker="o" if len(pts) < 3 else None,
+                    label=f"{leaf(key)}={v:g} {tag.split('/')[0]}",
+                )
     ax.set(xlabel="step", ylabel="loss", title="Training curves (Figure 2)")
     ax.legend()
     ax.grid(alpha=0.3)
     _save(plt, fig, out / "fig2_curves.png")
-    return [*written, out / "fig3a_similarities.png", out / "fig3b_losses.png", out / "fig2_curves.png"]
+    return [
+        *written,
+        out / "fig3a_similarities.png",
+        out / "fig3b_losses.png",
+        out / "fig2_curves.png",
+    ]
 
 
 # -- TensorBoard hparams ------------------------------------------------------------------
@@ -179,8 +227,10 @@ def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> 
     metrics = [*HPARAM_METRICS[:2], *_sts_columns(records), *HPARAM_METRICS[2:]]
     with SummaryWriter(log_dir=str(tmp)) as w:
         for r in records:
-            hparams = {k: (r.get(k) if isinstance(r.get(k), bool | int | float | str) else str(r.get(k)))
-                       for k in (*keys, "checkpoint")}
+            hparams = {
+                k: (r.get(k) if isinstance(r.get(k), bool | int | float | str) else str(r.get(k)))
+                for k in (*keys, "checkpoint")
+            }
             values = {f"hparam/{m}": float(r[m]) for m in metrics if _number(r.get(m))}
             w.add_hparams(hparams, values, run_name=r["run"], global_step=r.get("step"))
     old = out / ".hparams-old"

@@ -12,13 +12,24 @@ from typing import Any
 from vat.errors import VatError
 from vat.experiments.config import Point, SweepConfig, run_name
 
-VAL_TAGS = {"val_nll": "val/nll", "val_kl": "val/kl", "val_kl_weighted": "val/kl_weighted",
-            "val_loss": "val/loss"}
+VAL_TAGS = {
+    "val_nll": "val/nll",
+    "val_kl": "val/kl",
+    "val_kl_weighted": "val/kl_weighted",
+    "val_loss": "val/loss",
+}
 """Record field -> TensorBoard scalar (the last value logged is the final one)."""
 
-GEOMETRY_FIELDS = ("anisotropy", "self_similarity", "self_similarity_adjusted",
-                   "intra_sentence_similarity", "intra_sentence_similarity_adjusted", "isoscore",
-                   "active_units", "kl_per_token")
+GEOMETRY_FIELDS = (
+    "anisotropy",
+    "self_similarity",
+    "self_similarity_adjusted",
+    "intra_sentence_similarity",
+    "intra_sentence_similarity_adjusted",
+    "isoscore",
+    "active_units",
+    "kl_per_token",
+)
 """GeometryReport fields copied into each record (prefixed with `geometry_`)."""
 
 CURVE_TAGS = ("train/loss", "val/loss")
@@ -41,7 +52,7 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def measure_device(device: str) -> str:
-    """"auto" -> cuda when available, else cpu; anything else unchanged."""
+    """ "auto" -> cuda when available, else cpu; anything else unchanged."""
     import torch
 
     if device == "auto":
@@ -57,9 +68,14 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
     device = measure_device(cfg.device)
     ckpt = read_checkpoint(ckpt_path, map_location=device)  # the only read of the checkpoint
     loaded = vat_from_checkpoint(ckpt, ckpt_path, map_location=device)
-    record: dict[str, Any] = {**point, "run": run_name(point), "prior_std": loaded.prior_std,
-                              "step": int(ckpt.get("global_step", 0)),  # training steps done
-                              "run_dir": str(run_dir), "checkpoint": str(ckpt_path)}
+    record: dict[str, Any] = {
+        **point,
+        "run": run_name(point),
+        "prior_std": loaded.prior_std,
+        "step": int(ckpt.get("global_step", 0)),  # training steps done
+        "run_dir": str(run_dir),
+        "checkpoint": str(ckpt_path),
+    }
     del ckpt  # the weights live on in loaded.model; drop the optimiser state
     scalars = read_scalars(run_dir)
     for key, tag in VAL_TAGS.items():
@@ -80,8 +96,14 @@ def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
     sentences = load_probe_sentences(**kind, max_sentences=cfg.probe_max_sentences)
     tv = token_vectors(loaded.model, loaded.tokenizer, sentences)
     try:
-        rep = geometry_report(tv.vectors, tv.token_ids, tv.sentence_ids, logvar=tv.logvar,
-                              prior_std=loaded.prior_std, min_count=cfg.min_count)
+        rep = geometry_report(
+            tv.vectors,
+            tv.token_ids,
+            tv.sentence_ids,
+            logvar=tv.logvar,
+            prior_std=loaded.prior_std,
+            min_count=cfg.min_count,
+        )
     except ValueError as e:
         raise VatError(f"geometry on probe {cfg.probe} failed: {e}") from None
     out = {f"geometry_{k}": getattr(rep, k) for k in GEOMETRY_FIELDS}
@@ -101,8 +123,9 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
     def encode(sentences: list[str]):
         return sentence_features(loaded.model, loaded.tokenizer, sentences, pooling="mean")
 
-    results, _ = evaluate(encode, cfg.sts_tasks, cfg.senteval_dir,
-                          EvalSettings(relatedness="cosine", progress=False))
+    results, _ = evaluate(
+        encode, cfg.sts_tasks, cfg.senteval_dir, EvalSettings(relatedness="cosine", progress=False)
+    )
     out: dict[str, float | None] = {}
     for task, col in columns.items():
         if task in ("STSBenchmark", "SICKRelatedness"):
@@ -117,10 +140,17 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
         return None
     from vat.generate import VATGenerator
 
-    lines = [ln.strip() for ln in Path(cfg.bleu_file).read_text(encoding="utf-8").splitlines()
-             if ln.strip()][: cfg.bleu_lines]
+    lines = [
+        ln.strip()
+        for ln in Path(cfg.bleu_file).read_text(encoding="utf-8").splitlines()
+        if ln.strip()
+    ][: cfg.bleu_lines]
     if not lines:
         raise VatError(f"bleu_file {cfg.bleu_file} has no non-empty lines")
-    gen = VATGenerator(loaded.model, loaded.tokenizer, prior_std=loaded.prior_std,
-                       length_histogram=loaded.length_histogram)
+    gen = VATGenerator(
+        loaded.model,
+        loaded.tokenizer,
+        prior_std=loaded.prior_std,
+        length_histogram=loaded.length_histogram,
+    )
     return float(gen.score(lines).bleu)

@@ -50,8 +50,15 @@ Log = Callable[[str], None]
 
 def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
     """train.py arguments of one point's run: the train config, extra_args, then the point."""
-    return ["fit", "-c", cfg.train_config, "--run_dir", str(run_dir), *cfg.extra_args,
-            *point_args(point)]
+    return [
+        "fit",
+        "-c",
+        cfg.train_config,
+        "--run_dir",
+        str(run_dir),
+        *cfg.extra_args,
+        *point_args(point),
+    ]
 
 
 def _train_main(args: list[str]) -> int:
@@ -69,11 +76,15 @@ def check_point(cfg: SweepConfig, point: Point) -> None:
     exits without building data or a model."""
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = _train_main([*train_args(cfg, point, Path(cfg.out_dir) / run_name(point)), "--print_config"])
+        code = _train_main(
+            [*train_args(cfg, point, Path(cfg.out_dir) / run_name(point)), "--print_config"]
+        )
     if code != 0:
         msg = err.getvalue().strip().splitlines()
-        raise VatError(f"sweep point {run_name(point)}: train.py rejects its arguments "
-                       f"({msg[-1].removeprefix('error: ') if msg else f'exit {code}'})")
+        raise VatError(
+            f"sweep point {run_name(point)}: train.py rejects its arguments "
+            f"({msg[-1].removeprefix('error: ') if msg else f'exit {code}'})"
+        )
 
 
 def train_run(cfg: SweepConfig, point: Point, run_dir: Path) -> None:
@@ -86,9 +97,13 @@ def train_run(cfg: SweepConfig, point: Point, run_dir: Path) -> None:
     code = _train_main(args)
     name = run_name(point)
     if code != 0:
-        raise VatError(f"training {name} failed (exit {code}; see the message above), run dir {run_dir}")
+        raise VatError(
+            f"training {name} failed (exit {code}; see the message above), run dir {run_dir}"
+        )
     if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-        raise VatError(f"training {name} wrote no checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}")
+        raise VatError(
+            f"training {name} wrote no checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}"
+        )
     (run_dir / TRAINED_MARKER).write_text("")
 
 
@@ -103,8 +118,13 @@ def _check_sts_data(cfg: SweepConfig) -> None:
 
 
 # -- the sweep ----------------------------------------------------------------------------
-def run_sweep(cfg: SweepConfig, log: Log = print, config_path: str | None = None,
-              summary: bool = True, only: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def run_sweep(
+    cfg: SweepConfig,
+    log: Log = print,
+    config_path: str | None = None,
+    summary: bool = True,
+    only: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
     """Train and measure every point (skipping finished runs), then write the outputs.
 
     `only`: run names to do (the others are left alone and the summary covers only these).
@@ -115,8 +135,10 @@ def run_sweep(cfg: SweepConfig, log: Log = print, config_path: str | None = None
     if only is not None:
         missing = sorted(set(only) - {run_name(p) for p in points})
         if missing:
-            raise VatError(f"--run {', '.join(missing)}: not a point of this sweep "
-                           f"(points: {', '.join(run_name(p) for p in points)})")
+            raise VatError(
+                f"--run {', '.join(missing)}: not a point of this sweep "
+                f"(points: {', '.join(run_name(p) for p in points)})"
+            )
         points = [p for p in points if run_name(p) in only]
     pending = [p for p in points if not (out / run_name(p) / "record.json").is_file()]
     untrained = [p for p in pending if not (out / run_name(p) / TRAINED_MARKER).exists()]
@@ -147,8 +169,10 @@ def run_sweep(cfg: SweepConfig, log: Log = print, config_path: str | None = None
         write_table(records, out)
         plots = plot_all(records, cfg.keys, out)
         write_hparams(records, cfg.keys, out)
-        log(f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {', '.join(p.name for p in plots)} "
-            f"and {out / 'hparams'} (tensorboard --logdir {out / 'hparams'})")
+        log(
+            f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {', '.join(p.name for p in plots)} "
+            f"and {out / 'hparams'} (tensorboard --logdir {out / 'hparams'})"
+        )
     return records
 
 
@@ -159,11 +183,18 @@ def prepare_data(cfg: SweepConfig, out: Path) -> None:
 
     code = prepare(["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args])
     if code != 0:
-        raise VatError(f"preparing the data of {cfg.train_config} failed (exit {code}; see the message above)")
+        raise VatError(
+            f"preparing the data of {cfg.train_config} failed (exit {code}; see the message above)"
+        )
 
 
-def run_parallel(cfg: SweepConfig, config_path: str, points: Sequence[Point], log: Log = print,
-                 poll_s: float = 1.0) -> None:
+def run_parallel(
+    cfg: SweepConfig,
+    config_path: str,
+    points: Sequence[Point],
+    log: Log = print,
+    poll_s: float = 1.0,
+) -> None:
     """Train and measure `points` in up to cfg.jobs child processes at once.
 
     Each child is this command for one point (`--run NAME --jobs 1 --no-summary`) with its
@@ -183,12 +214,28 @@ def run_parallel(cfg: SweepConfig, config_path: str, points: Sequence[Point], lo
             run_dir = out / name
             run_dir.mkdir(parents=True, exist_ok=True)
             logf = open(run_dir / "sweep.log", "a", encoding="utf-8")  # noqa: SIM115 (closed when the child ends)
-            cmd = [sys.executable, "-m", "vat.experiments.sweep", "-c", config_path, "--output", str(out),
-                   "--device", cfg.device, "--run", name, "--jobs", "1", "--no-summary"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "vat.experiments.sweep",
+                "-c",
+                config_path,
+                "--output",
+                str(out),
+                "--device",
+                cfg.device,
+                "--run",
+                name,
+                "--jobs",
+                "1",
+                "--no-summary",
+            ]
             if len(point) == 1:  # the parent's --values may differ from the YAML's
                 cmd += ["--values", cli_value(next(iter(point.values())))]
             log(f"{name}: started in a child process (log: {run_dir / 'sweep.log'})")
-            running.append((name, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), logf))
+            running.append(
+                (name, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), logf)
+            )
         time.sleep(poll_s)
         for item in list(running):
             name, proc, logf = item
@@ -203,14 +250,19 @@ def run_parallel(cfg: SweepConfig, config_path: str, points: Sequence[Point], lo
                 log(f"{name}: failed (exit {proc.returncode}; see {out / name / 'sweep.log'})")
     if failed:
         names = ", ".join(f"{n} ({p})" for n, p in failed)
-        raise VatError(f"{len(failed)} of {len(points)} runs failed: {names}; rerun the same command to resume them")
+        raise VatError(
+            f"{len(failed)} of {len(points)} runs failed: {names}; "
+            "rerun the same command to resume them"
+        )
 
 
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise VatError(f"{path} is not valid JSON ({e}); delete it to redo that run's measurements") from None
+        raise VatError(
+            f"{path} is not valid JSON ({e}); delete it to redo that run's measurements"
+        ) from None
 
 
 # -- command line -------------------------------------------------------------------------
@@ -225,7 +277,9 @@ def _values(text: str) -> list[Any]:
     """--values 0.1,0.2 or --values constant,linear: YAML scalars, as in the sweep YAML."""
     values = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
     if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated values like 0.1,0.4, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated values like 0.1,0.4, got {text!r}"
+        )
     return values
 
 
@@ -233,13 +287,22 @@ def _parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="vat sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/)")
     p.add_argument("--output", help="output folder (overrides out_dir)")
-    p.add_argument("--values", type=_values,
-                   help="comma-separated values of the (one) swept key, overriding the YAML's")
-    p.add_argument("--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)")
-    p.add_argument("--device", help="where measurements run: auto, cpu, cuda or cuda:N (overrides device)")
+    p.add_argument(
+        "--values",
+        type=_values,
+        help="comma-separated values of the (one) swept key, overriding the YAML's",
+    )
+    p.add_argument(
+        "--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)"
+    )
+    p.add_argument(
+        "--device", help="where measurements run: auto, cpu, cuda or cuda:N (overrides device)"
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("--run", action="append", help=argparse.SUPPRESS)  # the child processes' point
-    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)  # used by the children
+    p.add_argument(
+        "--no-summary", action="store_true", help=argparse.SUPPRESS
+    )  # used by the children
     return p
 
 
@@ -253,15 +316,22 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg.out_dir = args.output
     if args.values is not None:
         if len(cfg.sweep) != 1:
-            raise VatError(f"--values needs a sweep over one key; {args.config} is a grid over "
-                           f"{', '.join(cfg.sweep)}")
+            raise VatError(
+                f"--values needs a sweep over one key; {args.config} is a grid over "
+                f"{', '.join(cfg.sweep)}"
+            )
         cfg.sweep = {cfg.keys[0]: args.values}
     for opt in ("jobs", "device"):
         if getattr(args, opt) is not None:
             setattr(cfg, opt, getattr(args, opt))
     cfg.validate("--values/--jobs/--device")
-    run_sweep(cfg, log=lambda m: print(f"[sweep] {m}", file=sys.stderr, flush=True),
-              config_path=args.config, summary=not args.no_summary, only=args.run)
+    run_sweep(
+        cfg,
+        log=lambda m: print(f"[sweep] {m}", file=sys.stderr, flush=True),
+        config_path=args.config,
+        summary=not args.no_summary,
+        only=args.run,
+    )
     return 0
 
 
@@ -270,8 +340,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
-__all__ = ["TRAINED_MARKER", "check_point", "main", "prepare_data", "run_parallel", "run_sweep",
-           "train_args", "train_run"]
+__all__ = [
+    "TRAINED_MARKER",
+    "check_point",
+    "main",
+    "prepare_data",
+    "run_parallel",
+    "run_sweep",
+    "train_args",
+    "train_run",
+]
 
 if __name__ == "__main__":
     sys.exit(main())
