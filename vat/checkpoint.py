@@ -64,7 +64,9 @@ def load_vat(path: str | os.PathLike, map_location: str | torch.device = "cpu") 
     return vat_from_checkpoint(read_checkpoint(path, map_location), path, map_location)
 
 
-def vat_from_checkpoint(ckpt: dict, path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
+def vat_from_checkpoint(
+    ckpt: dict, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> LoadedVAT:
     """`load_vat` on a checkpoint dict already read by `read_checkpoint` (`path` names it in
     errors), for callers that also need its trainer state (e.g. `global_step`): one read."""
     meta = ckpt["vat"]
