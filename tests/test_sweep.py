@@ -1,4 +1,6 @@
-"""vat.experiments.sweep: a 2-value sweep with the tiny config, its outputs, and resume."""
+"""vat.experiments.sweep: a 2-value sweep of any key with the tiny config, its outputs
+(records, CSV, PNGs, TensorBoard hparams), one checkpoint read per measurement, resume,
+parallel runs, and one-line errors."""
 
 from __future__ import annotations
 
@@ -7,20 +9,24 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import ASSETS, ROOT
 
-from vat.experiments import sweep
+from vat.experiments import config as sweep_config
+from vat.experiments import frontier, measure, sweep
+from vat.experiments.config import SweepConfig, run_name
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("fig3a_similarities.png", "fig3b_losses.png", "fig2_curves.png")
+FIGURES = ("frontier.png", "fig3a_similarities.png", "fig3b_losses.png", "fig2_curves.png")
+KEY = "model.loss.free_bits"
 
 
 def _config(tmp_path: Path, **overrides) -> Path:
     cfg = {
         "train_config": str(ASSETS / "tiny.yaml"),
         "out_dir": str(tmp_path / "sweep"),
-        "prior_stds": [0.2, 1.0],
+        "sweep": {KEY: [0.0, 0.5]},
         "extra_args": ["--trainer.max_steps", "4", "--data.cache_dir", str(tmp_path / "cache")],
         "probe": str(ASSETS / "sentences.txt"),
         "min_count": 2,
@@ -35,7 +41,7 @@ def _config(tmp_path: Path, **overrides) -> Path:
 
 
 def _events(out: Path) -> list[Path]:
-    return sorted(out.glob("s_*/events.out.tfevents.*"))
+    return sorted(out.glob("free_bits_*/events.out.tfevents.*"))
 
 
 @pytest.fixture(scope="module")
@@ -45,130 +51,273 @@ def swept(tmp_path_factory) -> Path:
     return tmp
 
 
-def test_sweep_writes_records_table_and_plots(swept):
+def test_any_key_sweep_trains_each_value_and_records_it(swept):
     out = swept / "sweep"
-    for name in ("s_0.2", "s_1.0"):
-        rec = json.loads((out / name / "record.json").read_text())
-        assert rec["prior_std"] == float(name[2:])
-        assert rec["step"] == 4
-        for key in ("val_nll", "val_kl", "val_kl_weighted", "val_loss", "geometry_anisotropy",
-                    "geometry_self_similarity", "geometry_intra_sentence_similarity",
-                    "geometry_self_similarity_adjusted", "geometry_intra_sentence_similarity_adjusted",
-                    "geometry_active_units", "bleu"):
+    for value in (0.0, 0.5):
+        run = out / f"free_bits_{value}"
+        # the value reached training: the run's own saved config holds it
+        assert (
+            yaml.safe_load((run / "config.yaml").read_text())["model"]["loss"]["free_bits"] == value
+        )
+        rec = json.loads((run / "record.json").read_text())
+        assert rec[KEY] == value and rec["run"] == run.name and rec["step"] == 4
+        assert rec["checkpoint"] == str(run / "checkpoints" / "last.ckpt")
+        assert rec["prior_std"] == pytest.approx(0.4)  # tiny.yaml's, unchanged (stored as float32)
+        for key in (
+            "val_nll",
+            "val_kl",
+            "val_kl_weighted",
+            "val_loss",
+            "geometry_anisotropy",
+            "geometry_self_similarity",
+            "geometry_intra_sentence_similarity",
+            "geometry_self_similarity_adjusted",
+            "geometry_intra_sentence_similarity_adjusted",
+            "geometry_active_units",
+            "bleu",
+        ):
             assert isinstance(rec[key], int | float), key
-        assert rec["stsb_spearman"] is None  # no stsb_dir given
+        assert rec["stsb_spearman"] is None  # no senteval_dir given
         assert rec["curves"]["train/loss"] and rec["curves"]["val/loss"]
         assert rec["geometry_self_similarity_adjusted"] == pytest.approx(
-            rec["geometry_self_similarity"] - rec["geometry_anisotropy"])
+            rec["geometry_self_similarity"] - rec["geometry_anisotropy"]
+        )
 
+
+def test_sweep_writes_table_plots_and_hparams(swept):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = swept / "sweep"
     with open(out / "sweep.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [float(r["prior_std"]) for r in rows] == [0.2, 1.0]
-    assert {"val_nll", "val_kl", "val_kl_weighted", "val_loss", "geometry_anisotropy", "geometry_self_similarity",
-            "geometry_intra_sentence_similarity", "geometry_active_units", "stsb_spearman", "bleu"} <= set(rows[0])
+    assert [float(r[KEY]) for r in rows] == [0.0, 0.5]
+    assert {
+        "run",
+        "checkpoint",
+        "val_kl",
+        "geometry_anisotropy",
+        "geometry_active_units",
+        "geometry_intra_sentence_similarity",
+        "stsb_spearman",
+        "bleu",
+    } <= set(rows[0])
     assert "curves" not in rows[0]
     table = json.loads((out / "sweep.json").read_text())
-    assert [r["prior_std"] for r in table["runs"]] == [0.2, 1.0]
+    assert [r[KEY] for r in table["runs"]] == [0.0, 0.5]
     assert table["columns"] == list(rows[0])
     for fig in FIGURES:
         data = (out / fig).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000, fig
+    for r in table["runs"]:  # one hparams run per point, its metrics equal to the record's
+        ea = EventAccumulator(str(out / "hparams" / r["run"]))
+        ea.Reload()
+        assert ea.Scalars("hparam/val_kl")[0].value == pytest.approx(r["val_kl"], rel=1e-6)
+        assert ea.Scalars("hparam/bleu")[0].value == pytest.approx(r["bleu"], rel=1e-6)
+        assert KEY.encode() in ea.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == [
+        "free_bits_0.0",
+        "free_bits_0.5",
+    ]
+
+
+def test_measure_run_reads_the_checkpoint_once(swept, monkeypatch):
+    """Geometry, STS and BLEU share one model: one torch.load of last.ckpt per record."""
+    cfg = SweepConfig.from_yaml(swept / "sweep.yaml")
+    run = swept / "sweep" / "free_bits_0.5"
+    loads = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loads.append(str(f)) or real(f, *a, **k))
+    rec = measure.measure_run(cfg, {KEY: 0.5}, run)
+    assert loads == [str(run / "checkpoints" / "last.ckpt")]
+    assert rec["step"] == 4 and isinstance(rec["bleu"], float)
 
 
 def test_rerun_skips_finished_runs(swept, capsys):
     out = swept / "sweep"
     events = _events(out)
-    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("s_*/record.json")}
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")}
     assert len(events) == 2 and len(mtimes) == 2
     assert sweep.main(["-c", str(swept / "sweep.yaml")]) == 0
     assert _events(out) == events  # no training ran
-    assert {p: p.stat().st_mtime_ns for p in out.glob("s_*/record.json")} == mtimes
+    assert {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")} == mtimes
     assert capsys.readouterr().err.count("done, skipping") == 2
+    assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == [
+        "free_bits_0.0",
+        "free_bits_0.5",
+    ]
 
 
 def test_trained_run_without_record_is_measured_not_retrained(swept):
     out = swept / "sweep"
-    (out / "s_1.0" / "record.json").unlink()
+    (out / "free_bits_0.5" / "record.json").unlink()
     events = _events(out)
     assert sweep.main(["-c", str(swept / "sweep.yaml")]) == 0
-    assert (out / "s_1.0" / "record.json").is_file()
+    assert (out / "free_bits_0.5" / "record.json").is_file()
     assert _events(out) == events
 
 
-def test_sweep_yaml_is_valid_and_outside_train_configs():
-    path = ROOT / "configs" / "sweeps" / "sweep.yaml"
-    assert path not in set((ROOT / "configs").glob("*.yaml"))
-    data = yaml.safe_load(path.read_text())
-    assert data["prior_stds"] == [0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
-    assert sweep.curve_pair(data["prior_stds"]) == (1.0, 0.4)
+def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
+    """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last."""
+    import vat.cli
+
+    out = swept / "sweep"
+    run = out / "free_bits_0.0"
+    (run / "record.json").unlink()
+    (run / sweep.TRAINED_MARKER).unlink()  # as if killed mid-training
+    calls = []
+    real = vat.cli.main
+    monkeypatch.setattr(vat.cli, "main", lambda args: calls.append(args) or real(args))
+    cfg = _config(
+        swept / "resume",
+        out_dir=str(out),
+        extra_args=["--trainer.max_steps", "6", "--data.cache_dir", str(swept / "cache")],
+    )
+    assert sweep.main(["-c", str(cfg), "--values", "0.0"]) == 0
+    trains = [c for c in calls if "--print_config" not in c]
+    assert len(trains) == 1 and trains[0][-2:] == ["--ckpt_path", "last"]
+    assert trains[0][-4:-2] == ["--" + KEY, "0.0"]
+    assert json.loads((run / "record.json").read_text())["step"] == 6
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_grid_points_names_and_arguments(tmp_path):
+    cfg = SweepConfig.from_yaml(
+        _config(tmp_path, sweep={KEY: [0.1, 0.2], "model.loss.kl_schedule.beta": [1, 0.5]})
+    )
+    points = cfg.points()
+    assert points == [
+        {KEY: 0.1, "model.loss.kl_schedule.beta": 1},
+        {KEY: 0.1, "model.loss.kl_schedule.beta": 0.5},
+        {KEY: 0.2, "model.loss.kl_schedule.beta": 1},
+        {KEY: 0.2, "model.loss.kl_schedule.beta": 0.5},
+    ]
+    assert [run_name(p) for p in points] == [
+        "free_bits_0.1-beta_1",
+        "free_bits_0.1-beta_0.5",
+        "free_bits_0.2-beta_1",
+        "free_bits_0.2-beta_0.5",
+    ]
+    assert sweep.train_args(cfg, points[1], Path("r"))[-4:] == [
+        "--model.loss.free_bits",
+        "0.1",
+        "--model.loss.kl_schedule.beta",
+        "0.5",
+    ]
+    assert (
+        sweep_config.cli_value(True) == "true" and sweep_config.cli_value("constant") == "constant"
+    )
+    assert sweep_config.cli_value(0.1 + 0.2) == "0.3"
+
+
+def test_curve_pair_prefers_the_papers_pair_for_the_prior_std():
+    assert frontier.curve_pair([0.1, 0.4, 1.0]) == (1.0, 0.4)
+    assert frontier.curve_pair([0.1, 0.4, 1.0], KEY) == (1.0, 0.1)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
     text = path.read_text()
-    assert text.startswith("#") and f"vat sweep -c configs/sweeps/{path.name}" in text
+    assert (
+        text.startswith("#")
+        and f"python -m vat.experiments.sweep -c configs/sweeps/{path.name}" in text
+    )
     data = yaml.safe_load(text)
-    assert set(data) <= {f.name for f in sweep.fields(sweep.SweepConfig)}
+    assert set(data) <= {f.name for f in sweep_config.fields(SweepConfig)}
     assert (ROOT / data["train_config"]).is_file()
-    cfg = sweep.SweepConfig(**{**data, "train_config": str(ROOT / data["train_config"]), "probe": str(ROOT)})
-    cfg.validate(str(path))  # types and ranges (jobs, device, prior_stds)
-    assert len(set(cfg.prior_stds)) == len(cfg.prior_stds)
+    cfg = SweepConfig(
+        **{
+            **data,
+            "train_config": str(ROOT / data["train_config"]),
+            "probe": str(ROOT),
+            "senteval_dir": None,
+            "bleu_file": None,
+        }
+    )
+    cfg.validate(str(path))  # types and ranges (sweep, jobs, device)
 
 
-@pytest.mark.parametrize("bad, msg", [({"prior_stds": [0.4, -1]}, "positive"), ({"probe": "/nonexistent"}, "probe"),
-                                      ({"typo_key": 1}, "unknown key"), ({"jobs": 0}, "jobs"),
-                                      ({"device": "tpu"}, "device")])
+def test_prior_scale_sweep_is_a_sweep_over_the_prior_std():
+    data = yaml.safe_load((ROOT / "configs" / "sweeps" / "sweep.yaml").read_text())
+    assert data["sweep"] == {"model.loss.prior_std": [0.1, 0.2, 0.4, 0.6, 0.8, 1.0]}
+
+
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ({"sweep": {KEY: [0.4, 0.4]}}, "repeat"),
+        ({"sweep": {"run_dir": [1, 2]}}, "sweep key"),
+        ({"sweep": {"a.b": [1], "c.d": [2], "e.f": [3]}}, "one or two"),
+        ({"sweep": {KEY: []}}, "non-empty"),
+        ({"probe": "/nonexistent"}, "probe"),
+        ({"typo_key": 1}, "unknown key"),
+        ({"jobs": 0}, "jobs"),
+        ({"device": "tpu"}, "device"),
+        ({"sts_tasks": ["MR"]}, "sts_tasks"),
+        ({"prior_stds": [0.4]}, "sweep: {model.loss.prior_std: [0.4]}"),
+    ],
+)
 def test_bad_sweep_config_is_one_line_error(tmp_path, capsys, bad, msg):
     assert sweep.main(["-c", str(_config(tmp_path, **bad))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and msg in err[0]
 
 
-def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
-    """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last."""
-    import vat.cli.train
+def test_a_key_the_train_config_lacks_fails_before_any_training(tmp_path, capsys):
+    assert sweep.main(["-c", str(_config(tmp_path, sweep={"model.loss.free_bitz": [0.1]}))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unrecognized arguments: --model.loss.free_bitz" in err[0]
+    assert not (tmp_path / "sweep").exists()
 
-    out = swept / "sweep"
-    run = out / "s_0.2"
-    (run / "record.json").unlink()
-    (run / sweep.TRAINED_MARKER).unlink()  # as if killed mid-training
-    calls = []
-    real = vat.cli.train.main
-    monkeypatch.setattr(vat.cli.train, "main", lambda args: calls.append(args) or real(args))
-    cfg = _config(swept / "resume", out_dir=str(out), extra_args=["--trainer.max_steps", "6", "--data.cache_dir",
-                                                                   str(swept / "cache")])
-    assert sweep.main(["-c", str(cfg), "--values", "0.2"]) == 0
-    assert len(calls) == 1 and calls[0][-2:] == ["--ckpt_path", "last"]
-    assert json.loads((run / "record.json").read_text())["step"] == 6
+
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        ([], "-c/--config"),
+        (["-c", "x.yaml", "--jobs", "two"], "--jobs"),
+        (["-c", "missing.yaml"], "missing.yaml"),
+        (["-c", "x.yaml", "--bogus"], "--bogus"),
+    ],
+)
+def test_usage_errors_are_one_line(capsys, argv, msg):
+    assert sweep.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and msg in err[0]
+
+
+def test_values_on_a_grid_is_a_usage_error(tmp_path, capsys):
+    cfg = _config(tmp_path, sweep={KEY: [0.1], "model.loss.prior_std": [0.4]})
+    assert sweep.main(["-c", str(cfg), "--values", "0.2"]) == 2
+    assert "grid" in capsys.readouterr().err
 
 
 def test_parallel_jobs_train_each_value_in_its_own_process(tmp_path, capsys):
     """jobs=2: the data is prepared once, each value trains in a child process with its own
     log, and the parent writes the same table as a sequential sweep would."""
-    cfg = _config(tmp_path, prior_stds=[0.3, 0.7], jobs=2, device="cpu")
+    cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=2, device="cpu")
     assert sweep.main(["-c", str(cfg)]) == 0
     out = tmp_path / "sweep"
     err = capsys.readouterr().err
     assert err.count("started in a child process") == 2 and "preparing the data once" in err
     caches = list((tmp_path / "cache").glob("data-*"))
     assert len(caches) == 1  # one tokenized cache, built by the parent, read by both children
-    for name in ("s_0.3", "s_0.7"):
+    for name in ("prior_std_0.3", "prior_std_0.7"):
         log = (out / name / "sweep.log").read_text()
         assert "measuring" in log  # the child trained and measured this value
-        assert json.loads((out / name / "record.json").read_text())["step"] == 4
+        rec = json.loads((out / name / "record.json").read_text())
+        assert rec["step"] == 4 and rec["prior_std"] == pytest.approx(float(name.rsplit("_", 1)[1]))
     with open(out / "sweep.csv") as f:
-        assert [float(r["prior_std"]) for r in csv.DictReader(f)] == [0.3, 0.7]
+        assert [float(r["model.loss.prior_std"]) for r in csv.DictReader(f)] == [0.3, 0.7]
 
 
 def test_failed_parallel_run_is_reported_with_its_log(tmp_path, capsys):
     """A child that fails does not stop the others; the parent names it and its log."""
-    cfg = _config(tmp_path, prior_stds=[0.3, 0.7], jobs=2,
-                  extra_args=["--trainer.max_steps", "4", "--data.cache_dir", str(tmp_path / "cache")])
-    bad = tmp_path / "sweep" / "s_0.7" / "checkpoints"
+    cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=2)
+    bad = tmp_path / "sweep" / "prior_std_0.7" / "checkpoints"
     bad.mkdir(parents=True)
-    (bad / "last.ckpt").write_text("not a checkpoint")  # resume of s=0.7 fails with a one-line error
+    (bad / "last.ckpt").write_text("not a checkpoint")  # resume of 0.7 fails with a one-line error
     assert sweep.main(["-c", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: 1 of 2 runs failed: s=0.7") and "sweep.log" in err[-1]
-    assert (tmp_path / "sweep" / "s_0.3" / "record.json").is_file()
-    assert "last.ckpt" in (tmp_path / "sweep" / "s_0.7" / "sweep.log").read_text()
+    assert err[-1].startswith("error: 1 of 2 runs failed: prior_std_0.7") and "sweep.log" in err[-1]
+    assert (tmp_path / "sweep" / "prior_std_0.3" / "record.json").is_file()
+    assert "last.ckpt" in (tmp_path / "sweep" / "prior_std_0.7" / "sweep.log").read_text()

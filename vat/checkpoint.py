@@ -123,7 +123,14 @@ def load_vat(path: str | os.PathLike, map_location: str | torch.device = "cpu") 
         from vat.hub import from_pretrained
 
         return from_pretrained(path, device=map_location)
-    ckpt = read_checkpoint(path, map_location)
+    return vat_from_checkpoint(read_checkpoint(path, map_location), path, map_location)
+
+
+def vat_from_checkpoint(
+    ckpt: dict, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> LoadedVAT:
+    """`load_vat` on a checkpoint dict already read by `read_checkpoint` (`path` names it in
+    errors), for callers that also need its trainer state (e.g. `global_step`): one read."""
     meta = _check_metadata(path, ckpt["vat"])
     from vat.errors import VatError  # local: vat.errors imports this module
 

@@ -1,5 +1,7 @@
-"""Experiments built on vat's training, geometry, evaluation and generation (issue 7).
+"""Experiments built on vat's training, geometry, evaluation and generation (issues 7, 13).
 
-- `sweep`: the prior-scale sweep (PAPER.md, Figures 2-3): one run per prior std s, then
-  losses, latent geometry, STS-B and mu-decoding BLEU per run, a CSV/JSON table and plots.
+- `sweep`: sweep any train-config key (one key, or a grid over two): one run per point, then
+  losses, latent geometry, STS and mu-decoding BLEU per run (`measure`), a CSV/JSON table,
+  the rate-frontier plot, Figure 2-3 style plots and a TensorBoard hparams view (`frontier`).
+  The sweep YAML is described in `config`; `sweep.main(argv) -> int` is `vat sweep`.
 """

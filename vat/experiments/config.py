@@ -1,0 +1,206 @@
+"""The sweep YAML: which train config, which key(s) and values, what to measure.
+
+A sweep names one train-config key and its values, or two keys for a grid (every
+combination), under `sweep:`; keys are LightningCLI's dotted names, as on train.py's command
+line:
+
+    sweep:
+      model.loss.free_bits: [0.05, 0.1, 0.2, 0.35, 0.5]
+
+Each combination of values is one *point*: one run, trained with the same train config,
+seed, data and budget plus `--<key> <value>` for each swept key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vat.errors import VatError
+
+Point = dict[str, Any]
+"""One run of a sweep: {dotted key: value}, in the order the keys are declared."""
+
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+"""The similarity tasks a sweep can measure (cosine Spearman, no training)."""
+
+_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_NOT_SWEEPABLE = {"run_dir", "ckpt_path", "config", "seed_everything"}
+
+
+@dataclass
+class SweepConfig:
+    """The sweep YAML (plain YAML, not a LightningCLI config)."""
+
+    train_config: str
+    """A train.py YAML; every run uses it unchanged apart from the swept key(s) and extra_args."""
+    sweep: dict[str, list[Any]] = field(default_factory=dict)
+    """{dotted train key: [values]}: one key, or two for a grid over every combination."""
+    out_dir: str = "runs/sweep"
+    """Where the runs (<leaf>_<value>/), the table, the plots and hparams/ go."""
+    extra_args: list[str] = field(default_factory=list)
+    """train.py overrides applied to every run, e.g. ["--trainer.max_steps", "1500"]."""
+    probe: str | None = None
+    """Geometry probe: a SentEval folder (its STS12 sentences) or a text file, a sentence a line."""
+    probe_max_sentences: int | None = None
+    """Use at most this many (distinct) probe sentences; None = all."""
+    min_count: int = 5
+    """Self-similarity averages over word types with at least this many occurrences in the probe."""
+    senteval_dir: str | None = None
+    """SentEval folder for the STS tasks (mean pooling, cosine); None = skip them."""
+    sts_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
+    """Similarity tasks measured in senteval_dir, each a `<task>_spearman` column (x 100 is
+    the paper's unit): STS-B test, STS12-16 SentEval's all.spearman.mean, SICK-R test."""
+    bleu_file: str | None = None
+    """Text file whose lines are reconstructed from mu for BLEU (use lines no run trained on);
+    None = skip."""
+    bleu_lines: int = 500
+    """Number of (non-empty) lines of bleu_file to use."""
+    device: str = "auto"
+    """Where the measurements run: "auto" (CUDA when available, else CPU), "cpu", "cuda:1"."""
+    jobs: int = 1
+    """Runs trained at the same time, each in its own process (for a GPU that one small model
+    does not fill). Every run still gets the same seed, data and step budget; a time budget
+    (max_time) would then depend on how the runs share the device, so use max_steps."""
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SweepConfig:
+        p = Path(path)
+        if not p.is_file():
+            raise VatError(f"sweep config {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise VatError(
+                f"sweep config {p} is not valid YAML ({str(e).splitlines()[0]})"
+            ) from None
+        if not isinstance(data, dict):
+            raise VatError(f"sweep config {p} must be a YAML mapping")
+        if "prior_stds" in data:
+            raise VatError(
+                f"sweep config {p}: prior_stds was replaced by `sweep: {{model.loss.prior_std: "
+                f"{data['prior_stds']}}}` (docs/sweep.md)"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise VatError(
+                f"sweep config {p}: unknown key(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        for required in ("train_config", "sweep"):
+            if required not in data:
+                raise VatError(f"sweep config {p}: {required} is required")
+        cfg = cls(**data)
+        cfg.validate(str(p))
+        return cfg
+
+    def validate(self, where: str = "sweep config") -> None:
+        self._validate_sweep(where)
+        if not isinstance(self.extra_args, list) or not all(
+            isinstance(a, str | int | float) for a in self.extra_args
+        ):
+            raise VatError(
+                f"{where}: extra_args must be a list of strings, got {self.extra_args!r}"
+            )
+        self.extra_args = [str(a) for a in self.extra_args]
+        if not Path(self.train_config).is_file():
+            raise VatError(f"{where}: train_config {self.train_config} does not exist")
+        if self.probe is None or not Path(self.probe).exists():
+            raise VatError(
+                f"{where}: probe {self.probe} does not exist (a SentEval folder or a text file)"
+            )
+        if self.bleu_file is not None and not Path(self.bleu_file).is_file():
+            raise VatError(f"{where}: bleu_file {self.bleu_file} does not exist")
+        if not isinstance(self.bleu_lines, int) or self.bleu_lines < 1:
+            raise VatError(
+                f"{where}: bleu_lines must be a whole number >= 1, got {self.bleu_lines!r}"
+            )
+        if not isinstance(self.sts_tasks, list) or any(t not in STS_TASKS for t in self.sts_tasks):
+            raise VatError(
+                f"{where}: sts_tasks must be a list drawn from {', '.join(STS_TASKS)}, "
+                f"got {self.sts_tasks!r}"
+            )
+        if self.senteval_dir is not None and not Path(self.senteval_dir).is_dir():
+            raise VatError(f"{where}: senteval_dir {self.senteval_dir} is not a folder")
+        if not isinstance(self.device, str) or not (
+            self.device in ("auto", "cpu") or self.device.startswith("cuda")
+        ):
+            raise VatError(
+                f"{where}: device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
+            )
+        if not isinstance(self.jobs, int) or isinstance(self.jobs, bool) or self.jobs < 1:
+            raise VatError(f"{where}: jobs must be a whole number >= 1, got {self.jobs!r}")
+
+    def _validate_sweep(self, where: str) -> None:
+        if not isinstance(self.sweep, dict) or not 1 <= len(self.sweep) <= 2:
+            raise VatError(
+                f"{where}: sweep must map one or two train keys to lists of values, e.g. "
+                f"{{model.loss.free_bits: [0.1, 0.2]}}, got {self.sweep!r}"
+            )
+        for key, values in self.sweep.items():
+            if not isinstance(key, str) or not _KEY.match(key) or key in _NOT_SWEEPABLE:
+                raise VatError(
+                    f"{where}: sweep key {key!r} must be a dotted train.py option such as "
+                    f"model.loss.free_bits (not {', '.join(sorted(_NOT_SWEEPABLE))})"
+                )
+            if not isinstance(values, list) or not values:
+                raise VatError(
+                    f"{where}: sweep values of {key} must be a non-empty list, got {values!r}"
+                )
+            if any(isinstance(v, dict | list) for v in values):
+                raise VatError(
+                    f"{where}: sweep values of {key} must be numbers, strings or booleans, "
+                    f"got {values!r}"
+                )
+            if len({cli_value(v) for v in values}) != len(values):
+                raise VatError(f"{where}: sweep values of {key} repeat a value: {values!r}")
+        leaves = [leaf(k) for k in self.sweep]
+        if len(set(leaves)) != len(leaves):
+            raise VatError(
+                f"{where}: the two sweep keys must end in different names, got {list(self.sweep)}"
+            )
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.sweep)
+
+    def points(self) -> list[Point]:
+        """Every combination of the swept values; the first key varies slowest."""
+        return [dict(zip(self.sweep, combo)) for combo in itertools.product(*self.sweep.values())]
+
+
+def leaf(key: str) -> str:
+    """The last part of a dotted key: model.loss.free_bits -> free_bits."""
+    return key.rsplit(".", 1)[-1]
+
+
+def cli_value(value: Any) -> str:
+    """A value as train.py's command line takes it: 0.05, 1, true, null, constant."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        value = round(value, 10)  # 0.1 + 0.2 style noise does not name a different run
+    return json.dumps(value)
+
+
+def run_name(point: Point) -> str:
+    """Directory name of a point's run: free_bits_0.05, or free_bits_0.1-beta_0.5 for a grid."""
+    name = "-".join(f"{leaf(k)}_{cli_value(v)}" for k, v in point.items())
+    return re.sub(r"[^\w.+-]", "_", name)
+
+
+def point_args(point: Point) -> list[str]:
+    """train.py overrides for a point: ["--model.loss.free_bits", "0.05", ...]."""
+    return [a for k, v in point.items() for a in (f"--{k}", cli_value(v))]
+
+
+def point_label(point: Point) -> str:
+    """Short label for plots: free_bits=0.05 (grid: free_bits=0.1, beta=0.5)."""
+    return ", ".join(f"{leaf(k)}={cli_value(v)}" for k, v in point.items())

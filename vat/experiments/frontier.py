@@ -1,0 +1,243 @@
+"""The sweep's outputs: the table (CSV, JSON), the plots and a TensorBoard hparams view.
+
+- `sweep.csv` / `sweep.json`: one row per point, every record field except the curves;
+- `frontier.png`: the rate frontier (issue 13): x = validation KL in nats per token, y =
+  reconstruction BLEU (left axis) and STS Spearman x 100 (right axis), each point labelled;
+- `fig3a_similarities.png`, `fig3b_losses.png`: geometry and losses against the swept key
+  (one numeric key only; PAPER.md Figure 3 for the prior std);
+- `fig2_curves.png`: training curves of two runs (PAPER.md Figure 2);
+- `hparams/`: TensorBoard's HPARAMS tab, one row per point (`tensorboard --logdir hparams`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vat.errors import VatError
+from vat.experiments.config import leaf, point_label
+from vat.experiments.measure import GEOMETRY_FIELDS, VAL_TAGS, sts_column
+from vat.io import atomic_write, write_json_atomic
+
+Record = dict[str, Any]
+
+
+def table_columns(records: Sequence[Record]) -> list[str]:
+    """CSV columns: every record key except the curves, in first-seen order."""
+    cols: list[str] = []
+    for r in records:
+        cols += [k for k in r if k != "curves" and k not in cols]
+    return cols
+
+
+def write_table(records: Sequence[Record], out: Path) -> None:
+    """sweep.csv and sweep.json in `out` (each written atomically)."""
+    cols = table_columns(records)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in records:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    atomic_write(out / "sweep.csv", lambda f: f.write(buf.getvalue()))
+    write_json_atomic(out / "sweep.json", {"columns": cols, "runs": list(records)})
+
+
+# -- plots --------------------------------------------------------------------------------
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise VatError("the sweep plots need matplotlib: pip install matplotlib") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write(path, lambda f: f.write(buf.getvalue()), binary=True)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
+    """Reconstruction BLEU and STS against the validation KL (nats per token), one marker per
+    run, labelled with its point. Runs without a val KL are left out."""
+    plt = _pyplot()
+    pts = sorted((r for r in records if _number(r.get("val_kl"))), key=lambda r: r["val_kl"])
+    sts_cols = [c for c in _sts_columns(records) if any(_number(r.get(c)) for r in pts)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [r["val_kl"] for r in pts]
+    if any(_number(r.get("bleu")) for r in pts):
+        ax.plot(*_xy(pts, "bleu"), "o-", color="tab:blue", label="reconstruction BLEU")
+        ax.set_ylim(0, max(1.0, *_xy(pts, "bleu")[1]) * 1.1)  # BLEU is >= 0; all-zero stays readable
+    ax.set(
+        xlabel="validation KL, nats per token",
+        ylabel="reconstruction BLEU (mu decoding)",
+        title=f"Rate frontier: sweep over {', '.join(keys)}",
+    )
+    ax.grid(alpha=0.3)
+    ax2 = ax.twinx()
+    for col, style in zip(sts_cols, ("s--", "^:", "v-.", "D--", "x:", "+-.", "*--")):
+        x, y = _xy(pts, col)
+        ax2.plot(x, [100 * v for v in y], style, color="tab:red", label=f"{col} x 100")
+    ax2.set_ylabel("STS, cosine Spearman x 100 (mean pooling)", color="tab:red")
+    for r, x in zip(pts, xs):
+        point = {k: r.get(k) for k in keys}
+        ax.annotate(
+            point_label(point),
+            (x, r.get("bleu") if _number(r.get("bleu")) else 0),
+            textcoords="offset points",
+            xytext=(4, 6),
+            fontsize=7,
+        )
+    handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
+    if handles:
+        ax.legend(handles, [h.get_label() for h in handles], loc="best", fontsize=8)
+    _save(plt, fig, path)
+
+
+def _sts_columns(records: Sequence[Record]) -> list[str]:
+    known = [
+        sts_column(t)
+        for t in ("STSBenchmark", "STS12", "STS13", "STS14", "STS15", "STS16", "SICKRelatedness")
+    ]
+    return [c for c in known if any(c in r for r in records)]
+
+
+def _xy(records: Sequence[Record], key: str, x: str = "val_kl") -> tuple[list, list]:
+    pts = [(r[x], r[key]) for r in records if _number(r.get(key)) and _number(r.get(x))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tuple[float, float]:
+    """The two runs of the Figure 2-style plot: for the prior std, s = 1.0 and 0.4 when both
+    ran (the paper's pair); otherwise the largest and smallest value."""
+    if (
+        leaf(key) == "prior_std"
+        and any(abs(s - 1.0) < 1e-9 for s in values)
+        and any(abs(s - 0.4) < 1e-9 for s in values)
+    ):
+        return 1.0, 0.4
+    return max(values), min(values)
+
+
+def _plot_against_key(
+    plt,
+    records: Sequence[Record],
+    key: str,
+    series: list[tuple[str, str]],
+    ylabel: str,
+    title: str,
+    path: Path,
+) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for col, label in series:
+        ax.plot(*_xy(records, col, x=key), marker="o", label=label)
+    ax.set(xlabel=key, ylabel=ylabel, title=title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    _save(plt, fig, path)
+
+
+def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
+    """frontier.png always; the against-the-key plots and the curves when one numeric key is
+    swept. Returns the paths written."""
+    written = [out / "frontier.png"]
+    plot_frontier(records, keys, written[0])
+    if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
+        return written
+    key, plt = keys[0], _pyplot()
+    _plot_against_key(
+        plt,
+        records,
+        key,
+        [
+            ("geometry_anisotropy", "anisotropy (random words)"),
+            ("geometry_self_similarity", "self-similarity"),
+            ("geometry_intra_sentence_similarity", "intra-sentence similarity"),
+        ],
+        "cosine similarity",
+        f"Similarities against {leaf(key)} (Figure 3a)",
+        out / "fig3a_similarities.png",
+    )
+    _plot_against_key(
+        plt,
+        records,
+        key,
+        [
+            ("val_nll", "reconstruction (val NLL)"),
+            ("val_kl_weighted", "weighted KL"),
+            ("val_loss", "total loss"),
+        ],
+        "nats per token",
+        f"Final validation losses against {leaf(key)} (Figure 3b)",
+        out / "fig3b_losses.png",
+    )
+    by_value = {r[key]: r for r in records}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for v, color in zip(curve_pair(list(by_value), key), ("tab:red", "tab:blue")):
+        for tag, style in (("train/loss", "-"), ("val/loss", "--")):
+            pts = by_value[v].get("curves", {}).get(tag) or []
+            if pts:
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    color=color,
+                    marker="o" if len(pts) < 3 else None,
+                    label=f"{leaf(key)}={v:g} {tag.split('/')[0]}",
+                )
+    ax.set(xlabel="step", ylabel="loss", title="Training curves (Figure 2)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    _save(plt, fig, out / "fig2_curves.png")
+    return [
+        *written,
+        out / "fig3a_similarities.png",
+        out / "fig3b_losses.png",
+        out / "fig2_curves.png",
+    ]
+
+
+# -- TensorBoard hparams ------------------------------------------------------------------
+HPARAM_METRICS = ("val_kl", "bleu", *VAL_TAGS, *(f"geometry_{f}" for f in GEOMETRY_FIELDS))
+
+
+def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> Path:
+    """`out/hparams/<run>/`: one `add_hparams` entry per point (the swept keys as hparams,
+    the measurements as `hparam/<column>` metrics), for TensorBoard's HPARAMS tab.
+
+    Written to a temporary folder and swapped in, so a rerun replaces the view instead of
+    adding duplicate rows, and a failed write leaves the previous one.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    final, tmp = out / "hparams", out / ".hparams-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    metrics = [*HPARAM_METRICS[:2], *_sts_columns(records), *HPARAM_METRICS[2:]]
+    with SummaryWriter(log_dir=str(tmp)) as w:
+        for r in records:
+            hparams = {
+                k: (r.get(k) if isinstance(r.get(k), bool | int | float | str) else str(r.get(k)))
+                for k in (*keys, "checkpoint")
+            }
+            values = {f"hparam/{m}": float(r[m]) for m in metrics if _number(r.get(m))}
+            w.add_hparams(hparams, values, run_name=r["run"], global_step=r.get("step"))
+    old = out / ".hparams-old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
