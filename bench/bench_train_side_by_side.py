@@ -16,7 +16,10 @@ A/B/A/B for `--rounds` rounds:
   before timing), the same precision (autocast for bf16-mixed), the same loss maths from
   `vat.losses` (reconstruction NLL + KL weight x free-bits KL to N(0, s^2 I), means over
   non-pad tokens), the same Noam schedule, gradient clipping at 1.0, and Adam/AdamW (fused
-  on CUDA). No logging, no host sync between steps; `--compile` compiles its forward + loss.
+  on CUDA). No logging, no host sync between steps. `--compile` compiles its forward + loss
+  the way vat's `model.compile` does (lengths padded to a multiple of 8, batch dim dynamic).
+  Schedules run in steps and there is no KL-rate controller: neither changes the work per
+  step; vat pays for its own (`model.loss.target_kl`) inside its figure.
 
 Data: the config's training files (the shared corpus, /work/shared/data/corpus) cut to
 `--max-train-lines`; vat's data module trains a byte-level BPE tokenizer of each size on
@@ -80,6 +83,7 @@ FLOPS_FORMULA = (
     "decoder self, decoder cross; causal masking not discounted). 6 = forward 2 + backward 4 "
     "FLOPs per weight per token; 12 * d * L^2 = QK^T and AV, 2 * L^2 * d each forward, x3."
 )
+PAD_MULTIPLE = 8  # compiled steps pad lengths to a multiple of this (bounded shapes)
 MAX_TOKENS_FALLBACK_LEN = 32  # padded tokens per sentence assumed when converting to sentences
 
 # Sections of the config whose keys this vat may or may not have (other branches add some).
@@ -135,6 +139,21 @@ def batch_stats(batch: dict) -> tuple[int, int, int]:
 def step_flops(cfg: VATConfig, n_matmul: int, ntok: int, sum_sq: int) -> float:
     attn_layers = cfg.n_encoder_layers + 2 * cfg.n_decoder_layers
     return 6.0 * n_matmul * ntok + 12.0 * cfg.d_model * attn_layers * sum_sq
+
+
+def pad_to_multiple(batch: dict, multiple: int = PAD_MULTIPLE) -> dict:
+    """Right-pad every (B, T) tensor to T a multiple of `multiple` (pads are masked out)."""
+    extra = -batch["src"].shape[1] % multiple
+    if extra == 0:
+        return batch
+    return {k: nn.functional.pad(v, (0, extra), value=PAD_ID) for k, v in batch.items()}
+
+
+def new_lengths(batches: list[dict], warmup: int) -> int:
+    """Padded lengths (multiples of 8) first met in the timed window: each is a recompile
+    there under --compile, in both loops alike (warm-up should cover the lengths)."""
+    padded = [-(-b["src"].shape[1] // PAD_MULTIPLE) for b in batches]
+    return len(set(padded[warmup:]) - set(padded[:warmup]))
 
 
 def _sync(device: torch.device) -> None:
@@ -212,10 +231,15 @@ def run_vat(config: Path, overrides: list[str], warmup: int, steps: int) -> dict
 
 def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float):
     """VATSystem's objective (PAPER.md eq. 5-6) from vat.losses: NLL and the free-bits KL."""
-    out = model(src, tgt_in)  # samples z = mu + sigma * eps
-    nll = masked_mean(reconstruction_nll(out.logits, tgt_out, out.mask), out.mask)
-    kl_per_dim = gaussian_kl(out.mu.float(), out.logvar.float(), prior_std)  # (B, T, d)
-    return nll, masked_mean(free_bits_kl(kl_per_dim, out.mask, free_bits), out.mask)
+    mu, logvar, mask = model.encode(src)  # (B, T, d), (B, T, d), (B, T)
+    # VAT.reparameterize's torch.randn(shape, generator=None) does not trace with a dynamic
+    # batch dimension (torch 2.13: "SymIntArrayRef expected to contain only concrete
+    # integers"); randn_like draws the same N(0, I) noise and does.
+    z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)  # (B, T, d)
+    logits = model.decode(tgt_in, z, mask)  # (B, T, V)
+    nll = masked_mean(reconstruction_nll(logits, tgt_out, mask), mask)
+    kl_per_dim = gaussian_kl(mu.float(), logvar.float(), prior_std)  # (B, T, d)
+    return nll, masked_mean(free_bits_kl(kl_per_dim, mask, free_bits), mask)
 
 
 def run_plain(
@@ -249,7 +273,16 @@ def run_plain(
     )
     weights = [float(lc.kl_schedule(s)) for s in range(len(batches))]  # Python floats: no sync
     prior_std = torch.tensor(lc.prior_std, device=device)
-    loss_fn = torch.compile(_plain_loss) if compile_ else _plain_loss
+    loss_fn = _plain_loss
+    if compile_:
+        # As vat's model.compile does: lengths padded to a multiple of 8 (see pad_to_multiple),
+        # the batch dimension dynamic, and a recompile limit above the number of lengths.
+        limit = -(-system.arch.max_len // PAD_MULTIPLE) + 4
+        for name in ("recompile_limit", "cache_size_limit"):  # renamed across releases
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+        loss_fn = torch.compile(_plain_loss)
+        batches = [pad_to_multiple(b) for b in batches]
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16)
         if precision == "bf16-mixed"
@@ -261,6 +294,8 @@ def run_plain(
         if i == warmup:
             _sync(device)
             t0 = time.perf_counter()
+        if compile_:
+            torch._dynamo.maybe_mark_dynamic(b["src"], 0)
         with autocast:
             nll, kl = loss_fn(model, b["src"], b["tgt_in"], b["tgt_out"], prior_std, lc.free_bits)
         loss = nll + weights[i] * kl
@@ -475,7 +510,8 @@ def bench_vocab(
     ntok, sum_sq, padded = (sum(s[i] for s in stats) for i in range(3))
     n_matmul = matmul_weights(system.model)
     flops = sum(step_flops(system.arch, n_matmul, s[0], s[1]) for s in stats)
-    batches = [{k: v.to(device) for k, v in b.items()} for b in cpu_batches]
+    keys = ("src", "tgt_in", "tgt_out")
+    batches = [{k: b[k].to(device) for k in keys} for b in cpu_batches]
     info = {
         "vocab_size": vocab,
         "tokenizer_tokens": dm.tokenizer.vocab_size,
@@ -487,6 +523,7 @@ def bench_vocab(
         "nonpad_fraction": round(ntok / padded, 4),
         "mean_padded_tokens_per_batch": round(padded / a.steps, 1),
         "model_flops_per_step": round(flops / a.steps),
+        "lengths_first_timed": new_lengths(cpu_batches, a.warmup),
     }
     del cli
     vat_rows, plain_rows, same = [], [], True
