@@ -232,9 +232,9 @@ def run_vat(config: Path, overrides: list[str], warmup: int, steps: int) -> dict
 def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float):
     """VATSystem's objective (PAPER.md eq. 5-6) from vat.losses: NLL and the free-bits KL."""
     mu, logvar, mask = model.encode(src)  # (B, T, d), (B, T, d), (B, T)
-    # VAT.reparameterize's torch.randn(shape, generator=None) does not trace with a dynamic
-    # batch dimension (torch 2.13: "SymIntArrayRef expected to contain only concrete
-    # integers"); randn_like draws the same N(0, I) noise and does.
+    # z = mu + sigma * eps as VAT.reparameterize, with randn_like: torch.randn(shape) does
+    # not trace with a dynamic batch dimension (torch 2.13: "SymIntArrayRef expected to
+    # contain only concrete integers"); the training branch's VAT makes the same change.
     z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)  # (B, T, d)
     logits = model.decode(tgt_in, z, mask)  # (B, T, V)
     nll = masked_mean(reconstruction_nll(logits, tgt_out, mask), mask)
