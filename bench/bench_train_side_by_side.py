@@ -295,7 +295,8 @@ def run_plain(
             _sync(device)
             t0 = time.perf_counter()
         if compile_:
-            torch._dynamo.maybe_mark_dynamic(b["src"], 0)
+            for v in b.values():
+                torch._dynamo.maybe_mark_dynamic(v, 0)
         with autocast:
             nll, kl = loss_fn(model, b["src"], b["tgt_in"], b["tgt_out"], prior_std, lc.free_bits)
         loss = nll + weights[i] * kl
