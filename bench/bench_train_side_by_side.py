@@ -358,7 +358,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="model.compile for vat, torch.compile for the plain loop (default: the config's)",
     )
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (cuda 50, cpu 3)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps (cuda 200, cpu 20)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (cuda 200, cpu 15)")
     p.add_argument("--rounds", type=int, default=None, help="A/B alternations (cuda 2, cpu 1)")
     p.add_argument(
         "--max-train-lines",
@@ -382,7 +382,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cuda = a.device == "cuda"
     a.config = a.config or Path("configs/corpus_gpu.yaml" if cuda else "configs/corpus_cpu.yaml")
     a.warmup = a.warmup if a.warmup is not None else (50 if cuda else 3)
-    a.steps = a.steps or (200 if cuda else 20)
+    a.steps = a.steps or (200 if cuda else 15)
     a.rounds = a.rounds or (2 if cuda else 1)
     if a.max_train_lines is None and not cuda:
         a.max_train_lines = 20_000

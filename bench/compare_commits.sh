@@ -115,7 +115,9 @@ for line in (tmp / "walls.tsv").read_text().splitlines():
     name, rnd, wall = line.split("\t")
     ea = EventAccumulator(str(tmp / "runs" / f"{name}_{rnd}"), size_guidance={"scalars": 0})
     ea.Reload()
-    ev = ea.Scalars("train/loss") if "train/loss" in ea.Tags()["scalars"] else []
+    tags = ea.Tags()["scalars"]  # train/loss, else any per-step train/ scalar
+    tag = "train/loss" if "train/loss" in tags else next((t for t in tags if t.startswith("train/")), None)
+    ev = ea.Scalars(tag) if tag else []
     rate = (ev[-1].step - ev[0].step) / (ev[-1].wall_time - ev[0].wall_time) if len(ev) > 1 else None
     rows[name].append((rate, float(wall)))
     shown = f"{rate:.2f} (steps {ev[0].step}-{ev[-1].step})" if rate else "n/a"
