@@ -3,8 +3,8 @@
     python bench/bench_train_side_by_side.py --device cuda --output bench_gpu.json
     python bench/bench_train_side_by_side.py --device cpu  --output bench_cpu.json   # ~1-2 min
 
-One process, one device. For each vocabulary (default 8,192 and 32,768) it runs, alternating
-A/B/A/B for `--rounds` rounds:
+One process, one device. For each vocabulary (default 8,192 and 32,768) it runs both loops
+`--rounds` times, alternating vat/plain, plain/vat, ... so that drift hits both alike:
 
 - **vat**: VATSystem + VATDataModule + Trainer built exactly as `vat train -c CONFIG` builds
   them (vat's LightningCLI, the config file plus command-line overrides), with the config's
@@ -21,8 +21,8 @@ A/B/A/B for `--rounds` rounds:
   Schedules run in steps and there is no KL-rate controller: neither changes the work per
   step; vat pays for its own (`model.loss.target_kl`) inside its figure.
 
-Data: the config's training files (the shared corpus, /work/shared/data/corpus) cut to
-`--max-train-lines`; vat's data module trains a byte-level BPE tokenizer of each size on
+Data: real sentences, not a synthetic source: the config's training files (the shared
+corpus, ../shared/data/corpus) cut to `--max-train-lines`; vat's data module trains a byte-level BPE tokenizer of each size on
 that slice (cached under the config's data.cache_dir, so a rerun skips it).
 
 Timing: `--warmup` untimed steps, then `--steps` timed steps (CUDA synchronised once at each
@@ -31,7 +31,8 @@ analytic model FLOPs (see FLOPS_FORMULA) over `--peak-tflops` (default 989, H100
 dense; on CPU MFU is n/a unless a peak is given).
 
 `data.max_tokens` and `model.compile` are used through those config keys when this vat has
-them; when it does not, the bench says so and falls back (sentence batches; eager vat).
+them; when it does not, the bench says so and falls back (sentence batches of max_tokens /
+32 sentences; both loops eager, like for like).
 """
 
 from __future__ import annotations
