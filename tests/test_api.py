@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import vat
-from vat.encode import sentence_features
+from vat.features import sentence_features
 from vat.errors import VatError
 from vat.generate import DecodeOptions, VATGenerator
 from vat.hub import export_checkpoint

@@ -117,11 +117,11 @@ def test_load_vat_refuses_broken_metadata_in_one_line(tmp_path, tiny_ckpt, case)
 def test_every_cli_refuses_a_broken_checkpoint_in_one_line(
     tmp_path, tiny_ckpt, senteval_dir, case, capsys
 ):
-    from vat.eval.cli import main as evaluate
-    from vat.geometry_cli import _main as geometry
+    from vat.cli.evaluate import main as evaluate
+    from vat.cli.geometry import _main as geometry
 
     from vat.errors import run_cli
-    from vat.generate import main as generate
+    from vat.cli.generate import main as generate
 
     path, needle = _broken(tmp_path, tiny_ckpt, case)
     probe = tmp_path / "probe.txt"

@@ -10,7 +10,7 @@ import pytest
 from eval_helpers import write_mini_senteval
 
 from vat.errors import VatError
-from vat.eval.cli import main
+from vat.cli.evaluate import main
 from vat.eval.tasks import load_task
 
 ENCODER = f"{Path(__file__).parent / 'eval_helpers.py'}:bag_encoder"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from eval_helpers import write_mini_senteval
 
-from vat.eval.cli import main
+from vat.cli.evaluate import main
 from vat.eval.plots import headline_scores, plot_comparison
 
 ENCODER = f"{Path(__file__).parent / 'eval_helpers.py'}:bag_encoder"

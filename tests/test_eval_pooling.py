@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vat.checkpoint import load_vat
-from vat.encode import pool, sentence_features, token_vectors
+from vat.features import pool, sentence_features, token_vectors
 from vat.eval.encoders import vat_encoder
 
 MU = torch.tensor([[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]],

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from vat import hub
 from vat.checkpoint import CheckpointError, load_vat, read_checkpoint
-from vat.encode import sentence_features
+from vat.features import sentence_features
 from vat.errors import VatError, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +124,8 @@ def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
 
 def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_sentences, capsys):
     from vat.generate import VATGenerator
-    from vat.generate import main as generate_main
-    from vat.geometry_cli import _main as geometry_main
+    from vat.cli.generate import main as generate_main
+    from vat.cli.geometry import _main as geometry_main
 
     out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
     probe = tmp_path / "probe.txt"

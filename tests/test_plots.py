@@ -9,7 +9,7 @@ from test_geometry_callbacks import TinySystem, fit
 
 from vat.callbacks import GeometryMetrics
 from vat.errors import run_cli
-from vat.geometry_cli import _main
+from vat.cli.geometry import _main
 from vat.plots import (
     active_units_figure,
     figure_to_array,

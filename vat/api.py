@@ -8,7 +8,7 @@
     model.sample(["A man plays a guitar."], n=3, tau=1.0)
     model.interpolate("A man plays a guitar.", "A dog runs.")
 
-Features are pooled posterior means mu (`vat.encode`, PAPER.md: representations use mu);
+Features are pooled posterior means mu (`vat.features`, PAPER.md: representations use mu);
 generation is `vat.generate.VATGenerator`, whose decoding options (strategy, beam_size,
 temperature, top_k, top_p, max_len, ...) every generation method takes as keywords.
 """
@@ -103,9 +103,9 @@ class PretrainedVAT:
         device: str | torch.device | None = None,
     ) -> np.ndarray:
         """(N, d) float32 sentence features: token means mu pooled with `pooling` (the
-        names of `vat.encode.Pooling`); unit length with `normalize`. `device` moves the
+        names of `vat.features.Pooling`); unit length with `normalize`. `device` moves the
         model first (default: where it is)."""
-        from vat.encode import sentence_features
+        from vat.features import sentence_features
 
         if isinstance(sentences, str):
             raise VatError("encode takes a list of sentences, got a single string (wrap it in a list)")

@@ -32,7 +32,7 @@ import numpy as np
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
-from vat.encode import POOLINGS, Pooling, sentence_features
+from vat.features import POOLINGS, Pooling, sentence_features
 from vat.errors import VatError
 from vat.eval.engine import cosine_correlations
 from vat.eval.tasks import Pairs, load_task
@@ -74,7 +74,7 @@ class STSBSpearman(Callback):
         if self.pairs is not None:
             return
         if self.senteval_dir is None:
-            from vat.geometry import default_senteval_dir
+            from vat.probes import default_senteval_dir
 
             self.senteval_dir = str(default_senteval_dir())
         self.pairs = load_task(Path(self.senteval_dir), "STSBenchmark").splits["dev"]

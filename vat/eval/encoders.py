@@ -18,14 +18,14 @@ import torch
 from vat.errors import VatError
 
 Encoder = Callable[[list[str]], np.ndarray]
-VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.encode.POOLINGS
+VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
 HF_POOLINGS = ("mean", "cls")
 
 
 def vat_encoder(ckpt: str | Path, pooling: str = "mean", device: str | torch.device = "cpu",
                 batch_size: int = 128) -> Encoder:
     """Pooled token means mu of a vat checkpoint: the paper's VAT-mean, VAT-sum, VAT-start,
-    or `precision` (mu weighted by exp(-logvar), see vat.encode.pool)."""
+    or `precision` (mu weighted by exp(-logvar), see vat.features.pool)."""
     if pooling not in VAT_POOLINGS:
         raise VatError(f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}")
     from vat.checkpoint import load_vat

@@ -113,7 +113,7 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) -> dict:
     """Fine-tune on one task; {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
     from vat.checkpoint import load_vat
-    from vat.encode import POOLINGS
+    from vat.features import POOLINGS
 
     if settings.pooling not in POOLINGS:
         raise VatError(f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, got {settings.pooling!r}")

@@ -88,8 +88,9 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
 
 
 def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
-    from vat.encode import token_vectors
-    from vat.geometry import geometry_report, load_probe_sentences
+    from vat.features import token_vectors
+    from vat.geometry import geometry_report
+    from vat.probes import load_probe_sentences
 
     probe = Path(cfg.probe)
     kind = {"senteval_dir": probe} if probe.is_dir() else {"probe_file": probe}
@@ -117,7 +118,7 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
     columns = {t: sts_column(t) for t in cfg.sts_tasks}
     if cfg.senteval_dir is None or not cfg.sts_tasks:
         return dict.fromkeys(columns.values())
-    from vat.encode import sentence_features
+    from vat.features import sentence_features
     from vat.eval.engine import EvalSettings, evaluate
 
     def encode(sentences: list[str]):

@@ -6,7 +6,7 @@
 For each point of the sweep YAML (one value of one key, or a combination for a grid over two
 keys; see `vat.experiments.config`), trains a model with the same train config, seed, data
 and budget plus that point's `--<key> <value>` into `out_dir/<leaf>_<value>/` (through
-`vat.cli.main`, in-process), then records its final validation losses, latent geometry, STS
+`vat.cli.train.main`, in-process), then records its final validation losses, latent geometry, STS
 and mu-decoding BLEU in `record.json` (`vat.experiments.measure`). Finally it writes the
 table, the frontier and other plots, and a TensorBoard hparams view
 (`vat.experiments.frontier`).
@@ -62,7 +62,7 @@ def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
 
 
 def _train_main(args: list[str]) -> int:
-    from vat.cli import main as train_main
+    from vat.cli.train import main as train_main
 
     try:
         return train_main(args)
@@ -179,7 +179,7 @@ def run_sweep(
 def prepare_data(cfg: SweepConfig, out: Path) -> None:
     """Build the tokenizer and tokenized-data cache of the train config once, so that
     parallel runs only read it (each would otherwise build its own copy at the same time)."""
-    from vat.cli import prepare_data as prepare
+    from vat.cli.train import prepare_data as prepare
 
     code = prepare(["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args])
     if code != 0:

@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).")
     p.add_argument("--model", required=True, help="training checkpoint (.ckpt), exported folder, or Hub repo id")
     p.add_argument("--tasks", default=None, help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))")
-    p.add_argument("--pooling", default="mean", help="pooling of the token means (vat.encode.Pooling)")
+    p.add_argument("--pooling", default="mean", help="pooling of the token means (vat.features.Pooling)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--output", default="mteb-results", help="folder for MTEB's result files")

@@ -9,7 +9,7 @@ one module is `VATSentenceEncoder` below, so with vat installed
 works. sentence-transformers >= 6 imports a module class outside its own namespace only with
 `trust_remote_code=True` (the class is vat's installed code; nothing is fetched from the
 folder). Without that flag, `to_sentence_transformer(path)` builds the same model directly.
-Embeddings are `vat.load(path).encode(...)`'s: pooled token means mu (`vat.encode.pool`).
+Embeddings are `vat.load(path).encode(...)`'s: pooled token means mu (`vat.features.pool`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
 from vat.checkpoint import LoadedVAT
-from vat.encode import pool
+from vat.features import pool
 from vat.hub import ST_MODULE_CONFIG_NAME, write_model_files
 from vat.tokenizer import make_batch
 
@@ -49,7 +49,7 @@ class VATSentenceEncoder(InputModule):
 
     def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs: Any) -> dict[str, torch.Tensor]:
         texts = [prompt + t for t in inputs] if prompt else list(inputs)
-        # the same cut as vat.encode.iter_encoded: at most max_len - 1 subwords
+        # the same cut as vat.features.iter_encoded: at most max_len - 1 subwords
         ids = [x[: self.max_seq_length] for x in self.loaded.tokenizer.encode_batch(texts)]
         return {"input_ids": make_batch(ids)["src"], "lengths": torch.tensor([len(x) for x in ids])}
 

@@ -1,0 +1,71 @@
+"""The side-by-side training bench's accounting: FLOPs, batch statistics, config keys.
+
+Throughput itself is a benchmark (BENCHMARKS.md), not a test; what is tested here is what
+the figures are computed from, against hand counts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from vat.model import VAT, VATConfig
+from vat.tokenizer import make_batch
+
+_PATH = Path(__file__).resolve().parents[1] / "bench" / "bench_train_side_by_side.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_train_side_by_side", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny(tie: bool = True) -> VATConfig:
+    return VATConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                     n_decoder_layers=1, max_len=24, tie_embeddings=tie)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_matmul_weights_hand_count(bench, tie):
+    # encoder layer: q 16x16, kv 16x32, out 16x16, ff 16x32 + 32x16 = 2,048
+    # decoder layer: self and cross attention 2 x 1,024, ff 1,024 = 3,072
+    # mu and logvar heads 2 x 256 = 512; vocabulary projection 50 x 16 = 800, once
+    assert bench.matmul_weights(VAT(_tiny(tie))) == 2048 + 3072 + 512 + 800
+
+
+def test_batch_stats_and_step_flops(bench):
+    batch = make_batch([[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]])  # lengths 4, 3, 6 with </s>
+    ntok, sum_sq, padded = bench.batch_stats(batch)
+    assert (ntok, sum_sq, padded) == (13, 16 + 9 + 36, 3 * 6)
+    cfg = _tiny()
+    # 6 N sum L + 12 d A sum L^2, A = 1 encoder self + 2 decoder (self, cross) = 3
+    assert bench.step_flops(cfg, 1000, ntok, sum_sq) == 6 * 1000 * 13 + 12 * 16 * 3 * 61
+
+
+def test_pad_to_multiple_and_new_lengths(bench):
+    batch = make_batch([[5, 6, 7], [8, 9]])  # T = 4
+    padded = bench.pad_to_multiple(batch)
+    assert {k: tuple(v.shape) for k, v in padded.items()} == {k: (2, 8) for k in batch}
+    assert torch.equal(padded["src"][:, :4], batch["src"]) and not padded["src"][:, 4:].any()
+    lengths = [make_batch([[1] * (n - 1)]) for n in (4, 12, 7, 20, 9)]  # buckets 1, 2, 1, 3, 2
+    assert bench.new_lengths(lengths, warmup=3) == 1  # only bucket 3 is new after warm-up
+
+
+def test_unknown_config_keys_are_dropped(bench):
+    cfg = {"data": {"batch_size": 8, "no_such_key": 1},
+           "model": {"no_such_flag": True,
+                     "loss": {"free_bits": 0.2, "kl_schedule": {"kind": "constant", "bogus": 2}},
+                     "optim": {"lr_scale": 2.0}}}
+    dropped = bench.strip_unknown_keys(cfg)
+    assert sorted(dropped) == ["data.no_such_key", "model.loss.kl_schedule.bogus",
+                               "model.no_such_flag"]
+    assert cfg == {"data": {"batch_size": 8},
+                   "model": {"loss": {"free_bits": 0.2, "kl_schedule": {"kind": "constant"}},
+                             "optim": {"lr_scale": 2.0}}}
+    assert bench.has_key("data.batch_size") and not bench.has_key("data.no_such_key")
