@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import vat
-from vat.features import sentence_features
 from vat.errors import VatError
+from vat.features import sentence_features
 from vat.generate import DecodeOptions, VATGenerator
 from vat.hub import export_checkpoint
 

@@ -118,10 +118,9 @@ def test_every_cli_refuses_a_broken_checkpoint_in_one_line(
     tmp_path, tiny_ckpt, senteval_dir, case, capsys
 ):
     from vat.cli.evaluate import main as evaluate
-    from vat.cli.geometry import _main as geometry
-
-    from vat.errors import run_cli
     from vat.cli.generate import main as generate
+    from vat.cli.geometry import _main as geometry
+    from vat.errors import run_cli
 
     path, needle = _broken(tmp_path, tiny_ckpt, case)
     probe = tmp_path / "probe.txt"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from eval_helpers import write_mini_senteval
 
-from vat.errors import VatError
 from vat.cli.evaluate import main
+from vat.errors import VatError
 from vat.eval.tasks import load_task
 
 ENCODER = f"{Path(__file__).parent / 'eval_helpers.py'}:bag_encoder"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from vat.checkpoint import load_vat
-from vat.features import pool, sentence_features, token_vectors
 from vat.eval.encoders import vat_encoder
+from vat.features import pool, sentence_features, token_vectors
 
 MU = torch.tensor([[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]],
                    [[0.0, 1.0], [2.0, 2.0], [-1.0, 4.0]]])  # (B=2, T=3, d=2)

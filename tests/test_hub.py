@@ -13,8 +13,8 @@ from safetensors import safe_open
 
 from vat import hub
 from vat.checkpoint import CheckpointError, load_vat, read_checkpoint
-from vat.features import sentence_features
 from vat.errors import VatError, run_cli
+from vat.features import sentence_features
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER_FILES = sorted(hub.FILES)
@@ -23,7 +23,7 @@ FOLDER_FILES = sorted(hub.FILES)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """A real 2-step training run (tests/assets/tiny.yaml), in-process: RUN/checkpoints/*.ckpt."""
-    from vat.cli import main
+    from vat.cli.train import main
 
     run = tmp_path_factory.mktemp("train") / "run"
     with warnings.catch_warnings():
@@ -123,9 +123,9 @@ def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
 
 
 def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_sentences, capsys):
-    from vat.generate import VATGenerator
     from vat.cli.generate import main as generate_main
     from vat.cli.geometry import _main as geometry_main
+    from vat.generate import VATGenerator
 
     out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
     probe = tmp_path / "probe.txt"
@@ -223,7 +223,7 @@ def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatc
 
 
 def test_export_command(tiny_ckpt, tmp_path, capsys):
-    from vat.export_cli import main
+    from vat.cli.export import main
 
     out = tmp_path / "m"
     assert main([str(tiny_ckpt), str(out)]) == 0

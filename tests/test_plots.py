@@ -8,8 +8,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from test_geometry_callbacks import TinySystem, fit
 
 from vat.callbacks import GeometryMetrics
-from vat.errors import run_cli
 from vat.cli.geometry import _main
+from vat.errors import run_cli
 from vat.plots import (
     active_units_figure,
     figure_to_array,

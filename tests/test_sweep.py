@@ -158,15 +158,15 @@ def test_trained_run_without_record_is_measured_not_retrained(swept):
 
 def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
     """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last."""
-    import vat.cli
+    import vat.cli.train
 
     out = swept / "sweep"
     run = out / "free_bits_0.0"
     (run / "record.json").unlink()
     (run / sweep.TRAINED_MARKER).unlink()  # as if killed mid-training
     calls = []
-    real = vat.cli.main
-    monkeypatch.setattr(vat.cli, "main", lambda args: calls.append(args) or real(args))
+    real = vat.cli.train.main
+    monkeypatch.setattr(vat.cli.train, "main", lambda args: calls.append(args) or real(args))
     cfg = _config(
         swept / "resume",
         out_dir=str(out),
@@ -220,7 +220,7 @@ def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
     text = path.read_text()
     assert (
         text.startswith("#")
-        and f"python -m vat.experiments.sweep -c configs/sweeps/{path.name}" in text
+        and f"vat sweep -c configs/sweeps/{path.name}" in text
     )
     data = yaml.safe_load(text)
     assert set(data) <= {f.name for f in sweep_config.fields(SweepConfig)}

@@ -264,11 +264,12 @@ class VATDataModule(L.LightningDataModule):
         h = self.hparams
         self._check_cache_dir(write=True)
 
-        def lines() -> Iterator[str]:
+        def train_chunks() -> Iterator[list[str]]:
             for train, _ in self._train_val_chunks():
-                yield from train
+                yield train
 
-        texts = limit_lines(lines(), h.tokenizer_train_lines)
+        # limit_lines counts sentences across chunks; flatten only after the cut.
+        texts = (s for chunk in limit_lines(train_chunks(), h.tokenizer_train_lines) for s in chunk)
         rank_zero_info(f"vat: training a {h.vocab_size}-token BPE tokenizer on up to {h.tokenizer_train_lines} training lines")
         tok = VATTokenizer.train(texts, vocab_size=h.vocab_size, progress=self._progress())
         path = self._tokenizer_cache_path()

@@ -32,10 +32,10 @@ import numpy as np
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
-from vat.features import POOLINGS, Pooling, sentence_features
 from vat.errors import VatError
 from vat.eval.engine import cosine_correlations
 from vat.eval.tasks import Pairs, load_task
+from vat.features import POOLINGS, Pooling, sentence_features
 
 METRIC = "val/stsb_spearman"
 

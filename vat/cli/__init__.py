@@ -6,6 +6,7 @@
     vat generate reconstruct --ckpt last.ckpt "a sentence"
     vat sweep -c configs/sweeps/sweep.yaml
     vat export last.ckpt model_dir     a shareable model folder
+    vat mteb --model model_dir         MTEB's English STS tasks (needs the hub's data)
     vat config [NAME]                  list the packaged configs, or print one
 
 Every command prints errors as one line (`error: ...`) with exit code 2 (130 on Ctrl-C);
@@ -25,8 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("vat.cli.evaluate:main", "SentEval-style evaluation of a checkpoint or encoder"),
     "geometry": ("vat.cli.geometry:main", "isotropy, self-similarity and collapse diagnostics"),
     "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
-    "sweep": ("vat.cli.sweep:main", "train and measure one run per prior scale s"),
+    "sweep": ("vat.cli.sweep:main", "train and measure one run per value of any config key"),
     "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),
+    "mteb": ("vat.integrations.mteb:main", "run MTEB's English STS tasks on an exported model"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
 }
 """name -> ("module:function", one-line help); each function takes the command's arguments."""

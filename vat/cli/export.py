@@ -1,7 +1,11 @@
 """`vat export CKPT DIR`: a training checkpoint as a shareable model folder (no trainer state).
 
-The folder (config.json, model.safetensors, tokenizer.json, README.md) loads with
-`vat.load(DIR)` and is accepted by every `--ckpt`; see `vat.hub`.
+    vat export runs/vat/checkpoints/last.ckpt my-vat
+    vat export runs/vat/checkpoints/last.ckpt my-vat --push-to-hub user/my-vat
+
+The folder (config.json, model.safetensors, tokenizer.json, a README.md model card and the
+sentence-transformers files) loads with `vat.load(DIR)`, every `--ckpt`, and
+`SentenceTransformer(DIR, trust_remote_code=True)`; see `vat.hub` and docs/sharing.md.
 """
 
 from __future__ import annotations
@@ -12,21 +16,31 @@ from vat.cli.common import Parser
 from vat.errors import run_cli
 
 
-def _main(argv: list[str]) -> int:
+def build_parser() -> Parser:
     p = Parser(
         prog="vat export",
-        description="Export a vat training checkpoint (.ckpt) to a "
-        "model folder that vat.load, sentence-transformers and the Hugging Face Hub read.",
+        description="Export a vat training checkpoint (.ckpt) to a model folder that vat.load, "
+        "sentence-transformers and the Hugging Face Hub read; trainer state is dropped.",
     )
     p.add_argument("ckpt", metavar="CKPT", help="training checkpoint (.ckpt written by vat train)")
     p.add_argument("output", metavar="DIR", help="folder to write (must not exist, or be empty)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in DIR")
+    p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
+                   help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)")
+    p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    args = p.parse_args(argv)
-    from vat.hub import export_checkpoint  # lazily: the hub dependencies load only here
+    return p
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from vat.hub import export_checkpoint, push_to_hub  # lazily: hub dependencies load here
 
     out = export_checkpoint(args.ckpt, args.output, overwrite=args.overwrite)
     print(f"wrote {out}")
+    if args.push_to_hub:
+        info = push_to_hub(out, args.push_to_hub, private=args.private or None)
+        print(f"pushed to {getattr(info, 'commit_url', None) or args.push_to_hub}")
     return 0
 
 

@@ -118,8 +118,8 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
     columns = {t: sts_column(t) for t in cfg.sts_tasks}
     if cfg.senteval_dir is None or not cfg.sts_tasks:
         return dict.fromkeys(columns.values())
-    from vat.features import sentence_features
     from vat.eval.engine import EvalSettings, evaluate
+    from vat.features import sentence_features
 
     def encode(sentences: list[str]):
         return sentence_features(loaded.model, loaded.tokenizer, sentences, pooling="mean")

@@ -6,7 +6,7 @@ BatchedInput, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs)` ret
 `similarity_pairwise` (from mteb's `AbsEncoder`, with the model meta's similarity set to
 cosine, the score vat's own STS harness uses).
 
-    python -m vat.integrations.mteb --model EXPORTED_DIR_OR_CKPT --output mteb-results
+    vat mteb --model EXPORTED_DIR_OR_CKPT --output mteb-results
 
 runs the STS tasks of MTEB's English benchmark (the task data is downloaded from the Hugging
 Face Hub) and prints each task's main score (cosine Spearman).
@@ -65,7 +65,9 @@ def english_sts_tasks() -> list:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m vat.integrations.mteb",
+    from vat.cli.common import Parser  # one-line usage errors, like every vat command
+
+    p = Parser(prog="vat mteb",
                                 description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).")
     p.add_argument("--model", required=True, help="training checkpoint (.ckpt), exported folder, or Hub repo id")
     p.add_argument("--tasks", default=None, help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))")
