@@ -40,20 +40,32 @@ def run(model: VAT, z: torch.Tensor, mask: torch.Tensor, opts: DecodeOptions) ->
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=32, help="tokens generated per sentence (</s> disabled)")
+    p.add_argument(
+        "--steps", type=int, default=32, help="tokens generated per sentence (</s> disabled)"
+    )
     p.add_argument("--latent-len", type=int, default=24, help="latent positions T per sentence")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     p.add_argument("--md", default=None, help="also write the markdown table to this file")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = VATConfig(vocab_size=args.vocab, d_model=128, n_encoder_layers=4, n_decoder_layers=4, n_heads=8,
-                    d_ff=512, dropout=0.1, max_len=128)
+    cfg = VATConfig(
+        vocab_size=args.vocab,
+        d_model=128,
+        n_encoder_layers=4,
+        n_decoder_layers=4,
+        n_heads=8,
+        d_ff=512,
+        dropout=0.1,
+        max_len=128,
+    )
     model = VAT(cfg).to(args.device).eval()
     z = 0.4 * torch.randn(args.batch, args.latent_len, cfg.d_model, device=args.device)  # (B, T, d)
     mask = torch.ones(args.batch, args.latent_len, dtype=torch.bool, device=args.device)  # (B, T)
@@ -63,17 +75,36 @@ def main() -> None:
         best: dict[bool, float] = {}
         outputs: dict[bool, list] = {}
         for cache in (True, False):  # warm-up, then timed repeats alternate the two paths
-            run(model, z[:2], mask[:2], DecodeOptions(strategy=strategy, beam_size=beam, max_len=4, min_len=4, use_cache=cache))
+            run(
+                model,
+                z[:2],
+                mask[:2],
+                DecodeOptions(
+                    strategy=strategy, beam_size=beam, max_len=4, min_len=4, use_cache=cache
+                ),
+            )
         for _ in range(args.repeats):
             for cache in (True, False):
-                opts = DecodeOptions(strategy=strategy, beam_size=beam, max_len=args.steps, min_len=args.steps, use_cache=cache)
+                opts = DecodeOptions(
+                    strategy=strategy,
+                    beam_size=beam,
+                    max_len=args.steps,
+                    min_len=args.steps,
+                    use_cache=cache,
+                )
                 secs, outputs[cache] = run(model, z, mask, opts)
                 best[cache] = min(best.get(cache, float("inf")), secs)
         assert outputs[True] == outputs[False], "cached and naive decoding disagree"
         assert all(len(h) == args.steps for row in outputs[True] for h in row)
-        rows.append((name, args.batch / best[True], args.batch / best[False], best[False] / best[True]))
+        rows.append(
+            (name, args.batch / best[True], args.batch / best[False], best[False] / best[True])
+        )
 
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    device = (
+        torch.cuda.get_device_name()
+        if args.device.startswith("cuda")
+        else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    )
     lines = [
         f"Decoding throughput, sentences/s (best of {args.repeats}); batch {args.batch}, {args.steps} tokens per "
         f"sentence (</s> disabled), latent length {args.latent_len}; d 128, 4+4 layers, 8 heads, ff 512, vocab "

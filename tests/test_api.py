@@ -24,17 +24,27 @@ def test_encode_is_the_pooled_token_means(tiny_ckpt, exported, tiny_sentences):
     for path in (tiny_ckpt, exported):
         model = vat.load(path, device="cpu")
         for pooling in ("mean", "sum", "start"):
-            expected = sentence_features(loaded.model, loaded.tokenizer, tiny_sentences, pooling=pooling)
+            expected = sentence_features(
+                loaded.model, loaded.tokenizer, tiny_sentences, pooling=pooling
+            )
             got = model.encode(tiny_sentences, pooling=pooling, batch_size=128)  # the same batches
             assert got.shape == (len(tiny_sentences), 32) and got.dtype == np.float32
             assert (got == expected).all()
             # other batches pad differently: float32 round-off only (features are ~20 in size)
-            np.testing.assert_allclose(model.encode(tiny_sentences, pooling=pooling, batch_size=5), expected,
-                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                model.encode(tiny_sentences, pooling=pooling, batch_size=5),
+                expected,
+                rtol=1e-5,
+                atol=1e-6,
+            )
     unit = model.encode(tiny_sentences, normalize=True)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
-    np.testing.assert_allclose(unit * np.linalg.norm(expected := model.encode(tiny_sentences), axis=1)[:, None],
-                               expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        unit * np.linalg.norm(expected := model.encode(tiny_sentences), axis=1)[:, None],
+        expected,
+        rtol=1e-5,
+        atol=1e-6,
+    )
     assert model.encode([]).shape == (0, 32)
 
 
@@ -56,12 +66,17 @@ def test_generation_is_vat_generate(tiny_ckpt, exported, tiny_sentences):
     assert model.reconstruct(s, strategy="beam", beam_size=2, max_len=6) == gen.reconstruct(s, beam)
     short = DecodeOptions(max_len=6)
     assert model.sample(s, n=2, tau=0.5, seed=3, max_len=6) == gen.sample(s, 2, 0.5, short, 3)
-    assert model.resample_token(s, [0], n=2, seed=1, max_len=6) == gen.resample_token(s, [0], 2, 1.0, short, 1)
-    assert model.interpolate(s[0], s[1], [0, 0.5, 1], max_len=6) == gen.interpolate(s[0], s[1], [0, 0.5, 1],
-                                                                                       options=short)
+    assert model.resample_token(s, [0], n=2, seed=1, max_len=6) == gen.resample_token(
+        s, [0], 2, 1.0, short, 1
+    )
+    assert model.interpolate(s[0], s[1], [0, 0.5, 1], max_len=6) == gen.interpolate(
+        s[0], s[1], [0, 0.5, 1], options=short
+    )
     prior = model.prior(n=3, seed=2, max_len=6)
     assert prior == gen.prior(3, None, short, 2)
-    assert all(1 <= length <= 7 for length, _ in prior)  # lengths from the histogram (counts up to 7)
+    assert all(
+        1 <= length <= 7 for length, _ in prior
+    )  # lengths from the histogram (counts up to 7)
     with pytest.raises(VatError, match="unknown decoding option"):
         model.reconstruct(s, beam=3)
 
@@ -86,5 +101,10 @@ def test_save_and_push_from_a_loaded_model(tiny_ckpt, tmp_path, tiny_sentences):
     assert [c[0] for c in api.calls] == ["create_repo", "upload_folder"]
     assert sorted(api.uploaded) == FOLDER_FILES
     # the same tensors (not the same bytes: safetensors writes its metadata map in hash order)
-    uploaded, saved = load(api.uploaded["model.safetensors"]), load((out / "model.safetensors").read_bytes())
-    assert uploaded.keys() == saved.keys() and all(torch.equal(uploaded[k], saved[k]) for k in saved)
+    uploaded, saved = (
+        load(api.uploaded["model.safetensors"]),
+        load((out / "model.safetensors").read_bytes()),
+    )
+    assert uploaded.keys() == saved.keys() and all(
+        torch.equal(uploaded[k], saved[k]) for k in saved
+    )

@@ -26,9 +26,13 @@ def _corrupt_checkpoints(tmp_path, tiny_ckpt):
     torch.save({"state_dict": {"w": torch.zeros(2)}, "epoch": 0}, other)
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"\x00\x01 not a checkpoint at all" * 100)
-    return {"truncated": (truncated, "truncated, corrupt"), "other kind": (other, "not a vat checkpoint"),
-            "garbage": (garbage, "truncated, corrupt"), "directory": (tmp_path, "is a directory"),
-            "missing": (tmp_path / "nope.ckpt", "does not exist")}
+    return {
+        "truncated": (truncated, "truncated, corrupt"),
+        "other kind": (other, "not a vat checkpoint"),
+        "garbage": (garbage, "truncated, corrupt"),
+        "directory": (tmp_path, "is a directory"),
+        "missing": (tmp_path / "nope.ckpt", "does not exist"),
+    }
 
 
 CKPT_CASES = ["truncated", "other kind", "garbage", "directory", "missing"]
@@ -40,9 +44,26 @@ def test_evaluate_bad_checkpoint(tmp_path, tiny_ckpt, senteval_dir, case, capsys
 
     path, needle = _corrupt_checkpoints(tmp_path, tiny_ckpt)[case]
     out = tmp_path / "results.json"
-    code = main(["--ckpt", str(path), "--tasks", "STS12", "--data-dir", str(senteval_dir), "--output", str(out)])
+    code = main(
+        [
+            "--ckpt",
+            str(path),
+            "--tasks",
+            "STS12",
+            "--data-dir",
+            str(senteval_dir),
+            "--output",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and needle in err[0] and str(path) in err[0]
+    assert (
+        code == 2
+        and len(err) == 1
+        and err[0].startswith("error:")
+        and needle in err[0]
+        and str(path) in err[0]
+    )
     assert not out.exists()
 
 
@@ -60,8 +81,20 @@ def test_generate_bad_checkpoint(tmp_path, tiny_ckpt, case, capsys):
 @pytest.mark.parametrize("case", ["truncated", "other kind", "garbage"])
 def test_train_resume_from_bad_checkpoint(tmp_path, tiny_ckpt, case, capsys):
     path, needle = _corrupt_checkpoints(tmp_path, tiny_ckpt)[case]
-    code, err = train_main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.cache_dir",
-                            str(tmp_path / "cache"), "--ckpt_path", str(path)], capsys)
+    code, err = train_main(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            "--ckpt_path",
+            str(path),
+        ],
+        capsys,
+    )
     assert code == 2 and err[-1].startswith("error:") and needle in err[-1]
     assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))
 
@@ -71,8 +104,13 @@ def test_train_resume_with_other_model_config(tmp_path, capsys):
     args = ["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(tmp_path / "cache")]
     assert train_main(args, capsys)[0] == 0
     before = (run / "checkpoints" / "last.ckpt").read_bytes()
-    code, err = train_main([*args, "--model.arch.d_ff", "128", "--trainer.max_steps", "4", "--ckpt_path", "last"], capsys)
-    assert code == 2 and err[-1].startswith("error: --model.arch.d_ff: a resume cannot change it (64 in")
+    code, err = train_main(
+        [*args, "--model.arch.d_ff", "128", "--trainer.max_steps", "4", "--ckpt_path", "last"],
+        capsys,
+    )
+    assert code == 2 and err[-1].startswith(
+        "error: --model.arch.d_ff: a resume cannot change it (64 in"
+    )
     assert (run / "checkpoints" / "last.ckpt").read_bytes() == before  # nothing overwritten
 
 
@@ -91,8 +129,21 @@ def test_train_bad_corpus_bytes(tmp_path, case, capsys):
         data = gzip.compress(("\n".join(f"line {i}" for i in range(5000))).encode())
         path.write_bytes(data[: len(data) // 2])
         needle = "truncated or corrupt gzip"
-    code, err = train_main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.train_files", f"[{path}]",
-                            "--data.cache_dir", str(tmp_path / "cache"), *extra], capsys)
+    code, err = train_main(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--data.train_files",
+            f"[{path}]",
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            *extra,
+        ],
+        capsys,
+    )
     assert code == 2 and err[-1].startswith("error:") and needle in err[-1] and str(path) in err[-1]
 
 
@@ -100,10 +151,20 @@ def test_train_bad_corpus_bytes(tmp_path, case, capsys):
 def test_generate_bad_input_file(tmp_path, tiny_ckpt, case, capsys):
     from vat.cli.generate import main
 
-    path = {"missing": tmp_path / "nope.txt", "directory": tmp_path, "bad utf-8": tmp_path / "in.txt"}[case]
+    path = {
+        "missing": tmp_path / "nope.txt",
+        "directory": tmp_path,
+        "bad utf-8": tmp_path / "in.txt",
+    }[case]
     if case == "bad utf-8":
         path.write_bytes(b"ok line\n\xff\xfe\n")
     code = main(["reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(path)])
     cap = capsys.readouterr()
     err = cap.err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and str(path) in err[0] and cap.out == ""
+    assert (
+        code == 2
+        and len(err) == 1
+        and err[0].startswith("error:")
+        and str(path) in err[0]
+        and cap.out == ""
+    )

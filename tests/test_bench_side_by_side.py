@@ -27,8 +27,16 @@ def bench():
 
 
 def _tiny(tie: bool = True) -> VATConfig:
-    return VATConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                     n_decoder_layers=1, max_len=24, tie_embeddings=tie)
+    return VATConfig(
+        vocab_size=50,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        max_len=24,
+        tie_embeddings=tie,
+    )
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -58,14 +66,25 @@ def test_pad_to_multiple_and_new_lengths(bench):
 
 
 def test_unknown_config_keys_are_dropped(bench):
-    cfg = {"data": {"batch_size": 8, "no_such_key": 1},
-           "model": {"no_such_flag": True,
-                     "loss": {"free_bits": 0.2, "kl_schedule": {"kind": "constant", "bogus": 2}},
-                     "optim": {"lr_scale": 2.0}}}
+    cfg = {
+        "data": {"batch_size": 8, "no_such_key": 1},
+        "model": {
+            "no_such_flag": True,
+            "loss": {"free_bits": 0.2, "kl_schedule": {"kind": "constant", "bogus": 2}},
+            "optim": {"lr_scale": 2.0},
+        },
+    }
     dropped = bench.strip_unknown_keys(cfg)
-    assert sorted(dropped) == ["data.no_such_key", "model.loss.kl_schedule.bogus",
-                               "model.no_such_flag"]
-    assert cfg == {"data": {"batch_size": 8},
-                   "model": {"loss": {"free_bits": 0.2, "kl_schedule": {"kind": "constant"}},
-                             "optim": {"lr_scale": 2.0}}}
+    assert sorted(dropped) == [
+        "data.no_such_key",
+        "model.loss.kl_schedule.bogus",
+        "model.no_such_flag",
+    ]
+    assert cfg == {
+        "data": {"batch_size": 8},
+        "model": {
+            "loss": {"free_bits": 0.2, "kl_schedule": {"kind": "constant"}},
+            "optim": {"lr_scale": 2.0},
+        },
+    }
     assert bench.has_key("data.batch_size") and not bench.has_key("data.no_such_key")

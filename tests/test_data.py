@@ -45,7 +45,9 @@ def test_bucket_sampler_groups_lengths_and_covers_everything():
     assert sorted(i for b in batches for i in b) == list(range(1000))
     assert len(batches) == len(s)
     spread = np.mean([lengths[b].max() - lengths[b].min() for b in batches])
-    random_spread = np.mean([lengths[b].max() - lengths[b].min() for b in np.array_split(rng.permutation(1000), 63)])
+    random_spread = np.mean(
+        [lengths[b].max() - lengths[b].min() for b in np.array_split(rng.permutation(1000), 63)]
+    )
     assert spread < random_spread / 4
     s.set_epoch(1)
     assert list(s) != batches  # reshuffled each epoch
@@ -53,9 +55,14 @@ def test_bucket_sampler_groups_lengths_and_covers_everything():
 
 def test_bucket_sampler_shards_global_batches_across_ranks():
     lengths = list(range(1, 101))
-    shards = [list(BucketBatchSampler(lengths, 4, seed=3, num_replicas=3, rank=r, shuffle=False)) for r in range(3)]
+    shards = [
+        list(BucketBatchSampler(lengths, 4, seed=3, num_replicas=3, rank=r, shuffle=False))
+        for r in range(3)
+    ]
     assert len({len(x) for x in shards}) == 1  # equal step counts on every rank
-    assert all(len(b) == 4 for shard in shards for b in shard[:-1])  # only the last batch may be short
+    assert all(
+        len(b) == 4 for shard in shards for b in shard[:-1]
+    )  # only the last batch may be short
     assert set(i for shard in shards for b in shard for i in b) == set(range(100))
     # the global batches do not depend on the number of processes
     single = list(BucketBatchSampler(lengths, 12, seed=3))
@@ -91,12 +98,16 @@ def test_datamodule_caches_and_truncates(tmp_path, tiny_sentences):
     dm = _dm(tmp_path, train_files=[str(train)], val_fraction=0.2, max_len=48)
     dm.prepare_data()
     dm.setup("fit")
-    assert dm.overlength_stats["train"]["overlength"] + dm.overlength_stats["val"]["overlength"] == 1
+    assert (
+        dm.overlength_stats["train"]["overlength"] + dm.overlength_stats["val"]["overlength"] == 1
+    )
     assert max(len(x) for x in [*dm.splits["train"].ids, *dm.splits["val"].ids]) == 47
     n_train, n_val = len(dm.splits["train"]), len(dm.splits["val"])
     assert n_train + n_val == 49 and n_val == 10
     cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
-    assert any(n.startswith("tokenizer-") for n in cached) and any(n.startswith("data-") for n in cached)
+    assert any(n.startswith("tokenizer-") for n in cached) and any(
+        n.startswith("data-") for n in cached
+    )
     dm2 = _dm(tmp_path, train_files=[str(train)], val_fraction=0.2, max_len=48)
     dm2.setup("fit")  # from the cache: same tokenizer, same ids
     assert dm2.tokenizer.to_str() == dm.tokenizer.to_str()
@@ -127,11 +138,20 @@ def test_datamodule_reads_a_local_datasets_folder(tmp_path, tiny_sentences):
 
 @pytest.mark.parametrize("case", ["missing", "directory", "empty", "glob"])
 def test_datamodule_bad_files(tmp_path, case):
-    target = {"missing": str(tmp_path / "nope.txt"), "directory": str(tmp_path), "glob": str(tmp_path / "*.none")}.get(case)
+    target = {
+        "missing": str(tmp_path / "nope.txt"),
+        "directory": str(tmp_path),
+        "glob": str(tmp_path / "*.none"),
+    }.get(case)
     if case == "empty":
         target = str(_write(tmp_path / "empty.txt", ["", "   "]))
     dm = _dm(tmp_path, train_files=[target])
-    expected = {"missing": "does not exist", "directory": "is a directory", "empty": "no non-empty lines", "glob": "no file matches"}[case]
+    expected = {
+        "missing": "does not exist",
+        "directory": "is a directory",
+        "empty": "no non-empty lines",
+        "glob": "no file matches",
+    }[case]
     with pytest.raises(VatError, match=expected):
         dm.prepare_data()
 
@@ -140,7 +160,9 @@ def test_datamodule_loads_a_tokenizer_file(tmp_path, tiny_sentences, tiny_tokeni
     train = _write(tmp_path / "train.txt", tiny_sentences)
     tok_path = tmp_path / "tok.json"
     tiny_tokenizer.save(tok_path)
-    dm = _dm(tmp_path, train_files=[str(train)], tokenizer_path=str(tok_path), max_len=48, vocab_size=400)
+    dm = _dm(
+        tmp_path, train_files=[str(train)], tokenizer_path=str(tok_path), max_len=48, vocab_size=400
+    )
     dm.setup("fit")
     assert dm.tokenizer.to_str() == tiny_tokenizer.to_str()
     assert not list((tmp_path / "cache").glob("tokenizer-*.json"))  # nothing trained

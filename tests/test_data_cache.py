@@ -17,8 +17,15 @@ from vat.errors import VatError
 
 
 def _dm(tmp_path, train, **kw):
-    args = dict(train_files=[str(train)], vocab_size=300, max_len=24, batch_size=4,
-                cache_dir=str(tmp_path / "cache"), val_fraction=0.2, progress=False)
+    args = dict(
+        train_files=[str(train)],
+        vocab_size=300,
+        max_len=24,
+        batch_size=4,
+        cache_dir=str(tmp_path / "cache"),
+        val_fraction=0.2,
+        progress=False,
+    )
     args.update(kw)
     return VATDataModule(**args)
 
@@ -65,8 +72,10 @@ def _damage_garbage_done(folder):
     (folder / "done.json").write_text("{not json")
 
 
-@pytest.mark.parametrize("damage", [_damage_missing_done, _damage_flip_a_byte,
-                                    _damage_truncate_offsets, _damage_garbage_done])
+@pytest.mark.parametrize(
+    "damage",
+    [_damage_missing_done, _damage_flip_a_byte, _damage_truncate_offsets, _damage_garbage_done],
+)
 def test_a_damaged_cache_is_detected_and_rebuilt(tmp_path, train, damage):
     ids, folder = _built(tmp_path, train)
     damage(folder)
@@ -119,7 +128,9 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path, train):
 def test_an_unusable_cache_dir_is_a_one_line_error_naming_the_option(tmp_path, train):
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
-    with pytest.raises(VatError, match=r"data.cache_dir: cannot use .*loop: Too many levels of symbolic links"):
+    with pytest.raises(
+        VatError, match=r"data.cache_dir: cannot use .*loop: Too many levels of symbolic links"
+    ):
         _dm(tmp_path, train, cache_dir=str(loop)).prepare_data()
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -170,7 +181,9 @@ BAD_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value", "message"), BAD_OPTIONS, ids=[f"{n}={v!r}" for n, v, _ in BAD_OPTIONS])
+@pytest.mark.parametrize(
+    ("name", "value", "message"), BAD_OPTIONS, ids=[f"{n}={v!r}" for n, v, _ in BAD_OPTIONS]
+)
 def test_every_data_option_is_validated_at_construction(tmp_path, name, value, message):
     with pytest.raises(VatError, match=message):
         VATDataModule(**{"train_files": ["x.txt"], "max_len": 24, name: value})

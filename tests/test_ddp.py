@@ -7,21 +7,54 @@ from test_train_cli import TINY, _scalars, _train
 
 # dropout 0 and z = mu make both runs noise-free, so they differ only by floating-point
 # reduction order and by DDP averaging per-rank token means (a global token mean in 1 process).
-COMMON = ["--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.check_val_every_n_epoch", "null",
-          "--model.arch.dropout", "0.0", "--model.loss.sample_latent", "false", "--trainer.accelerator", "cpu",
-          "--checkpoint.every_n_train_steps", "3", "--data.val_fraction", "0.25"]
+COMMON = [
+    "--trainer.max_steps",
+    "6",
+    "--trainer.val_check_interval",
+    "3",
+    "--trainer.check_val_every_n_epoch",
+    "null",
+    "--model.arch.dropout",
+    "0.0",
+    "--model.loss.sample_latent",
+    "false",
+    "--trainer.accelerator",
+    "cpu",
+    "--checkpoint.every_n_train_steps",
+    "3",
+    "--data.val_fraction",
+    "0.25",
+]
 
 
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path):
     cache = ["--data.cache_dir", str(tmp_path / "cache")]  # empty: both DDP ranks start together
     one = tmp_path / "one"
-    r = _train(["fit", "-c", TINY, "--run_dir", str(one), *COMMON, *cache, "--data.batch_size", "4"])
+    r = _train(
+        ["fit", "-c", TINY, "--run_dir", str(one), *COMMON, *cache, "--data.batch_size", "4"]
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     two = tmp_path / "two"
     cache2 = ["--data.cache_dir", str(tmp_path / "cache2")]
-    r = _train(["fit", "-c", TINY, "--run_dir", str(two), *COMMON, *cache2, "--data.batch_size", "2",
-                "--trainer.devices", "2", "--trainer.strategy", "ddp"], timeout=300)
+    r = _train(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(two),
+            *COMMON,
+            *cache2,
+            "--data.batch_size",
+            "2",
+            "--trainer.devices",
+            "2",
+            "--trainer.strategy",
+            "ddp",
+        ],
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
     a, b = _scalars(one), _scalars(two)

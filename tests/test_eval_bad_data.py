@@ -57,7 +57,9 @@ def test_sts_subset_with_fewer_than_two_scored_pairs(data, capsys, scored):
     gs = data / "STS" / "STS14-en-test" / "STS.gs.images.txt"
     n = len(gs.read_text().splitlines())
     gs.write_text("".join("2.5\n" if i < scored else "\n" for i in range(n)))
-    _one_line_error(["--tasks", "STS14", "--data-dir", str(data), *FAST], capsys, f"{gs}: {scored} scored pair")
+    _one_line_error(
+        ["--tasks", "STS14", "--data-dir", str(data), *FAST], capsys, f"{gs}: {scored} scored pair"
+    )
 
 
 def test_sts_constant_gold_is_an_error(data):
@@ -72,33 +74,54 @@ def test_stsb_nan_score_and_empty_split(data, capsys):
     cols = dev.read_text().split("\n")[1].split("\t")
     cols[4] = "nan"
     _rewrite_line(dev, 2, "\t".join(cols))
-    err = _one_line_error(["--tasks", "STSBenchmark", "--data-dir", str(data), *FAST], capsys, str(dev))
+    err = _one_line_error(
+        ["--tasks", "STSBenchmark", "--data-dir", str(data), *FAST], capsys, str(dev)
+    )
     assert "line 2" in err
     dev.write_text("")
-    _one_line_error(["--tasks", "STSBenchmark", "--data-dir", str(data), *FAST], capsys, f"{dev}: 0 scored pair")
+    _one_line_error(
+        ["--tasks", "STSBenchmark", "--data-dir", str(data), *FAST], capsys, f"{dev}: 0 scored pair"
+    )
 
 
-@pytest.mark.parametrize("task,rel", [("MR", "MR/rt-polarity.neg"), ("SUBJ", "SUBJ/subj.objective"),
-                                      ("CR", "CR/custrev.pos")])
+@pytest.mark.parametrize(
+    "task,rel",
+    [("MR", "MR/rt-polarity.neg"), ("SUBJ", "SUBJ/subj.objective"), ("CR", "CR/custrev.pos")],
+)
 def test_empty_class_file_is_an_error_not_100_percent(data, capsys, task, rel):
     (data / rel).write_text("\n\n" if task == "CR" else "")  # blank lines only count as empty
-    _one_line_error(["--tasks", task, "--data-dir", str(data), *FAST], capsys, f"{data / rel}: no sentences")
+    _one_line_error(
+        ["--tasks", task, "--data-dir", str(data), *FAST], capsys, f"{data / rel}: no sentences"
+    )
 
 
-@pytest.mark.parametrize("task,rel", [("SST2", "SST/binary/sentiment-test"), ("TREC", "TREC/TREC_10.label"),
-                                      ("MRPC", "MRPC/msr_paraphrase_test.txt")])
+@pytest.mark.parametrize(
+    "task,rel",
+    [
+        ("SST2", "SST/binary/sentiment-test"),
+        ("TREC", "TREC/TREC_10.label"),
+        ("MRPC", "MRPC/msr_paraphrase_test.txt"),
+    ],
+)
 def test_empty_split_file_is_an_error(data, capsys, task, rel):
     path = data / rel
-    path.write_text(path.read_text().split("\n")[0] + "\n" if task == "MRPC" else "")  # MRPC: header only
-    _one_line_error(["--tasks", task, "--data-dir", str(data), *FAST], capsys, f"{path}: no examples")
+    path.write_text(
+        path.read_text().split("\n")[0] + "\n" if task == "MRPC" else ""
+    )  # MRPC: header only
+    _one_line_error(
+        ["--tasks", task, "--data-dir", str(data), *FAST], capsys, f"{path}: no examples"
+    )
 
 
 def test_single_class_training_file_is_an_error(data, capsys):
     path = data / "SST" / "binary" / "sentiment-train"
     rows = [r for r in path.read_text().split("\n") if r.endswith("\t1")]
     path.write_text("\n".join(rows) + "\n")
-    _one_line_error(["--tasks", "SST2", "--data-dir", str(data), *FAST], capsys,
-                    f"{path}: every example has label 1")
+    _one_line_error(
+        ["--tasks", "SST2", "--data-dir", str(data), *FAST],
+        capsys,
+        f"{path}: every example has label 1",
+    )
 
 
 @pytest.mark.parametrize("task,folder", [("MR", "MR"), ("TREC", "TREC")])
@@ -106,5 +129,7 @@ def test_too_few_examples_for_the_folds(tmp_path, capsys, task, folder):
     """4 examples a class cannot be split into SentEval's 5 folds: a one-line error naming
     the task and its folder, not scikit-learn's traceback."""
     root = write_mini_senteval(tmp_path / "small", n=4)
-    err = _one_line_error(["--tasks", task, "--data-dir", str(root), *FAST], capsys, f"{task}: too few examples")
+    err = _one_line_error(
+        ["--tasks", task, "--data-dir", str(root), *FAST], capsys, f"{task}: too few examples"
+    )
     assert str(root / folder) in err and "5-fold" in err

@@ -52,8 +52,22 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 def test_callable_encoder_all_tasks_writes_senteval_layout(tmp_path, mini, capsys):
     out = tmp_path / "res" / "results.json"
-    code, stdout, _ = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "all", "--data-dir", str(mini),
-                           "--output", str(out), "--relatedness", "both", *FAST], capsys)
+    code, stdout, _ = run(
+        [
+            "--encoder",
+            _encoder_file(tmp_path, GOOD),
+            "--tasks",
+            "all",
+            "--data-dir",
+            str(mini),
+            "--output",
+            str(out),
+            "--relatedness",
+            "both",
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 0
     res = json.loads(out.read_text())
     for t in ALL_TASKS:
@@ -78,26 +92,48 @@ def test_each_protocol_is_seeded(mini):
     a, _ = evaluate(bag_encoder, "MR,TREC,SST2,STSBenchmark", mini, s)
     b, _ = evaluate(bag_encoder, "MR,TREC,SST2,STSBenchmark", mini, s)
     assert a == b
-    c, _ = evaluate(bag_encoder, "MR,TREC,SST2,STSBenchmark", mini, EvalSettings(progress=False, seed=5,
-                                                                                 relatedness="both"))
+    c, _ = evaluate(
+        bag_encoder,
+        "MR,TREC,SST2,STSBenchmark",
+        mini,
+        EvalSettings(progress=False, seed=5, relatedness="both"),
+    )
     assert c != a
 
 
 def test_full_preset_and_mlp_run(mini):
     from eval_helpers import bag_encoder
 
-    res, _ = evaluate(bag_encoder, "CR,SST5", mini, EvalSettings(preset="full", classifier="mlp", nhid=8,
-                                                                 progress=False))
+    res, _ = evaluate(
+        bag_encoder,
+        "CR,SST5",
+        mini,
+        EvalSettings(preset="full", classifier="mlp", nhid=8, progress=False),
+    )
     assert 0 <= res["CR"]["acc"] <= 100 and 0 <= res["SST5"]["devacc"] <= 100
 
 
 def test_existing_output_is_kept_without_overwrite(tmp_path, mini, capsys):
     out = tmp_path / "results.json"
     out.write_text("old")
-    args = ["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", "--data-dir", str(mini), "--output",
-            str(out), *FAST]
+    args = [
+        "--encoder",
+        _encoder_file(tmp_path, GOOD),
+        "--tasks",
+        "STS12",
+        "--data-dir",
+        str(mini),
+        "--output",
+        str(out),
+        *FAST,
+    ]
     code, _, err = run(args, capsys)
-    assert code == 2 and "already exists" in err and "--overwrite" in err and len(err.strip().splitlines()) == 1
+    assert (
+        code == 2
+        and "already exists" in err
+        and "--overwrite" in err
+        and len(err.strip().splitlines()) == 1
+    )
     assert out.read_text() == "old"
     code, _, _ = run([*args, "--overwrite"], capsys)
     assert code == 0 and "STS12" in json.loads(out.read_text())
@@ -106,58 +142,132 @@ def test_existing_output_is_kept_without_overwrite(tmp_path, mini, capsys):
 def test_failed_run_leaves_old_file_and_no_partial(tmp_path, mini, capsys):
     out = tmp_path / "results.json"
     out.write_text("old")
-    enc = _encoder_file(tmp_path, "def encode(s):\n    x = np.ones((len(s), 4))\n    x[0, 0] = np.nan\n    return x\n")
-    code, _, err = run(["--encoder", enc, "--tasks", "STS12,MR", "--data-dir", str(mini), "--output", str(out),
-                        "--overwrite", *FAST], capsys)
+    enc = _encoder_file(
+        tmp_path,
+        "def encode(s):\n    x = np.ones((len(s), 4))\n    x[0, 0] = np.nan\n    return x\n",
+    )
+    code, _, err = run(
+        [
+            "--encoder",
+            enc,
+            "--tasks",
+            "STS12,MR",
+            "--data-dir",
+            str(mini),
+            "--output",
+            str(out),
+            "--overwrite",
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 2 and "task STS12" in err and "NaN" in err
-    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["enc.py", "results.json"]
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "enc.py",
+        "results.json",
+    ]
 
 
-@pytest.mark.parametrize("body,needle", [
-    ("def encode(s):\n    return np.ones((len(s) + 1, 4))\n", "shape (" ),
-    ("def encode(s):\n    return np.ones(len(s))\n", "expected ("),
-    ("def encode(s):\n    return [['a'] * 3 for _ in s]\n", "dtype"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ("def encode(s):\n    return np.ones((len(s) + 1, 4))\n", "shape ("),
+        ("def encode(s):\n    return np.ones(len(s))\n", "expected ("),
+        ("def encode(s):\n    return [['a'] * 3 for _ in s]\n", "dtype"),
+    ],
+)
 def test_bad_encoder_output_names_task(tmp_path, mini, capsys, body, needle):
-    code, _, err = run(["--encoder", _encoder_file(tmp_path, body), "--tasks", "MR", "--data-dir", str(mini), *FAST],
-                       capsys)
+    code, _, err = run(
+        [
+            "--encoder",
+            _encoder_file(tmp_path, body),
+            "--tasks",
+            "MR",
+            "--data-dir",
+            str(mini),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 2 and "task MR" in err and needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_task_folder_names_path_and_layout(tmp_path, mini, capsys):
-    code, _, err = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "SICKEntailment", "--data-dir",
-                        str(tmp_path), *FAST], capsys)
-    assert code == 2 and str(tmp_path / "SICK") in err and "SICK_{train,trial,test_annotated}.txt" in err
+    code, _, err = run(
+        [
+            "--encoder",
+            _encoder_file(tmp_path, GOOD),
+            "--tasks",
+            "SICKEntailment",
+            "--data-dir",
+            str(tmp_path),
+            *FAST,
+        ],
+        capsys,
+    )
+    assert (
+        code == 2
+        and str(tmp_path / "SICK") in err
+        and "SICK_{train,trial,test_annotated}.txt" in err
+    )
 
 
 def test_unknown_task_lists_valid_names(tmp_path, mini, capsys):
-    code, _, err = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12,Bogus", "--data-dir",
-                        str(mini), *FAST], capsys)
+    code, _, err = run(
+        [
+            "--encoder",
+            _encoder_file(tmp_path, GOOD),
+            "--tasks",
+            "STS12,Bogus",
+            "--data-dir",
+            str(mini),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 2 and "Bogus" in err and "SICKEntailment" in err and "transfer" in err
 
 
 def test_unwritable_output_dir(tmp_path, mini, capsys):
     blocker = tmp_path / "afile"
     blocker.write_text("x")
-    code, _, err = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", "--data-dir", str(mini),
-                        "--output", str(blocker / "results.json"), *FAST], capsys)
+    code, _, err = run(
+        [
+            "--encoder",
+            _encoder_file(tmp_path, GOOD),
+            "--tasks",
+            "STS12",
+            "--data-dir",
+            str(mini),
+            "--output",
+            str(blocker / "results.json"),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 2 and err.startswith("error: --output") and "cannot write" in err
     assert len(err.strip().splitlines()) == 1
 
 
 def test_data_dir_from_environment(tmp_path, mini, capsys, monkeypatch):
     monkeypatch.setenv("VAT_SENTEVAL_DIR", str(mini))
-    code, stdout, _ = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", *FAST], capsys)
+    code, stdout, _ = run(
+        ["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", *FAST], capsys
+    )
     assert code == 0 and "STS12" in stdout
     monkeypatch.delenv("VAT_SENTEVAL_DIR")
     monkeypatch.chdir(tmp_path)  # the default, ../shared/data/senteval, does not exist from here
-    code, _, err = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", *FAST], capsys)
+    code, _, err = run(
+        ["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "STS12", *FAST], capsys
+    )
     assert code == 2 and "VAT_SENTEVAL_DIR" in err and "shared/data/senteval" in err
 
 
 def test_usage_errors_are_one_line_and_help_warns_about_encoder_files(capsys):
     code, out, err = run(["--tasks", "STS12"], capsys)  # no encoder given
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith("error:")
+    assert (
+        code == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith("error:")
+    )
     assert "usage:" not in err
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -169,8 +279,19 @@ def test_skip_missing(tmp_path, mini, capsys):
     import shutil
 
     shutil.copytree(mini / "TREC", tmp_path / "data" / "TREC")
-    code, stdout, err = run(["--encoder", _encoder_file(tmp_path, GOOD), "--tasks", "TREC,MR", "--data-dir",
-                             str(tmp_path / "data"), "--skip-missing", *FAST], capsys)
+    code, stdout, err = run(
+        [
+            "--encoder",
+            _encoder_file(tmp_path, GOOD),
+            "--tasks",
+            "TREC,MR",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--skip-missing",
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 0 and "skipping MR" in err and "TREC" in stdout
 
 
@@ -193,7 +314,9 @@ def test_each_sentence_is_encoded_once(tmp_path, mini):
         calls.extend(s)
         return np.random.default_rng(len(calls)).standard_normal((len(s), 4))
 
-    evaluate(enc, "STS12,STS13,MRPC,SICKEntailment,SICKRelatedness", mini, EvalSettings(progress=False))
+    evaluate(
+        enc, "STS12,STS13,MRPC,SICKEntailment,SICKRelatedness", mini, EvalSettings(progress=False)
+    )
     assert len(calls) == len(set(calls))
 
 
@@ -212,8 +335,20 @@ def test_oracle_hashbow_as_encoder_argument(oracle_dir, senteval_dir, tmp_path, 
     """The reference encoder works as --encoder FILE:FUNC on the real STS12 files."""
     expected = json.loads((oracle_dir / "expected.json").read_text())
     out = tmp_path / "r.json"
-    code, _, _ = run(["--encoder", f"{oracle_dir / 'hashbow.py'}:encode", "--tasks", "STS12", "--data-dir",
-                      str(senteval_dir), "--output", str(out), *FAST], capsys)
+    code, _, _ = run(
+        [
+            "--encoder",
+            f"{oracle_dir / 'hashbow.py'}:encode",
+            "--tasks",
+            "STS12",
+            "--data-dir",
+            str(senteval_dir),
+            "--output",
+            str(out),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 0
     got = json.loads(out.read_text())["STS12"]["all"]["spearman"]["wmean"]
     assert got == pytest.approx(expected["STS12"]["all"]["spearman"]["wmean"], abs=1e-4)
@@ -222,8 +357,22 @@ def test_oracle_hashbow_as_encoder_argument(oracle_dir, senteval_dir, tmp_path, 
 @pytest.mark.parametrize("pooling", ["mean", "sum", "start", "precision"])
 def test_vat_checkpoint_poolings(tiny_ckpt, tmp_path, mini, capsys, pooling):
     out = tmp_path / f"{pooling}.json"
-    code, stdout, _ = run(["--ckpt", str(tiny_ckpt), "--pooling", pooling, "--tasks", "STS12,CR,MRPC", "--data-dir",
-                           str(mini), "--output", str(out), *FAST], capsys)
+    code, stdout, _ = run(
+        [
+            "--ckpt",
+            str(tiny_ckpt),
+            "--pooling",
+            pooling,
+            "--tasks",
+            "STS12,CR,MRPC",
+            "--data-dir",
+            str(mini),
+            "--output",
+            str(out),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 0 and "STS12" in stdout
     res = json.loads(out.read_text())
     assert res["_meta"]["pooling"] == pooling and 0 <= res["CR"]["acc"] <= 100
@@ -232,12 +381,26 @@ def test_vat_checkpoint_poolings(tiny_ckpt, tmp_path, mini, capsys, pooling):
 def test_vat_poolings_differ(tiny_ckpt, tiny_sentences):
     feats = {p: vat_encoder(tiny_ckpt, p)(tiny_sentences[:6]) for p in ("mean", "sum", "start")}
     assert all(f.shape == (6, 32) for f in feats.values())
-    assert not np.allclose(feats["mean"], feats["start"]) and not np.allclose(feats["mean"], feats["sum"])
+    assert not np.allclose(feats["mean"], feats["start"]) and not np.allclose(
+        feats["mean"], feats["sum"]
+    )
 
 
 def test_vat_bad_pooling(tiny_ckpt, tmp_path, mini, capsys):
-    code, _, err = run(["--ckpt", str(tiny_ckpt), "--pooling", "cls", "--tasks", "STS12", "--data-dir", str(mini),
-                        *FAST], capsys)
+    code, _, err = run(
+        [
+            "--ckpt",
+            str(tiny_ckpt),
+            "--pooling",
+            "cls",
+            "--tasks",
+            "STS12",
+            "--data-dir",
+            str(mini),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 2 and "mean, sum, start" in err
 
 
@@ -251,8 +414,23 @@ def test_senteval_batcher(tiny_ckpt):
 
 def test_finetune_mode(tiny_ckpt, tmp_path, mini, capsys):
     out = tmp_path / "ft.json"
-    code, stdout, _ = run(["--ckpt", str(tiny_ckpt), "--finetune", "--epochs", "1", "--tasks", "CR,MRPC",
-                           "--data-dir", str(mini), "--output", str(out), *FAST], capsys)
+    code, stdout, _ = run(
+        [
+            "--ckpt",
+            str(tiny_ckpt),
+            "--finetune",
+            "--epochs",
+            "1",
+            "--tasks",
+            "CR,MRPC",
+            "--data-dir",
+            str(mini),
+            "--output",
+            str(out),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 0 and "Fine-tuning" in stdout
     res = json.loads(out.read_text())
     assert res["CR"]["ndev"] == 8 and res["CR"]["ntest"] == 8 and res["MRPC"]["ntest"] == 40
@@ -260,16 +438,41 @@ def test_finetune_mode(tiny_ckpt, tmp_path, mini, capsys):
 
 
 def test_finetune_refuses_sts(tiny_ckpt, mini, capsys):
-    code, _, err = run(["--ckpt", str(tiny_ckpt), "--finetune", "--tasks", "STS12", "--data-dir", str(mini), *FAST],
-                       capsys)
+    code, _, err = run(
+        [
+            "--ckpt",
+            str(tiny_ckpt),
+            "--finetune",
+            "--tasks",
+            "STS12",
+            "--data-dir",
+            str(mini),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 2 and "fine-tuning covers" in err
 
 
 def test_hf_model_minilm(tmp_path, mini, capsys, minilm_dir):
     path = minilm_dir
     out = tmp_path / "hf.json"
-    code, _, _ = run(["--hf-model", str(path), "--pooling", "cls", "--tasks", "STS12,SST2", "--data-dir", str(mini),
-                      "--output", str(out), *FAST], capsys)
+    code, _, _ = run(
+        [
+            "--hf-model",
+            str(path),
+            "--pooling",
+            "cls",
+            "--tasks",
+            "STS12,SST2",
+            "--data-dir",
+            str(mini),
+            "--output",
+            str(out),
+            *FAST,
+        ],
+        capsys,
+    )
     assert code == 0
     res = json.loads(out.read_text())
     assert res["STS12"]["all"]["spearman"]["mean"] is not None and res["SST2"]["acc"] >= 50
@@ -278,9 +481,20 @@ def test_hf_model_minilm(tmp_path, mini, capsys, minilm_dir):
 @pytest.mark.slow
 def test_evaluate_py_subprocess(tmp_path, mini):
     """The top-level script: one-line error and exit 2 on bad input; traceback with --debug."""
-    cmd = [sys.executable, str(ROOT / "evaluate.py"), "--encoder", "x.py:f", "--tasks", "MR", "--data-dir", str(mini)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "evaluate.py"),
+        "--encoder",
+        "x.py:f",
+        "--tasks",
+        "MR",
+        "--data-dir",
+        str(mini),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert p.returncode == 2 and p.stderr.strip().splitlines() == ["error: --encoder file x.py does not exist"]
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        "error: --encoder file x.py does not exist"
+    ]
     p = subprocess.run([*cmd, "--debug"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert p.returncode != 0 and "Traceback" in p.stderr

@@ -48,9 +48,14 @@ def _hashbow(oracle_dir):
 @pytest.fixture(scope="module")
 def oracle(oracle_dir, senteval_dir):
     """(harness results, expected.json) for hashbow features on every task in ../shared."""
-    results, _ = evaluate(_hashbow(oracle_dir), SHARED_TASKS, senteval_dir,
-                          EvalSettings(preset="prototyping", relatedness="both", device="cpu", progress=False,
-                                       batch_size=4096))  # big batches: hashbow caches tokens per call
+    results, _ = evaluate(
+        _hashbow(oracle_dir),
+        SHARED_TASKS,
+        senteval_dir,
+        EvalSettings(
+            preset="prototyping", relatedness="both", device="cpu", progress=False, batch_size=4096
+        ),
+    )  # big batches: hashbow caches tokens per call
     return results, json.loads((oracle_dir / "expected.json").read_text())
 
 
@@ -85,9 +90,12 @@ def test_oracle_sts12_within_kernel_spread(oracle, oracle_dir, senteval_dir):
     for subset, e in exp["STS12"].items():
         if subset == "all":
             for agg in ("mean", "wmean"):
-                assert got["STS12"]["all"]["pearson"][agg] == pytest.approx(e["pearson"][agg], abs=1e-4)
-                assert got["STS12"]["all"]["spearman"][agg] == pytest.approx(e["spearman"][agg],
-                                                                              abs=SPEARMAN_TIE_TOL)
+                assert got["STS12"]["all"]["pearson"][agg] == pytest.approx(
+                    e["pearson"][agg], abs=1e-4
+                )
+                assert got["STS12"]["all"]["spearman"][agg] == pytest.approx(
+                    e["spearman"][agg], abs=SPEARMAN_TIE_TOL
+                )
         elif isinstance(e, dict):
             g = got["STS12"][subset]
             assert g["nsamples"] == e["nsamples"]
@@ -129,7 +137,9 @@ def test_oracle_classification_within_1_5_points(oracle, task):
 # ----------------------------------------------------------------------------- pieces
 
 
-def senteval_fit(X, y, train, dev, reg, cfg: clf.ClassifierConfig, nclasses, seed=1111, validation_split=0.0):
+def senteval_fit(
+    X, y, train, dev, reg, cfg: clf.ClassifierConfig, nclasses, seed=1111, validation_split=0.0
+):
     """SentEval's MLP(...).fit(...) written out literally (nn.Sequential, torch.optim, autograd)."""
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -137,8 +147,12 @@ def senteval_fit(X, y, train, dev, reg, cfg: clf.ClassifierConfig, nclasses, see
     if cfg.nhid == 0:
         model = torch.nn.Sequential(torch.nn.Linear(d, nclasses))
     else:
-        model = torch.nn.Sequential(torch.nn.Linear(d, cfg.nhid), torch.nn.Dropout(0.0), torch.nn.Sigmoid(),
-                                    torch.nn.Linear(cfg.nhid, nclasses))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(d, cfg.nhid),
+            torch.nn.Dropout(0.0),
+            torch.nn.Sigmoid(),
+            torch.nn.Linear(cfg.nhid, nclasses),
+        )
     opt_cls = torch.optim.RMSprop if cfg.optim == "rmsprop" else torch.optim.Adam
     opt = opt_cls(model.parameters(), weight_decay=reg)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -179,11 +193,17 @@ def test_batched_trainer_equals_senteval_loop(optim, nhid):
     rng = np.random.RandomState(0)
     X = rng.randn(700, 12).astype(np.float32)
     y = (X[:, 0] + 0.8 * rng.randn(700) > 0).astype(np.int64) + (X[:, 1] > 1).astype(np.int64)
-    cfg = clf.ClassifierConfig(nhid=nhid, optim=optim, batch_size=64, tenacity=2, epoch_size=1, max_epoch=12)
-    groups = [clf.Group(train=np.arange(0, 330), dev=np.arange(330, 400)),
-              clf.Group(train=np.arange(400, 650), dev=np.arange(650, 700))]
+    cfg = clf.ClassifierConfig(
+        nhid=nhid, optim=optim, batch_size=64, tenacity=2, epoch_size=1, max_epoch=12
+    )
+    groups = [
+        clf.Group(train=np.arange(0, 330), dev=np.arange(330, 400)),
+        clf.Group(train=np.arange(400, 650), dev=np.arange(650, 700)),
+    ]
     regs = np.array([[1e-5, 1e-2], [1e-4, 1e-3]])
-    fitted = clf.fit_batched(torch.from_numpy(X), torch.from_numpy(y), groups, regs, 3, cfg, seed=1111)
+    fitted = clf.fit_batched(
+        torch.from_numpy(X), torch.from_numpy(y), groups, regs, 3, cfg, seed=1111
+    )
     Xt = torch.from_numpy(X)
     logits = fitted.logits(Xt)  # (G, R, N, C)
     for g, grp in enumerate(groups):
@@ -200,13 +220,25 @@ def test_batched_trainer_validation_split_equals_senteval():
     X = rng.randn(500, 6).astype(np.float32)
     y = (X[:, 0] > 0).astype(np.int64)
     cfg = clf.ClassifierConfig(batch_size=32, tenacity=1, epoch_size=2, max_epoch=10)
-    fitted = clf.fit_batched(torch.from_numpy(X), torch.from_numpy(y),
-                             [clf.Group(train=np.arange(500), validation_split=0.05)], np.array([[1e-3]]), 2, cfg, 7)
-    acc, model = senteval_fit(X, y, np.arange(500), None, 1e-3, cfg, 2, seed=7, validation_split=0.05)
+    fitted = clf.fit_batched(
+        torch.from_numpy(X),
+        torch.from_numpy(y),
+        [clf.Group(train=np.arange(500), validation_split=0.05)],
+        np.array([[1e-3]]),
+        2,
+        cfg,
+        7,
+    )
+    acc, model = senteval_fit(
+        X, y, np.arange(500), None, 1e-3, cfg, 2, seed=7, validation_split=0.05
+    )
     assert fitted.dev_size[0] == 25 and fitted.dev_accuracy()[0, 0] == pytest.approx(acc)
     with torch.no_grad():
-        np.testing.assert_allclose(fitted.logits(torch.from_numpy(X))[0, 0].numpy(), model(torch.from_numpy(X)).numpy(),
-                                   atol=1e-4)
+        np.testing.assert_allclose(
+            fitted.logits(torch.from_numpy(X))[0, 0].numpy(),
+            model(torch.from_numpy(X)).numpy(),
+            atol=1e-4,
+        )
 
 
 def test_relatedness_regressor_equals_senteval_loop():
@@ -266,13 +298,17 @@ def test_stratified_kfold_is_a_stratified_partition():
     assert sorted(tests.tolist()) == list(range(100))
     for tr, te in folds:
         assert np.bincount(y[te]).tolist() == [10, 6, 4] and len(set(tr) & set(te)) == 0
-    assert [te.tolist() for _, te in folds] != [te.tolist() for _, te in clf.stratified_kfold(y, 5, 1)]
+    assert [te.tolist() for _, te in folds] != [
+        te.tolist() for _, te in clf.stratified_kfold(y, 5, 1)
+    ]
 
 
 def test_cosine_scores_like_senteval():
     u = np.array([[1, 0], [0, 0], [1, 1]], dtype=np.float32)
     v = np.array([[2, 0], [1, 0], [-1, -1]], dtype=np.float32)
-    np.testing.assert_allclose(cosine_scores(u, v), [1, 0, -1], atol=1e-6)  # zero vector -> 0, not NaN
+    np.testing.assert_allclose(
+        cosine_scores(u, v), [1, 0, -1], atol=1e-6
+    )  # zero vector -> 0, not NaN
 
 
 def test_sts_aggregates():
@@ -289,7 +325,9 @@ def test_sts_aggregates():
 
 def test_encode_labels_closed_form():
     y = encode_labels(np.array([1.0, 2.4, 5.0]))
-    np.testing.assert_allclose(y, [[1, 0, 0, 0, 0], [0, 0.6, 0.4, 0, 0], [0, 0, 0, 0, 1]], atol=1e-6)
+    np.testing.assert_allclose(
+        y, [[1, 0, 0, 0, 0], [0, 0.6, 0.4, 0, 0], [0, 0, 0, 0, 1]], atol=1e-6
+    )
     np.testing.assert_allclose(y @ np.arange(1, 6), [1, 2.4, 5], atol=1e-6)
 
 

@@ -45,9 +45,19 @@ def test_sts_scores_identical_across_openblas_kernels(oracle_dir, senteval_dir):
     and STS-B cosine give the same numbers to 1e-6 under every kernel the CPU runs."""
     scores: dict[str, dict[str, float]] = {}
     for core in CORETYPES:
-        env = {**os.environ, "OPENBLAS_CORETYPE": core, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(oracle_dir / "hashbow.py"), str(senteval_dir)],
-                              env=env, capture_output=True, text=True, timeout=300)
+        env = {
+            **os.environ,
+            "OPENBLAS_CORETYPE": core,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(oracle_dir / "hashbow.py"), str(senteval_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if proc.returncode in (-signal.SIGILL, 128 + signal.SIGILL):
             continue  # this CPU lacks the kernel's instructions
         assert proc.returncode == 0, f"{core}: {proc.stderr[-2000:]}"
@@ -68,7 +78,9 @@ def test_cosines_are_float64_and_ignore_summation_order():
     # summing in another order moves a float64 cosine by far less than TIE_TOL
     perm = rng.permutation(96)
     v = rng.standard_normal((50, 96)).astype(np.float32)
-    np.testing.assert_allclose(cosine_scores(u[:, perm], v[:, perm]), cosine_scores(u, v), atol=TIE_TOL / 100)
+    np.testing.assert_allclose(
+        cosine_scores(u[:, perm], v[:, perm]), cosine_scores(u, v), atol=TIE_TOL / 100
+    )
     assert cosine_scores(np.zeros((1, 3)), np.ones((1, 3)))[0] == 0.0  # zero vector: 0, not NaN
 
 
@@ -88,5 +100,9 @@ def test_spearman_averages_tied_ranks():
     sys_scores = np.array([0.1, 0.4, 1.0 - eps, 1.0, 1.0 + 2 * eps])
     gold = np.array([1.0, 2.0, 5.0, 3.0, 4.0])
     exact_ties = np.array([0.1, 0.4, 1.0, 1.0, 1.0])
-    assert correlations(sys_scores, gold)["spearman"] == pytest.approx(spearmanr(exact_ties, gold)[0], abs=1e-12)
-    assert correlations(sys_scores, gold)["spearman"] != pytest.approx(spearmanr(sys_scores, gold)[0])
+    assert correlations(sys_scores, gold)["spearman"] == pytest.approx(
+        spearmanr(exact_ties, gold)[0], abs=1e-12
+    )
+    assert correlations(sys_scores, gold)["spearman"] != pytest.approx(
+        spearmanr(sys_scores, gold)[0]
+    )

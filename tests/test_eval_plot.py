@@ -36,8 +36,9 @@ def test_headline_scores_are_the_table_numbers():
         "STS13": {"all": {"spearman": {"mean": float("nan")}}},
         "_meta": {"encoder": "x"},
     }
-    assert headline_scores(res) == pytest.approx({"STS12": 25.0, "STSBenchmark": 50.0, "SICKRelatedness": 40.0,
-                                                  "MR": 61.5})
+    assert headline_scores(res) == pytest.approx(
+        {"STS12": 25.0, "STSBenchmark": 50.0, "SICKRelatedness": 40.0, "MR": 61.5}
+    )
 
 
 def test_cli_plot_compares_runs(tmp_path, mini, tiny_ckpt, capsys):
@@ -45,10 +46,31 @@ def test_cli_plot_compares_runs(tmp_path, mini, tiny_ckpt, capsys):
     first = tmp_path / "bag.json"
     assert main(["--encoder", ENCODER, *tasks, "--output", str(first), *FAST]) == 0
     second = tmp_path / "mean.json"
-    assert main(["--ckpt", str(tiny_ckpt), "--pooling", "mean", *tasks, "--output", str(second), *FAST]) == 0
+    assert (
+        main(
+            ["--ckpt", str(tiny_ckpt), "--pooling", "mean", *tasks, "--output", str(second), *FAST]
+        )
+        == 0
+    )
     png = tmp_path / "charts" / "compare.png"
-    assert main(["--ckpt", str(tiny_ckpt), "--pooling", "precision", *tasks, "--plot", str(png),
-                 "--compare", str(first), str(second), *FAST]) == 0
+    assert (
+        main(
+            [
+                "--ckpt",
+                str(tiny_ckpt),
+                "--pooling",
+                "precision",
+                *tasks,
+                "--plot",
+                str(png),
+                "--compare",
+                str(first),
+                str(second),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     assert f"wrote {png}" in capsys.readouterr().err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert _colours(png) > 20  # bars in three colours, text, legend: not a blank canvas

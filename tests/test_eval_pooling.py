@@ -12,10 +12,12 @@ from vat.checkpoint import load_vat
 from vat.eval.encoders import vat_encoder
 from vat.features import pool, sentence_features, token_vectors
 
-MU = torch.tensor([[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]],
-                   [[0.0, 1.0], [2.0, 2.0], [-1.0, 4.0]]])  # (B=2, T=3, d=2)
-LOGVAR = torch.tensor([[[0.0, 1.0], [math.log(3.0), -1.0], [-5.0, -5.0]],
-                       [[1.0, 0.0], [0.0, 0.0], [2.0, -2.0]]])
+MU = torch.tensor(
+    [[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]], [[0.0, 1.0], [2.0, 2.0], [-1.0, 4.0]]]
+)  # (B=2, T=3, d=2)
+LOGVAR = torch.tensor(
+    [[[0.0, 1.0], [math.log(3.0), -1.0], [-5.0, -5.0]], [[1.0, 0.0], [0.0, 0.0], [2.0, -2.0]]]
+)
 
 
 def test_precision_pooling_by_hand():
@@ -49,7 +51,9 @@ def test_precision_features_of_a_checkpoint_by_hand(tiny_ckpt, tiny_sentences):
     to each sentence's token posteriors."""
     loaded = load_vat(tiny_ckpt)
     sents = tiny_sentences[:5]
-    feats = sentence_features(loaded.model, loaded.tokenizer, sents, pooling="precision", batch_size=2)
+    feats = sentence_features(
+        loaded.model, loaded.tokenizer, sents, pooling="precision", batch_size=2
+    )
     tv = token_vectors(loaded.model, loaded.tokenizer, sents)
     for i in range(len(sents)):
         mu = tv.vectors[tv.sentence_ids == i].astype(np.float64)  # (n_i, d)

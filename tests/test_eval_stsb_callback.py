@@ -29,7 +29,11 @@ class TrainingSystem(L.LightningModule):
     def __init__(self, ckpt: Path, sentences: list[str]) -> None:
         super().__init__()
         loaded = load_vat(ckpt)
-        self.model, self.tokenizer, self.prior_std = loaded.model, loaded.tokenizer, loaded.prior_std
+        self.model, self.tokenizer, self.prior_std = (
+            loaded.model,
+            loaded.tokenizer,
+            loaded.prior_std,
+        )
         self.batch = make_batch(self.tokenizer.encode_batch(sentences[:8]))
 
     def training_step(self, batch, batch_idx):
@@ -72,12 +76,22 @@ def test_metric_equals_harness_and_checkpoint_keeps_best(tmp_path, tiny_ckpt, ti
     torch.manual_seed(0)
     module = TrainingSystem(tiny_ckpt, tiny_sentences)
     record = Record()
-    best = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor=METRIC, mode="max", save_top_k=1,
-                           filename="best-{step}")
-    every = ModelCheckpoint(dirpath=tmp_path / "all", save_top_k=-1, every_n_epochs=1, filename="{step}")
-    trainer = L.Trainer(max_epochs=6, logger=False, callbacks=[STSBSpearman(str(mini)), record, best, every],
-                        accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=1)
+    best = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", monitor=METRIC, mode="max", save_top_k=1, filename="best-{step}"
+    )
+    every = ModelCheckpoint(
+        dirpath=tmp_path / "all", save_top_k=-1, every_n_epochs=1, filename="{step}"
+    )
+    trainer = L.Trainer(
+        max_epochs=6,
+        logger=False,
+        callbacks=[STSBSpearman(str(mini)), record, best, every],
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module)
@@ -100,15 +114,25 @@ def test_every_n_validations_and_bad_arguments(tmp_path, tiny_ckpt, tiny_sentenc
     module = TrainingSystem(tiny_ckpt, tiny_sentences)
     cb = STSBSpearman(str(mini), every_n_validations=2)
     record = Record()
-    trainer = L.Trainer(max_epochs=4, logger=False, callbacks=[cb, record], accelerator="cpu", devices=1,
-                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                        num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        max_epochs=4,
+        logger=False,
+        callbacks=[cb, record],
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module)
     values = [v for _, v in record.values]
     assert cb.val_runs == 4 and len(values) == 4
-    assert values[0] == values[1] and values[2] == values[3] and values[1] != values[2]  # computed at runs 1 and 3
+    assert (
+        values[0] == values[1] and values[2] == values[3] and values[1] != values[2]
+    )  # computed at runs 1 and 3
     with pytest.raises(VatError, match="every_n_validations"):
         STSBSpearman(str(mini), every_n_validations=0)
     with pytest.raises(VatError, match="pooling"):

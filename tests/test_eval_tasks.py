@@ -87,10 +87,15 @@ def test_cr_counts_empty_lines(mini):
 
 def test_trec_latin1_and_coarse_labels(tmp_path):
     (tmp_path / "TREC").mkdir()
-    (tmp_path / "TREC" / "train_5500.label").write_bytes(b"HUM:ind Who was Andr\xe9 ?\nNUM:date When ?\n")
+    (tmp_path / "TREC" / "train_5500.label").write_bytes(
+        b"HUM:ind Who was Andr\xe9 ?\nNUM:date When ?\n"
+    )
     (tmp_path / "TREC" / "TREC_10.label").write_bytes(b"LOC:city Where is it ?\n")
     d = load_task(tmp_path, "TREC")
-    assert d.splits["train"].x == ["When ?", "Who was André ?"]  # fine label dropped, sorted by length
+    assert d.splits["train"].x == [
+        "When ?",
+        "Who was André ?",
+    ]  # fine label dropped, sorted by length
     assert d.splits["train"].y.tolist() == [5, 3]
     assert d.splits["test"].y.tolist() == [4]
 

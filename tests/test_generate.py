@@ -57,10 +57,14 @@ def train_tiny_autoencoder(tokenizer, sentences: list[str], steps: int = 150) ->
 def overfit(tiny_tokenizer, tiny_sentences) -> tuple[VATGenerator, list[str]]:
     sentences = tiny_sentences[:8]
     model = train_tiny_autoencoder(tiny_tokenizer, sentences)
-    return VATGenerator(model, tiny_tokenizer, prior_std=0.4, length_histogram=[0, 0, 1, 3, 5, 4, 2, 1]), sentences
+    return VATGenerator(
+        model, tiny_tokenizer, prior_std=0.4, length_histogram=[0, 0, 1, 3, 5, 4, 2, 1]
+    ), sentences
 
 
-def _latents(B: int = 5, T: int = 7, d: int = 32, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _latents(
+    B: int = 5, T: int = 7, d: int = 32, seed: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(B, T, d, generator=g)  # (B, T, d)
     mask = torch.ones(B, T, dtype=torch.bool)
@@ -84,7 +88,9 @@ def test_cached_decoding_equals_uncached(tiny_tokenizer, norm_first):
     for rc, rn in zip(cached, naive):
         assert [h.score for h in rc] == pytest.approx([h.score for h in rn], abs=1e-4)
     s1 = sample_decode(model, z, mask, 15, top_k=20, generator=torch.Generator().manual_seed(3))
-    s2 = sample_decode(model, z, mask, 15, top_k=20, use_cache=False, generator=torch.Generator().manual_seed(3))
+    s2 = sample_decode(
+        model, z, mask, 15, top_k=20, use_cache=False, generator=torch.Generator().manual_seed(3)
+    )
     assert [h.ids for h in s1] == [h.ids for h in s2]
 
 
@@ -97,11 +103,24 @@ def test_rows_that_finish_early_leave_the_batch(overfit):
     z, mask = post.mu, post.mask  # (B, T, d), (B, T)
     batched = greedy_decode(gen.model, z, mask)
     assert len({len(x) for x in batched}) > 3  # lengths really differ
-    alone = [greedy_decode(gen.model, z[i : i + 1, : int(mask[i].sum())], mask[i : i + 1, : int(mask[i].sum())])[0]
-             for i in range(len(sentences))]
+    alone = [
+        greedy_decode(
+            gen.model, z[i : i + 1, : int(mask[i].sum())], mask[i : i + 1, : int(mask[i].sum())]
+        )[0]
+        for i in range(len(sentences))
+    ]
     assert batched == alone == greedy_decode(gen.model, z, mask, use_cache=False)
-    s1 = sample_decode(gen.model, z, mask, temperature=1.5, generator=torch.Generator().manual_seed(0))
-    s2 = sample_decode(gen.model, z, mask, temperature=1.5, use_cache=False, generator=torch.Generator().manual_seed(0))
+    s1 = sample_decode(
+        gen.model, z, mask, temperature=1.5, generator=torch.Generator().manual_seed(0)
+    )
+    s2 = sample_decode(
+        gen.model,
+        z,
+        mask,
+        temperature=1.5,
+        use_cache=False,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert [h.ids for h in s1] == [h.ids for h in s2]
 
 
@@ -145,7 +164,10 @@ class TableLM(nn.Module):
 
     def decode(self, tgt_in, z, z_mask, cache=None, offset=0):  # (B, S) -> (B, S, V)
         assert cache is None, "TableLM reads the whole prefix"
-        rows = [[self._logits(tuple(seq[1 : i + 1])) for i in range(len(seq))] for seq in tgt_in.tolist()]
+        rows = [
+            [self._logits(tuple(seq[1 : i + 1])) for i in range(len(seq))]
+            for seq in tgt_in.tolist()
+        ]
         return torch.stack([torch.stack(r) for r in rows])  # (B, S, V)
 
 
@@ -170,7 +192,9 @@ def test_beam_search_beats_greedy_on_hand_built_model():
         assert scores == sorted(scores, reverse=True)
     wide = beam_search(model, z, mask, beam_size=3, length_penalty=0.0, use_cache=False)[0]
     assert [h.ids for h in wide] == [[B], [A, C], [A, D]]
-    assert [h.logprob for h in wide] == pytest.approx([math.log(p) for p in (0.405, 0.198, 0.187)], abs=1e-5)
+    assert [h.logprob for h in wide] == pytest.approx(
+        [math.log(p) for p in (0.405, 0.198, 0.187)], abs=1e-5
+    )
 
 
 def test_beam_scores_are_the_models_log_probabilities(overfit):
@@ -178,14 +202,20 @@ def test_beam_scores_are_the_models_log_probabilities(overfit):
     gen, sentences = overfit
     mu = [m for m, _ in gen.posteriors(sentences[:3])]
     alpha = 0.7
-    for z, hyps in zip(mu, gen.decode(mu, DecodeOptions(strategy="beam", beam_size=4, length_penalty=alpha))):
+    for z, hyps in zip(
+        mu, gen.decode(mu, DecodeOptions(strategy="beam", beam_size=4, length_penalty=alpha))
+    ):
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True) and len(hyps) == 4
         for h in hyps:
             tgt = torch.tensor([[BOS_ID, *h.ids]])  # (1, S)
             with torch.no_grad():
-                logp = gen.model.decode(tgt, z[None], torch.ones(1, z.shape[0], dtype=torch.bool)).log_softmax(-1)  # (1, S, V)
-            expected = logp[0, torch.arange(tgt.shape[1]), torch.tensor([*h.ids, EOS_ID])].sum().item()
+                logp = gen.model.decode(
+                    tgt, z[None], torch.ones(1, z.shape[0], dtype=torch.bool)
+                ).log_softmax(-1)  # (1, S, V)
+            expected = (
+                logp[0, torch.arange(tgt.shape[1]), torch.tensor([*h.ids, EOS_ID])].sum().item()
+            )
             assert h.logprob == pytest.approx(expected, abs=1e-3)
             assert h.score == pytest.approx(expected / (len(h.ids) + 1) ** alpha, abs=1e-3)
 
@@ -213,15 +243,27 @@ def test_filter_logits_top_k_top_p_closed_form():
 def test_sampling_top_k_1_is_greedy_and_seeded(random_model):
     z, mask = _latents()
     greedy = greedy_decode(random_model, z, mask, 12)
-    top1 = sample_decode(random_model, z, mask, 12, top_k=1, generator=torch.Generator().manual_seed(0))
+    top1 = sample_decode(
+        random_model, z, mask, 12, top_k=1, generator=torch.Generator().manual_seed(0)
+    )
     assert [h.ids for h in top1] == greedy
-    a = sample_decode(random_model, z, mask, 12, temperature=2.0, generator=torch.Generator().manual_seed(5))
-    b = sample_decode(random_model, z, mask, 12, temperature=2.0, generator=torch.Generator().manual_seed(5))
+    a = sample_decode(
+        random_model, z, mask, 12, temperature=2.0, generator=torch.Generator().manual_seed(5)
+    )
+    b = sample_decode(
+        random_model, z, mask, 12, temperature=2.0, generator=torch.Generator().manual_seed(5)
+    )
     assert [h.ids for h in a] == [h.ids for h in b]
 
 
 def test_decode_options_validate():
-    for bad in (dict(beam_size=0), dict(temperature=0.0), dict(top_p=0.0), dict(top_k=-1), dict(strategy="nucleus")):
+    for bad in (
+        dict(beam_size=0),
+        dict(temperature=0.0),
+        dict(top_p=0.0),
+        dict(top_k=-1),
+        dict(strategy="nucleus"),
+    ):
         with pytest.raises(VatError):
             DecodeOptions(**bad)
 
@@ -237,18 +279,28 @@ def test_perturb_latents_closed_form():
     z = perturb_latents(mu, logvar, 1.0, where, torch.Generator().manual_seed(0))
     assert torch.equal(z[~where], mu[~where]) and (z[where] != mu[where]).all()
     # z - mu = tau * sigma * eps: standard deviation tau * 2 = 1 for tau = 0.5.
-    big = perturb_latents(torch.zeros(20000, 1, 1), torch.full((20000, 1, 1), math.log(4.0)), 0.5,
-                          generator=torch.Generator().manual_seed(0))
+    big = perturb_latents(
+        torch.zeros(20000, 1, 1),
+        torch.full((20000, 1, 1), math.log(4.0)),
+        0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert big.std().item() == pytest.approx(1.0, abs=0.03)
 
 
 def test_tau_zero_equals_mu_decoding(overfit, random_model, tiny_tokenizer):
     gen, sentences = overfit
-    assert gen.sample(sentences[:4], n=2, tau=0.0) == [[r, r] for r in gen.reconstruct(sentences[:4])]
-    assert gen.resample_token(sentences[:2], [1], n=2, tau=0.0) == [[r, r] for r in gen.reconstruct(sentences[:2])]
+    assert gen.sample(sentences[:4], n=2, tau=0.0) == [
+        [r, r] for r in gen.reconstruct(sentences[:4])
+    ]
+    assert gen.resample_token(sentences[:2], [1], n=2, tau=0.0) == [
+        [r, r] for r in gen.reconstruct(sentences[:2])
+    ]
     rand = VATGenerator(random_model, tiny_tokenizer)
     opts = DecodeOptions(max_len=10)
-    assert rand.sample(sentences[:3], n=1, tau=0.0, options=opts) == [[r] for r in rand.reconstruct(sentences[:3], opts)]
+    assert rand.sample(sentences[:3], n=1, tau=0.0, options=opts) == [
+        [r] for r in rand.reconstruct(sentences[:3], opts)
+    ]
 
 
 def test_variational_samples_vary_and_resample_token_validates(overfit):
@@ -342,5 +394,5 @@ def test_long_sentence_is_truncated_with_a_warning(random_model, tiny_tokenizer)
     gen = VATGenerator(random_model, tiny_tokenizer)
     long = " ".join(["the cat"] * 60)
     with pytest.warns(TruncationWarning, match="truncated"):
-        (mu, _), = gen.posteriors([long])
+        ((mu, _),) = gen.posteriors([long])
     assert mu.shape[0] == random_model.config.max_len  # max_len - 1 subwords + </s>

@@ -20,26 +20,35 @@ FAST = ["--max-len", "6"]  # random weights never say </s>: keep every decode sh
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "vat", "generate", *args], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "vat", "generate", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def lines(text: str) -> list[str]:
     return text.split("\n")[:-1] if text else []  # keep empty lines, drop the final newline's
 
 
-
-
 @pytest.fixture()
 def input_file(tmp_path) -> Path:
     p = tmp_path / "in.txt"
-    p.write_text("The cat sat on the mat.\n\nTwo dogs run through the snow.\n   \nHe bought fresh bread.\n")
+    p.write_text(
+        "The cat sat on the mat.\n\nTwo dogs run through the snow.\n   \nHe bought fresh bread.\n"
+    )
     return p
 
 
 @pytest.mark.slow
 def test_reconstruct_input_file_one_line_per_input_line(tiny_ckpt, input_file):
-    r = run("reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--beam", "3", *FAST)
+    r = run(
+        "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--beam", "3", *FAST
+    )
     assert r.returncode == 0, r.stderr
     out = lines(r.stdout)
     assert len(out) == 5  # blank lines 2 and 4 give empty output lines
@@ -49,7 +58,19 @@ def test_reconstruct_input_file_one_line_per_input_line(tiny_ckpt, input_file):
 
 @pytest.mark.slow
 def test_sample_json(tiny_ckpt):
-    r = run("sample", "--ckpt", str(tiny_ckpt), "The cat sat.", "Two dogs run.", "-n", "3", "--tau", "0.5", "--json", *FAST)
+    r = run(
+        "sample",
+        "--ckpt",
+        str(tiny_ckpt),
+        "The cat sat.",
+        "Two dogs run.",
+        "-n",
+        "3",
+        "--tau",
+        "0.5",
+        "--json",
+        *FAST,
+    )
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in lines(r.stdout)]
     assert [x["input"] for x in recs] == ["The cat sat.", "Two dogs run."]
@@ -58,15 +79,35 @@ def test_sample_json(tiny_ckpt):
 
 @pytest.mark.slow
 def test_resample_token_text(tiny_ckpt):
-    r = run("resample-token", "--ckpt", str(tiny_ckpt), "--positions", "0,1", "The cat sat.", "-n", "2", *FAST)
+    r = run(
+        "resample-token",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--positions",
+        "0,1",
+        "The cat sat.",
+        "-n",
+        "2",
+        *FAST,
+    )
     assert r.returncode == 0, r.stderr
     assert len(lines(r.stdout)) == 2  # n lines per input
 
 
 @pytest.mark.slow
 def test_interpolate_stdin_pairs(tiny_ckpt):
-    r = run("interpolate", "--ckpt", str(tiny_ckpt), "--input", "-", "--alphas", "0,0.5,1", "--slerp", *FAST,
-            stdin="The cat sat.\tTwo dogs run through the snow.\nA b.\tC d e.\n")
+    r = run(
+        "interpolate",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--input",
+        "-",
+        "--alphas",
+        "0,0.5,1",
+        "--slerp",
+        *FAST,
+        stdin="The cat sat.\tTwo dogs run through the snow.\nA b.\tC d e.\n",
+    )
     assert r.returncode == 0, r.stderr
     assert len(lines(r.stdout)) == 6  # 3 alphas x 2 pairs
 
@@ -76,7 +117,9 @@ def test_prior_json_lengths_from_histogram(tiny_ckpt):
     r = run("prior", "--ckpt", str(tiny_ckpt), "-n", "4", "--json", *FAST)
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in lines(r.stdout)]
-    assert len(recs) == 4 and all(2 <= x["length"] <= 7 for x in recs)  # tiny_ckpt's histogram support
+    assert len(recs) == 4 and all(
+        2 <= x["length"] <= 7 for x in recs
+    )  # tiny_ckpt's histogram support
 
 
 @pytest.mark.slow
@@ -85,7 +128,9 @@ def test_bad_checkpoint_is_one_line_exit_2(tmp_path):
     corrupt.write_bytes(b"PK\x03\x04 this is not a checkpoint")
     r = run("reconstruct", "--ckpt", str(corrupt), "hello")
     assert r.returncode == 2
-    assert r.stderr.startswith("error:") and len(lines(r.stderr)) == 1 and "Traceback" not in r.stderr
+    assert (
+        r.stderr.startswith("error:") and len(lines(r.stderr)) == 1 and "Traceback" not in r.stderr
+    )
 
 
 # -- in process: bad input, options, JSON layout -------------------------------------------------
@@ -99,15 +144,25 @@ def _main(capsys, *args: str) -> tuple[int, list[str], str]:
 
 def test_missing_and_non_vat_checkpoints(tmp_path, capsys):
     rc, out, err = _main(capsys, "prior", "--ckpt", str(tmp_path / "nope.ckpt"))
-    assert rc == 2 and out == [] and err.startswith("error:") and "does not exist" in err and len(lines(err)) == 1
+    assert (
+        rc == 2
+        and out == []
+        and err.startswith("error:")
+        and "does not exist" in err
+        and len(lines(err)) == 1
+    )
     other = tmp_path / "other.ckpt"
-    torch.save({"state_dict": {}, "epoch": 3}, other)  # a Lightning-like checkpoint without vat metadata
+    torch.save(
+        {"state_dict": {}, "epoch": 3}, other
+    )  # a Lightning-like checkpoint without vat metadata
     rc, _, err = _main(capsys, "prior", "--ckpt", str(other))
     assert rc == 2 and "not a vat checkpoint" in err and len(lines(err)) == 1
 
 
 def test_json_reconstruct_keeps_line_count(tiny_ckpt, input_file, capsys):
-    rc, out, _ = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--json", *FAST)
+    rc, out, _ = _main(
+        capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--json", *FAST
+    )
     assert rc == 0 and len(out) == 5
     recs = [json.loads(x) for x in out]
     assert recs[1] == {"input": "", "skipped": True}
@@ -122,31 +177,51 @@ def test_long_sentence_warns_and_still_prints_one_line(tiny_ckpt, capsys):
 
 
 def test_bleu_command_prints_figures(tiny_ckpt, input_file, capsys):
-    rc, out, _ = _main(capsys, "bleu", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--limit", "2", "--json", *FAST)
+    rc, out, _ = _main(
+        capsys,
+        "bleu",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--input",
+        str(input_file),
+        "--limit",
+        "2",
+        "--json",
+        *FAST,
+    )
     rec = json.loads(out[0])
     assert rc == 0 and rec["n"] == 2 and 0 <= rec["bleu"] <= 100 and rec["decoding"] == "greedy"
-    rc, out, _ = _main(capsys, "bleu", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--beam", "2", *FAST)
+    rc, out, _ = _main(
+        capsys, "bleu", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--beam", "2", *FAST
+    )
     assert rc == 0 and out[0].startswith("BLEU ") and "beam 2" in out[0]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["reconstruct"], "no input"),
-    (["interpolate", "only one"], "exactly two"),
-    (["reconstruct", "x", "--beam", "3", "--sampling"], "exclude each other"),
-    (["resample-token", "a b", "--positions", "9"], "out of range"),
-    (["prior", "--length", "999"], "--length"),
-    (["reconstruct", "--input", "/no/such/file.txt"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["reconstruct"], "no input"),
+        (["interpolate", "only one"], "exactly two"),
+        (["reconstruct", "x", "--beam", "3", "--sampling"], "exclude each other"),
+        (["resample-token", "a b", "--positions", "9"], "out of range"),
+        (["prior", "--length", "999"], "--length"),
+        (["reconstruct", "--input", "/no/such/file.txt"], "no such file"),
+    ],
+)
 def test_bad_options_are_one_line_errors(tiny_ckpt, capsys, args, message):
     rc, out, err = _main(capsys, args[0], "--ckpt", str(tiny_ckpt), *args[1:], *FAST)
     assert rc == 2 and out == [] and len(lines(err)) == 1 and message in err
 
 
 def test_list_options_are_comma_separated(tiny_ckpt, capsys):
-    rc, out, _ = _main(capsys, "interpolate", "--ckpt", str(tiny_ckpt), "--alphas", "0,1", "A b.", "C d e.", *FAST)
+    rc, out, _ = _main(
+        capsys, "interpolate", "--ckpt", str(tiny_ckpt), "--alphas", "0,1", "A b.", "C d e.", *FAST
+    )
     assert rc == 0 and len(out) == 2
     # A usage error is one line too (no usage block), exit status 2.
-    rc, out, err = _main(capsys, "resample-token", "--ckpt", str(tiny_ckpt), "--positions", "x", "A b.")
+    rc, out, err = _main(
+        capsys, "resample-token", "--ckpt", str(tiny_ckpt), "--positions", "x", "A b."
+    )
     assert rc == 2 and out == [] and len(lines(err)) == 1 and "comma-separated integers" in err
 
 
@@ -165,8 +240,17 @@ def test_only_newline_ends_an_input_line(tiny_ckpt, tmp_path, capsys):
     text = "a\fb\n" + "c\u2028d\n" + "e\x85f\n" + "g\x1dh\r\n" + "i j\n"
     p = tmp_path / "odd.txt"
     p.write_bytes(text.encode("utf-8"))
-    rc, out, _ = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(p), "--json",
-                       "--no-progress", *FAST)
+    rc, out, _ = _main(
+        capsys,
+        "reconstruct",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--input",
+        str(p),
+        "--json",
+        "--no-progress",
+        *FAST,
+    )
     assert rc == 0 and len(out) == 5
     assert [json.loads(x)["input"] for x in out] == ["a\fb", "c\u2028d", "e\x85f", "g\x1dh", "i j"]
 
@@ -184,20 +268,31 @@ def test_invalid_utf8_on_stdin_is_one_line_error(tiny_ckpt, monkeypatch, capsys)
 @pytest.mark.slow
 def test_invalid_utf8_argument_is_one_line_error(tiny_ckpt):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = [sys.executable.encode(), b"-m", b"vat", b"generate", b"reconstruct", b"--ckpt",
-            str(tiny_ckpt).encode(), b"caf\xe9 latte"]  # latin-1, not UTF-8
+    args = [
+        sys.executable.encode(),
+        b"-m",
+        b"vat",
+        b"generate",
+        b"reconstruct",
+        b"--ckpt",
+        str(tiny_ckpt).encode(),
+        b"caf\xe9 latte",
+    ]  # latin-1, not UTF-8
     r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=120)
     err = r.stderr.decode("utf-8", "replace")
     assert r.returncode == 2 and r.stdout == b"" and len(lines(err)) == 1
     assert "argument" in err and "not valid UTF-8" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("args, option", [
-    (["interpolate", "A b.", "C d.", "--alphas", "0,nan,1"], "--alphas"),
-    (["interpolate", "A b.", "C d.", "--alphas", "inf"], "--alphas"),
-    (["sample", "A b.", "--sampling", "--temperature", "nan"], "--temperature"),
-    (["sample", "A b.", "--tau=-inf"], "--tau"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["interpolate", "A b.", "C d.", "--alphas", "0,nan,1"], "--alphas"),
+        (["interpolate", "A b.", "C d.", "--alphas", "inf"], "--alphas"),
+        (["sample", "A b.", "--sampling", "--temperature", "nan"], "--temperature"),
+        (["sample", "A b.", "--tau=-inf"], "--tau"),
+    ],
+)
 def test_non_finite_numbers_are_one_line_errors(tiny_ckpt, capsys, args, option):
     rc, out, err = _main(capsys, args[0], "--ckpt", str(tiny_ckpt), *args[1:], *FAST)
     assert rc == 2 and out == [] and len(lines(err)) == 1 and option in err and "finite" in err
@@ -218,20 +313,43 @@ def test_ctrl_c_is_one_line_exit_130(tiny_ckpt, monkeypatch, capsys):
 
 
 def test_progress_bar_for_input_files_and_quiet(tiny_ckpt, input_file, capsys):
-    rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
-                         *FAST)
+    rc, out, err = _main(
+        capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), *FAST
+    )
     assert rc == 0 and len(out) == 5 and "decoding" in err and "/3 " in err  # 3 sentences
-    rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
-                         "--quiet", *FAST)
+    rc, out, err = _main(
+        capsys,
+        "reconstruct",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--input",
+        str(input_file),
+        "--quiet",
+        *FAST,
+    )
     assert rc == 0 and len(out) == 5 and err == ""  # no bar, no "skipped" note
 
 
-def test_output_file_is_written_atomically_and_never_overwritten(tiny_ckpt, input_file, tmp_path, capsys):
+def test_output_file_is_written_atomically_and_never_overwritten(
+    tiny_ckpt, input_file, tmp_path, capsys
+):
     out = tmp_path / "out.txt"
-    rc, stdout, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file),
-                            "--output", str(out), "--no-progress", *FAST)
+    rc, stdout, err = _main(
+        capsys,
+        "reconstruct",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--input",
+        str(input_file),
+        "--output",
+        str(out),
+        "--no-progress",
+        *FAST,
+    )
     assert rc == 0 and stdout == [] and f"wrote {out}" in err
     assert len(lines(out.read_text())) == 5 and not list(tmp_path.glob(".out.txt.tmp-*"))
     out.write_text("keep me")
-    rc, _, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "A b.", "--output", str(out), *FAST)
+    rc, _, err = _main(
+        capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "A b.", "--output", str(out), *FAST
+    )
     assert rc == 2 and "already exists" in err and out.read_text() == "keep me"

@@ -60,7 +60,9 @@ def test_shifted_cloud_is_anisotropic():
 def test_anisotropy_matches_brute_force_and_accepts_torch():
     x = np.random.default_rng(3).normal(size=(50, 8)) + 0.5
     assert g.anisotropy(x) == pytest.approx(brute_mean_cos(x), abs=1e-12)
-    assert g.anisotropy(torch.tensor(x, dtype=torch.float32)) == pytest.approx(brute_mean_cos(x), abs=1e-6)
+    assert g.anisotropy(torch.tensor(x, dtype=torch.float32)) == pytest.approx(
+        brute_mean_cos(x), abs=1e-6
+    )
 
 
 # -- self-similarity ----------------------------------------------------------------------
@@ -78,7 +80,9 @@ def test_self_similarity_matches_brute_force():
     for w, (c, v) in expected.items():
         assert per_type[w][0] == c
         assert per_type[w][1] == pytest.approx(v, abs=1e-12)
-    assert g.self_similarity(x, ids, min_count=5) == pytest.approx(np.mean([v for _, v in expected.values()]))
+    assert g.self_similarity(x, ids, min_count=5) == pytest.approx(
+        np.mean([v for _, v in expected.values()])
+    )
 
 
 def test_self_similarity_min_count_filters_types():
@@ -139,7 +143,9 @@ def test_intra_sentence_similarity_matches_brute_force_and_is_unweighted():
         m = rows.mean(0)
         cos = rows @ m / (np.linalg.norm(rows, axis=1) * np.linalg.norm(m))
         assert v == pytest.approx(cos.mean(), abs=1e-12)
-    assert g.intra_sentence_similarity(x, sent) == pytest.approx(np.mean(list(per_sentence.values())))
+    assert g.intra_sentence_similarity(x, sent) == pytest.approx(
+        np.mean(list(per_sentence.values()))
+    )
 
 
 # -- IsoScore and effective rank ----------------------------------------------------------
@@ -165,7 +171,12 @@ def test_isoscore_is_rotation_and_scale_invariant():
 
 @pytest.mark.parametrize(
     "spectrum,expected",
-    [([1, 1, 1, 1], 4.0), ([5, 0, 0], 1.0), ([2, 1, 1], 2**1.5), ([3, 1], math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))))],
+    [
+        ([1, 1, 1, 1], 4.0),
+        ([5, 0, 0], 1.0),
+        ([2, 1, 1], 2**1.5),
+        ([3, 1], math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))),
+    ],
 )
 def test_effective_rank_of_known_spectra(spectrum, expected):
     assert g.spectrum_effective_rank(spectrum) == pytest.approx(expected, abs=1e-12)
@@ -179,8 +190,12 @@ def test_active_units_on_constructed_data():
     def column(var: float) -> np.ndarray:
         return sign * math.sqrt(var * (n - 1) / n)
 
-    mu = np.stack([column(1.0), np.full(n, 3.0), column(0.005), column(0.02), column(0.0099)], axis=1)
-    np.testing.assert_allclose(g.active_unit_variances(mu), [1.0, 0.0, 0.005, 0.02, 0.0099], atol=1e-12)
+    mu = np.stack(
+        [column(1.0), np.full(n, 3.0), column(0.005), column(0.02), column(0.0099)], axis=1
+    )
+    np.testing.assert_allclose(
+        g.active_unit_variances(mu), [1.0, 0.0, 0.005, 0.02, 0.0099], atol=1e-12
+    )
     assert g.active_units(mu) == 2  # dims 0 and 3 exceed 0.01
     assert g.active_units(mu, threshold=0.001) == 4
 
@@ -188,7 +203,9 @@ def test_active_units_on_constructed_data():
 def test_kl_per_dimension_closed_form_and_matches_losses():
     s = 0.4
     mu = np.array([[0.0, s, 0.0], [0.0, s, 0.0]])
-    logvar = np.array([[2 * math.log(s)] * 3, [2 * math.log(s), 2 * math.log(s), 2 * math.log(s) + 1.0]])
+    logvar = np.array(
+        [[2 * math.log(s)] * 3, [2 * math.log(s), 2 * math.log(s), 2 * math.log(s) + 1.0]]
+    )
     kl = g.kl_per_dimension(mu, logvar, s)
     # dim 0: q = p -> 0; dim 1: mu^2 / (2 s^2) = 1/2; dim 2: token 2 has exp(1) times the
     # prior variance -> (e - 1 - 1)/2 per that token, averaged with 0.
@@ -211,7 +228,9 @@ def test_mutual_information_limits():
     sharp = g.mutual_information(mu, np.full((n, d), -8.0), batch_size=512, max_tokens=None)
     assert sharp == pytest.approx(math.log(512), abs=0.15)
     # Deterministic for a given seed.
-    assert g.mutual_information(mu, np.full((n, d), -8.0), seed=3) == g.mutual_information(mu, np.full((n, d), -8.0), seed=3)
+    assert g.mutual_information(mu, np.full((n, d), -8.0), seed=3) == g.mutual_information(
+        mu, np.full((n, d), -8.0), seed=3
+    )
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -231,11 +250,19 @@ def test_geometry_report_agrees_with_the_functions():
     assert r.effective_rank == pytest.approx(g.effective_rank(x))
     assert r.active_units == g.active_units(x)
     assert r.kl_per_token == pytest.approx(g.kl_per_dimension(x, lv, 0.5).sum())
-    assert set(r.scalars()) >= {"anisotropy", "isoscore", "active_units", "kl_per_token", "mutual_information"}
+    assert set(r.scalars()) >= {
+        "anisotropy",
+        "isoscore",
+        "active_units",
+        "kl_per_token",
+        "mutual_information",
+    }
     assert all(math.isfinite(v) for v in r.scalars().values())
     # Without a posterior the collapse diagnostics stay empty.
     r2 = g.geometry_report(x, ids, sent)
-    assert r2.active_units is None and r2.kl_per_token is None and "kl_per_token" not in r2.scalars()
+    assert (
+        r2.active_units is None and r2.kl_per_token is None and "kl_per_token" not in r2.scalars()
+    )
 
 
 # -- bad input ----------------------------------------------------------------------------
@@ -253,8 +280,12 @@ def test_mismatched_lengths():
 
 def test_zero_vectors():
     x = np.array([[1.0, 0], [0, 0], [0, 1]])
-    for call in (lambda: g.anisotropy(x), lambda: g.self_similarity(x, [1, 1, 1], 2),
-                 lambda: g.intra_sentence_similarity(x, [0, 0, 1]), lambda: g.geometry_report(x, [1, 1, 1], [0, 0, 1], min_count=2)):
+    for call in (
+        lambda: g.anisotropy(x),
+        lambda: g.self_similarity(x, [1, 1, 1], 2),
+        lambda: g.intra_sentence_similarity(x, [0, 0, 1]),
+        lambda: g.geometry_report(x, [1, 1, 1], [0, 0, 1], min_count=2),
+    ):
         with pytest.raises(ValueError, match="1 zero vector.*row 1"):
             call()
 
@@ -267,16 +298,24 @@ def test_sentence_whose_mean_is_zero():
 @pytest.mark.parametrize("n", [0, 1])
 def test_fewer_than_two_tokens(n):
     x = np.ones((n, 3))
-    for call in (lambda: g.anisotropy(x), lambda: g.self_similarity(x, [1] * n, 2),
-                 lambda: g.intra_sentence_similarity(x, [0] * n), lambda: g.isoscore(x),
-                 lambda: g.effective_rank(x), lambda: g.active_units(x), lambda: g.geometry_report(x, [1] * n, [0] * n)):
+    for call in (
+        lambda: g.anisotropy(x),
+        lambda: g.self_similarity(x, [1] * n, 2),
+        lambda: g.intra_sentence_similarity(x, [0] * n),
+        lambda: g.isoscore(x),
+        lambda: g.effective_rank(x),
+        lambda: g.active_units(x),
+        lambda: g.geometry_report(x, [1] * n, [0] * n),
+    ):
         with pytest.raises(ValueError, match="at least 2"):
             call()
 
 
 def test_no_type_reaches_min_count():
     x = np.random.default_rng(12).normal(size=(10, 3))
-    with pytest.raises(ValueError, match="no word type occurs at least min_count=5 times.*most frequent type: 4"):
+    with pytest.raises(
+        ValueError, match="no word type occurs at least min_count=5 times.*most frequent type: 4"
+    ):
         g.self_similarity(x, [1, 1, 1, 1, 2, 2, 3, 4, 5, 6], min_count=5)
     with pytest.raises(ValueError, match="no word type"):
         g.geometry_report(x, list(range(10)), [0] * 10)

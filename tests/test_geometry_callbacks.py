@@ -32,7 +32,11 @@ class TinySystem(L.LightningModule):
     def __init__(self, ckpt: Path, sentences: list[str]) -> None:
         super().__init__()
         loaded = load_vat(ckpt)
-        self.model, self.tokenizer, self.prior_std = loaded.model, loaded.tokenizer, loaded.prior_std
+        self.model, self.tokenizer, self.prior_std = (
+            loaded.model,
+            loaded.tokenizer,
+            loaded.prior_std,
+        )
         self.batch = make_batch(self.tokenizer.encode_batch(sentences[:4]))
 
     def training_step(self, batch, batch_idx):
@@ -61,9 +65,18 @@ def probe_file(tmp_path, tiny_sentences) -> Path:
 
 def fit(module, tmp_path, callbacks, epochs=2):
     logger = TensorBoardLogger(tmp_path, name="tb", version=0)
-    trainer = L.Trainer(max_epochs=epochs, logger=logger, callbacks=callbacks, accelerator="cpu", devices=1,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=1, log_every_n_steps=1)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        logger=logger,
+        callbacks=callbacks,
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+        log_every_n_steps=1,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module)
@@ -78,12 +91,16 @@ def test_callbacks_write_tensorboard(tmp_path, tiny_ckpt, tiny_sentences, probe_
         SamplesCallback(sentences=tiny_sentences[:3], num_show=3, num_samples=1, max_len=6),
     ]
     _, log_dir = fit(module, tmp_path, callbacks)
-    ea = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0}).Reload()
+    ea = EventAccumulator(
+        str(log_dir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0}
+    ).Reload()
     tags = ea.Tags()
 
     # Scalars: one per validation run (2 epochs; the sanity check does not count).
     tv = token_vectors(module.model, module.tokenizer, callbacks[0].sentences)
-    expected = geometry_report(tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, 0.4, min_count=2)
+    expected = geometry_report(
+        tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, 0.4, min_count=2
+    )
     assert len(METRICS) == 10  # one list: the callback logs every scalar metric of the report
     for name in METRICS:
         events = ea.Scalars(f"geometry/{name}")
@@ -101,11 +118,17 @@ def test_callbacks_write_tensorboard(tmp_path, tiny_ckpt, tiny_sentences, probe_
     # Projector: written once (every 2nd run), 50 token vectors, token text as metadata.
     config = (log_dir / "projector_config.pbtxt").read_text()
     assert config.count("embeddings {") == 1 and "geometry/token_mu" in config
-    paths = dict(line.strip().split(": ") for line in config.splitlines() if line.strip().endswith('.tsv"'))
+    paths = dict(
+        line.strip().split(": ") for line in config.splitlines() if line.strip().endswith('.tsv"')
+    )
     meta = (log_dir / paths["metadata_path"].strip('"')).read_text().splitlines()
     assert meta[0] == "token\tsentence" and len(meta) == 51
-    first_tokens = [module.tokenizer.token_text(i) for i in module.tokenizer.encode(tiny_sentences[0])]
-    assert [row.split("\t")[0] for row in meta[1 : 1 + len(first_tokens)]] == [projector_label(t) for t in first_tokens]
+    first_tokens = [
+        module.tokenizer.token_text(i) for i in module.tokenizer.encode(tiny_sentences[0])
+    ]
+    assert [row.split("\t")[0] for row in meta[1 : 1 + len(first_tokens)]] == [
+        projector_label(t) for t in first_tokens
+    ]
     assert len((log_dir / paths["tensor_path"].strip('"')).read_text().splitlines()) == 50
 
     # Reconstructions as text, two table rows (input, mu-decoding) per sentence.
@@ -155,7 +178,9 @@ def test_schedule_sanity_check_and_rank(tiny_ckpt, tiny_sentences):
     assert len(spy.calls) == 3
 
 
-def test_projector_without_tensorboard_warns_and_writes_nothing(tiny_ckpt, tiny_sentences, probe_file):
+def test_projector_without_tensorboard_warns_and_writes_nothing(
+    tiny_ckpt, tiny_sentences, probe_file
+):
     module = TinySystem(tiny_ckpt, tiny_sentences)
     cb = LatentProjector(probe_file=str(probe_file))
     cb.setup(fake_trainer(), module, "fit")
@@ -166,7 +191,9 @@ def test_projector_without_tensorboard_warns_and_writes_nothing(tiny_ckpt, tiny_
 def test_bad_probe_and_arguments_fail_at_setup(tmp_path, tiny_ckpt, tiny_sentences):
     module = TinySystem(tiny_ckpt, tiny_sentences)
     with pytest.raises(VatError, match="cannot read the probe set"):
-        GeometryMetrics(probe_file=str(tmp_path / "missing.txt")).setup(fake_trainer(), module, "fit")
+        GeometryMetrics(probe_file=str(tmp_path / "missing.txt")).setup(
+            fake_trainer(), module, "fit"
+        )
     with pytest.raises(VatError, match="STS12"):
         GeometryMetrics(senteval_dir=str(tmp_path)).setup(fake_trainer(), module, "fit")
     with pytest.raises(VatError, match="every_n_validations"):
@@ -220,7 +247,11 @@ callbacks:
 """
     cfg = parser.parse_string(yaml)
     cbs = parser.instantiate_classes(cfg).callbacks
-    assert [type(c).__name__ for c in cbs] == ["GeometryMetrics", "LatentProjector", "SamplesCallback"]
+    assert [type(c).__name__ for c in cbs] == [
+        "GeometryMetrics",
+        "LatentProjector",
+        "SamplesCallback",
+    ]
     assert cbs[0].every_n_validations == 2 and cbs[0].min_count == 3 and cbs[1].max_tokens == 100
     assert cbs[2].sentences(None, None) == ["a b", "c d"]
 
@@ -235,7 +266,9 @@ def test_token_posteriors_match_token_vectors(tiny_ckpt, tiny_sentences):
     loaded = load_vat(tiny_ckpt)
     sentences = tiny_sentences + [""]  # an empty sentence contributes no token
     # Several length-sorted batches, put back in input order (padding changes float round-off only).
-    mu, logvar, tok, sent = token_posteriors(loaded.model, loaded.tokenizer, sentences, batch_size=5)
+    mu, logvar, tok, sent = token_posteriors(
+        loaded.model, loaded.tokenizer, sentences, batch_size=5
+    )
     tv = token_vectors(loaded.model, loaded.tokenizer, sentences, batch_size=5)
     np.testing.assert_array_equal(mu.numpy(), tv.vectors)
     np.testing.assert_array_equal(logvar.numpy(), tv.logvar)

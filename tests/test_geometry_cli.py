@@ -16,8 +16,6 @@ from vat.geometry import geometry_report
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-
 @pytest.fixture
 def probe(tmp_path, tiny_sentences) -> Path:
     p = tmp_path / "probe.txt"
@@ -37,33 +35,59 @@ def test_vat_checkpoint(tmp_path, tiny_ckpt, probe, capsys):
     from vat.probes import load_probe_sentences
 
     out = tmp_path / "geo.json"
-    rc, stdout, err = cli(["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out], capsys)
+    rc, stdout, err = cli(
+        ["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out], capsys
+    )
     assert rc == 0, err
     assert "anisotropy" in stdout and "active units" in stdout and "wrote" in stdout
     result = json.loads(out.read_text())
     loaded = load_vat(tiny_ckpt)
     tv = token_vectors(loaded.model, loaded.tokenizer, load_probe_sentences(probe))
-    expected = geometry_report(tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, 0.4, min_count=3)
+    expected = geometry_report(
+        tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, 0.4, min_count=3
+    )
     m = result["metrics"]
-    for key in ("anisotropy", "self_similarity", "intra_sentence_similarity", "isoscore", "effective_rank",
-                "active_units", "kl_per_token", "mutual_information"):
+    for key in (
+        "anisotropy",
+        "self_similarity",
+        "intra_sentence_similarity",
+        "isoscore",
+        "effective_rank",
+        "active_units",
+        "kl_per_token",
+        "mutual_information",
+    ):
         assert m[key] == pytest.approx(getattr(expected, key), rel=1e-9), key
     assert len(m["kl_per_dim"]) == 32 and m["min_count"] == 3
-    assert result["model"] == {"kind": "vat", "name": "tiny.ckpt", "path": str(tiny_ckpt), "prior_std": 0.4}
+    assert result["model"] == {
+        "kind": "vat",
+        "name": "tiny.ckpt",
+        "path": str(tiny_ckpt),
+        "prior_std": 0.4,
+    }
     assert result["probe"]["num_sentences"] == 16
     per_type = result["self_similarity_by_type"]
     assert len(per_type) == expected.num_types and all(t["count"] >= 3 for t in per_type)
-    assert [t["self_similarity"] for t in per_type] == sorted(t["self_similarity"] for t in per_type)
+    assert [t["self_similarity"] for t in per_type] == sorted(
+        t["self_similarity"] for t in per_type
+    )
     assert not list(tmp_path.glob(".geo.json.tmp-*"))
 
 
 def test_output_is_never_overwritten_without_flag(tmp_path, tiny_ckpt, probe, capsys):
     out = tmp_path / "geo.json"
     out.write_text("keep me")
-    rc, _, err = cli(["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out], capsys)
-    assert rc == 2 and err.strip() == f"error: --output {out} exists; pass --overwrite to replace it"
+    rc, _, err = cli(
+        ["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out], capsys
+    )
+    assert (
+        rc == 2 and err.strip() == f"error: --output {out} exists; pass --overwrite to replace it"
+    )
     assert out.read_text() == "keep me"
-    rc, _, err = cli(["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out, "--overwrite"], capsys)
+    rc, _, err = cli(
+        ["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out, "--overwrite"],
+        capsys,
+    )
     assert rc == 0, err
     assert "anisotropy" in json.loads(out.read_text())["metrics"]
 
@@ -73,7 +97,10 @@ def test_output_is_never_overwritten_without_flag(tmp_path, tiny_ckpt, probe, ca
     [
         (["--ckpt", "{tmp}/missing.ckpt"], "does not exist"),
         (["--ckpt", "{ckpt}", "--layer", "2"], "--layer applies to --hf-model only"),
-        (["--ckpt", "{ckpt}", "--min-count", "1000"], "no word type occurs at least min_count=1000"),
+        (
+            ["--ckpt", "{ckpt}", "--min-count", "1000"],
+            "no word type occurs at least min_count=1000",
+        ),
         (["--ckpt", "{ckpt}", "--min-count", "1"], "--min-count must be >= 2"),
         (["--ckpt", "{ckpt}", "--probe", "{tmp}/nope.txt"], "No such file or directory"),
         (["--ckpt", "{ckpt}", "--senteval-dir", "{tmp}"], "no STS12 files"),
@@ -93,21 +120,55 @@ def test_bad_input_is_one_line(tmp_path, tiny_ckpt, probe, capsys, args, message
 
 def test_evaluate_dispatches_geometry(tmp_path, tiny_ckpt, probe):
     out = tmp_path / "g.json"
-    args = ["geometry", "--ckpt", str(tiny_ckpt), "--probe", str(probe), "--min-count", "3", "--output", str(out)]
-    done = subprocess.run([sys.executable, "-m", "vat", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    args = [
+        "geometry",
+        "--ckpt",
+        str(tiny_ckpt),
+        "--probe",
+        str(probe),
+        "--min-count",
+        "3",
+        "--output",
+        str(out),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "vat", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["model"]["kind"] == "vat"
     # The evaluate.py shim reaches the same command.
-    again = subprocess.run([sys.executable, "evaluate.py", *args], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
-    assert again.returncode == 2 and again.stderr.startswith("error: --output") and "Traceback" not in again.stderr
+    again = subprocess.run(
+        [sys.executable, "evaluate.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        again.returncode == 2
+        and again.stderr.startswith("error: --output")
+        and "Traceback" not in again.stderr
+    )
 
 
 def test_minilm_layers(tmp_path, probe, capsys, minilm_dir):
     model_dir = minilm_dir
     out = tmp_path / "minilm.json"
-    rc, stdout, err = cli(["--hf-model", model_dir, "--layer", 3, "--probe", probe, "--min-count", 2, "--output", out], capsys)
+    rc, stdout, err = cli(
+        [
+            "--hf-model",
+            model_dir,
+            "--layer",
+            3,
+            "--probe",
+            probe,
+            "--min-count",
+            2,
+            "--output",
+            out,
+        ],
+        capsys,
+    )
     assert rc == 0, err
     result = json.loads(out.read_text())
     assert result["model"]["kind"] == "huggingface" and result["model"]["layer"] == 3
@@ -118,13 +179,19 @@ def test_minilm_layers(tmp_path, probe, capsys, minilm_dir):
     assert "active units" not in stdout
     # WordPiece tokens carry their text in the per-type table.
     assert any(t["token"] == "the" for t in result["self_similarity_by_type"])
-    rc, _, err = cli(["--hf-model", model_dir, "--layer", 7, "--probe", probe, "--output", tmp_path / "x.json"], capsys)
+    rc, _, err = cli(
+        ["--hf-model", model_dir, "--layer", 7, "--probe", probe, "--output", tmp_path / "x.json"],
+        capsys,
+    )
     assert rc == 2 and "--layer 7" in err and "layers 0..6" in err
 
 
 @pytest.mark.parametrize(
     "argv,message",
-    [([], "required: --output"), (["--ckpt", "a", "--hf-model", "b", "--output", "g.json"], "not allowed with")],
+    [
+        ([], "required: --output"),
+        (["--ckpt", "a", "--hf-model", "b", "--output", "g.json"], "not allowed with"),
+    ],
 )
 def test_usage_errors_are_one_line(capsys, argv, message):
     rc, _, err = cli(argv, capsys)

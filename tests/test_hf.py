@@ -10,7 +10,12 @@ import pytest
 from vat import hf
 from vat.errors import VatError
 
-SENTENCES = ["A man is playing a guitar.", "", "The cat sat on the mat, and the dog didn't.", "Hello"]
+SENTENCES = [
+    "A man is playing a guitar.",
+    "",
+    "The cat sat on the mat, and the dog didn't.",
+    "Hello",
+]
 
 
 def test_token_vectors_drop_special_tokens_and_follow_input_order(minilm_dir):
@@ -27,7 +32,9 @@ def test_token_vectors_drop_special_tokens_and_follow_input_order(minilm_dir):
 def test_layers_and_batching(minilm_dir):
     model_dir = minilm_dir
     last = hf.hf_token_vectors(model_dir, SENTENCES, layer=-1, batch_size=1).vectors
-    np.testing.assert_allclose(hf.hf_token_vectors(model_dir, SENTENCES, layer=6, batch_size=3).vectors, last, atol=1e-4)
+    np.testing.assert_allclose(
+        hf.hf_token_vectors(model_dir, SENTENCES, layer=6, batch_size=3).vectors, last, atol=1e-4
+    )
     emb = hf.hf_token_vectors(model_dir, SENTENCES, layer=0).vectors
     assert emb.shape == last.shape and not np.allclose(emb, last)
     with pytest.raises(VatError, match="layers 0..6"):
@@ -38,7 +45,9 @@ def test_mean_pooling_reproduces_sentence_transformers(minilm_dir):
     model_dir = minilm_dir
     st = pytest.importorskip("sentence_transformers")
     ours = hf.hf_sentence_features(model_dir, SENTENCES, pooling="mean", batch_size=2)
-    ref = st.SentenceTransformer(str(model_dir), device="cpu").encode(SENTENCES)  # mean pool + L2 normalise
+    ref = st.SentenceTransformer(str(model_dir), device="cpu").encode(
+        SENTENCES
+    )  # mean pool + L2 normalise
     np.testing.assert_allclose(ours / np.linalg.norm(ours, axis=1, keepdims=True), ref, atol=1e-5)
 
 
@@ -50,7 +59,9 @@ def test_cls_pooling_is_position_zero(minilm_dir):
     batch = enc.tokenizer(SENTENCES[:1], return_tensors="pt")
     with torch.no_grad():
         ref = enc.model(**batch, output_hidden_states=True).hidden_states[2][0, 0].numpy()
-    np.testing.assert_allclose(hf.hf_sentence_features(model_dir, SENTENCES[:1], pooling="cls", layer=2)[0], ref, atol=1e-5)
+    np.testing.assert_allclose(
+        hf.hf_sentence_features(model_dir, SENTENCES[:1], pooling="cls", layer=2)[0], ref, atol=1e-5
+    )
     with pytest.raises(VatError, match="pooling must be"):
         hf.hf_sentence_features(model_dir, SENTENCES, pooling="max")
 

@@ -28,9 +28,19 @@ def trained(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("train") / "run"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        code = main(["fit", "-c", str(ROOT / "tests/assets/tiny.yaml"), "--run_dir", str(run),
-                     "--data.cache_dir", str(run.parent / "cache"),
-                     "--data.train_files", json.dumps([str(ROOT / "tests/assets/sentences.txt")])])
+        code = main(
+            [
+                "fit",
+                "-c",
+                str(ROOT / "tests/assets/tiny.yaml"),
+                "--run_dir",
+                str(run),
+                "--data.cache_dir",
+                str(run.parent / "cache"),
+                "--data.train_files",
+                json.dumps([str(ROOT / "tests/assets/sentences.txt")]),
+            ]
+        )
     assert code == 0
     return run
 
@@ -49,7 +59,10 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "vat" and config["format_version"] == hub.HUB_FORMAT_VERSION
     assert config["model_config"] == raw["vat"]["model_config"]
-    assert config["prior_std"] == raw["vat"]["prior_std"] and config["length_histogram"] == raw["vat"]["length_histogram"]
+    assert (
+        config["prior_std"] == raw["vat"]["prior_std"]
+        and config["length_histogram"] == raw["vat"]["length_histogram"]
+    )
     training = config["training"]
     assert training["global_step"] == raw["global_step"] == 2
     monitor = next(s for s in raw["callbacks"].values() if s.get("monitor"))
@@ -59,7 +72,7 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     assert "optimizer_states" not in json.dumps(config)
 
     # Weights: safetensors with the tied embedding / lm_head stored once, and nothing else.
-    state = {k[len("model."):]: v for k, v in raw["state_dict"].items() if k.startswith("model.")}
+    state = {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith("model.")}
     with safe_open(out / "model.safetensors", "pt") as f:
         keys = set(f.keys())
     assert keys == set(state) - {"lm_head.weight"}
@@ -74,8 +87,15 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     assert (a == b).all()
 
     card = (out / "README.md").read_text()
-    for text in ("library_name: vat", "| d_model | 32 |", "s = 0.4", "optimizer steps: 2",
-                 "sentences.txt", f"val/loss: {monitor['current_score']:.4f}", 'vat.load("'):
+    for text in (
+        "library_name: vat",
+        "| d_model | 32 |",
+        "s = 0.4",
+        "optimizer steps: 2",
+        "sentences.txt",
+        f"val/loss: {monitor['current_score']:.4f}",
+        'vat.load("',
+    ):
         assert text in card, text
 
 
@@ -130,8 +150,19 @@ def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_
     out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
     probe = tmp_path / "probe.txt"
     probe.write_text("\n".join(tiny_sentences) + "\n")
-    rc = run_cli(geometry_main, ["--ckpt", str(out), "--probe", str(probe), "--min-count", "2",
-                                 "--output", str(tmp_path / "g.json")])
+    rc = run_cli(
+        geometry_main,
+        [
+            "--ckpt",
+            str(out),
+            "--probe",
+            str(probe),
+            "--min-count",
+            "2",
+            "--output",
+            str(tmp_path / "g.json"),
+        ],
+    )
     assert rc == 0, capsys.readouterr().err
     capsys.readouterr()
     assert json.loads((tmp_path / "g.json").read_text())["model"]["prior_std"] == 0.4
@@ -139,19 +170,24 @@ def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_
     rc = generate_main(["reconstruct", "--ckpt", str(out), "--input", str(probe), "--max-len", "5"])
     from_folder = capsys.readouterr().out
     assert rc == 0 and len(from_folder.splitlines()) == len(tiny_sentences)
-    generate_main(["reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(probe), "--max-len", "5"])
+    generate_main(
+        ["reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(probe), "--max-len", "5"]
+    )
     assert capsys.readouterr().out == from_folder
     assert VATGenerator.from_checkpoint(out).prior_std == 0.4
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda d: (d / "model.safetensors").unlink(), "needs model.safetensors"),
-    (lambda d: (d / "model.safetensors").write_bytes(b"not safetensors"), "corrupt"),
-    (lambda d: (d / "config.json").write_text("{"), "not valid JSON"),
-    (lambda d: (d / "config.json").write_text('{"model_type": "bert"}'), "not a vat config"),
-    (lambda d: _edit_config(d, d_model=64, n_heads=4), "weights do not match"),
-    (lambda d: _edit_config(d, format_version=99), "unsupported vat folder format"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: (d / "model.safetensors").unlink(), "needs model.safetensors"),
+        (lambda d: (d / "model.safetensors").write_bytes(b"not safetensors"), "corrupt"),
+        (lambda d: (d / "config.json").write_text("{"), "not valid JSON"),
+        (lambda d: (d / "config.json").write_text('{"model_type": "bert"}'), "not a vat config"),
+        (lambda d: _edit_config(d, d_model=64, n_heads=4), "weights do not match"),
+        (lambda d: _edit_config(d, format_version=99), "unsupported vat folder format"),
+    ],
+)
 def test_damaged_folder_is_a_one_line_error(tiny_ckpt, tmp_path, damage, message):
     out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
     damage(out)
@@ -171,7 +207,9 @@ def test_hub_id_goes_through_snapshot_download(monkeypatch, tmp_path):
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(VatError, match=r"cannot download someone/vat-tiny from the Hugging Face Hub") as e:
+    with pytest.raises(
+        VatError, match=r"cannot download someone/vat-tiny from the Hugging Face Hub"
+    ) as e:
         hub.from_pretrained("someone/vat-tiny", cache_dir=tmp_path)
     assert "\n" not in str(e.value)
     with pytest.raises(CheckpointError, match="does not exist"):
@@ -198,11 +236,16 @@ class RecordingHfApi(HfApi):
 
 def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatch):
     api = RecordingHfApi()
-    assert hub.push_to_hub(tiny_ckpt, "me/vat-tiny", private=True, api=api, commit_message="first") == "commit-info"
+    assert (
+        hub.push_to_hub(tiny_ckpt, "me/vat-tiny", private=True, api=api, commit_message="first")
+        == "commit-info"
+    )
     (create, args, kwargs), (upload, _, up) = api.calls
     assert create == "create_repo" and args == ("me/vat-tiny",)
     assert kwargs == {"repo_type": "model", "private": True, "exist_ok": True}
-    assert upload == "upload_folder" and up["repo_id"] == "me/vat-tiny" and up["repo_type"] == "model"
+    assert (
+        upload == "upload_folder" and up["repo_id"] == "me/vat-tiny" and up["repo_type"] == "model"
+    )
     assert up["commit_message"] == "first" and sorted(up["allow_patterns"]) == FOLDER_FILES
     assert sorted(api.uploaded) == FOLDER_FILES
     original = load_vat(tiny_ckpt)

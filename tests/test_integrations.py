@@ -22,7 +22,9 @@ def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences,
 
     from vat.integrations.sentence_transformers import VATSentenceEncoder, to_sentence_transformer
 
-    sentences = tiny_sentences + [s.upper() for s in tiny_sentences] + ["", "x " * 60]  # empty, truncated
+    sentences = (
+        tiny_sentences + [s.upper() for s in tiny_sentences] + ["", "x " * 60]
+    )  # empty, truncated
     expected = vat.load(exported, device="cpu").encode(sentences)
     st = SentenceTransformer(str(exported), trust_remote_code=True, device="cpu")
     assert isinstance(st[0], VATSentenceEncoder)
@@ -44,7 +46,9 @@ def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences,
     built.save(str(tmp_path / "saved"))
     again = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
     np.testing.assert_allclose(again.encode(sentences), expected, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(vat.load(tmp_path / "saved").encode(sentences), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        vat.load(tmp_path / "saved").encode(sentences), expected, rtol=0, atol=1e-5
+    )
 
 
 def test_mteb_encoder_protocol(exported, tiny_sentences):
@@ -56,8 +60,11 @@ def test_mteb_encoder_protocol(exported, tiny_sentences):
     enc = VATMTEBEncoder(str(exported), device="cpu")
     assert isinstance(enc, EncoderProtocol)
     task = mteb.get_task("STSBenchmark")  # metadata only: nothing is downloaded
-    loader = DataLoader([{"text": s} for s in tiny_sentences], batch_size=5,
-                        collate_fn=lambda rows: {"text": [r["text"] for r in rows]})
+    loader = DataLoader(
+        [{"text": s} for s in tiny_sentences],
+        batch_size=5,
+        collate_fn=lambda rows: {"text": [r["text"] for r in rows]},
+    )
     emb = enc.encode(loader, task_metadata=task.metadata, hf_split="test", hf_subset="default")
     np.testing.assert_array_equal(emb, vat.load(exported).encode(tiny_sentences))
     sim = np.asarray(enc.similarity(emb, emb[:2]))
@@ -89,17 +96,30 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
         """MTEB's STSBenchmark task with `load_data` reading local files instead of the Hub."""
 
         def load_data(self, num_proc=None, **kwargs) -> None:
-            rows = {"sentence1": list(test.a), "sentence2": list(test.b), "score": [float(y) for y in test.y]}
+            rows = {
+                "sentence1": list(test.a),
+                "sentence2": list(test.b),
+                "score": [float(y) for y in test.y],
+            }
             self.dataset = {"default": DatasetDict({"test": Dataset.from_dict(rows)})}
             self.data_loaded = True
 
-    result = mteb.evaluate(VATMTEBEncoder(str(exported), device="cpu"), LocalSTSBenchmark(), cache=None,
-                           show_progress_bar=False, co2_tracker=False)
+    result = mteb.evaluate(
+        VATMTEBEncoder(str(exported), device="cpu"),
+        LocalSTSBenchmark(),
+        cache=None,
+        show_progress_bar=False,
+        co2_tracker=False,
+    )
     (scores,) = result.task_results[0].scores["test"]
-    ours, _ = evaluate(vat_encoder(exported), ["STSBenchmark"], senteval_dir, EvalSettings(progress=False))
+    ours, _ = evaluate(
+        vat_encoder(exported), ["STSBenchmark"], senteval_dir, EvalSettings(progress=False)
+    )
     expected = ours["STSBenchmark-cosine"]["test"]
     assert scores["cosine_spearman"] == pytest.approx(expected["spearman"], abs=1e-4)
-    assert scores["spearman"] == pytest.approx(expected["spearman"], abs=1e-4)  # via the encoder's similarity
+    assert scores["spearman"] == pytest.approx(
+        expected["spearman"], abs=1e-4
+    )  # via the encoder's similarity
     assert scores["cosine_pearson"] == pytest.approx(expected["pearson"], abs=1e-5)
     assert abs(expected["spearman"]) > 0.05  # a real correlation, not the 0 of a constant encoder
 
@@ -113,6 +133,12 @@ def test_mteb_command_offline_is_one_line(exported, tmp_path, monkeypatch, capsy
     assert {"STS12", "STS13", "STS14", "STS15", "STSBenchmark", "SICK-R", "BIOSSES"} <= set(names)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    rc = main(["--model", str(exported), "--tasks", "STSBenchmark", "--output", str(tmp_path / "res")])
+    rc = main(
+        ["--model", str(exported), "--tasks", "STSBenchmark", "--output", str(tmp_path / "res")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and err[-1].startswith("error: cannot fetch MTEB task data") and "stsbenchmark" in err[-1]
+    assert (
+        rc == 2
+        and err[-1].startswith("error: cannot fetch MTEB task data")
+        and "stsbenchmark" in err[-1]
+    )

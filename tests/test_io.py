@@ -46,7 +46,9 @@ def test_full_disk_is_one_line_naming_the_path(tmp_path):
 
     with pytest.raises(VatError) as e:
         atomic_write(path, full_disk)
-    assert str(e.value).startswith(f"cannot write {path}: no space left on device") and "\n" not in str(e.value)
+    assert str(e.value).startswith(
+        f"cannot write {path}: no space left on device"
+    ) and "\n" not in str(e.value)
     assert json.loads(path.read_text()) == {"old": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
@@ -61,7 +63,9 @@ def test_interrupt_mid_write_removes_the_temp(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         atomic_write(path, interrupted)
-    assert [p.name for p in tmp_path.iterdir()] == ["out.json"] and json.loads(path.read_text()) == {"old": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"] and json.loads(
+        path.read_text()
+    ) == {"old": 1}
 
 
 def test_temps_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
@@ -71,7 +75,9 @@ def test_temps_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
 
     from vat.io import _HOST
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead_pid = int(dead.stdout)
     stale = tmp_path / f".out.json.tmp-{dead_pid}@{_HOST}-abcd1234"
     live = tmp_path / f".out.json.tmp-{os.getppid()}@{_HOST}-efgh5678"  # the parent: alive

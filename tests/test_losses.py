@@ -23,7 +23,9 @@ def test_kl_matches_torch_distributions(s):
     mu = torch.randn(3, 5, 16, generator=g, dtype=torch.float64)
     logvar = torch.randn(3, 5, 16, generator=g, dtype=torch.float64)
     ours = gaussian_kl(mu, logvar, s)
-    ref = kl_divergence(Normal(mu, (0.5 * logvar).exp()), Normal(torch.zeros_like(mu), torch.full_like(mu, s)))
+    ref = kl_divergence(
+        Normal(mu, (0.5 * logvar).exp()), Normal(torch.zeros_like(mu), torch.full_like(mu, s))
+    )
     torch.testing.assert_close(ours, ref)
 
 
@@ -45,7 +47,9 @@ def test_reconstruction_nll_ignores_padding():
     logits2, targets2 = logits.clone(), targets.clone()
     logits2[~mask] = 100.0
     targets2[~mask] = 7
-    torch.testing.assert_close(masked_mean(reconstruction_nll(logits2, targets2, mask), mask), masked_mean(nll, mask))
+    torch.testing.assert_close(
+        masked_mean(reconstruction_nll(logits2, targets2, mask), mask), masked_mean(nll, mask)
+    )
     ref = torch.nn.functional.cross_entropy(logits[mask], targets[mask])
     torch.testing.assert_close(masked_mean(nll, mask), ref)
 

@@ -41,7 +41,9 @@ def test_padding_changes_neither_loss_term():
     torch.testing.assert_close(p.logvar[0, :n], a.logvar[0], atol=1e-5, rtol=1e-5)
     nll_a = reconstruction_nll(a.logits, alone["tgt_out"], a.mask)
     nll_p = reconstruction_nll(p.logits, padded["tgt_out"], p.mask)
-    torch.testing.assert_close(masked_mean(nll_p[:1], p.mask[:1]), masked_mean(nll_a, a.mask), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        masked_mean(nll_p[:1], p.mask[:1]), masked_mean(nll_a, a.mask), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_mu_decoding_is_deterministic_in_eval():
@@ -64,7 +66,10 @@ def test_cached_decoding_equals_full_pass():
     post = m.encode(b["src"])
     full = m.decode(b["tgt_in"], post.mu, post.mask)
     cache = m.new_cache()
-    steps = [m.decode(b["tgt_in"][:, t : t + 1], post.mu, post.mask, cache=cache, offset=t) for t in range(b["tgt_in"].shape[1])]
+    steps = [
+        m.decode(b["tgt_in"][:, t : t + 1], post.mu, post.mask, cache=cache, offset=t)
+        for t in range(b["tgt_in"].shape[1])
+    ]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -92,7 +97,9 @@ def test_tiny_model_overfits_eight_sentences(tiny_tokenizer, tiny_sentences):
     ids = tiny_tokenizer.encode_batch(sents)
     b = make_batch(ids)
     torch.manual_seed(0)
-    m = VAT(tiny_config(tiny_tokenizer.vocab_size, d_model=64, n_heads=4, d_ff=128, norm_first=True))
+    m = VAT(
+        tiny_config(tiny_tokenizer.vocab_size, d_model=64, n_heads=4, d_ff=128, norm_first=True)
+    )
     opt = torch.optim.Adam(m.parameters(), lr=2e-3)
     for _ in range(300):
         out = m(b["src"], b["tgt_in"])

@@ -15,11 +15,19 @@ from vat.tokenizer import make_batch
 
 def _system(tok, **loss):
     torch.manual_seed(0)
-    return VATSystem(arch=tiny_config(tok.vocab_size), loss=LossConfig(**loss), optim=OptimConfig(warmup_steps=10))
+    return VATSystem(
+        arch=tiny_config(tok.vocab_size),
+        loss=LossConfig(**loss),
+        optim=OptimConfig(warmup_steps=10),
+    )
 
 
 def test_shared_step_is_nll_plus_weighted_kl(tiny_tokenizer, tiny_sentences):
-    system = _system(tiny_tokenizer, kl_schedule=KLSchedule(kind="constant", initial_weight=0.3), sample_latent=False)
+    system = _system(
+        tiny_tokenizer,
+        kl_schedule=KLSchedule(kind="constant", initial_weight=0.3),
+        sample_latent=False,
+    )
     batch = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:4]))
     out = system._shared_step(batch, "train")
     mu, logvar, mask = system.model.encode(batch["src"])
@@ -33,10 +41,19 @@ def test_learnable_prior_std_gets_gradients_and_is_logged(tiny_tokenizer, tiny_s
     assert isinstance(system.log_prior_std, torch.nn.Parameter)
     assert system.prior_std.item() == pytest.approx(0.4)
     system.tokenizer = tiny_tokenizer
-    batches = [make_batch(tiny_tokenizer.encode_batch(tiny_sentences[i : i + 4])) for i in range(0, 12, 4)]
+    batches = [
+        make_batch(tiny_tokenizer.encode_batch(tiny_sentences[i : i + 4])) for i in range(0, 12, 4)
+    ]
     logger = L.pytorch.loggers.CSVLogger(tmp_path)
-    trainer = L.Trainer(max_steps=3, logger=logger, log_every_n_steps=1, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_steps=3,
+        logger=logger,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(system, DataLoader(batches, batch_size=None))
     assert system.prior_std.item() != pytest.approx(0.4)  # it moved
     metrics = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()

@@ -32,33 +32,64 @@ def test_wheel_installs_vat_command_and_configs(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), str(src)], check=True, env=env, cwd=tmp_path, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     (wheel,) = wheels.glob("vat-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "vat/configs/demo.yaml" in names and "vat/configs/sweeps/sweep.yaml" in names
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
+    )
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
-    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
-                   check=True, env=env, timeout=600)
+    subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        env=env,
+        timeout=600,
+    )
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
 
     def vat(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(bin_dir / "vat"), *args], cwd=outside, env=env, capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            [str(bin_dir / "vat"), *args],
+            cwd=outside,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     r = vat("config", "demo")
     assert r.returncode == 0, r.stderr
-    assert yaml.safe_load(r.stdout) == yaml.safe_load((ROOT / "vat" / "configs" / "demo.yaml").read_text())
+    assert yaml.safe_load(r.stdout) == yaml.safe_load(
+        (ROOT / "vat" / "configs" / "demo.yaml").read_text()
+    )
     r = vat("config", "--path", "demo")
     assert r.returncode == 0 and str(venv) in r.stdout  # from the wheel, not this checkout
     r = vat("--help")
-    assert r.returncode == 0 and all(c in r.stdout for c in ("train", "evaluate", "generate", "export"))
+    assert r.returncode == 0 and all(
+        c in r.stdout for c in ("train", "evaluate", "generate", "export")
+    )
     r = vat("config")
     assert r.returncode == 0 and "sweeps/sweep" in r.stdout
     r = vat("nosuchcommand")

@@ -30,7 +30,9 @@ def test_figures_show_the_numbers():
     assert list(line.get_xdata()) == [1, 2, 3, 4]
     assert line.get_ydata()[:3].tolist() == [4.0, 1.0, 0.5]  # descending, a zero floored (log axis)
     assert 0 < line.get_ydata()[3] < 0.5
-    assert share_ax.get_lines()[0].get_ydata().tolist() == pytest.approx([4 / 5.5, 5 / 5.5, 1.0, 1.0])
+    assert share_ax.get_lines()[0].get_ydata().tolist() == pytest.approx(
+        [4 / 5.5, 5 / 5.5, 1.0, 1.0]
+    )
 
     kl = kl_per_dimension_figure([0.1, 0.5, 0.0])
     assert [p.get_height() for p in kl.axes[0].patches] == pytest.approx([0.5, 0.1, 0.0])
@@ -60,28 +62,68 @@ def test_geometry_cli_plots(tmp_path, tiny_ckpt, tiny_sentences, capsys):
     probe = tmp_path / "probe.txt"
     probe.write_text("\n".join(tiny_sentences) + "\n")
     plots = tmp_path / "plots"
-    rc = run_cli(_main, ["--ckpt", str(tiny_ckpt), "--probe", str(probe), "--min-count", "2",
-                         "--output", str(tmp_path / "g.json"), "--plots", str(plots)])
+    rc = run_cli(
+        _main,
+        [
+            "--ckpt",
+            str(tiny_ckpt),
+            "--probe",
+            str(probe),
+            "--min-count",
+            "2",
+            "--output",
+            str(tmp_path / "g.json"),
+            "--plots",
+            str(plots),
+        ],
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
-    assert sorted(p.name for p in plots.iterdir()) == ["active_units.png", "kl_per_dim.png", "spectrum.png"]
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "active_units.png",
+        "kl_per_dim.png",
+        "spectrum.png",
+    ]
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in plots.iterdir())
     assert "spectrum.png" in out.out
 
     (tmp_path / "file").write_text("x")
-    rc = run_cli(_main, ["--ckpt", str(tiny_ckpt), "--probe", str(probe), "--min-count", "2",
-                         "--output", str(tmp_path / "g2.json"), "--plots", str(tmp_path / "file")])
+    rc = run_cli(
+        _main,
+        [
+            "--ckpt",
+            str(tiny_ckpt),
+            "--probe",
+            str(probe),
+            "--min-count",
+            "2",
+            "--output",
+            str(tmp_path / "g2.json"),
+            "--plots",
+            str(tmp_path / "file"),
+        ],
+    )
     assert rc == 2 and "--plots" in capsys.readouterr().err
 
 
 def test_callback_logs_images(tmp_path, tiny_ckpt, tiny_sentences):
     probe = tmp_path / "probe.txt"
     probe.write_text("\n".join(tiny_sentences) + "\n")
-    _, log_dir = fit(TinySystem(tiny_ckpt, tiny_sentences), tmp_path, [GeometryMetrics(probe_file=str(probe),
-                                                                                      min_count=2)], epochs=1)
+    _, log_dir = fit(
+        TinySystem(tiny_ckpt, tiny_sentences),
+        tmp_path,
+        [GeometryMetrics(probe_file=str(probe), min_count=2)],
+        epochs=1,
+    )
     ea = EventAccumulator(str(log_dir), size_guidance={"images": 0}).Reload()
-    expected = {"geometry/plots/spectrum", "geometry/plots/kl_per_dim", "geometry/plots/active_units"}
+    expected = {
+        "geometry/plots/spectrum",
+        "geometry/plots/kl_per_dim",
+        "geometry/plots/active_units",
+    }
     assert expected <= set(ea.Tags()["images"])
     image = ea.Images("geometry/plots/spectrum")[-1]
     assert (image.width, image.height) == (600, 400)
-    assert image.encoded_image_string.startswith(PNG_MAGIC) and len(image.encoded_image_string) > 5000
+    assert (
+        image.encoded_image_string.startswith(PNG_MAGIC) and len(image.encoded_image_string) > 5000
+    )

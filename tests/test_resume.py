@@ -8,8 +8,18 @@ import torch
 from test_train_cli import TINY, _train
 
 # 12 training sentences / batch 4 = 3 steps per epoch; 8 steps cross two epoch boundaries.
-COMMON = ["--trainer.max_steps", "8", "--checkpoint.every_n_train_steps", "2", "--trainer.val_check_interval", "2",
-          "--trainer.check_val_every_n_epoch", "null", "--data.batch_size", "4"]
+COMMON = [
+    "--trainer.max_steps",
+    "8",
+    "--checkpoint.every_n_train_steps",
+    "2",
+    "--trainer.val_check_interval",
+    "2",
+    "--trainer.check_val_every_n_epoch",
+    "null",
+    "--data.batch_size",
+    "4",
+]
 
 
 def _weights(path):
@@ -29,8 +39,12 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     r = _train(["fit", "-c", TINY, "--run_dir", str(crash), *COMMON, *cache, *kill])
     assert r.returncode == -9  # SIGKILL: no clean shutdown, no on_exception checkpoint
     last = crash / "checkpoints" / "last.ckpt"
-    assert _weights(last)[2] == 4  # the last checkpoint before the kill, mid-epoch (epoch 2, batch 1 of 3)
-    assert not list((crash / "checkpoints").glob(".*tmp*"))  # no half-written files left visible as checkpoints
+    assert (
+        _weights(last)[2] == 4
+    )  # the last checkpoint before the kill, mid-epoch (epoch 2, batch 1 of 3)
+    assert not list(
+        (crash / "checkpoints").glob(".*tmp*")
+    )  # no half-written files left visible as checkpoints
 
     r = _train(["fit", "-c", TINY, "--run_dir", str(crash), *COMMON, *cache, "--ckpt_path", "last"])
     assert r.returncode == 0, r.stderr[-2000:]
@@ -50,10 +64,26 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
 def test_non_finite_loss_stops_with_message_and_keeps_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     poison = ["--trainer.callbacks+=crash_callbacks.PoisonAtStep", "--trainer.callbacks.step=3"]
-    r = _train(["fit", "-c", TINY, "--run_dir", str(run), *COMMON, "--data.cache_dir", str(tmp_path / "cache"), *poison])
+    r = _train(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(run),
+            *COMMON,
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            *poison,
+        ]
+    )
     assert r.returncode == 2
     msg = r.stderr.strip().splitlines()[-1]
-    assert msg.startswith("error: non-finite loss at step 3") and "last.ckpt" in msg and "Traceback" not in r.stderr
+    assert (
+        msg.startswith("error: non-finite loss at step 3")
+        and "last.ckpt" in msg
+        and "Traceback" not in r.stderr
+    )
     state, _, step = _weights(run / "checkpoints" / "last.ckpt")
     assert step == 2
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())

@@ -38,14 +38,17 @@ def test_collate_ids_equals_make_batch_and_pads_to_a_multiple_of_8(tmp_path):
     T = ref["src"].shape[1]
     assert padded["src"].shape[1] == -(-T // 8) * 8
     assert torch.equal(padded["src"][:, :T], ref["src"]) and (padded["src"][:, T:] == 0).all()
-    assert torch.equal(padded["tgt_in"][:, :T], ref["tgt_in"]) and (padded["tgt_in"][:, T:] == 0).all()
+    assert (
+        torch.equal(padded["tgt_in"][:, :T], ref["tgt_in"]) and (padded["tgt_in"][:, T:] == 0).all()
+    )
     # never beyond max_len (the model's positions): 47 subwords + </s> = 48, not 48 rounded to 56
     assert collate_ids(tokens, offsets, [50], max_len=50, multiple=8)["src"].shape[1] == 48
 
 
 def _token_loader(ds, max_tokens, **kw):
-    sampler = BucketBatchSampler(ds.lengths + 1, 1, max_tokens=max_tokens, max_len=ds.max_len,
-                                 pool_batches=4, seed=5, **kw)
+    sampler = BucketBatchSampler(
+        ds.lengths + 1, 1, max_tokens=max_tokens, max_len=ds.max_len, pool_batches=4, seed=5, **kw
+    )
     return sampler, ResumableDataLoader(ds, sampler, collate_fn=passthrough)
 
 
@@ -113,7 +116,9 @@ def test_sentence_batches_are_unchanged_by_the_token_cache(tmp_path):
     seqs = _random_seqs(100, 20, seed=4)
     ds = _store(tmp_path, seqs, max_len=24, pad_multiple=1)
     sampler = BucketBatchSampler(ds.lengths + 1, 8, seed=1, pool_batches=2, max_len=24)
-    for index, batch in zip(sampler, ResumableDataLoader(ds, sampler, collate_fn=passthrough), strict=True):
+    for index, batch in zip(
+        sampler, ResumableDataLoader(ds, sampler, collate_fn=passthrough), strict=True
+    ):
         ref = make_batch([seqs[i] for i in index], max_len=24)
         assert torch.equal(batch["src"], ref["src"]) and torch.equal(batch["tgt_in"], ref["tgt_in"])
 
@@ -123,7 +128,8 @@ def test_a_spawned_worker_maps_the_files_itself(tmp_path):
     ds = _store(tmp_path, seqs, max_len=16, pad_multiple=1)
     sampler = BucketBatchSampler(ds.lengths + 1, 16, shuffle=False)
     ref = [b["src"] for b in ResumableDataLoader(ds, sampler, collate_fn=passthrough)]
-    loader = ResumableDataLoader(ds, sampler, collate_fn=passthrough, num_workers=1,
-                                 multiprocessing_context="spawn")
+    loader = ResumableDataLoader(
+        ds, sampler, collate_fn=passthrough, num_workers=1, multiprocessing_context="spawn"
+    )
     got = [b["src"] for b in loader]
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))

@@ -31,7 +31,9 @@ class TinySystem(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         self.modes_seen.append(self.model.training)
         logits = self.model(batch["src"], batch["tgt_in"], sample=False).logits  # (B, S, V)
-        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["tgt_out"], ignore_index=0)
+        return torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), batch["tgt_out"], ignore_index=0
+        )
 
     def validation_step(self, batch, batch_idx):
         pass
@@ -46,19 +48,33 @@ def partly_trained(tiny_tokenizer, tiny_sentences):
     return train_tiny_autoencoder(tiny_tokenizer, tiny_sentences[:8], steps=40)
 
 
-
-
 def _loader(tokenizer, sentences, batch_size=4):
-    return DataLoader(tokenizer.encode_batch(sentences), batch_size=batch_size, collate_fn=make_batch)
+    return DataLoader(
+        tokenizer.encode_batch(sentences), batch_size=batch_size, collate_fn=make_batch
+    )
 
 
-def test_callback_writes_bleu_and_text_to_tensorboard(tmp_path, tiny_tokenizer, tiny_sentences, partly_trained):
+def test_callback_writes_bleu_and_text_to_tensorboard(
+    tmp_path, tiny_tokenizer, tiny_sentences, partly_trained
+):
     sentences = tiny_sentences[:8]
-    cb = SamplesCallback(num_sentences=6, every_n_validations=2, num_show=2, num_samples=2, max_len=24)
+    cb = SamplesCallback(
+        num_sentences=6, every_n_validations=2, num_show=2, num_samples=2, max_len=24
+    )
     logger = TensorBoardLogger(tmp_path, name="run", version=0)
-    trainer = pl.Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=2, num_sanity_val_steps=1,
-                         logger=logger, callbacks=[cb], enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer = pl.Trainer(
+        max_epochs=3,
+        limit_train_batches=2,
+        limit_val_batches=2,
+        num_sanity_val_steps=1,
+        logger=logger,
+        callbacks=[cb],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+    )
     system = TinySystem(partly_trained, tiny_tokenizer)
     loader = _loader(tiny_tokenizer, sentences)
     trainer.fit(system, loader, loader)
@@ -70,19 +86,28 @@ def test_callback_writes_bleu_and_text_to_tensorboard(tmp_path, tiny_tokenizer, 
     assert len(events) == 1  # every 2nd of 3 validation runs (a counted sanity check would give 2)
     # The fixed set is the first 6 validation sentences, read back from the val batches.
     assert cb.sentences(trainer, tiny_tokenizer) == sentences[:6]
-    expected = corpus_bleu(VATGenerator(partly_trained, tiny_tokenizer).reconstruct(sentences[:6]), sentences[:6])
+    expected = corpus_bleu(
+        VATGenerator(partly_trained, tiny_tokenizer).reconstruct(sentences[:6]), sentences[:6]
+    )
     assert 0 < expected < 100
     assert events[0].value == pytest.approx(expected, abs=1e-3)
 
-    texts = {t: acc.Tensors(t)[0].tensor_proto.string_val[0].decode() for t in acc.Tags()["tensors"]}
+    texts = {
+        t: acc.Tensors(t)[0].tensor_proto.string_val[0].decode() for t in acc.Tags()["tensors"]
+    }
     by_tag = {t.split("/text_summary")[0]: v for t, v in texts.items()}
     assert set(by_tag) >= {"val/reconstructions", "val/variational_samples", "val/interpolation"}
-    assert sentences[0] in by_tag["val/reconstructions"] and "mu-decoded" in by_tag["val/reconstructions"]
+    assert (
+        sentences[0] in by_tag["val/reconstructions"]
+        and "mu-decoded" in by_tag["val/reconstructions"]
+    )
     assert by_tag["val/variational_samples"].count("sample") == 4  # 2 shown sentences x 2 samples
     assert "a=0.5" in by_tag["val/interpolation"] and sentences[1] in by_tag["val/interpolation"]
 
 
-def test_callback_unit_restores_train_mode_and_reads_sentences_file(tmp_path, tiny_tokenizer, tiny_sentences, partly_trained):
+def test_callback_unit_restores_train_mode_and_reads_sentences_file(
+    tmp_path, tiny_tokenizer, tiny_sentences, partly_trained
+):
     """Called directly: sentences come from a file, the module's train mode comes back, and
     a logger that is not TensorBoard gets the scalar only (no crash)."""
     f = tmp_path / "fixed.txt"
@@ -92,7 +117,9 @@ def test_callback_unit_restores_train_mode_and_reads_sentences_file(tmp_path, ti
     system.train()
     logged = {}
     system.log = lambda name, value, **kw: logged.update({name: (value, kw)})
-    trainer = SimpleNamespace(sanity_checking=False, is_global_zero=True, loggers=[object()], global_step=0)
+    trainer = SimpleNamespace(
+        sanity_checking=False, is_global_zero=True, loggers=[object()], global_step=0
+    )
     cb.on_validation_epoch_end(trainer, system)
     assert system.training and system.model.training
     assert cb.sentences(trainer, tiny_tokenizer) == tiny_sentences[:2]

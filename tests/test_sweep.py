@@ -218,10 +218,7 @@ def test_curve_pair_prefers_the_papers_pair_for_the_prior_std():
 )
 def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
     text = path.read_text()
-    assert (
-        text.startswith("#")
-        and f"vat sweep -c configs/sweeps/{path.name}" in text
-    )
+    assert text.startswith("#") and f"vat sweep -c configs/sweeps/{path.name}" in text
     data = yaml.safe_load(text)
     assert set(data) <= {f.name for f in sweep_config.fields(SweepConfig)}
     assert (ROOT / data["train_config"]).is_file()

@@ -20,11 +20,23 @@ from vat.features import token_vectors
 TINY = str(ASSETS / "tiny.yaml")
 
 
-def _train(args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "PYTHONWARNINGS": "ignore"}
+def _train(
+    args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+        "PYTHONWARNINGS": "ignore",
+    }
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "vat", "train", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "vat", "train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -36,7 +48,9 @@ def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("fit") / "run"
-    r = _train(["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(run.parent / "cache")])
+    r = _train(
+        ["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(run.parent / "cache")]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return run
 
@@ -46,12 +60,28 @@ def test_fit_writes_checkpoint_tensorboard_config_and_tokenizer(fitted):
     assert list((fitted / "checkpoints").glob("best-*.ckpt"))
     assert (fitted / "config.yaml").is_file() and (fitted / "tokenizer.json").is_file()
     scalars = _scalars(fitted)
-    for tag in ["train/loss", "train/nll", "train/ppl", "train/kl", "train/kl_weight", "train/kl_weighted", "train/lr",
-                "train/tokens_per_s", "train/nonpad_frac", "val/loss", "val/nll", "val/ppl", "val/kl", "val/kl_weighted"]:
+    for tag in [
+        "train/loss",
+        "train/nll",
+        "train/ppl",
+        "train/kl",
+        "train/kl_weight",
+        "train/kl_weighted",
+        "train/lr",
+        "train/tokens_per_s",
+        "train/nonpad_frac",
+        "val/loss",
+        "val/nll",
+        "val/ppl",
+        "val/kl",
+        "val/kl_weighted",
+    ]:
         assert tag in scalars, tag
     assert [s for s, _ in scalars["train/loss"]] == [0, 1]
     # perplexity is exp(nll): torchmetrics' Perplexity must agree with the NLL mean
-    assert scalars["val/ppl"][-1][1] == pytest.approx(torch.tensor(scalars["val/nll"][-1][1]).exp().item(), rel=1e-4)
+    assert scalars["val/ppl"][-1][1] == pytest.approx(
+        torch.tensor(scalars["val/nll"][-1][1]).exp().item(), rel=1e-4
+    )
 
 
 def test_checkpoint_roundtrip_gives_same_mu(fitted, tiny_sentences):
@@ -68,12 +98,36 @@ def test_checkpoint_roundtrip_gives_same_mu(fitted, tiny_sentences):
 
 
 def test_validate_and_test_subcommands(fitted):
-    r = _train(["validate", "-c", TINY, "--run_dir", str(fitted), "--data.cache_dir", str(fitted.parent / "cache"),
-                "--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")])
+    r = _train(
+        [
+            "validate",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(fitted),
+            "--data.cache_dir",
+            str(fitted.parent / "cache"),
+            "--ckpt_path",
+            str(fitted / "checkpoints" / "last.ckpt"),
+        ]
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "val/loss" in r.stdout
-    r = _train(["test", "-c", TINY, "--run_dir", str(fitted), "--data.cache_dir", str(fitted.parent / "cache"),
-                "--data.test_files", f"[{ASSETS / 'sentences.txt'}]", "--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")])
+    r = _train(
+        [
+            "test",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(fitted),
+            "--data.cache_dir",
+            str(fitted.parent / "cache"),
+            "--data.test_files",
+            f"[{ASSETS / 'sentences.txt'}]",
+            "--ckpt_path",
+            str(fitted / "checkpoints" / "last.ckpt"),
+        ]
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "test/nll" in r.stdout
 
@@ -90,9 +144,14 @@ def test_every_config_parses(tmp_path):
         text = cfg.read_text()
         assert text.startswith("#") and "vat train -c" in text[:1500], cfg
         yaml.safe_load(text)
-        cli = VATCLI(VATSystem, VATDataModule, run=False, parser_class=_OneLineErrorParser,
-                     trainer_defaults=trainer_defaults(), args=["-c", str(cfg), "--trainer.accelerator", "cpu",
-                                                                "--trainer.precision", "32-true"])
+        cli = VATCLI(
+            VATSystem,
+            VATDataModule,
+            run=False,
+            parser_class=_OneLineErrorParser,
+            trainer_defaults=trainer_defaults(),
+            args=["-c", str(cfg), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"],
+        )
         assert cli.model.arch.vocab_size == cli.datamodule.hparams.vocab_size
         assert cli.model.arch.max_len == cli.datamodule.hparams.max_len
 
@@ -109,7 +168,9 @@ def _main(args: list[str], capsys) -> tuple[int, list[str]]:
 
 
 def test_config_typo_is_one_line_error(tmp_path, capsys):
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path), "--model.loss.prior_stdd", "0.5"], capsys)
+    code, err = _main(
+        ["fit", "-c", TINY, "--run_dir", str(tmp_path), "--model.loss.prior_stdd", "0.5"], capsys
+    )
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error:") and "prior_stdd" in err[0]
 
@@ -121,8 +182,20 @@ def test_bad_corpus_is_one_line_error(tmp_path, case, capsys):
         path.write_text("\n \n")
     if case == "directory":
         path.mkdir()
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.train_files", f"[{path}]",
-                       "--data.cache_dir", str(tmp_path / "cache")], capsys)
+    code, err = _main(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--data.train_files",
+            f"[{path}]",
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert err[-1].startswith("error: data.train_files") and str(path) in err[-1]
     assert not (tmp_path / "run" / "checkpoints").exists()
@@ -131,16 +204,40 @@ def test_bad_corpus_is_one_line_error(tmp_path, case, capsys):
 def test_checkpoint_with_other_corpus_or_tokenizer_is_rejected(fitted, tmp_path, capsys):
     other = tmp_path / "other.txt"
     other.write_text("\n".join(f"completely different words number {i} here" for i in range(40)))
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.train_files", f"[{other}]",
-                       "--data.cache_dir", str(tmp_path / "cache"), "--trainer.max_steps", "4",
-                       "--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")], capsys)
+    code, err = _main(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--data.train_files",
+            f"[{other}]",
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            "--trainer.max_steps",
+            "4",
+            "--ckpt_path",
+            str(fitted / "checkpoints" / "last.ckpt"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert err[-1].startswith("error: --data.train_files: a resume cannot change it")
     # Same options, but the corpus file changed under them: the retrained tokenizer differs.
     corpus = tmp_path / "corpus.txt"
     corpus.write_text((ASSETS / "sentences.txt").read_text())
-    args = ["fit", "-c", TINY, "--run_dir", str(tmp_path / "run2"), "--data.train_files", f"[{corpus}]",
-            "--data.cache_dir", str(tmp_path / "cache")]
+    args = [
+        "fit",
+        "-c",
+        TINY,
+        "--run_dir",
+        str(tmp_path / "run2"),
+        "--data.train_files",
+        f"[{corpus}]",
+        "--data.cache_dir",
+        str(tmp_path / "cache"),
+    ]
     assert _main(args, capsys)[0] == 0
     corpus.write_text(other.read_text())
     code, err = _main([*args, "--trainer.max_steps", "4", "--ckpt_path", "last"], capsys)
@@ -153,17 +250,44 @@ def test_unwritable_run_dir_and_too_many_devices(tmp_path, capsys):
     blocker.write_text("x")
     code, err = _main(["fit", "-c", TINY, "--run_dir", str(blocker / "run")], capsys)
     assert code == 2 and err[-1].startswith("error: --run_dir") and str(blocker / "run") in err[-1]
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path / "r"), "--trainer.accelerator", "gpu",
-                       "--trainer.devices", "64"], capsys)
-    assert code == 2 and err[-1].startswith("error: --trainer.devices 64 asks for more GPUs than exist")
+    code, err = _main(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "r"),
+            "--trainer.accelerator",
+            "gpu",
+            "--trainer.devices",
+            "64",
+        ],
+        capsys,
+    )
+    assert code == 2 and err[-1].startswith(
+        "error: --trainer.devices 64 asks for more GPUs than exist"
+    )
 
 
 def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
     """Lightning 2.6 alone keeps last.ckpt from the last periodic save (step 4 here) when fit
     stops at step 7; vat's FinalLastCheckpoint rewrites it at the end of fit."""
     run = tmp_path / "run"
-    r = _train(["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(tmp_path / "cache"),
-                "--trainer.max_steps", "7", "--checkpoint.every_n_train_steps", "4"])
+    r = _train(
+        [
+            "fit",
+            "-c",
+            TINY,
+            "--run_dir",
+            str(run),
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            "--trainer.max_steps",
+            "7",
+            "--checkpoint.every_n_train_steps",
+            "4",
+        ]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     from vat.checkpoint import read_checkpoint
 
@@ -176,9 +300,17 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
 def test_train_py_shim_is_fit_of_vat_train(tmp_path):
     """python train.py fit ARGS = vat train ARGS (here: a usage error, one line, exit 2)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "fit", "-c", TINY, "--model.loss.prior_stdd", "1"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "prior_stdd" in r.stderr
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "fit", "-c", TINY, "--model.loss.prior_stdd", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert (
+        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "prior_stdd" in r.stderr
+    )
 
 
 def test_predict_is_not_offered(capsys):
@@ -209,10 +341,33 @@ def test_packaged_config_by_name(capsys):
 def test_progress_bar_counts_steps_not_epochs(tmp_path, capsys):
     from vat.cli.train import vat_train
 
-    code = vat_train(["-c", TINY, "--run_dir", str(tmp_path / "run"), "--data.cache_dir", str(tmp_path / "cache"),
-                      "--trainer.enable_progress_bar", "true", "--trainer.max_steps", "3"])
+    code = vat_train(
+        [
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            "--trainer.enable_progress_bar",
+            "true",
+            "--trainer.max_steps",
+            "3",
+        ]
+    )
     out = capsys.readouterr().out  # Lightning's bars write to stdout
     assert code == 0 and "training" in out and "3/3" in out and "Epoch" not in out
-    code = vat_train(["-c", TINY, "--run_dir", str(tmp_path / "run2"), "--data.cache_dir", str(tmp_path / "cache"),
-                      "--trainer.enable_progress_bar", "true", "--no-progress"])
+    code = vat_train(
+        [
+            "-c",
+            TINY,
+            "--run_dir",
+            str(tmp_path / "run2"),
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            "--trainer.enable_progress_bar",
+            "true",
+            "--no-progress",
+        ]
+    )
     assert code == 0 and "training" not in capsys.readouterr().out

@@ -22,14 +22,17 @@ def test_help_lists_every_command(capsys):
     assert all(callable(command(name)) for name in COMMANDS)  # each target imports
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "no command given"),
-    (["trian"], "unknown command 'trian'"),
-    (["export"], "the following arguments are required: CKPT, DIR"),
-    (["config", "demo", "extra"], "unrecognized arguments: extra"),
-    (["config", "nope"], "no packaged config 'nope'"),
-    (["geometry", "--ckpt", "x.ckpt"], "required: --output"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "no command given"),
+        (["trian"], "unknown command 'trian'"),
+        (["export"], "the following arguments are required: CKPT, DIR"),
+        (["config", "demo", "extra"], "unrecognized arguments: extra"),
+        (["config", "nope"], "no packaged config 'nope'"),
+        (["geometry", "--ckpt", "x.ckpt"], "required: --output"),
+    ],
+)
 def test_errors_are_one_line_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: ")
@@ -41,7 +44,9 @@ def test_config_lists_and_prints_packaged_configs(capsys):
     names = [line.split()[0] for line in out.splitlines()]
     assert code == 0 and names == list(packaged_configs()) and "demo" in names
     code, out, _ = run(capsys, "config", "sweeps/sweep")
-    assert code == 0 and yaml.safe_load(out) == yaml.safe_load(find_config("sweeps/sweep").read_text())
+    assert code == 0 and yaml.safe_load(out) == yaml.safe_load(
+        find_config("sweeps/sweep").read_text()
+    )
 
 
 def test_sweep_dispatches_with_packaged_config_names(monkeypatch):
@@ -51,4 +56,3 @@ def test_sweep_dispatches_with_packaged_config_names(monkeypatch):
     monkeypatch.setattr(vat.experiments.sweep, "main", lambda argv: seen.append(argv) or 0)
     assert main(["sweep", "-c", "sweeps/sweep", "--jobs", "2"]) == 0
     assert seen == [["-c", str(find_config("sweeps/sweep")), "--jobs", "2"]]
-

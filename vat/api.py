@@ -33,7 +33,9 @@ def _device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
-def load(path: str | os.PathLike, device: str | torch.device | None = None, batch_size: int = 64) -> PretrainedVAT:
+def load(
+    path: str | os.PathLike, device: str | torch.device | None = None, batch_size: int = 64
+) -> PretrainedVAT:
     """A training checkpoint (.ckpt), an exported folder, or a Hugging Face Hub repo id.
 
     `device` defaults to CUDA when available, else CPU; `batch_size` is the generation batch.
@@ -42,7 +44,11 @@ def load(path: str | os.PathLike, device: str | torch.device | None = None, batc
     from vat.hub import from_pretrained
 
     dev = _device(device)
-    loaded = load_vat(path, map_location=dev) if Path(path).expanduser().exists() else from_pretrained(path, device=dev)
+    loaded = (
+        load_vat(path, map_location=dev)
+        if Path(path).expanduser().exists()
+        else from_pretrained(path, device=dev)
+    )
     return PretrainedVAT(loaded, batch_size=batch_size)
 
 
@@ -53,8 +59,13 @@ class PretrainedVAT:
         from vat.generate import VATGenerator
 
         self.loaded = loaded
-        self.generator = VATGenerator(loaded.model, loaded.tokenizer, prior_std=loaded.prior_std,
-                                      length_histogram=loaded.length_histogram, batch_size=batch_size)
+        self.generator = VATGenerator(
+            loaded.model,
+            loaded.tokenizer,
+            prior_std=loaded.prior_std,
+            length_histogram=loaded.length_histogram,
+            batch_size=batch_size,
+        )
 
     @property
     def model(self):
@@ -108,14 +119,17 @@ class PretrainedVAT:
         from vat.features import sentence_features
 
         if isinstance(sentences, str):
-            raise VatError("encode takes a list of sentences, got a single string (wrap it in a list)")
+            raise VatError(
+                "encode takes a list of sentences, got a single string (wrap it in a list)"
+            )
         if batch_size < 1:
             raise VatError(f"batch_size must be >= 1, got {batch_size}")
         if device is not None:
             self.to(device)
         try:
-            out = sentence_features(self.model, self.tokenizer, list(sentences), pooling=pooling,
-                                    batch_size=batch_size)
+            out = sentence_features(
+                self.model, self.tokenizer, list(sentences), pooling=pooling, batch_size=batch_size
+            )
         except ValueError as e:  # an unknown pooling name
             raise VatError(str(e)) from None
         if normalize:
@@ -131,29 +145,58 @@ class PretrainedVAT:
         try:
             return DecodeOptions(**options)
         except TypeError as e:
-            raise VatError(f"unknown decoding option ({e}); see vat.generate.DecodeOptions") from None
+            raise VatError(
+                f"unknown decoding option ({e}); see vat.generate.DecodeOptions"
+            ) from None
 
     def reconstruct(self, sentences: Sequence[str], **options: Any) -> list[str]:
         """Decode each sentence from its token means Z = mu."""
         return self.generator.reconstruct(list(sentences), self._options(options))
 
-    def sample(self, sentences: Sequence[str], n: int = 5, tau: float = 1.0, seed: int | None = 0,
-               **options: Any) -> list[list[str]]:
+    def sample(
+        self,
+        sentences: Sequence[str],
+        n: int = 5,
+        tau: float = 1.0,
+        seed: int | None = 0,
+        **options: Any,
+    ) -> list[list[str]]:
         """n decodings per sentence of z_t = mu_t + tau sigma_t eps at every token (Table 1)."""
         return self.generator.sample(list(sentences), n, tau, self._options(options), seed)
 
-    def resample_token(self, sentences: Sequence[str], positions: Sequence[int], n: int = 5, tau: float = 1.0,
-                       seed: int | None = 0, **options: Any) -> list[list[str]]:
+    def resample_token(
+        self,
+        sentences: Sequence[str],
+        positions: Sequence[int],
+        n: int = 5,
+        tau: float = 1.0,
+        seed: int | None = 0,
+        **options: Any,
+    ) -> list[list[str]]:
         """n decodings per sentence redrawing only the latents at `positions` (Table 2)."""
-        return self.generator.resample_token(list(sentences), list(positions), n, tau, self._options(options), seed)
+        return self.generator.resample_token(
+            list(sentences), list(positions), n, tau, self._options(options), seed
+        )
 
-    def interpolate(self, a: str, b: str, alphas: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
-                    method: str = "linear", **options: Any) -> list[str]:
+    def interpolate(
+        self,
+        a: str,
+        b: str,
+        alphas: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+        method: str = "linear",
+        **options: Any,
+    ) -> list[str]:
         """Decodings along the path between two sentences' token means (Table 3)."""
         return self.generator.interpolate(a, b, alphas, method, self._options(options))  # type: ignore[arg-type]
 
-    def prior(self, n: int = 10, length: int | None = None, seed: int | None = 0, prior_std: float | None = None,
-              **options: Any) -> list[tuple[int, str]]:
+    def prior(
+        self,
+        n: int = 10,
+        length: int | None = None,
+        seed: int | None = 0,
+        prior_std: float | None = None,
+        **options: Any,
+    ) -> list[tuple[int, str]]:
         """n decodings of Z ~ N(0, s^2 I); (latent length, text) pairs."""
         return self.generator.prior(n, length, self._options(options), seed, prior_std)
 

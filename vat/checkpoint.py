@@ -54,10 +54,19 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"checkpoint {p} is a directory, expected a .ckpt file")
     try:
         ckpt = torch.load(p, map_location=map_location, weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+    except (
+        RuntimeError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+    ) as e:
         raise CheckpointError(_load_failure(p, e)) from None
     if not isinstance(ckpt, dict) or "vat" not in ckpt or "state_dict" not in ckpt:
-        raise CheckpointError(f"{p} is not a vat checkpoint (no 'vat' metadata; was it written by `vat train`?)")
+        raise CheckpointError(
+            f"{p} is not a vat checkpoint (no 'vat' metadata; was it written by `vat train`?)"
+        )
     return ckpt
 
 
@@ -72,8 +81,10 @@ def _load_failure(p: Path, e: BaseException) -> str:
     text = str(e)
     found = re.search(r"GLOBAL ([\w.]+)", text)
     if "Weights only load failed" in text and found:  # a pickled global (code) weights_only refused
-        return (f"checkpoint {p} holds pickled Python objects ({found.group(1)}), not only tensors and "
-                f"plain data; vat loads checkpoints weights-only and refuses it")
+        return (
+            f"checkpoint {p} holds pickled Python objects ({found.group(1)}), not only tensors and "
+            f"plain data; vat loads checkpoints weights-only and refuses it"
+        )
     if "WeightsUnpickler error:" in text:  # garbage bytes: keep the unpickler's reason only
         text = text.split("WeightsUnpickler error:", 1)[1]
     lines = [ln for ln in text.strip().splitlines() if ln.strip() and "weights_only" not in ln]
@@ -83,22 +94,35 @@ def _load_failure(p: Path, e: BaseException) -> str:
 
 # The `vat` metadata entries and their types; load_vat checks them before using any.
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "format_version": int, "model_config": dict, "prior_std": (int, float), "tokenizer": str,
+    "format_version": int,
+    "model_config": dict,
+    "prior_std": (int, float),
+    "tokenizer": str,
 }
 
 
 def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
     if not isinstance(meta, dict):
-        raise CheckpointError(f"checkpoint {path}: its 'vat' metadata is a {type(meta).__name__}, expected a dict")
+        raise CheckpointError(
+            f"checkpoint {path}: its 'vat' metadata is a {type(meta).__name__}, expected a dict"
+        )
     for key, types in _META_TYPES.items():
         if key not in meta:
-            raise CheckpointError(f"checkpoint {path}: its 'vat' metadata lacks '{key}' (damaged or not written by vat)")
+            raise CheckpointError(
+                f"checkpoint {path}: its 'vat' metadata lacks '{key}' (damaged or not written by vat)"
+            )
         if not isinstance(meta[key], types) or isinstance(meta[key], bool):
-            raise CheckpointError(f"checkpoint {path}: 'vat.{key}' is a {type(meta[key]).__name__} ({str(meta[key])[:40]!r})")
+            raise CheckpointError(
+                f"checkpoint {path}: 'vat.{key}' is a {type(meta[key]).__name__} ({str(meta[key])[:40]!r})"
+            )
     if meta["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path}: unsupported vat checkpoint format {meta['format_version']!r}")
+        raise CheckpointError(
+            f"checkpoint {path}: unsupported vat checkpoint format {meta['format_version']!r}"
+        )
     if not (math.isfinite(meta["prior_std"]) and meta["prior_std"] > 0):
-        raise CheckpointError(f"checkpoint {path}: 'vat.prior_std' must be a positive number, got {meta['prior_std']!r}")
+        raise CheckpointError(
+            f"checkpoint {path}: 'vat.prior_std' must be a positive number, got {meta['prior_std']!r}"
+        )
     hist = meta.get("length_histogram", [])
     if not isinstance(hist, list) or not all(isinstance(c, int) and c >= 0 for c in hist):
         raise CheckpointError(f"checkpoint {path}: 'vat.length_histogram' must be a list of counts")
@@ -107,10 +131,16 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
 
 def check_finite(path: str | os.PathLike, state: dict) -> None:
     """Refuse weights holding NaN or inf: a model that would only ever produce garbage."""
-    bad = [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    bad = [
+        k
+        for k, v in state.items()
+        if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()
+    ]
     if bad:
-        raise CheckpointError(f"checkpoint {path} has non-finite weights (NaN or inf in {len(bad)} of {len(state)} "
-                              f"tensors, e.g. {bad[0]}); refusing to load it")
+        raise CheckpointError(
+            f"checkpoint {path} has non-finite weights (NaN or inf in {len(bad)} of {len(state)} "
+            f"tensors, e.g. {bad[0]}); refusing to load it"
+        )
 
 
 def load_vat(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
@@ -138,13 +168,19 @@ def vat_from_checkpoint(
         config = VATConfig.from_dict(meta["model_config"])
         model = VAT(config)
     except (TypeError, ValueError, KeyError, RuntimeError, VatError) as e:
-        raise CheckpointError(f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})") from None
+        raise CheckpointError(
+            f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})"
+        ) from None
     try:
         tokenizer = VATTokenizer.from_str(meta["tokenizer"])
     except Exception as e:  # tokenizers raises plain Exception subclasses
-        raise CheckpointError(f"checkpoint {path}: 'vat.tokenizer' is not a valid tokenizer ({_first_line(e)})") from None
+        raise CheckpointError(
+            f"checkpoint {path}: 'vat.tokenizer' is not a valid tokenizer ({_first_line(e)})"
+        ) from None
     if not isinstance(ckpt["state_dict"], dict):
-        raise CheckpointError(f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, expected a dict")
+        raise CheckpointError(
+            f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, expected a dict"
+        )
     if tokenizer.vocab_size > config.vocab_size:
         raise CheckpointError(
             f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but the model only {config.vocab_size}"
@@ -154,12 +190,22 @@ def vat_from_checkpoint(
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"{path}: weights do not match its model config ({_first_line(e)})") from None
+        raise CheckpointError(
+            f"{path}: weights do not match its model config ({_first_line(e)})"
+        ) from None
     model.to(map_location).eval()
-    return LoadedVAT(model, tokenizer, float(meta["prior_std"]), list(meta.get("length_histogram", [])), str(path))
+    return LoadedVAT(
+        model,
+        tokenizer,
+        float(meta["prior_std"]),
+        list(meta.get("length_histogram", [])),
+        str(path),
+    )
 
 
-def vat_metadata(model: VAT, tokenizer: VATTokenizer, prior_std: float, length_histogram: list[int]) -> dict:
+def vat_metadata(
+    model: VAT, tokenizer: VATTokenizer, prior_std: float, length_histogram: list[int]
+) -> dict:
     """The `checkpoint["vat"]` entry (plain types only, so weights_only loading works)."""
     return {
         "format_version": FORMAT_VERSION,
@@ -171,11 +217,18 @@ def vat_metadata(model: VAT, tokenizer: VATTokenizer, prior_std: float, length_h
 
 
 def save_vat(
-    path: str | os.PathLike, model: VAT, tokenizer: VATTokenizer, prior_std: float, length_histogram: list[int] | None = None
+    path: str | os.PathLike,
+    model: VAT,
+    tokenizer: VATTokenizer,
+    prior_std: float,
+    length_histogram: list[int] | None = None,
 ) -> None:
     """Write a minimal vat checkpoint (no trainer state) atomically: temp file, then rename."""
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    ckpt = {"state_dict": state, "vat": vat_metadata(model, tokenizer, prior_std, length_histogram or [])}
+    ckpt = {
+        "state_dict": state,
+        "vat": vat_metadata(model, tokenizer, prior_std, length_histogram or []),
+    }
     atomic_torch_save(ckpt, path)
 
 

@@ -36,8 +36,10 @@ def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                raise VatError(f"{option}: {p} is a directory, expected a text file "
-                               "(one sentence per line, plain or .gz)")
+                raise VatError(
+                    f"{option}: {p} is a directory, expected a text file "
+                    "(one sentence per line, plain or .gz)"
+                )
             if not p.is_file():
                 raise VatError(f"{option}: file {p} does not exist")
             files.append(p)
@@ -63,8 +65,10 @@ class LineReader:
         try:
             with opener(path, "rb") as f:
                 if b"\x00" in f.read(8192):
-                    raise VatError(f"{path} looks like a binary file (NUL bytes), "
-                                   "expected UTF-8 text, one sentence per line")
+                    raise VatError(
+                        f"{path} looks like a binary file (NUL bytes), "
+                        "expected UTF-8 text, one sentence per line"
+                    )
                 f.seek(0)
                 while raw := f.readlines(CHUNK_BYTES):
                     try:
@@ -86,13 +90,17 @@ class LineReader:
                 out.append(line.decode("utf-8"))
             except UnicodeDecodeError:
                 if self.on_bad_bytes == "error":
-                    raise VatError(f"{self.path}:{i}: bytes that are not UTF-8 "
-                                   "(set data.on_bad_bytes: skip to skip such lines)") from None
+                    raise VatError(
+                        f"{self.path}:{i}: bytes that are not UTF-8 "
+                        "(set data.on_bad_bytes: skip to skip such lines)"
+                    ) from None
                 self.bad += 1
         return out
 
 
-def read_lines(path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> tuple[list[str], int]:
+def read_lines(
+    path: Path, on_bad_bytes: Literal["skip", "error"] = "skip"
+) -> tuple[list[str], int]:
     """All non-empty stripped lines of a file and the number skipped for undecodable bytes
     (for small files: tests, benchmarks; corpora stream through `iter_files`)."""
     reader = LineReader(Path(path), on_bad_bytes)
@@ -100,8 +108,9 @@ def read_lines(path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> t
     return lines, reader.bad
 
 
-def iter_files(paths: Sequence[Path], on_bad_bytes: Literal["skip", "error"],
-               option: str) -> Iterator[list[str]]:
+def iter_files(
+    paths: Sequence[Path], on_bad_bytes: Literal["skip", "error"], option: str
+) -> Iterator[list[str]]:
     """Chunks of sentences of several files, in order; an empty file is an error."""
     for p in paths:
         reader = LineReader(p, on_bad_bytes)
@@ -123,12 +132,15 @@ def load_hub(name: str, config: str | None, split: str, text_field: str):
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # datasets raises many types (connection, FileNotFound, ValueError)
         first = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-        raise VatError(f"data.hf_dataset: could not load {name!r} (config {config!r}, "
-                       f"split {split!r}): {first}") from None
+        raise VatError(
+            f"data.hf_dataset: could not load {name!r} (config {config!r}, "
+            f"split {split!r}): {first}"
+        ) from None
     head = text_field.split(".")[0]
     if head not in ds.column_names:
-        raise VatError(f"data.hf_text_field: {name} has no column {head!r} "
-                       f"(columns: {ds.column_names})")
+        raise VatError(
+            f"data.hf_text_field: {name} has no column {head!r} (columns: {ds.column_names})"
+        )
     return ds
 
 
@@ -168,13 +180,17 @@ def held_out_indices(n: int, fraction: float, seed: int) -> np.ndarray:
     """
     n_val = min(n - 1, max(1, int(round(fraction * n))))
     if n_val < 1:
-        raise VatError(f"data.val_fraction: {n} training line(s) are too few to hold out a "
-                       "validation set; give data.val_files instead")
+        raise VatError(
+            f"data.val_fraction: {n} training line(s) are too few to hold out a "
+            "validation set; give data.val_files instead"
+        )
     return np.sort(np.random.default_rng(seed).choice(n, n_val, replace=False))
 
 
-def split_held_out(chunks: Iterator[list[str]], val_idx: np.ndarray,
-                   ) -> Iterator[tuple[list[str], list[str]]]:
+def split_held_out(
+    chunks: Iterator[list[str]],
+    val_idx: np.ndarray,
+) -> Iterator[tuple[list[str], list[str]]]:
     """(train, val) parts of each chunk, given the sorted global indices of held-out lines."""
     start = 0
     for chunk in chunks:
@@ -184,5 +200,7 @@ def split_held_out(chunks: Iterator[list[str]], val_idx: np.ndarray,
         if not held:
             yield chunk, []
             continue
-        yield ([s for i, s in enumerate(chunk) if i not in held],
-               [s for i, s in enumerate(chunk) if i in held])
+        yield (
+            [s for i, s in enumerate(chunk) if i not in held],
+            [s for i, s in enumerate(chunk) if i in held],
+        )

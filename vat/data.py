@@ -137,13 +137,19 @@ class VATDataModule(L.LightningDataModule):
         self.length_histogram: list[int] = []
         self._verified: dict[Path, dict] = {}
         if max_tokens is not None:
-            rank_zero_info(f"vat: data.max_tokens={max_tokens} sets the batch size "
-                           "(data.batch_size is not used)")
+            rank_zero_info(
+                f"vat: data.max_tokens={max_tokens} sets the batch size "
+                "(data.batch_size is not used)"
+            )
 
     # -- sources --------------------------------------------------------------------------
     def _has_val(self) -> bool:
         h = self.hparams
-        return bool(h.val_files) or (bool(h.hf_dataset) and h.hf_val_split is not None) or h.val_fraction > 0
+        return (
+            bool(h.val_files)
+            or (bool(h.hf_dataset) and h.hf_val_split is not None)
+            or h.val_fraction > 0
+        )
 
     def _source_files(self) -> dict[str, list[Path]]:
         h = self.hparams
@@ -158,17 +164,30 @@ class VATDataModule(L.LightningDataModule):
         """Identifies the raw data: file paths, sizes and mtimes, or the hub dataset."""
         h = self.hparams
         if h.hf_dataset:
-            desc: object = [h.hf_dataset, h.hf_config, h.hf_text_field, h.hf_train_split, h.hf_val_split, h.hf_test_split]
+            desc: object = [
+                h.hf_dataset,
+                h.hf_config,
+                h.hf_text_field,
+                h.hf_train_split,
+                h.hf_val_split,
+                h.hf_test_split,
+            ]
         else:
-            desc = {k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v]
-                    for k, v in self._source_files().items()}
+            desc = {
+                k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v]
+                for k, v in self._source_files().items()
+            }
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
-        return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[
+            :16
+        ]
 
     def _source_names(self) -> list[str]:
         h = self.hparams
         if h.hf_dataset:
-            names = ["train"] + [n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s]
+            names = ["train"] + [
+                n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s
+            ]
         else:
             names = list(self._source_files())
         if "val" not in names and h.val_fraction > 0:
@@ -179,7 +198,9 @@ class VATDataModule(L.LightningDataModule):
         """Chunks of raw sentences of one source split (the training split before holding out)."""
         h = self.hparams
         if h.hf_dataset:
-            hub_split = {"train": h.hf_train_split, "val": h.hf_val_split, "test": h.hf_test_split}[split]
+            hub_split = {"train": h.hf_train_split, "val": h.hf_val_split, "test": h.hf_test_split}[
+                split
+            ]
             chunks = iter_hub(h.hf_dataset, h.hf_config, hub_split, h.hf_text_field)
         else:
             chunks = iter_files(self._source_files()[split], h.on_bad_bytes, f"data.{split}_files")
@@ -219,7 +240,9 @@ class VATDataModule(L.LightningDataModule):
             with tempfile.TemporaryFile(dir=d):
                 pass
         except OSError as e:
-            raise VatError(f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})") from None
+            raise VatError(
+                f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})"
+            ) from None
         remove_stale_temps(d)
 
     def _progress(self) -> bool:
@@ -227,13 +250,17 @@ class VATDataModule(L.LightningDataModule):
 
     def _tokenizer_cache_path(self) -> Path:
         h = self.hparams
-        key = hashlib.sha256(f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2".encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2".encode()
+        ).hexdigest()[:16]
         return self._cache() / f"tokenizer-{key}.json"
 
     def _data_cache_path(self, tokenizer: VATTokenizer) -> Path:
         h = self.hparams
         tok_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
-        key = hashlib.sha256(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2".encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2".encode()
+        ).hexdigest()[:16]
         return self._cache() / f"data-{key}"
 
     def _load_or_train_tokenizer(self) -> VATTokenizer:
@@ -247,7 +274,9 @@ class VATDataModule(L.LightningDataModule):
             tok = self._cached_tokenizer() or self._train_tokenizer()
         if tok.vocab_size > h.vocab_size:
             src = h.tokenizer_path or "the cached tokenizer"
-            raise VatError(f"data.tokenizer_path: {src} has {tok.vocab_size} tokens but data.vocab_size is {h.vocab_size}")
+            raise VatError(
+                f"data.tokenizer_path: {src} has {tok.vocab_size} tokens but data.vocab_size is {h.vocab_size}"
+            )
         return tok
 
     def _cached_tokenizer(self) -> VATTokenizer | None:
@@ -257,7 +286,9 @@ class VATDataModule(L.LightningDataModule):
         try:
             return VATTokenizer.from_file(path)
         except Exception as e:  # a damaged cache file: train it again rather than fail
-            rank_zero_warn(f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again")
+            rank_zero_warn(
+                f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again"
+            )
             return None
 
     def _train_tokenizer(self) -> VATTokenizer:
@@ -270,7 +301,9 @@ class VATDataModule(L.LightningDataModule):
 
         # limit_lines counts sentences across chunks; flatten only after the cut.
         texts = (s for chunk in limit_lines(train_chunks(), h.tokenizer_train_lines) for s in chunk)
-        rank_zero_info(f"vat: training a {h.vocab_size}-token BPE tokenizer on up to {h.tokenizer_train_lines} training lines")
+        rank_zero_info(
+            f"vat: training a {h.vocab_size}-token BPE tokenizer on up to {h.tokenizer_train_lines} training lines"
+        )
         tok = VATTokenizer.train(texts, vocab_size=h.vocab_size, progress=self._progress())
         path = self._tokenizer_cache_path()
         tmp = temp_path(path)
@@ -290,7 +323,11 @@ class VATDataModule(L.LightningDataModule):
         if not cache.exists():
             return None
         try:
-            info = verify(cache, self.tokenizer.vocab_size if self.tokenizer else 1 << 32, self.hparams.max_len)
+            info = verify(
+                cache,
+                self.tokenizer.vocab_size if self.tokenizer else 1 << 32,
+                self.hparams.max_len,
+            )
         except CacheDamaged as e:
             rank_zero_warn(f"vat: the tokenized cache {cache} is damaged ({e}); rebuilding it")
             self._check_cache_dir(write=True)
@@ -339,15 +376,22 @@ class VATDataModule(L.LightningDataModule):
                     for chunk, ids in encode_chunks(self._chunks(name), tok, h.num_proc):
                         writers[name].add(ids)
                         bar.update(len(chunk))
-            write_done(tmp, {n: w.close() for n, w in writers.items()}, dtype,
-                       max_len=h.max_len, overlength=h.overlength)
+            write_done(
+                tmp,
+                {n: w.close() for n, w in writers.items()},
+                dtype,
+                max_len=h.max_len,
+                overlength=h.overlength,
+            )
             try:
                 os.replace(tmp, cache)
             except OSError:  # another process finished first: keep theirs
                 pass
         except OSError as e:
             if e.errno == errno.ENOSPC:
-                raise VatError(f"data.cache_dir: no space left on the device while writing {cache}") from None
+                raise VatError(
+                    f"data.cache_dir: no space left on the device while writing {cache}"
+                ) from None
             raise VatError(f"data.cache_dir: could not write {cache} ({e.strerror or e})") from None
         finally:
             remove(tmp)  # never leave a partial folder behind (e.g. after a full disk)
@@ -355,8 +399,13 @@ class VATDataModule(L.LightningDataModule):
     def _bar(self, name: str):
         from tqdm.auto import tqdm
 
-        return tqdm(desc=f"vat: tokenizing {name}", unit=" lines", unit_scale=True,
-                    disable=not self._progress(), leave=False)
+        return tqdm(
+            desc=f"vat: tokenizing {name}",
+            unit=" lines",
+            unit_scale=True,
+            disable=not self._progress(),
+            leave=False,
+        )
 
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None and self.splits:
@@ -376,7 +425,9 @@ class VATDataModule(L.LightningDataModule):
             self.splits[name] = TokenizedDataset(cache / name, info["dtype"], h.max_len, pad)
             if st["overlength"]:
                 verb = "truncated to" if h.overlength == "truncate" else "dropped for exceeding"
-                rank_zero_info(f"vat: {name}: {st['overlength']} of {st['lines']} lines {verb} max_len={h.max_len} tokens")
+                rank_zero_info(
+                    f"vat: {name}: {st['overlength']} of {st['lines']} lines {verb} max_len={h.max_len} tokens"
+                )
         if not len(self.splits["train"]):
             raise VatError("data: no training sentence is left after filtering to data.max_len")
         counts = np.bincount(self.splits["train"].lengths + 1, minlength=h.max_len + 1)
@@ -390,14 +441,26 @@ class VATDataModule(L.LightningDataModule):
         trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sampler = BucketBatchSampler(
-            ds.lengths + 1, h.batch_size, shuffle=shuffle, seed=h.seed, pool_batches=h.pool_batches,
-            num_replicas=world, rank=rank, max_tokens=h.max_tokens, pad_multiple=PAD_MULTIPLE,
+            ds.lengths + 1,
+            h.batch_size,
+            shuffle=shuffle,
+            seed=h.seed,
+            pool_batches=h.pool_batches,
+            num_replicas=world,
+            rank=rank,
+            max_tokens=h.max_tokens,
+            pad_multiple=PAD_MULTIPLE,
             max_len=h.max_len,
         )
         # A private generator: creating the iterator then draws no number from torch's global
         # RNG, so dropout/sampling noise is the same in a resumed and an uninterrupted run.
-        kwargs = dict(collate_fn=passthrough, num_workers=h.num_workers, pin_memory=self._pin_memory(),
-                      generator=torch.Generator().manual_seed(h.seed), persistent_workers=h.num_workers > 0)
+        kwargs = dict(
+            collate_fn=passthrough,
+            num_workers=h.num_workers,
+            pin_memory=self._pin_memory(),
+            generator=torch.Generator().manual_seed(h.seed),
+            persistent_workers=h.num_workers > 0,
+        )
         if split == "train":
             return ResumableDataLoader(ds, sampler, **kwargs)
         return DataLoader(ds, batch_sampler=sampler, **kwargs)
@@ -425,6 +488,7 @@ class VATDataModule(L.LightningDataModule):
 
 def _validate(args: dict) -> None:
     """Check every data option at construction; the message names the option (issue 11)."""
+
     def fail(name: str, expected: str) -> None:
         raise VatError(f"data.{name} must be {expected}, got {args[name]!r}")
 
@@ -432,13 +496,22 @@ def _validate(args: dict) -> None:
         return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
     if not args["train_files"] and not args["hf_dataset"]:
-        raise VatError("data: set data.train_files (text files) or data.hf_dataset (a datasets hub name)")
+        raise VatError(
+            "data: set data.train_files (text files) or data.hf_dataset (a datasets hub name)"
+        )
     for name in ("train_files", "val_files", "test_files"):
         v = args[name]
         if v is not None and (isinstance(v, str) or not all(isinstance(p, str) and p for p in v)):
             fail(name, "a list of file paths or globs")
-    minimum = {"vocab_size": len(SPECIAL_TOKENS) + 1, "tokenizer_train_lines": 1, "max_len": 2,
-               "batch_size": 1, "pool_batches": 1, "num_workers": 0, "num_proc": 1}
+    minimum = {
+        "vocab_size": len(SPECIAL_TOKENS) + 1,
+        "tokenizer_train_lines": 1,
+        "max_len": 2,
+        "batch_size": 1,
+        "pool_batches": 1,
+        "num_workers": 0,
+        "num_proc": 1,
+    }
     for name, low in minimum.items():
         if not is_int(args[name]) or args[name] < low:
             fail(name, f"an integer >= {low}")
@@ -449,7 +522,10 @@ def _validate(args: dict) -> None:
             fail(name, "an integer >= 1 or null")
     v = args["max_tokens"]
     if v is not None and (not is_int(v) or v < args["max_len"]):
-        fail("max_tokens", f"null or an integer >= data.max_len ({args['max_len']}), so the longest sentence fits")
+        fail(
+            "max_tokens",
+            f"null or an integer >= data.max_len ({args['max_len']}), so the longest sentence fits",
+        )
     v = args["val_fraction"]
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
         fail("val_fraction", "a number in [0, 1)")

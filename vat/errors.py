@@ -24,7 +24,11 @@ class CheckpointError(VatError, ValueError):
 # Exceptions that mean "bad input" rather than "bug in vat". Each message must already name
 # the path or option at fault; the places that raise them make sure it does.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    VatError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+    VatError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
     UnicodeDecodeError,
 )
 

@@ -46,8 +46,9 @@ def iter_encoded_ids(
     device = next(model.parameters()).device
     batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
     with eval_mode(model):
-        for index in tqdm(batches, desc="encoding", unit="batch", disable=not progress,
-                          leave=False):
+        for index in tqdm(
+            batches, desc="encoding", unit="batch", disable=not progress, leave=False
+        ):
             batch_ids = [ids[i] for i in index]
             post = model.encode(make_batch(batch_ids)["src"].to(device))  # mu, logvar (B, T, d)
             yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
@@ -66,8 +67,9 @@ def iter_encoded(
     yield from iter_encoded_ids(model, ids, batch_size, progress)
 
 
-def pool(mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling,
-         logvar: torch.Tensor | None = None) -> torch.Tensor:
+def pool(
+    mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling, logvar: torch.Tensor | None = None
+) -> torch.Tensor:
     """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row.
 
     mean / sum / start are the paper's VAT-mean, VAT-sum and VAT-start (Tables 4-5).
@@ -99,7 +101,11 @@ def pool(mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling,
 
 
 def sentence_features(
-    model: VAT, tokenizer: VATTokenizer, sentences: Sequence[str], pooling: Pooling = "mean", batch_size: int = 128
+    model: VAT,
+    tokenizer: VATTokenizer,
+    sentences: Sequence[str],
+    pooling: Pooling = "mean",
+    batch_size: int = 128,
 ) -> np.ndarray:
     """(N, d) float32 pooled token means, in input order."""
     out = np.zeros((len(sentences), model.config.d_model), dtype=np.float32)
@@ -130,12 +136,21 @@ def token_posteriors(
     d = model.config.d_model
     if not tok:
         empty = torch.zeros(0, d, device=next(model.parameters()).device)
-        return empty, empty.clone(), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        return (
+            empty,
+            empty.clone(),
+            torch.zeros(0, dtype=torch.long),
+            torch.zeros(0, dtype=torch.long),
+        )
     sentence_ids = torch.tensor(sent, dtype=torch.long)
     order = torch.argsort(sentence_ids, stable=True)  # (N,) back to input order
     device_order = order.to(mus[0].device)
-    return (torch.cat(mus)[device_order], torch.cat(logvars)[device_order],
-            torch.tensor(tok, dtype=torch.long)[order], sentence_ids[order])
+    return (
+        torch.cat(mus)[device_order],
+        torch.cat(logvars)[device_order],
+        torch.tensor(tok, dtype=torch.long)[order],
+        sentence_ids[order],
+    )
 
 
 class TokenVectors(NamedTuple):

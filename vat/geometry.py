@@ -51,7 +51,11 @@ def _as_matrix(vectors: ArrayLike, name: str = "vectors") -> torch.Tensor:
         raise ValueError(f"{name} has zero columns (d = 0)")
     if not torch.isfinite(x.sum()):  # one reduction; NaN/inf anywhere makes the sum non-finite
         bad = int((~torch.isfinite(x).all(1)).sum())
-        raise ValueError(f"{name} contains NaN or infinite values ({bad} rows)" if bad else f"{name}: values overflow")
+        raise ValueError(
+            f"{name} contains NaN or infinite values ({bad} rows)"
+            if bad
+            else f"{name}: values overflow"
+        )
     return x
 
 
@@ -91,7 +95,9 @@ def _group(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def _group_sums(x: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
     """Row sums of x (N, d) per group: (G, d), O(N d)."""
-    return torch.zeros(n_groups, x.shape[1], dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
+    return torch.zeros(n_groups, x.shape[1], dtype=x.dtype, device=x.device).index_add_(
+        0, inverse, x
+    )
 
 
 class _Prepared:
@@ -156,7 +162,9 @@ def self_similarity_by_type(
         ws_counts = ws_counts.to(torch.float64)
         ws_sums = _group_sums(u, ws_inv, len(ws))  # (WS, d)
         ws_type = ws // n_sent  # type index of each (type, sentence) group
-        pair_sum -= torch.zeros_like(pair_sum).index_add_(0, ws_type, ws_sums.square().sum(1) - ws_counts)
+        pair_sum -= torch.zeros_like(pair_sum).index_add_(
+            0, ws_type, ws_sums.square().sum(1) - ws_counts
+        )
         pairs -= torch.zeros_like(pairs).index_add_(0, ws_type, ws_counts * (ws_counts - 1.0))
     keep = (counts >= min_count) & (pairs > 0)
     if not keep.any():
@@ -166,11 +174,17 @@ def self_similarity_by_type(
             f"(most frequent type: {int(counts.max())} occurrences); lower min_count or use more text"
         )
     values = pair_sum[keep] / pairs[keep]
-    return {w: (int(c), v) for w, c, v in zip(uniq[keep].tolist(), counts[keep].tolist(), values.tolist())}
+    return {
+        w: (int(c), v)
+        for w, c, v in zip(uniq[keep].tolist(), counts[keep].tolist(), values.tolist())
+    }
 
 
 def self_similarity(
-    vectors: ArrayLike, word_ids: ArrayLike, min_count: int = 5, sentence_ids: ArrayLike | None = None
+    vectors: ArrayLike,
+    word_ids: ArrayLike,
+    min_count: int = 5,
+    sentence_ids: ArrayLike | None = None,
 ) -> float:
     """Unweighted mean of `self_similarity_by_type` over word types with >= min_count occurrences.
 
@@ -190,13 +204,20 @@ def _intra_values(p: _Prepared, sentence_ids: ArrayLike) -> tuple[torch.Tensor, 
     zero = mean_norm == 0
     if zero.any():
         bad = int(uniq[zero.int().argmax()])
-        raise ValueError(f"sentence {bad}: its token vectors sum to zero, so cos(token, sentence mean) is undefined")
+        raise ValueError(
+            f"sentence {bad}: its token vectors sum to zero, so cos(token, sentence mean) is undefined"
+        )
     cos = (p.u * means[inverse]).sum(1) / mean_norm[inverse]  # (N,)
-    values = torch.zeros(len(uniq), dtype=cos.dtype, device=cos.device).index_add_(0, inverse, cos) / counts
+    values = (
+        torch.zeros(len(uniq), dtype=cos.dtype, device=cos.device).index_add_(0, inverse, cos)
+        / counts
+    )
     return uniq, values
 
 
-def intra_sentence_similarity_by_sentence(vectors: ArrayLike, sentence_ids: ArrayLike) -> dict[int, float]:
+def intra_sentence_similarity_by_sentence(
+    vectors: ArrayLike, sentence_ids: ArrayLike
+) -> dict[int, float]:
     """Per sentence: {id: IntraSim(s)}, IntraSim(s) = (1/n) sum_i cos(v_i, m_s), m_s = (1/n) sum_i v_i.
 
     Ethayarajh (2019), Def. 2. The mean m_s is of the raw (not unit) vectors, and
@@ -314,7 +335,9 @@ def _mu_logvar(mu: ArrayLike, logvar: ArrayLike) -> tuple[torch.Tensor, torch.Te
     m = _as_matrix(mu, "mu")
     lv = _as_matrix(logvar, "logvar").to(m.device)
     if m.shape != lv.shape:
-        raise ValueError(f"mu {tuple(m.shape)} and logvar {tuple(lv.shape)} must have the same shape")
+        raise ValueError(
+            f"mu {tuple(m.shape)} and logvar {tuple(lv.shape)} must have the same shape"
+        )
     return m, lv
 
 
@@ -335,12 +358,21 @@ def _kl_per_dimension(m: torch.Tensor, lv: torch.Tensor, prior_std: float) -> np
         raise ValueError(f"prior_std must be > 0, got {prior_std}")
     s2 = float(prior_std) ** 2
     # The KL is linear in logvar, exp(logvar) and mu^2, so average those over tokens first.
-    kl = math.log(prior_std) - 0.5 * lv.mean(0) + (lv.exp().mean(0) + m.square().mean(0)) / (2 * s2) - 0.5  # (d,)
+    kl = (
+        math.log(prior_std)
+        - 0.5 * lv.mean(0)
+        + (lv.exp().mean(0) + m.square().mean(0)) / (2 * s2)
+        - 0.5
+    )  # (d,)
     return kl.cpu().numpy()
 
 
 def mutual_information(
-    mu: ArrayLike, logvar: ArrayLike, batch_size: int = 512, max_tokens: int | None = 4096, seed: int = 0
+    mu: ArrayLike,
+    logvar: ArrayLike,
+    batch_size: int = 512,
+    max_tokens: int | None = 4096,
+    seed: int = 0,
 ) -> float:
     """Monte-Carlo estimate of I(x; z) under q (He et al. 2019, "Lagging Inference Networks",
     `calc_mi`; also Optimus, Li et al. 2020), in nats, with tokens as the data points x.
@@ -362,7 +394,9 @@ def mutual_information(
     return _mutual_information(*_mu_logvar(mu, logvar), batch_size, max_tokens, seed)
 
 
-def _mutual_information(m: torch.Tensor, lv: torch.Tensor, batch_size: int, max_tokens: int | None, seed: int) -> float:
+def _mutual_information(
+    m: torch.Tensor, lv: torch.Tensor, batch_size: int, max_tokens: int | None, seed: int
+) -> float:
     _need_two(len(m), "tokens for the mutual-information estimate")
     if batch_size < 2:
         raise ValueError(f"batch_size must be >= 2, got {batch_size}")
@@ -388,8 +422,12 @@ def _batch_mi(mu: torch.Tensor, logvar: torch.Tensor, eps: torch.Tensor) -> floa
     z = mu + torch.exp(0.5 * logvar) * eps  # (B, d)
     inv_var = torch.exp(-logvar)  # (B, d)
     # sum_k (z_ik - mu_jk)^2 / var_jk, expanded so that it is three (B, d) x (d, B) products.
-    sq = z.square() @ inv_var.T - 2 * z @ (mu * inv_var).T + (mu.square() * inv_var).sum(-1)[None, :]  # (B_z, B_x)
-    log_density = -0.5 * sq - 0.5 * (d * math.log(2 * math.pi) + logvar.sum(-1))[None, :]  # (B_z, B_x)
+    sq = (
+        z.square() @ inv_var.T - 2 * z @ (mu * inv_var).T + (mu.square() * inv_var).sum(-1)[None, :]
+    )  # (B_z, B_x)
+    log_density = (
+        -0.5 * sq - 0.5 * (d * math.log(2 * math.pi) + logvar.sum(-1))[None, :]
+    )  # (B_z, B_x)
     log_qz = torch.logsumexp(log_density, dim=1) - math.log(B)  # (B_z,)
     return float(neg_entropy - log_qz.mean())
 
@@ -449,7 +487,8 @@ class GeometryReport:
         """JSON-ready dict (per-type values as a list of {id, count, self_similarity})."""
         d = asdict(self)
         d["self_similarity_by_type"] = [
-            {"id": w, "count": c, "self_similarity": v} for w, (c, v) in sorted(self.self_similarity_by_type.items())
+            {"id": w, "count": c, "self_similarity": v}
+            for w, (c, v) in sorted(self.self_similarity_by_type.items())
         ]
         return d
 
@@ -478,7 +517,9 @@ def geometry_report(
     per_type = self_similarity_by_type(p, token_ids, min_count)
     ss = float(np.mean([v for _, v in per_type.values()]))
     intra = float(_intra_values(p, sent)[1].mean())
-    cov = _covariance(p.x)  # (d, d): eigenvalues for IsoScore and effective rank, diagonal for active units
+    cov = _covariance(
+        p.x
+    )  # (d, d): eigenvalues for IsoScore and effective rank, diagonal for active units
     eig = _eigenvalues(cov)
     report = GeometryReport(
         num_tokens=n,

@@ -92,7 +92,9 @@ def _load_cached(path: str, device: str) -> HFEncoder:
     return HFEncoder(tokenizer, model, path)
 
 
-def load_hf_encoder(model_dir: str | os.PathLike, device: str | torch.device | None = None) -> HFEncoder:
+def load_hf_encoder(
+    model_dir: str | os.PathLike, device: str | torch.device | None = None
+) -> HFEncoder:
     """Tokenizer and model (eval mode) from a local directory; cached for repeated calls."""
     p = Path(model_dir).expanduser()
     if not p.exists():
@@ -100,7 +102,9 @@ def load_hf_encoder(model_dir: str | os.PathLike, device: str | torch.device | N
     if not p.is_dir():
         raise VatError(f"--hf-model {p}: expected a Hugging Face model directory, got a file")
     if not (p / "config.json").is_file():
-        raise VatError(f"--hf-model {p}: no config.json (expected a directory written by save_pretrained)")
+        raise VatError(
+            f"--hf-model {p}: no config.json (expected a directory written by save_pretrained)"
+        )
     return _load_cached(str(p.resolve()), str(device or _default_device()))
 
 
@@ -108,7 +112,9 @@ def _resolve_layer(encoder: HFEncoder, layer: int) -> int:
     """Index into `hidden_states` (length num_layers + 1); raises on out-of-range layers."""
     n = encoder.num_layers
     if not -(n + 1) <= layer <= n:
-        raise VatError(f"--layer {layer}: {encoder.path} has layers 0..{n} (0 = embeddings) or -1..-{n + 1}")
+        raise VatError(
+            f"--layer {layer}: {encoder.path} has layers 0..{n} (0 = embeddings) or -1..-{n + 1}"
+        )
     return layer % (n + 1)
 
 
@@ -120,13 +126,21 @@ def _batches(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     index = _resolve_layer(encoder, layer)
     tok, model = encoder.tokenizer, encoder.model
-    max_length = min(int(tok.model_max_length), int(getattr(model.config, "max_position_embeddings", 512)))
+    max_length = min(
+        int(tok.model_max_length), int(getattr(model.config, "max_position_embeddings", 512))
+    )
     device = next(model.parameters()).device
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        enc = tok([sentences[i] for i in idx], padding=True, truncation=True, max_length=max_length,
-                  return_special_tokens_mask=True, return_tensors="pt")
+        enc = tok(
+            [sentences[i] for i in idx],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_special_tokens_mask=True,
+            return_tensors="pt",
+        )
         special = enc.pop("special_tokens_mask")  # (B, L), 1 at [CLS]/[SEP]/pad
         inputs = {k: v.to(device) for k, v in enc.items()}
         with torch.inference_mode():
@@ -152,7 +166,11 @@ def hf_token_vectors(
     per_sentence: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for idx, inputs, hidden in _batches(encoder, sentences, layer, batch_size):
         keep = (inputs["attention_mask"] == 1) & (inputs["special_tokens_mask"] == 0)  # (B, L)
-        hidden, keep, ids = hidden.cpu().numpy(), keep.cpu().numpy(), inputs["input_ids"].cpu().numpy()
+        hidden, keep, ids = (
+            hidden.cpu().numpy(),
+            keep.cpu().numpy(),
+            inputs["input_ids"].cpu().numpy(),
+        )
         for row, i in enumerate(idx):
             per_sentence[i] = (hidden[row, keep[row]], ids[row, keep[row]])
     d = encoder.hidden_size

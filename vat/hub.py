@@ -42,7 +42,15 @@ ST_MODULES_NAME = "modules.json"
 ST_MODULE_CONFIG_NAME = "sentence_vat_config.json"
 ST_CONFIG_NAME = "config_sentence_transformers.json"
 ST_MODULE_TYPE = "vat.integrations.sentence_transformers.VATSentenceEncoder"
-FILES = (CONFIG_NAME, WEIGHTS_NAME, TOKENIZER_NAME, CARD_NAME, ST_MODULES_NAME, ST_MODULE_CONFIG_NAME, ST_CONFIG_NAME)
+FILES = (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    TOKENIZER_NAME,
+    CARD_NAME,
+    ST_MODULES_NAME,
+    ST_MODULE_CONFIG_NAME,
+    ST_CONFIG_NAME,
+)
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -68,15 +76,34 @@ def save_pretrained(
     return Path(directory)
 
 
-def save_loaded(directory: str | os.PathLike, loaded: LoadedVAT, *, training: dict[str, Any] | None = None,
-                overwrite: bool = False) -> Path:
+def save_loaded(
+    directory: str | os.PathLike,
+    loaded: LoadedVAT,
+    *,
+    training: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
     """`save_pretrained` of what `vat.checkpoint.load_vat` / `from_pretrained` returned."""
-    return save_pretrained(directory, loaded.model, loaded.tokenizer, loaded.prior_std, loaded.length_histogram,
-                           training=training, overwrite=overwrite)
+    return save_pretrained(
+        directory,
+        loaded.model,
+        loaded.tokenizer,
+        loaded.prior_std,
+        loaded.length_histogram,
+        training=training,
+        overwrite=overwrite,
+    )
 
 
-def write_model_files(folder: Path, model: VAT, tokenizer: VATTokenizer, prior_std: float,
-                      length_histogram: Sequence[int], training: dict[str, Any], card: bool = True) -> None:
+def write_model_files(
+    folder: Path,
+    model: VAT,
+    tokenizer: VATTokenizer,
+    prior_std: float,
+    length_histogram: Sequence[int],
+    training: dict[str, Any],
+    card: bool = True,
+) -> None:
     """config.json, model.safetensors, tokenizer.json and (with `card`) README.md in `folder`."""
     from safetensors.torch import save_model
 
@@ -103,10 +130,17 @@ def write_sentence_transformers_files(folder: Path, pooling: str = "mean") -> No
     config_sentence_transformers.json (cosine similarity), so that
     `SentenceTransformer(folder, trust_remote_code=True)` loads the folder."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE_TYPE}]
-    st_config = {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine", "prompts": {},
-                 "default_prompt_name": None}
-    for name, obj in ((ST_MODULES_NAME, modules), (ST_MODULE_CONFIG_NAME, {"pooling": pooling}),
-                      (ST_CONFIG_NAME, st_config)):
+    st_config = {
+        "model_type": "SentenceTransformer",
+        "similarity_fn_name": "cosine",
+        "prompts": {},
+        "default_prompt_name": None,
+    }
+    for name, obj in (
+        (ST_MODULES_NAME, modules),
+        (ST_MODULE_CONFIG_NAME, {"pooling": pooling}),
+        (ST_CONFIG_NAME, st_config),
+    ):
         (folder / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
 
 
@@ -118,7 +152,9 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
     if out.exists() and not out.is_dir():
         raise VatError(f"output {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise VatError(f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it")
+        raise VatError(
+            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
@@ -150,7 +186,9 @@ def _umask() -> int:
 
 
 # -- export ----------------------------------------------------------------------------------
-def export_checkpoint(ckpt_path: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def export_checkpoint(
+    ckpt_path: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False
+) -> Path:
     """A training checkpoint (.ckpt) into a pretrained folder; trainer state is dropped.
 
     The card and config.json record the step and epoch, the best score the run's
@@ -227,16 +265,38 @@ def model_card(config: dict[str, Any], vocab_size: int) -> str:
     """README.md for a pretrained folder: Hub metadata header, architecture, prior scale,
     training data and steps, and any recorded metrics."""
     mc, training = config["model_config"], config.get("training") or {}
-    lines = ["---", "library_name: vat", "tags:", "- vat", "- variational-autoencoder",
-             "- sentence-embeddings", "- sentence-transformers", "pipeline_tag: sentence-similarity", "---", "",
-             "# Variational Auto-Transformer (VAT)", "",
-             "A token-level Variational Auto-Transformer trained with vat. Every token has a Gaussian posterior "
-             "q(z_t | x) = N(mu_t, diag(sigma_t^2)); sentence features pool the token means mu.", "",
-             "## Architecture", "", "| field | value |", "|---|---|"]
+    lines = [
+        "---",
+        "library_name: vat",
+        "tags:",
+        "- vat",
+        "- variational-autoencoder",
+        "- sentence-embeddings",
+        "- sentence-transformers",
+        "pipeline_tag: sentence-similarity",
+        "---",
+        "",
+        "# Variational Auto-Transformer (VAT)",
+        "",
+        "A token-level Variational Auto-Transformer trained with vat. Every token has a Gaussian posterior "
+        "q(z_t | x) = N(mu_t, diag(sigma_t^2)); sentence features pool the token means mu.",
+        "",
+        "## Architecture",
+        "",
+        "| field | value |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v} |" for k, v in mc.items()]
-    lines += [f"| tokenizer vocabulary | {vocab_size} |", "",
-              "## Prior", "", f"Scaled prior N(0, s^2 I) with s = {config['prior_std']:g}.", "",
-              "## Training", ""]
+    lines += [
+        f"| tokenizer vocabulary | {vocab_size} |",
+        "",
+        "## Prior",
+        "",
+        f"Scaled prior N(0, s^2 I) with s = {config['prior_std']:g}.",
+        "",
+        "## Training",
+        "",
+    ]
     data = training.get("data") or {}
     if data.get("train_files"):
         lines.append(f"- training data: {', '.join(str(f) for f in data['train_files'])}")
@@ -249,13 +309,30 @@ def model_card(config: dict[str, Any], vocab_size: int) -> str:
         lines.append("Not recorded.")
     lines += ["", "## Metrics", ""]
     metrics = training.get("metrics") or {}
-    lines += [f"- {k}: {v:.4f}" for k, v in metrics.items()] or ["None recorded with the checkpoint."]
-    lines += ["", "## Use", "", "```python", "import vat", "", 'model = vat.load("PATH_OR_REPO_ID")',
-              'features = model.encode(["A sentence.", "Another one."])  # (2, d) numpy array',
-              'print(model.reconstruct(["A sentence."]))', "```", "",
-              "With sentence-transformers (vat installed):", "", "```python",
-              "from sentence_transformers import SentenceTransformer", "",
-              'st = SentenceTransformer("PATH_OR_REPO_ID", trust_remote_code=True)', "```", ""]
+    lines += [f"- {k}: {v:.4f}" for k, v in metrics.items()] or [
+        "None recorded with the checkpoint."
+    ]
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import vat",
+        "",
+        'model = vat.load("PATH_OR_REPO_ID")',
+        'features = model.encode(["A sentence.", "Another one."])  # (2, d) numpy array',
+        'print(model.reconstruct(["A sentence."]))',
+        "```",
+        "",
+        "With sentence-transformers (vat installed):",
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        "",
+        'st = SentenceTransformer("PATH_OR_REPO_ID", trust_remote_code=True)',
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -283,13 +360,20 @@ def from_pretrained(
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise CheckpointError(f"{folder}: unusable config.json or tokenizer.json ({e})") from None
     if tokenizer.vocab_size > model_config.vocab_size:
-        raise CheckpointError(f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens but the model only "
-                              f"{model_config.vocab_size}")
+        raise CheckpointError(
+            f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens but the model only "
+            f"{model_config.vocab_size}"
+        )
     model = VAT(model_config)
     _load_weights(model, folder / WEIGHTS_NAME)
     model.to(device).eval()
-    return LoadedVAT(model, tokenizer, float(config["prior_std"]), [int(c) for c in config.get("length_histogram", [])],
-                     str(path_or_repo_id))
+    return LoadedVAT(
+        model,
+        tokenizer,
+        float(config["prior_std"]),
+        [int(c) for c in config.get("length_histogram", [])],
+        str(path_or_repo_id),
+    )
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
@@ -298,13 +382,23 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{folder} has no {CONFIG_NAME}; expected a folder written by `vat export`") from None
+        raise CheckpointError(
+            f"{folder} has no {CONFIG_NAME}; expected a folder written by `vat export`"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(config, dict) or config.get("model_type") != "vat" or "model_config" not in config:
-        raise CheckpointError(f"{path} is not a vat config (expected model_type 'vat'; was it written by vat export?)")
+    if (
+        not isinstance(config, dict)
+        or config.get("model_type") != "vat"
+        or "model_config" not in config
+    ):
+        raise CheckpointError(
+            f"{path} is not a vat config (expected model_type 'vat'; was it written by vat export?)"
+        )
     if config.get("format_version") != HUB_FORMAT_VERSION:
-        raise CheckpointError(f"{path}: unsupported vat folder format {config.get('format_version')!r}")
+        raise CheckpointError(
+            f"{path}: unsupported vat folder format {config.get('format_version')!r}"
+        )
     return config
 
 
@@ -318,7 +412,9 @@ def _load_weights(model: VAT, path: Path) -> None:
         load_model(model, str(path), strict=True)  # re-ties the shared embedding / lm_head
     except (RuntimeError, SafetensorError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: weights do not match its config.json or are corrupt ({first[:200]})") from None
+        raise CheckpointError(
+            f"{path}: weights do not match its config.json or are corrupt ({first[:200]})"
+        ) from None
 
 
 def resolve(
@@ -333,19 +429,26 @@ def resolve(
     p = Path(path_or_repo_id).expanduser()
     if p.exists():
         if not p.is_dir():
-            raise CheckpointError(f"{p} is a file; a pretrained vat is a folder (a .ckpt loads with load_vat)")
+            raise CheckpointError(
+                f"{p} is a file; a pretrained vat is a folder (a .ckpt loads with load_vat)"
+            )
         return p
     repo_id = str(path_or_repo_id)
     if repo_id.count("/") != 1 or repo_id.startswith((".", "/", "~")) or repo_id.endswith(".ckpt"):
-        raise CheckpointError(f"{repo_id} does not exist (expected a .ckpt, a vat folder or a Hub repo id user/name)")
+        raise CheckpointError(
+            f"{repo_id} does not exist (expected a .ckpt, a vat folder or a Hub repo id user/name)"
+        )
     from huggingface_hub import snapshot_download
 
     try:
-        folder = snapshot_download(repo_id, revision=revision, token=token, cache_dir=cache_dir,
-                                   allow_patterns=list(FILES))
+        folder = snapshot_download(
+            repo_id, revision=revision, token=token, cache_dir=cache_dir, allow_patterns=list(FILES)
+        )
     except (OSError, ValueError) as e:  # network, offline mode, missing repo, a malformed id
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise VatError(f"cannot download {repo_id} from the Hugging Face Hub ({first[:200]})") from None
+        raise VatError(
+            f"cannot download {repo_id} from the Hugging Face Hub ({first[:200]})"
+        ) from None
     return Path(folder)
 
 
@@ -373,12 +476,19 @@ def push_to_hub(
         folder = _folder_for(source, Path(tmp) / "model")
         try:
             api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-            return api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model",
-                                     revision=revision, commit_message=commit_message,
-                                     allow_patterns=list(FILES))
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=str(folder),
+                repo_type="model",
+                revision=revision,
+                commit_message=commit_message,
+                allow_patterns=list(FILES),
+            )
         except (OSError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise VatError(f"cannot push to the Hugging Face Hub repo {repo_id} ({first[:200]})") from None
+            raise VatError(
+                f"cannot push to the Hugging Face Hub repo {repo_id} ({first[:200]})"
+            ) from None
 
 
 def _folder_for(source: str | os.PathLike | LoadedVAT, scratch: Path) -> Path:

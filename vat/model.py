@@ -66,21 +66,53 @@ class VATConfig:
 
         def positive_int(name: str) -> None:
             v = getattr(self, name)
-            check(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.arch.{name}",
-                  "a positive integer", v)
+            check(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                f"model.arch.{name}",
+                "a positive integer",
+                v,
+            )
 
-        for name in ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers", "n_heads", "d_ff"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "n_heads",
+            "d_ff",
+        ):
             positive_int(name)
-        check(isinstance(self.max_len, int) and self.max_len >= 2, "model.arch.max_len", "an integer >= 2",
-              self.max_len)
-        check(self.d_model % self.n_heads == 0, "model.arch.d_model",
-              f"divisible by model.arch.n_heads={self.n_heads}", self.d_model)
-        check(finite(self.dropout) and 0 <= self.dropout < 1, "model.arch.dropout", "in [0, 1)", self.dropout)
-        check(isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size, "model.arch.pad_id",
-              f"in [0, vocab_size={self.vocab_size})", self.pad_id)
+        check(
+            isinstance(self.max_len, int) and self.max_len >= 2,
+            "model.arch.max_len",
+            "an integer >= 2",
+            self.max_len,
+        )
+        check(
+            self.d_model % self.n_heads == 0,
+            "model.arch.d_model",
+            f"divisible by model.arch.n_heads={self.n_heads}",
+            self.d_model,
+        )
+        check(
+            finite(self.dropout) and 0 <= self.dropout < 1,
+            "model.arch.dropout",
+            "in [0, 1)",
+            self.dropout,
+        )
+        check(
+            isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size,
+            "model.arch.pad_id",
+            f"in [0, vocab_size={self.vocab_size})",
+            self.pad_id,
+        )
         check(finite(self.logvar_min), "model.arch.logvar_min", "finite", self.logvar_min)
-        check(finite(self.logvar_max) and self.logvar_max > self.logvar_min, "model.arch.logvar_max",
-              f"finite and above model.arch.logvar_min={self.logvar_min}", self.logvar_max)
+        check(
+            finite(self.logvar_max) and self.logvar_max > self.logvar_min,
+            "model.arch.logvar_max",
+            f"finite and above model.arch.logvar_min={self.logvar_min}",
+            self.logvar_max,
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,7 +145,9 @@ class VATOutput(NamedTuple):
 def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
     """The fixed sinusoidal table of Vaswani et al. (2017), eq. in sec. 3.5."""
     pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
-    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
     table = torch.zeros(max_len, d_model)
     table[:, 0::2] = torch.sin(pos * div)
     table[:, 1::2] = torch.cos(pos * div[: d_model // 2])
@@ -151,7 +185,11 @@ class Attention(nn.Module):
         k, v = kv
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, Lk)
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=causal,
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            is_causal=causal,
             dropout_p=self.dropout if self.training else 0.0,
         )  # (B, H, Lq, hs)
         y = y.transpose(1, 2).reshape(B, Lq, d)  # (B, Lq, d)
@@ -161,7 +199,9 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -218,7 +258,9 @@ class DecoderLayer(nn.Module):
             raise ValueError("a cached decoder step takes one new position at a time")
         return self.self_attn(h, (k, v), causal=causal)
 
-    def _cross_attention(self, h: torch.Tensor, z: torch.Tensor, z_mask: torch.Tensor, cache: dict | None) -> torch.Tensor:
+    def _cross_attention(
+        self, h: torch.Tensor, z: torch.Tensor, z_mask: torch.Tensor, cache: dict | None
+    ) -> torch.Tensor:
         if cache is not None and "cross_k" in cache:
             kv = cache["cross_k"], cache["cross_v"]
         else:
@@ -227,7 +269,9 @@ class DecoderLayer(nn.Module):
                 cache["cross_k"], cache["cross_v"] = kv
         return self.cross_attn(h, kv, key_mask=z_mask)
 
-    def forward(self, x: torch.Tensor, z: torch.Tensor, z_mask: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, z: torch.Tensor, z_mask: torch.Tensor, cache: dict | None = None
+    ) -> torch.Tensor:
         if self.norm_first:
             x = x + self.drop(self._self_attention(self.norm1(x), cache))
             x = x + self.drop(self._cross_attention(self.norm2(x), z, z_mask, cache))
@@ -244,7 +288,9 @@ class VAT(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("positions", sinusoidal_positions(cfg.max_len + 1, cfg.d_model), persistent=False)
+        self.register_buffer(
+            "positions", sinusoidal_positions(cfg.max_len + 1, cfg.d_model), persistent=False
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -275,7 +321,9 @@ class VAT(nn.Module):
     def _embed(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         L = ids.shape[1]
         if offset + L > self.positions.shape[0]:
-            raise ValueError(f"sequence of {offset + L} tokens exceeds model.max_len={self.config.max_len}")
+            raise ValueError(
+                f"sequence of {offset + L} tokens exceeds model.max_len={self.config.max_len}"
+            )
         x = self.embed(ids) * math.sqrt(self.config.d_model)  # (B, L, d)
         return self.drop(x + self.positions[offset : offset + L])  # (B, L, d)
 
@@ -287,12 +335,17 @@ class VAT(nn.Module):
             h = layer(h, mask)
         h = self.enc_norm(h)
         mu = self.mu_head(h)  # (B, T, d)
-        logvar = self.logvar_head(h).clamp(self.config.logvar_min, self.config.logvar_max)  # (B, T, d)
+        logvar = self.logvar_head(h).clamp(
+            self.config.logvar_min, self.config.logvar_max
+        )  # (B, T, d)
         return Posterior(mu, logvar, mask)
 
     @staticmethod
     def reparameterize(
-        mu: torch.Tensor, logvar: torch.Tensor, tau: float = 1.0, generator: torch.Generator | None = None
+        mu: torch.Tensor,
+        logvar: torch.Tensor,
+        tau: float = 1.0,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """z = mu + tau * exp(logvar / 2) * eps, eps ~ N(0, I) (PAPER.md; tau = 1 in training)."""
         if generator is None:  # randn_like: traceable by torch.compile with a dynamic batch

@@ -111,7 +111,9 @@ class VATSystem(L.LightningModule):
         self._val_batches = 0
 
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
+    def load_from_checkpoint(
+        cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs
+    ):
         """Lightning's loader, always weights-only (issue 11, section 4): vat checkpoints hold
         tensors and plain types, and an explicit weights_only=True is the one setting that
         TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override. The file is checked first
@@ -121,7 +123,9 @@ class VATSystem(L.LightningModule):
         if kwargs.pop("weights_only", True) is not True:
             raise VatError("VATSystem.load_from_checkpoint loads weights only (weights_only=True)")
         read_checkpoint(checkpoint_path)
-        return super().load_from_checkpoint(checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs)
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
+        )
 
     @property
     def prior_std(self) -> torch.Tensor:

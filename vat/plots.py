@@ -24,7 +24,9 @@ def _figure_class():
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise VatError("plots need matplotlib: pip install 'vat[plots]' (or pip install matplotlib)") from None
+        raise VatError(
+            "plots need matplotlib: pip install 'vat[plots]' (or pip install matplotlib)"
+        ) from None
 
     return Figure
 
@@ -71,8 +73,9 @@ def kl_per_dimension_figure(kl_per_dim: ArrayLike, title: str = "KL per latent d
     return fig
 
 
-def active_units_figure(variances: ArrayLike, threshold: float = ACTIVE_UNIT_THRESHOLD,
-                        title: str = "active units"):
+def active_units_figure(
+    variances: ArrayLike, threshold: float = ACTIVE_UNIT_THRESHOLD, title: str = "active units"
+):
     """Var over tokens of mu per dimension (sorted, log axis) against the 0.01 threshold."""
     var = np.sort(_vector(variances, "variances"))[::-1]
     active = int((var > threshold).sum())
@@ -90,8 +93,9 @@ def active_units_figure(variances: ArrayLike, threshold: float = ACTIVE_UNIT_THR
     return fig
 
 
-def geometry_figures(eigenvalues: ArrayLike, kl_per_dim: ArrayLike | None = None,
-                     variances: ArrayLike | None = None) -> dict:
+def geometry_figures(
+    eigenvalues: ArrayLike, kl_per_dim: ArrayLike | None = None, variances: ArrayLike | None = None
+) -> dict:
     """{name: Figure}: `spectrum` always, `kl_per_dim` and `active_units` when given (a
     VAT's posterior; a BERT-like encoder has none)."""
     figures = {"spectrum": spectrum_figure(eigenvalues)}
@@ -111,14 +115,20 @@ def save_figure(fig, path: str | os.PathLike) -> Path:
     return path
 
 
-def save_geometry_plots(directory: str | os.PathLike, eigenvalues: ArrayLike, kl_per_dim: ArrayLike | None = None,
-                        variances: ArrayLike | None = None) -> list[Path]:
+def save_geometry_plots(
+    directory: str | os.PathLike,
+    eigenvalues: ArrayLike,
+    kl_per_dim: ArrayLike | None = None,
+    variances: ArrayLike | None = None,
+) -> list[Path]:
     """`geometry_figures` as DIR/<name>.png; returns the paths written."""
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise VatError(f"--plots {out} is a file, expected a directory")
-    return [save_figure(fig, out / f"{name}.png")
-            for name, fig in geometry_figures(eigenvalues, kl_per_dim, variances).items()]
+    return [
+        save_figure(fig, out / f"{name}.png")
+        for name, fig in geometry_figures(eigenvalues, kl_per_dim, variances).items()
+    ]
 
 
 def figure_to_array(fig) -> np.ndarray:

@@ -26,8 +26,9 @@ def padded_length(lengths: np.ndarray, multiple: int, max_len: int) -> np.ndarra
     return np.minimum(-(-lengths // multiple) * multiple, max_len)
 
 
-def collate_ids(tokens: np.ndarray, offsets: np.ndarray, index: Sequence[int], max_len: int,
-                multiple: int = 1) -> dict[str, torch.Tensor]:
+def collate_ids(
+    tokens: np.ndarray, offsets: np.ndarray, index: Sequence[int], max_len: int, multiple: int = 1
+) -> dict[str, torch.Tensor]:
     """The batch of sentences `index` in the layout of `vat.tokenizer.make_batch`.
 
     tokens: the flat token array of a split; offsets: (N + 1,) start of each sentence in it.
@@ -51,8 +52,9 @@ def collate_ids(tokens: np.ndarray, offsets: np.ndarray, index: Sequence[int], m
     return {"src": src_t, "tgt_in": torch.from_numpy(tgt_in), "tgt_out": src_t.clone()}
 
 
-def cut_token_batches(lengths: np.ndarray, max_tokens: int, num_replicas: int, multiple: int,
-                      max_len: int) -> list[tuple[int, int]]:
+def cut_token_batches(
+    lengths: np.ndarray, max_tokens: int, num_replicas: int, multiple: int, max_len: int
+) -> list[tuple[int, int]]:
     """Cut ascending `lengths` (with </s>) into [i, j) global batches whose per-rank share,
     ceil((j - i) / num_replicas) sentences padded to the longest, fits in max_tokens.
 
@@ -106,8 +108,10 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.max_len = int(max_len if max_len is not None else (self.lengths.max(initial=1)))
         if max_tokens is not None and max_tokens < self.max_len:
-            raise VatError(f"data.max_tokens must be at least data.max_len ({self.max_len}) so "
-                           f"that the longest sentence fits in a batch, got {max_tokens}")
+            raise VatError(
+                f"data.max_tokens must be at least data.max_len ({self.max_len}) so "
+                f"that the longest sentence fits in a batch, got {max_tokens}"
+            )
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.pad_multiple = pad_multiple
@@ -162,8 +166,13 @@ class BucketBatchSampler(Sampler[list[int]]):
             if self.max_tokens is None:
                 batches.extend(chunk[i : i + size] for i in range(0, len(chunk), size))
             else:
-                cuts = cut_token_batches(self.lengths[chunk], self.max_tokens, self.num_replicas,
-                                         self.pad_multiple, self.max_len)
+                cuts = cut_token_batches(
+                    self.lengths[chunk],
+                    self.max_tokens,
+                    self.num_replicas,
+                    self.pad_multiple,
+                    self.max_len,
+                )
                 batches.extend(chunk[i:j] for i, j in cuts)
         if self.shuffle:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]

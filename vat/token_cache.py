@@ -87,16 +87,24 @@ class SplitWriter:
             f.flush()
             os.fsync(f.fileno())
             f.close()
-        files = {name: {"size": (self.folder / name).stat().st_size, "crc32": self.crc[name]}
-                 for name in self._files}
+        files = {
+            name: {"size": (self.folder / name).stat().st_size, "crc32": self.crc[name]}
+            for name in self._files
+        }
         stats = {"lines": self.lines, "overlength": self.over, "kept": self.kept}
         return {"stats": stats, "files": files}
 
 
 def write_done(folder: Path, splits: dict[str, dict], dtype: np.dtype, **extra) -> None:
-    info = {"format": FORMAT, "dtype": dtype.name, **extra,
-            "stats": {k: v["stats"] for k, v in splits.items()},
-            "files": {f"{k}/{name}": rec for k, v in splits.items() for name, rec in v["files"].items()}}
+    info = {
+        "format": FORMAT,
+        "dtype": dtype.name,
+        **extra,
+        "stats": {k: v["stats"] for k, v in splits.items()},
+        "files": {
+            f"{k}/{name}": rec for k, v in splits.items() for name, rec in v["files"].items()
+        },
+    }
     with open(folder / "done.json", "w") as f:
         json.dump(info, f, indent=1)
         f.flush()
@@ -139,7 +147,12 @@ def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
         offsets = np.fromfile(folder / split / "offsets.bin", dtype=np.int64)
         n_tokens = (folder / split / "tokens.bin").stat().st_size // dtype.itemsize
         steps = np.diff(offsets)
-        if offsets[0] != 0 or offsets[-1] != n_tokens or (steps < 0).any() or (steps > max_len - 1).any():
+        if (
+            offsets[0] != 0
+            or offsets[-1] != n_tokens
+            or (steps < 0).any()
+            or (steps > max_len - 1).any()
+        ):
             raise CacheDamaged(f"{split}/offsets.bin is inconsistent with tokens.bin")
     return info
 
@@ -208,16 +221,23 @@ class TokenizedDataset(Dataset):
     """
 
     def __init__(self, folder: Path, dtype: str, max_len: int, pad_multiple: int = 1) -> None:
-        self.folder, self.dtype, self.max_len, self.pad_multiple = Path(folder), dtype, max_len, pad_multiple
+        self.folder, self.dtype, self.max_len, self.pad_multiple = (
+            Path(folder),
+            dtype,
+            max_len,
+            pad_multiple,
+        )
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def _open(self) -> tuple[np.ndarray, np.ndarray]:
         if self._arrays is None:
+
             def load(name: str, dtype) -> np.ndarray:
                 path = self.folder / name
                 if path.stat().st_size == 0:  # mmap cannot map an empty file
                     return np.zeros(0, dtype)
                 return np.memmap(path, dtype=dtype, mode="r")
+
             self._arrays = (load("tokens.bin", self.dtype), load("offsets.bin", np.int64))
         return self._arrays
 
@@ -264,8 +284,11 @@ def encode_in_worker(chunk: list[str]) -> list[list[int]]:
     return _WORKER_TOKENIZER.encode_batch(chunk)
 
 
-def encode_chunks(chunks: Iterator[list[str]], tok, num_proc: int,
-                  ) -> Iterator[tuple[list[str], list[list[int]]]]:
+def encode_chunks(
+    chunks: Iterator[list[str]],
+    tok,
+    num_proc: int,
+) -> Iterator[tuple[list[str], list[list[int]]]]:
     """(chunk, ids) for each chunk of sentences, in order. With num_proc > 1 a process pool
     with a bounded window of chunks in flight (Pool.imap would read the whole corpus ahead),
     so memory stays bounded whatever the corpus size."""
@@ -277,8 +300,9 @@ def encode_chunks(chunks: Iterator[list[str]], tok, num_proc: int,
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")  # fork after tokenizers' threads is unsafe
-    with ProcessPoolExecutor(num_proc, mp_context=ctx, initializer=init_worker,
-                             initargs=(tok.to_str(),)) as pool:
+    with ProcessPoolExecutor(
+        num_proc, mp_context=ctx, initializer=init_worker, initargs=(tok.to_str(),)
+    ) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append((chunk, pool.submit(encode_in_worker, chunk)))

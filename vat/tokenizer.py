@@ -25,13 +25,21 @@ class VATTokenizer:
     def __init__(self, tokenizer: Tokenizer) -> None:
         for i, tok in enumerate(SPECIAL_TOKENS):
             if tokenizer.token_to_id(tok) != i:
-                raise ValueError(f"tokenizer must map {tok!r} to id {i} (vat's special-token layout)")
+                raise ValueError(
+                    f"tokenizer must map {tok!r} to id {i} (vat's special-token layout)"
+                )
         self.tokenizer = tokenizer
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 32768, min_frequency: int = 2,
-              progress: bool = False, length: int | None = None) -> VATTokenizer:
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int = 32768,
+        min_frequency: int = 2,
+        progress: bool = False,
+        length: int | None = None,
+    ) -> VATTokenizer:
         """Train byte-level BPE on an iterator of sentences; `progress` shows the trainer's
         own progress bars (`length`: the number of sentences, for the bar's total)."""
         tok = Tokenizer(models.BPE(unk_token=UNK))
@@ -55,13 +63,17 @@ class VATTokenizer:
 
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"tokenizer file {path} does not exist (expected a tokenizers JSON file)")
+            raise FileNotFoundError(
+                f"tokenizer file {path} does not exist (expected a tokenizers JSON file)"
+            )
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises plain Exception subclasses
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             why = (lines[0] if lines else type(e).__name__)[:160]
-            raise VatError(f"tokenizer file {path} is not a valid tokenizers JSON file ({why})") from None
+            raise VatError(
+                f"tokenizer file {path} is not a valid tokenizers JSON file ({why})"
+            ) from None
         try:
             return cls(tok)
         except ValueError as e:
@@ -120,7 +132,9 @@ def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
-def make_batch(sequences: Sequence[Sequence[int]], max_len: int | None = None) -> dict[str, torch.Tensor]:
+def make_batch(
+    sequences: Sequence[Sequence[int]], max_len: int | None = None
+) -> dict[str, torch.Tensor]:
     """Collate subword id lists into the encoder/decoder layout of `vat.model`.
 
     For ids w_1..w_n: src = w_1..w_n </s>, tgt_in = <s> w_1..w_n, tgt_out = w_1..w_n </s>.

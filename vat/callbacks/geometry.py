@@ -70,8 +70,10 @@ class _ProbeCallback(EveryNValidations):
         try:
             self.sentences = load_probe_sentences(self.probe_file, senteval, self.max_sentences)
         except (ValueError, FileNotFoundError) as e:
-            raise VatError(f"{type(self).__name__}: cannot read the probe set ({e}); "
-                           "set init_args.probe_file or init_args.senteval_dir") from None
+            raise VatError(
+                f"{type(self).__name__}: cannot read the probe set ({e}); "
+                "set init_args.probe_file or init_args.senteval_dir"
+            ) from None
 
 
 class GeometryMetrics(_ProbeCallback):
@@ -115,8 +117,14 @@ class GeometryMetrics(_ProbeCallback):
             pl_module.model, pl_module.tokenizer, self.sentences, self.batch_size
         )  # kept on the model's device, so geometry_report runs there too
         try:
-            report = geometry_report(mu, token_ids, sentence_ids, logvar, float(pl_module.prior_std),
-                                     min_count=self.min_count)
+            report = geometry_report(
+                mu,
+                token_ids,
+                sentence_ids,
+                logvar,
+                float(pl_module.prior_std),
+                min_count=self.min_count,
+            )
         except ValueError as e:
             rank_zero_warn(f"GeometryMetrics: skipped at step {trainer.global_step}: {e}")
             return
@@ -129,7 +137,9 @@ class GeometryMetrics(_ProbeCallback):
         if writer is not None:
             step = trainer.global_step
             writer.add_histogram("geometry/kl_per_dim", np.asarray(report.kl_per_dim), step)
-            writer.add_histogram("geometry/mu_variance_per_dim", np.asarray(report.active_unit_variances), step)
+            writer.add_histogram(
+                "geometry/mu_variance_per_dim", np.asarray(report.active_unit_variances), step
+            )
             self._log_figures(writer, mu, report, step)
 
     @staticmethod
@@ -139,11 +149,15 @@ class GeometryMetrics(_ProbeCallback):
         from vat.plots import figure_to_array, geometry_figures
 
         try:
-            figures = geometry_figures(covariance_eigenvalues(mu), report.kl_per_dim, report.active_unit_variances)
+            figures = geometry_figures(
+                covariance_eigenvalues(mu), report.kl_per_dim, report.active_unit_variances
+            )
         except VatError:  # matplotlib is missing
             return
         for name, fig in figures.items():
-            writer.add_image(f"geometry/plots/{name}", figure_to_array(fig), step, dataformats="HWC")
+            writer.add_image(
+                f"geometry/plots/{name}", figure_to_array(fig), step, dataformats="HWC"
+            )
 
 
 class LatentProjector(_ProbeCallback):
@@ -181,15 +195,28 @@ class LatentProjector(_ProbeCallback):
         writer = tensorboard_writer(trainer)
         if writer is None:
             if not self._warned:
-                rank_zero_warn("LatentProjector needs a TensorBoardLogger; no projector snapshot is written")
+                rank_zero_warn(
+                    "LatentProjector needs a TensorBoardLogger; no projector snapshot is written"
+                )
                 self._warned = True
             return
         tokenizer: VATTokenizer = pl_module.tokenizer
         lengths = np.cumsum([len(x) for x in tokenizer.encode_batch(self.sentences)])
-        n_sentences = int(np.searchsorted(lengths, self.max_tokens, side="left")) + 1  # enough to fill max_tokens
-        tv = token_vectors(pl_module.model, tokenizer, self.sentences[:n_sentences], self.batch_size)
+        n_sentences = (
+            int(np.searchsorted(lengths, self.max_tokens, side="left")) + 1
+        )  # enough to fill max_tokens
+        tv = token_vectors(
+            pl_module.model, tokenizer, self.sentences[:n_sentences], self.batch_size
+        )
         keep = slice(0, self.max_tokens)
-        labels = [[projector_label(tokenizer.token_text(int(t))), str(int(s))]
-                  for t, s in zip(tv.token_ids[keep], tv.sentence_ids[keep])]
-        writer.add_embedding(torch.from_numpy(tv.vectors[keep]), metadata=labels, metadata_header=["token", "sentence"],
-                             tag="geometry/token_mu", global_step=trainer.global_step)
+        labels = [
+            [projector_label(tokenizer.token_text(int(t))), str(int(s))]
+            for t, s in zip(tv.token_ids[keep], tv.sentence_ids[keep])
+        ]
+        writer.add_embedding(
+            torch.from_numpy(tv.vectors[keep]),
+            metadata=labels,
+            metadata_header=["token", "sentence"],
+            tag="geometry/token_mu",
+            global_step=trainer.global_step,
+        )

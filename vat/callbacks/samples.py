@@ -66,7 +66,9 @@ class SamplesCallback(EveryNValidations):
         """
         super().__init__(every_n_validations)
         if num_sentences < 1:
-            raise VatError(f"SamplesCallback: num_sentences must be at least 1, got {num_sentences}")
+            raise VatError(
+                f"SamplesCallback: num_sentences must be at least 1, got {num_sentences}"
+            )
         if sentences is not None and not [x for x in sentences if x.strip()]:
             raise VatError("SamplesCallback: sentences must hold at least one non-empty sentence")
         if sentences_file is not None and not Path(sentences_file).is_file():
@@ -77,7 +79,9 @@ class SamplesCallback(EveryNValidations):
         self.num_samples = num_samples
         self.tau = tau
         self.alphas = list(alphas)
-        self.options = DecodeOptions(strategy="beam" if beam_size > 1 else "greedy", beam_size=beam_size, max_len=max_len)
+        self.options = DecodeOptions(
+            strategy="beam" if beam_size > 1 else "greedy", beam_size=beam_size, max_len=max_len
+        )
         self.seed = seed
         self._sentences: list[str] | None = None
         if sentences is not None:
@@ -94,7 +98,9 @@ class SamplesCallback(EveryNValidations):
         out: list[str] = []
         for loader in loaders if isinstance(loaders, list | tuple) else [loaders]:
             for batch in loader or []:
-                out.extend(tokenizer.decode_batch(batch["src"].tolist()))  # src (B, T) of make_batch
+                out.extend(
+                    tokenizer.decode_batch(batch["src"].tolist())
+                )  # src (B, T) of make_batch
                 if len(out) >= self.num_sentences:
                     return out[: self.num_sentences]
         return out
@@ -115,8 +121,12 @@ class SamplesCallback(EveryNValidations):
         if not sentences:
             rank_zero_warn("SamplesCallback: no sentences to reconstruct; skipping")
             return
-        gen = VATGenerator(pl_module.model, pl_module.tokenizer, prior_std=float(pl_module.prior_std),
-                           length_histogram=list(getattr(pl_module, "length_histogram", []) or []))
+        gen = VATGenerator(
+            pl_module.model,
+            pl_module.tokenizer,
+            prior_std=float(pl_module.prior_std),
+            length_histogram=list(getattr(pl_module, "length_histogram", []) or []),
+        )
         recon = gen.reconstruct(sentences, self.options)
         shown = sentences[: self.num_show]
         samples = gen.sample(shown, self.num_samples, self.tau, self.options, seed=self.seed)
@@ -129,15 +139,20 @@ class SamplesCallback(EveryNValidations):
         recon_rows, sample_rows = [], []
         for i, s in enumerate(shown):
             recon_rows += [(f"{i} input", s), (f"{i} mu-decoded", recon[i])]
-            sample_rows += [(f"{i} input", s)] + [(f"{i} sample {j} (tau {self.tau:g})", t) for j, t in enumerate(samples[i])]
+            sample_rows += [(f"{i} input", s)] + [
+                (f"{i} sample {j} (tau {self.tau:g})", t) for j, t in enumerate(samples[i])
+            ]
         interp_rows = [(f"a={a:g}", t) for a, t in zip(self.alphas, interp)]
         if interp:
             interp_rows = [("Z1", sentences[0]), *interp_rows, ("Z2", sentences[1])]
         writer = tensorboard_writer(trainer)
         if writer is None:
             return
-        texts = {"val/reconstructions": recon_rows, "val/variational_samples": sample_rows,
-                 "val/interpolation": interp_rows}
+        texts = {
+            "val/reconstructions": recon_rows,
+            "val/variational_samples": sample_rows,
+            "val/interpolation": interp_rows,
+        }
         for tag, rows in texts.items():
             if rows:
                 writer.add_text(tag, markdown_table(rows), global_step=trainer.global_step)

@@ -43,8 +43,13 @@ METRIC = "val/stsb_spearman"
 class STSBSpearman(Callback):
     """Log `val/stsb_spearman` (and `val/stsb_seconds`) at validation runs 1, 1 + n, 1 + 2n, ..."""
 
-    def __init__(self, senteval_dir: str | None = None, every_n_validations: int = 1, pooling: Pooling = "mean",
-                 batch_size: int = 128) -> None:
+    def __init__(
+        self,
+        senteval_dir: str | None = None,
+        every_n_validations: int = 1,
+        pooling: Pooling = "mean",
+        batch_size: int = 128,
+    ) -> None:
         """
         Args:
             senteval_dir: SentEval data/downstream folder holding STS/STSBenchmark/sts-dev.csv.
@@ -57,9 +62,13 @@ class STSBSpearman(Callback):
             batch_size: Sentences per encoder batch.
         """
         if every_n_validations < 1:
-            raise VatError(f"STSBSpearman: every_n_validations must be >= 1, got {every_n_validations}")
+            raise VatError(
+                f"STSBSpearman: every_n_validations must be >= 1, got {every_n_validations}"
+            )
         if pooling not in POOLINGS:
-            raise VatError(f"STSBSpearman: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+            raise VatError(
+                f"STSBSpearman: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}"
+            )
         if batch_size < 1:
             raise VatError(f"STSBSpearman: batch_size must be >= 1, got {batch_size}")
         self.senteval_dir = senteval_dir
@@ -89,7 +98,9 @@ class STSBSpearman(Callback):
             rank_zero_warn("STSBSpearman: pl_module.tokenizer is not set; skipping")
             return
         start = time.perf_counter()
-        spearman = stsb_dev_spearman(pl_module.model, pl_module.tokenizer, self.pairs, self.pooling, self.batch_size)
+        spearman = stsb_dev_spearman(
+            pl_module.model, pl_module.tokenizer, self.pairs, self.pooling, self.batch_size
+        )
         # sync_dist: every rank then holds the same number (GPU kernels may differ in the last
         # bits), so their ModelCheckpoints take the same decision and save together
         pl_module.log(METRIC, spearman, on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
@@ -97,7 +108,9 @@ class STSBSpearman(Callback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(pooling=self.pooling, every_n_validations=self.every_n_validations)
+        return self._generate_state_key(
+            pooling=self.pooling, every_n_validations=self.every_n_validations
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"val_runs": self.val_runs}
@@ -106,12 +119,18 @@ class STSBSpearman(Callback):
         self.val_runs = int(state_dict.get("val_runs", 0))
 
 
-def stsb_dev_spearman(model, tokenizer, pairs: Pairs, pooling: Pooling = "mean", batch_size: int = 128) -> float:
+def stsb_dev_spearman(
+    model, tokenizer, pairs: Pairs, pooling: Pooling = "mean", batch_size: int = 128
+) -> float:
     """Spearman (x1) of pooled-mu cosines against gold on `pairs`, by the harness's scoring.
     NaN (constant cosines, e.g. a collapsed encoder) counts as the worst value in a
     ModelCheckpoint (Lightning maps a NaN monitor to -inf for mode max)."""
 
     def encode(sentences: list[str]) -> np.ndarray:
-        return sentence_features(model, tokenizer, sentences, pooling=pooling, batch_size=batch_size)
+        return sentence_features(
+            model, tokenizer, sentences, pooling=pooling, batch_size=batch_size
+        )
 
-    return float(cosine_correlations(encode, pairs, batch_size, name="STSBenchmark dev")["spearman"])
+    return float(
+        cosine_correlations(encode, pairs, batch_size, name="STSBenchmark dev")["spearman"]
+    )

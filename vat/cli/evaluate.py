@@ -37,46 +37,94 @@ def build_parser() -> argparse.ArgumentParser:
         + ". See docs/evaluate.md.",
     )
     enc = p.add_mutually_exclusive_group(required=True)
-    enc.add_argument("--ckpt", help="vat checkpoint (.ckpt written by vat train) or exported folder")
-    enc.add_argument("--encoder", metavar="FILE:FUNC",
-                     help="Python file and function: f(list[str]) -> array (n, d). The file is "
-                     "imported, i.e. EXECUTED as Python code: only pass files you trust")
-    enc.add_argument("--hf-model", metavar="DIR", help="local Hugging Face encoder directory (needs transformers)")
-    p.add_argument("--tasks", default="all", help="comma-separated task names and/or groups sts, transfer, all")
-    p.add_argument("--data-dir", default=None,
-                   help=f"SentEval data/downstream folder (default: ${SENTEVAL_ENV}, "
-                   "else ../shared/data/senteval)")
+    enc.add_argument(
+        "--ckpt", help="vat checkpoint (.ckpt written by vat train) or exported folder"
+    )
+    enc.add_argument(
+        "--encoder",
+        metavar="FILE:FUNC",
+        help="Python file and function: f(list[str]) -> array (n, d). The file is "
+        "imported, i.e. EXECUTED as Python code: only pass files you trust",
+    )
+    enc.add_argument(
+        "--hf-model",
+        metavar="DIR",
+        help="local Hugging Face encoder directory (needs transformers)",
+    )
+    p.add_argument(
+        "--tasks", default="all", help="comma-separated task names and/or groups sts, transfer, all"
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help=f"SentEval data/downstream folder (default: ${SENTEVAL_ENV}, "
+        "else ../shared/data/senteval)",
+    )
     p.add_argument("--output", help="JSON results file (written atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    p.add_argument("--pooling", default="mean",
-                   help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start) | precision (mu weighted "
-                   "by exp(-logvar)); HF: mean | cls")
-    p.add_argument("--preset", choices=["prototyping", "full"], default="prototyping",
-                   help="SentEval classifier preset: prototyping (kfold 5, rmsprop, batch 128, tenacity 3, "
-                   "epoch_size 2) or full (kfold 10, adam, batch 64, tenacity 5, epoch_size 4)")
-    p.add_argument("--classifier", choices=["logreg", "mlp"], default="logreg",
-                   help="logreg (SentEval nhid=0) or mlp (one sigmoid hidden layer, Adam)")
+    p.add_argument(
+        "--pooling",
+        default="mean",
+        help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start) | precision (mu weighted "
+        "by exp(-logvar)); HF: mean | cls",
+    )
+    p.add_argument(
+        "--preset",
+        choices=["prototyping", "full"],
+        default="prototyping",
+        help="SentEval classifier preset: prototyping (kfold 5, rmsprop, batch 128, tenacity 3, "
+        "epoch_size 2) or full (kfold 10, adam, batch 64, tenacity 5, epoch_size 4)",
+    )
+    p.add_argument(
+        "--classifier",
+        choices=["logreg", "mlp"],
+        default="logreg",
+        help="logreg (SentEval nhid=0) or mlp (one sigmoid hidden layer, Adam)",
+    )
     p.add_argument("--nhid", type=int, default=50, help="hidden units of --classifier mlp")
-    p.add_argument("--relatedness", choices=["cosine", "regressor", "both"], default="cosine",
-                   help="STSBenchmark/SICKRelatedness: cosine (no training, default), SentEval's trained "
-                   "regressor, or both")
-    p.add_argument("--seed", type=int, default=1111, help="SentEval seed (default 1111, SentEval's)")
+    p.add_argument(
+        "--relatedness",
+        choices=["cosine", "regressor", "both"],
+        default="cosine",
+        help="STSBenchmark/SICKRelatedness: cosine (no training, default), SentEval's trained "
+        "regressor, or both",
+    )
+    p.add_argument(
+        "--seed", type=int, default=1111, help="SentEval seed (default 1111, SentEval's)"
+    )
     p.add_argument("--batch-size", type=int, default=128, help="sentences per encoder call")
-    p.add_argument("--skip-missing", action="store_true",
-                   help="skip tasks whose data is missing (with a warning) instead of failing")
-    p.add_argument("--finetune", action="store_true",
-                   help="fine-tune the vat encoder + one dense layer per classification task (--ckpt only)")
+    p.add_argument(
+        "--skip-missing",
+        action="store_true",
+        help="skip tasks whose data is missing (with a warning) instead of failing",
+    )
+    p.add_argument(
+        "--finetune",
+        action="store_true",
+        help="fine-tune the vat encoder + one dense layer per classification task (--ckpt only)",
+    )
     p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
     p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
     add_common(p)
-    p.add_argument("--plot", metavar="PNG", help="write a bar chart of the scores per task (with --compare: "
-                   "beside earlier runs), atomically; needs matplotlib")
-    p.add_argument("--compare", nargs="+", metavar="JSON", default=[],
-                   help="results files of earlier runs (--output) to plot beside this one (needs --plot)")
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="write a bar chart of the scores per task (with --compare: "
+        "beside earlier runs), atomically; needs matplotlib",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="JSON",
+        default=[],
+        help="results files of earlier runs (--output) to plot beside this one (needs --plot)",
+    )
     return p
 
 
-def _check_output(path: str | None, overwrite: bool, option: str = "--output", kind: str = ".json") -> Path | None:
+def _check_output(
+    path: str | None, overwrite: bool, option: str = "--output", kind: str = ".json"
+) -> Path | None:
     """Fail before any work if the output cannot (or must not) be written."""
     if path is None:
         return None
@@ -91,7 +139,9 @@ def _check_output(path: str | None, overwrite: bool, option: str = "--output", k
         with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
             pass
     except OSError as e:
-        raise VatError(f"{option} {out}: cannot write in {parent} ({e.strerror or type(e).__name__})") from None
+        raise VatError(
+            f"{option} {out}: cannot write in {parent} ({e.strerror or type(e).__name__})"
+        ) from None
     return out
 
 
@@ -116,7 +166,11 @@ def write_results(obj: dict, path: Path, overwrite: bool) -> None:
 
 
 def _pct(x: object) -> str:
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * float(x):.2f}"
+    return (
+        "—"
+        if x is None or (isinstance(x, float) and not math.isfinite(x))
+        else f"{100 * float(x):.2f}"
+    )
 
 
 def format_table(results: dict) -> str:
@@ -132,35 +186,62 @@ def format_table(results: dict) -> str:
         key = f"{t}-cosine" if f"{t}-cosine" in results else t
         if key in results:
             sts_cols.append(label + ("" if key.endswith("-cosine") else " (reg)"))
-            val = results[key]["test"]["spearman"] if key.endswith("-cosine") else results[key]["spearman"]
+            val = (
+                results[key]["test"]["spearman"]
+                if key.endswith("-cosine")
+                else results[key]["spearman"]
+            )
             mean_row.append(val)
             concat_row.append(val)
     if sts_cols:
         width = max(8, *(len(c) + 1 for c in sts_cols))
-        lines.append("STS, Spearman x 100 (cosine similarity; STS12-16: SentEval all.spearman.mean / concatenated 'all')")
+        lines.append(
+            "STS, Spearman x 100 (cosine similarity; STS12-16: SentEval all.spearman.mean / concatenated 'all')"
+        )
         lines.append(f"{'':14}" + "".join(f"{c:>{width}}" for c in sts_cols) + f"{'Avg.':>{width}}")
         for name, row in (("mean of sets", mean_row), ("concatenated", concat_row)):
             vals = [v for v in row if v is not None and math.isfinite(v)]
             avg = sum(vals) / len(vals) if vals else None
-            lines.append(f"{name:14}" + "".join(f"{_pct(v):>{width}}" for v in row) + f"{_pct(avg):>{width}}")
-    cls = [t for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment") if t in results]
+            lines.append(
+                f"{name:14}" + "".join(f"{_pct(v):>{width}}" for v in row) + f"{_pct(avg):>{width}}"
+            )
+    cls = [
+        t
+        for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
+        if t in results
+    ]
     if cls:
         if lines:
             lines.append("")
         labels = {"SICKEntailment": "SICK-E"}
         lines.append("Transfer, accuracy %" + (" (MRPC: acc/F1)" if "MRPC" in cls else ""))
         width = 12
-        lines.append(f"{'':14}" + "".join(f"{labels.get(t, t):>{width}}" for t in cls) + f"{'Avg.':>{width}}")
+        lines.append(
+            f"{'':14}" + "".join(f"{labels.get(t, t):>{width}}" for t in cls) + f"{'Avg.':>{width}}"
+        )
         for key, name in (("devacc", "dev"), ("acc", "test")):
             row = [results[t][key] for t in cls]
-            cells = [f"{v:.2f}" + (f"/{results[t]['f1']:.1f}" if t == "MRPC" and key == "acc" and "f1" in results[t] else "")
-                     for t, v in zip(cls, row)]
-            lines.append(f"{name:14}" + "".join(f"{c:>{width}}" for c in cells) + f"{sum(row) / len(row):>{width}.2f}")
+            cells = [
+                f"{v:.2f}"
+                + (
+                    f"/{results[t]['f1']:.1f}"
+                    if t == "MRPC" and key == "acc" and "f1" in results[t]
+                    else ""
+                )
+                for t, v in zip(cls, row)
+            ]
+            lines.append(
+                f"{name:14}"
+                + "".join(f"{c:>{width}}" for c in cells)
+                + f"{sum(row) / len(row):>{width}.2f}"
+            )
     for t in ("STSBenchmark", "SICKRelatedness"):
         if t in results and "devpearson" in results[t]:
             r = results[t]
-            lines.append(f"{t} (SentEval regressor): dev Pearson {_pct(r['devpearson'])}, test Pearson "
-                         f"{_pct(r['pearson'])}, Spearman {_pct(r['spearman'])}, MSE {r['mse']:.3f}")
+            lines.append(
+                f"{t} (SentEval regressor): dev Pearson {_pct(r['devpearson'])}, test Pearson "
+                f"{_pct(r['pearson'])}, Spearman {_pct(r['spearman'])}, MSE {r['mse']:.3f}"
+            )
     return "\n".join(lines)
 
 
@@ -169,10 +250,14 @@ def _make_encoder(args: argparse.Namespace):
 
     device = resolve_device(args.device)
     if args.ckpt:
-        return encoders.vat_encoder(args.ckpt, args.pooling, device, args.batch_size), f"vat:{args.ckpt}"
+        return encoders.vat_encoder(
+            args.ckpt, args.pooling, device, args.batch_size
+        ), f"vat:{args.ckpt}"
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
-    return encoders.hf_encoder(args.hf_model, args.pooling, args.batch_size, device), f"hf:{args.hf_model}"
+    return encoders.hf_encoder(
+        args.hf_model, args.pooling, args.batch_size, device
+    ), f"hf:{args.hf_model}"
 
 
 def _available(tasks: list[str], data_dir: str) -> list[str]:
@@ -195,8 +280,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.data_dir is None:
         args.data_dir = str(default_senteval_dir())
         if not Path(args.data_dir).is_dir():
-            raise VatError(f"no SentEval data at {args.data_dir}: pass --data-dir or set "
-                           f"${SENTEVAL_ENV} to SentEval's data/downstream folder")
+            raise VatError(
+                f"no SentEval data at {args.data_dir}: pass --data-dir or set "
+                f"${SENTEVAL_ENV} to SentEval's data/downstream folder"
+            )
     if args.finetune and not args.ckpt:
         raise VatError("--finetune needs --ckpt (it trains the vat encoder)")
     if args.batch_size < 1:
@@ -215,30 +302,56 @@ def _main(argv: Sequence[str] | None) -> int:
         tasks = _available(tasks, args.data_dir)
     t0 = time.perf_counter()
     meta = {
-        "tasks": tasks, "seed": args.seed, "data_dir": str(args.data_dir),
+        "tasks": tasks,
+        "seed": args.seed,
+        "data_dir": str(args.data_dir),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if args.finetune:
         from vat.eval.finetune import FinetuneSettings, finetune_tasks
 
-        settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, pooling=args.pooling, seed=args.seed,
-                                    device=resolve_device(args.device), progress=show_progress(args))
+        settings = FinetuneSettings(
+            epochs=args.epochs,
+            lr=args.lr,
+            pooling=args.pooling,
+            seed=args.seed,
+            device=resolve_device(args.device),
+            progress=show_progress(args),
+        )
         results, seconds = finetune_tasks(args.ckpt, tasks, args.data_dir, settings)
-        meta.update(mode="finetune", encoder=f"vat:{args.ckpt}", pooling=args.pooling, epochs=args.epochs, lr=args.lr,
-                    batch_size=settings.batch_size)
+        meta.update(
+            mode="finetune",
+            encoder=f"vat:{args.ckpt}",
+            pooling=args.pooling,
+            epochs=args.epochs,
+            lr=args.lr,
+            batch_size=settings.batch_size,
+        )
     else:
         from dataclasses import asdict
 
         from vat.eval.engine import EvalSettings, evaluate
 
         encoder, name = _make_encoder(args)
-        settings = EvalSettings(preset=args.preset, classifier=args.classifier, nhid=args.nhid, seed=args.seed,
-                                relatedness=args.relatedness, batch_size=args.batch_size,
-                                device=resolve_device(args.device), progress=show_progress(args))
+        settings = EvalSettings(
+            preset=args.preset,
+            classifier=args.classifier,
+            nhid=args.nhid,
+            seed=args.seed,
+            relatedness=args.relatedness,
+            batch_size=args.batch_size,
+            device=resolve_device(args.device),
+            progress=show_progress(args),
+        )
         results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
-        meta.update(mode="features", encoder=name, pooling=args.pooling if not args.encoder else None,
-                    preset=args.preset, classifier=asdict(settings.classifier_config()),
-                    relatedness=args.relatedness)
+        meta.update(
+            mode="features",
+            encoder=name,
+            pooling=args.pooling if not args.encoder else None,
+            preset=args.preset,
+            classifier=asdict(settings.classifier_config()),
+            relatedness=args.relatedness,
+        )
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
     print(format_table(results) if not args.finetune else _format_finetune(results))
     if out is not None:

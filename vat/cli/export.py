@@ -25,8 +25,12 @@ def build_parser() -> Parser:
     p.add_argument("ckpt", metavar="CKPT", help="training checkpoint (.ckpt written by vat train)")
     p.add_argument("output", metavar="DIR", help="folder to write (must not exist, or be empty)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in DIR")
-    p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
-                   help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)")
+    p.add_argument(
+        "--push-to-hub",
+        metavar="REPO_ID",
+        default=None,
+        help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)",
+    )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p

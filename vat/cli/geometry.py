@@ -36,27 +36,59 @@ def build_parser() -> argparse.ArgumentParser:
         "(Ethayarajh 2019; see vat.geometry) of a vat checkpoint or a local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", help="vat checkpoint (.ckpt) or exported folder; its token vectors are the "
-                       "posterior means mu")
-    model.add_argument("--hf-model", help="local Hugging Face model directory (needs the transformers extra)")
-    p.add_argument("--layer", type=int, default=None,
-                   help="--hf-model only: hidden layer, 0 = embeddings, -1 = last (default -1)")
+    model.add_argument(
+        "--ckpt",
+        help="vat checkpoint (.ckpt) or exported folder; its token vectors are the "
+        "posterior means mu",
+    )
+    model.add_argument(
+        "--hf-model", help="local Hugging Face model directory (needs the transformers extra)"
+    )
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="--hf-model only: hidden layer, 0 = embeddings, -1 = last (default -1)",
+    )
     probe = p.add_mutually_exclusive_group()
-    probe.add_argument("--probe", help="text file of probe sentences (one a line; tab-separated fields split)")
-    probe.add_argument("--senteval-dir", help="SentEval data/downstream folder; its STS12 sentences are the probe "
-                       f"(default: ${SENTEVAL_ENV}, else ../shared/data/senteval)")
-    p.add_argument("--max-sentences", type=int, default=None, help="use only the first N probe sentences")
-    p.add_argument("--keep-duplicates", action="store_true",
-                   help="keep repeated probe sentences (default: each distinct sentence once)")
-    p.add_argument("--min-count", type=int, default=5, help="occurrences a token type needs for self-similarity")
+    probe.add_argument(
+        "--probe", help="text file of probe sentences (one a line; tab-separated fields split)"
+    )
+    probe.add_argument(
+        "--senteval-dir",
+        help="SentEval data/downstream folder; its STS12 sentences are the probe "
+        f"(default: ${SENTEVAL_ENV}, else ../shared/data/senteval)",
+    )
+    p.add_argument(
+        "--max-sentences", type=int, default=None, help="use only the first N probe sentences"
+    )
+    p.add_argument(
+        "--keep-duplicates",
+        action="store_true",
+        help="keep repeated probe sentences (default: each distinct sentence once)",
+    )
+    p.add_argument(
+        "--min-count",
+        type=int,
+        default=5,
+        help="occurrences a token type needs for self-similarity",
+    )
     p.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch")
-    p.add_argument("--top-types", type=int, default=10,
-                   help="print this many most and least self-similar token types (0: none)")
+    p.add_argument(
+        "--top-types",
+        type=int,
+        default=10,
+        help="print this many most and least self-similar token types (0: none)",
+    )
     p.add_argument("--output", required=True, help="JSON file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     add_common(p)
-    p.add_argument("--plots", default=None, metavar="DIR",
-                   help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR")
+    p.add_argument(
+        "--plots",
+        default=None,
+        metavar="DIR",
+        help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR",
+    )
     return p
 
 
@@ -73,22 +105,30 @@ def _main(argv: Sequence[str] | None) -> int:
     for name in ("min_count", "batch_size", "max_sentences"):
         value = getattr(args, name)
         if value is not None and value < (2 if name == "min_count" else 1):
-            raise VatError(f"--{name.replace('_', '-')} must be >= {2 if name == 'min_count' else 1}, got {value}")
+            raise VatError(
+                f"--{name.replace('_', '-')} must be >= {2 if name == 'min_count' else 1}, got {value}"
+            )
 
     senteval = args.senteval_dir
     if args.probe is None and senteval is None:
         senteval = str(default_senteval_dir())
     try:
-        sentences = load_probe_sentences(args.probe, senteval, args.max_sentences, not args.keep_duplicates)
+        sentences = load_probe_sentences(
+            args.probe, senteval, args.max_sentences, not args.keep_duplicates
+        )
     except ValueError as e:
         raise VatError(str(e)) from None
 
     start = time.perf_counter()
-    model_info, vectors, token_ids, sentence_ids, logvar, prior_std, token_text = _encode(args, sentences)
+    model_info, vectors, token_ids, sentence_ids, logvar, prior_std, token_text = _encode(
+        args, sentences
+    )
     encode_s = time.perf_counter() - start
     start = time.perf_counter()
     try:
-        report = geometry_report(vectors, token_ids, sentence_ids, logvar, prior_std, min_count=args.min_count)
+        report = geometry_report(
+            vectors, token_ids, sentence_ids, logvar, prior_std, min_count=args.min_count
+        )
     except ValueError as e:
         raise VatError(f"cannot compute the geometry of this probe: {e}") from None
     geometry_s = time.perf_counter() - start
@@ -96,11 +136,16 @@ def _main(argv: Sequence[str] | None) -> int:
     types = sorted(report.self_similarity_by_type.items(), key=lambda kv: kv[1][1])
     result = {
         "model": model_info,
-        "probe": {"file": args.probe, "senteval_dir": None if args.probe else senteval,
-                  "num_sentences": len(sentences), "deduplicated": not args.keep_duplicates},
+        "probe": {
+            "file": args.probe,
+            "senteval_dir": None if args.probe else senteval,
+            "num_sentences": len(sentences),
+            "deduplicated": not args.keep_duplicates,
+        },
         "metrics": {k: v for k, v in report.to_dict().items() if k != "self_similarity_by_type"},
         "self_similarity_by_type": [
-            {"id": w, "token": token_text(w), "count": c, "self_similarity": v} for w, (c, v) in types
+            {"id": w, "token": token_text(w), "count": c, "self_similarity": v}
+            for w, (c, v) in types
         ],
         "seconds": {"encode": encode_s, "geometry": geometry_s},
     }
@@ -109,13 +154,19 @@ def _main(argv: Sequence[str] | None) -> int:
         from vat.geometry import covariance_eigenvalues
         from vat.plots import save_geometry_plots
 
-        written = save_geometry_plots(args.plots, covariance_eigenvalues(vectors), report.kl_per_dim,
-                                      report.active_unit_variances)
+        written = save_geometry_plots(
+            args.plots,
+            covariance_eigenvalues(vectors),
+            report.kl_per_dim,
+            report.active_unit_variances,
+        )
         print(f"wrote {', '.join(str(p) for p in written)}")
     print(format_table(report, model_info["name"], len(sentences)))
     if args.top_types > 0:
         k = args.top_types
-        print(f"\nleast self-similar types (most context-specific): {_types(types[:k], token_text)}")
+        print(
+            f"\nleast self-similar types (most context-specific): {_types(types[:k], token_text)}"
+        )
         print(f"most self-similar types: {_types(types[::-1][:k], token_text)}")
     if not args.quiet:
         print(f"\nencode {encode_s:.1f} s, geometry {geometry_s:.2f} s; wrote {output}")
@@ -129,26 +180,49 @@ def _encode(args: argparse.Namespace, sentences: list[str]):
         from vat.features import token_vectors
 
         loaded = load_vat(args.ckpt, map_location=args.device)
-        tv = token_vectors(loaded.model, loaded.tokenizer, sentences, args.batch_size,
-                           progress=show_progress(args))
-        info = {"kind": "vat", "name": Path(args.ckpt).name, "path": str(args.ckpt), "prior_std": loaded.prior_std}
-        return info, tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, loaded.prior_std, loaded.tokenizer.token_text
+        tv = token_vectors(
+            loaded.model, loaded.tokenizer, sentences, args.batch_size, progress=show_progress(args)
+        )
+        info = {
+            "kind": "vat",
+            "name": Path(args.ckpt).name,
+            "path": str(args.ckpt),
+            "prior_std": loaded.prior_std,
+        }
+        return (
+            info,
+            tv.vectors,
+            tv.token_ids,
+            tv.sentence_ids,
+            tv.logvar,
+            loaded.prior_std,
+            loaded.tokenizer.token_text,
+        )
 
     from vat.hf import hf_token_vectors, load_hf_encoder
 
     layer = -1 if args.layer is None else args.layer
     encoder = load_hf_encoder(args.hf_model, args.device)
-    tv = hf_token_vectors(args.hf_model, sentences, layer=layer, batch_size=args.batch_size, device=args.device)
+    tv = hf_token_vectors(
+        args.hf_model, sentences, layer=layer, batch_size=args.batch_size, device=args.device
+    )
     n = encoder.num_layers
     where = Path(args.hf_model).resolve()
-    info = {"kind": "huggingface", "name": f"{where.parent.name}/{where.name} layer {layer % (n + 1)}/{n}",
-            "path": str(args.hf_model), "layer": layer % (n + 1), "num_layers": n}
+    info = {
+        "kind": "huggingface",
+        "name": f"{where.parent.name}/{where.name} layer {layer % (n + 1)}/{n}",
+        "path": str(args.hf_model),
+        "layer": layer % (n + 1),
+        "num_layers": n,
+    }
     return info, tv.vectors, tv.token_ids, tv.sentence_ids, None, None, encoder.token_text
 
 
 def format_table(report: GeometryReport, name: str, num_sentences: int) -> str:
-    lines = [f"geometry of {name}: {num_sentences} sentences, {report.num_tokens} tokens, d = {report.dim}",
-             f"{'metric':<40} {'value':>10}"]
+    lines = [
+        f"geometry of {name}: {num_sentences} sentences, {report.num_tokens} tokens, d = {report.dim}",
+        f"{'metric':<40} {'value':>10}",
+    ]
     for key, label in TABLE_ROWS:
         value = getattr(report, key)
         if value is None:

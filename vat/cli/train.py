@@ -64,7 +64,11 @@ class FinalLastCheckpoint(ModelCheckpoint):
 
     def on_train_end(self, trainer, pl_module) -> None:
         super().on_train_end(trainer, pl_module)
-        if self.save_last and not trainer.fast_dev_run and self._last_global_step_saved != trainer.global_step:
+        if (
+            self.save_last
+            and not trainer.fast_dev_run
+            and self._last_global_step_saved != trainer.global_step
+        ):
             # _save_last_checkpoint is what the parent's own on_train_end calls (Lightning 2.6).
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
@@ -76,23 +80,36 @@ class VATCLI(LightningCLI):
         return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--run_dir", type=str, default="runs/vat",
-                            help="Run directory: TensorBoard logs, config.yaml, tokenizer.json, checkpoints/.")
-        parser.add_argument("--overwrite", action="store_true",
-                            help="Replace the run already in --run_dir (its checkpoints, events and configs) with a fresh one.")
-        parser.add_argument("--best_monitor", type=Literal[tuple(rd.BEST_MONITORS)], default="val/loss",
-                            help="Metric of the best checkpoint: val/nll (reconstruction), val/stsb_spearman (similarity; "
-                                 "needs the vat.callbacks.sts.STSBSpearman callback), or val/loss (rises with the KL weight).")
+        parser.add_argument(
+            "--run_dir",
+            type=str,
+            default="runs/vat",
+            help="Run directory: TensorBoard logs, config.yaml, tokenizer.json, checkpoints/.",
+        )
+        parser.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="Replace the run already in --run_dir (its checkpoints, events and configs) with a fresh one.",
+        )
+        parser.add_argument(
+            "--best_monitor",
+            type=Literal[tuple(rd.BEST_MONITORS)],
+            default="val/loss",
+            help="Metric of the best checkpoint: val/nll (reconstruction), val/stsb_spearman (similarity; "
+            "needs the vat.callbacks.sts.STSBSpearman callback), or val/loss (rises with the KL weight).",
+        )
         parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
-        parser.set_defaults({
-            # A copied run directory must overwrite last.ckpt, not write last-v1.ckpt beside it.
-            "checkpoint.enable_version_counter": False,
-            "checkpoint.filename": "step{step:07d}",
-            "checkpoint.auto_insert_metric_name": False,
-            "checkpoint.save_last": True,
-            "checkpoint.save_top_k": 0,
-            "checkpoint.every_n_train_steps": 1000,
-        })
+        parser.set_defaults(
+            {
+                # A copied run directory must overwrite last.ckpt, not write last-v1.ckpt beside it.
+                "checkpoint.enable_version_counter": False,
+                "checkpoint.filename": "step{step:07d}",
+                "checkpoint.auto_insert_metric_name": False,
+                "checkpoint.save_last": True,
+                "checkpoint.save_top_k": 0,
+                "checkpoint.every_n_train_steps": 1000,
+            }
+        )
         parser.link_arguments("data.vocab_size", "model.arch.vocab_size")
         parser.link_arguments("data.max_len", "model.arch.max_len")
 
@@ -100,7 +117,9 @@ class VATCLI(LightningCLI):
         # LightningCLI torch.loads --ckpt_path itself (to read its hyperparameters); check the
         # file first so that a corrupt or foreign checkpoint is a one-line error.
         sub = self.config.get("subcommand")
-        self._config_filename = f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
+        self._config_filename = (
+            f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
+        )
         if sub == "fit":
             self._config_filename = rd.prepare_fit(self.config[sub])
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
@@ -114,14 +133,18 @@ class VATCLI(LightningCLI):
         if cfg.trainer.logger in (None, True):
             # A fixed log dir (no version_N) so `--ckpt_path last` finds the run's checkpoints
             # and resumed curves continue in the same TensorBoard run.
-            cfg.trainer.logger = {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                                  "init_args": {"save_dir": run_dir, "name": "", "version": ""}}
+            cfg.trainer.logger = {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": run_dir, "name": "", "version": ""},
+            }
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
         # Keep what a crash interrupted (saved when an exception escapes fit).
         self.trainer_defaults["callbacks"].append(rd.ExceptionCheckpoint(cfg.checkpoint.dirpath))
         self.trainer_defaults["callbacks"].append(rd.best_checkpoint(cfg.best_monitor))
-        self.save_config_kwargs["config_filename"] = getattr(self, "_config_filename", "config.yaml")
+        self.save_config_kwargs["config_filename"] = getattr(
+            self, "_config_filename", "config.yaml"
+        )
         if cfg.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
         if self.subcommand == "fit":
@@ -137,7 +160,9 @@ def _check_devices(accelerator, devices) -> None:
     if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
         have = torch.cuda.device_count()
         if devices > have:
-            raise VatError(f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)")
+            raise VatError(
+                f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)"
+            )
 
 
 def trainer_defaults() -> dict:
@@ -155,8 +180,12 @@ def _quiet_warnings() -> None:
     # config.yaml cannot record the AtomicCheckpointIO instance from trainer_defaults; it is
     # not a user setting, so jsonargparse's warning about it is noise. The sweep calls main()
     # with explicit args while its own sys.argv holds the sweep's options: intended here.
-    warnings.filterwarnings("ignore", message=r"\s*Unable to serialize instance <vat\.cli\.train\.AtomicCheckpointIO")
-    warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended to run from within Python")
+    warnings.filterwarnings(
+        "ignore", message=r"\s*Unable to serialize instance <vat\.cli\.train\.AtomicCheckpointIO"
+    )
+    warnings.filterwarnings(
+        "ignore", message=r"LightningCLI's args parameter is intended to run from within Python"
+    )
     # vat.run_dir lets a fresh run start only in a directory without checkpoints, so this
     # warning only ever fires on a resume, where a full checkpoints/ is expected.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
@@ -172,9 +201,18 @@ def main(args: list[str] | None = None) -> int:
 
 
 def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
-    return VATCLI(VATSystem, VATDataModule, args=args, trainer_defaults=trainer_defaults(), parser_class=_OneLineErrorParser,
-                  save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
-                  subclass_mode_model=False, subclass_mode_data=False, **kwargs)
+    return VATCLI(
+        VATSystem,
+        VATDataModule,
+        args=args,
+        trainer_defaults=trainer_defaults(),
+        parser_class=_OneLineErrorParser,
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+        subclass_mode_model=False,
+        subclass_mode_data=False,
+        **kwargs,
+    )
 
 
 TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)
@@ -204,7 +242,6 @@ def _run(fn, args: list[str] | None) -> int:
         return 0
 
     return run_cli(call, args, extra_errors=TRAIN_ERRORS)
-
 
 
 def prepare_data(args: list[str]) -> int:

@@ -61,13 +61,19 @@ class ClassifierConfig:
 
 PRESETS: dict[str, ClassifierConfig] = {
     # SentEval README: "prototyping" and "default config (best performance)"
-    "prototyping": ClassifierConfig(optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2, kfold=5),
+    "prototyping": ClassifierConfig(
+        optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2, kfold=5
+    ),
     "full": ClassifierConfig(optim="adam", batch_size=64, tenacity=5, epoch_size=4, kfold=10),
 }
 
 
-def make_config(preset: str = "prototyping", classifier: str = "logreg", nhid: int = 50,
-                optim: str | None = None) -> ClassifierConfig:
+def make_config(
+    preset: str = "prototyping",
+    classifier: str = "logreg",
+    nhid: int = 50,
+    optim: str | None = None,
+) -> ClassifierConfig:
     """Preset + classifier kind. 'mlp' is one hidden sigmoid layer of `nhid` units trained
     with Adam (the paper's "single dense layer with nonlinear activation")."""
     cfg = PRESETS[preset]
@@ -97,7 +103,9 @@ class FoldError(ValueError):
     """Too few examples for a k-fold split (scikit-learn's StratifiedKFold ValueError)."""
 
 
-def stratified_kfold(y: np.ndarray, n_splits: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_kfold(
+    y: np.ndarray, n_splits: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train_idx, test_idx) of sklearn's StratifiedKFold(n_splits, shuffle=True,
     random_state=seed).split(X, y), scikit-learn >= 0.22 algorithm."""
     rng = np.random.RandomState(seed)
@@ -107,10 +115,14 @@ def stratified_kfold(y: np.ndarray, n_splits: int, seed: int) -> list[tuple[np.n
     y_enc = class_perm[y_inv.ravel()]
     n_classes = len(y_idx)
     if np.all(n_splits > np.bincount(y_enc)):
-        raise FoldError(f"{n_splits}-fold cross-validation needs a class with at least {n_splits} examples; "
-                        f"the class sizes are {np.bincount(y_enc).tolist()}")
+        raise FoldError(
+            f"{n_splits}-fold cross-validation needs a class with at least {n_splits} examples; "
+            f"the class sizes are {np.bincount(y_enc).tolist()}"
+        )
     y_order = np.sort(y_enc)
-    allocation = np.asarray([np.bincount(y_order[i::n_splits], minlength=n_classes) for i in range(n_splits)])
+    allocation = np.asarray(
+        [np.bincount(y_order[i::n_splits], minlength=n_classes) for i in range(n_splits)]
+    )
     test_folds = np.empty(len(y), dtype="i")
     for k in range(n_classes):
         folds_for_class = np.arange(n_splits).repeat(allocation[:, k])
@@ -175,7 +187,9 @@ def _forward(params: list[torch.Tensor], xa: torch.Tensor, nhid: int):
         return torch.bmm(xa, W.view(G, D, R * C)).view(G, B, R, C), None
     W1, W2 = params
     R, H = W1.shape[2:]
-    h = torch.sigmoid(torch.bmm(xa, W1.view(G, D, R * H)).view(G, B, R, H)).transpose(1, 2)  # (G, R, B, H)
+    h = torch.sigmoid(torch.bmm(xa, W1.view(G, D, R * H)).view(G, B, R, H)).transpose(
+        1, 2
+    )  # (G, R, B, H)
     ha = _augment(h)  # (G, R, B, H+1)
     return torch.matmul(ha, W2), ha  # (G, R, B, C)
 
@@ -186,8 +200,9 @@ def _softmax(z: torch.Tensor) -> torch.Tensor:
     return e / e.sum(-1, keepdim=True)
 
 
-def _gradients(params: list[torch.Tensor], xa: torch.Tensor, onehot: torch.Tensor, w: torch.Tensor,
-               nhid: int) -> list[torch.Tensor]:
+def _gradients(
+    params: list[torch.Tensor], xa: torch.Tensor, onehot: torch.Tensor, w: torch.Tensor, nhid: int
+) -> list[torch.Tensor]:
     """Gradients of sum over models of the batch-mean cross-entropy (closed form: softmax
     minus one-hot, backpropagated by hand; autograd's overhead dominated these tiny steps).
 
@@ -209,8 +224,9 @@ def _gradients(params: list[torch.Tensor], xa: torch.Tensor, onehot: torch.Tenso
     return [gW1, gW2]
 
 
-def _init_params(d: int, nclasses: int, cfg: ClassifierConfig, seed: int, G: int, R: int,
-                 device: torch.device) -> list[torch.Tensor]:
+def _init_params(
+    d: int, nclasses: int, cfg: ClassifierConfig, seed: int, G: int, R: int, device: torch.device
+) -> list[torch.Tensor]:
     """SentEval's initial weights (seeded torch init of its nn.Sequential), copied G x R times."""
     torch.manual_seed(seed)
     if cfg.nhid == 0:
@@ -220,8 +236,10 @@ def _init_params(d: int, nclasses: int, cfg: ClassifierConfig, seed: int, G: int
     lin1, lin2 = torch.nn.Linear(d, cfg.nhid), torch.nn.Linear(cfg.nhid, nclasses)
     W1 = torch.cat([lin1.weight.detach().T, lin1.bias.detach()[None]])  # (d+1, H)
     W2 = torch.cat([lin2.weight.detach().T, lin2.bias.detach()[None]])  # (H+1, C)
-    return [W1.to(device)[None, :, None, :].expand(G, -1, R, -1).contiguous(),
-            W2.to(device)[None, None].expand(G, R, -1, -1).contiguous()]
+    return [
+        W1.to(device)[None, :, None, :].expand(G, -1, R, -1).contiguous(),
+        W2.to(device)[None, None].expand(G, R, -1, -1).contiguous(),
+    ]
 
 
 def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,8 +254,15 @@ def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def _correct(params: list[torch.Tensor], Xa: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor,
-             nhid: int, chunk: int = 4096) -> torch.Tensor:
+def _correct(
+    params: list[torch.Tensor],
+    Xa: torch.Tensor,
+    y: torch.Tensor,
+    idx: torch.Tensor,
+    mask: torch.Tensor,
+    nhid: int,
+    chunk: int = 4096,
+) -> torch.Tensor:
     """(G, R) number of correct argmax predictions on each group's rows idx (G, L)."""
     total = None
     for s in range(0, idx.shape[1], chunk):
@@ -252,8 +277,15 @@ def _correct(params: list[torch.Tensor], Xa: torch.Tensor, y: torch.Tensor, idx:
 
 
 @torch.no_grad()
-def fit_batched(X: torch.Tensor, y: torch.Tensor, groups: list[Group], regs: np.ndarray, nclasses: int,
-                cfg: ClassifierConfig, seed: int) -> Fitted:
+def fit_batched(
+    X: torch.Tensor,
+    y: torch.Tensor,
+    groups: list[Group],
+    regs: np.ndarray,
+    nclasses: int,
+    cfg: ClassifierConfig,
+    seed: int,
+) -> Fitted:
     """Train G x R SentEval classifiers at once: group g's data, regs[g, r] as l2reg.
 
     X (N, d) float32 and y (N,) int64 live on the target device; groups index into them.
@@ -298,7 +330,9 @@ def fit_batched(X: torch.Tensor, y: torch.Tensor, groups: list[Group], regs: np.
         Gc = len(cur)
         wdv = [_per_model(wd, k) for k in range(len(params))]
         for _ in range(cfg.epoch_size):
-            pidx, pmask = _pad([trains[g][rngs[g].permutation(len(trains[g]))] for g in cur])  # (Gc, L)
+            pidx, pmask = _pad(
+                [trains[g][rngs[g].permutation(len(trains[g]))] for g in cur]
+            )  # (Gc, L)
             L = pidx.shape[1]
             nb_cur = nbatches[cur]
             # per-row weight 1 / (real rows in its batch): the batch-mean loss of each model
@@ -320,8 +354,16 @@ def fit_batched(X: torch.Tensor, y: torch.Tensor, groups: list[Group], regs: np.
                 if cfg.optim == "adam":  # per-model step counts, for Adam's bias corrections
                     steps.add_(1.0 if act is None else act.float())
                 for k, (p, g) in enumerate(zip(params, grads)):
-                    _optimizer_update(p, g, sq[k], mom[k], _per_model(steps, k), wdv[k],
-                                      None if act is None else _per_model(act, k), cfg.optim)
+                    _optimizer_update(
+                        p,
+                        g,
+                        sq[k],
+                        mom[k],
+                        _per_model(steps, k),
+                        wdv[k],
+                        None if act is None else _per_model(act, k),
+                        cfg.optim,
+                    )
         nepoch += cfg.epoch_size
         correct = _correct(params, Xa, y, dev_idx[cur], dev_mask[cur], cfg.nhid)  # (Gc, R)
         curt = torch.as_tensor(cur, device=device)
@@ -347,8 +389,16 @@ def _per_model(t: torch.Tensor, k: int) -> torch.Tensor:
     return t.view(G, 1, R, 1) if k == 0 else t.view(G, R, 1, 1)
 
 
-def _optimizer_update(p: torch.Tensor, g: torch.Tensor, sq: torch.Tensor, m: torch.Tensor, t: torch.Tensor,
-                      wd: torch.Tensor, act: torch.Tensor | None, optim: str) -> None:
+def _optimizer_update(
+    p: torch.Tensor,
+    g: torch.Tensor,
+    sq: torch.Tensor,
+    m: torch.Tensor,
+    t: torch.Tensor,
+    wd: torch.Tensor,
+    act: torch.Tensor | None,
+    optim: str,
+) -> None:
     """One torch.optim.RMSprop / Adam step (default hyper-parameters; weight_decay = l2reg
     added to the gradient), with torch's operation order. With `act`, only active models
     move; the others keep parameters and optimiser state. t, wd, act broadcast against p."""
@@ -379,12 +429,18 @@ def _select(scores: np.ndarray) -> tuple[int, float]:
     return i, float(scores[i])
 
 
-def _tensors(X: np.ndarray, y: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(device),
-            torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device))
+def _tensors(
+    X: np.ndarray, y: np.ndarray, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(device),
+        torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device),
+    )
 
 
-def _accuracy_and_pred(fitted: Fitted, X: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def _accuracy_and_pred(
+    fitted: Fitted, X: torch.Tensor, y: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
     """(G, R) accuracy and (G, R, N) predictions of every model on (X, y)."""
     with torch.no_grad():
         preds = []
@@ -395,8 +451,14 @@ def _accuracy_and_pred(fitted: Fitted, X: torch.Tensor, y: torch.Tensor) -> tupl
     return acc.cpu().numpy(), pred.cpu().numpy()
 
 
-def inner_kfold(X: np.ndarray, y: np.ndarray, nclasses: int, cfg: ClassifierConfig, seed: int,
-                device: torch.device) -> tuple[float, float]:
+def inner_kfold(
+    X: np.ndarray,
+    y: np.ndarray,
+    nclasses: int,
+    cfg: ClassifierConfig,
+    seed: int,
+    device: torch.device,
+) -> tuple[float, float]:
     """SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA): outer k-fold for test accuracy,
     inner k-fold on each outer train part to pick l2reg. Returns (devacc, testacc) in %.
     The fold splits use random_state=1111 whatever the seed, as in SentEval."""
@@ -417,8 +479,15 @@ def inner_kfold(X: np.ndarray, y: np.ndarray, nclasses: int, cfg: ClassifierConf
         i, best = _select(scores)
         devresults.append(best)
         optregs.append(regs[i])
-    final = fit_batched(Xt, yt, [Group(train=tr, validation_split=0.05) for tr, _ in outer],
-                        np.array(optregs)[:, None], nclasses, cfg, seed)
+    final = fit_batched(
+        Xt,
+        yt,
+        [Group(train=tr, validation_split=0.05) for tr, _ in outer],
+        np.array(optregs)[:, None],
+        nclasses,
+        cfg,
+        seed,
+    )
     testresults = []
     for o, (_, te) in enumerate(outer):
         a, _ = _accuracy_and_pred(_slice(final, o), Xt[te], yt[te])
@@ -427,37 +496,76 @@ def inner_kfold(X: np.ndarray, y: np.ndarray, nclasses: int, cfg: ClassifierConf
 
 
 def _slice(f: Fitted, g: int) -> Fitted:
-    return Fitted([p[g : g + 1] for p in f.params], f.dev_correct[g : g + 1], f.dev_size[g : g + 1], f.nhid)
+    return Fitted(
+        [p[g : g + 1] for p in f.params], f.dev_correct[g : g + 1], f.dev_size[g : g + 1], f.nhid
+    )
 
 
-def kfold(train_X: np.ndarray, train_y: np.ndarray, test_X: np.ndarray, test_y: np.ndarray, nclasses: int,
-          cfg: ClassifierConfig, seed: int, device: torch.device) -> tuple[float, float, np.ndarray]:
+def kfold(
+    train_X: np.ndarray,
+    train_y: np.ndarray,
+    test_X: np.ndarray,
+    test_y: np.ndarray,
+    nclasses: int,
+    cfg: ClassifierConfig,
+    seed: int,
+    device: torch.device,
+) -> tuple[float, float, np.ndarray]:
     """SentEval's KFoldClassifier (TREC, MRPC): k-fold on train picks l2reg, then a model on
     all of train (5% carved out for early stopping) is tested. Returns (devacc, testacc, yhat)."""
     Xt, yt = _tensors(train_X, train_y, device)
     regs = np.array(PYTORCH_REGS)
     folds = stratified_kfold(train_y, cfg.kfold, seed)
-    fitted = fit_batched(Xt, yt, [Group(train=tr, dev=te) for tr, te in folds], np.tile(regs, (len(folds), 1)),
-                         nclasses, cfg, seed)
+    fitted = fit_batched(
+        Xt,
+        yt,
+        [Group(train=tr, dev=te) for tr, te in folds],
+        np.tile(regs, (len(folds), 1)),
+        nclasses,
+        cfg,
+        seed,
+    )
     scores = np.round(100 * fitted.dev_accuracy().mean(0), 2)
     i, devacc = _select(scores)
-    final = fit_batched(Xt, yt, [Group(train=np.arange(len(train_y)), validation_split=0.05)],
-                        np.array([[regs[i]]]), nclasses, cfg, seed)
+    final = fit_batched(
+        Xt,
+        yt,
+        [Group(train=np.arange(len(train_y)), validation_split=0.05)],
+        np.array([[regs[i]]]),
+        nclasses,
+        cfg,
+        seed,
+    )
     Xs, ys = _tensors(test_X, test_y, device)
     acc, pred = _accuracy_and_pred(final, Xs, ys)
     return devacc, round(100 * float(acc[0, 0]), 2), pred[0, 0]
 
 
-def split_classifier(X: dict[str, np.ndarray], y: dict[str, np.ndarray], nclasses: int, cfg: ClassifierConfig,
-                     seed: int, device: torch.device) -> tuple[float, float]:
+def split_classifier(
+    X: dict[str, np.ndarray],
+    y: dict[str, np.ndarray],
+    nclasses: int,
+    cfg: ClassifierConfig,
+    seed: int,
+    device: torch.device,
+) -> tuple[float, float]:
     """SentEval's SplitClassifier (SST2, SST5, SICKEntailment): pick l2reg on dev, report
     test accuracy of that model. SentEval retrains the chosen reg from scratch; with the
     same seed and data that run is identical to the grid's, so the grid model is reused."""
     ntr, ndv = len(y["train"]), len(y["dev"])
-    Xt, yt = _tensors(np.concatenate([X["train"], X["dev"]]), np.concatenate([y["train"], y["dev"]]), device)
+    Xt, yt = _tensors(
+        np.concatenate([X["train"], X["dev"]]), np.concatenate([y["train"], y["dev"]]), device
+    )
     regs = np.array(PYTORCH_REGS)
-    fitted = fit_batched(Xt, yt, [Group(train=np.arange(ntr), dev=np.arange(ntr, ntr + ndv))], regs[None, :],
-                         nclasses, cfg, seed)
+    fitted = fit_batched(
+        Xt,
+        yt,
+        [Group(train=np.arange(ntr), dev=np.arange(ntr, ntr + ndv))],
+        regs[None, :],
+        nclasses,
+        cfg,
+        seed,
+    )
     scores = np.round(100 * fitted.dev_accuracy()[0], 2)
     i, devacc = _select(scores)
     Xs, ys = _tensors(X["test"], y["test"], device)

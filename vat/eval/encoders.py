@@ -22,19 +22,27 @@ VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
 HF_POOLINGS = ("mean", "cls")
 
 
-def vat_encoder(ckpt: str | Path, pooling: str = "mean", device: str | torch.device = "cpu",
-                batch_size: int = 128) -> Encoder:
+def vat_encoder(
+    ckpt: str | Path,
+    pooling: str = "mean",
+    device: str | torch.device = "cpu",
+    batch_size: int = 128,
+) -> Encoder:
     """Pooled token means mu of a vat checkpoint: the paper's VAT-mean, VAT-sum, VAT-start,
     or `precision` (mu weighted by exp(-logvar), see vat.features.pool)."""
     if pooling not in VAT_POOLINGS:
-        raise VatError(f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}")
+        raise VatError(
+            f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}"
+        )
     from vat.checkpoint import load_vat
     from vat.features import sentence_features
 
     loaded = load_vat(ckpt, map_location=device)
 
     def encode(sentences: list[str]) -> np.ndarray:
-        return sentence_features(loaded.model, loaded.tokenizer, sentences, pooling=pooling, batch_size=batch_size)
+        return sentence_features(
+            loaded.model, loaded.tokenizer, sentences, pooling=pooling, batch_size=batch_size
+        )
 
     encode.__name__ = f"vat[{Path(ckpt).name}, {pooling}]"
     return encode
@@ -68,25 +76,37 @@ def callable_encoder(spec: str) -> Encoder:
     return fn
 
 
-def hf_encoder(model_dir: str | Path, pooling: str = "mean", batch_size: int = 64,
-               device: str | torch.device | None = None) -> Encoder:
+def hf_encoder(
+    model_dir: str | Path,
+    pooling: str = "mean",
+    batch_size: int = 64,
+    device: str | torch.device | None = None,
+) -> Encoder:
     """A local Hugging Face encoder directory (needs the `transformers` extra), mean or CLS
     pooling of the last layer, via vat.hf."""
     if pooling not in HF_POOLINGS:
-        raise VatError(f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}")
+        raise VatError(
+            f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
+        )
     from vat.hf import hf_sentence_features, load_hf_encoder
 
     load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
 
     def encode(sentences: list[str]) -> np.ndarray:
-        return hf_sentence_features(model_dir, sentences, pooling=pooling, batch_size=batch_size, device=device)
+        return hf_sentence_features(
+            model_dir, sentences, pooling=pooling, batch_size=batch_size, device=device
+        )
 
     encode.__name__ = f"hf[{Path(model_dir).name}, {pooling}]"
     return encode
 
 
-def senteval_batcher(ckpt_path: str | Path, pooling: str = "mean", device: str | torch.device = "cpu",
-                     batch_size: int = 128) -> Callable[[object, list], np.ndarray]:
+def senteval_batcher(
+    ckpt_path: str | Path,
+    pooling: str = "mean",
+    device: str | torch.device = "cpu",
+    batch_size: int = 128,
+) -> Callable[[object, list], np.ndarray]:
     """A SentEval `batcher(params, batch)` for a vat checkpoint.
 
     SentEval passes each batch as a list of token lists (sometimes strings); an empty

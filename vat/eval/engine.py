@@ -80,10 +80,18 @@ class FeatureCache:
         self.dtype: np.dtype | None = None
 
     def encode_new(self, sentences: Sequence[str], task: str) -> None:
-        todo = sorted({s for s in sentences if s not in self.cache}, key=lambda s: (len(s.split()), s))
+        todo = sorted(
+            {s for s in sentences if s not in self.cache}, key=lambda s: (len(s.split()), s)
+        )
         if not todo:
             return
-        bar = tqdm(total=len(todo), desc=f"encode {task}", unit="sent", disable=not self.progress, leave=False)
+        bar = tqdm(
+            total=len(todo),
+            desc=f"encode {task}",
+            unit="sent",
+            disable=not self.progress,
+            leave=False,
+        )
         for i in range(0, len(todo), self.batch_size):
             batch = todo[i : i + self.batch_size]
             # SentEval's example batchers turn an empty sentence into '.'
@@ -98,21 +106,29 @@ class FeatureCache:
         try:
             arr = np.asarray(out)
         except (ValueError, TypeError) as e:
-            raise VatError(f"task {task}: the encoder returned something that is not an array ({e})") from None
+            raise VatError(
+                f"task {task}: the encoder returned something that is not an array ({e})"
+            ) from None
         if arr.ndim != 2 or arr.shape[0] != len(batch) or arr.shape[1] == 0:
             raise VatError(
                 f"task {task}: the encoder returned shape {tuple(arr.shape)} for {len(batch)} sentences; "
                 f"expected ({len(batch)}, d)"
             )
         if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
-            raise VatError(f"task {task}: the encoder returned dtype {arr.dtype}; expected real numbers")
+            raise VatError(
+                f"task {task}: the encoder returned dtype {arr.dtype}; expected real numbers"
+            )
         if self.dim is None:
             self.dim = arr.shape[1]
         elif arr.shape[1] != self.dim:
-            raise VatError(f"task {task}: the encoder returned {arr.shape[1]}-d vectors after {self.dim}-d ones")
+            raise VatError(
+                f"task {task}: the encoder returned {arr.shape[1]}-d vectors after {self.dim}-d ones"
+            )
         if not np.all(np.isfinite(arr)):
             bad = int(np.where(~np.all(np.isfinite(arr), axis=1))[0][0])
-            raise VatError(f"task {task}: the encoder returned NaN or inf for the sentence {batch[bad]!r}")
+            raise VatError(
+                f"task {task}: the encoder returned NaN or inf for the sentence {batch[bad]!r}"
+            )
         # keep float64 if the encoder gives it; SentEval computes in the encoder's dtype
         arr = arr.astype(np.float64 if arr.dtype == np.float64 else np.float32, copy=False)
         for s, v in zip(batch, arr):
@@ -135,7 +151,9 @@ def pair_cosines(pairs: Pairs, feats: FeatureCache) -> np.ndarray:
     return cosine_scores(feats(pairs.a), feats(pairs.b))
 
 
-def cosine_correlations(encoder: Encoder, pairs: Pairs, batch_size: int = 128, name: str = "pairs") -> dict:
+def cosine_correlations(
+    encoder: Encoder, pairs: Pairs, batch_size: int = 128, name: str = "pairs"
+) -> dict:
     """{'pearson', 'spearman', 'nsamples'} of the no-training cosine protocol on one split of
     pairs: what `evaluate` reports for it (e.g. `STSBenchmark-cosine.dev`), without loading or
     encoding the task's other splits. Each distinct sentence is encoded once."""
@@ -169,14 +187,18 @@ def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dic
     X = {k: _features(v, feats) for k, v in data.splits.items()}
     y = {k: v.y for k, v in data.splits.items()}
     if data.kind == "traintest":
-        devacc, acc, yhat = clf.kfold(X["train"], y["train"], X["test"], y["test"], data.nclasses, cfg, seed, device)
+        devacc, acc, yhat = clf.kfold(
+            X["train"], y["train"], X["test"], y["test"], data.nclasses, cfg, seed, device
+        )
         res = {"devacc": devacc, "acc": acc}
         if name == "MRPC":
             res["f1"] = clf.f1_binary(y["test"], yhat)
         return {name: {**res, "ndev": len(y["train"]), "ntest": len(y["test"])}}
     if data.kind == "split":
         devacc, acc = clf.split_classifier(X, y, data.nclasses, cfg, seed, device)
-        return {name: {"devacc": devacc, "acc": acc, "ndev": len(y["dev"]), "ntest": len(y["test"])}}
+        return {
+            name: {"devacc": devacc, "acc": acc, "ndev": len(y["dev"]), "ntest": len(y["test"])}
+        }
     raise ValueError(f"unknown task kind {data.kind!r}")
 
 
@@ -186,7 +208,9 @@ def _features(split: Pairs | Singles, feats: FeatureCache) -> np.ndarray:
     return feats(split.x)
 
 
-def _relatedness_regressor(data: TaskData, feats: FeatureCache, seed: int, device: torch.device) -> dict:
+def _relatedness_regressor(
+    data: TaskData, feats: FeatureCache, seed: int, device: torch.device
+) -> dict:
     """SentEval's SICKRelatednessEval.run / STSBenchmarkEval: regressor on pair features."""
     X = {k: _features(v, feats) for k, v in data.splits.items()}
     y = {k: v.y for k, v in data.splits.items()}
@@ -205,8 +229,13 @@ def _relatedness_regressor(data: TaskData, feats: FeatureCache, seed: int, devic
     }
 
 
-def evaluate(encoder: Encoder, tasks: str | Sequence[str], data_dir: str | Path, settings: EvalSettings | None = None,
-             on_result: Callable[[str, dict, float], None] | None = None) -> tuple[dict, dict[str, dict[str, float]]]:
+def evaluate(
+    encoder: Encoder,
+    tasks: str | Sequence[str],
+    data_dir: str | Path,
+    settings: EvalSettings | None = None,
+    on_result: Callable[[str, dict, float], None] | None = None,
+) -> tuple[dict, dict[str, dict[str, float]]]:
     """Evaluate `encoder` on SentEval tasks (names or groups 'sts', 'transfer', 'all').
 
     Every task's data is loaded (and checked) before any encoding starts, so a missing file
@@ -214,7 +243,9 @@ def evaluate(encoder: Encoder, tasks: str | Sequence[str], data_dir: str | Path,
     """
     settings = settings or EvalSettings()
     if settings.relatedness not in RELATEDNESS_MODES:
-        raise VatError(f"relatedness mode must be one of {', '.join(RELATEDNESS_MODES)}, got {settings.relatedness!r}")
+        raise VatError(
+            f"relatedness mode must be one of {', '.join(RELATEDNESS_MODES)}, got {settings.relatedness!r}"
+        )
     names = expand_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
     loaded = [load_task(data_dir, t) for t in names]
     feats = FeatureCache(encoder, settings.batch_size, settings.progress)
@@ -232,8 +263,10 @@ def evaluate(encoder: Encoder, tasks: str | Sequence[str], data_dir: str | Path,
             try:
                 res = run_task(data, feats, settings)
             except clf.FoldError as e:  # SentEval's folds need more examples than the files hold
-                raise VatError(f"{data.name}: too few examples in {data.path} for --preset {settings.preset}: "
-                               f"{e}") from None
+                raise VatError(
+                    f"{data.name}: too few examples in {data.path} for --preset {settings.preset}: "
+                    f"{e}"
+                ) from None
         t2 = time.perf_counter()
         seconds[data.name] = {"encode": round(t1 - t0, 3), "total": round(t2 - t0, 3)}
         results.update(res)

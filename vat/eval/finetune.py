@@ -66,12 +66,18 @@ def task_splits(data: TaskData, seed: int) -> dict[str, Pairs | Singles]:
     if data.kind == "traintest":
         tr = data.splits["train"]
         dev_i, train_i = _split_ids(len(tr), (0.1, 0.9), seed)
-        return {"train": _subset(tr, train_i), "dev": _subset(tr, dev_i), "test": data.splits["test"]}
+        return {
+            "train": _subset(tr, train_i),
+            "dev": _subset(tr, dev_i),
+            "test": data.splits["test"],
+        }
     if data.kind == "kfold":
         s = data.splits["all"]
         train_i, dev_i, test_i = _split_ids(len(s), (0.8, 0.1, 0.1), seed)
         return {"train": _subset(s, train_i), "dev": _subset(s, dev_i), "test": _subset(s, test_i)}
-    raise VatError(f"{data.name} is not a classification task; fine-tuning covers {', '.join(FINETUNE_TASKS)}")
+    raise VatError(
+        f"{data.name} is not a classification task; fine-tuning covers {', '.join(FINETUNE_TASKS)}"
+    )
 
 
 def _subset(s: Pairs | Singles, idx: np.ndarray) -> Pairs | Singles:
@@ -116,7 +122,9 @@ def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) 
     from vat.features import POOLINGS
 
     if settings.pooling not in POOLINGS:
-        raise VatError(f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, got {settings.pooling!r}")
+        raise VatError(
+            f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, got {settings.pooling!r}"
+        )
     torch.manual_seed(settings.seed)
     loaded = load_vat(ckpt, map_location=settings.device)
     splits = task_splits(data, settings.seed)
@@ -131,24 +139,37 @@ def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) 
     for epoch in range(1, settings.epochs + 1):
         net.train()
         perm = rng.permutation(n)
-        bar = tqdm(range(0, n, settings.batch_size), desc=f"finetune {data.name} epoch {epoch}",
-                   disable=not settings.progress, leave=False)
+        bar = tqdm(
+            range(0, n, settings.batch_size),
+            desc=f"finetune {data.name} epoch {epoch}",
+            disable=not settings.progress,
+            leave=False,
+        )
         for i in bar:
             idx = perm[i : i + settings.batch_size]
             logits = net([ids["train"][j] for j in idx])
-            loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(ys["train"][idx], device=logits.device))
+            loss = torch.nn.functional.cross_entropy(
+                logits, torch.as_tensor(ys["train"][idx], device=logits.device)
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
         dev = _accuracy(net, ids["dev"], ys["dev"], 64)
         if dev > best[0]:
             best = (dev, _accuracy(net, ids["test"], ys["test"], 64), epoch)
-    return {"devacc": round(best[0], 2), "acc": round(best[1], 2), "ndev": len(ys["dev"]), "ntest": len(ys["test"]),
-            "best_epoch": best[2], "epochs": settings.epochs}
+    return {
+        "devacc": round(best[0], 2),
+        "acc": round(best[1], 2),
+        "ndev": len(ys["dev"]),
+        "ntest": len(ys["test"]),
+        "best_epoch": best[2],
+        "epochs": settings.epochs,
+    }
 
 
-def finetune_tasks(ckpt: str | Path, tasks: str | list[str], data_dir: str | Path,
-                   settings: FinetuneSettings) -> tuple[dict, dict[str, float]]:
+def finetune_tasks(
+    ckpt: str | Path, tasks: str | list[str], data_dir: str | Path, settings: FinetuneSettings
+) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
     names = expand_tasks(tasks)
     bad = [t for t in names if t not in FINETUNE_TASKS]

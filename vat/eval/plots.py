@@ -76,7 +76,9 @@ def require_matplotlib() -> None:
         raise VatError("--plot needs matplotlib: pip install matplotlib") from None
 
 
-def plot_comparison(runs: Mapping[str, Mapping], path: str | Path, title: str | None = None) -> Path:
+def plot_comparison(
+    runs: Mapping[str, Mapping], path: str | Path, title: str | None = None
+) -> Path:
     """Grouped bars of `headline_scores` for each {label: results}, saved as a PNG at `path`."""
     require_matplotlib()
     from matplotlib.figure import Figure

@@ -70,8 +70,11 @@ def _corr(fn, x: np.ndarray, y: np.ndarray) -> float:
 def correlations(sys: np.ndarray, gold: np.ndarray) -> dict[str, float | int]:
     """{'pearson', 'spearman', 'nsamples'} of system scores against gold (scipy.stats).
     Spearman ranks the scores after `merge_ties`, so it is the same on every machine."""
-    return {"pearson": _corr(pearsonr, sys, gold), "spearman": _corr(spearmanr, merge_ties(sys), gold),
-            "nsamples": int(len(gold))}
+    return {
+        "pearson": _corr(pearsonr, sys, gold),
+        "spearman": _corr(spearmanr, merge_ties(sys), gold),
+        "nsamples": int(len(gold)),
+    }
 
 
 def sts_results(per_subset: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
@@ -81,7 +84,10 @@ def sts_results(per_subset: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
     block: dict = {}
     for metric in ("pearson", "spearman"):
         vals = np.array([results[n][metric] for n in per_subset])
-        block[metric] = {"mean": float(np.average(vals)), "wmean": float(np.average(vals, weights=weights))}
+        block[metric] = {
+            "mean": float(np.average(vals)),
+            "wmean": float(np.average(vals, weights=weights)),
+        }
     sys_all = np.concatenate([s for s, _ in per_subset.values()])
     gold_all = np.concatenate([g for _, g in per_subset.values()])
     concat = correlations(sys_all, gold_all)
@@ -127,16 +133,28 @@ class RelatednessRegressor:
     softmax + MSE is written out in closed form.
     """
 
-    def __init__(self, seed: int = 1111, batch_size: int = 64, passes_per_check: int = 50, max_epoch: int = 1000,
-                 tenacity: int = 3) -> None:
+    def __init__(
+        self,
+        seed: int = 1111,
+        batch_size: int = 64,
+        passes_per_check: int = 50,
+        max_epoch: int = 1000,
+        tenacity: int = 3,
+    ) -> None:
         self.seed = seed
         self.batch_size = batch_size
         self.passes_per_check = passes_per_check
         self.max_epoch = max_epoch
         self.tenacity = tenacity
 
-    def fit_predict(self, train_x: np.ndarray, train_scores: np.ndarray, dev_x: np.ndarray, dev_scores: np.ndarray,
-                    test_x: np.ndarray) -> tuple[float, np.ndarray]:
+    def fit_predict(
+        self,
+        train_x: np.ndarray,
+        train_scores: np.ndarray,
+        dev_x: np.ndarray,
+        dev_scores: np.ndarray,
+        test_x: np.ndarray,
+    ) -> tuple[float, np.ndarray]:
         """Train on train, early-stop on dev Pearson; return (best dev Pearson, test predictions)."""
         rng = np.random.RandomState(self.seed)
         torch.manual_seed(self.seed)

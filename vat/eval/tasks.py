@@ -48,8 +48,10 @@ TASK_GROUPS: dict[str, list[str]] = {
 
 # Expected layout of each task under the data dir (shown in "missing file" errors).
 LAYOUT: dict[str, str] = {
-    **{t: f"STS/{t}-en-test/STS.input.<set>.txt + STS.gs.<set>.txt, sets {', '.join(s)}"
-       for t, s in STS_SUBSETS.items()},
+    **{
+        t: f"STS/{t}-en-test/STS.input.<set>.txt + STS.gs.<set>.txt, sets {', '.join(s)}"
+        for t, s in STS_SUBSETS.items()
+    },
     "STSBenchmark": "STS/STSBenchmark/sts-{train,dev,test}.csv",
     "SICKRelatedness": "SICK/SICK_{train,trial,test_annotated}.txt",
     "SICKEntailment": "SICK/SICK_{train,trial,test_annotated}.txt",
@@ -79,7 +81,9 @@ def expand_tasks(spec: str | list[str]) -> list[str]:
             if t not in out:
                 out.append(t)
     if not out:
-        raise VatError(f"no task given; valid tasks: {', '.join(ALL_TASKS)}; groups: {', '.join(TASK_GROUPS)}")
+        raise VatError(
+            f"no task given; valid tasks: {', '.join(ALL_TASKS)}; groups: {', '.join(TASK_GROUPS)}"
+        )
     return out
 
 
@@ -186,8 +190,13 @@ def _bad_line(path: Path, lineno: int, expected: str) -> VatError:
 
 
 def _read_pair_file(
-    path: Path, col_a: int, col_b: int, label: Callable[[list[str]], float | int], dtype: type,
-    expected: str, header: bool,
+    path: Path,
+    col_a: int,
+    col_b: int,
+    label: Callable[[list[str]], float | int],
+    dtype: type,
+    expected: str,
+    header: bool,
 ) -> dict[str, np.ndarray]:
     """A tab-separated file of sentence pairs with a label per line (STS-B, SICK, MRPC):
     blank lines skipped, a bad line is a one-line error naming it and the expected columns."""
@@ -223,7 +232,9 @@ def load_sts(data_dir: Path, task: str) -> TaskData:
         pairs = _splitlines(inp, "utf-8")
         gold = _splitlines(gs, "utf-8")
         if len(gold) != len(pairs):
-            raise VatError(f"{task}: {gs} has {len(gold)} lines but {inp} has {len(pairs)}; they must match line by line")
+            raise VatError(
+                f"{task}: {gs} has {len(gold)} lines but {inp} has {len(pairs)}; they must match line by line"
+            )
         a, b, y = [], [], []
         for i, (line, g) in enumerate(zip(pairs, gold), 1):
             if not g.strip():  # unscored pair: SentEval drops it (raw_scores != '')
@@ -248,10 +259,14 @@ def _scored(pairs: Pairs, path: Path) -> Pairs:
     """Pairs whose gold scores can be correlated with: at least 2, not all equal. Otherwise
     every correlation would be NaN (a `null` in the JSON, a dash in the table)."""
     if len(pairs) < 2:
-        raise VatError(f"{path}: {len(pairs)} scored pair(s); a correlation needs at least 2 "
-                       "(empty gold lines are unscored pairs)")
+        raise VatError(
+            f"{path}: {len(pairs)} scored pair(s); a correlation needs at least 2 "
+            "(empty gold lines are unscored pairs)"
+        )
     if np.ptp(pairs.y) == 0:
-        raise VatError(f"{path}: every gold score is {pairs.y[0]:g}; a correlation needs scores that differ")
+        raise VatError(
+            f"{path}: every gold score is {pairs.y[0]:g}; a correlation needs scores that differ"
+        )
     return pairs
 
 
@@ -259,9 +274,13 @@ def _labelled(split: Pairs | Singles, path: Path, train: bool) -> Pairs | Single
     """A classification split that is not empty; a training split needs two classes (one
     class scores a meaningless 100% accuracy)."""
     if len(split) == 0:
-        raise VatError(f"{path}: no examples; expected {'labelled lines' if train else 'at least one labelled line'}")
+        raise VatError(
+            f"{path}: no examples; expected {'labelled lines' if train else 'at least one labelled line'}"
+        )
     if train and len(np.unique(split.y)) < 2:
-        raise VatError(f"{path}: every example has label {split.y[0]}; a classifier needs at least two classes")
+        raise VatError(
+            f"{path}: every example has label {split.y[0]}; a classifier needs at least two classes"
+        )
     return split
 
 
@@ -286,10 +305,21 @@ def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
     """STSBenchmark: tab-separated, score in column 4, sentences in 5 and 6 (0-based)."""
     folder = data_dir / "STS" / "STSBenchmark"
     splits = {}
-    for split, fname in (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv")):
+    for split, fname in (
+        ("train", "sts-train.csv"),
+        ("dev", "sts-dev.csv"),
+        ("test", "sts-test.csv"),
+    ):
         path = _need(folder / fname, task, data_dir)
-        pairs = _read_pair_file(path, 5, 6, lambda c: float(c[4]), np.float64,
-                                "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence", header=False)
+        pairs = _read_pair_file(
+            path,
+            5,
+            6,
+            lambda c: float(c[4]),
+            np.float64,
+            "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence",
+            header=False,
+        )
         splits[split] = _scored(pairs, path)
     return TaskData(task, "relatedness", splits, path=folder)
 
@@ -303,12 +333,22 @@ def load_sick(data_dir: Path, task: str) -> TaskData:
     folder = data_dir / "SICK"
     entail = task == "SICKEntailment"
     splits = {}
-    for split, fname in (("train", "SICK_train.txt"), ("dev", "SICK_trial.txt"), ("test", "SICK_test_annotated.txt")):
+    for split, fname in (
+        ("train", "SICK_train.txt"),
+        ("dev", "SICK_trial.txt"),
+        ("test", "SICK_test_annotated.txt"),
+    ):
         path = _need(folder / fname, task, data_dir)
         label = (lambda c: _SICK_LABELS[c[4].strip()]) if entail else (lambda c: float(c[3]))
-        pairs = _read_pair_file(path, 1, 2, label, np.int64 if entail else np.float64,
-                                "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment",
-                                header=True)
+        pairs = _read_pair_file(
+            path,
+            1,
+            2,
+            label,
+            np.int64 if entail else np.float64,
+            "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment",
+            header=True,
+        )
         splits[split] = _labelled(pairs, path, split == "train") if entail else _scored(pairs, path)
     if entail:
         return TaskData(task, "split", splits, nclasses=3, path=folder)
@@ -337,7 +377,13 @@ def load_binary(data_dir: Path, task: str) -> TaskData:
         sides.append(lines)
     pos, neg = sides
     x, y = _sorted_singles(pos + neg, [1] * len(pos) + [0] * len(neg))
-    return TaskData(task, "kfold", {"all": Singles(x, np.asarray(y, np.int64))}, nclasses=2, path=data_dir / folder)
+    return TaskData(
+        task,
+        "kfold",
+        {"all": Singles(x, np.asarray(y, np.int64))},
+        nclasses=2,
+        path=data_dir / folder,
+    )
 
 
 def load_sst(data_dir: Path, task: str) -> TaskData:
@@ -359,7 +405,9 @@ def load_sst(data_dir: Path, task: str) -> TaskData:
                     sent, label = line.strip().split("\t")[:2]
                 lab = int(label)
             except ValueError:
-                raise _bad_line(path, i, "label sentence" if fine else "sentence<TAB>label") from None
+                raise _bad_line(
+                    path, i, "label sentence" if fine else "sentence<TAB>label"
+                ) from None
             if not 0 <= lab < nclasses:
                 raise _bad_line(path, i, f"label in 0..{nclasses - 1}")
             x.append(_toks(sent))
@@ -387,7 +435,9 @@ def load_trec(data_dir: Path, task: str = "TREC") -> TaskData:
                 x.append(_toks(sample.split(" ", 1)[1]))
                 y.append(_TREC_CLASSES[target])
             except (ValueError, IndexError, KeyError):
-                raise _bad_line(path, i, "COARSE:fine question, COARSE in " + "/".join(_TREC_CLASSES)) from None
+                raise _bad_line(
+                    path, i, "COARSE:fine question, COARSE in " + "/".join(_TREC_CLASSES)
+                ) from None
         x, y = _sorted_singles(x, y)
         splits[split] = _labelled(Singles(x, np.asarray(y, np.int64)), path, split == "train")
     return TaskData(task, "traintest", splits, nclasses=6, path=folder)
@@ -399,8 +449,15 @@ def load_mrpc(data_dir: Path, task: str = "MRPC") -> TaskData:
     splits = {}
     for split in ("train", "test"):
         path = _need(folder / f"msr_paraphrase_{split}.txt", task, data_dir)
-        pairs = _read_pair_file(path, 3, 4, lambda c: int(c[0]), np.int64,
-                                "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String", header=True)
+        pairs = _read_pair_file(
+            path,
+            3,
+            4,
+            lambda c: int(c[0]),
+            np.int64,
+            "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String",
+            header=True,
+        )
         splits[split] = _labelled(pairs, path, split == "train")
     return TaskData(task, "traintest", splits, nclasses=2, path=folder)
 

@@ -80,7 +80,9 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     xs = [r["val_kl"] for r in pts]
     if any(_number(r.get("bleu")) for r in pts):
         ax.plot(*_xy(pts, "bleu"), "o-", color="tab:blue", label="reconstruction BLEU")
-        ax.set_ylim(0, max(1.0, *_xy(pts, "bleu")[1]) * 1.1)  # BLEU is >= 0; all-zero stays readable
+        ax.set_ylim(
+            0, max(1.0, *_xy(pts, "bleu")[1]) * 1.1
+        )  # BLEU is >= 0; all-zero stays readable
     ax.set(
         xlabel="validation KL, nats per token",
         ylabel="reconstruction BLEU (mu decoding)",

@@ -39,7 +39,9 @@ class VATSentenceEncoder(InputModule):
     def __init__(self, loaded: LoadedVAT, pooling: str = "mean") -> None:
         super().__init__()
         self.vat = loaded.model
-        self.tokenizer = loaded.tokenizer.tokenizer  # a tokenizers.Tokenizer, as InputModule expects
+        self.tokenizer = (
+            loaded.tokenizer.tokenizer
+        )  # a tokenizers.Tokenizer, as InputModule expects
         self.loaded = loaded
         self.pooling = pooling
 
@@ -47,7 +49,9 @@ class VATSentenceEncoder(InputModule):
     def max_seq_length(self) -> int:
         return int(self.vat.config.max_len) - 1  # subwords; </s> takes the last place
 
-    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs: Any) -> dict[str, torch.Tensor]:
+    def preprocess(
+        self, inputs: Sequence[str], prompt: str | None = None, **kwargs: Any
+    ) -> dict[str, torch.Tensor]:
         texts = [prompt + t for t in inputs] if prompt else list(inputs)
         # the same cut as vat.features.iter_encoded: at most max_len - 1 subwords
         ids = [x[: self.max_seq_length] for x in self.loaded.tokenizer.encode_batch(texts)]
@@ -58,7 +62,9 @@ class VATSentenceEncoder(InputModule):
         mu = post.mu.float()
         features["token_embeddings"] = mu
         features["attention_mask"] = post.mask.long()
-        features["sentence_embedding"] = pool(mu, features["lengths"].to(mu.device), self.pooling)  # (B, d)
+        features["sentence_embedding"] = pool(
+            mu, features["lengths"].to(mu.device), self.pooling
+        )  # (B, d)
         return features
 
     def get_embedding_dimension(self) -> int:
@@ -67,31 +73,61 @@ class VATSentenceEncoder(InputModule):
     def get_sentence_embedding_dimension(self) -> int:
         return self.get_embedding_dimension()
 
-    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+    def save(
+        self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any
+    ) -> None:
         loaded = self.loaded  # sentence-transformers writes its own README.md and modules.json
-        write_model_files(Path(output_path), self.vat, loaded.tokenizer, loaded.prior_std, loaded.length_histogram,
-                          {}, card=False)
+        write_model_files(
+            Path(output_path),
+            self.vat,
+            loaded.tokenizer,
+            loaded.prior_std,
+            loaded.length_histogram,
+            {},
+            card=False,
+        )
         self.save_config(output_path)
 
     @classmethod
-    def load(cls, model_name_or_path: str, subfolder: str = "", token: bool | str | None = None,
-             cache_folder: str | None = None, revision: str | None = None, local_files_only: bool = False,
-             **kwargs: Any) -> VATSentenceEncoder:
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        **kwargs: Any,
+    ) -> VATSentenceEncoder:
         from vat.hub import from_pretrained
 
-        folder = cls.load_dir_path(model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
-                                   revision=revision, local_files_only=local_files_only)
-        config = cls.load_config(model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
-                                 revision=revision, local_files_only=local_files_only)
+        folder = cls.load_dir_path(
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+        )
+        config = cls.load_config(
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+        )
         return cls(from_pretrained(folder), **config)
 
 
-def to_sentence_transformer(path: str | os.PathLike | LoadedVAT, pooling: str = "mean",
-                            device: str | None = None) -> SentenceTransformer:
+def to_sentence_transformer(
+    path: str | os.PathLike | LoadedVAT, pooling: str = "mean", device: str | None = None
+) -> SentenceTransformer:
     """A SentenceTransformer around a .ckpt, an exported folder or a Hub id (no
     trust_remote_code needed: the module is built here, not imported by name)."""
     from vat.api import load
 
     loaded = path if isinstance(path, LoadedVAT) else load(path, device="cpu").loaded
-    return SentenceTransformer(modules=[VATSentenceEncoder(loaded, pooling)], device=device,
-                               similarity_fn_name="cosine")
+    return SentenceTransformer(
+        modules=[VATSentenceEncoder(loaded, pooling)], device=device, similarity_fn_name="cosine"
+    )
