@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput of configs/corpus_gpu.yaml on one GPU: one run in bf16-mixed, one in
+# Training throughput of configs/corpus_gpu_paper_batch.yaml on one GPU: one run in bf16-mixed, one in
 # fp32, then 6 and 10 runs at once (as the parallel sweep runs them). 600 steps each, no
 # validation or callbacks; steps/s from the TensorBoard wall times of train/loss (steps
 # 49 -> 599, so start-up is excluded). Needs the shared corpus at ../shared/data and a GPU.
@@ -10,9 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/vat_gpu_bench}
 mkdir -p "$OUT"
-common=(-c configs/corpus_gpu.yaml --trainer.max_steps 600 --trainer.val_check_interval 100000
+common=(-c configs/corpus_gpu_paper_batch.yaml --trainer.max_steps 600 --trainer.val_check_interval 100000
         --trainer.callbacks null --trainer.log_every_n_steps 25)
-python -c "from vat.cli import prepare_data; import sys; sys.exit(prepare_data(['-c', 'configs/corpus_gpu.yaml']))"
+python -c "from vat.cli.train import prepare_data; import sys; sys.exit(prepare_data(['-c', 'configs/corpus_gpu_paper_batch.yaml']))"
 python train.py fit "${common[@]}" --trainer.precision bf16-mixed --run_dir "$OUT/single_bf16" > "$OUT/single_bf16.log" 2>&1
 python train.py fit "${common[@]}" --trainer.precision 32-true --run_dir "$OUT/single_fp32" > "$OUT/single_fp32.log" 2>&1
 for n in 6 10; do
