@@ -1,4 +1,5 @@
-"""vat.geometry: closed-form answers, brute-force cross-checks, and every bad-input error."""
+"""vat.geometry and vat.collapse: closed-form answers, brute-force cross-checks, and every
+bad-input error."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from vat import collapse
 from vat import geometry as g
 from vat.losses import gaussian_kl
 
@@ -194,10 +196,10 @@ def test_active_units_on_constructed_data():
         [column(1.0), np.full(n, 3.0), column(0.005), column(0.02), column(0.0099)], axis=1
     )
     np.testing.assert_allclose(
-        g.active_unit_variances(mu), [1.0, 0.0, 0.005, 0.02, 0.0099], atol=1e-12
+        collapse.active_unit_variances(mu), [1.0, 0.0, 0.005, 0.02, 0.0099], atol=1e-12
     )
-    assert g.active_units(mu) == 2  # dims 0 and 3 exceed 0.01
-    assert g.active_units(mu, threshold=0.001) == 4
+    assert collapse.active_units(mu) == 2  # dims 0 and 3 exceed 0.01
+    assert collapse.active_units(mu, threshold=0.001) == 4
 
 
 def test_kl_per_dimension_closed_form_and_matches_losses():
@@ -206,14 +208,14 @@ def test_kl_per_dimension_closed_form_and_matches_losses():
     logvar = np.array(
         [[2 * math.log(s)] * 3, [2 * math.log(s), 2 * math.log(s), 2 * math.log(s) + 1.0]]
     )
-    kl = g.kl_per_dimension(mu, logvar, s)
+    kl = collapse.kl_per_dimension(mu, logvar, s)
     # dim 0: q = p -> 0; dim 1: mu^2 / (2 s^2) = 1/2; dim 2: token 2 has exp(1) times the
     # prior variance -> (e - 1 - 1)/2 per that token, averaged with 0.
     np.testing.assert_allclose(kl, [0.0, 0.5, (math.e - 2) / 4], atol=1e-12)
     rng = np.random.default_rng(9)
     mu, lv = rng.normal(size=(30, 4)), rng.normal(size=(30, 4))
     ref = gaussian_kl(torch.tensor(mu), torch.tensor(lv), s).mean(0).numpy()
-    np.testing.assert_allclose(g.kl_per_dimension(mu, lv, s), ref, atol=1e-12)
+    np.testing.assert_allclose(collapse.kl_per_dimension(mu, lv, s), ref, atol=1e-12)
 
 
 def test_mutual_information_limits():
@@ -221,16 +223,18 @@ def test_mutual_information_limits():
     n, d = 4096, 4
     # Collapse: every token has the same posterior, q(z) = q(z|x), so I = 0 (up to MC noise,
     # sd ~ sqrt(2 d) / (2 sqrt(n)) = 0.022).
-    same = g.mutual_information(np.zeros((n, d)), np.zeros((n, d)), batch_size=512, max_tokens=None)
+    same = collapse.mutual_information(
+        np.zeros((n, d)), np.zeros((n, d)), batch_size=512, max_tokens=None
+    )
     assert abs(same) < 0.15
     # Far-apart, sharp posteriors: each z_i is explained by its own token only, I = log B.
     mu = rng.normal(size=(n, d)) * 100
-    sharp = g.mutual_information(mu, np.full((n, d), -8.0), batch_size=512, max_tokens=None)
+    sharp = collapse.mutual_information(mu, np.full((n, d), -8.0), batch_size=512, max_tokens=None)
     assert sharp == pytest.approx(math.log(512), abs=0.15)
     # Deterministic for a given seed.
-    assert g.mutual_information(mu, np.full((n, d), -8.0), seed=3) == g.mutual_information(
+    assert collapse.mutual_information(
         mu, np.full((n, d), -8.0), seed=3
-    )
+    ) == collapse.mutual_information(mu, np.full((n, d), -8.0), seed=3)
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -248,8 +252,8 @@ def test_geometry_report_agrees_with_the_functions():
     assert r.intra_sentence_similarity == pytest.approx(g.intra_sentence_similarity(x, sent))
     assert r.isoscore == pytest.approx(g.isoscore(x))
     assert r.effective_rank == pytest.approx(g.effective_rank(x))
-    assert r.active_units == g.active_units(x)
-    assert r.kl_per_token == pytest.approx(g.kl_per_dimension(x, lv, 0.5).sum())
+    assert r.active_units == collapse.active_units(x)
+    assert r.kl_per_token == pytest.approx(collapse.kl_per_dimension(x, lv, 0.5).sum())
     assert set(r.scalars()) >= {
         "anisotropy",
         "isoscore",
@@ -275,7 +279,7 @@ def test_mismatched_lengths():
     with pytest.raises(ValueError, match="token_ids"):
         g.geometry_report(x, [1, 1], [0, 0, 0, 0])
     with pytest.raises(ValueError, match="same shape"):
-        g.kl_per_dimension(x, np.ones((3, 3)), 0.4)
+        collapse.kl_per_dimension(x, np.ones((3, 3)), 0.4)
 
 
 def test_zero_vectors():
@@ -304,7 +308,7 @@ def test_fewer_than_two_tokens(n):
         lambda: g.intra_sentence_similarity(x, [0] * n),
         lambda: g.isoscore(x),
         lambda: g.effective_rank(x),
-        lambda: g.active_units(x),
+        lambda: collapse.active_units(x),
         lambda: g.geometry_report(x, [1] * n, [0] * n),
     ):
         with pytest.raises(ValueError, match="at least 2"):
@@ -335,4 +339,4 @@ def test_malformed_arrays():
     with pytest.raises(ValueError, match="all-zero spectrum"):
         g.effective_rank(np.ones((5, 3)))
     with pytest.raises(ValueError, match="prior_std must be > 0"):
-        g.kl_per_dimension(np.ones((2, 2)), np.ones((2, 2)), 0.0)
+        collapse.kl_per_dimension(np.ones((2, 2)), np.ones((2, 2)), 0.0)

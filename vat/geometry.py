@@ -16,7 +16,8 @@ anisotropy (the random-word baseline), self-similarity, intra-sentence similarit
 "adjusted" forms (value minus the baseline). PAPER.md reports the unadjusted values.
 Beyond those: IsoScore (Rudman et al. 2022), effective rank (Roy & Vetterli 2007), and the
 posterior-collapse diagnostics active units (Burda et al. 2016), KL per latent dimension,
-and the mutual-information estimate of He et al. (2019) used by Optimus (Li et al. 2020).
+and the mutual-information estimate of He et al. (2019) used by Optimus (Li et al. 2020),
+which live in `vat.collapse` (re-exported here); input checks are in `vat._geometry_checks`.
 
 Bad input raises ValueError with the reason (never a NaN): vectors and ids of different
 lengths, zero or non-finite vectors, fewer than two tokens, no word type reaching min_count.
@@ -25,92 +26,32 @@ lengths, zero or non-finite vectors, fewer than two tokens, no word type reachin
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-ArrayLike = np.ndarray | torch.Tensor | Sequence
-
-ACTIVE_UNIT_THRESHOLD = 0.01
-"""Burda et al. (2016): a latent dimension is active when Var_x(E_q[z | x]) > 0.01."""
-
-
-# -- input checking -----------------------------------------------------------------------
-def _as_matrix(vectors: ArrayLike, name: str = "vectors") -> torch.Tensor:
-    """(N, d) float64 tensor (on the input's device) from a tensor / array; rejects non-finite input."""
-    if isinstance(vectors, torch.Tensor):
-        x = vectors.detach().to(torch.float64)
-    else:
-        x = torch.from_numpy(np.asarray(vectors, dtype=np.float64))
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D (N, d) array, got shape {tuple(x.shape)}")
-    if x.shape[1] == 0:
-        raise ValueError(f"{name} has zero columns (d = 0)")
-    if not torch.isfinite(x.sum()):  # one reduction; NaN/inf anywhere makes the sum non-finite
-        bad = int((~torch.isfinite(x).all(1)).sum())
-        raise ValueError(
-            f"{name} contains NaN or infinite values ({bad} rows)"
-            if bad
-            else f"{name}: values overflow"
-        )
-    return x
-
-
-def _as_ids(ids: ArrayLike, n: int, name: str, device: torch.device) -> torch.Tensor:
-    """(N,) int64 tensor on `device`."""
-    a = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if len(a) != n:
-        raise ValueError(f"{name} has {len(a)} entries but vectors has {n} rows; they must match")
-    if len(a) and not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
-    return torch.from_numpy(a.astype(np.int64, copy=False)).to(device)
-
-
-def _unit_rows(x: torch.Tensor, name: str = "vectors") -> torch.Tensor:
-    """Rows scaled to unit length; zero rows have no direction, so they are an error."""
-    norms = torch.linalg.vector_norm(x, dim=1)  # (N,)
-    zero = norms == 0
-    if zero.any():
-        raise ValueError(
-            f"{name} has {int(zero.sum())} zero vector(s) (first at row {int(zero.int().argmax())}); "
-            "cosine similarity is undefined for them"
-        )
-    return x / norms[:, None]  # (N, d)
-
-
-def _need_two(n: int, what: str = "tokens") -> None:
-    if n < 2:
-        raise ValueError(f"need at least 2 {what} for a pairwise similarity, got {n}")
-
-
-def _group(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(unique ids (G,), inverse index (N,), counts (G,)) of an id tensor."""
-    return torch.unique(ids, return_inverse=True, return_counts=True)
-
-
-def _group_sums(x: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """Row sums of x (N, d) per group: (G, d), O(N d)."""
-    return torch.zeros(n_groups, x.shape[1], dtype=x.dtype, device=x.device).index_add_(
-        0, inverse, x
-    )
-
-
-class _Prepared:
-    """Validated float64 vectors with their unit rows, shared by the metrics of one report."""
-
-    def __init__(self, vectors: ArrayLike) -> None:
-        self.x = _as_matrix(vectors)  # (N, d)
-        self.u = _unit_rows(self.x)  # (N, d)
-        _need_two(len(self.x))
-
-
-def _prepared(vectors: ArrayLike | _Prepared) -> _Prepared:
-    return vectors if isinstance(vectors, _Prepared) else _Prepared(vectors)
+from vat._geometry_checks import (
+    ArrayLike,
+    _as_ids,
+    _as_matrix,
+    _group,
+    _group_sums,
+    _need_two,
+    _Prepared,
+    _prepared,
+)
+from vat.collapse import (
+    ACTIVE_UNIT_THRESHOLD,
+    _kl_per_dimension,
+    _mu_logvar,
+    _mutual_information,
+)
+from vat.collapse import active_unit_variances as active_unit_variances
+from vat.collapse import active_units as active_units
+from vat.collapse import kl_per_dimension as kl_per_dimension
+from vat.collapse import mutual_information as mutual_information
 
 
 # -- Ethayarajh (2019) ---------------------------------------------------------------------
@@ -171,7 +112,8 @@ def self_similarity_by_type(
         extra = " in at least two different sentences" if sentence_ids is not None else ""
         raise ValueError(
             f"no word type occurs at least min_count={min_count} times{extra} "
-            f"(most frequent type: {int(counts.max())} occurrences); lower min_count or use more text"
+            f"(most frequent type: {int(counts.max())} occurrences); "
+            "lower min_count or use more text"
         )
     values = pair_sum[keep] / pairs[keep]
     return {
@@ -205,7 +147,8 @@ def _intra_values(p: _Prepared, sentence_ids: ArrayLike) -> tuple[torch.Tensor, 
     if zero.any():
         bad = int(uniq[zero.int().argmax()])
         raise ValueError(
-            f"sentence {bad}: its token vectors sum to zero, so cos(token, sentence mean) is undefined"
+            f"sentence {bad}: its token vectors sum to zero, "
+            "so cos(token, sentence mean) is undefined"
         )
     cos = (p.u * means[inverse]).sum(1) / mean_norm[inverse]  # (N,)
     values = (
@@ -218,7 +161,8 @@ def _intra_values(p: _Prepared, sentence_ids: ArrayLike) -> tuple[torch.Tensor, 
 def intra_sentence_similarity_by_sentence(
     vectors: ArrayLike, sentence_ids: ArrayLike
 ) -> dict[int, float]:
-    """Per sentence: {id: IntraSim(s)}, IntraSim(s) = (1/n) sum_i cos(v_i, m_s), m_s = (1/n) sum_i v_i.
+    """Per sentence: {id: IntraSim(s)}, with
+    IntraSim(s) = (1/n) sum_i cos(v_i, m_s) and m_s = (1/n) sum_i v_i.
 
     Ethayarajh (2019), Def. 2. The mean m_s is of the raw (not unit) vectors, and
     cos(v_i, m_s) = u_i . m_s / ||m_s||, so a sentence costs O(n d).
@@ -243,7 +187,8 @@ def adjusted(value: float, baseline: float) -> float:
 
 # -- spectrum -----------------------------------------------------------------------------
 def covariance_eigenvalues(vectors: ArrayLike) -> np.ndarray:
-    """Eigenvalues (descending, >= 0) of the sample covariance (1/(N-1)) sum (v - mean)(v - mean)^T."""
+    """Eigenvalues (descending, >= 0) of the sample covariance
+    (1/(N-1)) sum (v - mean)(v - mean)^T."""
     x = vectors.x if isinstance(vectors, _Prepared) else _as_matrix(vectors)
     return _eigenvalues(_covariance(x))
 
@@ -309,127 +254,6 @@ def spectrum_effective_rank(singular_values: ArrayLike) -> float:
         raise ValueError("effective rank is undefined for an all-zero spectrum (no variance)")
     p = s[s > 0] / total
     return float(np.exp(-(p * np.log(p)).sum()))
-
-
-# -- posterior-collapse diagnostics -------------------------------------------------------
-def active_unit_variances(mu: ArrayLike) -> np.ndarray:
-    """Var over tokens of the posterior mean, per latent dimension: (d,), unbiased (N - 1)."""
-    return _variances(_as_matrix(mu, "mu"))
-
-
-def _variances(x: torch.Tensor) -> np.ndarray:
-    _need_two(len(x), "tokens (rows of mu)")
-    return x.var(dim=0, correction=1).cpu().numpy()
-
-
-def active_units(mu: ArrayLike, threshold: float = ACTIVE_UNIT_THRESHOLD) -> int:
-    """Number of active latent dimensions (Burda, Grosse & Salakhutdinov 2016, IWAE, sec. 5.2).
-
-    A_u = Cov_x(E_{u ~ q(u|x)}[u]); dimension u is active when A_u > threshold (0.01). With a
-    Gaussian posterior, E_q[u | x] = mu_u(x), so A_u is the variance of mu_u across tokens.
-    """
-    return int((active_unit_variances(mu) > threshold).sum())
-
-
-def _mu_logvar(mu: ArrayLike, logvar: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
-    m = _as_matrix(mu, "mu")
-    lv = _as_matrix(logvar, "logvar").to(m.device)
-    if m.shape != lv.shape:
-        raise ValueError(
-            f"mu {tuple(m.shape)} and logvar {tuple(lv.shape)} must have the same shape"
-        )
-    return m, lv
-
-
-def kl_per_dimension(mu: ArrayLike, logvar: ArrayLike, prior_std: float) -> np.ndarray:
-    """Mean over tokens of KL(N(mu, exp(logvar)) || N(0, s^2)) per latent dimension: (d,) nats.
-
-    KL_i = log s - logvar_i / 2 + (exp(logvar_i) + mu_i^2) / (2 s^2) - 1/2 (PAPER.md, eq. 6,
-    per dimension; the same closed form as `vat.losses.gaussian_kl`). The sum over
-    dimensions is the mean KL per token; a dimension near 0 carries no information.
-    """
-    return _kl_per_dimension(*_mu_logvar(mu, logvar), prior_std)
-
-
-def _kl_per_dimension(m: torch.Tensor, lv: torch.Tensor, prior_std: float) -> np.ndarray:
-    if len(m) == 0:
-        raise ValueError("need at least 1 token for KL per dimension, got 0")
-    if not prior_std > 0:
-        raise ValueError(f"prior_std must be > 0, got {prior_std}")
-    s2 = float(prior_std) ** 2
-    # The KL is linear in logvar, exp(logvar) and mu^2, so average those over tokens first.
-    kl = (
-        math.log(prior_std)
-        - 0.5 * lv.mean(0)
-        + (lv.exp().mean(0) + m.square().mean(0)) / (2 * s2)
-        - 0.5
-    )  # (d,)
-    return kl.cpu().numpy()
-
-
-def mutual_information(
-    mu: ArrayLike,
-    logvar: ArrayLike,
-    batch_size: int = 512,
-    max_tokens: int | None = 4096,
-    seed: int = 0,
-) -> float:
-    """Monte-Carlo estimate of I(x; z) under q (He et al. 2019, "Lagging Inference Networks",
-    `calc_mi`; also Optimus, Li et al. 2020), in nats, with tokens as the data points x.
-
-    Within a batch of B tokens, with q(z) approximated by the batch aggregate
-    q(z) = (1/B) sum_j q(z | x_j) and one sample z_i ~ q(z | x_i) per token:
-
-        I = E_i[ -H(q(z | x_i)) ] - E_i[ log q(z_i) ]
-        -H(q(z | x)) = -(d/2) log(2 pi) - (1/2) sum_k (1 + logvar_k)
-        log q(z_i) = logsumexp_j log N(z_i; mu_j, diag(exp(logvar_j))) - log B
-
-    Batches are averaged weighted by size, as in `calc_mi` over a data loader. Tokens are
-    shuffled with `seed` (neighbouring tokens of one sentence would share a batch
-    otherwise) and at most `max_tokens` are used (None: all), so the estimate is
-    deterministic for a given input (the noise is drawn on the CPU, whatever the device).
-    It is bounded above by log B: compare values only at the same batch size. Cost O(B d)
-    per token.
-    """
-    return _mutual_information(*_mu_logvar(mu, logvar), batch_size, max_tokens, seed)
-
-
-def _mutual_information(
-    m: torch.Tensor, lv: torch.Tensor, batch_size: int, max_tokens: int | None, seed: int
-) -> float:
-    _need_two(len(m), "tokens for the mutual-information estimate")
-    if batch_size < 2:
-        raise ValueError(f"batch_size must be >= 2, got {batch_size}")
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(m), generator=gen)
-    if max_tokens is not None:
-        order = order[: max(2, max_tokens)]
-    total, count = 0.0, 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        if len(idx) < 2 and count:
-            break  # a 1-token tail has I = 0 by construction; skip it rather than bias the mean
-        eps = torch.randn(len(idx), m.shape[1], generator=gen, dtype=m.dtype).to(m.device)  # (B, d)
-        idx = idx.to(m.device)
-        total += _batch_mi(m[idx], lv[idx], eps) * len(idx)
-        count += len(idx)
-    return float(total / count)
-
-
-def _batch_mi(mu: torch.Tensor, logvar: torch.Tensor, eps: torch.Tensor) -> float:
-    B, d = mu.shape
-    neg_entropy = (-0.5 * d * math.log(2 * math.pi) - 0.5 * (1 + logvar).sum(-1)).mean()
-    z = mu + torch.exp(0.5 * logvar) * eps  # (B, d)
-    inv_var = torch.exp(-logvar)  # (B, d)
-    # sum_k (z_ik - mu_jk)^2 / var_jk, expanded so that it is three (B, d) x (d, B) products.
-    sq = (
-        z.square() @ inv_var.T - 2 * z @ (mu * inv_var).T + (mu.square() * inv_var).sum(-1)[None, :]
-    )  # (B_z, B_x)
-    log_density = (
-        -0.5 * sq - 0.5 * (d * math.log(2 * math.pi) + logvar.sum(-1))[None, :]
-    )  # (B_z, B_x)
-    log_qz = torch.logsumexp(log_density, dim=1) - math.log(B)  # (B_z,)
-    return float(neg_entropy - log_qz.mean())
 
 
 # -- everything at once -------------------------------------------------------------------
@@ -517,9 +341,8 @@ def geometry_report(
     per_type = self_similarity_by_type(p, token_ids, min_count)
     ss = float(np.mean([v for _, v in per_type.values()]))
     intra = float(_intra_values(p, sent)[1].mean())
-    cov = _covariance(
-        p.x
-    )  # (d, d): eigenvalues for IsoScore and effective rank, diagonal for active units
+    # (d, d): eigenvalues for IsoScore and effective rank, diagonal for active units
+    cov = _covariance(p.x)
     eig = _eigenvalues(cov)
     report = GeometryReport(
         num_tokens=n,
