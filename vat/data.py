@@ -14,12 +14,8 @@ file atomically; `setup` on every rank only reads (and checks) the caches.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
-import tempfile
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -39,21 +35,17 @@ from vat.corpus import (  # noqa: F401 (read_lines, expand_files: public API)
     read_lines,
     split_held_out,
 )
+from vat.data_cache import check_cache_dir, save_tokenizer, write_token_cache
+from vat.data_options import validate_data_options
 from vat.errors import VatError
 from vat.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
-    SplitWriter,
     TokenizedDataset,
-    encode_chunks,
     remove,
-    remove_stale_temps,
-    temp_path,
-    token_dtype,
     verify,
-    write_done,
 )
-from vat.tokenizer import SPECIAL_TOKENS, VATTokenizer
+from vat.tokenizer import VATTokenizer
 
 PAD_MULTIPLE = 8  # token-budget batches pad sequence lengths to a multiple of 8 (issue 15)
 
@@ -110,7 +102,8 @@ class VATDataModule(L.LightningDataModule):
             vocab_size: Vocabulary size of the trained tokenizer; the model's vocabulary
                 (linked to model.arch.vocab_size). Paper: 32,768.
             tokenizer_train_lines: Cap on lines used to train the tokenizer.
-            max_len: Longest sequence in tokens, counting the final </s> (linked to model.arch.max_len).
+            max_len: Longest sequence in tokens, counting the final </s> (linked to
+                model.arch.max_len).
             overlength: "truncate" cuts longer sentences to max_len; "filter" drops them.
                 Either way the number of affected lines is logged.
             on_bad_bytes: Lines that are not valid UTF-8 are skipped and counted ("skip")
@@ -130,7 +123,7 @@ class VATDataModule(L.LightningDataModule):
             progress: Progress bars for tokenizer training and corpus tokenizing (rank 0 only).
         """
         super().__init__()
-        _validate(locals())
+        validate_data_options(locals())
         self.save_hyperparameters()
         self.tokenizer: VATTokenizer | None = None
         self.splits: dict[str, TokenizedDataset] = {}
@@ -178,9 +171,7 @@ class VATDataModule(L.LightningDataModule):
                 for k, v in self._source_files().items()
             }
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
-        return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[
-            :16
-        ]
+        return _hash16(json.dumps(desc, sort_keys=True, default=str))
 
     def _source_names(self) -> list[str]:
         h = self.hparams
@@ -226,41 +217,22 @@ class VATDataModule(L.LightningDataModule):
 
     def _check_cache_dir(self, write: bool) -> None:
         """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
-        d = self._cache()
-        try:
-            os.stat(d)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise VatError(f"data.cache_dir: cannot use {d}: {e.strerror}") from None
-        if not write:
-            return
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=d):
-                pass
-        except OSError as e:
-            raise VatError(
-                f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})"
-            ) from None
-        remove_stale_temps(d)
+        check_cache_dir(self._cache(), write)
 
     def _progress(self) -> bool:
         return bool(self.hparams.progress) and rank_zero_only.rank == 0
 
     def _tokenizer_cache_path(self) -> Path:
         h = self.hparams
-        key = hashlib.sha256(
-            f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2".encode()
-        ).hexdigest()[:16]
+        key = _hash16(
+            f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2"
+        )
         return self._cache() / f"tokenizer-{key}.json"
 
     def _data_cache_path(self, tokenizer: VATTokenizer) -> Path:
         h = self.hparams
-        tok_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
-        key = hashlib.sha256(
-            f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2".encode()
-        ).hexdigest()[:16]
+        tok_hash = _hash16(tokenizer.to_str())
+        key = _hash16(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2")
         return self._cache() / f"data-{key}"
 
     def _load_or_train_tokenizer(self) -> VATTokenizer:
@@ -275,7 +247,8 @@ class VATDataModule(L.LightningDataModule):
         if tok.vocab_size > h.vocab_size:
             src = h.tokenizer_path or "the cached tokenizer"
             raise VatError(
-                f"data.tokenizer_path: {src} has {tok.vocab_size} tokens but data.vocab_size is {h.vocab_size}"
+                f"data.tokenizer_path: {src} has {tok.vocab_size} tokens "
+                f"but data.vocab_size is {h.vocab_size}"
             )
         return tok
 
@@ -302,18 +275,11 @@ class VATDataModule(L.LightningDataModule):
         # limit_lines counts sentences across chunks; flatten only after the cut.
         texts = (s for chunk in limit_lines(train_chunks(), h.tokenizer_train_lines) for s in chunk)
         rank_zero_info(
-            f"vat: training a {h.vocab_size}-token BPE tokenizer on up to {h.tokenizer_train_lines} training lines"
+            f"vat: training a {h.vocab_size}-token BPE tokenizer "
+            f"on up to {h.tokenizer_train_lines} training lines"
         )
         tok = VATTokenizer.train(texts, vocab_size=h.vocab_size, progress=self._progress())
-        path = self._tokenizer_cache_path()
-        tmp = temp_path(path)
-        try:
-            tok.save(tmp)
-            os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
-        except Exception as e:  # tokenizers raises a plain Exception for I/O errors
-            raise VatError(f"data.cache_dir: could not write {path} ({str(e)[:120]})") from None
-        finally:
-            remove(tmp) if tmp.exists() else None
+        save_tokenizer(tok, self._tokenizer_cache_path())
         return tok
 
     def _verified_cache(self, cache: Path) -> dict | None:
@@ -347,64 +313,17 @@ class VATDataModule(L.LightningDataModule):
 
     def _tokenize_to_cache(self, tok: VATTokenizer, cache: Path) -> None:
         h = self.hparams
-        tmp = temp_path(cache)
-        remove(tmp)
-        dtype = token_dtype(tok.vocab_size)
-        try:
-            tmp.mkdir()
-            names = self._source_names()
-            writers = {n: SplitWriter(tmp / n, dtype, h.max_len, h.overlength) for n in names}
-            held_out = self._val_is_held_out()
-            n_train: deque[int] = deque()  # train lines of each chunk in flight, in order
-
-            def train_chunks() -> Iterator[list[str]]:
-                for train, val in self._train_val_chunks():
-                    n_train.append(len(train))
-                    yield train + val
-
-            with self._bar("train + val" if held_out else "train") as bar:
-                for chunk, ids in encode_chunks(train_chunks(), tok, h.num_proc):
-                    k = n_train.popleft()
-                    writers["train"].add(ids[:k])
-                    if held_out:
-                        writers["val"].add(ids[k:])
-                    bar.update(len(chunk))
-            for name in names:
-                if name == "train" or (name == "val" and held_out):
-                    continue
-                with self._bar(name) as bar:
-                    for chunk, ids in encode_chunks(self._chunks(name), tok, h.num_proc):
-                        writers[name].add(ids)
-                        bar.update(len(chunk))
-            write_done(
-                tmp,
-                {n: w.close() for n, w in writers.items()},
-                dtype,
-                max_len=h.max_len,
-                overlength=h.overlength,
-            )
-            try:
-                os.replace(tmp, cache)
-            except OSError:  # another process finished first: keep theirs
-                pass
-        except OSError as e:
-            if e.errno == errno.ENOSPC:
-                raise VatError(
-                    f"data.cache_dir: no space left on the device while writing {cache}"
-                ) from None
-            raise VatError(f"data.cache_dir: could not write {cache} ({e.strerror or e})") from None
-        finally:
-            remove(tmp)  # never leave a partial folder behind (e.g. after a full disk)
-
-    def _bar(self, name: str):
-        from tqdm.auto import tqdm
-
-        return tqdm(
-            desc=f"vat: tokenizing {name}",
-            unit=" lines",
-            unit_scale=True,
-            disable=not self._progress(),
-            leave=False,
+        write_token_cache(
+            cache,
+            tok,
+            self._source_names(),
+            self._val_is_held_out(),
+            self._train_val_chunks,
+            self._chunks,
+            max_len=h.max_len,
+            overlength=h.overlength,
+            num_proc=h.num_proc,
+            progress=self._progress(),
         )
 
     def setup(self, stage: str | None = None) -> None:
@@ -426,7 +345,8 @@ class VATDataModule(L.LightningDataModule):
             if st["overlength"]:
                 verb = "truncated to" if h.overlength == "truncate" else "dropped for exceeding"
                 rank_zero_info(
-                    f"vat: {name}: {st['overlength']} of {st['lines']} lines {verb} max_len={h.max_len} tokens"
+                    f"vat: {name}: {st['overlength']} of {st['lines']} lines "
+                    f"{verb} max_len={h.max_len} tokens"
                 )
         if not len(self.splits["train"]):
             raise VatError("data: no training sentence is left after filtering to data.max_len")
@@ -486,57 +406,6 @@ class VATDataModule(L.LightningDataModule):
         return self._loader("test", shuffle=False)
 
 
-def _validate(args: dict) -> None:
-    """Check every data option at construction; the message names the option (issue 11)."""
-
-    def fail(name: str, expected: str) -> None:
-        raise VatError(f"data.{name} must be {expected}, got {args[name]!r}")
-
-    def is_int(v) -> bool:
-        return isinstance(v, int | np.integer) and not isinstance(v, bool)
-
-    if not args["train_files"] and not args["hf_dataset"]:
-        raise VatError(
-            "data: set data.train_files (text files) or data.hf_dataset (a datasets hub name)"
-        )
-    for name in ("train_files", "val_files", "test_files"):
-        v = args[name]
-        if v is not None and (isinstance(v, str) or not all(isinstance(p, str) and p for p in v)):
-            fail(name, "a list of file paths or globs")
-    minimum = {
-        "vocab_size": len(SPECIAL_TOKENS) + 1,
-        "tokenizer_train_lines": 1,
-        "max_len": 2,
-        "batch_size": 1,
-        "pool_batches": 1,
-        "num_workers": 0,
-        "num_proc": 1,
-    }
-    for name, low in minimum.items():
-        if not is_int(args[name]) or args[name] < low:
-            fail(name, f"an integer >= {low}")
-    if not is_int(args["seed"]):
-        fail("seed", "an integer")
-    for name in ("max_train_lines",):
-        if args[name] is not None and (not is_int(args[name]) or args[name] < 1):
-            fail(name, "an integer >= 1 or null")
-    v = args["max_tokens"]
-    if v is not None and (not is_int(v) or v < args["max_len"]):
-        fail(
-            "max_tokens",
-            f"null or an integer >= data.max_len ({args['max_len']}), so the longest sentence fits",
-        )
-    v = args["val_fraction"]
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
-        fail("val_fraction", "a number in [0, 1)")
-    if args["overlength"] not in ("truncate", "filter"):
-        fail("overlength", "'truncate' or 'filter'")
-    if args["on_bad_bytes"] not in ("skip", "error"):
-        fail("on_bad_bytes", "'skip' or 'error'")
-    if not isinstance(args["cache_dir"], str | os.PathLike) or not str(args["cache_dir"]):
-        fail("cache_dir", "a folder path")
-    if not isinstance(args["progress"], bool):
-        fail("progress", "true or false")
-    for name in ("hf_text_field", "hf_train_split"):
-        if not isinstance(args[name], str) or not args[name]:
-            fail(name, "a non-empty string")
+def _hash16(text: str) -> str:
+    """The first 16 hex digits of text's SHA-256 (the cache keys)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
