@@ -182,8 +182,8 @@ def main() -> None:
     }
     print(
         f"probe: STS12, {len(probe)} sentences, {len(x)} tokens (vocab {tokenizer.vocab_size}); "
-        f"validation run: {len(val)} sentences, batch {args.batch_size}; {torch.get_num_threads()} torch "
-        f"thread(s); median of {args.repeats}\n"
+        f"validation run: {len(val)} sentences, batch {args.batch_size}; "
+        f"{torch.get_num_threads()} torch thread(s); median of {args.repeats}\n"
     )
     print("| step | seconds | share of a validation run |\n|---|---:|---:|")
     print(f"| encode the probe (mu, logvar) | {encode_s:.2f} | {encode_s / val_s:.1%} |")

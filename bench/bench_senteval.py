@@ -85,7 +85,8 @@ def main() -> int:
     total = time.perf_counter() - t0
 
     print(
-        f"{'task':14}{'ours (s)':>10}{'encode (s)':>12}{'SentEval (s)':>14}{'speed-up':>10}{'max |delta|':>13}"
+        f"{'task':14}{'ours (s)':>10}{'encode (s)':>12}{'SentEval (s)':>14}"
+        f"{'speed-up':>10}{'max |delta|':>13}"
     )
     ref_total = 0.0
     deltas = {}
@@ -101,7 +102,8 @@ def main() -> int:
         tot, enc = seconds[t]["total"], seconds[t]["encode"]
         speed = f"{ref / tot:.1f}x" if ref else "-"
         print(
-            f"{t:14}{tot:>10.2f}{enc:>12.2f}{(ref if ref else float('nan')):>14.1f}{speed:>10}{d:>13.4g}"
+            f"{t:14}{tot:>10.2f}{enc:>12.2f}{(ref if ref else float('nan')):>14.1f}"
+            f"{speed:>10}{d:>13.4g}"
         )
     enc_total = sum(s["encode"] for s in seconds.values())
     print(

@@ -1,7 +1,8 @@
 """Training throughput: our Lightning loop against a plain PyTorch loop, same model, same batches.
 
     python bench/bench_train_loop.py                       # paper-size model, vocab 8192, batch 128
-    python bench/bench_train_loop.py --steps 40 --warmup 5 --corpus ../shared/data/corpus/tatoeba_en.txt.gz
+    python bench/bench_train_loop.py --steps 40 --warmup 5 \\
+        --corpus ../shared/data/corpus/tatoeba_en.txt.gz
 
 Both loops run the same VAT (d 128, 4+4 layers, 8 heads, ff 512), the same objective
 (reconstruction + scaled-prior KL, `vat.losses`), Adam, gradient clipping at 1.0 and the

@@ -22,8 +22,9 @@ One process, one device. For each vocabulary (default 8,192 and 32,768) it runs 
   step; vat pays for its own (`model.loss.target_kl`) inside its figure.
 
 Data: real sentences, not a synthetic source: the config's training files (the shared
-corpus, ../shared/data/corpus) cut to `--max-train-lines`; vat's data module trains a byte-level BPE tokenizer of each size on
-that slice (cached under the config's data.cache_dir, so a rerun skips it).
+corpus, ../shared/data/corpus) cut to `--max-train-lines`; vat's data module trains a
+byte-level BPE tokenizer of each size on that slice (cached under the config's
+data.cache_dir, so a rerun skips it).
 
 Timing: `--warmup` untimed steps, then `--steps` timed steps (CUDA synchronised once at each
 end of the window, never in between). Reported: non-pad tokens/s, steps/s, and MFU from

@@ -52,8 +52,8 @@ def write_mini_senteval(root: Path, n: int = 40, seed: int = 0) -> Path:
     _w(root / "STS" / "STS13-en-test" / "STS.gs.SMT.txt", "1.0\n")
     for split, m in (("train", 3 * n), ("dev", n), ("test", n)):
         rows = [
-            f"main-captions\tMSRvid\t2012test\t{i:04d}\t{rng.uniform(0, 5):.3f}\t{sentence(rng, POS)}\t"
-            f"{sentence(rng, NEG)}\textra\tcolumns"
+            f"main-captions\tMSRvid\t2012test\t{i:04d}\t{rng.uniform(0, 5):.3f}\t"
+            f"{sentence(rng, POS)}\t{sentence(rng, NEG)}\textra\tcolumns"
             for i in range(m)
         ]
         _w(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", "\n".join(rows) + "\n")
@@ -61,7 +61,8 @@ def write_mini_senteval(root: Path, n: int = 40, seed: int = 0) -> Path:
     for split, m in (("train", 3 * n), ("trial", n), ("test_annotated", n)):
         rows = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
         rows += [
-            f"{i}\t{sentence(rng, POS)}\t{sentence(rng, NEG)}\t{rng.uniform(1, 5):.1f}\t{labels[i % 3]}"
+            f"{i}\t{sentence(rng, POS)}\t{sentence(rng, NEG)}\t"
+            f"{rng.uniform(1, 5):.1f}\t{labels[i % 3]}"
             for i in range(m)
         ]
         _w(
