@@ -21,6 +21,7 @@ import pytest
 import torch
 from scipy.stats import pearsonr, spearmanr
 
+from vat.eval import batched_classifier as bc
 from vat.eval import classifier as clf
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.sts import RelatednessRegressor, cosine_scores, encode_labels, merge_ties, sts_results
@@ -138,7 +139,7 @@ def test_oracle_classification_within_1_5_points(oracle, task):
 
 
 def senteval_fit(
-    X, y, train, dev, reg, cfg: clf.ClassifierConfig, nclasses, seed=1111, validation_split=0.0
+    X, y, train, dev, reg, cfg: bc.ClassifierConfig, nclasses, seed=1111, validation_split=0.0
 ):
     """SentEval's MLP(...).fit(...) written out literally (nn.Sequential, torch.optim, autograd)."""
     np.random.seed(seed)
@@ -193,15 +194,15 @@ def test_batched_trainer_equals_senteval_loop(optim, nhid):
     rng = np.random.RandomState(0)
     X = rng.randn(700, 12).astype(np.float32)
     y = (X[:, 0] + 0.8 * rng.randn(700) > 0).astype(np.int64) + (X[:, 1] > 1).astype(np.int64)
-    cfg = clf.ClassifierConfig(
+    cfg = bc.ClassifierConfig(
         nhid=nhid, optim=optim, batch_size=64, tenacity=2, epoch_size=1, max_epoch=12
     )
     groups = [
-        clf.Group(train=np.arange(0, 330), dev=np.arange(330, 400)),
-        clf.Group(train=np.arange(400, 650), dev=np.arange(650, 700)),
+        bc.Group(train=np.arange(0, 330), dev=np.arange(330, 400)),
+        bc.Group(train=np.arange(400, 650), dev=np.arange(650, 700)),
     ]
     regs = np.array([[1e-5, 1e-2], [1e-4, 1e-3]])
-    fitted = clf.fit_batched(
+    fitted = bc.fit_batched(
         torch.from_numpy(X), torch.from_numpy(y), groups, regs, 3, cfg, seed=1111
     )
     Xt = torch.from_numpy(X)
@@ -219,11 +220,11 @@ def test_batched_trainer_validation_split_equals_senteval():
     rng = np.random.RandomState(1)
     X = rng.randn(500, 6).astype(np.float32)
     y = (X[:, 0] > 0).astype(np.int64)
-    cfg = clf.ClassifierConfig(batch_size=32, tenacity=1, epoch_size=2, max_epoch=10)
-    fitted = clf.fit_batched(
+    cfg = bc.ClassifierConfig(batch_size=32, tenacity=1, epoch_size=2, max_epoch=10)
+    fitted = bc.fit_batched(
         torch.from_numpy(X),
         torch.from_numpy(y),
-        [clf.Group(train=np.arange(500), validation_split=0.05)],
+        [bc.Group(train=np.arange(500), validation_split=0.05)],
         np.array([[1e-3]]),
         2,
         cfg,

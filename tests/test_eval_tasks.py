@@ -10,7 +10,8 @@ import pytest
 from eval_helpers import write_mini_senteval, write_sts
 
 from vat.errors import VatError
-from vat.eval.tasks import ALL_TASKS, STS_SUBSETS, TASK_GROUPS, Pairs, expand_tasks, load_task
+from vat.eval.task_files import STS_SUBSETS, Pairs
+from vat.eval.tasks import ALL_TASKS, TASK_GROUPS, expand_tasks, load_task
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from vat.errors import VatError
 from vat.eval import classifier as clf
+from vat.eval.batched_classifier import ClassifierConfig
 from vat.eval.sts import (
     RelatednessRegressor,
     correlations,
@@ -33,7 +34,8 @@ from vat.eval.sts import (
     cosine_split_results,
     sts_results,
 )
-from vat.eval.tasks import Pairs, Singles, TaskData, expand_tasks, load_task
+from vat.eval.task_files import Pairs, Singles, TaskData
+from vat.eval.tasks import expand_tasks, load_task
 from vat.runtime import resolve_device
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -61,7 +63,7 @@ class EvalSettings:
     """Where classifiers train: 'cpu', 'cuda' or 'auto'."""
     progress: bool = True
 
-    def classifier_config(self) -> clf.ClassifierConfig:
+    def classifier_config(self) -> ClassifierConfig:
         return clf.make_config(self.preset, self.classifier, self.nhid)
 
     def torch_device(self) -> torch.device:

@@ -24,7 +24,8 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.errors import VatError
-from vat.eval.tasks import Pairs, Singles, TaskData, expand_tasks, load_task
+from vat.eval.task_files import Pairs, Singles, TaskData
+from vat.eval.tasks import expand_tasks, load_task
 
 FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
 
