@@ -52,7 +52,8 @@ def test_save_refuses_non_finite_weights(tmp_path, tiny_tokenizer, tiny_sentence
     from conftest import tiny_config
     from torch.utils.data import DataLoader
 
-    from vat.module import NonFiniteLossError, OptimConfig, VATSystem
+    from vat.module import OptimConfig, VATSystem
+    from vat.non_finite import NonFiniteLossError
     from vat.tokenizer import make_batch
 
     system = VATSystem(

@@ -8,7 +8,6 @@ validation_step, test_step, configure_optimizers, then hooks.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
@@ -24,10 +23,16 @@ from vat.checkpoint import vat_metadata
 from vat.errors import VatError
 from vat.losses import noam_lr
 from vat.model import VAT, VATConfig
+from vat.non_finite import (  # noqa: F401 (NonFiniteLossError: vat.run_dir imports it here)
+    NonFiniteLossError,
+    check_finite_weights,
+    stop_if_non_finite,
+)
 from vat.objective import compiled_objective, objective_terms, pad_to_multiple
 from vat.rate import KLController
 from vat.tokenizer import PAD_ID, VATTokenizer
 from vat.train_config import LossConfig, OptimConfig, _as
+from vat.train_logging import TokenRate, logs_now, train_scalars
 from vat.train_state import TrainState
 
 
@@ -41,10 +46,6 @@ class StepOutput(NamedTuple):
     logits: torch.Tensor | None  # (B, T, V); None in training (not needed, not kept)
     mask: torch.Tensor  # (B, T) bool
     ntokens: torch.Tensor  # non-pad tokens
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss, gradient or weight; nothing non-finite was saved."""
 
 
 class VATSystem(L.LightningModule):
@@ -106,7 +107,7 @@ class VATSystem(L.LightningModule):
         self._rng_to_restore: torch.Tensor | None = None
         self._compiled = None
         self._step_stats: torch.Tensor | None = None
-        self._last_log: tuple[float, torch.Tensor] | None = None  # (time, tokens seen)
+        self._token_rate = TokenRate()
         self._log_step = False
         self._val_batches = 0
 
@@ -191,36 +192,17 @@ class VATSystem(L.LightningModule):
             self.rate.update(step_kl)
         self._step_stats = torch.stack([out.nll.detach(), out.kl.detach()])
         self._set_tensor_lr()
-        self._log_step = self._logs_now()
+        self._log_step = logs_now(self.trainer, self.global_step)
         if self._log_step:
             self._log_train(out, batch)
         return out.loss
 
-    def _logs_now(self) -> bool:
-        connector = getattr(self.trainer, "_logger_connector", None)
-        if connector is not None:
-            return bool(connector.should_update_logs)
-        return (self.global_step + 1) % max(self.trainer.log_every_n_steps, 1) == 0
-
     def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
         bs = batch["src"].shape[0]
-        log = {
-            "train/loss": out.loss,
-            "train/nll": out.nll,
-            "train/ppl": out.nll.exp(),
-            "train/kl": out.kl,
-            "train/kl_weight": out.kl_weight,
-            "train/kl_weighted": out.kl_weight * out.kl,
-            "train/nonpad_frac": out.ntokens / batch["src"].numel(),
-        }
-        now, tokens = time.perf_counter(), self.train_state.seen("tokens").clone()
-        if self._last_log is not None:
-            # Tokens (all ranks) between two logging steps over the host time between them: the
-            # device is waited for at every logging step, so the interval is measured in full.
-            log["train/tokens_per_s"] = (tokens - self._last_log[1]).double() / max(
-                now - self._last_log[0], 1e-9
-            )
-        self._last_log = (now, tokens)
+        log = train_scalars(out, batch)
+        rate = self._token_rate.update(self.train_state.seen("tokens"))
+        if rate is not None:
+            log["train/tokens_per_s"] = rate
         if self.loss_cfg.learn_prior_std:
             log["train/prior_std"] = self.prior_std.detach()
         if self._tensor_lr():
@@ -365,7 +347,7 @@ class VATSystem(L.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self._log_step:
-            self._stop_if_non_finite()
+            stop_if_non_finite(self.train_state, self.trainer)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.tokenizer is None:
@@ -373,14 +355,8 @@ class VATSystem(L.LightningModule):
                 "cannot save a vat checkpoint before the tokenizer is set (run through `vat train`)"
             )
         if self._trainer is not None and self.trainer.training:
-            self._stop_if_non_finite()
-        # Never write a checkpoint with non-finite weights (one host sync per save).
-        weights = [t for t in checkpoint["state_dict"].values() if t.is_floating_point()]
-        if weights and not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
-            raise NonFiniteLossError(
-                f"non-finite weights after step {self.global_step}; stopped before saving them; "
-                f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}"
-            )
+            stop_if_non_finite(self.train_state, self.trainer)
+        check_finite_weights(checkpoint["state_dict"], self.global_step, self.trainer)
         checkpoint["vat"] = vat_metadata(
             self.model, self.tokenizer, float(self.prior_std), self.length_histogram
         )
@@ -420,20 +396,3 @@ class VATSystem(L.LightningModule):
             self.train_state.load_state(state)
             if self.rate is not None and "rate" in state:
                 self.rate.load_state(state["rate"])
-
-    def _stop_if_non_finite(self) -> None:
-        """Read the device-side guard (one sync, all ranks agree) and stop every rank."""
-        step, here = self.train_state.read_fault()
-        if step < 0:
-            return
-        f = self.train_state.fault.tolist()
-        what = f"nll={f[1]:.4g}, kl={f[2]:.4g}, grad_norm={f[3]:.4g}" if here else "on another rank"
-        raise NonFiniteLossError(
-            f"non-finite loss at step {step} ({what}); stopped, no checkpoint written since; "
-            f"last good checkpoint: {self._last_checkpoint() or 'none saved yet'}"
-        )
-
-    def _last_checkpoint(self) -> str | None:
-        saved = [getattr(cb, "last_model_path", "") for cb in self.trainer.checkpoint_callbacks]
-        saved += [getattr(cb, "best_model_path", "") for cb in self.trainer.checkpoint_callbacks]
-        return next((p for p in saved if p), None)  # last.ckpt first, else the best one

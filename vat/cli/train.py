@@ -25,7 +25,8 @@ from vat.callbacks.progress import StepProgressBar
 from vat.checkpoint import atomic_torch_save, read_checkpoint
 from vat.data import VATDataModule
 from vat.errors import VatError, run_cli
-from vat.module import NonFiniteLossError, VATSystem
+from vat.module import VATSystem
+from vat.non_finite import NonFiniteLossError
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
