@@ -1,0 +1,188 @@
+"""The runners of `vat generate`'s subcommands (vat.cli.generate): each reads its inputs,
+decodes with a `VATGenerator` and writes one output line per input line (or JSON Lines)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from vat.cli.common import read_text_lines
+from vat.decoding import DecodeOptions
+from vat.errors import VatError
+from vat.generate import VATGenerator
+from vat.latents import InterpolationMethod
+from vat.tokenizer import EOS_ID
+
+
+def _read_lines(args: argparse.Namespace) -> list[str]:
+    if args.input is not None and args.sentences:
+        raise VatError("give sentences as arguments or --input FILE, not both")
+    if args.input is None:
+        if not args.sentences:
+            raise VatError("no input: give sentences as arguments or --input FILE")
+        return list(args.sentences)
+    return read_text_lines(args.input)
+
+
+def _non_empty(lines: Sequence[str], what: str = "line", quiet: bool = False) -> list[int]:
+    """Indices of non-blank lines; one stderr note for the skipped blank ones."""
+    keep = [i for i, s in enumerate(lines) if s.strip()]
+    skipped = [i + 1 for i, s in enumerate(lines) if not s.strip()]
+    if skipped and not quiet:
+        shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
+        print(
+            f"note: skipped {len(skipped)} empty input {what}(s) ({shown}); "
+            "their output lines are left empty",
+            file=sys.stderr,
+        )
+    return keep
+
+
+def _labels(args: argparse.Namespace, keep: Sequence[int]) -> list[str]:
+    """How warnings name input i: its line in --input, else its position among the arguments."""
+    what = "line" if args.input is not None else "argument"
+    return [f"{what} {i + 1}" for i in keep]
+
+
+def _emit(out: TextIO, as_json: bool, record: dict, lines: Sequence[str]) -> None:
+    if as_json:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        for line in lines:
+            out.write(line.replace("\n", " ") + "\n")
+
+
+def _run_reconstruct(
+    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
+) -> None:
+    lines = _read_lines(args)
+    keep = _non_empty(lines, quiet=args.quiet)
+    hyps = gen.reconstruct_hypotheses([lines[i] for i in keep], opts, labels=_labels(args, keep))
+    by_line = dict(zip(keep, hyps))
+    for i, src in enumerate(lines):
+        if i not in by_line:
+            _emit(out, args.json, {"input": src, "skipped": True}, [""])
+            continue
+        best = gen.text(by_line[i][0])
+        record = {"input": src, "output": best, "score": by_line[i][0].score}
+        if opts.strategy == "beam":
+            record["hypotheses"] = [
+                {"text": gen.text(h), "score": h.score, "finished": h.finished} for h in by_line[i]
+            ]
+        _emit(out, args.json, record, [best])
+
+
+def _run_sample(
+    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
+) -> None:
+    lines = _read_lines(args)
+    keep = _non_empty(lines, quiet=args.quiet)
+    labels = _labels(args, keep)
+    texts = [lines[i] for i in keep]
+    n = args.num_samples
+    positions = getattr(args, "positions", None)
+    if positions is None:
+        results = gen.sample(texts, n, args.tau, opts, args.seed, labels=labels)
+    else:
+        results = gen.resample_token(texts, positions, n, args.tau, opts, args.seed, labels=labels)
+    by_line = dict(zip(keep, results))
+    for i, src in enumerate(lines):
+        samples = by_line.get(i)
+        if samples is None:
+            _emit(out, args.json, {"input": src, "skipped": True}, [""] * n)
+            continue
+        record: dict = {"input": src, "tau": args.tau, "samples": samples}
+        if positions is not None:
+            # as encoded (no 2nd warning)
+            ids = gen.tokenizer.encode(src)[: gen.max_len - 1] + [EOS_ID]
+            record["positions"] = list(positions)
+            record["tokens"] = [
+                gen.tokenizer.token_text(ids[p]) if p < len(ids) else None for p in positions
+            ]
+        _emit(out, args.json, record, samples)
+
+
+def _run_interpolate(
+    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
+) -> None:
+    if args.input is None:
+        if len(args.sentences) != 2:
+            raise VatError(
+                "interpolate needs exactly two sentences (or --input FILE of tab-separated "
+                f"pairs), got {len(args.sentences)}"
+            )
+        lines = ["\t".join(args.sentences)]
+    else:
+        if args.sentences:
+            raise VatError("give two sentences as arguments or --input FILE, not both")
+        lines = _read_lines(args)
+    keep = set(_non_empty(lines, quiet=args.quiet))
+    pairs: dict[int, list[str]] = {}
+    for i in sorted(keep):  # check every line before printing anything
+        parts = lines[i].split("\t")
+        if len(parts) != 2 or not all(x.strip() for x in parts):
+            raise VatError(f"--input line {i + 1}: expected two sentences separated by one tab")
+        pairs[i] = parts
+    method: InterpolationMethod = "slerp" if args.slerp else "linear"
+    for i, line in enumerate(lines):
+        if i not in pairs:
+            _emit(out, args.json, {"input": line, "skipped": True}, [""] * len(args.alphas))
+            continue
+        a, b = pairs[i]
+        where = f"line {i + 1}" if args.input is not None else "the pair"
+        texts = gen.interpolate(
+            a, b, args.alphas, method, opts, labels=[f"{where} (first)", f"{where} (second)"]
+        )
+        record = {"a": a, "b": b, "method": method, "alphas": list(args.alphas), "outputs": texts}
+        _emit(out, args.json, record, texts)
+
+
+def _run_prior(
+    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
+) -> None:
+    for T, text in gen.prior(args.num_samples, args.length, opts, args.seed, args.prior_std):
+        _emit(out, args.json, {"length": T, "output": text}, [text])
+
+
+def _run_bleu(
+    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
+) -> None:
+    lines = _read_lines(args)
+    keep = _non_empty(lines, quiet=args.quiet)
+    if args.limit is not None:
+        keep = keep[: args.limit]
+    if not keep:
+        raise VatError("no non-empty sentence to score")
+    texts = [lines[i] for i in keep]
+    s = gen.score(texts, opts, labels=_labels(args, keep))
+    strategy = f"beam {opts.beam_size}" if opts.strategy == "beam" else opts.strategy
+    record = {
+        "bleu": s.bleu,
+        "exact_match": s.exact_match,
+        "exact": s.exact,
+        "n": s.n,
+        "decoding": strategy,
+        "bleu_metric": "torchmetrics SacreBLEUScore(tokenize='13a')",
+    }
+    _emit(
+        out,
+        args.json,
+        record,
+        [
+            f"BLEU {s.bleu:.2f}  exact match {s.exact}/{s.n} ({100 * s.exact_match:.1f}%)  "
+            f"decoding {strategy}"
+        ],
+    )
+
+
+RUNNERS = {
+    "reconstruct": _run_reconstruct,
+    "sample": _run_sample,
+    "resample-token": _run_sample,
+    "interpolate": _run_interpolate,
+    "prior": _run_prior,
+    "bleu": _run_bleu,
+}
