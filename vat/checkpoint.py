@@ -109,11 +109,13 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
     for key, types in _META_TYPES.items():
         if key not in meta:
             raise CheckpointError(
-                f"checkpoint {path}: its 'vat' metadata lacks '{key}' (damaged or not written by vat)"
+                f"checkpoint {path}: its 'vat' metadata lacks '{key}' "
+                "(damaged or not written by vat)"
             )
         if not isinstance(meta[key], types) or isinstance(meta[key], bool):
             raise CheckpointError(
-                f"checkpoint {path}: 'vat.{key}' is a {type(meta[key]).__name__} ({str(meta[key])[:40]!r})"
+                f"checkpoint {path}: 'vat.{key}' is a {type(meta[key]).__name__} "
+                f"({str(meta[key])[:40]!r})"
             )
     if meta["format_version"] != FORMAT_VERSION:
         raise CheckpointError(
@@ -121,7 +123,8 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
         )
     if not (math.isfinite(meta["prior_std"]) and meta["prior_std"] > 0):
         raise CheckpointError(
-            f"checkpoint {path}: 'vat.prior_std' must be a positive number, got {meta['prior_std']!r}"
+            f"checkpoint {path}: 'vat.prior_std' must be a positive number, "
+            f"got {meta['prior_std']!r}"
         )
     hist = meta.get("length_histogram", [])
     if not isinstance(hist, list) or not all(isinstance(c, int) and c >= 0 for c in hist):
@@ -179,11 +182,13 @@ def vat_from_checkpoint(
         ) from None
     if not isinstance(ckpt["state_dict"], dict):
         raise CheckpointError(
-            f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, expected a dict"
+            f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, "
+            "expected a dict"
         )
     if tokenizer.vocab_size > config.vocab_size:
         raise CheckpointError(
-            f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but the model only {config.vocab_size}"
+            f"{path}: its tokenizer has {tokenizer.vocab_size} tokens "
+            f"but the model only {config.vocab_size}"
         )
     state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     check_finite(path, state)

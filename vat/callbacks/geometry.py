@@ -102,8 +102,10 @@ class GeometryMetrics(_ProbeCallback):
             every_n_validations: Run after every n-th validation run.
             probe_file: Text file of probe sentences (one a line; tab-separated fields split).
             senteval_dir: SentEval data/downstream folder; its STS12 sentences are the probe
-                (the paper's choice). Default when neither is given: $VAT_SENTEVAL_DIR or ../shared/data/senteval.
-            max_sentences: Use only the first n probe sentences (None: all; STS12 has 4,946 distinct).
+                (the paper's choice). Default when neither is given: $VAT_SENTEVAL_DIR or
+                ../shared/data/senteval.
+            max_sentences: Use only the first n probe sentences (None: all; STS12 has 4,946
+                distinct).
             min_count: Occurrences a token type needs to count in self-similarity.
             batch_size: Sentences per encoder batch.
         """

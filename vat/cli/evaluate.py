@@ -31,7 +31,9 @@ from vat.runtime import resolve_device
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vat evaluate",
-        description="SentEval-compatible evaluation (STS and transfer tasks) of a sentence encoder.",
+        description=(
+            "SentEval-compatible evaluation (STS and transfer tasks) of a sentence encoder."
+        ),
         epilog=f"Tasks: {', '.join(ALL_TASKS)}. Groups: "
         + "; ".join(f"{g} = {','.join(t)}" for g, t in TASK_GROUPS.items())
         + ". See docs/evaluate.md.",
@@ -196,7 +198,8 @@ def format_table(results: dict) -> str:
     if sts_cols:
         width = max(8, *(len(c) + 1 for c in sts_cols))
         lines.append(
-            "STS, Spearman x 100 (cosine similarity; STS12-16: SentEval all.spearman.mean / concatenated 'all')"
+            "STS, Spearman x 100 (cosine similarity; "
+            "STS12-16: SentEval all.spearman.mean / concatenated 'all')"
         )
         lines.append(f"{'':14}" + "".join(f"{c:>{width}}" for c in sts_cols) + f"{'Avg.':>{width}}")
         for name, row in (("mean of sets", mean_row), ("concatenated", concat_row)):

@@ -106,7 +106,8 @@ def _main(argv: Sequence[str] | None) -> int:
         value = getattr(args, name)
         if value is not None and value < (2 if name == "min_count" else 1):
             raise VatError(
-                f"--{name.replace('_', '-')} must be >= {2 if name == 'min_count' else 1}, got {value}"
+                f"--{name.replace('_', '-')} must be >= {2 if name == 'min_count' else 1}, "
+                f"got {value}"
             )
 
     senteval = args.senteval_dir
@@ -174,7 +175,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _encode(args: argparse.Namespace, sentences: list[str]):
-    """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None, token_text)."""
+    """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None,
+    token_text)."""
     if args.ckpt is not None:
         from vat.checkpoint import load_vat
         from vat.features import token_vectors
@@ -220,7 +222,8 @@ def _encode(args: argparse.Namespace, sentences: list[str]):
 
 def format_table(report: GeometryReport, name: str, num_sentences: int) -> str:
     lines = [
-        f"geometry of {name}: {num_sentences} sentences, {report.num_tokens} tokens, d = {report.dim}",
+        f"geometry of {name}: {num_sentences} sentences, {report.num_tokens} tokens, "
+        f"d = {report.dim}",
         f"{'metric':<40} {'value':>10}",
     ]
     for key, label in TABLE_ROWS:

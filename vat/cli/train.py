@@ -90,14 +90,16 @@ class VATCLI(LightningCLI):
         parser.add_argument(
             "--overwrite",
             action="store_true",
-            help="Replace the run already in --run_dir (its checkpoints, events and configs) with a fresh one.",
+            help="Replace the run already in --run_dir (its checkpoints, events and configs) "
+            "with a fresh one.",
         )
         parser.add_argument(
             "--best_monitor",
             type=Literal[tuple(rd.BEST_MONITORS)],
             default="val/loss",
-            help="Metric of the best checkpoint: val/nll (reconstruction), val/stsb_spearman (similarity; "
-            "needs the vat.callbacks.sts.STSBSpearman callback), or val/loss (rises with the KL weight).",
+            help="Metric of the best checkpoint: val/nll (reconstruction), "
+            "val/stsb_spearman (similarity; needs the vat.callbacks.sts.STSBSpearman callback), "
+            "or val/loss (rises with the KL weight).",
         )
         parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
         parser.set_defaults(
