@@ -50,6 +50,11 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def run_ckpt(ckpt: Path, data_dir: Path, capsys, *args: str) -> tuple[int, str, str]:
+    """`run` on a vat checkpoint with `--data-dir data_dir`, FAST settings and `args`."""
+    return run(["--ckpt", str(ckpt), "--data-dir", str(data_dir), *args, *FAST], capsys)
+
+
 def test_callable_encoder_all_tasks_writes_senteval_layout(tmp_path, mini, capsys):
     out = tmp_path / "res" / "results.json"
     code, stdout, _ = run(
@@ -357,21 +362,16 @@ def test_oracle_hashbow_as_encoder_argument(oracle_dir, senteval_dir, tmp_path, 
 @pytest.mark.parametrize("pooling", ["mean", "sum", "start", "precision"])
 def test_vat_checkpoint_poolings(tiny_ckpt, tmp_path, mini, capsys, pooling):
     out = tmp_path / f"{pooling}.json"
-    code, stdout, _ = run(
-        [
-            "--ckpt",
-            str(tiny_ckpt),
-            "--pooling",
-            pooling,
-            "--tasks",
-            "STS12,CR,MRPC",
-            "--data-dir",
-            str(mini),
-            "--output",
-            str(out),
-            *FAST,
-        ],
+    code, stdout, _ = run_ckpt(
+        tiny_ckpt,
+        mini,
         capsys,
+        "--pooling",
+        pooling,
+        "--tasks",
+        "STS12,CR,MRPC",
+        "--output",
+        str(out),
     )
     assert code == 0 and "STS12" in stdout
     res = json.loads(out.read_text())
@@ -387,20 +387,7 @@ def test_vat_poolings_differ(tiny_ckpt, tiny_sentences):
 
 
 def test_vat_bad_pooling(tiny_ckpt, tmp_path, mini, capsys):
-    code, _, err = run(
-        [
-            "--ckpt",
-            str(tiny_ckpt),
-            "--pooling",
-            "cls",
-            "--tasks",
-            "STS12",
-            "--data-dir",
-            str(mini),
-            *FAST,
-        ],
-        capsys,
-    )
+    code, _, err = run_ckpt(tiny_ckpt, mini, capsys, "--pooling", "cls", "--tasks", "STS12")
     assert code == 2 and "mean, sum, start" in err
 
 
@@ -414,22 +401,17 @@ def test_senteval_batcher(tiny_ckpt):
 
 def test_finetune_mode(tiny_ckpt, tmp_path, mini, capsys):
     out = tmp_path / "ft.json"
-    code, stdout, _ = run(
-        [
-            "--ckpt",
-            str(tiny_ckpt),
-            "--finetune",
-            "--epochs",
-            "1",
-            "--tasks",
-            "CR,MRPC",
-            "--data-dir",
-            str(mini),
-            "--output",
-            str(out),
-            *FAST,
-        ],
+    code, stdout, _ = run_ckpt(
+        tiny_ckpt,
+        mini,
         capsys,
+        "--finetune",
+        "--epochs",
+        "1",
+        "--tasks",
+        "CR,MRPC",
+        "--output",
+        str(out),
     )
     assert code == 0 and "Fine-tuning" in stdout
     res = json.loads(out.read_text())
@@ -438,19 +420,7 @@ def test_finetune_mode(tiny_ckpt, tmp_path, mini, capsys):
 
 
 def test_finetune_refuses_sts(tiny_ckpt, mini, capsys):
-    code, _, err = run(
-        [
-            "--ckpt",
-            str(tiny_ckpt),
-            "--finetune",
-            "--tasks",
-            "STS12",
-            "--data-dir",
-            str(mini),
-            *FAST,
-        ],
-        capsys,
-    )
+    code, _, err = run_ckpt(tiny_ckpt, mini, capsys, "--finetune", "--tasks", "STS12")
     assert code == 2 and "fine-tuning covers" in err
 
 

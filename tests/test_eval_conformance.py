@@ -3,8 +3,8 @@
 1. The oracle: with ../shared/oracle/hashbow.py features, the harness reproduces
    ../shared/oracle/expected.json (SentEval at commit 5d6dc11, prototyping preset):
    STS and cosine results to 1e-4 (Spearman on subsets with tied cosines: to 1e-3, the
-   spread of SentEval's own results across OpenBLAS kernels), the STS-B regressor within 0.02, classification within
-   1.5 points (tolerances from the oracle's README).
+   spread of SentEval's own results across OpenBLAS kernels), the STS-B regressor within
+   0.02, classification within 1.5 points (tolerances from the oracle's README).
 2. The pieces, against literal re-statements of SentEval's code written here with
    torch.optim and autograd: the batched classifier trainer, the relatedness regressor,
    the stratified k-fold splits (against scikit-learn when installed).

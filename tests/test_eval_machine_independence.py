@@ -33,7 +33,8 @@ hashbow = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hashbow)
 res, _ = evaluate(hashbow.encode, ["STS12", "STSBenchmark"], sys.argv[2],
                   EvalSettings(relatedness="cosine", progress=False, batch_size=4096))
-out = {f"{s}.{m}": res["STS12"][s][m] for s in res["STS12"] if s != "all" for m in ("pearson", "spearman")}
+out = {f"{s}.{m}": res["STS12"][s][m] for s in res["STS12"] if s != "all"
+       for m in ("pearson", "spearman")}
 out.update({f"stsb.{sp}.{m}": res["STSBenchmark-cosine"][sp][m] for sp in ("dev", "test")
             for m in ("pearson", "spearman")})
 print(json.dumps(out))

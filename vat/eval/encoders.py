@@ -32,7 +32,8 @@ def vat_encoder(
     or `precision` (mu weighted by exp(-logvar), see vat.features.pool)."""
     if pooling not in VAT_POOLINGS:
         raise VatError(
-            f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}"
+            f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
+            f"got {pooling!r}"
         )
     from vat.checkpoint import load_vat
     from vat.features import sentence_features

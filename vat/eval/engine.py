@@ -113,8 +113,8 @@ class FeatureCache:
             ) from None
         if arr.ndim != 2 or arr.shape[0] != len(batch) or arr.shape[1] == 0:
             raise VatError(
-                f"task {task}: the encoder returned shape {tuple(arr.shape)} for {len(batch)} sentences; "
-                f"expected ({len(batch)}, d)"
+                f"task {task}: the encoder returned shape {tuple(arr.shape)} "
+                f"for {len(batch)} sentences; expected ({len(batch)}, d)"
             )
         if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
             raise VatError(
@@ -124,7 +124,8 @@ class FeatureCache:
             self.dim = arr.shape[1]
         elif arr.shape[1] != self.dim:
             raise VatError(
-                f"task {task}: the encoder returned {arr.shape[1]}-d vectors after {self.dim}-d ones"
+                f"task {task}: the encoder returned {arr.shape[1]}-d vectors "
+                f"after {self.dim}-d ones"
             )
         if not np.all(np.isfinite(arr)):
             bad = int(np.where(~np.all(np.isfinite(arr), axis=1))[0][0])
@@ -246,7 +247,8 @@ def evaluate(
     settings = settings or EvalSettings()
     if settings.relatedness not in RELATEDNESS_MODES:
         raise VatError(
-            f"relatedness mode must be one of {', '.join(RELATEDNESS_MODES)}, got {settings.relatedness!r}"
+            f"relatedness mode must be one of {', '.join(RELATEDNESS_MODES)}, "
+            f"got {settings.relatedness!r}"
         )
     names = expand_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
     loaded = [load_task(data_dir, t) for t in names]

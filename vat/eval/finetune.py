@@ -124,7 +124,8 @@ def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) 
 
     if settings.pooling not in POOLINGS:
         raise VatError(
-            f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, got {settings.pooling!r}"
+            f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, "
+            f"got {settings.pooling!r}"
         )
     torch.manual_seed(settings.seed)
     loaded = load_vat(ckpt, map_location=settings.device)

@@ -155,7 +155,8 @@ class RelatednessRegressor:
         dev_scores: np.ndarray,
         test_x: np.ndarray,
     ) -> tuple[float, np.ndarray]:
-        """Train on train, early-stop on dev Pearson; return (best dev Pearson, test predictions)."""
+        """Train on train, early-stop on dev Pearson; return (best dev Pearson, test
+        predictions)."""
         rng = np.random.RandomState(self.seed)
         torch.manual_seed(self.seed)
         lin = torch.nn.Linear(train_x.shape[1], 5)  # initialised exactly as SentEval's model
