@@ -11,9 +11,10 @@ Rules (README, "Resume" and "What happens when..."):
   with neither, an empty run directory starts fresh (so a requeued job can always pass it).
 - A resume may change how the run is driven (trainer.max_steps upwards, max_time, logging,
   validation and checkpoint frequency, callbacks, progress bars, devices, data.num_workers,
-  data.num_proc, data.cache_dir, data.test_files, model.compile) and nothing that defines
-  what is trained (the rest of model.* and data.*): those are refused in one line naming
-  the option, because the checkpoint's optimiser, schedules and tokenizer would silently win.
+  data.num_proc, data.cache_dir, data.test_files, data.progress, model.compile) and nothing
+  that defines what is trained (the rest of model.* and data.*): those are refused in one
+  line naming the option, because the checkpoint's optimiser, schedules and tokenizer would
+  silently win.
 - Each start writes its resolved config without destroying the first: config.yaml, then
   config-resume-1.yaml, config-resume-2.yaml, ...
 - One process at a time per run directory: an flock on RUN_DIR/.lock held for the run's
@@ -60,6 +61,7 @@ RESUME_MAY_CHANGE = {
     "data.num_proc",
     "data.cache_dir",
     "data.test_files",
+    "data.progress",
 }
 # Trainer options a resume may change, but which make it differ from an uninterrupted run.
 _RESUME_WARN = (

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tqdm import tqdm
 
 from vat.errors import VatError, run_cli
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
@@ -124,8 +125,11 @@ def run_sweep(
     config_path: str | None = None,
     summary: bool = True,
     only: Sequence[str] | None = None,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Train and measure every point (skipping finished runs), then write the outputs.
+
+    `progress`: a bar over the sweep's points on stderr (runs done of all).
 
     `only`: run names to do (the others are left alone and the summary covers only these).
     `config_path` (the sweep YAML) is needed only with cfg.jobs > 1, to start the children.
@@ -152,7 +156,7 @@ def run_sweep(
             raise VatError("jobs > 1 needs the sweep YAML's path to start the child processes")
         run_parallel(cfg, config_path, pending, log)
     records = []
-    for point in points:
+    for point in tqdm(points, desc="sweep", unit="run", disable=not progress, file=sys.stderr):
         name, run_dir = run_name(point), out / run_name(point)
         rec_path = run_dir / "record.json"
         if rec_path.is_file():
@@ -299,6 +303,8 @@ def _parser() -> argparse.ArgumentParser:
         "--device", help="where measurements run: auto, cpu, cuda or cuda:N (overrides device)"
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar over the runs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no [sweep] log lines")
     p.add_argument("--run", action="append", help=argparse.SUPPRESS)  # the child processes' point
     p.add_argument(
         "--no-summary", action="store_true", help=argparse.SUPPRESS
@@ -327,10 +333,13 @@ def _main(argv: Sequence[str] | None) -> int:
     cfg.validate("--values/--jobs/--device")
     run_sweep(
         cfg,
-        log=lambda m: print(f"[sweep] {m}", file=sys.stderr, flush=True),
+        log=(lambda m: None)
+        if args.quiet
+        else (lambda m: tqdm.write(f"[sweep] {m}", file=sys.stderr)),
         config_path=args.config,
         summary=not args.no_summary,
         only=args.run,
+        progress=not (args.quiet or args.no_progress or args.run),
     )
     return 0
 
