@@ -59,13 +59,7 @@ class PretrainedVAT:
         from vat.generate import VATGenerator
 
         self.loaded = loaded
-        self.generator = VATGenerator(
-            loaded.model,
-            loaded.tokenizer,
-            prior_std=loaded.prior_std,
-            length_histogram=loaded.length_histogram,
-            batch_size=batch_size,
-        )
+        self.generator = VATGenerator.from_loaded(loaded, batch_size=batch_size)
 
     @property
     def model(self):

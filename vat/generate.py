@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vat.checkpoint import CheckpointError, load_vat
+from vat.checkpoint import CheckpointError, LoadedVAT, load_vat
 from vat.decoding import GREEDY, DecodeOptions, Hypothesis, decode_latents
 from vat.errors import VatError
 from vat.features import iter_encoded_ids, length_sorted_batches
@@ -123,12 +123,16 @@ class VATGenerator:
             loaded = load_vat(path, map_location=device)
         except CheckpointError:
             raise
-        except (
-            Exception
-        ) as e:  # malformed metadata surfaces as KeyError/TypeError/tokenizers errors
+        # malformed metadata surfaces as KeyError/TypeError/tokenizers errors
+        except Exception as e:
             raise CheckpointError(
                 f"{path} is not a usable vat checkpoint ({type(e).__name__}: {e})"
             ) from e
+        return cls.from_loaded(loaded, batch_size=batch_size)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedVAT, batch_size: int = 64) -> VATGenerator:
+        """A generator for what `vat.checkpoint.load_vat` (or `from_pretrained`) returned."""
         return cls(
             loaded.model,
             loaded.tokenizer,

@@ -76,6 +76,16 @@ def check(ok: bool, option: str, expected: str, value) -> None:
         raise VatError(f"{option} must be {expected}, got {value!r}")
 
 
+def check_positive_int(value, option: str) -> None:
+    """`check` that `value` is a positive integer (step and cycle counts)."""
+    check(isinstance(value, int) and value > 0, option, "a positive integer", value)
+
+
+def check_unit(value, option: str) -> None:
+    """`check` that `value` names a progress unit (UNITS)."""
+    check(value in UNITS, option, "steps, sentences or tokens", value)
+
+
 def finite(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -114,19 +124,9 @@ class KLSchedule:
             "logistic, constant, linear or cyclical",
             self.kind,
         )
-        check(self.unit in UNITS, f"{o}.unit", "steps, sentences or tokens", self.unit)
-        check(
-            isinstance(self.warmup_steps, int) and self.warmup_steps > 0,
-            f"{o}.warmup_steps",
-            "a positive integer",
-            self.warmup_steps,
-        )
-        check(
-            isinstance(self.cycle_steps, int) and self.cycle_steps > 0,
-            f"{o}.cycle_steps",
-            "a positive integer",
-            self.cycle_steps,
-        )
+        check_unit(self.unit, f"{o}.unit")
+        check_positive_int(self.warmup_steps, f"{o}.warmup_steps")
+        check_positive_int(self.cycle_steps, f"{o}.cycle_steps")
         if self.kind == "logistic":
             check(
                 finite(self.initial_weight) and 0 < self.initial_weight < 0.5,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from vat.losses import UNITS, KLSchedule, Unit, check, finite
+from vat.losses import KLSchedule, Unit, check, check_positive_int, check_unit, finite
 
 
 @dataclass
@@ -125,18 +125,8 @@ class OptimConfig:
             "noam or constant",
             self.schedule,
         )
-        check(
-            self.warmup_unit in UNITS,
-            f"{o}.warmup_unit",
-            "steps, sentences or tokens",
-            self.warmup_unit,
-        )
-        check(
-            isinstance(self.warmup_steps, int) and self.warmup_steps > 0,
-            f"{o}.warmup_steps",
-            "a positive integer",
-            self.warmup_steps,
-        )
+        check_unit(self.warmup_unit, f"{o}.warmup_unit")
+        check_positive_int(self.warmup_steps, f"{o}.warmup_steps")
         # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
         # arithmetic cannot overflow into an error instead of a non-finite stop.
         check(

@@ -101,22 +101,15 @@ class VATSentenceEncoder(InputModule):
     ) -> VATSentenceEncoder:
         from vat.hub import from_pretrained
 
-        folder = cls.load_dir_path(
-            model_name_or_path,
-            subfolder=subfolder,
-            token=token,
-            cache_folder=cache_folder,
-            revision=revision,
-            local_files_only=local_files_only,
-        )
-        config = cls.load_config(
-            model_name_or_path,
-            subfolder=subfolder,
-            token=token,
-            cache_folder=cache_folder,
-            revision=revision,
-            local_files_only=local_files_only,
-        )
+        where = {
+            "subfolder": subfolder,
+            "token": token,
+            "cache_folder": cache_folder,
+            "revision": revision,
+            "local_files_only": local_files_only,
+        }
+        folder = cls.load_dir_path(model_name_or_path, **where)
+        config = cls.load_config(model_name_or_path, **where)
         return cls(from_pretrained(folder), **config)
 
 
