@@ -83,6 +83,14 @@ def tiny_sentences() -> list[str]:
     return (ASSETS / "sentences.txt").read_text().splitlines()
 
 
+@pytest.fixture
+def probe_file(tmp_path, tiny_sentences) -> Path:
+    """The tiny sentences as a probe file (one sentence a line)."""
+    p = tmp_path / "probe.txt"
+    p.write_text("\n".join(tiny_sentences) + "\n")
+    return p
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_sentences):
     from vat.tokenizer import VATTokenizer

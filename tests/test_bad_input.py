@@ -15,8 +15,7 @@ import gzip
 
 import pytest
 import torch
-from test_train_cli import TINY
-from test_train_cli import _main as train_main
+from helpers import evaluate_args, fit_args, train_main
 
 
 def _corrupt_checkpoints(tmp_path, tiny_ckpt):
@@ -44,18 +43,7 @@ def test_evaluate_bad_checkpoint(tmp_path, tiny_ckpt, senteval_dir, case, capsys
 
     path, needle = _corrupt_checkpoints(tmp_path, tiny_ckpt)[case]
     out = tmp_path / "results.json"
-    code = main(
-        [
-            "--ckpt",
-            str(path),
-            "--tasks",
-            "STS12",
-            "--data-dir",
-            str(senteval_dir),
-            "--output",
-            str(out),
-        ]
-    )
+    code = main(evaluate_args(path, senteval_dir, out))
     err = capsys.readouterr().err.strip().splitlines()
     assert (
         code == 2
@@ -82,18 +70,7 @@ def test_generate_bad_checkpoint(tmp_path, tiny_ckpt, case, capsys):
 def test_train_resume_from_bad_checkpoint(tmp_path, tiny_ckpt, case, capsys):
     path, needle = _corrupt_checkpoints(tmp_path, tiny_ckpt)[case]
     code, err = train_main(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "run"),
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            "--ckpt_path",
-            str(path),
-        ],
-        capsys,
+        fit_args(tmp_path / "run", tmp_path / "cache", "--ckpt_path", str(path)), capsys
     )
     assert code == 2 and err[-1].startswith("error:") and needle in err[-1]
     assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))
@@ -101,7 +78,7 @@ def test_train_resume_from_bad_checkpoint(tmp_path, tiny_ckpt, case, capsys):
 
 def test_train_resume_with_other_model_config(tmp_path, capsys):
     run = tmp_path / "run"
-    args = ["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(tmp_path / "cache")]
+    args = fit_args(run, tmp_path / "cache")
     assert train_main(args, capsys)[0] == 0
     before = (run / "checkpoints" / "last.ckpt").read_bytes()
     code, err = train_main(
@@ -130,18 +107,7 @@ def test_train_bad_corpus_bytes(tmp_path, case, capsys):
         path.write_bytes(data[: len(data) // 2])
         needle = "truncated or corrupt gzip"
     code, err = train_main(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "run"),
-            "--data.train_files",
-            f"[{path}]",
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            *extra,
-        ],
+        fit_args(tmp_path / "run", tmp_path / "cache", "--data.train_files", f"[{path}]", *extra),
         capsys,
     )
     assert code == 2 and err[-1].startswith("error:") and needle in err[-1] and str(path) in err[-1]

@@ -26,17 +26,12 @@ def bench():
     return module
 
 
+# small enough to count its weights and FLOPs by hand
+SHAPE = dict(d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=24)
+
+
 def _tiny(tie: bool = True) -> VATConfig:
-    return VATConfig(
-        vocab_size=50,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        max_len=24,
-        tie_embeddings=tie,
-    )
+    return VATConfig(vocab_size=50, **SHAPE, tie_embeddings=tie)
 
 
 @pytest.mark.parametrize("tie", [True, False])

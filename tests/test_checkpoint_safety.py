@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from helpers import evaluate_args, fit_args, geometry_args, train_main
 
 from vat.checkpoint import CheckpointError, atomic_torch_save, load_vat, read_checkpoint
 
@@ -50,13 +51,9 @@ def test_pickled_payload_is_refused_even_when_torch_is_told_otherwise(evil_ckpt,
 
 
 def test_train_resume_from_a_pickled_payload_is_refused(evil_ckpt, tmp_path, monkeypatch, capsys):
-    from test_train_cli import TINY, _main
-
     path, marker = evil_ckpt
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    code, err = _main(
-        ["fit", "-c", TINY, "--run_dir", str(tmp_path / "run"), "--ckpt_path", str(path)], capsys
-    )
+    code, err = train_main(fit_args(tmp_path / "run", None, "--ckpt_path", str(path)), capsys)
     assert code == 2 and "pickled Python objects" in err[-1] and not marker.exists()
 
 
@@ -127,28 +124,9 @@ def test_every_cli_refuses_a_broken_checkpoint_in_one_line(
     probe.write_text("a sentence\nanother one\n")
     calls = {
         "generate": lambda: generate(["reconstruct", "--ckpt", str(path), "a sentence"]),
-        "evaluate": lambda: evaluate(
-            [
-                "--ckpt",
-                str(path),
-                "--tasks",
-                "STS12",
-                "--data-dir",
-                str(senteval_dir),
-                "--output",
-                str(tmp_path / "results.json"),
-            ]
-        ),
+        "evaluate": lambda: evaluate(evaluate_args(path, senteval_dir, tmp_path / "results.json")),
         "geometry": lambda: run_cli(
-            geometry,
-            [
-                "--ckpt",
-                str(path),
-                "--probe",
-                str(probe),
-                "--output",
-                str(tmp_path / "geometry.json"),
-            ],
+            geometry, geometry_args(path, probe, tmp_path / "geometry.json")
         ),
     }
     for name, call in calls.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_train_cli import TINY, _scalars, _train
+from helpers import DDP_TWO_CPU, fit_args, scalars, train_subprocess
 
 # dropout 0 and z = mu make both runs noise-free, so they differ only by floating-point
 # reduction order and by DDP averaging per-rank token means (a global token mean in 1 process).
@@ -29,35 +29,15 @@ COMMON = [
 
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path):
-    cache = ["--data.cache_dir", str(tmp_path / "cache")]  # empty: both DDP ranks start together
+    cache = tmp_path / "cache"  # empty: both DDP ranks start together
     one = tmp_path / "one"
-    r = _train(
-        ["fit", "-c", TINY, "--run_dir", str(one), *COMMON, *cache, "--data.batch_size", "4"]
-    )
+    r = train_subprocess(fit_args(one, cache, *COMMON, "--data.batch_size", "4"))
     assert r.returncode == 0, r.stderr[-2000:]
     two = tmp_path / "two"
-    cache2 = ["--data.cache_dir", str(tmp_path / "cache2")]
-    r = _train(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(two),
-            *COMMON,
-            *cache2,
-            "--data.batch_size",
-            "2",
-            "--trainer.devices",
-            "2",
-            "--trainer.strategy",
-            "ddp",
-        ],
-        timeout=300,
-    )
+    r = train_subprocess(fit_args(two, tmp_path / "cache2", *COMMON, *DDP_TWO_CPU), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
 
-    a, b = _scalars(one), _scalars(two)
+    a, b = scalars(one), scalars(two)
     loss_a = [v for _, v in a["train/loss"]]
     loss_b = [v for _, v in b["train/loss"]]
     assert len(loss_a) == len(loss_b) == 6

@@ -10,10 +10,9 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import CheckpointSystem
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from torch.utils.data import DataLoader
 
 from vat.callbacks import GeometryMetrics, LatentProjector, SamplesCallback
 from vat.callbacks.geometry import projector_label
@@ -24,43 +23,6 @@ from vat.features import token_posteriors, token_vectors
 from vat.generate import VATGenerator
 from vat.geometry import METRICS, geometry_report
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
-
-
-class TinySystem(L.LightningModule):
-    """Just what the callbacks rely on: .model, .tokenizer, .prior_std."""
-
-    def __init__(self, ckpt: Path, sentences: list[str]) -> None:
-        super().__init__()
-        loaded = load_vat(ckpt)
-        self.model, self.tokenizer, self.prior_std = (
-            loaded.model,
-            loaded.tokenizer,
-            loaded.prior_std,
-        )
-        self.batch = make_batch(self.tokenizer.encode_batch(sentences[:4]))
-
-    def training_step(self, batch, batch_idx):
-        out = self.model(batch["src"], batch["tgt_in"])
-        return F.cross_entropy(out.logits.transpose(1, 2), batch["tgt_out"], ignore_index=0)
-
-    def validation_step(self, batch, batch_idx):
-        self.log("val/dummy", 0.0)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.0)  # weights stay put: logged = recomputed
-
-    def train_dataloader(self):
-        return DataLoader([self.batch], batch_size=None)
-
-    def val_dataloader(self):
-        return DataLoader([self.batch], batch_size=None)
-
-
-@pytest.fixture
-def probe_file(tmp_path, tiny_sentences) -> Path:
-    p = tmp_path / "probe.txt"
-    p.write_text("\n".join(tiny_sentences) + "\n")
-    return p
 
 
 def fit(module, tmp_path, callbacks, epochs=2):
@@ -84,7 +46,7 @@ def fit(module, tmp_path, callbacks, epochs=2):
 
 
 def test_callbacks_write_tensorboard(tmp_path, tiny_ckpt, tiny_sentences, probe_file):
-    module = TinySystem(tiny_ckpt, tiny_sentences)
+    module = CheckpointSystem(tiny_ckpt, tiny_sentences)
     callbacks = [
         GeometryMetrics(probe_file=str(probe_file), min_count=2),
         LatentProjector(every_n_validations=2, probe_file=str(probe_file), max_tokens=50),
@@ -155,7 +117,7 @@ def fake_trainer(**overrides):
 
 @pytest.mark.parametrize("train_mode", [True, False])
 def test_runs_in_eval_mode_without_grad_and_restores_mode(tiny_ckpt, tiny_sentences, train_mode):
-    module = TinySystem(tiny_ckpt, tiny_sentences)
+    module = CheckpointSystem(tiny_ckpt, tiny_sentences)
     module.model.train(train_mode)
     spy = Spy()
     spy.on_validation_epoch_end(fake_trainer(), module)
@@ -164,7 +126,7 @@ def test_runs_in_eval_mode_without_grad_and_restores_mode(tiny_ckpt, tiny_senten
 
 
 def test_schedule_sanity_check_and_rank(tiny_ckpt, tiny_sentences):
-    module = TinySystem(tiny_ckpt, tiny_sentences)
+    module = CheckpointSystem(tiny_ckpt, tiny_sentences)
     spy = Spy(every_n_validations=3)
     spy.on_validation_epoch_end(fake_trainer(sanity_checking=True), module)  # never counts
     for _ in range(6):
@@ -181,7 +143,7 @@ def test_schedule_sanity_check_and_rank(tiny_ckpt, tiny_sentences):
 def test_projector_without_tensorboard_warns_and_writes_nothing(
     tiny_ckpt, tiny_sentences, probe_file
 ):
-    module = TinySystem(tiny_ckpt, tiny_sentences)
+    module = CheckpointSystem(tiny_ckpt, tiny_sentences)
     cb = LatentProjector(probe_file=str(probe_file))
     cb.setup(fake_trainer(), module, "fit")
     with pytest.warns(UserWarning, match="needs a TensorBoardLogger"):
@@ -189,7 +151,7 @@ def test_projector_without_tensorboard_warns_and_writes_nothing(
 
 
 def test_bad_probe_and_arguments_fail_at_setup(tmp_path, tiny_ckpt, tiny_sentences):
-    module = TinySystem(tiny_ckpt, tiny_sentences)
+    module = CheckpointSystem(tiny_ckpt, tiny_sentences)
     with pytest.raises(VatError, match="cannot read the probe set"):
         GeometryMetrics(probe_file=str(tmp_path / "missing.txt")).setup(
             fake_trainer(), module, "fit"
@@ -205,7 +167,7 @@ def test_bad_probe_and_arguments_fail_at_setup(tmp_path, tiny_ckpt, tiny_sentenc
 def test_sts12_is_the_default_probe(senteval_dir, monkeypatch, tiny_ckpt, tiny_sentences):
     monkeypatch.setenv("VAT_SENTEVAL_DIR", str(senteval_dir))
     cb = GeometryMetrics(max_sentences=100)
-    cb.setup(fake_trainer(), TinySystem(tiny_ckpt, tiny_sentences), "fit")
+    cb.setup(fake_trainer(), CheckpointSystem(tiny_ckpt, tiny_sentences), "fit")
     assert len(cb.sentences) == 100
 
 

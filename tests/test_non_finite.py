@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_train_cli import TINY, _main, _train
+from conftest import tiny_config
+from helpers import DDP_TWO_CPU, fit_args, train_main, train_subprocess
+
+# six steps, scalars logged every third: the non-finite flag is read at a save or a log step
+SIX_STEPS = ["--trainer.max_steps", "6", "--trainer.log_every_n_steps", "3"]
+
+
+def _poison(callback: str) -> list[str]:
+    """crash_callbacks.CALLBACK makes the loss non-finite at step 1."""
+    return [f"--trainer.callbacks+=crash_callbacks.{callback}", "--trainer.callbacks.step=1"]
 
 
 def _all_finite(path) -> bool:
@@ -17,23 +26,8 @@ def test_nan_stops_and_leaves_only_finite_checkpoints(tmp_path, capsys):
     """NaN weights at step 1 (so a NaN loss); logging every 3 steps, saving every step: the
     flag is read at the save after step 1, which is refused; the error names step 1."""
     run = tmp_path / "run"
-    code, err = _main(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(run),
-            "--trainer.max_steps",
-            "6",
-            "--trainer.log_every_n_steps",
-            "3",
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            "--trainer.callbacks+=crash_callbacks.PoisonAtStep",
-            "--trainer.callbacks.step=1",
-        ],
-        capsys,
+    code, err = train_main(
+        fit_args(run, tmp_path / "cache", *SIX_STEPS, *_poison("PoisonAtStep")), capsys
     )
     assert code == 2
     assert (
@@ -49,7 +43,6 @@ def test_nan_stops_and_leaves_only_finite_checkpoints(tmp_path, capsys):
 
 def test_save_refuses_non_finite_weights(tmp_path, tiny_tokenizer, tiny_sentences):
     import lightning as L
-    from conftest import tiny_config
     from torch.utils.data import DataLoader
 
     from vat.module import OptimConfig, VATSystem
@@ -85,32 +78,16 @@ def test_save_refuses_non_finite_weights(tmp_path, tiny_tokenizer, tiny_sentence
 def test_non_finite_under_ddp_stops_all_ranks(tmp_path):
     """2-process gloo DDP: a NaN at step 1 stops both ranks (no hang at the next collective)."""
     run = tmp_path / "run"
-    r = _train(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(run),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.devices",
-            "2",
-            "--trainer.strategy",
-            "ddp",
-            "--data.batch_size",
-            "2",
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            "--trainer.max_steps",
-            "6",
-            "--trainer.log_every_n_steps",
-            "3",
+    r = train_subprocess(
+        fit_args(
+            run,
+            tmp_path / "cache",
+            *DDP_TWO_CPU,
+            *SIX_STEPS,
             "--trainer.val_check_interval",
             "3",
-            "--trainer.callbacks+=crash_callbacks.PoisonRankAtStep",
-            "--trainer.callbacks.step=1",
-        ],
+            *_poison("PoisonRankAtStep"),
+        ),
         timeout=300,
     )
     assert r.returncode == 2, r.stderr[-3000:]
@@ -150,7 +127,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("option", "value"), BAD_VALUES)
 def test_bad_config_value_is_one_line_error(tmp_path, capsys, option, value):
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(tmp_path), f"--{option}", value], capsys)
+    code, err = train_main(fit_args(tmp_path, None, f"--{option}", value), capsys)
     assert code == 2
     # (in-process runs earlier in the session may leave "--- Logging error ---" noise on capsys)
     errors = [line for line in err if line.startswith("error: ")]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import CheckpointSystem, geometry_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_geometry_callbacks import TinySystem, fit
+from test_geometry_callbacks import fit
 
 from vat.callbacks import GeometryMetrics
 from vat.cli.geometry import _main
@@ -58,25 +59,13 @@ def test_save_writes_non_trivial_pngs(tmp_path):
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10  # drawn, not a blank canvas
 
 
-def test_geometry_cli_plots(tmp_path, tiny_ckpt, tiny_sentences, capsys):
-    probe = tmp_path / "probe.txt"
-    probe.write_text("\n".join(tiny_sentences) + "\n")
+def test_geometry_cli_plots(tmp_path, tiny_ckpt, probe_file, capsys):
+    def geometry(output: str, plots) -> int:
+        extra = ["--min-count", "2", "--plots", str(plots)]
+        return run_cli(_main, geometry_args(tiny_ckpt, probe_file, tmp_path / output, *extra))
+
     plots = tmp_path / "plots"
-    rc = run_cli(
-        _main,
-        [
-            "--ckpt",
-            str(tiny_ckpt),
-            "--probe",
-            str(probe),
-            "--min-count",
-            "2",
-            "--output",
-            str(tmp_path / "g.json"),
-            "--plots",
-            str(plots),
-        ],
-    )
+    rc = geometry("g.json", plots)
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert sorted(p.name for p in plots.iterdir()) == [
@@ -88,31 +77,15 @@ def test_geometry_cli_plots(tmp_path, tiny_ckpt, tiny_sentences, capsys):
     assert "spectrum.png" in out.out
 
     (tmp_path / "file").write_text("x")
-    rc = run_cli(
-        _main,
-        [
-            "--ckpt",
-            str(tiny_ckpt),
-            "--probe",
-            str(probe),
-            "--min-count",
-            "2",
-            "--output",
-            str(tmp_path / "g2.json"),
-            "--plots",
-            str(tmp_path / "file"),
-        ],
-    )
+    rc = geometry("g2.json", tmp_path / "file")
     assert rc == 2 and "--plots" in capsys.readouterr().err
 
 
-def test_callback_logs_images(tmp_path, tiny_ckpt, tiny_sentences):
-    probe = tmp_path / "probe.txt"
-    probe.write_text("\n".join(tiny_sentences) + "\n")
+def test_callback_logs_images(tmp_path, tiny_ckpt, tiny_sentences, probe_file):
     _, log_dir = fit(
-        TinySystem(tiny_ckpt, tiny_sentences),
+        CheckpointSystem(tiny_ckpt, tiny_sentences),
         tmp_path,
-        [GeometryMetrics(probe_file=str(probe), min_count=2)],
+        [GeometryMetrics(probe_file=str(probe_file), min_count=2)],
         epochs=1,
     )
     ea = EventAccumulator(str(log_dir), size_guidance={"images": 0}).Reload()

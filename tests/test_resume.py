@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_train_cli import TINY, _train
+from helpers import fit_args, train_subprocess
 
 # 12 training sentences / batch 4 = 3 steps per epoch; 8 steps cross two epoch boundaries.
 COMMON = [
@@ -29,14 +29,14 @@ def _weights(path):
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
-    cache = ["--data.cache_dir", str(tmp_path / "cache")]
+    cache = tmp_path / "cache"
     ref = tmp_path / "ref"
-    r = _train(["fit", "-c", TINY, "--run_dir", str(ref), *COMMON, *cache])
+    r = train_subprocess(fit_args(ref, cache, *COMMON))
     assert r.returncode == 0, r.stderr[-2000:]
 
     crash = tmp_path / "crash"
     kill = ["--trainer.callbacks+=crash_callbacks.KillAtStep", "--trainer.callbacks.step=5"]
-    r = _train(["fit", "-c", TINY, "--run_dir", str(crash), *COMMON, *cache, *kill])
+    r = train_subprocess(fit_args(crash, cache, *COMMON, *kill))
     assert r.returncode == -9  # SIGKILL: no clean shutdown, no on_exception checkpoint
     last = crash / "checkpoints" / "last.ckpt"
     assert (
@@ -46,7 +46,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
         (crash / "checkpoints").glob(".*tmp*")
     )  # no half-written files left visible as checkpoints
 
-    r = _train(["fit", "-c", TINY, "--run_dir", str(crash), *COMMON, *cache, "--ckpt_path", "last"])
+    r = train_subprocess(fit_args(crash, cache, *COMMON, "--ckpt_path", "last"))
     assert r.returncode == 0, r.stderr[-2000:]
     ref_w, ref_opt, ref_step = _weights(ref / "checkpoints" / "last.ckpt")
     got_w, got_opt, got_step = _weights(last)
@@ -64,19 +64,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
 def test_non_finite_loss_stops_with_message_and_keeps_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     poison = ["--trainer.callbacks+=crash_callbacks.PoisonAtStep", "--trainer.callbacks.step=3"]
-    r = _train(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(run),
-            *COMMON,
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            *poison,
-        ]
-    )
+    r = train_subprocess(fit_args(run, tmp_path / "cache", *COMMON, *poison))
     assert r.returncode == 2
     msg = r.stderr.strip().splitlines()[-1]
     assert (

@@ -15,13 +15,9 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from test_train_cli import TINY, _main, _scalars, _train
+from helpers import fit_args, scalars, train_main, train_subprocess
 
 from vat.checkpoint import read_checkpoint
-
-
-def _fit_args(run, cache, *extra) -> list[str]:
-    return ["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(cache), *extra]
 
 
 def _step(path) -> int:
@@ -36,7 +32,7 @@ def trained(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     env.pop("PYTHONWARNINGS", None)
     r = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *_fit_args(run, base / "cache")],
+        [sys.executable, str(ROOT / "train.py"), *fit_args(run, base / "cache")],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -66,28 +62,28 @@ def test_second_fresh_run_stops_and_overwrite_replaces_the_old_run(run_copy, cap
     old_events = sorted(p.name for p in run.glob("events.out.tfevents.*"))
     (run / "notes.txt").write_text("mine")  # not a run file: --overwrite leaves it
 
-    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "4"), capsys)
+    code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "4"), capsys)
     assert code == 2 and len(err) == 1
     assert (
         err[0].startswith(f"error: --run_dir {run} already holds a run") and "--overwrite" in err[0]
     )
     assert (run / "checkpoints" / "last.ckpt").read_bytes() == before  # untouched, not resumed
 
-    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1", "--overwrite"), capsys)
+    code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1", "--overwrite"), capsys)
     assert code == 0, err
     assert (
         _step(run / "checkpoints" / "last.ckpt") == 1
     )  # trained from scratch: a resume would refuse max_steps 1
     new_events = sorted(p.name for p in run.glob("events.out.tfevents.*"))
     assert len(new_events) == 1 and not set(new_events) & set(old_events)
-    assert [s for s, _ in _scalars(run)["train/loss"]] == [0]  # no curve of the old run left
+    assert [s for s, _ in scalars(run)["train/loss"]] == [0]  # no curve of the old run left
     assert (run / "notes.txt").read_text() == "mine"
     assert not list(run.glob(".overwritten-*"))
 
 
 def test_overwrite_cannot_be_combined_with_a_resume(run_copy, capsys):
     run, cache = run_copy
-    code, err = _main(_fit_args(run, cache, "--overwrite", "--ckpt_path", "last"), capsys)
+    code, err = train_main(fit_args(run, cache, "--overwrite", "--ckpt_path", "last"), capsys)
     assert code == 2 and "--overwrite" in err[-1] and "--ckpt_path" in err[-1]
 
 
@@ -100,7 +96,7 @@ def test_resume_refuses_model_and_data_changes_and_lower_max_steps(run_copy, cap
         (["--data.batch_size", "2"], "--data.batch_size"),
         (["--trainer.max_steps", "1"], "--trainer.max_steps 1"),
     ]:
-        code, err = _main(_fit_args(run, cache, "--ckpt_path", "last", *extra), capsys)
+        code, err = train_main(fit_args(run, cache, "--ckpt_path", "last", *extra), capsys)
         assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}"), (extra, err)
     assert (run / "checkpoints" / "last.ckpt").read_bytes() == before
     assert not list(run.glob("config-resume-*.yaml"))
@@ -110,8 +106,8 @@ def test_resume_records_each_start_without_destroying_the_first(run_copy, capsys
     run, cache = run_copy
     first = (run / "config.yaml").read_text()
     for n, steps in [(1, 3), (2, 4)]:
-        code, err = _main(
-            _fit_args(
+        code, err = train_main(
+            fit_args(
                 run,
                 cache,
                 "--ckpt_path",
@@ -140,8 +136,8 @@ def test_copied_run_dir_overwrites_last_ckpt(run_copy, capsys):
     """Lightning's version counter wrote last-v1.ckpt beside the copied last.ckpt, while
     evaluate and the sweep read last.ckpt."""
     run, cache = run_copy
-    code, err = _main(
-        _fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
+    code, err = train_main(
+        fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
     )
     assert code == 0, err
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -151,8 +147,8 @@ def test_copied_run_dir_overwrites_last_ckpt(run_copy, capsys):
 
 def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, capsys):
     _, cache, _ = trained
-    code, err = _main(
-        _fit_args(tmp_path / "new", cache, "--ckpt_path", "last", "--trainer.max_steps", "1"),
+    code, err = train_main(
+        fit_args(tmp_path / "new", cache, "--ckpt_path", "last", "--trainer.max_steps", "1"),
         capsys,
     )
     assert code == 0 and any("no checkpoint" in line for line in err)
@@ -178,7 +174,7 @@ def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(
     run.mkdir()
     holder = _hold_lock(run)
     try:
-        code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
+        code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
         assert code == 2 and len(err) == 1
         assert err[0] == (
             f"error: --run_dir {run} is in use by another run (pid {holder.pid}); "
@@ -188,8 +184,8 @@ def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    code, err = _main(
-        _fit_args(run, cache, "--trainer.max_steps", "1"), capsys
+    code, err = train_main(
+        fit_args(run, cache, "--trainer.max_steps", "1"), capsys
     )  # the kernel dropped the lock
     assert code == 0, err
 
@@ -204,8 +200,8 @@ def test_temp_files_of_killed_writes_are_removed_at_start(run_copy, capsys):
     ]
     for p in stale:
         p.write_bytes(b"half a checkpoint")
-    code, err = _main(
-        _fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
+    code, err = train_main(
+        fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3"), capsys
     )
     assert code == 0, err
     assert not [p for p in stale if p.exists()]
@@ -223,7 +219,7 @@ def test_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path, trained, monk
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", full_disk_save)
-    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "2"), capsys)
+    code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "2"), capsys)
     assert code == 2 and err[-1].startswith(f"error: cannot write {run / 'checkpoints'}")
     assert "no space left on device" in err[-1]
     # no traceback of the failure (in-process runs may add unrelated "Logging error" noise)
@@ -235,9 +231,9 @@ def test_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path, trained, monk
 def test_sigint_while_writing_a_checkpoint(run_copy):
     run, cache = run_copy
     before = (run / "checkpoints" / "last.ckpt").read_bytes()
-    r = _train(
+    r = train_subprocess(
         [
-            *_fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5"),
+            *fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5"),
             "--trainer.callbacks+=crash_callbacks.InterruptDuringSave",
             "--trainer.callbacks.step=3",
         ]
@@ -259,7 +255,9 @@ def test_garbage_tokenizer_json_is_one_line(tmp_path, trained, capsys):
     _, cache, _ = trained
     bad = tmp_path / "tok.json"
     bad.write_text('{"version": "1.0", "model": 42')
-    code, err = _main(_fit_args(tmp_path / "run", cache, "--data.tokenizer_path", str(bad)), capsys)
+    code, err = train_main(
+        fit_args(tmp_path / "run", cache, "--data.tokenizer_path", str(bad)), capsys
+    )
     assert code == 2 and err[-1].startswith("error: tokenizer file") and str(bad) in err[-1]
     assert "not a valid tokenizers JSON" in err[-1]
 
@@ -279,16 +277,16 @@ def test_best_checkpoint_monitor(tmp_path, trained, monitor, capsys):
         monitor,
     ]
     if monitor == "val/stsb_spearman":
-        code, err = _main(_fit_args(run, cache, *extra), capsys)
+        code, err = train_main(fit_args(run, cache, *extra), capsys)
         assert code == 2 and "vat.callbacks.sts.STSBSpearman" in err[-1]
         shutil.rmtree(run)
         extra += [
             "--trainer.callbacks+=crash_callbacks.ScriptedSTSBSpearman",
             "--trainer.callbacks.values=[0.1,0.3,0.7,0.2,0.6,0.5]",
         ]
-    code, err = _main(_fit_args(run, cache, *extra), capsys)
+    code, err = train_main(fit_args(run, cache, *extra), capsys)
     assert code == 0, err
-    values = _scalars(run)[monitor]
+    values = scalars(run)[monitor]
     best_step = (max if monitor == "val/stsb_spearman" else min)(values, key=lambda sv: sv[1])[
         0
     ] + 1
@@ -305,5 +303,5 @@ def test_stale_lock_file_from_an_old_pid_does_not_block(tmp_path, trained, capsy
     run.mkdir()
     (run / ".lock").write_text("4000000\n")  # a run that died: its flock died with it
     t0 = time.time()
-    code, err = _main(_fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
+    code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
     assert code == 0 and time.time() - t0 < 120, err

@@ -12,45 +12,16 @@ import pytest
 import torch
 import yaml
 from conftest import ASSETS, ROOT
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from helpers import TINY, fit_args, scalars, train_main, train_subprocess
 
 from vat.checkpoint import load_vat
 from vat.features import token_vectors
-
-TINY = str(ASSETS / "tiny.yaml")
-
-
-def _train(
-    args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240
-) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
-        "PYTHONWARNINGS": "ignore",
-    }
-    env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "vat", "train", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    ea = EventAccumulator(str(run_dir))
-    ea.Reload()
-    return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
 
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("fit") / "run"
-    r = _train(
-        ["fit", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(run.parent / "cache")]
-    )
+    r = train_subprocess(fit_args(run, run.parent / "cache"))
     assert r.returncode == 0, r.stderr[-3000:]
     return run
 
@@ -59,7 +30,7 @@ def test_fit_writes_checkpoint_tensorboard_config_and_tokenizer(fitted):
     assert (fitted / "checkpoints" / "last.ckpt").is_file()
     assert list((fitted / "checkpoints").glob("best-*.ckpt"))
     assert (fitted / "config.yaml").is_file() and (fitted / "tokenizer.json").is_file()
-    scalars = _scalars(fitted)
+    logged = scalars(fitted)
     for tag in [
         "train/loss",
         "train/nll",
@@ -76,11 +47,11 @@ def test_fit_writes_checkpoint_tensorboard_config_and_tokenizer(fitted):
         "val/kl",
         "val/kl_weighted",
     ]:
-        assert tag in scalars, tag
-    assert [s for s, _ in scalars["train/loss"]] == [0, 1]
+        assert tag in logged, tag
+    assert [s for s, _ in logged["train/loss"]] == [0, 1]
     # perplexity is exp(nll): torchmetrics' Perplexity must agree with the NLL mean
-    assert scalars["val/ppl"][-1][1] == pytest.approx(
-        torch.tensor(scalars["val/nll"][-1][1]).exp().item(), rel=1e-4
+    assert logged["val/ppl"][-1][1] == pytest.approx(
+        torch.tensor(logged["val/nll"][-1][1]).exp().item(), rel=1e-4
     )
 
 
@@ -98,35 +69,14 @@ def test_checkpoint_roundtrip_gives_same_mu(fitted, tiny_sentences):
 
 
 def test_validate_and_test_subcommands(fitted):
-    r = _train(
-        [
-            "validate",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(fitted),
-            "--data.cache_dir",
-            str(fitted.parent / "cache"),
-            "--ckpt_path",
-            str(fitted / "checkpoints" / "last.ckpt"),
-        ]
-    )
+    # fit_args with "fit" swapped for the subcommand
+    args = fit_args(fitted, fitted.parent / "cache")[1:]
+    last = ["--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")]
+    r = train_subprocess(["validate", *args, *last])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "val/loss" in r.stdout
-    r = _train(
-        [
-            "test",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(fitted),
-            "--data.cache_dir",
-            str(fitted.parent / "cache"),
-            "--data.test_files",
-            f"[{ASSETS / 'sentences.txt'}]",
-            "--ckpt_path",
-            str(fitted / "checkpoints" / "last.ckpt"),
-        ]
+    r = train_subprocess(
+        ["test", *args, "--data.test_files", f"[{ASSETS / 'sentences.txt'}]", *last]
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "test/nll" in r.stdout
@@ -156,21 +106,8 @@ def test_every_config_parses(tmp_path):
         assert cli.model.arch.max_len == cli.datamodule.hparams.max_len
 
 
-def _main(args: list[str], capsys) -> tuple[int, list[str]]:
-    """train.py in-process (no interpreter start-up): exit code and stderr lines."""
-    from vat.cli.train import main
-
-    try:
-        code = main(args)
-    except SystemExit as e:  # the argument parser exits by itself
-        code = e.code
-    return code, capsys.readouterr().err.strip().splitlines()
-
-
 def test_config_typo_is_one_line_error(tmp_path, capsys):
-    code, err = _main(
-        ["fit", "-c", TINY, "--run_dir", str(tmp_path), "--model.loss.prior_stdd", "0.5"], capsys
-    )
+    code, err = train_main(fit_args(tmp_path, None, "--model.loss.prior_stdd", "0.5"), capsys)
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error:") and "prior_stdd" in err[0]
 
@@ -182,19 +119,8 @@ def test_bad_corpus_is_one_line_error(tmp_path, case, capsys):
         path.write_text("\n \n")
     if case == "directory":
         path.mkdir()
-    code, err = _main(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "run"),
-            "--data.train_files",
-            f"[{path}]",
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-        ],
-        capsys,
+    code, err = train_main(
+        fit_args(tmp_path / "run", tmp_path / "cache", "--data.train_files", f"[{path}]"), capsys
     )
     assert code == 2
     assert err[-1].startswith("error: data.train_files") and str(path) in err[-1]
@@ -204,22 +130,17 @@ def test_bad_corpus_is_one_line_error(tmp_path, case, capsys):
 def test_checkpoint_with_other_corpus_or_tokenizer_is_rejected(fitted, tmp_path, capsys):
     other = tmp_path / "other.txt"
     other.write_text("\n".join(f"completely different words number {i} here" for i in range(40)))
-    code, err = _main(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "run"),
+    code, err = train_main(
+        fit_args(
+            tmp_path / "run",
+            tmp_path / "cache",
             "--data.train_files",
             f"[{other}]",
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
             "--trainer.max_steps",
             "4",
             "--ckpt_path",
             str(fitted / "checkpoints" / "last.ckpt"),
-        ],
+        ),
         capsys,
     )
     assert code == 2
@@ -227,20 +148,10 @@ def test_checkpoint_with_other_corpus_or_tokenizer_is_rejected(fitted, tmp_path,
     # Same options, but the corpus file changed under them: the retrained tokenizer differs.
     corpus = tmp_path / "corpus.txt"
     corpus.write_text((ASSETS / "sentences.txt").read_text())
-    args = [
-        "fit",
-        "-c",
-        TINY,
-        "--run_dir",
-        str(tmp_path / "run2"),
-        "--data.train_files",
-        f"[{corpus}]",
-        "--data.cache_dir",
-        str(tmp_path / "cache"),
-    ]
-    assert _main(args, capsys)[0] == 0
+    args = fit_args(tmp_path / "run2", tmp_path / "cache", "--data.train_files", f"[{corpus}]")
+    assert train_main(args, capsys)[0] == 0
     corpus.write_text(other.read_text())
-    code, err = _main([*args, "--trainer.max_steps", "4", "--ckpt_path", "last"], capsys)
+    code, err = train_main([*args, "--trainer.max_steps", "4", "--ckpt_path", "last"], capsys)
     assert code == 2
     assert "tokenizer differs" in err[-1]
 
@@ -248,20 +159,10 @@ def test_checkpoint_with_other_corpus_or_tokenizer_is_rejected(fitted, tmp_path,
 def test_unwritable_run_dir_and_too_many_devices(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, err = _main(["fit", "-c", TINY, "--run_dir", str(blocker / "run")], capsys)
+    code, err = train_main(fit_args(blocker / "run"), capsys)
     assert code == 2 and err[-1].startswith("error: --run_dir") and str(blocker / "run") in err[-1]
-    code, err = _main(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "r"),
-            "--trainer.accelerator",
-            "gpu",
-            "--trainer.devices",
-            "64",
-        ],
+    code, err = train_main(
+        fit_args(tmp_path / "r", None, "--trainer.accelerator", "gpu", "--trainer.devices", "64"),
         capsys,
     )
     assert code == 2 and err[-1].startswith(
@@ -273,20 +174,15 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
     """Lightning 2.6 alone keeps last.ckpt from the last periodic save (step 4 here) when fit
     stops at step 7; vat's FinalLastCheckpoint rewrites it at the end of fit."""
     run = tmp_path / "run"
-    r = _train(
-        [
-            "fit",
-            "-c",
-            TINY,
-            "--run_dir",
-            str(run),
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
+    r = train_subprocess(
+        fit_args(
+            run,
+            tmp_path / "cache",
             "--trainer.max_steps",
             "7",
             "--checkpoint.every_n_train_steps",
             "4",
-        ]
+        )
     )
     assert r.returncode == 0, r.stderr[-3000:]
     from vat.checkpoint import read_checkpoint
@@ -317,7 +213,7 @@ def test_predict_is_not_offered(capsys):
     from vat.cli.train import VATCLI
 
     assert "predict" not in VATCLI.subcommands() and "fit" in VATCLI.subcommands()
-    code, err = _main(["predict", "-c", TINY], capsys)
+    code, err = train_main(["predict", "-c", TINY], capsys)
     assert code == 2 and len(err) == 1 and "predict" in err[0]
 
 
@@ -341,33 +237,13 @@ def test_packaged_config_by_name(capsys):
 def test_progress_bar_counts_steps_not_epochs(tmp_path, capsys):
     from vat.cli.train import vat_train
 
-    code = vat_train(
-        [
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "run"),
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            "--trainer.enable_progress_bar",
-            "true",
-            "--trainer.max_steps",
-            "3",
-        ]
-    )
+    def with_bar(run: str, *extra: str) -> int:
+        # `vat train` takes no subcommand: fit_args without its "fit"
+        bar = ["--trainer.enable_progress_bar", "true"]
+        return vat_train([*fit_args(tmp_path / run, tmp_path / "cache")[1:], *bar, *extra])
+
+    code = with_bar("run", "--trainer.max_steps", "3")
     out = capsys.readouterr().out  # Lightning's bars write to stdout
     assert code == 0 and "training" in out and "3/3" in out and "Epoch" not in out
-    code = vat_train(
-        [
-            "-c",
-            TINY,
-            "--run_dir",
-            str(tmp_path / "run2"),
-            "--data.cache_dir",
-            str(tmp_path / "cache"),
-            "--trainer.enable_progress_bar",
-            "true",
-            "--no-progress",
-        ]
-    )
+    code = with_bar("run2", "--no-progress")
     assert code == 0 and "training" not in capsys.readouterr().out

@@ -1,0 +1,145 @@
+"""Helpers shared by the test modules: running `vat train` in-process or in a subprocess, the
+argument lists of the common CLI calls, and a minimal LightningModule around a checkpoint."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from conftest import ASSETS, ROOT
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.data import DataLoader
+
+from vat.checkpoint import load_vat
+from vat.tokenizer import make_batch
+
+TINY = str(ASSETS / "tiny.yaml")
+
+# 2-process DDP on CPU (gloo), 2 sentences per process and step
+DDP_TWO_CPU = [
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.devices",
+    "2",
+    "--trainer.strategy",
+    "ddp",
+    "--data.batch_size",
+    "2",
+]
+
+
+# -- `vat train` ------------------------------------------------------------------------------
+
+
+def fit_args(run: Path, cache: Path | None = None, *extra: str) -> list[str]:
+    """`fit -c tests/assets/tiny.yaml --run_dir RUN [--data.cache_dir CACHE] EXTRA...`."""
+    args = ["fit", "-c", TINY, "--run_dir", str(run)]
+    if cache is not None:
+        args += ["--data.cache_dir", str(cache)]
+    return [*args, *extra]
+
+
+def train_subprocess(
+    args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240
+) -> subprocess.CompletedProcess:
+    """`python -m vat train ARGS` in a fresh interpreter (tests/ importable, for the
+    callbacks of crash_callbacks.py)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+        "PYTHONWARNINGS": "ignore",
+    }
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "vat", "train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def train_main(args: list[str], capsys) -> tuple[int, list[str]]:
+    """train.py in-process (no interpreter start-up): exit code and stderr lines."""
+    from vat.cli.train import main
+
+    try:
+        code = main(args)
+    except SystemExit as e:  # the argument parser exits by itself
+        code = e.code
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every TensorBoard scalar of a run: tag -> [(step, value), ...]."""
+    ea = EventAccumulator(str(run_dir))
+    ea.Reload()
+    return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
+
+
+# -- `vat evaluate` and `vat geometry` -------------------------------------------------------
+
+
+def evaluate_args(ckpt: Path, senteval_dir: Path, output: Path, *extra: str) -> list[str]:
+    """`vat evaluate` on STS12 of a checkpoint, writing OUTPUT."""
+    return [
+        "--ckpt",
+        str(ckpt),
+        "--tasks",
+        "STS12",
+        "--data-dir",
+        str(senteval_dir),
+        "--output",
+        str(output),
+        *extra,
+    ]
+
+
+def geometry_args(ckpt: Path, probe: Path, output: Path, *extra: str) -> list[str]:
+    """`vat geometry` of a checkpoint on a probe file, writing OUTPUT."""
+    return ["--ckpt", str(ckpt), "--probe", str(probe), "--output", str(output), *extra]
+
+
+# -- a LightningModule for callback tests ------------------------------------------------------
+
+
+class CheckpointSystem(L.LightningModule):
+    """Just what the callbacks rely on: .model, .tokenizer, .prior_std, from a vat checkpoint.
+
+    It trains on one batch of the first `n_sentences` sentences with plain SGD at `lr`; the
+    default 0 keeps the weights put, so what a callback logs can be recomputed afterwards."""
+
+    def __init__(
+        self, ckpt: Path, sentences: list[str], n_sentences: int = 4, lr: float = 0.0
+    ) -> None:
+        super().__init__()
+        loaded = load_vat(ckpt)
+        self.model, self.tokenizer, self.prior_std = (
+            loaded.model,
+            loaded.tokenizer,
+            loaded.prior_std,
+        )
+        self.batch = make_batch(self.tokenizer.encode_batch(sentences[:n_sentences]))
+        self.lr = lr
+
+    def training_step(self, batch, batch_idx):
+        out = self.model(batch["src"], batch["tgt_in"])
+        return F.cross_entropy(out.logits.transpose(1, 2), batch["tgt_out"], ignore_index=0)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/dummy", 0.0)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    def train_dataloader(self):
+        return DataLoader([self.batch], batch_size=None)
+
+    def val_dataloader(self):
+        return DataLoader([self.batch], batch_size=None)
