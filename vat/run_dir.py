@@ -302,7 +302,7 @@ class ExceptionCheckpoint(Callback):
         self.ckpt_path = str(Path(dirpath) / f"{filename}.ckpt")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        from vat.module import NonFiniteLossError  # lazy: vat.module is heavy
+        from vat.non_finite import NonFiniteLossError
 
         if isinstance(exception, NonFiniteLossError):
             return  # the weights may be non-finite: the last good checkpoint stays the latest
