@@ -44,6 +44,15 @@ def fit_args(run: Path, cache: Path | None = None, *extra: str) -> list[str]:
     return [*args, *extra]
 
 
+def run_python(
+    argv: list[str], env: dict, cwd: Path = ROOT, timeout: int = 240
+) -> subprocess.CompletedProcess:
+    """`python ARGV` in a fresh interpreter with ENV, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def train_subprocess(
     args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240
 ) -> subprocess.CompletedProcess:
@@ -55,14 +64,7 @@ def train_subprocess(
         "PYTHONWARNINGS": "ignore",
     }
     env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "vat", "train", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_python(["-m", "vat", "train", *args], env, cwd, timeout)
 
 
 def train_main(args: list[str], capsys) -> tuple[int, list[str]]:

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from helpers import fit_args, scalars, train_main, train_subprocess
+from helpers import fit_args, run_python, scalars, train_main, train_subprocess
 
 from vat.checkpoint import read_checkpoint
 
@@ -31,14 +31,7 @@ def trained(tmp_path_factory):
     run = base / "run"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     env.pop("PYTHONWARNINGS", None)
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *fit_args(run, base / "cache")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    r = run_python([str(ROOT / "train.py"), *fit_args(run, base / "cache")], env)
     assert r.returncode == 0, r.stderr[-3000:]
     return run, base / "cache", r.stderr
 

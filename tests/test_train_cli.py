@@ -4,15 +4,13 @@ resume, DDP."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import ASSETS, ROOT
-from helpers import TINY, fit_args, scalars, train_main, train_subprocess
+from helpers import TINY, fit_args, run_python, scalars, train_main, train_subprocess
 
 from vat.checkpoint import load_vat
 from vat.features import token_vectors
@@ -196,13 +194,8 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
 def test_train_py_shim_is_fit_of_vat_train(tmp_path):
     """python train.py fit ARGS = vat train ARGS (here: a usage error, one line, exit 2)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "fit", "-c", TINY, "--model.loss.prior_stdd", "1"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    r = run_python(
+        [str(ROOT / "train.py"), "fit", "-c", TINY, "--model.loss.prior_stdd", "1"], env, tmp_path
     )
     assert (
         r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "prior_stdd" in r.stderr
