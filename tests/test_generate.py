@@ -1,4 +1,5 @@
-"""vat.decoding, vat.latents and vat.generate: decoding from latents, variational sampling, prior, interpolation, BLEU.
+"""vat.decoding, vat.latents and vat.generate: decoding from latents, variational sampling,
+prior, interpolation, BLEU.
 
 Tiny configs, CPU, one thread (2 shared cores: torch's thread pool only adds contention).
 """
