@@ -147,6 +147,20 @@ def test_rerun_skips_finished_runs(swept, capsys):
     ]
 
 
+def test_progress_bar_over_runs_and_quiet(swept, capsys):
+    """A bar counts the runs (2/2 here, both finished); --no-progress drops the bar, --quiet
+    the bar and the [sweep] log lines."""
+    cfg = str(swept / "sweep.yaml")
+    assert sweep.main(["-c", cfg]) == 0
+    err = capsys.readouterr().err
+    assert "sweep: 100%" in err and "2/2" in err and "[sweep]" in err
+    assert sweep.main(["-c", cfg, "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "sweep: " not in err and "2/2" not in err and "[sweep]" in err
+    assert sweep.main(["-c", cfg, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_trained_run_without_record_is_measured_not_retrained(swept):
     out = swept / "sweep"
     (out / "free_bits_0.5" / "record.json").unlink()

@@ -231,12 +231,15 @@ def test_progress_bar_counts_steps_not_epochs(tmp_path, capsys):
     from vat.cli.train import vat_train
 
     def with_bar(run: str, *extra: str) -> int:
-        # `vat train` takes no subcommand: fit_args without its "fit"
+        # `vat train` takes no subcommand: fit_args without its "fit"; a fresh cache each, so
+        # the data module tokenizes (and shows its bar) every time
         bar = ["--trainer.enable_progress_bar", "true"]
-        return vat_train([*fit_args(tmp_path / run, tmp_path / "cache")[1:], *bar, *extra])
+        return vat_train([*fit_args(tmp_path / run, tmp_path / f"cache-{run}")[1:], *bar, *extra])
 
     code = with_bar("run", "--trainer.max_steps", "3")
-    out = capsys.readouterr().out  # Lightning's bars write to stdout
+    out, err = capsys.readouterr()  # Lightning's bars write to stdout, tqdm's to stderr
     assert code == 0 and "training" in out and "3/3" in out and "Epoch" not in out
+    assert "vat: tokenizing" in err
     code = with_bar("run2", "--no-progress")
-    assert code == 0 and "training" not in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert code == 0 and "training" not in out and "vat: tokenizing" not in err

@@ -262,14 +262,15 @@ def vat_train(argv: list[str]) -> int:
     """`vat train ARGS` = `python train.py fit ARGS` (`vat train validate|test ...` also work).
 
     `-c NAME` may name a packaged config (`vat config`); `--no-progress` and `--quiet` are the
-    options every vat command shares: no progress bar (and, quiet, no model summary).
+    options every vat command shares: no progress bars (training's, and the data module's
+    while it tokenizes) and, quiet, no model summary either.
     """
     from vat.cli.config import resolve_config_args
 
     args = resolve_config_args(argv)
     extra = []
     if "--no-progress" in args or "--quiet" in args:
-        extra.append("--trainer.enable_progress_bar=false")
+        extra += ["--trainer.enable_progress_bar=false", "--data.progress=false"]
     if "--quiet" in args:
         extra.append("--trainer.enable_model_summary=false")
     args = [a for a in args if a not in ("--no-progress", "--quiet")]
