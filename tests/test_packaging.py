@@ -94,3 +94,32 @@ def test_wheel_installs_vat_command_and_configs(tmp_path):
     assert r.returncode == 0 and "sweeps/sweep" in r.stdout
     r = vat("nosuchcommand")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown command" in r.stderr
+
+    # What a user does with the installed package, from a folder without vat's source: train
+    # a tiny model, export it, and use the folder through every door (issue 14).
+    shutil.copy(ROOT / "tests" / "assets" / "sentences.txt", outside / "sentences.txt")
+    shutil.copy(ROOT / "tests" / "assets" / "tiny.yaml", outside / "tiny.yaml")
+    r = vat(
+        "train", "-c", "tiny.yaml", "--run_dir", "run", "--data.cache_dir", "cache",
+        "--data.train_files", '["sentences.txt"]', "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = vat("export", "run/checkpoints/last.ckpt", "model")
+    assert r.returncode == 0 and (outside / "model" / "model.safetensors").is_file(), r.stderr
+    r = vat("generate", "reconstruct", "--ckpt", "model", "a small test sentence")
+    assert r.returncode == 0 and r.stdout.count("\n") == 1, r.stderr
+    script = (
+        "import numpy as np, vat\n"
+        "from sentence_transformers import SentenceTransformer\n"
+        f"assert vat.__file__.startswith({str(venv)!r}), vat.__file__\n"
+        "s = ['a small test sentence', 'another one here']\n"
+        "x = vat.load('model').encode(s)\n"
+        "y = SentenceTransformer('model', trust_remote_code=True, device='cpu').encode(s)\n"
+        "assert x.shape == y.shape and np.abs(x - y).max() < 1e-5, np.abs(x - y).max()\n"
+        "print('ok', x.shape)\n"
+    )
+    r = subprocess.run(
+        [str(bin_dir / "python"), "-c", script],
+        cwd=outside, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-2000:]
