@@ -49,6 +49,11 @@ def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences,
     np.testing.assert_allclose(
         vat.load(tmp_path / "saved").encode(sentences), expected, rtol=0, atol=1e-5
     )
+    # every pooling, precision (which needs the token log-variances) included
+    for pooling in ("sum", "start", "precision"):
+        want = vat.load(exported, device="cpu").encode(sentences, pooling=pooling)
+        st_pooled = to_sentence_transformer(exported, pooling=pooling, device="cpu")
+        np.testing.assert_allclose(st_pooled.encode(sentences), want, rtol=0, atol=1e-5)
 
 
 def test_mteb_encoder_protocol(exported, tiny_sentences):

@@ -58,13 +58,13 @@ class VATSentenceEncoder(InputModule):
         return {"input_ids": make_batch(ids)["src"], "lengths": torch.tensor([len(x) for x in ids])}
 
     def forward(self, features: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
-        post = self.vat.encode(features["input_ids"])  # mu (B, T, d)
+        post = self.vat.encode(features["input_ids"])  # mu, logvar (B, T, d)
         mu = post.mu.float()
         features["token_embeddings"] = mu
         features["attention_mask"] = post.mask.long()
-        features["sentence_embedding"] = pool(
-            mu, features["lengths"].to(mu.device), self.pooling
-        )  # (B, d)
+        lengths = features["lengths"].to(mu.device)
+        # logvar is used by `precision` pooling only
+        features["sentence_embedding"] = pool(mu, lengths, self.pooling, post.logvar.float())
         return features
 
     def get_embedding_dimension(self) -> int:
