@@ -353,3 +353,30 @@ def test_output_file_is_written_atomically_and_never_overwritten(
         capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "A b.", "--output", str(out), *FAST
     )
     assert rc == 2 and "already exists" in err and out.read_text() == "keep me"
+
+
+def test_bleu_long_over_scores_long_and_short_lines_apart(tiny_ckpt, tmp_path, capsys):
+    """--long-over N splits the lines at N subwords; each part's BLEU is the BLEU of that part
+    scored alone (issue 15 item 9: lines a model truncates, reported apart)."""
+    from vat.checkpoint import load_vat
+
+    lines = ["the cat sat", "a dog", " ".join(["the cat sat on the mat"] * 3), "he ran far away"]
+    n_sub = [len(ids) for ids in load_vat(tiny_ckpt).tokenizer.encode_batch(lines)]
+    cut = sorted(n_sub)[1]  # two lines at or under the cut, two over it
+    (tmp_path / "all.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "long.txt").write_text("\n".join(t for t, k in zip(lines, n_sub) if k > cut))
+    (tmp_path / "short.txt").write_text("\n".join(t for t, k in zip(lines, n_sub) if k <= cut))
+
+    def bleu(name: str, *extra: str) -> dict:
+        args = ("bleu", "--ckpt", str(tiny_ckpt), "--input", str(tmp_path / name), "--json")
+        rc, out, _ = _main(capsys, *args, *extra, *FAST)
+        assert rc == 0
+        return json.loads(out[0])
+
+    rec = bleu("all.txt", "--long-over", str(cut))
+    assert rec["long"]["n"] == 2 and rec["short"]["n"] == 2 and rec["n"] == 4
+    assert rec["long"]["bleu"] == pytest.approx(bleu("long.txt")["bleu"])
+    assert rec["short"]["bleu"] == pytest.approx(bleu("short.txt")["bleu"])
+    rc, _, err = _main(capsys, "bleu", "--ckpt", str(tiny_ckpt), "--input",
+                       str(tmp_path / "all.txt"), "--long-over", "0", *FAST)  # fmt: skip
+    assert rc == 2 and err.count("\n") == 1 and "--long-over" in err

@@ -183,6 +183,14 @@ def _parser() -> argparse.ArgumentParser:
         help="reconstruction corpus BLEU (sacrebleu 13a) and exact-match rate of mu-decoding",
     )
     b.add_argument("--limit", type=int, default=None, help="use only the first N non-empty lines")
+    b.add_argument(
+        "--long-over",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also score the lines of more than N subwords, and the others, separately "
+        "(e.g. 63: what a max_len 64 model truncates)",
+    )
     return p
 
 

@@ -12,7 +12,7 @@ from typing import TextIO
 from vat.cli.common import read_text_lines
 from vat.decoding import DecodeOptions
 from vat.errors import VatError
-from vat.generate import VATGenerator
+from vat.generate import VATGenerator, reconstruction_score
 from vat.latents import InterpolationMethod
 from vat.tokenizer import EOS_ID
 
@@ -157,7 +157,8 @@ def _run_bleu(
     if not keep:
         raise VatError("no non-empty sentence to score")
     texts = [lines[i] for i in keep]
-    s = gen.score(texts, opts, labels=_labels(args, keep))
+    hyps = gen.reconstruct(texts, opts, labels=_labels(args, keep))
+    s = reconstruction_score(hyps, texts)
     strategy = f"beam {opts.beam_size}" if opts.strategy == "beam" else opts.strategy
     record = {
         "bleu": s.bleu,
@@ -167,15 +168,32 @@ def _run_bleu(
         "decoding": strategy,
         "bleu_metric": "torchmetrics SacreBLEUScore(tokenize='13a')",
     }
-    _emit(
-        out,
-        args.json,
-        record,
-        [
-            f"BLEU {s.bleu:.2f}  exact match {s.exact}/{s.n} ({100 * s.exact_match:.1f}%)  "
-            f"decoding {strategy}"
-        ],
-    )
+    shown = [
+        f"BLEU {s.bleu:.2f}  exact match {s.exact}/{s.n} ({100 * s.exact_match:.1f}%)  "
+        f"decoding {strategy}"
+    ]
+    if args.long_over is not None:
+        if args.long_over < 1:
+            raise VatError(
+                f"--long-over must be a positive number of subwords, got {args.long_over}"
+            )
+        # issue 15 item 9: lines longer than a model's max_len are truncated, so report them apart
+        long = [len(ids) > args.long_over for ids in gen.tokenizer.encode_batch(texts)]
+        for name, wanted in (("long", True), ("short", False)):
+            part = [i for i, is_long in enumerate(long) if is_long == wanted]
+            if not part:
+                record[name] = {"subwords": f"{'>' if wanted else '<='} {args.long_over}", "n": 0}
+                continue
+            sub = reconstruction_score([hyps[i] for i in part], [texts[i] for i in part])
+            record[name] = {
+                "subwords": f"{'>' if wanted else '<='} {args.long_over}",
+                "bleu": sub.bleu,
+                "exact_match": sub.exact_match,
+                "n": sub.n,
+            }
+            shown.append(f"  {name} (subwords {record[name]['subwords']}): BLEU {sub.bleu:.2f}  "
+                         f"exact match {sub.exact}/{sub.n}")  # fmt: skip
+    _emit(out, args.json, record, shown)
 
 
 RUNNERS = {
