@@ -47,6 +47,16 @@ def test_fit_writes_checkpoint_tensorboard_config_and_tokenizer(fitted):
     ]:
         assert tag in logged, tag
     assert [s for s, _ in logged["train/loss"]] == [0, 1]
+    # model TFLOP/s = tokens/s x 6 x the matmul weights (lm_head included), per logged step
+    model = load_vat(fitted / "checkpoints" / "last.ckpt").model
+    linear = {id(m.weight): m.weight.numel() for m in model.modules() if hasattr(m, "in_features")}
+    (step, rate), (step2, tflops) = (
+        logged["train/tokens_per_s"][-1],
+        logged["train/model_tflops"][-1],
+    )
+    assert step == step2 and tflops == pytest.approx(
+        rate * 6 * sum(linear.values()) / 1e12, rel=1e-5
+    )
     # perplexity is exp(nll): torchmetrics' Perplexity must agree with the NLL mean
     assert logged["val/ppl"][-1][1] == pytest.approx(
         torch.tensor(logged["val/nll"][-1][1]).exp().item(), rel=1e-4

@@ -32,7 +32,7 @@ from vat.objective import compiled_objective, objective_terms, pad_to_multiple
 from vat.rate import KLController
 from vat.tokenizer import PAD_ID, VATTokenizer
 from vat.train_config import LossConfig, OptimConfig, _as
-from vat.train_logging import TokenRate, logs_now, train_scalars
+from vat.train_logging import TokenRate, logs_now, matmul_flops_per_token, train_scalars
 from vat.train_state import TrainState
 
 
@@ -107,7 +107,7 @@ class VATSystem(L.LightningModule):
         self._rng_to_restore: torch.Tensor | None = None
         self._compiled = None
         self._step_stats: torch.Tensor | None = None
-        self._token_rate = TokenRate()
+        self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
         self._val_batches = 0
 
@@ -201,8 +201,9 @@ class VATSystem(L.LightningModule):
         bs = batch["src"].shape[0]
         log = train_scalars(out, batch)
         rate = self._token_rate.update(self.train_state.seen("tokens"))
-        if rate is not None:
+        if rate is not None:  # MFU = train/model_tflops / the device's peak TFLOP/s
             log["train/tokens_per_s"] = rate
+            log["train/model_tflops"] = rate * self._token_rate.flops_per_token / 1e12
         if self.loss_cfg.learn_prior_std:
             log["train/prior_std"] = self.prior_std.detach()
         if self._tensor_lr():

@@ -29,10 +29,23 @@ def train_scalars(out, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     }
 
 
-class TokenRate:
-    """Tokens per second between two logging steps."""
+def matmul_flops_per_token(model: torch.nn.Module) -> float:
+    """Training FLOPs per non-pad token of the model's matmuls: 6 N (2 N forward, 4 N
+    backward; Kaplan et al. 2020), N = the weights of every nn.Linear, a tied output
+    projection counted once. Attention's length-dependent term (12 d T per token and layer)
+    is left out: small for d = 128 and sentence lengths, so MFU = model TFLOP/s / the
+    device's peak, computed from this, slightly underestimates (bench/ counts it in full)."""
+    weights = {
+        id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
+    }
+    return 6.0 * sum(weights.values())
 
-    def __init__(self) -> None:
+
+class TokenRate:
+    """Tokens per second between two logging steps, and the model FLOP/s they imply."""
+
+    def __init__(self, flops_per_token: float = 0.0) -> None:
+        self.flops_per_token = flops_per_token
         self._last: tuple[float, torch.Tensor] | None = None  # (time, tokens seen)
 
     def update(self, tokens: torch.Tensor) -> torch.Tensor | None:
