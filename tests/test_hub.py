@@ -177,6 +177,21 @@ def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_
     assert VATGenerator.from_checkpoint(out).prior_std == 0.4
 
 
+def test_evaluate_accepts_an_exported_folder(tiny_ckpt, tmp_path, senteval_dir, capsys):
+    """`vat evaluate --ckpt FOLDER` scores exactly what `--ckpt CKPT` does."""
+    from helpers import evaluate_args
+
+    from vat.cli.evaluate import main as evaluate_main
+
+    out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    scores = []
+    for ckpt, name in ((out, "folder.json"), (tiny_ckpt, "ckpt.json")):
+        assert evaluate_main(evaluate_args(ckpt, senteval_dir, tmp_path / name)) == 0
+        scores.append(json.loads((tmp_path / name).read_text())["STS12"])
+    capsys.readouterr()
+    assert scores[0] == scores[1] and scores[0]["all"]["spearman"]["mean"] is not None
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
