@@ -9,48 +9,24 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-import torch.nn.functional as F
 from eval_helpers import write_mini_senteval
+from helpers import CheckpointSystem
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from torch.utils.data import DataLoader
 
 from vat.callbacks.sts import METRIC, STSBSpearman
-from vat.checkpoint import load_vat, vat_metadata
+from vat.checkpoint import vat_metadata
 from vat.errors import VatError
 from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
-from vat.tokenizer import make_batch
 
 
-class TrainingSystem(L.LightningModule):
+class TrainingSystem(CheckpointSystem):
     """A real (tiny) VAT that learns between validations, so the score moves; it saves vat
     checkpoints that the harness reads."""
 
     def __init__(self, ckpt: Path, sentences: list[str]) -> None:
-        super().__init__()
-        loaded = load_vat(ckpt)
-        self.model, self.tokenizer, self.prior_std = (
-            loaded.model,
-            loaded.tokenizer,
-            loaded.prior_std,
-        )
-        self.batch = make_batch(self.tokenizer.encode_batch(sentences[:8]))
-
-    def training_step(self, batch, batch_idx):
-        out = self.model(batch["src"], batch["tgt_in"])
-        return F.cross_entropy(out.logits.transpose(1, 2), batch["tgt_out"], ignore_index=0)
-
-    def validation_step(self, batch, batch_idx):
-        self.log("val/dummy", 0.0)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.5)  # big steps: the encoder changes a lot
-
-    def train_dataloader(self):
-        return DataLoader([self.batch], batch_size=None)
-
-    def val_dataloader(self):
-        return DataLoader([self.batch], batch_size=None)
+        # big SGD steps: the encoder changes a lot between validations
+        super().__init__(ckpt, sentences, n_sentences=8, lr=0.5)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["vat"] = vat_metadata(self.model, self.tokenizer, self.prior_std, [0, 1])
