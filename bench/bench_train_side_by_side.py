@@ -87,6 +87,7 @@ FLOPS_FORMULA = (
 )
 PAD_MULTIPLE = 8  # compiled steps pad lengths to a multiple of this (bounded shapes)
 MAX_TOKENS_FALLBACK_LEN = 32  # padded tokens per sentence assumed when converting to sentences
+_FUSED_CE = False  # set from --fused-ce: the plain loop's NLL through vat.fused_ce as well
 
 # Sections of the config whose keys this vat may or may not have (other branches add some).
 _SECTIONS = {
@@ -238,8 +239,14 @@ def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float):
     # not trace with a dynamic batch dimension (torch 2.13: "SymIntArrayRef expected to
     # contain only concrete integers"); the training branch's VAT makes the same change.
     z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)  # (B, T, d)
-    logits = model.decode(tgt_in, z, mask)  # (B, T, V)
-    nll = masked_mean(reconstruction_nll(logits, tgt_out, mask), mask)
+    if _FUSED_CE:  # model.loss.fused_cross_entropy: no (B, T, V) logits (vat/fused_ce.py)
+        from vat.fused_ce import fused_linear_cross_entropy
+
+        hidden = model.decode_hidden(tgt_in, z, mask)  # (B, T, d)
+        nll = fused_linear_cross_entropy(hidden, model.lm_head.weight, tgt_out, mask)
+    else:
+        logits = model.decode(tgt_in, z, mask)  # (B, T, V)
+        nll = masked_mean(reconstruction_nll(logits, tgt_out, mask), mask)
     kl_per_dim = gaussian_kl(mu.float(), logvar.float(), prior_std)  # (B, T, d)
     return nll, masked_mean(free_bits_kl(kl_per_dim, mask, free_bits), mask)
 
@@ -359,6 +366,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="model.compile for vat, torch.compile for the plain loop (default: the config's)",
     )
+    p.add_argument(
+        "--fused-ce",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="model.loss.fused_cross_entropy for vat, vat.fused_ce in the plain loop "
+        "(default: the config's)",
+    )
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (cuda 50, cpu 3)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (cuda 200, cpu 15)")
     p.add_argument("--rounds", type=int, default=None, help="A/B alternations (cuda 2, cpu 1)")
@@ -467,6 +481,10 @@ def make_overrides(
     compile_ = (
         a.compile if a.compile is not None else bool(cfg.get("model", {}).get("compile", False))
     )
+    if a.fused_ce is not None:
+        if not has_key("model.loss.fused_cross_entropy"):
+            raise SystemExit("error: --fused-ce: this vat has no model.loss.fused_cross_entropy")
+        ov += ["--model.loss.fused_cross_entropy", str(a.fused_ce).lower()]
     if has_key("model.compile"):
         ov += ["--model.compile", str(compile_).lower()]
     elif compile_:
@@ -506,6 +524,9 @@ def bench_vocab(
     overrides, settings = make_overrides(a, cfg, vocab, str(workdir / f"v{vocab}_setup"))
     cli = build_cli(cfg_path, overrides)  # also prepares the tokenizer and the cached data
     dm, system = cli.datamodule, cli.model
+    global _FUSED_CE  # the plain loop follows vat's setting (like for like)
+    _FUSED_CE = bool(getattr(system.loss_cfg, "fused_cross_entropy", False))
+    settings["fused_cross_entropy"] = _FUSED_CE
     dm.prepare_data()
     dm.setup("fit")
     cpu_batches = take_batches(dm, n)

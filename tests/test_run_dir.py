@@ -95,6 +95,24 @@ def test_resume_refuses_model_and_data_changes_and_lower_max_steps(run_copy, cap
     assert not list(run.glob("config-resume-*.yaml"))
 
 
+def test_resume_refuses_max_epochs_below_the_checkpoints_epoch(run_copy, capsys):
+    run, cache = run_copy  # tiny: 12 training sentences in batches of 4, 3 steps an epoch
+    last = run / "checkpoints" / "last.ckpt"
+    more = ["--ckpt_path", "last", "--data.num_workers", "0"]
+    code, err = train_main(fit_args(run, cache, *more, "--trainer.max_steps", "7"), capsys)
+    assert code == 0, err
+    assert _step(last) == 7 and int(read_checkpoint(last)["epoch"]) == 2  # the third epoch
+    before = last.read_bytes()
+    unbounded = ["--trainer.max_steps", "-1", "--trainer.max_epochs"]
+    code, err = train_main(fit_args(run, cache, *more, *unbounded, "1"), capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: --trainer.max_epochs 1 is below the epoch of {last} (2,")
+    assert last.read_bytes() == before and len(list(run.glob("config-resume-*.yaml"))) == 1
+    code, err = train_main(fit_args(run, cache, *more, *unbounded, "3"), capsys)
+    assert code == 0, err
+    assert _step(last) == 9  # the third epoch finished, and no further
+
+
 def test_resume_records_each_start_without_destroying_the_first(run_copy, capsys):
     run, cache = run_copy
     first = (run / "config.yaml").read_text()

@@ -185,7 +185,12 @@ def test_forward_and_shared_step_agree(tiny_tokenizer, tiny_sentences):
     assert out.logits.shape[:2] == batch["src"].shape
 
 
-def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, fast_compile):
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, backend, monkeypatch):
+    """Both backends; inductor (what training uses) builds C++ kernels: about 40 s here."""
+    import vat.objective
+
+    monkeypatch.setattr(vat.objective, "COMPILE_BACKEND", backend)
     batch = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:5]))  # T not a multiple of 8
     eager, compiled = (
         _system(tiny_tokenizer, sample_latent=False),
@@ -200,6 +205,30 @@ def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, fast_co
     gb = torch.cat([p.grad.flatten() for p in compiled.parameters() if p.grad is not None])
     torch.testing.assert_close(gb, ga, rtol=1e-3, atol=1e-5)
     assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefixes
+
+
+def test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths(
+    tiny_tokenizer, tiny_sentences, fast_compile
+):
+    """Batches of 1-8 sentences at padded lengths 8, 16 and 24: at most the documented 4
+    graphs (vat/objective.py), every one matching eager, and the shapes counted."""
+    torch._dynamo.reset()  # graphs of earlier tests would serve these shapes (same code)
+    eager = _system(tiny_tokenizer, sample_latent=False)
+    compiled = _system(tiny_tokenizer, compile=True, sample_latent=False)
+    shapes = [(4, 5), (3, 7), (8, 6), (2, 12), (5, 16), (1, 3), (7, 9), (1, 15), (6, 20)]
+    g = torch.Generator().manual_seed(0)
+    for b, t in shapes:
+        ids = torch.randint(4, tiny_tokenizer.vocab_size, (b, t), generator=g)
+        batch = {"src": ids, "tgt_in": ids.roll(1, 1), "tgt_out": ids.clone()}
+        want, got = eager._shared_step(batch, "train"), compiled._shared_step(batch, "train")
+        torch.testing.assert_close(got.loss, want.loss, rtol=1e-4, atol=1e-5)
+    objective = compiled._compiled
+    assert objective.shapes == {(b, -(-t // 8) * 8) for b, t in shapes}
+    assert 2 <= objective.graphs <= 4  # one per length would be 3, one per shape 9
+    assert objective.summary() == (
+        f"model.compile: 9 batch shapes, 3 padded lengths (8-24), {objective.graphs} "
+        "compiled graphs"
+    )
 
 
 def test_resume_across_compile_change(tiny_tokenizer, tiny_sentences, tmp_path, fast_compile):
@@ -237,3 +266,20 @@ def test_bf16_autocast_close_to_fp32(tiny_tokenizer, tiny_sentences, tmp_path):
     )
     trainer.fit(system, DataLoader(_batches(tiny_tokenizer, tiny_sentences, n=2), batch_size=None))
     assert all(torch.isfinite(p).all() for p in system.parameters())
+
+
+def test_train_cli_compiles_and_reports_its_graphs(tmp_path, capsys, caplog, fast_compile):
+    from helpers import fit_args, scalars, train_main
+
+    torch._dynamo.reset()  # so that this run compiles its own graphs
+    run = tmp_path / "run"
+    extra = ["--model.compile", "true", "--trainer.max_steps", "4", "--data.num_workers", "0"]
+    with caplog.at_level("INFO"):
+        code, err = train_main(fit_args(run, tmp_path / "cache", *extra), capsys)
+    assert code == 0, err
+    graphs = [v for _, v in scalars(run)["train/compiled_graphs"]]
+    assert len(graphs) == 4 and 1 <= graphs[0] <= graphs[-1] <= 4
+    (line,) = [r.getMessage() for r in caplog.records if "model.compile:" in r.getMessage()]
+    assert line.startswith("vat: model.compile: ") and line.endswith(
+        f"{int(graphs[-1])} compiled graphs"
+    )

@@ -208,6 +208,16 @@ def vat_from_checkpoint(
     )
 
 
+def check_same_model_config(recorded: dict, now: dict) -> None:
+    """A resume's model must be the checkpoint's: a one-line error listing what differs."""
+    if recorded != now:
+        diff = {k: (v, now.get(k)) for k, v in recorded.items() if now.get(k) != v}
+        raise CheckpointError(
+            "--ckpt_path: the checkpoint's model config differs from this run's: "
+            f"{diff} (checkpoint, config)"
+        )
+
+
 def vat_metadata(
     model: VAT, tokenizer: VATTokenizer, prior_std: float, length_histogram: list[int]
 ) -> dict:

@@ -14,7 +14,6 @@ file atomically; `setup` on every rank only reads (and checks) the caches.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,13 @@ from vat.corpus import (  # noqa: F401 (read_lines, expand_files: public API)
     read_lines,
     split_held_out,
 )
-from vat.data_cache import check_cache_dir, save_tokenizer, write_token_cache
+from vat.data_cache import (
+    check_cache_dir,
+    hash16,
+    read_cached_tokenizer,
+    save_tokenizer,
+    write_token_cache,
+)
 from vat.data_options import validate_data_options
 from vat.errors import VatError
 from vat.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
@@ -171,7 +176,7 @@ class VATDataModule(L.LightningDataModule):
                 for k, v in self._source_files().items()
             }
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
-        return _hash16(json.dumps(desc, sort_keys=True, default=str))
+        return hash16(json.dumps(desc, sort_keys=True, default=str))
 
     def _source_names(self) -> list[str]:
         h = self.hparams
@@ -224,15 +229,15 @@ class VATDataModule(L.LightningDataModule):
 
     def _tokenizer_cache_path(self) -> Path:
         h = self.hparams
-        key = _hash16(
+        key = hash16(
             f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2"
         )
         return self._cache() / f"tokenizer-{key}.json"
 
     def _data_cache_path(self, tokenizer: VATTokenizer) -> Path:
         h = self.hparams
-        tok_hash = _hash16(tokenizer.to_str())
-        key = _hash16(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2")
+        tok_hash = hash16(tokenizer.to_str())
+        key = hash16(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2")
         return self._cache() / f"data-{key}"
 
     def _load_or_train_tokenizer(self) -> VATTokenizer:
@@ -243,7 +248,7 @@ class VATDataModule(L.LightningDataModule):
             except ValueError as e:
                 raise VatError(f"data.tokenizer_path: {e}") from None
         else:
-            tok = self._cached_tokenizer() or self._train_tokenizer()
+            tok = read_cached_tokenizer(self._tokenizer_cache_path()) or self._train_tokenizer()
         if tok.vocab_size > h.vocab_size:
             src = h.tokenizer_path or "the cached tokenizer"
             raise VatError(
@@ -251,18 +256,6 @@ class VATDataModule(L.LightningDataModule):
                 f"but data.vocab_size is {h.vocab_size}"
             )
         return tok
-
-    def _cached_tokenizer(self) -> VATTokenizer | None:
-        path = self._tokenizer_cache_path()
-        if not path.is_file():
-            return None
-        try:
-            return VATTokenizer.from_file(path)
-        except Exception as e:  # a damaged cache file: train it again rather than fail
-            rank_zero_warn(
-                f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again"
-            )
-            return None
 
     def _train_tokenizer(self) -> VATTokenizer:
         h = self.hparams
@@ -404,8 +397,3 @@ class VATDataModule(L.LightningDataModule):
         if "test" not in self.splits:
             raise VatError("`vat train test` needs data.test_files or data.hf_test_split")
         return self._loader("test", shuffle=False)
-
-
-def _hash16(text: str) -> str:
-    """The first 16 hex digits of text's SHA-256 (the cache keys)."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -8,11 +8,14 @@ here do the writing, atomically, with one-line errors naming data.cache_dir.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.errors import VatError
 from vat.token_cache import (
@@ -25,6 +28,25 @@ from vat.token_cache import (
     write_done,
 )
 from vat.tokenizer import VATTokenizer
+
+
+def hash16(text: str) -> str:
+    """The first 16 hex digits of text's SHA-256 (the cache keys)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_cached_tokenizer(path: Path) -> VATTokenizer | None:
+    """The tokenizer cached at `path`; None when absent or damaged (it is then trained again
+    rather than failing the run)."""
+    if not path.is_file():
+        return None
+    try:
+        return VATTokenizer.from_file(path)
+    except Exception as e:
+        rank_zero_warn(
+            f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again"
+        )
+        return None
 
 
 def check_cache_dir(d: Path, write: bool) -> None:

@@ -135,11 +135,12 @@ class Posterior(NamedTuple):
 
 
 class VATOutput(NamedTuple):
-    logits: torch.Tensor  # (B, S, V)
+    logits: torch.Tensor | None  # (B, S, V); None from forward(..., head=False)
     mu: torch.Tensor  # (B, T, d)
     logvar: torch.Tensor  # (B, T, d)
     z: torch.Tensor  # (B, T, d)
     mask: torch.Tensor  # (B, T) bool
+    hidden: torch.Tensor | None = None  # (B, S, d) the lm_head's input, with head=False
 
 
 def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
@@ -362,15 +363,16 @@ class VAT(nn.Module):
         cache: list[dict] | None = None,
         offset: int = 0,
     ) -> torch.Tensor:
-        """Next-token logits (B, S, V) from any latent sequence Z.
+        """Next-token logits (B, S, V) from any latent sequence Z. With `cache` (from
+        `new_cache()`), pass only the new ids and the number already decoded as `offset`."""
+        return self.lm_head(self.decode_hidden(tgt_in, z, z_mask, cache, offset))  # (B, S, V)
 
-        With `cache` (from `new_cache()`), pass only the new ids and the number of ids
-        already decoded as `offset`.
-        """
+    def decode_hidden(self, tgt_in, z, z_mask, cache=None, offset: int = 0) -> torch.Tensor:
+        """`decode` without the output projection: the (B, S, d) input of lm_head."""
         x = self._embed(tgt_in, offset)  # (B, S, d)
         for i, layer in enumerate(self.decoder):
             x = layer(x, z, z_mask, None if cache is None else cache[i])
-        return self.lm_head(self.dec_norm(x))  # (B, S, V)
+        return self.dec_norm(x)  # (B, S, d)
 
     def new_cache(self) -> list[dict]:
         """An empty key/value cache for incremental decoding, one dict per decoder layer."""
@@ -382,13 +384,17 @@ class VAT(nn.Module):
         tgt_in: torch.Tensor,  # (B, S), S = T
         sample: bool = True,
         generator: torch.Generator | None = None,
+        head: bool = True,
     ) -> VATOutput:
         """Training pass: encode, sample Z by reparameterisation (or use mu), decode.
 
         `generator` draws the noise eps (default: the global RNG), so evaluation can use a
-        fixed noise stream without touching training's randomness.
+        fixed noise stream without touching training's randomness. head=False returns the
+        decoder's hidden states instead of logits (for vat.fused_ce).
         """
         mu, logvar, mask = self.encode(src_ids)
         z = self.reparameterize(mu, logvar, generator=generator) if sample else mu  # (B, T, d)
-        logits = self.decode(tgt_in, z, mask)  # (B, S, V)
-        return VATOutput(logits, mu, logvar, z, mask)
+        hidden = self.decode_hidden(tgt_in, z, mask)  # (B, S, d)
+        if not head:
+            return VATOutput(None, mu, logvar, z, mask, hidden)
+        return VATOutput(self.lm_head(hidden), mu, logvar, z, mask)  # logits (B, S, V)

@@ -14,12 +14,12 @@ from typing import NamedTuple
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.text import Perplexity
 
-from vat.checkpoint import vat_metadata
+from vat.checkpoint import check_same_model_config, vat_metadata
 from vat.errors import VatError
 from vat.losses import noam_lr
 from vat.model import VAT, VATConfig
@@ -28,7 +28,7 @@ from vat.non_finite import (  # noqa: F401 (NonFiniteLossError: vat.run_dir impo
     check_finite_weights,
     stop_if_non_finite,
 )
-from vat.objective import compiled_objective, objective_terms, pad_to_multiple
+from vat.objective import CompiledObjective, objective_terms
 from vat.rate import KLController
 from vat.tokenizer import PAD_ID, VATTokenizer
 from vat.train_config import LossConfig, OptimConfig, _as
@@ -105,7 +105,7 @@ class VATSystem(L.LightningModule):
         self.val_ppl = Perplexity(ignore_index=PAD_ID)
         self._val_generator: torch.Generator | None = None
         self._rng_to_restore: torch.Tensor | None = None
-        self._compiled = None
+        self._compiled: CompiledObjective | None = None
         self._step_stats: torch.Tensor | None = None
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
@@ -159,11 +159,9 @@ class VATSystem(L.LightningModule):
         objective = objective_terms
         if train and self.compile:
             if self._compiled is None:
-                self._compiled = compiled_objective(self.arch.max_len)
+                self._compiled = CompiledObjective(self.arch.max_len)
             objective = self._compiled
-            batch = pad_to_multiple(batch, self.arch.pad_id)
-            for v in batch.values():
-                torch._dynamo.maybe_mark_dynamic(v, 0)
+            batch = self._compiled.prepare(batch, self.arch.pad_id)
         terms = objective(
             self.model,
             batch["src"],
@@ -174,6 +172,7 @@ class VATSystem(L.LightningModule):
             self.loss_cfg.sample_latent,
             generator,
             not train,
+            self.loss_cfg.fused_cross_entropy,
         )
         weight = self.kl_weight()
         if isinstance(weight, torch.Tensor):
@@ -206,6 +205,8 @@ class VATSystem(L.LightningModule):
             log["train/model_tflops"] = rate * self._token_rate.flops_per_token / 1e12
         if self.loss_cfg.learn_prior_std:
             log["train/prior_std"] = self.prior_std.detach()
+        if self._compiled is not None:  # a host count: recompiles show up on the curve
+            log["train/compiled_graphs"] = float(self._compiled.graphs)
         if self._tensor_lr():
             log["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
         # sync_dist: under DDP the logged values are the mean over processes, not rank 0's alone.
@@ -350,6 +351,10 @@ class VATSystem(L.LightningModule):
         if self._log_step:
             stop_if_non_finite(self.train_state, self.trainer)
 
+    def on_train_end(self) -> None:
+        if self._compiled is not None:
+            rank_zero_info(f"vat: {self._compiled.summary()}")
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.tokenizer is None:
             raise VatError(
@@ -371,16 +376,7 @@ class VATSystem(L.LightningModule):
         meta = checkpoint.get("vat")
         if meta is None:
             raise VatError("the checkpoint is not a vat checkpoint (no 'vat' metadata)")
-        if meta["model_config"] != self.arch.to_dict():
-            diff = {
-                k: (v, self.arch.to_dict().get(k))
-                for k, v in meta["model_config"].items()
-                if self.arch.to_dict().get(k) != v
-            }
-            raise VatError(
-                "--ckpt_path: the checkpoint's model config differs from this run's: "
-                f"{diff} (checkpoint, config)"
-            )
+        check_same_model_config(meta["model_config"], self.arch.to_dict())
         if self.tokenizer is not None and meta["tokenizer"] != self.tokenizer.to_str():
             raise VatError(
                 "--ckpt_path: the checkpoint's tokenizer differs from this run's data.tokenizer "

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import torch
 
+from vat.fused_ce import fused_linear_cross_entropy
 from vat.losses import free_bits_kl, gaussian_kl, masked_mean, reconstruction_nll
 from vat.model import VAT
 
@@ -42,12 +43,16 @@ def objective_terms(
     sample: bool,
     generator: torch.Generator | None = None,
     with_logits: bool = False,
+    fused_cross_entropy: bool = False,
 ) -> Terms:
-    out = model(src, tgt_in, sample=sample, generator=generator)
-    nll_t = reconstruction_nll(out.logits, tgt_out, out.mask)  # (B, T)
-    kl_per_dim = gaussian_kl(out.mu.float(), out.logvar.float(), prior_std)  # (B, T, d)
+    fused = fused_cross_entropy and not with_logits
+    out = model(src, tgt_in, sample=sample, generator=generator, head=not fused)
     # Padding counts in neither term: both means run over non-pad tokens only (PAPER.md).
-    nll = masked_mean(nll_t, out.mask)
+    if fused:  # the same mean, without (B, T, V) logits (vat/fused_ce.py)
+        nll = fused_linear_cross_entropy(out.hidden, model.lm_head.weight, tgt_out, out.mask)
+    else:
+        nll = masked_mean(reconstruction_nll(out.logits, tgt_out, out.mask), out.mask)
+    kl_per_dim = gaussian_kl(out.mu.float(), out.logvar.float(), prior_std)  # (B, T, d)
     kl = masked_mean(kl_per_dim.sum(-1), out.mask)
     kl_objective = masked_mean(free_bits_kl(kl_per_dim, out.mask, free_bits), out.mask)
     return Terms(nll, kl, kl_objective, out.mask.sum(), out.logits if with_logits else None)
@@ -64,17 +69,55 @@ def pad_to_multiple(
     return {k: torch.nn.functional.pad(v, (0, extra), value=pad_id) for k, v in batch.items()}
 
 
-def compiled_objective(max_len: int):
-    """torch.compile of `objective_terms` for training steps.
+class CompiledObjective:
+    """torch.compile of `objective_terms` for training steps, and what it compiled.
 
-    Shapes: lengths are padded to multiples of 8, so at most ceil(max_len / 8) lengths occur;
-    the batch dimension is marked dynamic (`maybe_mark_dynamic` in the caller), so batches of
-    different sizes (the epoch's last, token budgets) share a graph. The recompile limit is
-    raised to the number of lengths (+ slack) so no length silently falls back to eager.
+    Shapes (measured, tests/test_training_step.py): lengths are padded to multiples of 8 and
+    the batch dimension is marked dynamic from the first call, so batches of other sizes
+    (token budgets, an epoch's last) reuse the graph. A second length makes dynamo trace
+    the length as dynamic too (its automatic dynamic shapes), and a batch of one sentence
+    gets a graph of its own (dynamo specialises sizes 0 and 1). A run therefore compiles at
+    most 4 graphs, whatever max_len: {first length, any length} x {batch > 1, batch 1}.
+    The recompile limit is still raised above the number of padded lengths, so that even
+    with automatic dynamic shapes turned off no length falls back to eager.
     """
-    limit = math.ceil(max_len / PAD_MULTIPLE) + 4
-    dyn = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):  # the name changed across releases
-        if hasattr(dyn, name):
-            setattr(dyn, name, max(getattr(dyn, name), limit))
-    return torch.compile(objective_terms, backend=COMPILE_BACKEND)
+
+    def __init__(self, max_len: int) -> None:
+        lengths = math.ceil(max_len / PAD_MULTIPLE)
+        dyn = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):  # the name changed across releases
+            if hasattr(dyn, name):
+                setattr(dyn, name, max(getattr(dyn, name), 2 * lengths + 2))
+        self._fn = torch.compile(objective_terms, backend=COMPILE_BACKEND)
+        self._graphs_before = _graphs_compiled()
+        self.shapes: set[tuple[int, int]] = set()  # (batch, padded length) seen; host ints
+
+    def prepare(self, batch: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
+        """Pad the lengths to a multiple of 8 and mark the batch dimension dynamic."""
+        batch = pad_to_multiple(batch, pad_id)
+        for v in batch.values():
+            torch._dynamo.maybe_mark_dynamic(v, 0)
+        self.shapes.add(tuple(batch["src"].shape))  # shapes are host metadata: no sync
+        return batch
+
+    def __call__(self, *args, **kwargs) -> Terms:
+        return self._fn(*args, **kwargs)
+
+    @property
+    def graphs(self) -> int:
+        """Graphs dynamo compiled since this objective was made (process-wide counter)."""
+        return _graphs_compiled() - self._graphs_before
+
+    def summary(self) -> str:
+        lengths = sorted({t for _, t in self.shapes})
+        return (
+            f"model.compile: {len(self.shapes)} batch shapes, {len(lengths)} padded lengths "
+            f"({lengths[0] if lengths else 0}-{lengths[-1] if lengths else 0}), "
+            f"{self.graphs} compiled graphs"
+        )
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])

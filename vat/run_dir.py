@@ -11,10 +11,10 @@ Rules (README, "Resume" and "What happens when..."):
   with neither, an empty run directory starts fresh (so a requeued job can always pass it).
 - A resume may change how the run is driven (trainer.max_steps upwards, max_time, logging,
   validation and checkpoint frequency, callbacks, progress bars, devices, data.num_workers,
-  data.num_proc, data.cache_dir, data.test_files, data.progress, model.compile) and nothing
-  that defines what is trained (the rest of model.* and data.*): those are refused in one
-  line naming the option, because the checkpoint's optimiser, schedules and tokenizer would
-  silently win.
+  data.num_proc, data.cache_dir, data.test_files, data.progress, model.compile,
+  model.loss.fused_cross_entropy) and nothing that defines what is trained (the rest of
+  model.* and data.*): those are refused in one line naming the option, because the
+  checkpoint's optimiser, schedules and tokenizer would silently win.
 - Each start writes its resolved config without destroying the first: config.yaml, then
   config-resume-1.yaml, config-resume-2.yaml, ...
 - One process at a time per run directory: an flock on RUN_DIR/.lock held for the run's
@@ -57,6 +57,7 @@ _RUN_FILE_RES = [
 # Options a resume may change: they drive the run, they do not define what is trained.
 RESUME_MAY_CHANGE = {
     "model.compile",
+    "model.loss.fused_cross_entropy",
     "data.num_workers",
     "data.num_proc",
     "data.cache_dir",
@@ -171,7 +172,7 @@ def _first_difference(now: object, then: object, prefix: str) -> tuple[str, obje
 
 def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
     """Refuse a resume whose model/data options differ from the checkpoint's, or whose
-    trainer.max_steps lies below the checkpoint's step."""
+    trainer.max_steps (max_epochs) lies below the checkpoint's step (epoch)."""
     recorded = {
         "model": ckpt.get("hyper_parameters") or {},
         "data": ckpt.get("datamodule_hyper_parameters") or {},
@@ -192,6 +193,15 @@ def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
         raise VatError(
             f"--trainer.max_steps {max_steps} is below the step of {ckpt_path} ({step}): "
             f"a resume can only train further"
+        )
+    # Lightning's "epoch" is the 0-based epoch under way: a resume with max_epochs below it
+    # would end at once, without a word, and the run would look finished.
+    epoch = int(ckpt.get("epoch", 0))
+    max_epochs = cfg.trainer.get("max_epochs")
+    if max_epochs is not None and 0 <= max_epochs < epoch:
+        raise VatError(
+            f"--trainer.max_epochs {max_epochs} is below the epoch of {ckpt_path} "
+            f"({epoch}, counted from 0): a resume can only train further"
         )
 
 

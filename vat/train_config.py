@@ -26,6 +26,11 @@ class LossConfig:
     """Sample z = mu + sigma * eps in training and validation (the VAT). False decodes from
     z = mu: with a zero KL weight, the paper's plain Transformer-autoencoder baseline; also
     makes runs noise-free for comparisons."""
+    fused_cross_entropy: bool = False
+    """Compute the training NLL chunk by chunk from the decoder's hidden states, never
+    holding the (tokens x vocabulary) logits (vat/fused_ce.py). The same loss and
+    gradients; less memory and time at large vocabularies (BENCHMARKS.md, "Cross-entropy").
+    Validation always uses the full logits."""
     target_kl: float | None = None
     """Hold the rate (KL in nats per token, summed over latent dimensions) at this value: a PI
     controller (vat/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
