@@ -22,6 +22,18 @@ class KillAtStep(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class StopAtStep(L.Callback):
+    """Ask the trainer to stop after training step `step`, as max_time's Timer does (it sets
+    `trainer.should_stop` in on_train_batch_end); a clean stop, mid-epoch."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
 class PoisonAtStep(L.Callback):
     """Make the batch at `step` produce a non-finite loss (an inf in the encoder's input scale)."""
 

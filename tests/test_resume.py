@@ -61,6 +61,30 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
 
 
 @pytest.mark.slow
+def test_stop_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
+    """A requested stop (max_time, EarlyStopping) mid-epoch: last.ckpt is taken with the loops
+    mid-epoch, so the resume finishes that epoch's batches instead of skipping to the next
+    epoch (Lightning counts the interrupted epoch as completed by the end of fit)."""
+    cache = tmp_path / "cache"
+    ref = tmp_path / "ref"
+    r = train_subprocess(fit_args(ref, cache, *COMMON))
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = tmp_path / "run"
+    stop = ["--trainer.callbacks+=crash_callbacks.StopAtStep", "--trainer.callbacks.step=5"]
+    r = train_subprocess(fit_args(run, cache, *COMMON, *stop))
+    assert r.returncode == 0, r.stderr[-2000:]
+    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 5 and last["epoch"] == 1  # step 5 is batch 2 of epoch 1
+    r = train_subprocess(fit_args(run, cache, *COMMON, "--ckpt_path", "last"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ref_w, ref_opt, ref_step = _weights(ref / "checkpoints" / "last.ckpt")
+    got_w, got_opt, got_step = _weights(run / "checkpoints" / "last.ckpt")
+    assert ref_step == got_step == 8
+    for k in ref_w:  # bitwise, as after a SIGKILL: the same batches in the same order
+        assert torch.equal(ref_w[k], got_w[k]), k
+
+
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_message_and_keeps_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     poison = ["--trainer.callbacks+=crash_callbacks.PoisonAtStep", "--trainer.callbacks.step=3"]

@@ -77,7 +77,8 @@ class CompiledObjective:
     (token budgets, an epoch's last) reuse the graph. A second length makes dynamo trace
     the length as dynamic too (its automatic dynamic shapes), and a batch of one sentence
     gets a graph of its own (dynamo specialises sizes 0 and 1). A run therefore compiles at
-    most 4 graphs, whatever max_len: {first length, any length} x {batch > 1, batch 1}.
+    most 4 graphs, whatever max_len: {first length, any length} x {batch > 1, batch 1};
+    twice that with `fused_cross_entropy`, whose eager chunk loop splits the step in two.
     The recompile limit is still raised above the number of padded lengths, so that even
     with automatic dynamic shapes turned off no length falls back to eager.
     """

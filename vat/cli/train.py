@@ -61,10 +61,15 @@ class FinalLastCheckpoint(ModelCheckpoint):
     the run, so a run that stops (max_steps, max_time) between two `every_n_train_steps` saves
     kept a stale last.ckpt: sweep runs that trained 5,000 steps had last.ckpt from step 4,000.
     Resume, evaluation and the sweep all read last.ckpt, so it must be the final state.
+
+    A stop requested mid-epoch (`trainer.should_stop`: max_time's Timer, EarlyStopping, a
+    callback) is saved when it is requested, with the loops mid-epoch. At the end of fit
+    Lightning has already counted the interrupted epoch as completed, so a last.ckpt written
+    then resumed at the next epoch and skipped the rest of this one's data (measured: the
+    resumed weights differed from an uninterrupted run's; tests/test_resume.py).
     """
 
-    def on_train_end(self, trainer, pl_module) -> None:
-        super().on_train_end(trainer, pl_module)
+    def _save_final(self, trainer) -> None:
         if (
             self.save_last
             and not trainer.fast_dev_run
@@ -72,6 +77,20 @@ class FinalLastCheckpoint(ModelCheckpoint):
         ):
             # _save_last_checkpoint is what the parent's own on_train_end calls (Lightning 2.6).
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if trainer.should_stop:  # checkpoint callbacks run after the others: Timer has decided
+            self._save_final(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if trainer.should_stop and trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._save_final(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        self._save_final(trainer)
 
 
 class VATCLI(LightningCLI):
