@@ -27,29 +27,20 @@ def _weights(path):
     return ckpt["state_dict"], ckpt["optimizer_states"][0]["state"], ckpt["global_step"]
 
 
-@pytest.mark.slow
-def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
-    cache = tmp_path / "cache"
-    ref = tmp_path / "ref"
-    r = train_subprocess(fit_args(ref, cache, *COMMON))
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted 8-step run (and the data cache the interrupted runs share)."""
+    base = tmp_path_factory.mktemp("resume")
+    r = train_subprocess(fit_args(base / "ref", base / "cache", *COMMON))
     assert r.returncode == 0, r.stderr[-2000:]
+    return base / "ref" / "checkpoints" / "last.ckpt", base / "cache"
 
-    crash = tmp_path / "crash"
-    kill = ["--trainer.callbacks+=crash_callbacks.KillAtStep", "--trainer.callbacks.step=5"]
-    r = train_subprocess(fit_args(crash, cache, *COMMON, *kill))
-    assert r.returncode == -9  # SIGKILL: no clean shutdown, no on_exception checkpoint
-    last = crash / "checkpoints" / "last.ckpt"
-    assert (
-        _weights(last)[2] == 4
-    )  # the last checkpoint before the kill, mid-epoch (epoch 2, batch 1 of 3)
-    assert not list(
-        (crash / "checkpoints").glob(".*tmp*")
-    )  # no half-written files left visible as checkpoints
 
-    r = train_subprocess(fit_args(crash, cache, *COMMON, "--ckpt_path", "last"))
+def _resume_matches_reference(run, cache, reference_ckpt) -> None:
+    r = train_subprocess(fit_args(run, cache, *COMMON, "--ckpt_path", "last"))
     assert r.returncode == 0, r.stderr[-2000:]
-    ref_w, ref_opt, ref_step = _weights(ref / "checkpoints" / "last.ckpt")
-    got_w, got_opt, got_step = _weights(last)
+    ref_w, ref_opt, ref_step = _weights(reference_ckpt)
+    got_w, got_opt, got_step = _weights(run / "checkpoints" / "last.ckpt")
     assert ref_step == got_step == 8
     # CPU kernels are deterministic here, so bitwise equality is the bar: same data order,
     # same dropout/sampling noise, same KL weight and learning rate at every step.
@@ -61,27 +52,32 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
 
 
 @pytest.mark.slow
-def test_stop_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, reference):
+    ref_ckpt, cache = reference
+    crash = tmp_path / "crash"
+    kill = ["--trainer.callbacks+=crash_callbacks.KillAtStep", "--trainer.callbacks.step=5"]
+    r = train_subprocess(fit_args(crash, cache, *COMMON, *kill))
+    assert r.returncode == -9  # SIGKILL: no clean shutdown, no on_exception checkpoint
+    # the last checkpoint before the kill, mid-epoch (epoch 2, batch 1 of 3)
+    assert _weights(crash / "checkpoints" / "last.ckpt")[2] == 4
+    # no half-written files left visible as checkpoints
+    assert not list((crash / "checkpoints").glob(".*tmp*"))
+    _resume_matches_reference(crash, cache, ref_ckpt)
+
+
+@pytest.mark.slow
+def test_stop_mid_epoch_then_resume_matches_uninterrupted(tmp_path, reference):
     """A requested stop (max_time, EarlyStopping) mid-epoch: last.ckpt is taken with the loops
     mid-epoch, so the resume finishes that epoch's batches instead of skipping to the next
     epoch (Lightning counts the interrupted epoch as completed by the end of fit)."""
-    cache = tmp_path / "cache"
-    ref = tmp_path / "ref"
-    r = train_subprocess(fit_args(ref, cache, *COMMON))
-    assert r.returncode == 0, r.stderr[-2000:]
+    ref_ckpt, cache = reference
     run = tmp_path / "run"
     stop = ["--trainer.callbacks+=crash_callbacks.StopAtStep", "--trainer.callbacks.step=5"]
     r = train_subprocess(fit_args(run, cache, *COMMON, *stop))
     assert r.returncode == 0, r.stderr[-2000:]
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 5 and last["epoch"] == 1  # step 5 is batch 2 of epoch 1
-    r = train_subprocess(fit_args(run, cache, *COMMON, "--ckpt_path", "last"))
-    assert r.returncode == 0, r.stderr[-2000:]
-    ref_w, ref_opt, ref_step = _weights(ref / "checkpoints" / "last.ckpt")
-    got_w, got_opt, got_step = _weights(run / "checkpoints" / "last.ckpt")
-    assert ref_step == got_step == 8
-    for k in ref_w:  # bitwise, as after a SIGKILL: the same batches in the same order
-        assert torch.equal(ref_w[k], got_w[k]), k
+    _resume_matches_reference(run, cache, ref_ckpt)
 
 
 @pytest.mark.slow
