@@ -87,7 +87,6 @@ FLOPS_FORMULA = (
 )
 PAD_MULTIPLE = 8  # compiled steps pad lengths to a multiple of this (bounded shapes)
 MAX_TOKENS_FALLBACK_LEN = 32  # padded tokens per sentence assumed when converting to sentences
-_FUSED_CE = False  # set from --fused-ce: the plain loop's NLL through vat.fused_ce as well
 
 # Sections of the config whose keys this vat may or may not have (other branches add some).
 _SECTIONS = {
@@ -232,14 +231,14 @@ def run_vat(config: Path, overrides: list[str], warmup: int, steps: int) -> dict
     return info
 
 
-def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float):
+def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float, fused: bool):
     """VATSystem's objective (PAPER.md eq. 5-6) from vat.losses: NLL and the free-bits KL."""
     mu, logvar, mask = model.encode(src)  # (B, T, d), (B, T, d), (B, T)
     # z = mu + sigma * eps as VAT.reparameterize, with randn_like: torch.randn(shape) does
     # not trace with a dynamic batch dimension (torch 2.13: "SymIntArrayRef expected to
     # contain only concrete integers"); the training branch's VAT makes the same change.
     z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)  # (B, T, d)
-    if _FUSED_CE:  # model.loss.fused_cross_entropy: no (B, T, V) logits (vat/fused_ce.py)
+    if fused:  # model.loss.fused_cross_entropy: no (B, T, V) logits (vat/fused_ce.py)
         from vat.fused_ce import fused_linear_cross_entropy
 
         hidden = model.decode_hidden(tgt_in, z, mask)  # (B, T, d)
@@ -282,6 +281,8 @@ def run_plain(
     )
     weights = [float(lc.kl_schedule(s)) for s in range(len(batches))]  # Python floats: no sync
     prior_std = torch.tensor(lc.prior_std, device=device)
+    # like for like: the plain loop's NLL goes through vat.fused_ce when vat's does
+    fused_ce = bool(getattr(lc, "fused_cross_entropy", False))
     loss_fn = _plain_loss
     if compile_:
         # As vat's model.compile does: lengths padded to a multiple of 8 (see pad_to_multiple),
@@ -307,7 +308,9 @@ def run_plain(
             for v in b.values():
                 torch._dynamo.maybe_mark_dynamic(v, 0)
         with autocast:
-            nll, kl = loss_fn(model, b["src"], b["tgt_in"], b["tgt_out"], prior_std, lc.free_bits)
+            nll, kl = loss_fn(
+                model, b["src"], b["tgt_in"], b["tgt_out"], prior_std, lc.free_bits, fused_ce
+            )
         loss = nll + weights[i] * kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -524,9 +527,7 @@ def bench_vocab(
     overrides, settings = make_overrides(a, cfg, vocab, str(workdir / f"v{vocab}_setup"))
     cli = build_cli(cfg_path, overrides)  # also prepares the tokenizer and the cached data
     dm, system = cli.datamodule, cli.model
-    global _FUSED_CE  # the plain loop follows vat's setting (like for like)
-    _FUSED_CE = bool(getattr(system.loss_cfg, "fused_cross_entropy", False))
-    settings["fused_cross_entropy"] = _FUSED_CE
+    settings["fused_cross_entropy"] = bool(getattr(system.loss_cfg, "fused_cross_entropy", False))
     dm.prepare_data()
     dm.setup("fit")
     cpu_batches = take_batches(dm, n)

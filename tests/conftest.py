@@ -126,3 +126,12 @@ def tiny_ckpt(tmp_path_factory, tiny_tokenizer) -> Path:
     path = tmp_path_factory.mktemp("ckpt") / "tiny.ckpt"
     save_vat(path, model, tiny_tokenizer, prior_std=0.4, length_histogram=[0, 0, 1, 3, 5, 4, 2, 1])
     return path
+
+
+@pytest.fixture
+def fast_compile(monkeypatch):
+    """model.compile with aot_eager: dynamo + AOTAutograd, as with inductor, without a C++
+    build per graph (test_training_step.py runs inductor itself once)."""
+    import vat.objective
+
+    monkeypatch.setattr(vat.objective, "COMPILE_BACKEND", "aot_eager")

@@ -63,10 +63,7 @@ def _grads(system: VATSystem) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("mode", ["fp32", "bf16", "compiled"])
-def test_training_step_matches_the_full_logits(mode, monkeypatch):
-    import vat.objective
-
-    monkeypatch.setattr(vat.objective, "COMPILE_BACKEND", "aot_eager")
+def test_training_step_matches_the_full_logits(mode, fast_compile):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(4, 64, (5, 11), generator=g)
     ids[0, 7:] = 0  # pad

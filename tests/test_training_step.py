@@ -14,15 +14,6 @@ from vat.module import LossConfig, OptimConfig, VATSystem
 from vat.tokenizer import make_batch
 
 
-@pytest.fixture
-def fast_compile(monkeypatch):
-    """aot_eager: dynamo + AOTAutograd, as with inductor, without minutes of C++ compilation
-    (inductor was checked by hand: test_compiled_and_eager_losses_agree passes with it)."""
-    import vat.objective
-
-    monkeypatch.setattr(vat.objective, "COMPILE_BACKEND", "aot_eager")
-
-
 def _system(tok, compile=False, **loss):
     torch.manual_seed(0)
     system = VATSystem(
