@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vat.fused_ce import fused_linear_cross_entropy  # noqa: E402
+from vat.train.fused_ce import fused_linear_cross_entropy  # noqa: E402
 
 
 def full_cross_entropy(h, weight, target):

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vat.decoding import DecodeOptions, decode_latents  # noqa: E402
+from vat.generate.decoding import DecodeOptions, decode_latents  # noqa: E402
 from vat.model import VAT, VATConfig  # noqa: E402
 
 

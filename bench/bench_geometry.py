@@ -6,7 +6,7 @@
 Times, for a paper-shaped VAT (d 128, 4+4 layers, 8 heads, ff 512; random weights unless
 --ckpt is given, which does not change the cost):
   1. encoding the probe to token means and log-variances (`vat.features.token_vectors`),
-  2. `vat.geometry.geometry_report` on those token vectors, and each metric on its own,
+  2. `vat.geometry.metrics.geometry_report` on those token vectors, and each metric on its own,
   3. a validation run: the teacher-forced loss (encode, sample, decode, cross-entropy, KL)
      over --val-sentences validation sentences in batches of --batch-size, as
      `VATSystem.validation_step` does it,
@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vat import geometry as g  # noqa: E402
-from vat.checkpoint import load_vat  # noqa: E402
 from vat.features import token_vectors  # noqa: E402
-from vat.losses import gaussian_kl, masked_mean, reconstruction_nll  # noqa: E402
 from vat.model import VAT, VATConfig  # noqa: E402
+from vat.share.resolve import load_vat  # noqa: E402
 from vat.tokenizer import VATTokenizer, make_batch  # noqa: E402
+from vat.train.losses import gaussian_kl, masked_mean, reconstruction_nll  # noqa: E402
 
 
 def read_lines(path: Path, limit: int) -> list[str]:

@@ -47,7 +47,7 @@ def build_corpus(path: Path, repeats: int) -> int:
 def prepare(corpus: str, cache: str, num_proc: int) -> None:
     """The measured work, run in its own process."""
     sys.path.insert(0, str(ROOT))
-    from vat.data import VATDataModule
+    from vat.data.datamodule import VATDataModule
 
     dm = VATDataModule(
         train_files=[corpus],

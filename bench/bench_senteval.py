@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from vat.errors import VatError  # noqa: E402
 from vat.eval.engine import EvalSettings, evaluate  # noqa: E402
-from vat.eval.tasks import ALL_TASKS, load_task  # noqa: E402
+from vat.eval.tasks.registry import ALL_TASKS, load_task  # noqa: E402
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, float]:

@@ -5,7 +5,7 @@
         --corpus ../shared/data/corpus/tatoeba_en.txt.gz
 
 Both loops run the same VAT (d 128, 4+4 layers, 8 heads, ff 512), the same objective
-(reconstruction + scaled-prior KL, `vat.losses`), Adam, gradient clipping at 1.0 and the
+(reconstruction + scaled-prior KL, `vat.train.losses`), Adam, gradient clipping at 1.0 and the
 same pre-built batches (length-bucketed real sentences). Lightning runs `VATSystem` through
 `Trainer.fit` with its logging on (every step's scalars are computed; written every 50 steps)
 and checkpointing off. Tokens/s counts non-pad target tokens over the timed steps (after
@@ -23,11 +23,12 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from vat.data import BucketBatchSampler, read_lines
-from vat.losses import KLSchedule, gaussian_kl, masked_mean, reconstruction_nll
+from vat.data.datamodule import BucketBatchSampler, read_lines
 from vat.model import VAT, VATConfig
-from vat.module import LossConfig, OptimConfig, VATSystem
 from vat.tokenizer import VATTokenizer, make_batch
+from vat.train.losses import gaussian_kl, masked_mean, reconstruction_nll
+from vat.train.schedules import KLSchedule
+from vat.train.system import LossConfig, OptimConfig, VATSystem
 
 
 def build_batches(corpus: str, vocab: int, batch_size: int, max_len: int, n: int, seed: int = 0):

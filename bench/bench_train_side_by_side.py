@@ -14,7 +14,7 @@ One process, one device. For each vocabulary (default 8,192 and 32,768) it runs 
 - **plain**: the same `vat.model.VAT` (same architecture), the same batches (the first
   `--warmup + --steps` batches of the same data module, same seed, moved to the device
   before timing), the same precision (autocast for bf16-mixed), the same loss maths from
-  `vat.losses` (reconstruction NLL + KL weight x free-bits KL to N(0, s^2 I), means over
+  `vat.train.losses` (reconstruction NLL + KL weight x free-bits KL to N(0, s^2 I), means over
   non-pad tokens), the same Noam schedule, gradient clipping at 1.0, and Adam/AdamW (fused
   on CUDA). No logging, no host sync between steps. `--compile` compiles its forward + loss
   the way vat's `model.compile` does (lengths padded to a multiple of 8, batch dim dynamic).
@@ -59,18 +59,18 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vat.data import VATDataModule  # noqa: E402
+from vat.data.datamodule import VATDataModule  # noqa: E402
 from vat.io import write_json_atomic  # noqa: E402
-from vat.losses import (  # noqa: E402
+from vat.model import VAT, VATConfig  # noqa: E402
+from vat.tokenizer import PAD_ID  # noqa: E402
+from vat.train.losses import (  # noqa: E402
     free_bits_kl,
     gaussian_kl,
     masked_mean,
-    noam_lr,
     reconstruction_nll,
 )
-from vat.model import VAT, VATConfig  # noqa: E402
-from vat.module import LossConfig, OptimConfig, VATSystem  # noqa: E402
-from vat.tokenizer import PAD_ID  # noqa: E402
+from vat.train.schedules import noam_lr  # noqa: E402
+from vat.train.system import LossConfig, OptimConfig, VATSystem  # noqa: E402
 
 try:  # after the re-layout (issue 12) the train CLI lives in vat/cli/train.py
     from vat.cli.train import _build_cli, _quiet_warnings  # noqa: E402
@@ -232,14 +232,14 @@ def run_vat(config: Path, overrides: list[str], warmup: int, steps: int) -> dict
 
 
 def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float, fused: bool):
-    """VATSystem's objective (PAPER.md eq. 5-6) from vat.losses: NLL and the free-bits KL."""
+    """VATSystem's objective (PAPER.md eq. 5-6) from vat.train.losses: NLL and the free-bits KL."""
     mu, logvar, mask = model.encode(src)  # (B, T, d), (B, T, d), (B, T)
     # z = mu + sigma * eps as VAT.reparameterize, with randn_like: torch.randn(shape) does
     # not trace with a dynamic batch dimension (torch 2.13: "SymIntArrayRef expected to
     # contain only concrete integers"); the training branch's VAT makes the same change.
     z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)  # (B, T, d)
     if fused:  # model.loss.fused_cross_entropy: no (B, T, V) logits (vat/fused_ce.py)
-        from vat.fused_ce import fused_linear_cross_entropy
+        from vat.train.fused_ce import fused_linear_cross_entropy
 
         hidden = model.decode_hidden(tgt_in, z, mask)  # (B, T, d)
         nll = fused_linear_cross_entropy(hidden, model.lm_head.weight, tgt_out, mask)
@@ -281,7 +281,7 @@ def run_plain(
     )
     weights = [float(lc.kl_schedule(s)) for s in range(len(batches))]  # Python floats: no sync
     prior_std = torch.tensor(lc.prior_std, device=device)
-    # like for like: the plain loop's NLL goes through vat.fused_ce when vat's does
+    # like for like: the plain loop's NLL goes through vat.train.fused_ce when vat's does
     fused_ce = bool(getattr(lc, "fused_cross_entropy", False))
     loss_fn = _plain_loss
     if compile_:
@@ -373,7 +373,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--fused-ce",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="model.loss.fused_cross_entropy for vat, vat.fused_ce in the plain loop "
+        help="model.loss.fused_cross_entropy for vat, vat.train.fused_ce in the plain loop "
         "(default: the config's)",
     )
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (cuda 50, cpu 3)")

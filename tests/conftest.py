@@ -118,8 +118,8 @@ def tiny_config(vocab_size: int, **overrides):
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory, tiny_tokenizer) -> Path:
     """A randomly initialised tiny vat checkpoint (no training) with its tokenizer."""
-    from vat.checkpoint import save_vat
     from vat.model import VAT
+    from vat.share.checkpoint import save_vat
 
     torch.manual_seed(0)
     model = VAT(tiny_config(tiny_tokenizer.vocab_size))
@@ -132,6 +132,6 @@ def tiny_ckpt(tmp_path_factory, tiny_tokenizer) -> Path:
 def fast_compile(monkeypatch):
     """model.compile with aot_eager: dynamo + AOTAutograd, as with inductor, without a C++
     build per graph (test_training_step.py runs inductor itself once)."""
-    import vat.objective
+    import vat.train.objective
 
-    monkeypatch.setattr(vat.objective, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(vat.train.objective, "COMPILE_BACKEND", "aot_eager")

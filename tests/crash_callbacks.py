@@ -62,7 +62,7 @@ class InterruptDuringSave(L.Callback):
             return
         import time
 
-        import vat.checkpoint
+        import vat.share.checkpoint
 
         real_save = torch.save
         # A background job may inherit SIGINT ignored; a terminal's Ctrl-C is not.
@@ -76,11 +76,11 @@ class InterruptDuringSave(L.Callback):
             f.truncate()
             real_save(obj, f, *args, **kwargs)
 
-        vat.checkpoint.torch = _TorchWith(interrupted_save)
+        vat.share.checkpoint.torch = _TorchWith(interrupted_save)
 
 
 class _TorchWith:
-    """`torch` with another `save` (only vat.checkpoint's reference is replaced)."""
+    """`torch` with another `save` (only vat.share.checkpoint's reference is replaced)."""
 
     def __init__(self, save) -> None:
         self.save = save

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vat.eval.tasks import STS_SUBSETS
+from vat.eval.tasks.registry import STS_SUBSETS
 
 POS = ["good", "great", "fine", "lovely", "superb", "nice"]
 NEG = ["bad", "awful", "poor", "dull", "boring", "weak"]

@@ -15,7 +15,7 @@ from conftest import ASSETS, ROOT
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader
 
-from vat.checkpoint import load_vat
+from vat.share.resolve import load_vat
 from vat.tokenizer import make_batch
 
 TINY = str(ASSETS / "tiny.yaml")

@@ -8,8 +8,8 @@ import pytest
 import vat
 from vat.errors import VatError
 from vat.features import sentence_features
-from vat.generate import DecodeOptions, VATGenerator
-from vat.hub import export_checkpoint
+from vat.generate.generator import DecodeOptions, VATGenerator
+from vat.share.hub import export_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def exported(tiny_ckpt, tmp_path_factory):
 
 
 def test_encode_is_the_pooled_token_means(tiny_ckpt, exported, tiny_sentences):
-    from vat.checkpoint import load_vat
+    from vat.share.resolve import load_vat
 
     loaded = load_vat(tiny_ckpt)
     for path in (tiny_ckpt, exported):

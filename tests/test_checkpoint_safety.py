@@ -10,7 +10,8 @@ import pytest
 import torch
 from helpers import evaluate_args, fit_args, geometry_args, train_main
 
-from vat.checkpoint import CheckpointError, atomic_torch_save, load_vat, read_checkpoint
+from vat.share.checkpoint import CheckpointError, atomic_torch_save, read_checkpoint
+from vat.share.resolve import load_vat
 
 
 class _Payload:
@@ -34,7 +35,7 @@ def evil_ckpt(tmp_path, tiny_ckpt):
 
 
 def test_pickled_payload_is_refused_even_when_torch_is_told_otherwise(evil_ckpt, monkeypatch):
-    from vat.module import VATSystem
+    from vat.train.system import VATSystem
 
     path, marker = evil_ckpt
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")

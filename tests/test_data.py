@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from vat.data import BucketBatchSampler, ResumableDataLoader, VATDataModule, read_lines
+from vat.data.datamodule import BucketBatchSampler, ResumableDataLoader, VATDataModule, read_lines
 from vat.errors import VatError
 
 

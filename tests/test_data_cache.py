@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-import vat.corpus
-import vat.token_cache
-from vat.data import VATDataModule
+import vat.data.corpus
+import vat.data.token_cache
+from vat.data.datamodule import VATDataModule
 from vat.errors import VatError
 
 
@@ -83,8 +83,8 @@ def test_a_damaged_cache_is_detected_and_rebuilt(tmp_path, train, damage):
     with pytest.warns(UserWarning, match="tokenized cache .* is damaged"):
         dm.setup("fit")
     assert _ids(dm) == ids
-    assert json.loads((folder / "done.json").read_text())["format"] == vat.token_cache.FORMAT
-    vat.token_cache.verify(folder, 300, 24)  # intact again
+    assert json.loads((folder / "done.json").read_text())["format"] == vat.data.token_cache.FORMAT
+    vat.data.token_cache.verify(folder, 300, 24)  # intact again
 
 
 def test_a_damaged_cached_tokenizer_is_trained_again(tmp_path, train):
@@ -101,7 +101,7 @@ def test_a_full_disk_leaves_no_temp_folder_and_a_one_line_error(tmp_path, train,
     def full(self, name, array):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(vat.token_cache.SplitWriter, "_write", full)
+    monkeypatch.setattr(vat.data.token_cache.SplitWriter, "_write", full)
     dm = _dm(tmp_path, train)
     for _ in range(2):  # a retry adds no second temp folder either
         with pytest.raises(VatError, match="data.cache_dir: no space left on the device"):
@@ -193,7 +193,7 @@ def test_preparing_streams_in_chunks_with_the_same_result(tmp_path, train, monke
     """Tiny read chunks (many chunk boundaries, held-out lines in many chunks) and a process
     pool give the same cache as one chunk in one process."""
     whole = _built(tmp_path, train)[0]
-    monkeypatch.setattr(vat.corpus, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(vat.data.corpus, "CHUNK_BYTES", 64)
     dm = _dm(tmp_path, train, cache_dir=str(tmp_path / "c2"), num_proc=2)
     dm.setup("fit")
     assert _ids(dm) == whole

@@ -11,7 +11,7 @@ from eval_helpers import write_mini_senteval
 
 from vat.cli.evaluate import main
 from vat.errors import VatError
-from vat.eval.tasks import load_task
+from vat.eval.tasks.registry import load_task
 
 ENCODER = f"{Path(__file__).parent / 'eval_helpers.py'}:bag_encoder"
 FAST = ["--preset", "prototyping", "--no-progress", "--device", "cpu", "--encoder", ENCODER]

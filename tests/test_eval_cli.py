@@ -16,7 +16,7 @@ from eval_helpers import write_mini_senteval
 from vat.cli.evaluate import main
 from vat.eval.encoders import callable_encoder, senteval_batcher, vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
-from vat.eval.tasks import ALL_TASKS
+from vat.eval.tasks.registry import ALL_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "prototyping", "--no-progress", "--device", "cpu"]

@@ -25,7 +25,7 @@ from vat.eval import batched_classifier as bc
 from vat.eval import classifier as clf
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.sts import RelatednessRegressor, cosine_scores, encode_labels, merge_ties, sts_results
-from vat.eval.tasks import load_task
+from vat.eval.tasks.registry import load_task
 
 
 @pytest.fixture(autouse=True)

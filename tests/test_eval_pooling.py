@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from vat.checkpoint import load_vat
 from vat.eval.encoders import vat_encoder
 from vat.features import pool, sentence_features, token_vectors
+from vat.share.resolve import load_vat
 
 MU = torch.tensor(
     [[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]], [[0.0, 1.0], [2.0, 2.0], [-1.0, 4.0]]]

@@ -14,10 +14,10 @@ from helpers import CheckpointSystem
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from vat.callbacks.sts import METRIC, STSBSpearman
-from vat.checkpoint import vat_metadata
 from vat.errors import VatError
 from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
+from vat.share.checkpoint import vat_metadata
 
 
 class TrainingSystem(CheckpointSystem):

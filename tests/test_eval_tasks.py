@@ -1,4 +1,4 @@
-"""Task loaders (vat.eval.tasks): SentEval's file formats, quirks, and errors."""
+"""Task loaders (vat.eval.tasks.registry): SentEval's file formats, quirks, and errors."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from eval_helpers import write_mini_senteval, write_sts
 
 from vat.errors import VatError
-from vat.eval.task_files import STS_SUBSETS, Pairs
-from vat.eval.tasks import ALL_TASKS, TASK_GROUPS, expand_tasks, load_task
+from vat.eval.tasks.files import STS_SUBSETS, Pairs
+from vat.eval.tasks.registry import ALL_TASKS, TASK_GROUPS, expand_tasks, load_task
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import torch
 from conftest import tiny_config
 from helpers import fit_args, scalars, train_main
 
-from vat.fused_ce import fused_linear_cross_entropy
-from vat.losses import masked_mean, reconstruction_nll
-from vat.module import LossConfig, OptimConfig, VATSystem
+from vat.train.fused_ce import fused_linear_cross_entropy
+from vat.train.losses import masked_mean, reconstruction_nll
+from vat.train.system import LossConfig, OptimConfig, VATSystem
 
 
 def _inputs(B=3, T=9, d=16, V=50, seed=0):

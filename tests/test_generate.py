@@ -1,4 +1,4 @@
-"""vat.decoding, vat.latents and vat.generate: decoding from latents, variational sampling,
+"""vat.generate.decoding, vat.generate.latents and vat.generate.generator: decoding from latents, variational sampling,
 prior, interpolation, BLEU.
 
 Tiny configs, CPU, one thread (2 shared cores: torch's thread pool only adds contention).
@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from conftest import tiny_config
 from torch import nn
 
-from vat.decoding import (
+from vat.errors import VatError
+from vat.generate.decoding import (
     DecodeOptions,
     beam_search,
     decode_latents,
@@ -22,9 +23,19 @@ from vat.decoding import (
     greedy_decode,
     sample_decode,
 )
-from vat.errors import VatError
-from vat.generate import TruncationWarning, VATGenerator, corpus_bleu, reconstruction_score
-from vat.latents import interpolate_latents, perturb_latents, prior_latents, sample_lengths, slerp
+from vat.generate.generator import (
+    TruncationWarning,
+    VATGenerator,
+    corpus_bleu,
+    reconstruction_score,
+)
+from vat.generate.latents import (
+    interpolate_latents,
+    perturb_latents,
+    prior_latents,
+    sample_lengths,
+    slerp,
+)
 from vat.model import VAT
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
 

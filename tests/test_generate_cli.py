@@ -299,7 +299,7 @@ def test_non_finite_numbers_are_one_line_errors(tiny_ckpt, capsys, args, option)
 
 
 def test_ctrl_c_is_one_line_exit_130(tiny_ckpt, monkeypatch, capsys):
-    from vat.generate import VATGenerator
+    from vat.generate.generator import VATGenerator
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -358,7 +358,7 @@ def test_output_file_is_written_atomically_and_never_overwritten(
 def test_bleu_long_over_scores_long_and_short_lines_apart(tiny_ckpt, tmp_path, capsys):
     """--long-over N splits the lines at N subwords; each part's BLEU is the BLEU of that part
     scored alone (issue 15 item 9: lines a model truncates, reported apart)."""
-    from vat.checkpoint import load_vat
+    from vat.share.resolve import load_vat
 
     lines = ["the cat sat", "a dog", " ".join(["the cat sat on the mat"] * 3), "he ran far away"]
     n_sub = [len(ids) for ids in load_vat(tiny_ckpt).tokenizer.encode_batch(lines)]

@@ -1,4 +1,4 @@
-"""vat.geometry and vat.collapse: closed-form answers, brute-force cross-checks, and every
+"""vat.geometry.metrics and vat.geometry.collapse: closed-form answers, brute-force cross-checks, and every
 bad-input error."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from vat import collapse
+from vat.geometry import collapse
 from vat import geometry as g
-from vat.losses import gaussian_kl
+from vat.train.losses import gaussian_kl
 
 
 def brute_mean_cos(x: np.ndarray) -> float:

@@ -16,12 +16,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from vat.callbacks import GeometryMetrics, LatentProjector, SamplesCallback
 from vat.callbacks.geometry import projector_label
-from vat.checkpoint import load_vat
-from vat.decoding import DecodeOptions
 from vat.errors import VatError
 from vat.features import token_posteriors, token_vectors
-from vat.generate import VATGenerator
-from vat.geometry import METRICS, geometry_report
+from vat.generate.decoding import DecodeOptions
+from vat.generate.generator import VATGenerator
+from vat.geometry.metrics import METRICS, geometry_report
+from vat.share.resolve import load_vat
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
 
 
@@ -172,7 +172,7 @@ def test_sts12_is_the_default_probe(senteval_dir, monkeypatch, tiny_ckpt, tiny_s
 
 
 def test_greedy_reconstruct_matches_uncached_argmax(tiny_ckpt, tiny_sentences):
-    """The one greedy loop (vat.decoding, batched, cached) that SamplesCallback also uses."""
+    """The one greedy loop (vat.generate.decoding, batched, cached) that SamplesCallback also uses."""
     loaded = load_vat(tiny_ckpt)
     model, tok = loaded.model, loaded.tokenizer
     sentences = tiny_sentences[:3]

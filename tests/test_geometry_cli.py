@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vat.cli.geometry import main
-from vat.geometry import geometry_report
+from vat.geometry.metrics import geometry_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,9 +30,9 @@ def cli(argv, capsys) -> tuple[int, str, str]:
 
 
 def test_vat_checkpoint(tmp_path, tiny_ckpt, probe, capsys):
-    from vat.checkpoint import load_vat
     from vat.features import token_vectors
-    from vat.probes import load_probe_sentences
+    from vat.geometry.probes import load_probe_sentences
+    from vat.share.resolve import load_vat
 
     out = tmp_path / "geo.json"
     rc, stdout, err = cli(

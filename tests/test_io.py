@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from vat.checkpoint import atomic_torch_save
 from vat.io import atomic_write, write_json_atomic
+from vat.share.checkpoint import atomic_torch_save
 
 
 def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path):

@@ -7,14 +7,8 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from vat.errors import VatError
-from vat.losses import (
-    KLSchedule,
-    free_bits_kl,
-    gaussian_kl,
-    masked_mean,
-    noam_lr,
-    reconstruction_nll,
-)
+from vat.train.losses import free_bits_kl, gaussian_kl, masked_mean, reconstruction_nll
+from vat.train.schedules import KLSchedule, noam_lr
 
 
 @pytest.mark.parametrize("s", [0.1, 0.4, 1.0])

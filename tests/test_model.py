@@ -3,9 +3,9 @@
 import torch
 from conftest import tiny_config
 
-from vat.losses import masked_mean, reconstruction_nll
 from vat.model import VAT, sinusoidal_positions
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
+from vat.train.losses import masked_mean, reconstruction_nll
 
 
 def _model(vocab=50, **kw):
@@ -91,7 +91,7 @@ def _greedy(m, mu, mask, max_steps):
 
 def test_tiny_model_overfits_eight_sentences(tiny_tokenizer, tiny_sentences):
     """Trained with a small KL weight, greedy mu-decoding reconstructs all 8 sentences exactly."""
-    from vat.losses import gaussian_kl
+    from vat.train.losses import gaussian_kl
 
     sents = tiny_sentences[:8]
     ids = tiny_tokenizer.encode_batch(sents)

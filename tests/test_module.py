@@ -8,9 +8,10 @@ import torch
 from conftest import tiny_config
 from torch.utils.data import DataLoader
 
-from vat.losses import KLSchedule, gaussian_kl, masked_mean, noam_lr
-from vat.module import LossConfig, OptimConfig, VATSystem
 from vat.tokenizer import make_batch
+from vat.train.losses import gaussian_kl, masked_mean
+from vat.train.schedules import KLSchedule, noam_lr
+from vat.train.system import LossConfig, OptimConfig, VATSystem
 
 
 def _system(tok, **loss):

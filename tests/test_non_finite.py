@@ -45,9 +45,9 @@ def test_save_refuses_non_finite_weights(tmp_path, tiny_tokenizer, tiny_sentence
     import lightning as L
     from torch.utils.data import DataLoader
 
-    from vat.module import OptimConfig, VATSystem
-    from vat.non_finite import NonFiniteLossError
     from vat.tokenizer import make_batch
+    from vat.train.non_finite import NonFiniteLossError
+    from vat.train.system import OptimConfig, VATSystem
 
     system = VATSystem(
         arch=tiny_config(tiny_tokenizer.vocab_size), optim=OptimConfig(schedule="constant", lr=1e-3)

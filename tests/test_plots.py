@@ -1,4 +1,4 @@
-"""vat.plots: geometry figures as PNGs (geometry CLI --plots) and TensorBoard images (callback)."""
+"""vat.geometry.plots: geometry figures as PNGs (geometry CLI --plots) and TensorBoard images (callback)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from test_geometry_callbacks import fit
 from vat.callbacks import GeometryMetrics
 from vat.cli.geometry import _main
 from vat.errors import run_cli
-from vat.plots import (
+from vat.geometry.plots import (
     active_units_figure,
     figure_to_array,
     geometry_figures,

@@ -1,4 +1,4 @@
-"""vat.probes: the sentences geometry is measured on, and the one SentEval default."""
+"""vat.geometry.probes: the sentences geometry is measured on, and the one SentEval default."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vat.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
+from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
 
 
 def test_read_probe_file(tmp_path):

@@ -11,10 +11,11 @@ from conftest import tiny_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from vat.losses import KLSchedule, gaussian_kl, noam_lr
-from vat.module import LossConfig, OptimConfig, VATSystem
-from vat.rate import KLController
 from vat.tokenizer import make_batch
+from vat.train.losses import gaussian_kl
+from vat.train.rate import KLController
+from vat.train.schedules import KLSchedule, noam_lr
+from vat.train.system import LossConfig, OptimConfig, VATSystem
 
 SIZES = [4, 2, 3, 4, 1]  # sentences per batch: known, unequal
 

@@ -17,7 +17,7 @@ import yaml
 from conftest import ROOT
 from helpers import fit_args, run_python, scalars, train_main, train_subprocess
 
-from vat.checkpoint import read_checkpoint
+from vat.share.checkpoint import read_checkpoint
 
 
 def _step(path) -> int:
@@ -169,7 +169,7 @@ def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, caps
 def _hold_lock(run) -> subprocess.Popen:
     code = (
         f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
-        f"from vat.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
+        f"from vat.train.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
         f"print('locked', flush=True); time.sleep(120)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from vat.data.sampler import BucketBatchSampler, ResumableDataLoader, collate_ids, passthrough
+from vat.data.token_cache import SplitWriter, TokenizedDataset, token_dtype
 from vat.errors import VatError
-from vat.sampler import BucketBatchSampler, ResumableDataLoader, collate_ids, passthrough
-from vat.token_cache import SplitWriter, TokenizedDataset, token_dtype
 from vat.tokenizer import make_batch
 
 

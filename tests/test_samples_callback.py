@@ -13,7 +13,7 @@ from test_generate import train_tiny_autoencoder
 from torch.utils.data import DataLoader
 
 from vat.callbacks.samples import SamplesCallback
-from vat.generate import VATGenerator, corpus_bleu
+from vat.generate.generator import VATGenerator, corpus_bleu
 from vat.tokenizer import make_batch
 
 

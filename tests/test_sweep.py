@@ -14,6 +14,7 @@ import yaml
 from conftest import ASSETS, ROOT
 
 from vat.experiments import config as sweep_config
+from vat.cli import sweep as sweep_cli
 from vat.experiments import frontier, measure, sweep
 from vat.experiments.config import SweepConfig, run_name
 
@@ -47,7 +48,7 @@ def _events(out: Path) -> list[Path]:
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("sweep")
-    assert sweep.main(["-c", str(_config(tmp))]) == 0
+    assert sweep_cli.main(["-c", str(_config(tmp))]) == 0
     return tmp
 
 
@@ -137,7 +138,7 @@ def test_rerun_skips_finished_runs(swept, capsys):
     events = _events(out)
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")}
     assert len(events) == 2 and len(mtimes) == 2
-    assert sweep.main(["-c", str(swept / "sweep.yaml")]) == 0
+    assert sweep_cli.main(["-c", str(swept / "sweep.yaml")]) == 0
     assert _events(out) == events  # no training ran
     assert {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")} == mtimes
     assert capsys.readouterr().err.count("done, skipping") == 2
@@ -151,13 +152,13 @@ def test_progress_bar_over_runs_and_quiet(swept, capsys):
     """A bar counts the runs (2/2 here, both finished); --no-progress drops the bar, --quiet
     the bar and the [sweep] log lines."""
     cfg = str(swept / "sweep.yaml")
-    assert sweep.main(["-c", cfg]) == 0
+    assert sweep_cli.main(["-c", cfg]) == 0
     err = capsys.readouterr().err
     assert "sweep: 100%" in err and "2/2" in err and "[sweep]" in err
-    assert sweep.main(["-c", cfg, "--no-progress"]) == 0
+    assert sweep_cli.main(["-c", cfg, "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "sweep: " not in err and "2/2" not in err and "[sweep]" in err
-    assert sweep.main(["-c", cfg, "--quiet"]) == 0
+    assert sweep_cli.main(["-c", cfg, "--quiet"]) == 0
     assert capsys.readouterr().err == ""
 
 
@@ -165,7 +166,7 @@ def test_trained_run_without_record_is_measured_not_retrained(swept):
     out = swept / "sweep"
     (out / "free_bits_0.5" / "record.json").unlink()
     events = _events(out)
-    assert sweep.main(["-c", str(swept / "sweep.yaml")]) == 0
+    assert sweep_cli.main(["-c", str(swept / "sweep.yaml")]) == 0
     assert (out / "free_bits_0.5" / "record.json").is_file()
     assert _events(out) == events
 
@@ -186,7 +187,7 @@ def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
         out_dir=str(out),
         extra_args=["--trainer.max_steps", "6", "--data.cache_dir", str(swept / "cache")],
     )
-    assert sweep.main(["-c", str(cfg), "--values", "0.0"]) == 0
+    assert sweep_cli.main(["-c", str(cfg), "--values", "0.0"]) == 0
     trains = [c for c in calls if "--print_config" not in c]
     assert len(trains) == 1 and trains[0][-2:] == ["--ckpt_path", "last"]
     assert trains[0][-4:-2] == ["--" + KEY, "0.0"]
@@ -269,13 +270,13 @@ def test_prior_scale_sweep_is_a_sweep_over_the_prior_std():
     ],
 )
 def test_bad_sweep_config_is_one_line_error(tmp_path, capsys, bad, msg):
-    assert sweep.main(["-c", str(_config(tmp_path, **bad))]) == 2
+    assert sweep_cli.main(["-c", str(_config(tmp_path, **bad))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and msg in err[0]
 
 
 def test_a_key_the_train_config_lacks_fails_before_any_training(tmp_path, capsys):
-    assert sweep.main(["-c", str(_config(tmp_path, sweep={"model.loss.free_bitz": [0.1]}))]) == 2
+    assert sweep_cli.main(["-c", str(_config(tmp_path, sweep={"model.loss.free_bitz": [0.1]}))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unrecognized arguments: --model.loss.free_bitz" in err[0]
     assert not (tmp_path / "sweep").exists()
@@ -291,14 +292,14 @@ def test_a_key_the_train_config_lacks_fails_before_any_training(tmp_path, capsys
     ],
 )
 def test_usage_errors_are_one_line(capsys, argv, msg):
-    assert sweep.main(argv) == 2
+    assert sweep_cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and msg in err[0]
 
 
 def test_values_on_a_grid_is_a_usage_error(tmp_path, capsys):
     cfg = _config(tmp_path, sweep={KEY: [0.1], "model.loss.prior_std": [0.4]})
-    assert sweep.main(["-c", str(cfg), "--values", "0.2"]) == 2
+    assert sweep_cli.main(["-c", str(cfg), "--values", "0.2"]) == 2
     assert "grid" in capsys.readouterr().err
 
 
@@ -306,7 +307,7 @@ def test_parallel_jobs_train_each_value_in_its_own_process(tmp_path, capsys):
     """jobs=2: the data is prepared once, each value trains in a child process with its own
     log, and the parent writes the same table as a sequential sweep would."""
     cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=2, device="cpu")
-    assert sweep.main(["-c", str(cfg)]) == 0
+    assert sweep_cli.main(["-c", str(cfg)]) == 0
     out = tmp_path / "sweep"
     err = capsys.readouterr().err
     assert err.count("started in a child process") == 2 and "preparing the data once" in err
@@ -327,7 +328,7 @@ def test_failed_parallel_run_is_reported_with_its_log(tmp_path, capsys):
     bad = tmp_path / "sweep" / "prior_std_0.7" / "checkpoints"
     bad.mkdir(parents=True)
     (bad / "last.ckpt").write_text("not a checkpoint")  # resume of 0.7 fails with a one-line error
-    assert sweep.main(["-c", str(cfg)]) == 2
+    assert sweep_cli.main(["-c", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: 1 of 2 runs failed: prior_std_0.7") and "sweep.log" in err[-1]
     assert (tmp_path / "sweep" / "prior_std_0.3" / "record.json").is_file()

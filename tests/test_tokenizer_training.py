@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import ASSETS
 
-from vat.data import VATDataModule
+from vat.data.datamodule import VATDataModule
 from vat.tokenizer import VATTokenizer
 
 SENTENCES = ASSETS / "sentences.txt"

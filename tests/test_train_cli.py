@@ -12,8 +12,8 @@ import yaml
 from conftest import ASSETS, ROOT
 from helpers import TINY, fit_args, run_python, scalars, train_main, train_subprocess
 
-from vat.checkpoint import load_vat
 from vat.features import token_vectors
+from vat.share.resolve import load_vat
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +64,8 @@ def test_fit_writes_checkpoint_tensorboard_config_and_tokenizer(fitted):
 
 
 def test_checkpoint_roundtrip_gives_same_mu(fitted, tiny_sentences):
-    from vat.module import VATSystem
     from vat.tokenizer import VATTokenizer
+    from vat.train.system import VATSystem
 
     loaded = load_vat(fitted / "checkpoints" / "last.ckpt")
     assert loaded.tokenizer.to_str() == VATTokenizer.from_file(fitted / "tokenizer.json").to_str()
@@ -93,8 +93,8 @@ def test_validate_and_test_subcommands(fitted):
 def test_every_config_parses(tmp_path):
     """Each YAML in configs/ opens with its purpose and command, and LightningCLI accepts it."""
     from vat.cli.train import VATCLI, _OneLineErrorParser, trainer_defaults
-    from vat.data import VATDataModule
-    from vat.module import VATSystem
+    from vat.data.datamodule import VATDataModule
+    from vat.train.system import VATSystem
 
     configs = sorted((ROOT / "configs").glob("*.yaml"))
     assert len(configs) >= 3
@@ -193,7 +193,7 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
         )
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    from vat.checkpoint import read_checkpoint
+    from vat.share.checkpoint import read_checkpoint
 
     assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 7
 

@@ -10,8 +10,8 @@ import torch
 from conftest import tiny_config
 from torch.utils.data import DataLoader
 
-from vat.module import LossConfig, OptimConfig, VATSystem
 from vat.tokenizer import make_batch
+from vat.train.system import LossConfig, OptimConfig, VATSystem
 
 
 def _system(tok, compile=False, **loss):
@@ -179,9 +179,9 @@ def test_forward_and_shared_step_agree(tiny_tokenizer, tiny_sentences):
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, backend, monkeypatch):
     """Both backends; inductor (what training uses) builds C++ kernels: about 40 s here."""
-    import vat.objective
+    import vat.train.objective
 
-    monkeypatch.setattr(vat.objective, "COMPILE_BACKEND", backend)
+    monkeypatch.setattr(vat.train.objective, "COMPILE_BACKEND", backend)
     batch = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:5]))  # T not a multiple of 8
     eager, compiled = (
         _system(tiny_tokenizer, sample_latent=False),

@@ -1,5 +1,5 @@
 """The `vat` dispatcher: help, unknown commands, one-line usage errors, config, sweep.
-(`vat export` is tested with vat.hub, which the sharing work adds.)"""
+(`vat export` is tested with vat.share.hub, which the sharing work adds.)"""
 
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ def test_config_lists_and_prints_packaged_configs(capsys):
 
 
 def test_sweep_dispatches_with_packaged_config_names(monkeypatch):
-    import vat.experiments.sweep
+    import vat.cli.sweep
 
     seen = []
-    monkeypatch.setattr(vat.experiments.sweep, "main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(vat.cli.sweep, "_main", lambda argv: seen.append(argv) or 0)
     assert main(["sweep", "-c", "sweeps/sweep", "--jobs", "2"]) == 0
     assert seen == [["-c", str(find_config("sweeps/sweep")), "--jobs", "2"]]

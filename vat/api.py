@@ -9,7 +9,7 @@
     model.interpolate("A man plays a guitar.", "A dog runs.")
 
 Features are pooled posterior means mu (`vat.features`, PAPER.md: representations use mu);
-generation is `vat.generate.VATGenerator`, whose decoding options (strategy, beam_size,
+generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam_size,
 temperature, top_k, top_p, max_len, ...) every generation method takes as keywords.
 """
 
@@ -23,40 +23,31 @@ from typing import Any
 import numpy as np
 import torch
 
-from vat.checkpoint import LoadedVAT
 from vat.errors import VatError
-
-
-def _device(device: str | torch.device | None) -> torch.device:
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+from vat.features import sentence_features
+from vat.generate.generator import DecodeOptions, VATGenerator
+from vat.runtime import resolve_device
+from vat.share.checkpoint import LoadedVAT
+from vat.share.hub import push_to_hub, save_loaded
+from vat.share.resolve import load_vat
 
 
 def load(
     path: str | os.PathLike, device: str | torch.device | None = None, batch_size: int = 64
 ) -> PretrainedVAT:
-    """A training checkpoint (.ckpt), an exported folder, or a Hugging Face Hub repo id.
+    """A training checkpoint (.ckpt), an exported folder, a run folder (its best checkpoint,
+    else its last) or a Hugging Face Hub repo id (`vat.share.resolve.load_vat`).
 
     `device` defaults to CUDA when available, else CPU; `batch_size` is the generation batch.
     """
-    from vat.checkpoint import load_vat
-    from vat.hub import from_pretrained
-
-    dev = _device(device)
-    loaded = (
-        load_vat(path, map_location=dev)
-        if Path(path).expanduser().exists()
-        else from_pretrained(path, device=dev)
-    )
-    return PretrainedVAT(loaded, batch_size=batch_size)
+    dev = torch.device(resolve_device(device, option="device"))
+    return PretrainedVAT(load_vat(path, map_location=dev), batch_size=batch_size)
 
 
 class PretrainedVAT:
     """A loaded VAT with its tokenizer, prior scale and length histogram."""
 
     def __init__(self, loaded: LoadedVAT, batch_size: int = 64) -> None:
-        from vat.generate import VATGenerator
 
         self.loaded = loaded
         self.generator = VATGenerator.from_loaded(loaded, batch_size=batch_size)
@@ -83,18 +74,16 @@ class PretrainedVAT:
         return next(self.model.parameters()).device
 
     def to(self, device: str | torch.device) -> PretrainedVAT:
-        self.model.to(_device(device))
+        self.model.to(torch.device(resolve_device(device, option="device")))
         return self
 
     def save_pretrained(self, directory: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the exported folder (config.json, model.safetensors, tokenizer.json, README.md)."""
-        from vat.hub import save_loaded
 
         return save_loaded(directory, self.loaded, overwrite=overwrite)
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
-        """Upload to the Hugging Face Hub (`vat.hub.push_to_hub`'s keywords)."""
-        from vat.hub import push_to_hub
+        """Upload to the Hugging Face Hub (`vat.share.hub.push_to_hub`'s keywords)."""
 
         return push_to_hub(self.loaded, repo_id, **kwargs)
 
@@ -110,7 +99,6 @@ class PretrainedVAT:
         """(N, d) float32 sentence features: token means mu pooled with `pooling` (the
         names of `vat.features.Pooling`); unit length with `normalize`. `device` moves the
         model first (default: where it is)."""
-        from vat.features import sentence_features
 
         if isinstance(sentences, str):
             raise VatError(
@@ -131,16 +119,15 @@ class PretrainedVAT:
             out = out / np.where(norms == 0, 1.0, norms)  # a zero vector stays zero
         return out
 
-    # -- generation (vat.generate.VATGenerator) ------------------------------------------------
+    # -- generation (vat.generate.generator.VATGenerator) ---------------------------------
     @staticmethod
     def _options(options: dict[str, Any]):
-        from vat.generate import DecodeOptions
 
         try:
             return DecodeOptions(**options)
         except TypeError as e:
             raise VatError(
-                f"unknown decoding option ({e}); see vat.generate.DecodeOptions"
+                f"unknown decoding option ({e}); see vat.generate.generator.DecodeOptions"
             ) from None
 
     def reconstruct(self, sentences: Sequence[str], **options: Any) -> list[str]:

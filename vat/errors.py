@@ -8,6 +8,7 @@ by the user's input (a missing file, a bad option, a corrupt checkpoint) reads a
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -73,3 +74,26 @@ def run_cli(
             raise
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+# -- option checks: one-line errors naming the option (configs, the API, the CLI)
+def check(ok: bool, option: str, expected: str, value) -> None:
+    """Raise a one-line VatError naming the option unless `ok` (config validation)."""
+    if not ok:
+        raise VatError(f"{option} must be {expected}, got {value!r}")
+
+
+def check_positive_int(value, option: str) -> None:
+    """`check` that `value` is a positive integer (step and cycle counts)."""
+    check(isinstance(value, int) and value > 0, option, "a positive integer", value)
+
+
+def finite(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def refuse_moved_entry_point(old: str, new: str) -> None:
+    """`python -m OLD` used to run a command that is now `NEW` (a `vat` subcommand): exit 2
+    with one line saying so, never 0 having done nothing."""
+    sys.stderr.write(f"error: `python -m {old}` is gone; run `{new}` instead (see {new} --help)\n")
+    sys.exit(2)

@@ -73,7 +73,9 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
 
 def write_error(path: str | os.PathLike, e: OSError) -> Exception:
     """A one-line user error for a failed write (full disk, quota, read-only filesystem...)."""
-    from vat.errors import VatError  # local: vat.errors imports vat.checkpoint, which imports this
+    from vat.errors import (
+        VatError,  # local: vat.errors imports vat.share.checkpoint, which imports this
+    )
 
     what = (
         "no space left on device"

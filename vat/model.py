@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vat.errors import check, finite
+
 
 @dataclass
 class VATConfig:
@@ -62,8 +64,6 @@ class VATConfig:
     prior scale, and it keeps exp(logvar) finite in fp16/bf16."""
 
     def __post_init__(self) -> None:
-        from vat.losses import check, finite  # vat.losses imports no model code
-
         def positive_int(name: str) -> None:
             v = getattr(self, name)
             check(
@@ -390,7 +390,7 @@ class VAT(nn.Module):
 
         `generator` draws the noise eps (default: the global RNG), so evaluation can use a
         fixed noise stream without touching training's randomness. head=False returns the
-        decoder's hidden states instead of logits (for vat.fused_ce).
+        decoder's hidden states instead of logits (for vat.train.fused_ce).
         """
         mu, logvar, mask = self.encode(src_ids)
         z = self.reparameterize(mu, logvar, generator=generator) if sample else mu  # (B, T, d)

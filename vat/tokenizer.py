@@ -58,7 +58,7 @@ class VATTokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> VATTokenizer:
         """A tokenizers JSON file; a missing, unreadable or garbage file is a one-line VatError."""
-        # local import: vat.errors imports vat.checkpoint, which imports this module
+        # local import: vat.errors imports vat.share.checkpoint, which imports this module
         from vat.errors import VatError
 
         path = Path(path)

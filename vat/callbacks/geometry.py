@@ -11,7 +11,7 @@ reconstructions and samples are `vat.callbacks.SamplesCallback`):
           init_args: {senteval_dir: ../shared/data/senteval, max_tokens: 2000}
 
 Each runs as `vat.callbacks.base.EveryNValidations` says (every n-th validation run, rank
-zero, eval mode, no_grad). It encodes a fixed probe set (`vat.probes`) with the run's
+zero, eval mode, no_grad). It encodes a fixed probe set (`vat.geometry.probes`) with the run's
 tokenizer and uses the posterior means mu (no sampling). They need only `pl_module.model`,
 `.tokenizer` and `.prior_std`. Images and histograms go to the first TensorBoardLogger;
 without one GeometryMetrics logs only scalars and LatentProjector warns once.
@@ -30,8 +30,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from vat.callbacks.base import EveryNValidations, tensorboard_writer
 from vat.errors import VatError
 from vat.features import token_posteriors, token_vectors
-from vat.geometry import geometry_report
-from vat.probes import default_senteval_dir, load_probe_sentences
+from vat.geometry.metrics import geometry_report
+from vat.geometry.probes import default_senteval_dir, load_probe_sentences
 from vat.tokenizer import VATTokenizer
 
 
@@ -77,7 +77,7 @@ class _ProbeCallback(EveryNValidations):
 
 
 class GeometryMetrics(_ProbeCallback):
-    """Log every `vat.geometry` metric of the probe's token means under `geometry/`.
+    """Log every `vat.geometry.metrics` metric of the probe's token means under `geometry/`.
 
     Scalars: anisotropy, self- and intra-sentence similarity (unadjusted and adjusted),
     IsoScore, effective rank, active units, KL per token, mutual information, and the
@@ -85,7 +85,7 @@ class GeometryMetrics(_ProbeCallback):
     only): KL per latent dimension (`geometry/kl_per_dim`) and the variance of mu per
     dimension (`geometry/mu_variance_per_dim`, the active-units statistic). Images
     (TensorBoard, with matplotlib): `geometry/plots/{spectrum,kl_per_dim,active_units}`, the
-    figures of `vat.plots` that the geometry CLI writes with --plots.
+    figures of `vat.geometry.plots` that the geometry CLI writes with --plots.
     """
 
     def __init__(
@@ -147,8 +147,8 @@ class GeometryMetrics(_ProbeCallback):
     @staticmethod
     def _log_figures(writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
         """The geometry CLI's --plots figures as TensorBoard images (skipped without matplotlib)."""
-        from vat.geometry import covariance_eigenvalues
-        from vat.plots import figure_to_array, geometry_figures
+        from vat.geometry.metrics import covariance_eigenvalues
+        from vat.geometry.plots import figure_to_array, geometry_figures
 
         try:
             figures = geometry_figures(

@@ -4,7 +4,7 @@ Every `every_n_validations` validation runs (`vat.callbacks.base.EveryNValidatio
 checks excluded, global rank 0 only, eval mode, no gradients) the callback:
 - mu-decodes a fixed set of sentences (`sentences`, else `sentences_file`, else the first
   `num_sentences` validation sentences, fixed at the first run) and logs their corpus BLEU
-  as `val/recon_bleu` (0-100, sacrebleu's 13a tokenizer, see `vat.generate.corpus_bleu`)
+  as `val/recon_bleu` (0-100, sacrebleu's 13a tokenizer, see `vat.generate.generator.corpus_bleu`)
   and the fraction reproduced exactly as `val/recon_exact_match`;
 - writes TensorBoard text: reconstructions, variational samples (z = mu + tau sigma eps for
   every token) and one interpolation between the first two sentences.
@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.callbacks.base import EveryNValidations, markdown_table, tensorboard_writer
 from vat.errors import VatError
-from vat.generate import DecodeOptions, VATGenerator, corpus_bleu
+from vat.generate.generator import DecodeOptions, VATGenerator, corpus_bleu
 from vat.tokenizer import VATTokenizer
 
 __all__ = ["SamplesCallback"]

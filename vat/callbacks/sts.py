@@ -11,7 +11,7 @@
 JSON results and the sweep record it; tables show x100) between the cosine of the two
 sentence vectors and the gold score on the STS-B dev split (1,500 pairs), with mean pooling
 of mu by default. It is the number `python evaluate.py --tasks STSBenchmark` reports as
-`STSBenchmark-cosine.dev.spearman` for the same weights: the loader (`vat.eval.tasks`) and the
+`STSBenchmark-cosine.dev.spearman` for the same weights: the loader (`vat.eval.tasks.registry`) and the
 scoring (`vat.eval.engine.cosine_correlations`) are the harness's own. `val/stsb_seconds` is
 the time it took.
 
@@ -34,7 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.errors import VatError
 from vat.eval.engine import cosine_correlations
-from vat.eval.tasks import Pairs, load_task
+from vat.eval.tasks.registry import Pairs, load_task
 from vat.features import POOLINGS, Pooling, sentence_features
 
 METRIC = "val/stsb_spearman"
@@ -83,7 +83,7 @@ class STSBSpearman(Callback):
         if self.pairs is not None:
             return
         if self.senteval_dir is None:
-            from vat.probes import default_senteval_dir
+            from vat.geometry.probes import default_senteval_dir
 
             self.senteval_dir = str(default_senteval_dir())
         self.pairs = load_task(Path(self.senteval_dir), "STSBenchmark").splits["dev"]

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
     "sweep": ("vat.cli.sweep:main", "train and measure one run per value of any config key"),
     "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),
-    "mteb": ("vat.integrations.mteb:main", "run MTEB's English STS tasks on an exported model"),
+    "mteb": ("vat.cli.mteb:main", "run MTEB's English STS tasks on an exported model"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
 }
 """name -> ("module:function", one-line help); each function takes the command's arguments."""

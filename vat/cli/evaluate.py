@@ -22,9 +22,9 @@ from pathlib import Path
 
 from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
-from vat.eval.tasks import ALL_TASKS, TASK_GROUPS, expand_tasks
+from vat.eval.tasks.registry import ALL_TASKS, TASK_GROUPS, expand_tasks
+from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir
 from vat.io import write_json_atomic
-from vat.probes import SENTEVAL_ENV, default_senteval_dir
 from vat.runtime import resolve_device
 
 
@@ -264,7 +264,7 @@ def _make_encoder(args: argparse.Namespace):
 
 
 def _available(tasks: list[str], data_dir: str) -> list[str]:
-    from vat.eval.tasks import load_task
+    from vat.eval.tasks.registry import load_task
 
     keep = []
     for t in tasks:

@@ -5,7 +5,7 @@
 
 The folder (config.json, model.safetensors, tokenizer.json, a README.md model card and the
 sentence-transformers files) loads with `vat.load(DIR)`, every `--ckpt`, and
-`SentenceTransformer(DIR, trust_remote_code=True)`; see `vat.hub` and docs/sharing.md.
+`SentenceTransformer(DIR, trust_remote_code=True)`; see `vat.share.hub` and docs/sharing.md.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def build_parser() -> Parser:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from vat.hub import export_checkpoint, push_to_hub  # lazily: hub dependencies load here
+    from vat.share.hub import export_checkpoint, push_to_hub  # lazily: hub dependencies load here
 
     out = export_checkpoint(args.ckpt, args.output, overwrite=args.overwrite)
     print(f"wrote {out}")

@@ -23,9 +23,9 @@ from vat.cli.common import (
     show_progress,
 )
 from vat.cli.generate_runners import RUNNERS
-from vat.decoding import DecodeOptions, Strategy
 from vat.errors import VatError, run_cli
-from vat.generate import TruncationWarning, VATGenerator
+from vat.generate.decoding import DecodeOptions, Strategy
+from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.io import atomic_write
 from vat.runtime import resolve_device
 

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from vat.cli.common import read_text_lines
-from vat.decoding import DecodeOptions
 from vat.errors import VatError
-from vat.generate import VATGenerator, reconstruction_score
-from vat.latents import InterpolationMethod
+from vat.generate.decoding import DecodeOptions
+from vat.generate.generator import VATGenerator, reconstruction_score
+from vat.generate.latents import InterpolationMethod
 from vat.tokenizer import EOS_ID
 
 

@@ -5,9 +5,9 @@
     vat geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
         --output minilm_layer3.json
 
-Encodes the probe (`vat.probes`; default: STS12 from $VAT_SENTEVAL_DIR, else
+Encodes the probe (`vat.geometry.probes`; default: STS12 from $VAT_SENTEVAL_DIR, else
 ../shared/data/senteval), computes every metric of
-`vat.geometry` on the token vectors (a VAT's posterior means mu; a Hugging Face model's
+`vat.geometry.metrics` on the token vectors (a VAT's posterior means mu; a Hugging Face model's
 hidden states at --layer, special tokens excluded), prints a table and writes JSON
 atomically. An existing output file is only replaced with --overwrite.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
-from vat.geometry import METRICS, GeometryReport, geometry_report
+from vat.geometry.metrics import METRICS, GeometryReport, geometry_report
+from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
 from vat.io import write_json_atomic
-from vat.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
 from vat.runtime import resolve_device
 
 TABLE_ROWS = (*METRICS.items(), ("num_types", "types with >= min_count"))
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vat geometry",
         description="Isotropy, self-similarity, intra-sentence similarity and collapse diagnostics "
-        "(Ethayarajh 2019; see vat.geometry) of a vat checkpoint or a local Hugging Face encoder.",
+        "(Ethayarajh 2019; see vat.geometry.metrics) of a vat checkpoint or a local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument(
@@ -152,8 +152,8 @@ def _main(argv: Sequence[str] | None) -> int:
     }
     write_json_atomic(output, result, indent=2)
     if args.plots is not None:
-        from vat.geometry import covariance_eigenvalues
-        from vat.plots import save_geometry_plots
+        from vat.geometry.metrics import covariance_eigenvalues
+        from vat.geometry.plots import save_geometry_plots
 
         written = save_geometry_plots(
             args.plots,
@@ -178,8 +178,8 @@ def _encode(args: argparse.Namespace, sentences: list[str]):
     """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None,
     token_text)."""
     if args.ckpt is not None:
-        from vat.checkpoint import load_vat
         from vat.features import token_vectors
+        from vat.share.resolve import load_vat
 
         loaded = load_vat(args.ckpt, map_location=args.device)
         tv = token_vectors(
@@ -201,7 +201,7 @@ def _encode(args: argparse.Namespace, sentences: list[str]):
             loaded.tokenizer.token_text,
         )
 
-    from vat.hf import hf_token_vectors, load_hf_encoder
+    from vat.eval.hf_encoders import hf_token_vectors, load_hf_encoder
 
     layer = -1 if args.layer is None else args.layer
     encoder = load_hf_encoder(args.hf_model, args.device)

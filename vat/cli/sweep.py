@@ -1,15 +1,108 @@
-"""`vat sweep -c CONFIG ...`: dispatches to `vat.experiments.sweep.main` (docs/sweep.md).
-
-Only `-c NAME` is resolved here, so that a packaged config (`vat config`) works by name.
+"""`vat sweep -c CONFIG ...`: train one run per value of any config key, measure each and
+chart the frontier (docs/sweep.md; the library is `vat.experiments.sweep`).
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from vat.cli.config import resolve_config_args
+from vat.errors import VatError, run_cli
+from vat.experiments.config import SweepConfig
+from vat.experiments.sweep import Runner, run_sweep
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (exit 2 through run_cli), not argparse's usage block."""
+
+    def error(self, message: str):
+        raise VatError(f"{message} (see {self.prog} --help)")
+
+
+def _values(text: str) -> list[Any]:
+    """--values 0.1,0.2 or --values constant,linear: YAML scalars, as in the sweep YAML."""
+    values = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated values like 0.1,0.4, got {text!r}"
+        )
+    return values
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="vat sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/)")
+    p.add_argument("--output", help="output folder (overrides out_dir)")
+    p.add_argument(
+        "--values",
+        type=_values,
+        help="comma-separated values of the (one) swept key, overriding the YAML's",
+    )
+    p.add_argument(
+        "--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)"
+    )
+    p.add_argument(
+        "--device", help="where measurements run: auto, cpu, cuda or cuda:N (overrides device)"
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar over the runs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no [sweep] log lines")
+    p.add_argument("--run", action="append", help=argparse.SUPPRESS)  # the child processes' point
+    p.add_argument(
+        "--no-summary", action="store_true", help=argparse.SUPPRESS
+    )  # used by the children
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    cfg = SweepConfig.from_yaml(args.config)
+    if args.output:
+        cfg.out_dir = args.output
+    if args.values is not None:
+        if len(cfg.sweep) != 1:
+            raise VatError(
+                f"--values needs a sweep over one key; {args.config} is a grid over "
+                f"{', '.join(cfg.sweep)}"
+            )
+        cfg.sweep = {cfg.keys[0]: args.values}
+    for opt in ("jobs", "device"):
+        if getattr(args, opt) is not None:
+            setattr(cfg, opt, getattr(args, opt))
+    cfg.validate("--values/--jobs/--device")
+    run_sweep(
+        _runner(),
+        cfg,
+        log=(lambda m: None)
+        if args.quiet
+        else (lambda m: tqdm.write(f"[sweep] {m}", file=sys.stderr)),
+        config_path=args.config,
+        summary=not args.no_summary,
+        only=args.run,
+        progress=not (args.quiet or args.no_progress or args.run),
+    )
+    return 0
+
+
+def _runner() -> Runner:
+    from vat.cli.train import main as train_main
+    from vat.cli.train import prepare_data
+
+    return Runner(train_main, prepare_data, (sys.executable, "-m", "vat", "sweep"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from vat.cli.config import resolve_config_args
-    from vat.experiments.sweep import main as sweep_main
-
-    return int(sweep_main(None if argv is None else resolve_config_args(argv)) or 0)
+    """`vat sweep`: 0 on success, 2 on a user error. Only `-c NAME` is resolved first, so that
+    a packaged config (`vat config`) works by name."""
+    if argv is not None:
+        argv = resolve_config_args(list(argv))
+    return run_cli(_main, argv)

@@ -15,35 +15,27 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from vat import run_dir as rd
 from vat.callbacks.progress import StepProgressBar
-from vat.checkpoint import atomic_torch_save, read_checkpoint
-from vat.data import VATDataModule
+from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, run_cli
-from vat.module import VATSystem
-from vat.non_finite import NonFiniteLossError
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes each checkpoint to a temporary file and renames it into place.
-
-    Lightning's default writer streams into the final path, so a SIGKILL during the write
-    leaves a truncated last.ckpt and the run cannot resume. os.replace is atomic on POSIX:
-    the old file stays whole until the new one is complete.
-    """
-
-    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        atomic_torch_save(checkpoint, path)
-
-    def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
-        # vat checkpoints hold tensors and plain Python types only: weights_only=True, so no
-        # pickled code runs; a corrupt or foreign file is a one-line CheckpointError.
-        return read_checkpoint(path, map_location=map_location or "cpu")
+from vat.share.checkpoint import read_checkpoint
+from vat.train import run_dir as rd
+from vat.train.checkpointing import (
+    BEST_MONITORS,
+    AtomicCheckpointIO,
+    ExceptionCheckpoint,
+    FinalLastCheckpoint,
+    best_checkpoint,
+    check_monitor,
+    reset_state,
+    was_interrupted,
+)
+from vat.train.non_finite import NonFiniteLossError
+from vat.train.system import VATSystem
 
 
 class _OneLineErrorParser(LightningArgumentParser):
@@ -52,45 +44,6 @@ class _OneLineErrorParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None):  # noqa: D401
         lines = [ln.strip(" -") for ln in str(message).splitlines() if ln.strip(" -")]
         self.exit(2, f"error: {'; '.join(lines[:3])}\n")
-
-
-class FinalLastCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint whose last.ckpt always holds the final training step.
-
-    Lightning 2.6 writes last.ckpt at the end of fit only when no last.ckpt was written during
-    the run, so a run that stops (max_steps, max_time) between two `every_n_train_steps` saves
-    kept a stale last.ckpt: sweep runs that trained 5,000 steps had last.ckpt from step 4,000.
-    Resume, evaluation and the sweep all read last.ckpt, so it must be the final state.
-
-    A stop requested mid-epoch (`trainer.should_stop`: max_time's Timer, EarlyStopping, a
-    callback) is saved when it is requested, with the loops mid-epoch. At the end of fit
-    Lightning has already counted the interrupted epoch as completed, so a last.ckpt written
-    then resumed at the next epoch and skipped the rest of this one's data (measured: the
-    resumed weights differed from an uninterrupted run's; tests/test_resume.py).
-    """
-
-    def _save_final(self, trainer) -> None:
-        if (
-            self.save_last
-            and not trainer.fast_dev_run
-            and self._last_global_step_saved != trainer.global_step
-        ):
-            # _save_last_checkpoint is what the parent's own on_train_end calls (Lightning 2.6).
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if trainer.should_stop:  # checkpoint callbacks run after the others: Timer has decided
-            self._save_final(trainer)
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        super().on_validation_end(trainer, pl_module)
-        if trainer.should_stop and trainer.state.fn == "fit" and not trainer.sanity_checking:
-            self._save_final(trainer)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        super().on_train_end(trainer, pl_module)
-        self._save_final(trainer)
 
 
 class VATCLI(LightningCLI):
@@ -114,7 +67,7 @@ class VATCLI(LightningCLI):
         )
         parser.add_argument(
             "--best_monitor",
-            type=Literal[tuple(rd.BEST_MONITORS)],
+            type=Literal[tuple(BEST_MONITORS)],
             default="val/loss",
             help="Metric of the best checkpoint: val/nll (reconstruction), "
             "val/stsb_spearman (similarity; needs the vat.callbacks.sts.STSBSpearman callback), "
@@ -162,15 +115,15 @@ class VATCLI(LightningCLI):
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
         # Keep what a crash interrupted (saved when an exception escapes fit).
-        self.trainer_defaults["callbacks"].append(rd.ExceptionCheckpoint(cfg.checkpoint.dirpath))
-        self.trainer_defaults["callbacks"].append(rd.best_checkpoint(cfg.best_monitor))
+        self.trainer_defaults["callbacks"].append(ExceptionCheckpoint(cfg.checkpoint.dirpath))
+        self.trainer_defaults["callbacks"].append(best_checkpoint(cfg.best_monitor))
         self.save_config_kwargs["config_filename"] = getattr(
             self, "_config_filename", "config.yaml"
         )
         if cfg.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
         if self.subcommand == "fit":
-            rd.check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
+            check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
 
 
@@ -203,12 +156,13 @@ def _quiet_warnings() -> None:
     # not a user setting, so jsonargparse's warning about it is noise. The sweep calls main()
     # with explicit args while its own sys.argv holds the sweep's options: intended here.
     warnings.filterwarnings(
-        "ignore", message=r"\s*Unable to serialize instance <vat\.cli\.train\.AtomicCheckpointIO"
+        "ignore",
+        message=r"\s*Unable to serialize instance <vat\.train\.checkpointing\.AtomicCheckpointIO",
     )
     warnings.filterwarnings(
         "ignore", message=r"LightningCLI's args parameter is intended to run from within Python"
     )
-    # vat.run_dir lets a fresh run start only in a directory without checkpoints, so this
+    # vat.train.run_dir lets a fresh run start only in a directory without checkpoints, so this
     # warning only ever fires on a resume, where a full checkpoints/ is expected.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
@@ -248,11 +202,11 @@ def _run(fn, args: list[str] | None) -> int:
     130. The run directory's lock is released on return."""
 
     def call(argv: list[str]) -> int:
-        rd.reset_state()
+        reset_state()
         try:
             fn(argv)
         except SystemExit:
-            if not rd.was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
+            if not was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
                 raise
             raise KeyboardInterrupt from None
         except OSError as e:

@@ -35,8 +35,8 @@ def vat_encoder(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}"
         )
-    from vat.checkpoint import load_vat
     from vat.features import sentence_features
+    from vat.share.resolve import load_vat
 
     loaded = load_vat(ckpt, map_location=device)
 
@@ -84,12 +84,12 @@ def hf_encoder(
     device: str | torch.device | None = None,
 ) -> Encoder:
     """A local Hugging Face encoder directory (needs the `transformers` extra), mean or CLS
-    pooling of the last layer, via vat.hf."""
+    pooling of the last layer, via vat.eval.hf_encoders."""
     if pooling not in HF_POOLINGS:
         raise VatError(
             f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
         )
-    from vat.hf import hf_sentence_features, load_hf_encoder
+    from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 
     load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
 

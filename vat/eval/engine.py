@@ -34,8 +34,8 @@ from vat.eval.sts import (
     cosine_split_results,
     sts_results,
 )
-from vat.eval.task_files import Pairs, Singles, TaskData
-from vat.eval.tasks import expand_tasks, load_task
+from vat.eval.tasks.files import Pairs, Singles, TaskData
+from vat.eval.tasks.registry import expand_tasks, load_task
 from vat.runtime import resolve_device
 
 Encoder = Callable[[list[str]], np.ndarray]

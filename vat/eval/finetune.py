@@ -24,8 +24,8 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.errors import VatError
-from vat.eval.task_files import Pairs, Singles, TaskData
-from vat.eval.tasks import expand_tasks, load_task
+from vat.eval.tasks.files import Pairs, Singles, TaskData
+from vat.eval.tasks.registry import expand_tasks, load_task
 
 FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
 
@@ -119,8 +119,8 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 
 def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) -> dict:
     """Fine-tune on one task; {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
-    from vat.checkpoint import load_vat
     from vat.features import POOLINGS
+    from vat.share.resolve import load_vat
 
     if settings.pooling not in POOLINGS:
         raise VatError(

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from vat.errors import VatError
-from vat.eval.tasks import ALL_TASKS
+from vat.eval.tasks.registry import ALL_TASKS
 from vat.io import atomic_write
 
 SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment": "SICK-E"}

@@ -11,6 +11,7 @@ from typing import Any
 
 from vat.errors import VatError
 from vat.experiments.config import Point, SweepConfig, run_name
+from vat.runtime import resolve_device
 
 VAL_TAGS = {
     "val_nll": "val/nll",
@@ -52,17 +53,13 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def measure_device(device: str) -> str:
-    """ "auto" -> cuda when available, else cpu; anything else unchanged."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    """The sweep's `--device` for measuring (`vat.runtime.resolve_device`, the one rule)."""
+    return resolve_device(device)
 
 
 def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]:
     """The record of one trained run: its point, losses, geometry, STS and BLEU."""
-    from vat.checkpoint import read_checkpoint, vat_from_checkpoint
+    from vat.share.checkpoint import read_checkpoint, vat_from_checkpoint
 
     ckpt_path = run_dir / "checkpoints" / "last.ckpt"
     device = measure_device(cfg.device)
@@ -89,8 +86,8 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
 
 def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
     from vat.features import token_vectors
-    from vat.geometry import geometry_report
-    from vat.probes import load_probe_sentences
+    from vat.geometry.metrics import geometry_report
+    from vat.geometry.probes import load_probe_sentences
 
     probe = Path(cfg.probe)
     kind = {"senteval_dir": probe} if probe.is_dir() else {"probe_file": probe}
@@ -139,7 +136,7 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
 def _bleu(cfg: SweepConfig, loaded) -> float | None:
     if cfg.bleu_file is None:
         return None
-    from vat.generate import VATGenerator
+    from vat.generate.generator import VATGenerator
 
     lines = [
         ln.strip()

@@ -1,13 +1,15 @@
 """Sweep any train-config key: train one run per value, measure each, chart the frontier.
 
-    python -m vat.experiments.sweep -c configs/sweeps/frontier_cpu.yaml [--output DIR]
+    vat sweep -c configs/sweeps/frontier_cpu.yaml [--output DIR]
         [--values 0.1,0.2] [--jobs N] [--device auto] [--debug]
+
+(the command line is `vat.cli.sweep`; this module is the library it drives)
 
 For each point of the sweep YAML (one value of one key, or a combination for a grid over two
 keys; see `vat.experiments.config`), trains a model with the same train config, seed, data
-and budget plus that point's `--<key> <value>` into `out_dir/<leaf>_<value>/` (through
-`vat.cli.train.main`, in-process), then records its final validation losses, latent geometry, STS
-and mu-decoding BLEU in `record.json` (`vat.experiments.measure`). Finally it writes the
+and budget plus that point's `--<key> <value>` into `out_dir/<leaf>_<value>/` (through the
+`Runner`'s `vat train` entry point, in-process), then records its final validation losses,
+latent geometry, STS and mu-decoding BLEU in `record.json` (`vat.experiments.measure`). Finally it writes the
 table, the frontier and other plots, and a TensorBoard hparams view
 (`vat.experiments.frontier`).
 
@@ -23,7 +25,6 @@ is only measured again. Paths in the sweep YAML are relative to the working dire
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -31,13 +32,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tqdm import tqdm
 
-from vat.errors import VatError, run_cli
+from vat.errors import VatError
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
 from vat.experiments.frontier import plot_all, write_hparams, write_table
 from vat.experiments.measure import measure_run
@@ -62,22 +63,31 @@ def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
     ]
 
 
-def _train_main(args: list[str]) -> int:
-    from vat.cli.train import main as train_main
+@dataclass(frozen=True)
+class Runner:
+    """How a sweep trains, supplied by the `vat sweep` command (the library never imports
+    the CLI): `train(argv)` is `vat train`'s entry point and `prepare(argv)` its data
+    preparation (both return an exit code), `child` the command that runs one point in a
+    child process (`--run NAME ...` is appended)."""
 
-    try:
-        return train_main(args)
-    except SystemExit as e:  # the argument parser exits by itself
-        return e.code if isinstance(e.code, int) else 2
+    train: Callable[[list[str]], int]
+    prepare: Callable[[list[str]], int]
+    child: tuple[str, ...]
+
+    def run_train(self, args: list[str]) -> int:
+        try:
+            return self.train(args)
+        except SystemExit as e:  # the argument parser exits by itself
+            return e.code if isinstance(e.code, int) else 2
 
 
-def check_point(cfg: SweepConfig, point: Point) -> None:
+def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
     """Let train.py's own parser check a point's arguments (a key the train config does not
     have, a value of the wrong type) before anything trains: `--print_config` parses and
     exits without building data or a model."""
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = _train_main(
+        code = runner.run_train(
             [*train_args(cfg, point, Path(cfg.out_dir) / run_name(point)), "--print_config"]
         )
     if code != 0:
@@ -88,14 +98,14 @@ def check_point(cfg: SweepConfig, point: Point) -> None:
         )
 
 
-def train_run(cfg: SweepConfig, point: Point, run_dir: Path) -> None:
+def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> None:
     """Train (or finish training) the model of one point in run_dir."""
     if (run_dir / TRAINED_MARKER).exists():
         return
     args = train_args(cfg, point, run_dir)
     if (run_dir / "checkpoints" / "last.ckpt").is_file():
         args += ["--ckpt_path", "last"]
-    code = _train_main(args)
+    code = runner.run_train(args)
     name = run_name(point)
     if code != 0:
         raise VatError(
@@ -112,7 +122,7 @@ def _check_sts_data(cfg: SweepConfig) -> None:
     """Fail before training, not after it, when an STS task's files are missing."""
     if cfg.senteval_dir is None:
         return
-    from vat.eval.tasks import load_task
+    from vat.eval.tasks.registry import load_task
 
     for task in cfg.sts_tasks:
         load_task(cfg.senteval_dir, task)
@@ -120,6 +130,7 @@ def _check_sts_data(cfg: SweepConfig) -> None:
 
 # -- the sweep ----------------------------------------------------------------------------
 def run_sweep(
+    runner: Runner,
     cfg: SweepConfig,
     log: Log = print,
     config_path: str | None = None,
@@ -147,14 +158,14 @@ def run_sweep(
     pending = [p for p in points if not (out / run_name(p) / "record.json").is_file()]
     untrained = [p for p in pending if not (out / run_name(p) / TRAINED_MARKER).exists()]
     for p in untrained:
-        check_point(cfg, p)
+        check_point(runner, cfg, p)
     if pending:
         _check_sts_data(cfg)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.jobs > 1 and len(pending) > 1:
         if config_path is None:
             raise VatError("jobs > 1 needs the sweep YAML's path to start the child processes")
-        run_parallel(cfg, config_path, pending, log)
+        run_parallel(runner, cfg, config_path, pending, log)
     records = []
     for point in tqdm(points, desc="sweep", unit="run", disable=not progress, file=sys.stderr):
         name, run_dir = run_name(point), out / run_name(point)
@@ -164,7 +175,7 @@ def run_sweep(
             records.append(_load_json(rec_path))
             continue
         log(f"{name}: training in {run_dir}")
-        train_run(cfg, point, run_dir)
+        train_run(runner, cfg, point, run_dir)
         log(f"{name}: measuring")
         record = measure_run(cfg, point, run_dir)
         write_json_atomic(rec_path, record)
@@ -180,12 +191,12 @@ def run_sweep(
     return records
 
 
-def prepare_data(cfg: SweepConfig, out: Path) -> None:
+def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:
     """Build the tokenizer and tokenized-data cache of the train config once, so that
     parallel runs only read it (each would otherwise build its own copy at the same time)."""
-    from vat.cli.train import prepare_data as prepare
-
-    code = prepare(["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args])
+    code = runner.prepare(
+        ["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args]
+    )
     if code != 0:
         raise VatError(
             f"preparing the data of {cfg.train_config} failed (exit {code}; see the message above)"
@@ -193,6 +204,7 @@ def prepare_data(cfg: SweepConfig, out: Path) -> None:
 
 
 def run_parallel(
+    runner: Runner,
     cfg: SweepConfig,
     config_path: str,
     points: Sequence[Point],
@@ -207,7 +219,7 @@ def run_parallel(
     """
     out = Path(cfg.out_dir)
     log(f"preparing the data once for {len(points)} parallel runs")
-    prepare_data(cfg, out)
+    prepare_data(runner, cfg, out)
     queue = list(points)
     running: list[tuple[str, subprocess.Popen, Any]] = []
     failed: list[tuple[str, Path]] = []
@@ -219,9 +231,7 @@ def run_parallel(
             run_dir.mkdir(parents=True, exist_ok=True)
             logf = open(run_dir / "sweep.log", "a", encoding="utf-8")  # noqa: SIM115 (closed when the child ends)
             cmd = [
-                sys.executable,
-                "-m",
-                "vat.experiments.sweep",
+                *runner.child,
                 "-c",
                 config_path,
                 "--output",
@@ -269,90 +279,10 @@ def _load_json(path: Path) -> dict[str, Any]:
         ) from None
 
 
-# -- command line -------------------------------------------------------------------------
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (exit 2 through run_cli), not argparse's usage block."""
-
-    def error(self, message: str):
-        raise VatError(f"{message} (see {self.prog} --help)")
-
-
-def _values(text: str) -> list[Any]:
-    """--values 0.1,0.2 or --values constant,linear: YAML scalars, as in the sweep YAML."""
-    values = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
-    if not values:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated values like 0.1,0.4, got {text!r}"
-        )
-    return values
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="vat sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/)")
-    p.add_argument("--output", help="output folder (overrides out_dir)")
-    p.add_argument(
-        "--values",
-        type=_values,
-        help="comma-separated values of the (one) swept key, overriding the YAML's",
-    )
-    p.add_argument(
-        "--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)"
-    )
-    p.add_argument(
-        "--device", help="where measurements run: auto, cpu, cuda or cuda:N (overrides device)"
-    )
-    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar over the runs")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no [sweep] log lines")
-    p.add_argument("--run", action="append", help=argparse.SUPPRESS)  # the child processes' point
-    p.add_argument(
-        "--no-summary", action="store_true", help=argparse.SUPPRESS
-    )  # used by the children
-    return p
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
-    cfg = SweepConfig.from_yaml(args.config)
-    if args.output:
-        cfg.out_dir = args.output
-    if args.values is not None:
-        if len(cfg.sweep) != 1:
-            raise VatError(
-                f"--values needs a sweep over one key; {args.config} is a grid over "
-                f"{', '.join(cfg.sweep)}"
-            )
-        cfg.sweep = {cfg.keys[0]: args.values}
-    for opt in ("jobs", "device"):
-        if getattr(args, opt) is not None:
-            setattr(cfg, opt, getattr(args, opt))
-    cfg.validate("--values/--jobs/--device")
-    run_sweep(
-        cfg,
-        log=(lambda m: None)
-        if args.quiet
-        else (lambda m: tqdm.write(f"[sweep] {m}", file=sys.stderr)),
-        config_path=args.config,
-        summary=not args.no_summary,
-        only=args.run,
-        progress=not (args.quiet or args.no_progress or args.run),
-    )
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`vat sweep` / `python -m vat.experiments.sweep`: 0 on success, 2 on a user error."""
-    return run_cli(_main, argv)
-
-
 __all__ = [
     "TRAINED_MARKER",
+    "Runner",
     "check_point",
-    "main",
     "prepare_data",
     "run_parallel",
     "run_sweep",
@@ -360,5 +290,7 @@ __all__ = [
     "train_run",
 ]
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # an entry point before `vat sweep`: refuse it loudly
+    from vat.errors import refuse_moved_entry_point
+
+    refuse_moved_entry_point("vat.experiments.sweep", "vat sweep")

@@ -8,23 +8,19 @@ cosine, the score vat's own STS harness uses).
 
     vat mteb --model EXPORTED_DIR_OR_CKPT --output mteb-results
 
-runs the STS tasks of MTEB's English benchmark (the task data is downloaded from the Hugging
-Face Hub) and prints each task's main score (cosine Spearman).
+(the command, `vat.cli.mteb`) runs the STS tasks of MTEB's English benchmark (the task
+data is downloaded from the Hugging Face Hub) and prints each task's main score (cosine
+Spearman).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
-
-from vat.errors import VatError, run_cli
 
 
 class VATMTEBEncoder(AbsEncoder):
@@ -90,70 +86,7 @@ def english_sts_tasks() -> list:
     return [t for t in mteb.get_benchmark(ENGLISH_BENCHMARK).tasks if t.metadata.type == "STS"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    from vat.cli.common import Parser  # one-line usage errors, like every vat command
+if __name__ == "__main__":  # an entry point before `vat mteb`: refuse it loudly
+    from vat.errors import refuse_moved_entry_point
 
-    p = Parser(
-        prog="vat mteb",
-        description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).",
-    )
-    p.add_argument(
-        "--model",
-        required=True,
-        help="training checkpoint (.ckpt), exported folder, or Hub repo id",
-    )
-    p.add_argument(
-        "--tasks",
-        default=None,
-        help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))",
-    )
-    p.add_argument(
-        "--pooling", default="mean", help="pooling of the token means (vat.features.Pooling)"
-    )
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument(
-        "--device", default=None, help="torch device (default: cuda if available, else cpu)"
-    )
-    p.add_argument("--output", default="mteb-results", help="folder for MTEB's result files")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    return p
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    import mteb
-    from mteb.cache import ResultCache
-
-    args = _parser().parse_args(argv)
-    encoder = VATMTEBEncoder(
-        args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
-    )
-    if args.tasks:
-        try:
-            tasks = list(
-                mteb.get_tasks(tasks=[t.strip() for t in args.tasks.split(",") if t.strip()])
-            )
-        except (KeyError, ValueError) as e:
-            raise VatError(f"--tasks: {e}") from None
-    else:
-        tasks = english_sts_tasks()
-    try:
-        result = mteb.evaluate(
-            encoder, tasks, cache=ResultCache(args.output), overwrite_strategy="always"
-        )
-    except ConnectionError as e:  # the task data comes from the Hub
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise VatError(
-            f"cannot fetch MTEB task data from the Hugging Face Hub ({first[:200]})"
-        ) from None
-    for task_result in result.task_results:
-        print(f"{task_result.task_name:<24} {task_result.get_score():.4f}")
-    print(f"results in {args.output}")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    refuse_moved_entry_point("vat.integrations.mteb", "vat mteb")

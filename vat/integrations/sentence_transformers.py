@@ -1,6 +1,6 @@
 """A VAT as a sentence-transformers model.
 
-An exported folder (`vat export`, `vat.hub.save_pretrained`) carries a `modules.json` whose
+An exported folder (`vat export`, `vat.share.hub.save_pretrained`) carries a `modules.json` whose
 one module is `VATSentenceEncoder` below, so with vat installed
 
     from sentence_transformers import SentenceTransformer
@@ -23,9 +23,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
-from vat.checkpoint import LoadedVAT
 from vat.features import pool
-from vat.hub import ST_MODULE_CONFIG_NAME, write_model_files
+from vat.share.checkpoint import LoadedVAT
+from vat.share.hub import ST_MODULE_CONFIG_NAME, write_model_files
 from vat.tokenizer import make_batch
 
 
@@ -33,7 +33,7 @@ class VATSentenceEncoder(InputModule):
     """Tokenize with the VAT's tokenizer, encode, pool the token means mu into
     `sentence_embedding` (B, d); `token_embeddings` (B, T, d) holds mu itself."""
 
-    config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.hub)
+    config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.share.hub)
     config_keys = ["pooling"]
 
     def __init__(self, loaded: LoadedVAT, pooling: str = "mean") -> None:
@@ -99,7 +99,7 @@ class VATSentenceEncoder(InputModule):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> VATSentenceEncoder:
-        from vat.hub import from_pretrained
+        from vat.share.hub import from_pretrained
 
         where = {
             "subfolder": subfolder,

@@ -1,0 +1,77 @@
+"""`vat mteb --model DIR`: MTEB's English STS tasks on a VAT (`vat.integrations.mteb`).
+
+mteb is optional (`pip install "vat[integrations]"`), so it is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from vat.cli.common import Parser
+from vat.errors import VatError, run_cli
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="vat mteb",
+        description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="training checkpoint (.ckpt), exported folder, or Hub repo id",
+    )
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))",
+    )
+    p.add_argument(
+        "--pooling", default="mean", help="pooling of the token means (vat.features.Pooling)"
+    )
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument(
+        "--device", default=None, help="torch device (default: cuda if available, else cpu)"
+    )
+    p.add_argument("--output", default="mteb-results", help="folder for MTEB's result files")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import mteb
+    from mteb.cache import ResultCache
+
+    from vat.integrations.mteb import VATMTEBEncoder, english_sts_tasks
+
+    args = _parser().parse_args(argv)
+    encoder = VATMTEBEncoder(
+        args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
+    )
+    if args.tasks:
+        try:
+            tasks = list(
+                mteb.get_tasks(tasks=[t.strip() for t in args.tasks.split(",") if t.strip()])
+            )
+        except (KeyError, ValueError) as e:
+            raise VatError(f"--tasks: {e}") from None
+    else:
+        tasks = english_sts_tasks()
+    try:
+        result = mteb.evaluate(
+            encoder, tasks, cache=ResultCache(args.output), overwrite_strategy="always"
+        )
+    except ConnectionError as e:  # the task data comes from the Hub
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise VatError(
+            f"cannot fetch MTEB task data from the Hugging Face Hub ({first[:200]})"
+        ) from None
+    for task_result in result.task_results:
+        print(f"{task_result.task_name:<24} {task_result.get_score():.4f}")
+    print(f"results in {args.output}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)

@@ -1,0 +1,399 @@
+"""Data: text files or a Hugging Face dataset -> tokenizer -> tokenized cache -> buckets.
+
+`VATDataModule` reads local text files (plain or .gz, one sentence per line, several files
+or globs) or a hub dataset through `datasets` (`vat.data.corpus`), trains the tokenizer once (or
+loads it from a file), tokenizes once into a memory-mapped cache keyed by the tokenizer and
+the input files (`vat.data.token_cache`), so a second run starts at once. Preparing streams the
+corpus in chunks, so its memory does not grow with the corpus. Training batches come from
+`vat.data.sampler.BucketBatchSampler`: length-bucketed, of `batch_size` sentences or of at most
+`max_tokens` padded tokens.
+
+Under DDP, `prepare_data` (local rank 0 only) does the expensive work and writes every cache
+file atomically; `setup` on every rank only reads (and checks) the caches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
+from torch.utils.data import DataLoader
+
+from vat.data.cache_writer import (
+    check_cache_dir,
+    hash16,
+    read_cached_tokenizer,
+    save_tokenizer,
+    write_token_cache,
+)
+from vat.data.corpus import (  # noqa: F401 (read_lines, expand_files: public API)
+    expand_files,
+    held_out_indices,
+    iter_files,
+    iter_hub,
+    limit_lines,
+    read_lines,
+    split_held_out,
+)
+from vat.data.options import validate_data_options
+from vat.data.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
+from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
+    CacheDamaged,
+    TokenizedDataset,
+    remove,
+    verify,
+)
+from vat.errors import VatError
+from vat.tokenizer import VATTokenizer
+
+PAD_MULTIPLE = 8  # token-budget batches pad sequence lengths to a multiple of 8 (issue 15)
+
+
+class VATDataModule(L.LightningDataModule):
+    """Sentences -> tokenizer -> cached token ids -> length-bucketed batches."""
+
+    def __init__(
+        self,
+        *,
+        train_files: list[str] | None = None,
+        val_files: list[str] | None = None,
+        test_files: list[str] | None = None,
+        hf_dataset: str | None = None,
+        hf_config: str | None = None,
+        hf_text_field: str = "text",
+        hf_train_split: str = "train",
+        hf_val_split: str | None = "validation",
+        hf_test_split: str | None = "test",
+        val_fraction: float = 0.0,
+        max_train_lines: int | None = None,
+        tokenizer_path: str | None = None,
+        vocab_size: int = 32768,
+        tokenizer_train_lines: int = 1_000_000,
+        max_len: int = 128,
+        overlength: Literal["truncate", "filter"] = "truncate",
+        on_bad_bytes: Literal["skip", "error"] = "skip",
+        batch_size: int = 128,
+        max_tokens: int | None = None,
+        pool_batches: int = 100,
+        num_workers: int = 0,
+        num_proc: int = 1,
+        cache_dir: str = ".cache/vat",
+        seed: int = 1234,
+        progress: bool = True,
+    ) -> None:
+        """
+        Args:
+            train_files: Training text files or globs (plain or .gz, one sentence per line).
+            val_files: Validation files. If unset, `val_fraction` of the training lines is held out.
+            test_files: Test files for `train.py test`.
+            hf_dataset: A `datasets` hub name (or local dataset folder) used instead of files,
+                e.g. "wmt19" with hf_config "de-en" and hf_text_field "translation.en".
+            hf_config: The hub dataset's configuration name.
+            hf_text_field: Column holding the sentence; dotted for nested fields.
+            hf_train_split: Hub split for training.
+            hf_val_split: Hub split for validation (None: use val_fraction).
+            hf_test_split: Hub split for testing (None: no test set).
+            val_fraction: Fraction of training lines held out for validation when no
+                validation files/split are given (chosen with `seed`).
+            max_train_lines: Use only the first N training lines (quick experiments).
+            tokenizer_path: A tokenizers JSON to load. If unset, byte-level BPE is trained on
+                the training split (at most `tokenizer_train_lines` lines) and cached.
+            vocab_size: Vocabulary size of the trained tokenizer; the model's vocabulary
+                (linked to model.arch.vocab_size). Paper: 32,768.
+            tokenizer_train_lines: Cap on lines used to train the tokenizer.
+            max_len: Longest sequence in tokens, counting the final </s> (linked to
+                model.arch.max_len).
+            overlength: "truncate" cuts longer sentences to max_len; "filter" drops them.
+                Either way the number of affected lines is logged.
+            on_bad_bytes: Lines that are not valid UTF-8 are skipped and counted ("skip")
+                or stop the run with the file and line number ("error").
+            batch_size: Sentences per batch, per process (paper: 128). Ignored when
+                max_tokens is set.
+            max_tokens: Padded tokens per batch, per process (batch size x padded length,
+                like fairseq's --max-tokens). When set it governs the batch size instead of
+                batch_size, and sequence lengths are padded to a multiple of 8. At least max_len.
+            pool_batches: Bucketing pool size, in batches: sentences are length-sorted within
+                pools of pool_batches batches' worth of random sentences.
+            num_workers: DataLoader worker processes (0: load in the training process).
+            num_proc: Processes for tokenizing. 1 tokenizes in this process, where the
+                tokenizers library already uses every core; more uses a process pool.
+            cache_dir: Where the tokenizer and tokenized data are cached.
+            seed: Seed for the held-out split and the batch order.
+            progress: Progress bars for tokenizer training and corpus tokenizing (rank 0 only).
+        """
+        super().__init__()
+        validate_data_options(locals())
+        self.save_hyperparameters()
+        self.tokenizer: VATTokenizer | None = None
+        self.splits: dict[str, TokenizedDataset] = {}
+        self.length_histogram: list[int] = []
+        self._verified: dict[Path, dict] = {}
+        if max_tokens is not None:
+            rank_zero_info(
+                f"vat: data.max_tokens={max_tokens} sets the batch size "
+                "(data.batch_size is not used)"
+            )
+
+    # -- sources --------------------------------------------------------------------------
+    def _has_val(self) -> bool:
+        h = self.hparams
+        return (
+            bool(h.val_files)
+            or (bool(h.hf_dataset) and h.hf_val_split is not None)
+            or h.val_fraction > 0
+        )
+
+    def _source_files(self) -> dict[str, list[Path]]:
+        h = self.hparams
+        out = {"train": expand_files(h.train_files or [], "data.train_files")}
+        if h.val_files:
+            out["val"] = expand_files(h.val_files, "data.val_files")
+        if h.test_files:
+            out["test"] = expand_files(h.test_files, "data.test_files")
+        return out
+
+    def _source_key(self) -> str:
+        """Identifies the raw data: file paths, sizes and mtimes, or the hub dataset."""
+        h = self.hparams
+        if h.hf_dataset:
+            desc: object = [
+                h.hf_dataset,
+                h.hf_config,
+                h.hf_text_field,
+                h.hf_train_split,
+                h.hf_val_split,
+                h.hf_test_split,
+            ]
+        else:
+            desc = {
+                k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v]
+                for k, v in self._source_files().items()
+            }
+        desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
+        return hash16(json.dumps(desc, sort_keys=True, default=str))
+
+    def _source_names(self) -> list[str]:
+        h = self.hparams
+        if h.hf_dataset:
+            names = ["train"] + [
+                n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s
+            ]
+        else:
+            names = list(self._source_files())
+        if "val" not in names and h.val_fraction > 0:
+            names.insert(1, "val")
+        return names
+
+    def _chunks(self, split: str) -> Iterator[list[str]]:
+        """Chunks of raw sentences of one source split (the training split before holding out)."""
+        h = self.hparams
+        if h.hf_dataset:
+            hub_split = {"train": h.hf_train_split, "val": h.hf_val_split, "test": h.hf_test_split}[
+                split
+            ]
+            chunks = iter_hub(h.hf_dataset, h.hf_config, hub_split, h.hf_text_field)
+        else:
+            chunks = iter_files(self._source_files()[split], h.on_bad_bytes, f"data.{split}_files")
+        return limit_lines(chunks, h.max_train_lines) if split == "train" else chunks
+
+    def _train_val_chunks(self) -> Iterator[tuple[list[str], list[str]]]:
+        """(train, held-out val) parts of each training chunk; val is empty unless
+        val_fraction holds lines out (chosen after a counting pass, see held_out_indices)."""
+        h = self.hparams
+        if not self._val_is_held_out():
+            return ((c, []) for c in self._chunks("train"))
+        n = sum(len(c) for c in self._chunks("train"))
+        return split_held_out(self._chunks("train"), held_out_indices(n, h.val_fraction, h.seed))
+
+    def _val_is_held_out(self) -> bool:
+        h = self.hparams
+        has_source = bool(h.val_files) or (bool(h.hf_dataset) and h.hf_val_split is not None)
+        return not has_source and h.val_fraction > 0
+
+    # -- caches ---------------------------------------------------------------------------
+    def _cache(self) -> Path:
+        return Path(self.hparams.cache_dir)
+
+    def _check_cache_dir(self, write: bool) -> None:
+        """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
+        check_cache_dir(self._cache(), write)
+
+    def _progress(self) -> bool:
+        return bool(self.hparams.progress) and rank_zero_only.rank == 0
+
+    def _tokenizer_cache_path(self) -> Path:
+        h = self.hparams
+        key = hash16(
+            f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2"
+        )
+        return self._cache() / f"tokenizer-{key}.json"
+
+    def _data_cache_path(self, tokenizer: VATTokenizer) -> Path:
+        h = self.hparams
+        tok_hash = hash16(tokenizer.to_str())
+        key = hash16(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2")
+        return self._cache() / f"data-{key}"
+
+    def _load_or_train_tokenizer(self) -> VATTokenizer:
+        h = self.hparams
+        if h.tokenizer_path:
+            try:
+                tok = VATTokenizer.from_file(h.tokenizer_path)
+            except ValueError as e:
+                raise VatError(f"data.tokenizer_path: {e}") from None
+        else:
+            tok = read_cached_tokenizer(self._tokenizer_cache_path()) or self._train_tokenizer()
+        if tok.vocab_size > h.vocab_size:
+            src = h.tokenizer_path or "the cached tokenizer"
+            raise VatError(
+                f"data.tokenizer_path: {src} has {tok.vocab_size} tokens "
+                f"but data.vocab_size is {h.vocab_size}"
+            )
+        return tok
+
+    def _train_tokenizer(self) -> VATTokenizer:
+        h = self.hparams
+        self._check_cache_dir(write=True)
+
+        def train_chunks() -> Iterator[list[str]]:
+            for train, _ in self._train_val_chunks():
+                yield train
+
+        # limit_lines counts sentences across chunks; flatten only after the cut.
+        texts = (s for chunk in limit_lines(train_chunks(), h.tokenizer_train_lines) for s in chunk)
+        rank_zero_info(
+            f"vat: training a {h.vocab_size}-token BPE tokenizer "
+            f"on up to {h.tokenizer_train_lines} training lines"
+        )
+        tok = VATTokenizer.train(texts, vocab_size=h.vocab_size, progress=self._progress())
+        save_tokenizer(tok, self._tokenizer_cache_path())
+        return tok
+
+    def _verified_cache(self, cache: Path) -> dict | None:
+        """done.json of the intact cache, or None (a damaged one is removed, with a warning)."""
+        if cache in self._verified:
+            return self._verified[cache]
+        if not cache.exists():
+            return None
+        try:
+            info = verify(
+                cache,
+                self.tokenizer.vocab_size if self.tokenizer else 1 << 32,
+                self.hparams.max_len,
+            )
+        except CacheDamaged as e:
+            rank_zero_warn(f"vat: the tokenized cache {cache} is damaged ({e}); rebuilding it")
+            self._check_cache_dir(write=True)
+            remove(cache)
+            return None
+        self._verified[cache] = info
+        return info
+
+    def prepare_data(self) -> None:
+        """Local rank 0 only: train the tokenizer and tokenize every split into the cache."""
+        self._check_cache_dir(write=False)
+        tok = self._load_or_train_tokenizer()
+        cache = self._data_cache_path(tok)
+        if self._verified_cache(cache) is None:
+            self._check_cache_dir(write=True)
+            self._tokenize_to_cache(tok, cache)
+
+    def _tokenize_to_cache(self, tok: VATTokenizer, cache: Path) -> None:
+        h = self.hparams
+        write_token_cache(
+            cache,
+            tok,
+            self._source_names(),
+            self._val_is_held_out(),
+            self._train_val_chunks,
+            self._chunks,
+            max_len=h.max_len,
+            overlength=h.overlength,
+            num_proc=h.num_proc,
+            progress=self._progress(),
+        )
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None and self.splits:
+            return
+        self._check_cache_dir(write=False)
+        self.tokenizer = self._load_or_train_tokenizer()
+        cache = self._data_cache_path(self.tokenizer)
+        info = self._verified_cache(cache)
+        if info is None:
+            # prepare_data runs only on local rank 0 of each node; with a node-local cache
+            # dir on a multi-node job the other nodes tokenize here.
+            self.prepare_data()
+            info = self._verified_cache(cache)
+        h = self.hparams
+        pad = PAD_MULTIPLE if h.max_tokens is not None else 1
+        for name, st in info["stats"].items():
+            self.splits[name] = TokenizedDataset(cache / name, info["dtype"], h.max_len, pad)
+            if st["overlength"]:
+                verb = "truncated to" if h.overlength == "truncate" else "dropped for exceeding"
+                rank_zero_info(
+                    f"vat: {name}: {st['overlength']} of {st['lines']} lines "
+                    f"{verb} max_len={h.max_len} tokens"
+                )
+        if not len(self.splits["train"]):
+            raise VatError("data: no training sentence is left after filtering to data.max_len")
+        counts = np.bincount(self.splits["train"].lengths + 1, minlength=h.max_len + 1)
+        self.length_histogram = counts.tolist()
+        self.overlength_stats = info["stats"]
+
+    # -- loaders ----------------------------------------------------------------------------
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        h = self.hparams
+        ds = self.splits[split]
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = BucketBatchSampler(
+            ds.lengths + 1,
+            h.batch_size,
+            shuffle=shuffle,
+            seed=h.seed,
+            pool_batches=h.pool_batches,
+            num_replicas=world,
+            rank=rank,
+            max_tokens=h.max_tokens,
+            pad_multiple=PAD_MULTIPLE,
+            max_len=h.max_len,
+        )
+        # A private generator: creating the iterator then draws no number from torch's global
+        # RNG, so dropout/sampling noise is the same in a resumed and an uninterrupted run.
+        kwargs = dict(
+            collate_fn=passthrough,
+            num_workers=h.num_workers,
+            pin_memory=self._pin_memory(),
+            generator=torch.Generator().manual_seed(h.seed),
+            persistent_workers=h.num_workers > 0,
+        )
+        if split == "train":
+            return ResumableDataLoader(ds, sampler, **kwargs)
+        return DataLoader(ds, batch_sampler=sampler, **kwargs)
+
+    def _pin_memory(self) -> bool:
+        """Page-locked batches when training on CUDA, for asynchronous host-to-device copies."""
+        try:
+            return self.trainer.strategy.root_device.type == "cuda"
+        except (AttributeError, RuntimeError):
+            return torch.cuda.is_available()
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        if "val" not in self.splits:
+            return []
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        if "test" not in self.splits:
+            raise VatError("`vat train test` needs data.test_files or data.hf_test_split")
+        return self._loader("test", shuffle=False)

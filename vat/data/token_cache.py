@@ -1,0 +1,314 @@
+"""The tokenized cache: one flat token array + offsets per split, memory-mapped, verified.
+
+Layout of a cache folder `data-<key>/` (written under a temp name and renamed when complete):
+
+    done.json          format, dtype, per-split stats, and size + CRC-32 of every file
+    <split>/tokens.bin all token ids of the split, concatenated (uint16, or uint32 for > 65,536)
+    <split>/offsets.bin int64, N + 1: sentence i is tokens[offsets[i]:offsets[i + 1]]
+
+A flat array rather than Arrow list columns: a batch is one numpy gather out of it
+(`vat.data.sampler.collate_ids`), and the DataLoader workers share the page cache instead of
+copying Python lists. Loading checks sizes, CRC-32s and the offsets, so a damaged cache
+(a missing done.json, flipped bytes, a truncated file) is found before training and rebuilt
+instead of failing later with an IndexError (issue 11, section 2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import socket
+import zlib
+from collections import deque
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from vat.data.sampler import collate_ids
+
+FORMAT = "vat-tokens-v2"
+_READ = 1 << 24
+
+
+class CacheDamaged(Exception):
+    """A cache folder that is incomplete or corrupt; the message says what is wrong."""
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+class SplitWriter:
+    """Appends tokenized chunks of one split to its files; truncates or drops long ones."""
+
+    def __init__(self, folder: Path, dtype: np.dtype, max_len: int, overlength: str) -> None:
+        folder.mkdir(parents=True)
+        self.folder, self.dtype, self.cap, self.overlength = folder, dtype, max_len - 1, overlength
+        self._files = {name: open(folder / name, "wb") for name in ("tokens.bin", "offsets.bin")}
+        self.crc = dict.fromkeys(self._files, 0)
+        self.total = 0
+        self.lines = self.over = self.kept = 0
+        self._write("offsets.bin", np.zeros(1, np.int64))
+
+    def _write(self, name: str, array: np.ndarray) -> None:
+        data = memoryview(np.ascontiguousarray(array)).cast("B")
+        self._files[name].write(data)
+        self.crc[name] = zlib.crc32(data, self.crc[name])
+
+    def add(self, ids: list[list[int]]) -> None:
+        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+        long = lengths > self.cap
+        self.lines += len(ids)
+        self.over += int(long.sum())
+        if long.any():
+            if self.overlength == "filter":
+                ids = list(itertools.compress(ids, ~long))
+                lengths = lengths[~long]
+            else:
+                ids = [x[: self.cap] for x in ids]
+                lengths = np.minimum(lengths, self.cap)
+        if not len(ids):
+            return
+        flat = np.fromiter(itertools.chain.from_iterable(ids), self.dtype, count=int(lengths.sum()))
+        ends = self.total + np.cumsum(lengths)
+        self._write("tokens.bin", flat)
+        self._write("offsets.bin", ends)
+        self.total = int(ends[-1])
+        self.kept += len(ids)
+
+    def close(self) -> dict:
+        """Flush to disk; the split's stats and its file records for done.json."""
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        files = {
+            name: {"size": (self.folder / name).stat().st_size, "crc32": self.crc[name]}
+            for name in self._files
+        }
+        stats = {"lines": self.lines, "overlength": self.over, "kept": self.kept}
+        return {"stats": stats, "files": files}
+
+
+def write_done(folder: Path, splits: dict[str, dict], dtype: np.dtype, **extra) -> None:
+    info = {
+        "format": FORMAT,
+        "dtype": dtype.name,
+        **extra,
+        "stats": {k: v["stats"] for k, v in splits.items()},
+        "files": {
+            f"{k}/{name}": rec for k, v in splits.items() for name, rec in v["files"].items()
+        },
+    }
+    with open(folder / "done.json", "w") as f:
+        json.dump(info, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(_READ):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
+    """done.json of a complete, intact cache folder; `CacheDamaged` saying what is wrong.
+
+    Cost: one sequential read of the files (CRC-32 runs at about 1 GB/s) and vectorised
+    checks of the offsets, so flipped bytes anywhere are caught before training starts.
+    """
+    done = folder / "done.json"
+    if not done.is_file():
+        raise CacheDamaged("done.json is missing (an interrupted or older write)")
+    try:
+        info = json.loads(done.read_text())
+        files, dtype = info["files"], np.dtype(info["dtype"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CacheDamaged(f"done.json is unreadable ({type(e).__name__})") from None
+    if info.get("format") != FORMAT:
+        raise CacheDamaged(f"format {info.get('format')!r} is not {FORMAT!r}")
+    for name, rec in files.items():
+        path = folder / name
+        if not path.is_file():
+            raise CacheDamaged(f"{name} is missing")
+        if path.stat().st_size != rec["size"]:
+            raise CacheDamaged(f"{name} has {path.stat().st_size} bytes, expected {rec['size']}")
+        if _crc32(path) != rec["crc32"]:
+            raise CacheDamaged(f"{name} fails its CRC-32 check (damaged bytes)")
+    for split in info["stats"]:
+        offsets = np.fromfile(folder / split / "offsets.bin", dtype=np.int64)
+        n_tokens = (folder / split / "tokens.bin").stat().st_size // dtype.itemsize
+        steps = np.diff(offsets)
+        if (
+            offsets[0] != 0
+            or offsets[-1] != n_tokens
+            or (steps < 0).any()
+            or (steps > max_len - 1).any()
+        ):
+            raise CacheDamaged(f"{split}/offsets.bin is inconsistent with tokens.bin")
+    return info
+
+
+def temp_path(path: Path) -> Path:
+    """A hidden temp name beside `path`, owned by this process on this machine."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}.{socket.gethostname()}")
+
+
+def remove_stale_temps(cache_dir: Path) -> None:
+    """Delete temp folders/files left in the cache dir by a killed or failed process (its pid
+    no longer runs on this machine), e.g. after a full disk. Temps of other machines sharing
+    the folder are left alone: their pids cannot be checked from here."""
+    if not cache_dir.is_dir():
+        return
+    host = socket.gethostname()
+    for p in cache_dir.glob(".*.tmp-*"):
+        m = re.search(r"\.tmp-(\d+)(?:\.(.+))?$", p.name)
+        if m and m.group(2) in (None, host) and not _pid_alive(int(m.group(1))):
+            remove(p)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers: this process is not writing them now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+class TokenIds(Sequence):
+    """The sentences of a split as lists of ids, read lazily from the memory-mapped arrays."""
+
+    def __init__(self, dataset: TokenizedDataset) -> None:
+        self.ds = dataset
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.ds[j] for j in range(*i.indices(len(self)))]
+        return self.ds[i]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self.ds[j] for j in range(len(self)))
+
+
+class TokenizedDataset(Dataset):
+    """One split of the cache. `__getitems__` returns a whole padded batch (the DataLoader's
+    fetcher calls it with the batch's indices), so collation has no loop over sentences.
+
+    The arrays are opened lazily and not pickled: each DataLoader worker maps the files
+    itself and shares the page cache with the others.
+    """
+
+    def __init__(self, folder: Path, dtype: str, max_len: int, pad_multiple: int = 1) -> None:
+        self.folder, self.dtype, self.max_len, self.pad_multiple = (
+            Path(folder),
+            dtype,
+            max_len,
+            pad_multiple,
+        )
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _open(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+
+            def load(name: str, dtype) -> np.ndarray:
+                path = self.folder / name
+                if path.stat().st_size == 0:  # mmap cannot map an empty file
+                    return np.zeros(0, dtype)
+                return np.memmap(path, dtype=dtype, mode="r")
+
+            self._arrays = (load("tokens.bin", self.dtype), load("offsets.bin", np.int64))
+        return self._arrays
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_arrays": None}
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(N,) subwords per sentence, without </s>."""
+        return np.diff(self._open()[1])
+
+    @property
+    def ids(self) -> TokenIds:
+        return TokenIds(self)
+
+    def __len__(self) -> int:
+        return len(self._open()[1]) - 1
+
+    def __getitem__(self, i: int) -> list[int]:
+        tokens, offsets = self._open()
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return tokens[offsets[i] : offsets[i + 1]].tolist()
+
+    def __getitems__(self, indices: Sequence[int]) -> dict:
+        tokens, offsets = self._open()
+        return collate_ids(tokens, offsets, indices, self.max_len, self.pad_multiple)
+
+
+_WORKER_TOKENIZER = None
+
+
+def init_worker(tokenizer_json: str) -> None:
+    """Process-pool initializer for tokenizing with data.num_proc > 1."""
+    from vat.tokenizer import VATTokenizer
+
+    global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
+    _WORKER_TOKENIZER = VATTokenizer.from_str(tokenizer_json)
+
+
+def encode_in_worker(chunk: list[str]) -> list[list[int]]:
+    return _WORKER_TOKENIZER.encode_batch(chunk)
+
+
+def encode_chunks(
+    chunks: Iterator[list[str]],
+    tok,
+    num_proc: int,
+) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """(chunk, ids) for each chunk of sentences, in order. With num_proc > 1 a process pool
+    with a bounded window of chunks in flight (Pool.imap would read the whole corpus ahead),
+    so memory stays bounded whatever the corpus size."""
+    if num_proc <= 1:  # the tokenizers library already encodes a batch on every core
+        for chunk in chunks:
+            yield chunk, tok.encode_batch(chunk)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")  # fork after tokenizers' threads is unsafe
+    with ProcessPoolExecutor(
+        num_proc, mp_context=ctx, initializer=init_worker, initargs=(tok.to_str(),)
+    ) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(encode_in_worker, chunk)))
+            if len(pending) >= 2 * num_proc:
+                c, fut = pending.popleft()
+                yield c, fut.result()
+        while pending:
+            c, fut = pending.popleft()
+            yield c, fut.result()

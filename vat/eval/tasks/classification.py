@@ -1,0 +1,125 @@
+"""Loaders for SentEval's classification tasks: MR, CR, SUBJ, MPQA, SST2/5, TREC and MRPC
+(SICKEntailment is in `vat.eval.tasks.sts`). See `vat.eval.tasks.registry` for how the files are
+read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vat.errors import VatError
+from vat.eval.tasks.files import (
+    TaskData,
+    bad_line,
+    iter_lines,
+    labelled,
+    need_file,
+    read_pair_splits,
+    singles,
+    split_lines,
+    whitespace_tokens,
+)
+
+BINARY_FILES = {
+    # task: (folder, file with label 1, file with label 0); SUBJ: objective is label 1 (binary.py)
+    "MR": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
+    "CR": ("CR", "custrev.pos", "custrev.neg"),
+    "SUBJ": ("SUBJ", "subj.objective", "subj.subjective"),
+    "MPQA": ("MPQA", "mpqa.pos", "mpqa.neg"),
+}
+
+
+def load_binary(data_dir: Path, task: str) -> TaskData:
+    """MR/CR/SUBJ/MPQA: one sentence a line, Latin-1; empty lines are (empty) samples, as in
+    SentEval's BinaryClassifierEval."""
+    folder, pos_f, neg_f = BINARY_FILES[task]
+    sides = []
+    for fname in (pos_f, neg_f):
+        path = need_file(data_dir / folder / fname, task, data_dir)
+        lines = [whitespace_tokens(s) for s in split_lines(path, "latin-1")]
+        if not any(lines):  # no sentence at all: one class only, a meaningless 100% accuracy
+            raise VatError(f"{path}: no sentences; expected one {task} sentence a line")
+        sides.append(lines)
+    pos, neg = sides
+    return TaskData(
+        task,
+        "kfold",
+        {"all": singles(pos + neg, [1] * len(pos) + [0] * len(neg))},
+        nclasses=2,
+        path=data_dir / folder,
+    )
+
+
+def load_sst(data_dir: Path, task: str) -> TaskData:
+    """SST2 ('sentence<TAB>label', binary/) and SST5 ('label sentence', fine/)."""
+    fine = task == "SST5"
+    folder = data_dir / "SST" / ("fine" if fine else "binary")
+    nclasses = 5 if fine else 2
+    splits = {}
+    for split in ("train", "dev", "test"):
+        path = need_file(folder / f"sentiment-{split}", task, data_dir)
+        x, y = [], []
+        for i, line in enumerate(iter_lines(path, "utf-8"), 1):
+            if not line.strip():
+                continue
+            try:
+                if fine:
+                    label, sent = line.strip().split(" ", 1)
+                else:
+                    sent, label = line.strip().split("\t")[:2]
+                lab = int(label)
+            except ValueError:
+                raise bad_line(
+                    path, i, "label sentence" if fine else "sentence<TAB>label"
+                ) from None
+            if not 0 <= lab < nclasses:
+                raise bad_line(path, i, f"label in 0..{nclasses - 1}")
+            x.append(whitespace_tokens(sent))
+            y.append(lab)
+        splits[split] = labelled(singles(x, y), path, split == "train")
+    return TaskData(task, "split", splits, nclasses=nclasses, path=folder)
+
+
+_TREC_CLASSES = {"ABBR": 0, "DESC": 1, "ENTY": 2, "HUM": 3, "LOC": 4, "NUM": 5}
+
+
+def load_trec(data_dir: Path, task: str = "TREC") -> TaskData:
+    """TREC: 'COARSE:fine question words', Latin-1; train_5500 for CV, TREC_10 as test."""
+    folder = data_dir / "TREC"
+    splits = {}
+    for split, fname in (("train", "train_5500.label"), ("test", "TREC_10.label")):
+        path = need_file(folder / fname, task, data_dir)
+        x, y = [], []
+        for i, line in enumerate(iter_lines(path, "latin-1"), 1):
+            if not line.strip():
+                continue
+            try:
+                target, sample = line.strip().split(":", 1)
+                x.append(whitespace_tokens(sample.split(" ", 1)[1]))
+                y.append(_TREC_CLASSES[target])
+            except (ValueError, IndexError, KeyError):
+                raise bad_line(
+                    path, i, "COARSE:fine question, COARSE in " + "/".join(_TREC_CLASSES)
+                ) from None
+        splits[split] = labelled(singles(x, y), path, split == "train")
+    return TaskData(task, "traintest", splits, nclasses=6, path=folder)
+
+
+def load_mrpc(data_dir: Path, task: str = "MRPC") -> TaskData:
+    """MRPC: header line (maybe with a BOM), then 'Quality #1_ID #2_ID #1_String #2_String'."""
+    folder = data_dir / "MRPC"
+    splits = read_pair_splits(
+        folder,
+        ((split, f"msr_paraphrase_{split}.txt") for split in ("train", "test")),
+        task,
+        data_dir,
+        labelled,
+        3,
+        4,
+        lambda c: int(c[0]),
+        np.int64,
+        "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String",
+        header=True,
+    )
+    return TaskData(task, "traintest", splits, nclasses=2, path=folder)

@@ -1,0 +1,253 @@
+"""Task containers and SentEval file reading, shared by the loaders of `vat.eval.tasks.registry`.
+
+Reads files exactly as facebookresearch/SentEval (commit 5d6dc11) does (see
+`vat.eval.tasks.registry`); a missing folder or file raises `VatError` naming the path and the
+expected layout (`LAYOUT`), a malformed line a `VatError` naming the line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vat.errors import VatError
+
+STS_SUBSETS: dict[str, list[str]] = {
+    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
+    # STS13 without SMT (licence), as in SentEval's STS13Eval
+    "STS13": ["FNWN", "headlines", "OnWN"],
+    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
+
+# Expected layout of each task under the data dir (shown in "missing file" errors).
+LAYOUT: dict[str, str] = {
+    **{
+        t: f"STS/{t}-en-test/STS.input.<set>.txt + STS.gs.<set>.txt, sets {', '.join(s)}"
+        for t, s in STS_SUBSETS.items()
+    },
+    "STSBenchmark": "STS/STSBenchmark/sts-{train,dev,test}.csv",
+    "SICKRelatedness": "SICK/SICK_{train,trial,test_annotated}.txt",
+    "SICKEntailment": "SICK/SICK_{train,trial,test_annotated}.txt",
+    "MR": "MR/rt-polarity.{pos,neg}",
+    "CR": "CR/custrev.{pos,neg}",
+    "SUBJ": "SUBJ/subj.{objective,subjective}",
+    "MPQA": "MPQA/mpqa.{pos,neg}",
+    "SST2": "SST/binary/sentiment-{train,dev,test}",
+    "SST5": "SST/fine/sentiment-{train,dev,test}",
+    "TREC": "TREC/train_5500.label + TREC/TREC_10.label",
+    "MRPC": "MRPC/msr_paraphrase_{train,test}.txt",
+}
+
+# ----------------------------------------------------------------------------- containers
+
+
+@dataclass
+class Pairs:
+    """Sentence pairs with a gold value each (a score, or a class id)."""
+
+    a: list[str]
+    b: list[str]
+    y: np.ndarray  # (N,) float64 scores or int64 labels
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class Singles:
+    """Single sentences with a class id each."""
+
+    x: list[str]
+    y: np.ndarray  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class TaskData:
+    """One task's data. `kind` says which protocol runs it:
+
+    - "sts": `splits` holds the STS subsets (Pairs of scores), no training;
+    - "relatedness": train/dev/test Pairs of scores (cosine, or SentEval's regressor);
+    - "kfold": one Singles "all" split, SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA);
+    - "traintest": train/test, SentEval's KFoldClassifier (TREC: Singles, MRPC: Pairs);
+    - "split": train/dev/test, SentEval's SplitClassifier (SST2, SST5, SICKEntailment).
+    """
+
+    name: str
+    kind: str
+    splits: dict[str, Pairs | Singles]
+    nclasses: int = 0
+    path: Path = field(default_factory=Path)
+
+    def sentences(self) -> list[str]:
+        """Every sentence of the task (with repeats), for encoding."""
+        out: list[str] = []
+        for s in self.splits.values():
+            out += s.a + s.b if isinstance(s, Pairs) else s.x
+        return out
+
+
+# ----------------------------------------------------------------------------- file reading
+
+
+def need_file(path: Path, task: str, data_dir: Path) -> Path:
+    if not path.is_file():
+        what = "folder" if not path.parent.is_dir() else "file"
+        missing = path.parent if what == "folder" else path
+        raise VatError(
+            f"{task}: missing {what} {missing} "
+            f"(expected SentEval layout under {data_dir}: {LAYOUT[task]}; "
+            "fetch it with scripts/get_senteval_data.sh from the vat source repository)"
+        )
+    return path
+
+
+def _read_text(path: Path, encoding: str) -> str:
+    """Whole file, universal newlines (CRLF -> LF), a UTF-8 byte-order mark dropped."""
+    enc = "utf-8-sig" if encoding == "utf-8" else encoding
+    try:
+        with open(path, encoding=enc) as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise VatError(f"{path}: not valid {encoding} at byte {e.start} ({e.reason})") from None
+
+
+def iter_lines(path: Path, encoding: str) -> list[str]:
+    """Lines as `for line in f` yields them (split on newlines only), newline removed."""
+    text = _read_text(path, encoding)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def split_lines(path: Path, encoding: str) -> list[str]:
+    """`f.read().splitlines()`, as SentEval's binary.py and sts.py read their files."""
+    return _read_text(path, encoding).splitlines()
+
+
+def whitespace_tokens(s: str) -> str:
+    """SentEval's `s.split()`, re-joined: collapses any whitespace run to one space."""
+    return " ".join(s.split())
+
+
+def _ntok(s: str) -> int:
+    return len(s.split())
+
+
+def bad_line(path: Path, lineno: int, expected: str) -> VatError:
+    return VatError(f"{path}: line {lineno} is not in the expected format ({expected})")
+
+
+def _read_pair_file(
+    path: Path,
+    col_a: int,
+    col_b: int,
+    label: Callable[[list[str]], float | int],
+    dtype: type,
+    expected: str,
+    header: bool,
+) -> dict[str, np.ndarray]:
+    """A tab-separated file of sentence pairs with a label per line (STS-B, SICK, MRPC):
+    blank lines skipped, a bad line is a one-line error naming it and the expected columns."""
+    lines = iter_lines(path, "utf-8")
+    first = 2 if header else 1
+    a, b, y = [], [], []
+    for i, line in enumerate(lines[1:] if header else lines, first):
+        if not line.strip():
+            continue
+        cols = line.strip().split("\t")
+        try:
+            y.append(label(cols))
+            a.append(whitespace_tokens(cols[col_a]))
+            b.append(whitespace_tokens(cols[col_b]))
+        except (IndexError, ValueError, KeyError):
+            raise bad_line(path, i, expected) from None
+        if not math.isfinite(y[-1]):
+            raise bad_line(path, i, expected + ", with a finite score")
+    return _pairs(a, b, y, dtype)
+
+
+def scored(pairs: Pairs, path: Path) -> Pairs:
+    """Pairs whose gold scores can be correlated with: at least 2, not all equal. Otherwise
+    every correlation would be NaN (a `null` in the JSON, a dash in the table)."""
+    if len(pairs) < 2:
+        raise VatError(
+            f"{path}: {len(pairs)} scored pair(s); a correlation needs at least 2 "
+            "(empty gold lines are unscored pairs)"
+        )
+    if np.ptp(pairs.y) == 0:
+        raise VatError(
+            f"{path}: every gold score is {pairs.y[0]:g}; a correlation needs scores that differ"
+        )
+    return pairs
+
+
+def labelled(split: Pairs | Singles, path: Path, train: bool) -> Pairs | Singles:
+    """A classification split that is not empty; a training split needs two classes (one
+    class scores a meaningless 100% accuracy)."""
+    if len(split) == 0:
+        raise VatError(
+            f"{path}: no examples; expected "
+            f"{'labelled lines' if train else 'at least one labelled line'}"
+        )
+    if train and len(np.unique(split.y)) < 2:
+        raise VatError(
+            f"{path}: every example has label {split.y[0]}; a classifier needs at least two classes"
+        )
+    return split
+
+
+def _sorted_pairs(a: list[str], b: list[str], y: list) -> tuple[list[str], list[str], list]:
+    """SentEval's sort for pair tasks: key (len(tokens a), len(tokens b), y), stable."""
+    order = sorted(range(len(y)), key=lambda i: (_ntok(a[i]), _ntok(b[i]), y[i]))
+    return [a[i] for i in order], [b[i] for i in order], [y[i] for i in order]
+
+
+def _sorted_singles(x: list[str], y: list[int]) -> tuple[list[str], list[int]]:
+    """SentEval's sort for single-sentence tasks: key (len(tokens), label), stable."""
+    order = sorted(range(len(y)), key=lambda i: (_ntok(x[i]), y[i]))
+    return [x[i] for i in order], [y[i] for i in order]
+
+
+def _pairs(a: list[str], b: list[str], y: list, dtype: type) -> Pairs:
+    a, b, y = _sorted_pairs(a, b, y)
+    return Pairs(a, b, np.asarray(y, dtype=dtype))
+
+
+def singles(x: list[str], y: list[int]) -> Singles:
+    x, y = _sorted_singles(x, y)
+    return Singles(x, np.asarray(y, np.int64))
+
+
+def scored_split(pairs: Pairs, path: Path, train: bool) -> Pairs:
+    """`scored` as a `read_pair_splits` check: every split is scored, train or not."""
+    return scored(pairs, path)
+
+
+def read_pair_splits(
+    folder: Path,
+    files: Iterable[tuple[str, str]],
+    task: str,
+    data_dir: Path,
+    check: Callable[[Pairs, Path, bool], Pairs | Singles],
+    *fmt: Any,
+    header: bool,
+) -> dict[str, Pairs | Singles]:
+    """{split: check(pairs, path, split == "train")} for each (split, file name) in `files`,
+    the pairs read by `_read_pair_file(path, *fmt, header=header)` from `need_file`ed files under
+    `folder` (STS-B, SICK, MRPC)."""
+    splits = {}
+    for split, fname in files:
+        path = need_file(folder / fname, task, data_dir)
+        splits[split] = check(_read_pair_file(path, *fmt, header=header), path, split == "train")
+    return splits

@@ -1,0 +1,111 @@
+"""Loaders for SentEval's similarity tasks: STS12-16, STSBenchmark and SICK (relatedness
+and entailment, one file layout). See `vat.eval.tasks.registry` for how the files are read."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from vat.errors import VatError
+from vat.eval.tasks.files import (
+    STS_SUBSETS,
+    Pairs,
+    TaskData,
+    bad_line,
+    labelled,
+    need_file,
+    read_pair_splits,
+    scored,
+    scored_split,
+    split_lines,
+    whitespace_tokens,
+)
+
+
+def load_sts(data_dir: Path, task: str) -> TaskData:
+    """STS12-16 (SentEval's STSEval.loadFile): 'a<TAB>b' lines, gold on the same line of
+    STS.gs.<set>.txt; pairs with an empty gold line are skipped."""
+    folder = data_dir / "STS" / f"{task}-en-test"
+    splits: dict[str, Pairs] = {}
+    for subset in STS_SUBSETS[task]:
+        inp = need_file(folder / f"STS.input.{subset}.txt", task, data_dir)
+        gs = need_file(folder / f"STS.gs.{subset}.txt", task, data_dir)
+        pairs = split_lines(inp, "utf-8")
+        gold = split_lines(gs, "utf-8")
+        if len(gold) != len(pairs):
+            raise VatError(
+                f"{task}: {gs} has {len(gold)} lines but {inp} has {len(pairs)}; "
+                "they must match line by line"
+            )
+        a, b, y = [], [], []
+        for i, (line, g) in enumerate(zip(pairs, gold), 1):
+            if not g.strip():  # unscored pair: SentEval drops it (raw_scores != '')
+                continue
+            cols = line.split("\t")
+            if len(cols) < 2:
+                raise bad_line(inp, i, "sentence<TAB>sentence")
+            try:
+                score = float(g)
+            except ValueError:
+                raise bad_line(gs, i, "a number or an empty line") from None
+            if not math.isfinite(score):
+                raise bad_line(gs, i, "a finite number or an empty line")
+            a.append(whitespace_tokens(cols[0]))
+            b.append(whitespace_tokens(cols[1]))
+            y.append(score)
+        splits[subset] = scored(Pairs(a, b, np.asarray(y, dtype=np.float64)), gs)
+    return TaskData(task, "sts", splits, path=folder)
+
+
+def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
+    """STSBenchmark: tab-separated, score in column 4, sentences in 5 and 6 (0-based)."""
+    folder = data_dir / "STS" / "STSBenchmark"
+    files = (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv"))
+    splits = read_pair_splits(
+        folder,
+        files,
+        task,
+        data_dir,
+        scored_split,
+        5,
+        6,
+        lambda c: float(c[4]),
+        np.float64,
+        "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence",
+        header=False,
+    )
+    return TaskData(task, "relatedness", splits, path=folder)
+
+
+_SICK_LABELS = {"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2}
+
+
+def load_sick(data_dir: Path, task: str) -> TaskData:
+    """SICK (SICKRelatedness: score column 3; SICKEntailment: label column 4), header skipped;
+    trial is the dev split."""
+    folder = data_dir / "SICK"
+    entail = task == "SICKEntailment"
+    files = (
+        ("train", "SICK_train.txt"),
+        ("dev", "SICK_trial.txt"),
+        ("test", "SICK_test_annotated.txt"),
+    )
+    label = (lambda c: _SICK_LABELS[c[4].strip()]) if entail else (lambda c: float(c[3]))
+    splits = read_pair_splits(
+        folder,
+        files,
+        task,
+        data_dir,
+        labelled if entail else scored_split,
+        1,
+        2,
+        label,
+        np.int64 if entail else np.float64,
+        "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment",
+        header=True,
+    )
+    if entail:
+        return TaskData(task, "split", splits, nclasses=3, path=folder)
+    return TaskData(task, "relatedness", splits, path=folder)

@@ -1,0 +1,26 @@
+"""Generation: text in, text out through the latent space.
+
+- `decoding.py`   decode any latent sequence: greedy, beam, sampling, key/value cache
+- `latents.py`    latent maths: perturb, prior lengths and draws, lerp/slerp, padding
+- `generator.py`  VATGenerator: reconstruct, sample, resample a token, interpolate, prior
+"""
+
+from vat.generate.generator import (
+    DecodeOptions,
+    Hypothesis,
+    ReconstructionScore,
+    TruncationWarning,
+    VATGenerator,
+    corpus_bleu,
+    reconstruction_score,
+)
+
+__all__ = [
+    "DecodeOptions",
+    "Hypothesis",
+    "ReconstructionScore",
+    "TruncationWarning",
+    "VATGenerator",
+    "corpus_bleu",
+    "reconstruction_score",
+]

@@ -1,0 +1,121 @@
+"""Latent maths for generation (pure functions over tensors).
+
+`perturb_latents` (z = mu + tau * sigma * eps everywhere or at chosen positions, PAPER.md
+Tables 1-2), `sample_lengths` / `prior_latents` (decoding the prior N(0, s^2 I)),
+`interpolate_latents` (lerp or slerp between two sentences, Table 3) and `pad_latents`
+(stacking sequences of different lengths for `vat.generate.decoding`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from vat.errors import VatError
+
+InterpolationMethod = Literal["linear", "slerp"]
+
+
+def perturb_latents(
+    mu: torch.Tensor,
+    logvar: torch.Tensor,
+    tau: float = 1.0,
+    positions: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Variational sampling: z_t = mu_t + tau * sigma_t * eps_t, sigma_t = exp(logvar_t / 2).
+
+    mu, logvar (..., T, d). `positions` (..., T) bool selects the tokens to resample (the
+    paper's Table 2); the others keep z_t = mu_t. None resamples every token (Table 1).
+    tau = 0 returns mu exactly.
+    """
+    z = mu + tau * torch.exp(0.5 * logvar) * torch.randn(
+        mu.shape, generator=generator, device=mu.device, dtype=mu.dtype
+    )
+    if positions is None:
+        return z
+    return torch.where(positions[..., None], z, mu)  # (..., T, d)
+
+
+def sample_lengths(
+    histogram: Sequence[int], n: int, max_len: int, generator: torch.Generator | None = None
+) -> list[int]:
+    """n latent lengths T (</s> included) drawn with probability histogram[T] / sum.
+
+    Lengths above the model's max_len and length 0 (every sequence has its </s>) are
+    never drawn.
+    """
+    counts = torch.tensor([float(c) for c in histogram[: max_len + 1]], dtype=torch.float64)
+    if counts.numel():
+        counts[0] = 0.0
+    if counts.numel() == 0 or counts.sum() <= 0:
+        raise VatError(
+            "the checkpoint has no length histogram to draw prior lengths from; pass --length"
+        )
+    return torch.multinomial(counts, n, replacement=True, generator=generator).tolist()
+
+
+def prior_latents(
+    lengths: Sequence[int], d_model: int, prior_std: float, generator: torch.Generator | None = None
+) -> list[torch.Tensor]:
+    """One latent sequence z ~ N(0, prior_std^2 I) of shape (T_i, d) per length T_i."""
+    return [prior_std * torch.randn(T, d_model, generator=generator) for T in lengths]
+
+
+def slerp(a: torch.Tensor, b: torch.Tensor, alpha: float, eps: float = 1e-7) -> torch.Tensor:
+    """Spherical interpolation of each row vector, a, b (..., d) (Shoemake 1985; White 2016,
+    "Sampling Generative Networks"): sin((1-alpha) W)/sin W * a + sin(alpha W)/sin W * b,
+    W the angle between a and b. Where the angle is undefined or ~0 (a zero padding vector,
+    parallel vectors) it falls back to linear interpolation. alpha 0 / 1 return a / b."""
+    na, nb = a.norm(dim=-1, keepdim=True), b.norm(dim=-1, keepdim=True)  # (..., 1)
+    cos = ((a * b).sum(-1, keepdim=True) / (na * nb).clamp_min(eps)).clamp(-1.0, 1.0)  # (..., 1)
+    omega = torch.acos(cos)
+    so = torch.sin(omega)
+    degenerate = (so < eps) | (na < eps) | (nb < eps)  # (..., 1)
+    safe = torch.where(degenerate, torch.ones_like(so), so)
+    spherical = torch.sin((1 - alpha) * omega) / safe * a + torch.sin(alpha * omega) / safe * b
+    return torch.where(degenerate, (1 - alpha) * a + alpha * b, spherical)
+
+
+def interpolate_latents(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    alphas: Sequence[float],
+    method: InterpolationMethod = "linear",
+) -> list[torch.Tensor]:
+    """Latent sequences between z1 (T1, d) and z2 (T2, d): one (T_a, d) tensor per alpha.
+
+    Padding (PAPER.md only says the two sequences are padded to equal length; our choice):
+    the shorter sequence is extended at its end with zero vectors, the prior's mean, i.e.
+    the most probable latent under N(0, s^2 I), and the mixture (1 - a) Z1 + a Z2 (or slerp
+    per position) is taken over max(T1, T2) positions. The decoder then sees the first
+    T_a = round((1 - a) T1 + a T2) positions: the latent length moves linearly from T1 to
+    T2 with the content, so a = 0 and a = 1 decode exactly the two sentences (padding never
+    reaches the decoder there), and in between the extra positions fade in or out.
+    """
+    if method not in ("linear", "slerp"):
+        raise VatError(f"interpolation must be linear or slerp, got {method!r}")
+    T1, T2 = z1.shape[0], z2.shape[0]
+    T = max(T1, T2)
+    p1 = torch.cat([z1, z1.new_zeros(T - T1, z1.shape[1])])  # (T, d)
+    p2 = torch.cat([z2, z2.new_zeros(T - T2, z2.shape[1])])  # (T, d)
+    out = []
+    for a in alphas:
+        z = (1 - a) * p1 + a * p2 if method == "linear" else slerp(p1, p2, a)  # (T, d)
+        T_a = max(1, min(T, math.floor((1 - a) * T1 + a * T2 + 0.5)))
+        out.append(z[:T_a])
+    return out
+
+
+def pad_latents(zs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack (T_i, d) latent sequences into z (B, T, d) and mask (B, T), zeros at padding."""
+    T = max(z.shape[0] for z in zs)
+    z = zs[0].new_zeros(len(zs), T, zs[0].shape[1])  # (B, T, d)
+    mask = torch.zeros(len(zs), T, dtype=torch.bool, device=zs[0].device)  # (B, T)
+    for i, zi in enumerate(zs):
+        z[i, : zi.shape[0]] = zi
+        mask[i, : zi.shape[0]] = True
+    return z, mask

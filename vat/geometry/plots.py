@@ -1,0 +1,140 @@
+"""Figures of a latent space's geometry: covariance spectrum, KL per dimension, active units.
+
+Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (drawn on the Agg
+canvas, so no display is needed), plus `save_figure` / `save_geometry_plots` to write PNGs. The
+geometry CLI writes them with `--plots DIR`; `vat.callbacks.GeometryMetrics` logs the same
+figures as TensorBoard images. Needs matplotlib (`pip install "vat[plots]"`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vat.errors import VatError
+from vat.geometry.metrics import ACTIVE_UNIT_THRESHOLD
+
+
+def _figure_class():
+    """matplotlib's Figure class: figures made without pyplot use the Agg canvas and no
+    global state, so plotting never needs (or changes) a display backend."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise VatError(
+            "plots need matplotlib: pip install 'vat[plots]' (or pip install matplotlib)"
+        ) from None
+
+    return Figure
+
+
+def _vector(values: ArrayLike, name: str) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if v.size == 0 or not np.isfinite(v).all():
+        raise ValueError(f"{name} must be a non-empty array of finite numbers")
+    return v
+
+
+def spectrum_figure(eigenvalues: ArrayLike, title: str = "covariance spectrum"):
+    """Covariance eigenvalues, largest first, on a log axis, with the cumulative share of
+    variance on a second axis: how many directions the token vectors really use."""
+    lam = np.sort(np.clip(_vector(eigenvalues, "eigenvalues"), 0.0, None))[::-1]
+    fig = _figure_class()(figsize=(6, 4), dpi=100)
+    ax = fig.add_subplot()
+    k = np.arange(1, len(lam) + 1)
+    floor = lam[lam > 0].min() if (lam > 0).any() else 1e-12
+    ax.semilogy(k, np.maximum(lam, floor * 1e-3), marker=".", color="tab:blue")
+    ax.set_xlabel("principal component")
+    ax.set_ylabel("variance (eigenvalue)", color="tab:blue")
+    share = np.cumsum(lam) / lam.sum() if lam.sum() > 0 else np.zeros_like(lam)
+    ax2 = ax.twinx()
+    ax2.plot(k, share, color="tab:orange")
+    ax2.set_ylim(0, 1.02)
+    ax2.set_ylabel("cumulative share of variance", color="tab:orange")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def kl_per_dimension_figure(kl_per_dim: ArrayLike, title: str = "KL per latent dimension"):
+    """Bars of the mean KL (nats per token) of each latent dimension, sorted, and their sum."""
+    kl = _vector(kl_per_dim, "kl_per_dim")
+    order = np.argsort(kl)[::-1]
+    fig = _figure_class()(figsize=(6, 4), dpi=100)
+    ax = fig.add_subplot()
+    ax.bar(np.arange(len(kl)), kl[order], width=1.0, color="tab:green")
+    ax.set_xlabel("latent dimension (sorted by KL)")
+    ax.set_ylabel("KL (nats per token)")
+    ax.set_title(f"{title}: total {kl.sum():.3g} nats")
+    fig.tight_layout()
+    return fig
+
+
+def active_units_figure(
+    variances: ArrayLike, threshold: float = ACTIVE_UNIT_THRESHOLD, title: str = "active units"
+):
+    """Var over tokens of mu per dimension (sorted, log axis) against the 0.01 threshold."""
+    var = np.sort(_vector(variances, "variances"))[::-1]
+    active = int((var > threshold).sum())
+    fig = _figure_class()(figsize=(6, 4), dpi=100)
+    ax = fig.add_subplot()
+    colors = np.where(var > threshold, "tab:blue", "tab:gray")
+    ax.bar(np.arange(len(var)), np.maximum(var, 1e-12), width=1.0, color=colors)
+    ax.set_yscale("log")
+    ax.axhline(threshold, color="tab:red", linestyle="--", label=f"threshold {threshold:g}")
+    ax.set_xlabel("latent dimension (sorted by variance of mu)")
+    ax.set_ylabel("Var_x(mu_u)")
+    ax.set_title(f"{title}: {active} of {len(var)}")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def geometry_figures(
+    eigenvalues: ArrayLike, kl_per_dim: ArrayLike | None = None, variances: ArrayLike | None = None
+) -> dict:
+    """{name: Figure}: `spectrum` always, `kl_per_dim` and `active_units` when given (a
+    VAT's posterior; a BERT-like encoder has none)."""
+    figures = {"spectrum": spectrum_figure(eigenvalues)}
+    if kl_per_dim is not None:
+        figures["kl_per_dim"] = kl_per_dimension_figure(kl_per_dim)
+    if variances is not None:
+        figures["active_units"] = active_units_figure(variances)
+    return figures
+
+
+def save_figure(fig, path: str | os.PathLike) -> Path:
+    """Write `fig` as PNG atomically (`vat.io.atomic_write`)."""
+    from vat.io import atomic_write
+
+    path = Path(path)
+    atomic_write(path, lambda f: fig.savefig(f, format="png"), binary=True)
+    return path
+
+
+def save_geometry_plots(
+    directory: str | os.PathLike,
+    eigenvalues: ArrayLike,
+    kl_per_dim: ArrayLike | None = None,
+    variances: ArrayLike | None = None,
+) -> list[Path]:
+    """`geometry_figures` as DIR/<name>.png; returns the paths written."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise VatError(f"--plots {out} is a file, expected a directory")
+    return [
+        save_figure(fig, out / f"{name}.png")
+        for name, fig in geometry_figures(eigenvalues, kl_per_dim, variances).items()
+    ]
+
+
+def figure_to_array(fig) -> np.ndarray:
+    """(H, W, 3) uint8 RGB pixels of a figure (what TensorBoard's add_image takes, HWC)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()

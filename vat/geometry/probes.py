@@ -1,0 +1,81 @@
+"""Probe sets for the geometry measurements: which sentences, read from where.
+
+PAPER.md, "Latent-space measurements": STS12's sentences, from a SentEval data/downstream
+folder (`$VAT_SENTEVAL_DIR`, default ../shared/data/senteval), or any text file. Kept apart
+from `vat.geometry.metrics`, which is maths only. Used by the geometry callbacks, `vat geometry`
+and the sweep.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+STS12_DIR = ("STS", "STS12-en-test")
+"""Where SentEval's downstream layout keeps STS12 (STS.input.*.txt: two sentences a line)."""
+
+
+SENTEVAL_ENV = "VAT_SENTEVAL_DIR"
+"""The one environment variable naming the SentEval data/downstream folder."""
+SENTEVAL_DEFAULT = Path("..", "shared", "data", "senteval")
+"""The folder used when $VAT_SENTEVAL_DIR is unset, relative to the working directory."""
+
+
+def default_senteval_dir() -> Path:
+    """$VAT_SENTEVAL_DIR, else ../shared/data/senteval (relative to the working directory)."""
+    return Path(os.environ.get(SENTEVAL_ENV) or SENTEVAL_DEFAULT).expanduser()
+
+
+def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
+    """The STS12 input files under a SentEval `data/downstream` folder, sorted by name."""
+    root = Path(senteval_dir).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "SentEval folder does not exist", str(root))
+    folder = root.joinpath(*STS12_DIR)
+    files = sorted(folder.glob("STS.input.*.txt"))
+    if not files:
+        raise FileNotFoundError(
+            errno.ENOENT, "no STS12 files (expected STS/STS12-en-test/STS.input.*.txt)", str(folder)
+        )
+    return files
+
+
+def read_sentences(path: str | os.PathLike) -> list[str]:
+    """Sentences of a text file: one per line; a tab-separated line gives one per field
+    (so STS input files, two sentences a line, read as they are). Blank fields are skipped."""
+    text = Path(path).expanduser().read_text(encoding="utf-8")
+    return [f.strip() for line in text.splitlines() for f in line.split("\t") if f.strip()]
+
+
+def load_probe_sentences(
+    probe_file: str | os.PathLike | None = None,
+    senteval_dir: str | os.PathLike | None = None,
+    max_sentences: int | None = None,
+    deduplicate: bool = True,
+) -> list[str]:
+    """The probe set the geometry is measured on: a text file, or STS12 from a SentEval folder.
+
+    The paper (PAPER.md, "Latent-space measurements") measures on STS12's sentences, as
+    Ethayarajh (2019) does on STS 2012-2016. STS12 has 6,216 sentences of which 4,946 are
+    distinct; with `deduplicate` (default) a repeated sentence is kept once, because a
+    deterministic encoder maps the copies to identical vectors, and their pairs would inflate
+    self-similarity with "different contexts" that are the same context. Order is kept
+    (first occurrence), so `max_sentences` takes a fixed prefix.
+    """
+    if (probe_file is None) == (senteval_dir is None):
+        raise ValueError("give exactly one of a probe file or a SentEval folder")
+    if probe_file is not None:
+        sentences = read_sentences(probe_file)
+    else:
+        sentences = [s for f in sts12_files(senteval_dir) for s in read_sentences(f)]
+    if deduplicate:
+        sentences = list(dict.fromkeys(sentences))
+    if max_sentences is not None:
+        if max_sentences < 1:
+            raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
+        sentences = sentences[:max_sentences]
+    if len(sentences) < 2:
+        where = probe_file if probe_file is not None else senteval_dir
+        raise ValueError(f"probe {where} has {len(sentences)} sentence(s); need at least 2")
+    return sentences

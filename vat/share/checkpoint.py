@@ -1,0 +1,250 @@
+"""Load a vat checkpoint without Lightning and without executing pickled code.
+
+A vat checkpoint is a Lightning checkpoint whose `state_dict` holds the model under the
+prefix `model.` and whose `vat` entry carries everything needed to use it alone:
+
+    checkpoint["vat"] = {
+        "format_version": 1,
+        "model_config": {...},          # VATConfig fields
+        "prior_std": float,             # s of the scaled prior N(0, s^2 I)
+        "tokenizer": str,               # the tokenizers JSON
+        "length_histogram": [int, ...], # counts of training sequence lengths (with </s>)
+    }
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from vat.errors import CheckpointError
+from vat.io import atomic_write
+from vat.model import VAT, VATConfig
+from vat.tokenizer import VATTokenizer
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class LoadedVAT:
+    model: VAT
+    tokenizer: VATTokenizer
+    prior_std: float
+    length_histogram: list[int]
+    path: str
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """torch.load with weights_only=True (no pickled code runs) and one-line errors.
+
+    weights_only=True is passed explicitly, so TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD (which only
+    overrides an unset argument) cannot turn it off (issue 11, section 4).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"checkpoint {p} does not exist")
+    if p.is_dir():
+        raise CheckpointError(f"checkpoint {p} is a directory, expected a .ckpt file")
+    try:
+        ckpt = torch.load(p, map_location=map_location, weights_only=True)
+    except (
+        RuntimeError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+    ) as e:
+        raise CheckpointError(_load_failure(p, e)) from None
+    if not isinstance(ckpt, dict) or "vat" not in ckpt or "state_dict" not in ckpt:
+        raise CheckpointError(
+            f"{p} is not a vat checkpoint (no 'vat' metadata; was it written by `vat train`?)"
+        )
+    return ckpt
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(e).__name__)[:limit]
+
+
+def _load_failure(p: Path, e: BaseException) -> str:
+    """One line for a failed torch.load. torch's own text advises re-running with
+    weights_only=False, i.e. executing whatever the file holds: never pass that on."""
+    text = str(e)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if "Weights only load failed" in text and found:  # a pickled global (code) weights_only refused
+        return (
+            f"checkpoint {p} holds pickled Python objects ({found.group(1)}), not only tensors and "
+            f"plain data; vat loads checkpoints weights-only and refuses it"
+        )
+    if "WeightsUnpickler error:" in text:  # garbage bytes: keep the unpickler's reason only
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and "weights_only" not in ln]
+    first = lines[0].strip() if lines else type(e).__name__
+    return f"checkpoint {p} is truncated, corrupt or not a torch checkpoint ({first[:200]})"
+
+
+# The `vat` metadata entries and their types; load_vat checks them before using any.
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "format_version": int,
+    "model_config": dict,
+    "prior_std": (int, float),
+    "tokenizer": str,
+}
+
+
+def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
+    if not isinstance(meta, dict):
+        raise CheckpointError(
+            f"checkpoint {path}: its 'vat' metadata is a {type(meta).__name__}, expected a dict"
+        )
+    for key, types in _META_TYPES.items():
+        if key not in meta:
+            raise CheckpointError(
+                f"checkpoint {path}: its 'vat' metadata lacks '{key}' "
+                "(damaged or not written by vat)"
+            )
+        if not isinstance(meta[key], types) or isinstance(meta[key], bool):
+            raise CheckpointError(
+                f"checkpoint {path}: 'vat.{key}' is a {type(meta[key]).__name__} "
+                f"({str(meta[key])[:40]!r})"
+            )
+    if meta["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path}: unsupported vat checkpoint format {meta['format_version']!r}"
+        )
+    if not (math.isfinite(meta["prior_std"]) and meta["prior_std"] > 0):
+        raise CheckpointError(
+            f"checkpoint {path}: 'vat.prior_std' must be a positive number, "
+            f"got {meta['prior_std']!r}"
+        )
+    hist = meta.get("length_histogram", [])
+    if not isinstance(hist, list) or not all(isinstance(c, int) and c >= 0 for c in hist):
+        raise CheckpointError(f"checkpoint {path}: 'vat.length_histogram' must be a list of counts")
+    return meta
+
+
+def check_finite(path: str | os.PathLike, state: dict) -> None:
+    """Refuse weights holding NaN or inf: a model that would only ever produce garbage."""
+    bad = [
+        k
+        for k, v in state.items()
+        if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()
+    ]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {path} has non-finite weights (NaN or inf in {len(bad)} of {len(state)} "
+            f"tensors, e.g. {bad[0]}); refusing to load it"
+        )
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
+    """Model (in eval mode), tokenizer and metadata from a vat training checkpoint (.ckpt).
+
+    Damaged metadata (missing keys, wrong types, a tokenizer string that does not parse) and
+    non-finite weights are one-line CheckpointErrors naming the file. Any other source (an
+    exported folder, a run folder, a Hub id) goes through `vat.share.resolve.load_vat`.
+    """
+    return vat_from_checkpoint(read_checkpoint(path, map_location), path, map_location)
+
+
+def vat_from_checkpoint(
+    ckpt: dict, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> LoadedVAT:
+    """`load_vat` on a checkpoint dict already read by `read_checkpoint` (`path` names it in
+    errors), for callers that also need its trainer state (e.g. `global_step`): one read."""
+    meta = _check_metadata(path, ckpt["vat"])
+    from vat.errors import VatError  # local: vat.errors imports this module
+
+    try:
+        config = VATConfig.from_dict(meta["model_config"])
+        model = VAT(config)
+    except (TypeError, ValueError, KeyError, RuntimeError, VatError) as e:
+        raise CheckpointError(
+            f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})"
+        ) from None
+    try:
+        tokenizer = VATTokenizer.from_str(meta["tokenizer"])
+    except Exception as e:  # tokenizers raises plain Exception subclasses
+        raise CheckpointError(
+            f"checkpoint {path}: 'vat.tokenizer' is not a valid tokenizer ({_first_line(e)})"
+        ) from None
+    if not isinstance(ckpt["state_dict"], dict):
+        raise CheckpointError(
+            f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, "
+            "expected a dict"
+        )
+    if tokenizer.vocab_size > config.vocab_size:
+        raise CheckpointError(
+            f"{path}: its tokenizer has {tokenizer.vocab_size} tokens "
+            f"but the model only {config.vocab_size}"
+        )
+    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    check_finite(path, state)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        raise CheckpointError(
+            f"{path}: weights do not match its model config ({_first_line(e)})"
+        ) from None
+    model.to(map_location).eval()
+    return LoadedVAT(
+        model,
+        tokenizer,
+        float(meta["prior_std"]),
+        list(meta.get("length_histogram", [])),
+        str(path),
+    )
+
+
+def check_same_model_config(recorded: dict, now: dict) -> None:
+    """A resume's model must be the checkpoint's: a one-line error listing what differs."""
+    if recorded != now:
+        diff = {k: (v, now.get(k)) for k, v in recorded.items() if now.get(k) != v}
+        raise CheckpointError(
+            "--ckpt_path: the checkpoint's model config differs from this run's: "
+            f"{diff} (checkpoint, config)"
+        )
+
+
+def vat_metadata(
+    model: VAT, tokenizer: VATTokenizer, prior_std: float, length_histogram: list[int]
+) -> dict:
+    """The `checkpoint["vat"]` entry (plain types only, so weights_only loading works)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "model_config": model.config.to_dict(),
+        "prior_std": float(prior_std),
+        "tokenizer": tokenizer.to_str(),
+        "length_histogram": [int(c) for c in length_histogram],
+    }
+
+
+def save_vat(
+    path: str | os.PathLike,
+    model: VAT,
+    tokenizer: VATTokenizer,
+    prior_std: float,
+    length_histogram: list[int] | None = None,
+) -> None:
+    """Write a minimal vat checkpoint (no trainer state) atomically: temp file, then rename."""
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    ckpt = {
+        "state_dict": state,
+        "vat": vat_metadata(model, tokenizer, prior_std, length_histogram or []),
+    }
+    atomic_torch_save(ckpt, path)
+
+
+def atomic_torch_save(obj: object, path: str | os.PathLike) -> None:
+    """torch.save through `vat.io.atomic_write`: a killed write never leaves a truncated
+    checkpoint at `path`, and an existing one stays intact until the rename."""
+    atomic_write(path, lambda f: torch.save(obj, f), binary=True)

@@ -1,0 +1,150 @@
+"""Checkpoint policy, in one place: how checkpoints are written and which ones a run keeps.
+
+- `AtomicCheckpointIO`: every checkpoint is written to a temp file and renamed into place.
+- `FinalLastCheckpoint` (`--checkpoint.*`): last.ckpt always holds the final step, also
+  after a stop requested mid-epoch.
+- `best_checkpoint(monitor)`: the best checkpoint on `--best_monitor` (BEST_MONITORS).
+- `ExceptionCheckpoint`: on_exception.ckpt when an error or Ctrl-C ends training.
+Nothing non-finite is ever saved: `vat.train.non_finite` (the guard, with
+`last_checkpoint(trainer)` for its messages) runs in the system's `on_save_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from vat.errors import VatError
+from vat.share.checkpoint import atomic_torch_save, read_checkpoint
+from vat.train.non_finite import NonFiniteLossError
+
+BEST_MONITORS = {"val/loss": "min", "val/nll": "min", "val/stsb_spearman": "max"}
+_state = {"interrupted": False}
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes each checkpoint to a temporary file and renames it into place.
+
+    Lightning's default writer streams into the final path, so a SIGKILL during the write
+    leaves a truncated last.ckpt and the run cannot resume. os.replace is atomic on POSIX:
+    the old file stays whole until the new one is complete.
+    """
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
+        # vat checkpoints hold tensors and plain Python types only: weights_only=True, so no
+        # pickled code runs; a corrupt or foreign file is a one-line CheckpointError.
+        return read_checkpoint(path, map_location=map_location or "cpu")
+
+
+class FinalLastCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose last.ckpt always holds the final training step.
+
+    Lightning 2.6 writes last.ckpt at the end of fit only when no last.ckpt was written during
+    the run, so a run that stops (max_steps, max_time) between two `every_n_train_steps` saves
+    kept a stale last.ckpt: sweep runs that trained 5,000 steps had last.ckpt from step 4,000.
+    Resume, evaluation and the sweep all read last.ckpt, so it must be the final state.
+
+    A stop requested mid-epoch (`trainer.should_stop`: max_time's Timer, EarlyStopping, a
+    callback) is saved when it is requested, with the loops mid-epoch. At the end of fit
+    Lightning has already counted the interrupted epoch as completed, so a last.ckpt written
+    then resumed at the next epoch and skipped the rest of this one's data (measured: the
+    resumed weights differed from an uninterrupted run's; tests/test_resume.py).
+    """
+
+    def _save_final(self, trainer) -> None:
+        if (
+            self.save_last
+            and not trainer.fast_dev_run
+            and self._last_global_step_saved != trainer.global_step
+        ):
+            # _save_last_checkpoint is what the parent's own on_train_end calls (Lightning 2.6).
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if trainer.should_stop:  # checkpoint callbacks run after the others: Timer has decided
+            self._save_final(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if trainer.should_stop and trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._save_final(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        self._save_final(trainer)
+
+
+class ExceptionCheckpoint(Callback):
+    """Saves DIR/on_exception.ckpt when an exception (or Ctrl-C) ends training after it began.
+
+    Not a subclass of Lightning's OnExceptionCheckpoint on purpose: with one of those,
+    Lightning turns `fit(ckpt_path=None)` into `ckpt_path="last"`, so a fresh run silently
+    resumed an old one. `--ckpt_path last` still finds this file (vat.train.run_dir.find_last).
+    """
+
+    def __init__(self, dirpath: str | os.PathLike, filename: str = "on_exception") -> None:
+        self.ckpt_path = str(Path(dirpath) / f"{filename}.ckpt")
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, NonFiniteLossError):
+            return  # the weights may be non-finite: the last good checkpoint stays the latest
+        if isinstance(exception, KeyboardInterrupt):
+            _state["interrupted"] = True
+        if trainer.global_step == 0 or getattr(pl_module, "tokenizer", None) is None:
+            return  # nothing trained yet: an error while reading data or building the model
+        if isinstance(exception, VatError) and str(exception).startswith("cannot write "):
+            return  # the disk is full or read-only: a second write would fail the same way
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        except (VatError, NonFiniteLossError):
+            pass  # the original exception is the one the user must see
+
+
+def was_interrupted() -> bool:
+    """True once a Ctrl-C ended training (Lightning then exits with SystemExit(1))."""
+    return _state["interrupted"]
+
+
+def reset_state() -> None:
+    _state["interrupted"] = False
+
+
+def best_checkpoint(monitor: str) -> ModelCheckpoint:
+    """The best checkpoint on `monitor` (mode: max for a correlation, min for a loss)."""
+    return ModelCheckpoint(
+        monitor=monitor,
+        mode=BEST_MONITORS[monitor],
+        save_top_k=1,
+        filename="best-step{step:07d}",
+        auto_insert_metric_name=False,
+        save_last=False,
+        enable_version_counter=False,
+    )
+
+
+def check_monitor(monitor: str, callbacks: object) -> None:
+    """val/stsb_spearman is logged only by the STSBSpearman callback: demand it up front,
+    not after the first validation."""
+    if monitor != "val/stsb_spearman":
+        return
+    items = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
+    names = [
+        str(
+            c.get("class_path", "")
+            if isinstance(c, dict)
+            else getattr(c, "class_path", type(c).__name__)
+        )
+        for c in items
+    ]
+    if not any(n.endswith("STSBSpearman") for n in names):
+        raise VatError(
+            "--best_monitor val/stsb_spearman needs the callback that logs it: add "
+            "--trainer.callbacks+=vat.callbacks.sts.STSBSpearman"
+        )

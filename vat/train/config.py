@@ -1,0 +1,167 @@
+"""Typed configs of the training system: the objective (`model.loss`) and the optimiser
+(`model.optim`). Every field is validated at construction, naming its option."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from vat.errors import check, check_positive_int, finite
+from vat.train.schedules import KLSchedule, Unit, check_unit
+
+
+@dataclass
+class LossConfig:
+    """The objective of PAPER.md eq. 5-6."""
+
+    prior_std: float = 0.4
+    """s, the standard deviation of the scaled prior N(0, s^2 I). Paper: 0.4."""
+    learn_prior_std: bool = False
+    """Learn s as a parameter (the abstract's reading), starting from `prior_std`. Off in the
+    paper's experiments."""
+    kl_schedule: KLSchedule = field(default_factory=KLSchedule)
+    """The KL weight w(progress) times beta. Ignored (except beta) when `target_kl` is set."""
+    free_bits: float = 0.0
+    """Free bits per latent dimension (Kingma et al. 2016); 0 turns them off."""
+    sample_latent: bool = True
+    """Sample z = mu + sigma * eps in training and validation (the VAT). False decodes from
+    z = mu: with a zero KL weight, the paper's plain Transformer-autoencoder baseline; also
+    makes runs noise-free for comparisons."""
+    fused_cross_entropy: bool = False
+    """Compute the training NLL chunk by chunk from the decoder's hidden states, never
+    holding the (tokens x vocabulary) logits (vat/fused_ce.py). The same loss and
+    gradients; less memory and time at large vocabularies (BENCHMARKS.md, "Cross-entropy").
+    Validation always uses the full logits."""
+    target_kl: float | None = None
+    """Hold the rate (KL in nats per token, summed over latent dimensions) at this value: a PI
+    controller (vat/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
+    step, replacing `kl_schedule`'s w (beta still multiplies). None: the schedule."""
+    kl_control_kp: float = 0.0
+    """Proportional gain of the controller on log(weight), per unit of relative KL error
+    (KL - target) / target. 0 (default) is pure dual ascent; > 0 reacts faster but passes
+    batch noise into the weight."""
+    kl_control_ki: float = 0.01
+    """Integral gain: each step moves log(weight) by ki * (KL - target) / target, so a KL 10%
+    above the target multiplies the weight by exp(0.001) per step, x2.7 in 1,000 steps."""
+    kl_control_initial: float = 0.001
+    """The controller's starting weight (small, so the decoder learns before the KL is squeezed)."""
+    kl_control_min: float = 1e-5
+    """Lower bound of the controlled weight (> 0: log space)."""
+    kl_control_max: float = 10.0
+    """Upper bound of the controlled weight (> 1 can push a rate below what weight 1 gives)."""
+
+    def __post_init__(self) -> None:
+        o = "model.loss"
+        check(
+            finite(self.prior_std) and self.prior_std > 0,
+            f"{o}.prior_std",
+            "finite and > 0",
+            self.prior_std,
+        )
+        check(
+            finite(self.free_bits) and self.free_bits >= 0,
+            f"{o}.free_bits",
+            "finite and >= 0",
+            self.free_bits,
+        )
+        check(
+            self.target_kl is None or (finite(self.target_kl) and self.target_kl > 0),
+            f"{o}.target_kl",
+            "null or finite and > 0 (nats per token)",
+            self.target_kl,
+        )
+        for name in ("kl_control_kp", "kl_control_ki"):
+            check(
+                finite(getattr(self, name)) and getattr(self, name) >= 0,
+                f"{o}.{name}",
+                "finite and >= 0",
+                getattr(self, name),
+            )
+        check(
+            finite(self.kl_control_min) and self.kl_control_min > 0,
+            f"{o}.kl_control_min",
+            "finite and > 0",
+            self.kl_control_min,
+        )
+        check(
+            finite(self.kl_control_max) and self.kl_control_max >= self.kl_control_min,
+            f"{o}.kl_control_max",
+            f"finite and >= kl_control_min={self.kl_control_min}",
+            self.kl_control_max,
+        )
+        check(
+            finite(self.kl_control_initial)
+            and self.kl_control_min <= self.kl_control_initial <= self.kl_control_max,
+            f"{o}.kl_control_initial",
+            "within [kl_control_min, kl_control_max]",
+            self.kl_control_initial,
+        )
+
+
+@dataclass
+class OptimConfig:
+    """Adam with the Noam schedule (Vaswani et al. 2017, eq. 3)."""
+
+    schedule: Literal["noam", "constant"] = "noam"
+    """noam: lr = lr_scale * d^-0.5 * min(p^-0.5, p * warmup^-1.5), p = progress in
+    warmup_unit; constant: lr."""
+    warmup_steps: int = 50_000
+    """Noam warm-up, counted in `warmup_unit`. Paper: 50,000 steps."""
+    lr_scale: float = 1.0
+    """Multiplier of the Noam curve. Its peak is lr_scale * d^-0.5 * warmup^-0.5, so with
+    warmup counted in sentences, lr_scale = sqrt(sentences per step) gives the step curve
+    (e.g. warmup 6,400,000 sentences and lr_scale 11.31 is the paper's at 128 per step)."""
+    lr: float = 5e-4
+    """Learning rate of the constant schedule."""
+    betas: tuple[float, float] = (0.9, 0.98)
+    """Adam betas (Vaswani et al. 2017)."""
+    eps: float = 1e-9
+    """Adam epsilon (Vaswani et al. 2017)."""
+    weight_decay: float = 0.0
+    """AdamW-style decoupled weight decay (0: plain Adam)."""
+    warmup_unit: Unit = "steps"
+    """What `warmup_steps` counts: optimiser steps, or sentences or non-pad tokens seen
+    (summed over DDP ranks); the lr is then set on the device every step."""
+
+    def __post_init__(self) -> None:
+        o = "model.optim"
+        check(
+            self.schedule in ("noam", "constant"),
+            f"{o}.schedule",
+            "noam or constant",
+            self.schedule,
+        )
+        check_unit(self.warmup_unit, f"{o}.warmup_unit")
+        check_positive_int(self.warmup_steps, f"{o}.warmup_steps")
+        # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
+        # arithmetic cannot overflow into an error instead of a non-finite stop.
+        check(
+            finite(self.lr_scale) and 0 < self.lr_scale <= 1e6,
+            f"{o}.lr_scale",
+            "in (0, 1e6]",
+            self.lr_scale,
+        )
+        check(finite(self.lr) and 0 < self.lr <= 1e3, f"{o}.lr", "in (0, 1000]", self.lr)
+        check(
+            len(self.betas) == 2 and all(finite(b) and 0 <= b < 1 for b in self.betas),
+            f"{o}.betas",
+            "two numbers in [0, 1)",
+            self.betas,
+        )
+        check(finite(self.eps) and self.eps > 0, f"{o}.eps", "finite and > 0", self.eps)
+        check(
+            finite(self.weight_decay) and self.weight_decay >= 0,
+            f"{o}.weight_decay",
+            "finite and >= 0",
+            self.weight_decay,
+        )
+
+
+def as_config(cls, value):
+    """Accept a dataclass or a plain dict (checkpoints store plain dicts for safe loading)."""
+    value = asdict(value) if isinstance(value, cls) else dict(value)
+    if cls is LossConfig and isinstance(value.get("kl_schedule"), dict):
+        value["kl_schedule"] = KLSchedule(**value["kl_schedule"])
+    if cls is OptimConfig and "betas" in value:
+        value["betas"] = tuple(value["betas"])
+    return cls(**value)

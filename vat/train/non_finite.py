@@ -1,0 +1,45 @@
+"""The non-finite guard's host side: stopping a run whose loss, gradient or weights are not
+finite, with the step and the last good checkpoint in the message.
+
+The device side (detecting NaN/inf without a sync) is `vat.train.state.TrainState`; the
+training system (vat.train.system) reads it at logging steps and checkpoint saves.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vat.train.state import TrainState
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss, gradient or weight; nothing non-finite was saved."""
+
+
+def stop_if_non_finite(train_state: TrainState, trainer) -> None:
+    """Read the device-side guard (one sync, all ranks agree) and stop every rank."""
+    step, here = train_state.read_fault()
+    if step < 0:
+        return
+    f = train_state.fault.tolist()
+    what = f"nll={f[1]:.4g}, kl={f[2]:.4g}, grad_norm={f[3]:.4g}" if here else "on another rank"
+    raise NonFiniteLossError(
+        f"non-finite loss at step {step} ({what}); stopped, no checkpoint written since; "
+        f"last good checkpoint: {last_checkpoint(trainer) or 'none saved yet'}"
+    )
+
+
+def check_finite_weights(state_dict: dict, step: int, trainer) -> None:
+    """Never write a checkpoint with non-finite weights (one host sync per save)."""
+    weights = [t for t in state_dict.values() if t.is_floating_point()]
+    if weights and not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
+        raise NonFiniteLossError(
+            f"non-finite weights after step {step}; stopped before saving them; "
+            f"last good checkpoint: {last_checkpoint(trainer) or 'none saved yet'}"
+        )
+
+
+def last_checkpoint(trainer) -> str | None:
+    saved = [getattr(cb, "last_model_path", "") for cb in trainer.checkpoint_callbacks]
+    saved += [getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
+    return next((p for p in saved if p), None)  # last.ckpt first, else the best one

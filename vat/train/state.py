@@ -1,0 +1,74 @@
+"""Training progress and the non-finite guard, kept on the device (no host sync per step).
+
+Progress counts steps, sentences and non-pad tokens seen, for schedules given in sentences
+or tokens (`kl_schedule.unit`, `optim.warmup_unit`) and for tokens/s. Under DDP the per-step
+counts (and the KL, for the rate controller) are summed over ranks by one all_reduce of
+three float64 numbers per step: batches differ in size across ranks once they are built by
+token budget, so "local count x world size" would be wrong, and a 24-byte all_reduce is
+enqueued on the device stream like DDP's own gradient all_reduce (no host sync).
+
+The guard records the first step whose loss or gradient norm is not finite. The flag is
+read on the host only where a sync is paid anyway: at logging steps and checkpoint saves,
+after an all_reduce (max) so that every DDP rank stops at the same point.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from vat.train.schedules import UNITS
+
+
+class TrainState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        # Not in the state_dict (weights only): saved in checkpoint["vat_train_state"].
+        self.register_buffer(
+            "progress", torch.zeros(3, dtype=torch.long), persistent=False
+        )  # steps, sentences, tokens
+        # First bad step (-1: none), its nll, kl and gradient norm.
+        self.register_buffer(
+            "fault", torch.tensor([-1.0, 0.0, 0.0, 0.0], dtype=torch.float64), persistent=False
+        )
+
+    def seen(self, unit: str) -> torch.Tensor:
+        """Progress in `unit` (0-d long tensor on the device)."""
+        return self.progress[UNITS.index(unit)]
+
+    @torch.no_grad()
+    def count(self, mask: torch.Tensor, kl: torch.Tensor, reduce=None) -> torch.Tensor:
+        """Add one step's sentences and tokens (summed over ranks by `reduce`); returns the
+        global mean KL per token of the step, for the rate controller."""
+        delta = torch.stack(
+            [mask.any(1).sum().double(), mask.sum().double(), kl.detach().double() * mask.sum()]
+        )
+        if reduce is not None:
+            delta = reduce(delta)
+        self.progress[0] += 1
+        self.progress[1:] += delta[:2].round().long()
+        return delta[2] / delta[1].clamp_min(1.0)
+
+    @torch.no_grad()
+    def record(self, nll: torch.Tensor, kl: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Keep the first step whose loss or gradient norm is not finite (on the device)."""
+        stats = torch.stack(
+            [(self.progress[0] - 1).double(), nll.double(), kl.double(), grad_norm.double()]
+        )
+        bad = ~torch.isfinite(stats).all() & (self.fault[0] < 0)
+        self.fault.copy_(torch.where(bad, stats, self.fault))
+
+    def read_fault(self) -> tuple[int, bool]:
+        """(first bad step on any rank, or -1; whether it was this rank's). One host sync."""
+        step = self.fault[:1].clone()
+        local = int(step.item())
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(step, op=dist.ReduceOp.MAX)
+        return int(step.item()), local >= 0
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"progress": self.progress.detach().cpu()}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.progress.copy_(state["progress"])

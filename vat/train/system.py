@@ -1,0 +1,395 @@
+"""The training *system*: objective, logging and optimisation around `vat.model.VAT`.
+
+Lightning's style guide separates the model (plain torch, `vat/model.py`) from the system
+(this LightningModule). Methods follow the guide's order: init, forward, training_step,
+validation_step, test_step, configure_optimizers, then hooks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import NamedTuple
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.text import Perplexity
+
+from vat.errors import VatError
+from vat.model import VAT, VATConfig
+from vat.share.checkpoint import check_same_model_config, vat_metadata
+from vat.tokenizer import PAD_ID, VATTokenizer
+from vat.train.config import LossConfig, OptimConfig, as_config
+from vat.train.non_finite import (  # noqa: F401 (NonFiniteLossError: vat.train.run_dir imports it here)
+    NonFiniteLossError,
+    check_finite_weights,
+    stop_if_non_finite,
+)
+from vat.train.objective import CompiledObjective, objective_terms
+from vat.train.rate import KLController
+from vat.train.schedules import noam_lr
+from vat.train.state import TrainState
+from vat.train.step_logging import TokenRate, logs_now, matmul_flops_per_token, train_scalars
+
+
+class StepOutput(NamedTuple):
+    """What `_shared_step` computes for one batch (scalars are 0-d tensors on the device)."""
+
+    loss: torch.Tensor  # nll + weight * KL objective (free bits applied)
+    nll: torch.Tensor  # mean per non-pad token
+    kl: torch.Tensor  # mean per non-pad token, summed over latent dimensions (the rate)
+    kl_weight: torch.Tensor | float  # the effective weight (schedule or controller, times beta)
+    logits: torch.Tensor | None  # (B, T, V); None in training (not needed, not kept)
+    mask: torch.Tensor  # (B, T) bool
+    ntokens: torch.Tensor  # non-pad tokens
+
+
+class VATSystem(L.LightningModule):
+    """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (PAPER.md eq. 5-6).
+
+    w is the KL schedule at the current progress (steps, sentences or tokens), or the rate
+    controller's weight when `loss.target_kl` is set. training_step never waits for the
+    device: scalars are logged at `trainer.log_every_n_steps` only, counters and the
+    controller live on the device, and non-finite values are detected on the device and read
+    at logging steps and checkpoint saves (vat/train_state.py).
+    """
+
+    def __init__(
+        self,
+        arch: VATConfig = VATConfig(),  # noqa: B008 - copied below, never mutated
+        loss: LossConfig = LossConfig(),  # noqa: B008
+        optim: OptimConfig = OptimConfig(),  # noqa: B008
+        compile: bool = False,
+    ) -> None:
+        """
+        Args:
+            arch: The model architecture. vocab_size and max_len are linked from the data section.
+            loss: The objective: prior scale, KL schedule or target rate, free bits.
+            optim: Optimiser and learning-rate schedule.
+            compile: torch.compile the training step's forward and loss (vat/objective.py).
+                Lengths are padded to multiples of 8; checkpoints are the same either way.
+        """
+        super().__init__()
+        self.arch = as_config(VATConfig, arch)
+        self.loss_cfg = as_config(LossConfig, loss)
+        self.optim_cfg = as_config(OptimConfig, optim)
+        self.compile = bool(compile)
+        # Plain dicts only, so checkpoints load with torch.load(weights_only=True).
+        self.save_hyperparameters(
+            {
+                "arch": self.arch.to_dict(),
+                "loss": asdict(self.loss_cfg),
+                "optim": asdict(self.optim_cfg),
+                "compile": self.compile,
+            }
+        )
+        self.model = VAT(self.arch)
+        self.kl_schedule = self.loss_cfg.kl_schedule
+        log_s = torch.tensor(math.log(self.loss_cfg.prior_std))
+        if self.loss_cfg.learn_prior_std:
+            self.log_prior_std = nn.Parameter(log_s)
+        else:
+            self.register_buffer("log_prior_std", log_s)
+        lc = self.loss_cfg
+        self.rate = None if lc.target_kl is None else KLController.from_config(lc)
+        self.train_state = TrainState()
+        self.tokenizer: VATTokenizer | None = None
+        self.length_histogram: list[int] = []
+        self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (
+            MeanMetric() for _ in range(4)
+        )
+        self.val_ppl = Perplexity(ignore_index=PAD_ID)
+        self._val_generator: torch.Generator | None = None
+        self._rng_to_restore: torch.Tensor | None = None
+        self._compiled: CompiledObjective | None = None
+        self._step_stats: torch.Tensor | None = None
+        self._token_rate = TokenRate(matmul_flops_per_token(self.model))
+        self._log_step = False
+        self._val_batches = 0
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs
+    ):
+        """Lightning's loader, always weights-only (issue 11, section 4): vat checkpoints hold
+        tensors and plain types, and an explicit weights_only=True is the one setting that
+        TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override. The file is checked first
+        (vat.share.checkpoint.read_checkpoint), so a corrupt one is a one-line CheckpointError."""
+        from vat.share.checkpoint import read_checkpoint
+
+        if kwargs.pop("weights_only", True) is not True:
+            raise VatError("VATSystem.load_from_checkpoint loads weights only (weights_only=True)")
+        read_checkpoint(checkpoint_path)
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
+        )
+
+    @property
+    def prior_std(self) -> torch.Tensor:
+        return self.log_prior_std.exp()
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        sample: bool = True,
+        generator: torch.Generator | None = None,
+    ):
+        return self.model(src, tgt_in, sample=sample, generator=generator)
+
+    def kl_weight(self) -> torch.Tensor | float:
+        """The effective KL weight now: beta times the controller's weight or w(progress)."""
+        if self.rate is not None:
+            return self.kl_schedule.beta * self.rate.weight
+        unit = self.kl_schedule.unit
+        if unit == "steps":
+            return self.kl_schedule(self.global_step)  # a Python float: no kernel, no sync
+        return self.kl_schedule(self.train_state.seen(unit))
+
+    def _shared_step(
+        self, batch: dict[str, torch.Tensor], stage: str, generator: torch.Generator | None = None
+    ) -> StepOutput:
+        """Loss terms of one batch. Training may run compiled and keeps no logits; evaluation
+        (stage val/test) runs eagerly with a fixed noise stream and returns logits."""
+        train = stage == "train"
+        objective = objective_terms
+        if train and self.compile:
+            if self._compiled is None:
+                self._compiled = CompiledObjective(self.arch.max_len)
+            objective = self._compiled
+            batch = self._compiled.prepare(batch, self.arch.pad_id)
+        terms = objective(
+            self.model,
+            batch["src"],
+            batch["tgt_in"],
+            batch["tgt_out"],
+            self.prior_std,
+            self.loss_cfg.free_bits,
+            self.loss_cfg.sample_latent,
+            generator,
+            not train,
+            self.loss_cfg.fused_cross_entropy,
+        )
+        weight = self.kl_weight()
+        if isinstance(weight, torch.Tensor):
+            weight = weight.to(terms.kl.dtype)
+        loss = terms.nll + weight * terms.kl_objective
+        mask = batch["src"] != self.arch.pad_id
+        return StepOutput(loss, terms.nll, terms.kl, weight, terms.logits, mask, terms.ntokens)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        out = self._shared_step(batch, "train")
+        reduce = None
+        if self.trainer.world_size > 1:
+            reduce = lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")  # noqa: E731
+        step_kl = self.train_state.count(out.mask, out.kl, reduce)
+        if self.rate is not None:
+            self.rate.update(step_kl)
+        self._step_stats = torch.stack([out.nll.detach(), out.kl.detach()])
+        self._set_tensor_lr()
+        self._log_step = logs_now(self.trainer, self.global_step)
+        if self._log_step:
+            self._log_train(out, batch)
+        return out.loss
+
+    def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
+        bs = batch["src"].shape[0]
+        log = train_scalars(out, batch)
+        rate = self._token_rate.update(self.train_state.seen("tokens"))
+        if rate is not None:  # MFU = train/model_tflops / the device's peak TFLOP/s
+            log["train/tokens_per_s"] = rate
+            log["train/model_tflops"] = rate * self._token_rate.flops_per_token / 1e12
+        if self.loss_cfg.learn_prior_std:
+            log["train/prior_std"] = self.prior_std.detach()
+        if self._compiled is not None:  # a host count: recompiles show up on the curve
+            log["train/compiled_graphs"] = float(self._compiled.graphs)
+        if self._tensor_lr():
+            log["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
+        # sync_dist: under DDP the logged values are the mean over processes, not rank 0's alone.
+        self.log_dict(
+            log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs, sync_dist=True
+        )
+        # The progress bar reads its values at every step: a device tensor there would be a
+        # sync per step, so it gets a host copy, taken here at a logging step.
+        self.log("loss", out.loss.detach().cpu(), prog_bar=True, logger=False, batch_size=bs)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def _eval_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+        if self._val_generator is None or self._val_generator.device != self.device:
+            self._val_generator = torch.Generator(device=self.device)
+        if self._val_batches == 0:
+            # A fixed noise stream for every evaluation: comparable numbers across runs, and
+            # no draw from the global RNG, so evaluation never perturbs training's randomness.
+            self._val_generator.manual_seed(1234 + self.global_rank)
+        self._val_batches += 1
+        out = self._shared_step(batch, stage, generator=self._val_generator)
+        n = out.ntokens
+        # One set of metric objects serves val and test: the two stages never run at once.
+        self.val_nll.update(out.nll, n)
+        self.val_kl.update(out.kl, n)
+        self.val_kl_weighted.update(out.kl_weight * out.kl, n)
+        self.val_loss.update(out.loss, n)
+        self.val_ppl.update(out.logits.float(), batch["tgt_out"])
+        bs = batch["src"].shape[0]
+        self.log_dict(
+            {
+                f"{stage}/nll": self.val_nll,
+                f"{stage}/kl": self.val_kl,
+                f"{stage}/kl_weighted": self.val_kl_weighted,
+                f"{stage}/loss": self.val_loss,
+                f"{stage}/ppl": self.val_ppl,
+            },
+            on_step=False,
+            on_epoch=True,
+            batch_size=bs,
+        )
+        self.log(f"{stage}/kl_weight", out.kl_weight, on_step=False, on_epoch=True, batch_size=bs)
+
+    def configure_optimizers(self):
+        o = self.optim_cfg
+        opt_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
+        kw = {"betas": o.betas, "eps": o.eps, "weight_decay": o.weight_decay}
+        if self._tensor_lr():
+            # The lr is a device tensor set every step from the progress counters (no sync).
+            # A tensor lr needs capturable=True on CUDA, and the single-tensor path elsewhere.
+            lr = torch.tensor(0.0, device=self.device)  # set before the first update
+            cuda = self.device.type == "cuda"
+            return opt_cls(
+                self.parameters(), lr=lr, capturable=cuda, foreach=None if cuda else False, **kw
+            )
+        optimizer = opt_cls(self.parameters(), lr=1.0 if o.schedule == "noam" else o.lr, **kw)
+        if o.schedule == "noam":
+            d = self.arch.d_model
+            # LambdaLR's step counts from 0 at the first update; Noam's step counts from 1.
+            sched = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda s: noam_lr(s + 1, d, o.warmup_steps, o.lr_scale)
+            )
+        else:
+            sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "train/lr"},
+        }
+
+    def _tensor_lr(self) -> bool:
+        return self.optim_cfg.schedule == "noam" and self.optim_cfg.warmup_unit != "steps"
+
+    def _noam_tensor_lr(self) -> torch.Tensor:
+        o = self.optim_cfg
+        # Progress including this batch, as the step schedule's s + 1.
+        return noam_lr(
+            self.train_state.seen(o.warmup_unit), self.arch.d_model, o.warmup_steps, o.lr_scale
+        )
+
+    def _set_tensor_lr(self) -> None:
+        if self._tensor_lr():
+            lr = self._noam_tensor_lr()
+            for group in self.trainer.optimizers[0].param_groups:
+                group["lr"].copy_(lr)
+
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """Lightning's clipping, keeping the total gradient norm for the non-finite guard
+        (clip_grad_norm_ computes it anyway; no extra pass over the gradients)."""
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        else:
+            if gradient_clip_val:
+                self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            norm = norm.new_zeros(())  # fp16's GradScaler skips overflowing steps itself
+        if self._step_stats is not None:
+            self.train_state.record(self._step_stats[0], self._step_stats[1], norm)
+
+    # -- hooks ------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is None or getattr(dm, "tokenizer", None) is None:
+            return
+        if dm.tokenizer.vocab_size > self.arch.vocab_size:
+            raise VatError(
+                f"model.arch.vocab_size={self.arch.vocab_size} is smaller than the tokenizer's "
+                f"{dm.tokenizer.vocab_size} tokens"
+            )
+        self.tokenizer = dm.tokenizer
+        self.length_histogram = list(dm.length_histogram)
+        if stage == "fit":
+            # trainer.log_dir is a collective call under DDP: every rank must ask for it.
+            self._save_tokenizer(self.trainer.log_dir)
+
+    @rank_zero_only
+    def _save_tokenizer(self, log_dir: str | None) -> None:
+        if log_dir and self.tokenizer is not None:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            self.tokenizer.save(Path(log_dir) / "tokenizer.json")
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_batches = 0
+
+    on_test_epoch_start = on_validation_epoch_start
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        if self._rng_to_restore is not None:
+            # Restored here, at the first step after loading, rather than in
+            # on_load_checkpoint, because Lightning may run code between the two.
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self._log_step:
+            stop_if_non_finite(self.train_state, self.trainer)
+
+    def on_train_end(self) -> None:
+        if self._compiled is not None:
+            rank_zero_info(f"vat: {self._compiled.summary()}")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.tokenizer is None:
+            raise VatError(
+                "cannot save a vat checkpoint before the tokenizer is set (run through `vat train`)"
+            )
+        if self._trainer is not None and self.trainer.training:
+            stop_if_non_finite(self.train_state, self.trainer)
+        check_finite_weights(checkpoint["state_dict"], self.global_step, self.trainer)
+        checkpoint["vat"] = vat_metadata(
+            self.model, self.tokenizer, float(self.prior_std), self.length_histogram
+        )
+        checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
+        checkpoint["vat_train_state"] = {
+            **self.train_state.state(),
+            **({"rate": self.rate.state()} if self.rate else {}),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        meta = checkpoint.get("vat")
+        if meta is None:
+            raise VatError("the checkpoint is not a vat checkpoint (no 'vat' metadata)")
+        check_same_model_config(meta["model_config"], self.arch.to_dict())
+        if self.tokenizer is not None and meta["tokenizer"] != self.tokenizer.to_str():
+            raise VatError(
+                "--ckpt_path: the checkpoint's tokenizer differs from this run's data.tokenizer "
+                "(different corpus, vocab_size or tokenizer_path)"
+            )
+        if self.tokenizer is None:
+            self.tokenizer = VATTokenizer.from_str(meta["tokenizer"])
+            self.length_histogram = list(meta.get("length_histogram", []))
+        rng = checkpoint.get("vat_rng", {}).get("torch")
+        if rng is not None:
+            self._rng_to_restore = rng
+        state = checkpoint.get("vat_train_state")
+        if state is not None:  # older checkpoints: counters start at 0
+            self.train_state.load_state(state)
+            if self.rate is not None and "rate" in state:
+                self.rate.load_state(state["rate"])
