@@ -4,6 +4,7 @@
 import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -114,12 +115,13 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path, train):
     cache = tmp_path / "cache"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = cache / f".data-0123.tmp-{dead.pid}"
+    host = socket.gethostname()  # vat.io's one temp scheme: .NAME.tmp-PID@HOST-XXXXXXXX
+    stale = cache / f".data-0123.tmp-{dead.pid}@{host}-a1b2c3d4"
     (stale / "train").mkdir(parents=True)
     (stale / "train" / "tokens.bin").write_bytes(b"x" * 1000)
-    live = cache / f".data-4567.tmp-{os.getppid()}"  # a running process may still write it
+    live = cache / f".data-4567.tmp-{os.getppid()}@{host}-e5f6a7b8"  # a running process
     live.mkdir()
-    elsewhere = cache / f".data-89.tmp-{dead.pid}.another-host"  # a pid we cannot check
+    elsewhere = cache / f".data-89.tmp-{dead.pid}@another-host-c9d0e1f2"  # pid not checkable
     elsewhere.mkdir()
     _dm(tmp_path, train).prepare_data()
     assert not stale.exists() and live.exists() and elsewhere.exists()

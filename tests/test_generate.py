@@ -1,4 +1,4 @@
-"""vat.generate.decoding, vat.generate.latents and vat.generate.generator: decoding from latents, variational sampling,
+"""vat.generate (decoding, latents, generator): decoding from latents, variational sampling,
 prior, interpolation, BLEU.
 
 Tiny configs, CPU, one thread (2 shared cores: torch's thread pool only adds contention).

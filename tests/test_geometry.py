@@ -1,5 +1,5 @@
-"""vat.geometry.metrics and vat.geometry.collapse: closed-form answers, brute-force cross-checks, and every
-bad-input error."""
+"""vat.geometry.metrics and vat.geometry.collapse: closed-form answers, brute-force
+cross-checks, and every bad-input error."""
 
 from __future__ import annotations
 

@@ -172,7 +172,8 @@ def test_sts12_is_the_default_probe(senteval_dir, monkeypatch, tiny_ckpt, tiny_s
 
 
 def test_greedy_reconstruct_matches_uncached_argmax(tiny_ckpt, tiny_sentences):
-    """The one greedy loop (vat.generate.decoding, batched, cached) that SamplesCallback also uses."""
+    """The one greedy loop (vat.generate.decoding, batched, cached) that SamplesCallback
+    also uses."""
     loaded = load_vat(tiny_ckpt)
     model, tok = loaded.model, loaded.tokenizer
     sentences = tiny_sentences[:3]

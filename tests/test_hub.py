@@ -1,4 +1,5 @@
-"""vat.share.hub: exported folders (safetensors + config + tokenizer + card), loading, the Hub path."""
+"""vat.share.hub: exported folders (safetensors + config + tokenizer + card), loading, the
+Hub path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""vat.geometry.plots: geometry figures as PNGs (geometry CLI --plots) and TensorBoard images (callback)."""
+"""vat.geometry.plots: geometry figures as PNGs (geometry CLI --plots) and TensorBoard
+images (callback)."""
 
 from __future__ import annotations
 

@@ -276,7 +276,9 @@ def test_bad_sweep_config_is_one_line_error(tmp_path, capsys, bad, msg):
 
 
 def test_a_key_the_train_config_lacks_fails_before_any_training(tmp_path, capsys):
-    assert sweep_cli.main(["-c", str(_config(tmp_path, sweep={"model.loss.free_bitz": [0.1]}))]) == 2
+    assert (
+        sweep_cli.main(["-c", str(_config(tmp_path, sweep={"model.loss.free_bitz": [0.1]}))]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unrecognized arguments: --model.loss.free_bitz" in err[0]
     assert not (tmp_path / "sweep").exists()

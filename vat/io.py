@@ -1,10 +1,12 @@
 """Atomic file writes: a kill or an error mid-write never leaves a partial file, and an
 existing file stays intact until the new one is complete (temp file + fsync + os.replace).
 
-Temp files are named `.NAME.tmp-PID@HOST-XXXXXXXX` beside their target, so that a temp left
-by a killed process is recognisable: the next write to the same directory removes the temps
-of dead processes of this host (`remove_stale_temps`). A failed write (a full disk, a
-read-only filesystem) removes its own temp and raises a one-line `VatError` naming the path.
+Temp files and folders (`temp_path`; the token cache builds its folders under such names
+too) are named `.NAME.tmp-PID@HOST-XXXXXXXX` beside their target, so that a temp left by a
+killed process is recognisable: the next write to the same directory removes the temps of
+dead processes of this host (`remove_stale_temps`). This is vat's one temp-file scheme.
+A failed write (a full disk, a read-only filesystem) removes its own temp and raises a
+one-line `VatError` naming the path.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ import errno
 import json
 import os
 import re
+import secrets
+import shutil
 import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from vat.errors import VatError
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 # `.NAME.tmp-` then, for temps written by this version, `PID@HOST-` and mkstemp's 8 characters.
@@ -28,6 +34,11 @@ TEMP_RE = re.compile(
 
 def temp_prefix(path: Path) -> str:
     return f".{path.name}.tmp-{os.getpid()}@{_HOST}-"
+
+
+def temp_path(path: Path) -> Path:
+    """A fresh hidden temp name beside `path` (a file or a folder), owned by this process."""
+    return path.with_name(temp_prefix(path) + secrets.token_hex(4))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -41,7 +52,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) -> list[Path]:
-    """Remove vat temp files in `directory` left by killed processes; return what was removed.
+    """Remove vat temp files and folders in `directory` left by killed processes; return what
+    was removed.
 
     A temp is stale when its process (same host) no longer exists. With `any_owner` (used by
     train.py while it holds the run directory's lock, so no other vat process writes there),
@@ -53,8 +65,8 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
         return removed
     for p in d.iterdir():
         m = TEMP_RE.match(p.name)
-        if not m or not p.is_file():
-            continue
+        if not m or p.is_symlink() or not (p.is_file() or p.is_dir()):
+            continue  # never follow or remove a link: vat does not create them
         if not any_owner:
             if (
                 m["pid"] is None
@@ -64,7 +76,7 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
             ):
                 continue
         try:
-            p.unlink()
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
             removed.append(p)
         except FileNotFoundError:
             pass
@@ -73,10 +85,6 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
 
 def write_error(path: str | os.PathLike, e: OSError) -> Exception:
     """A one-line user error for a failed write (full disk, quota, read-only filesystem...)."""
-    from vat.errors import (
-        VatError,  # local: vat.errors imports vat.share.checkpoint, which imports this
-    )
-
     what = (
         "no space left on device"
         if e.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -32,8 +32,9 @@ TABLE_ROWS = (*METRICS.items(), ("num_types", "types with >= min_count"))
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vat geometry",
-        description="Isotropy, self-similarity, intra-sentence similarity and collapse diagnostics "
-        "(Ethayarajh 2019; see vat.geometry.metrics) of a vat checkpoint or a local Hugging Face encoder.",
+        description="Isotropy, self-similarity, intra-sentence similarity and collapse "
+        "diagnostics (Ethayarajh 2019; see vat.geometry.metrics) of a vat checkpoint or a "
+        "local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument(

@@ -21,12 +21,11 @@ from vat.data.token_cache import (
     SplitWriter,
     encode_chunks,
     remove,
-    remove_stale_temps,
-    temp_path,
     token_dtype,
     write_done,
 )
 from vat.errors import VatError
+from vat.io import remove_stale_temps, temp_path
 from vat.tokenizer import VATTokenizer
 
 

@@ -42,7 +42,7 @@ from vat.data.corpus import (  # noqa: F401 (read_lines, expand_files: public AP
     split_held_out,
 )
 from vat.data.options import validate_data_options
-from vat.data.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
+from vat.data.sampler import PAD_MULTIPLE, BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
     TokenizedDataset,
@@ -51,8 +51,6 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
 )
 from vat.errors import VatError
 from vat.tokenizer import VATTokenizer
-
-PAD_MULTIPLE = 8  # token-budget batches pad sequence lengths to a multiple of 8 (issue 15)
 
 
 class VATDataModule(L.LightningDataModule):

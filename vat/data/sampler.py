@@ -18,6 +18,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from vat.errors import VatError
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
+# Padded lengths are rounded up to a multiple of this: token-budget batches (issue 15) and
+# compiled steps (a bounded number of shapes; vat.train.objective) both use it.
+PAD_MULTIPLE = 8
+
 
 def padded_length(lengths: np.ndarray, multiple: int, max_len: int) -> np.ndarray:
     """Padded sequence length of sequences `lengths` long (counting </s>): rounded up to a
@@ -100,7 +104,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         max_tokens: int | None = None,
-        pad_multiple: int = 8,
+        pad_multiple: int = PAD_MULTIPLE,
         max_len: int | None = None,
     ) -> None:
         if batch_size < 1:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
-import socket
 import zlib
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -155,36 +153,6 @@ def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
         ):
             raise CacheDamaged(f"{split}/offsets.bin is inconsistent with tokens.bin")
     return info
-
-
-def temp_path(path: Path) -> Path:
-    """A hidden temp name beside `path`, owned by this process on this machine."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}.{socket.gethostname()}")
-
-
-def remove_stale_temps(cache_dir: Path) -> None:
-    """Delete temp folders/files left in the cache dir by a killed or failed process (its pid
-    no longer runs on this machine), e.g. after a full disk. Temps of other machines sharing
-    the folder are left alone: their pids cannot be checked from here."""
-    if not cache_dir.is_dir():
-        return
-    host = socket.gethostname()
-    for p in cache_dir.glob(".*.tmp-*"):
-        m = re.search(r"\.tmp-(\d+)(?:\.(.+))?$", p.name)
-        if m and m.group(2) in (None, host) and not _pid_alive(int(m.group(1))):
-            remove(p)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # our own leftovers: this process is not writing them now
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove(path: Path) -> None:

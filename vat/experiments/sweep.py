@@ -9,8 +9,8 @@ For each point of the sweep YAML (one value of one key, or a combination for a g
 keys; see `vat.experiments.config`), trains a model with the same train config, seed, data
 and budget plus that point's `--<key> <value>` into `out_dir/<leaf>_<value>/` (through the
 `Runner`'s `vat train` entry point, in-process), then records its final validation losses,
-latent geometry, STS and mu-decoding BLEU in `record.json` (`vat.experiments.measure`). Finally it writes the
-table, the frontier and other plots, and a TensorBoard hparams view
+latent geometry, STS and mu-decoding BLEU in `record.json` (`vat.experiments.measure`).
+Finally it writes the table, the frontier and other plots, and a TensorBoard hparams view
 (`vat.experiments.frontier`).
 
 With `jobs > 1` the runs train and are measured in that many child processes at once (one

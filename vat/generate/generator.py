@@ -1,4 +1,4 @@
-"""Text in, text out: the `VATGenerator` API over `vat.generate.decoding` and `vat.generate.latents`.
+"""Text in, text out: the `VATGenerator` API over `decoding` and `latents` (this package).
 
 PAPER.md, "Generation": reconstruct a sentence from its token means mu, sample
 paraphrase-like variants by drawing every z_t (Table 1) or one chosen z_t (Table 2) from the

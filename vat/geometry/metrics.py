@@ -17,7 +17,8 @@ anisotropy (the random-word baseline), self-similarity, intra-sentence similarit
 Beyond those: IsoScore (Rudman et al. 2022), effective rank (Roy & Vetterli 2007), and the
 posterior-collapse diagnostics active units (Burda et al. 2016), KL per latent dimension,
 and the mutual-information estimate of He et al. (2019) used by Optimus (Li et al. 2020),
-which live in `vat.geometry.collapse` (re-exported here); input checks are in `vat.geometry._checks`.
+which live in `vat.geometry.collapse` (re-exported by `vat.geometry`); input checks are in
+`vat.geometry._checks`.
 
 Bad input raises ValueError with the reason (never a NaN): vectors and ids of different
 lengths, zero or non-finite vectors, fewer than two tokens, no word type reaching min_count.

@@ -13,13 +13,11 @@ from typing import NamedTuple
 
 import torch
 
+from vat.data.sampler import PAD_MULTIPLE  # compiled steps pad lengths to it: few shapes
 from vat.model import VAT
 from vat.train.fused_ce import fused_linear_cross_entropy
 from vat.train.losses import free_bits_kl, gaussian_kl, masked_mean, reconstruction_nll
 
-# Sequence lengths are padded to a multiple of this under `model.compile`: with static
-# shapes, a compiled graph exists per padded length (at most ceil(max_len / 8) of them).
-PAD_MULTIPLE = 8
 # torch.compile backend. Tests use "aot_eager" (traces the same graphs, no C++ build: inductor
 # takes minutes on a small shared CPU); training uses inductor.
 COMPILE_BACKEND = "inductor"
