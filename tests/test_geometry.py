@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from vat.geometry import collapse
 from vat import geometry as g
+from vat.geometry import collapse
 from vat.train.losses import gaussian_kl
 
 

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from vat.eval import hf_encoders as hf
 from vat.errors import VatError
+from vat.eval import hf_encoders as hf
 
 SENTENCES = [
     "A man is playing a guitar.",

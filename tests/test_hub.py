@@ -12,9 +12,9 @@ import torch
 from huggingface_hub import HfApi
 from safetensors import safe_open
 
-from vat.share import hub
 from vat.errors import VatError, run_cli
 from vat.features import sentence_features
+from vat.share import hub
 from vat.share.checkpoint import CheckpointError, read_checkpoint
 from vat.share.resolve import load_vat
 

@@ -13,8 +13,8 @@ import torch
 import yaml
 from conftest import ASSETS, ROOT
 
-from vat.experiments import config as sweep_config
 from vat.cli import sweep as sweep_cli
+from vat.experiments import config as sweep_config
 from vat.experiments import frontier, measure, sweep
 from vat.experiments.config import SweepConfig, run_name
 

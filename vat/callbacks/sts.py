@@ -12,8 +12,8 @@ JSON results and the sweep record it; tables show x100) between the cosine of th
 sentence vectors and the gold score on the STS-B dev split (1,500 pairs), with mean pooling
 of mu by default. It is the number `python evaluate.py --tasks STSBenchmark` reports as
 `STSBenchmark-cosine.dev.spearman` for the same weights: the loader
-(`vat.eval.tasks.registry`) and the scoring (`vat.eval.engine.cosine_correlations`) are the harness's own. `val/stsb_seconds` is
-the time it took.
+(`vat.eval.tasks.registry`) and the scoring (`vat.eval.engine.cosine_correlations`) are
+the harness's own. `val/stsb_seconds` is the time it took.
 
 Cost: the ~2,900 distinct dev sentences are encoded once per validation (encoder only, no
 decoder), in length-sorted batches, under no_grad; measured on 2 CPU cores in docs/evaluate.md.
