@@ -81,7 +81,8 @@ def test_output_is_never_overwritten_without_flag(tmp_path, tiny_ckpt, probe, ca
         ["--ckpt", tiny_ckpt, "--probe", probe, "--min-count", 3, "--output", out], capsys
     )
     assert (
-        rc == 2 and err.strip() == f"error: --output {out} exists; pass --overwrite to replace it"
+        rc == 2
+        and err.strip() == f"error: --output {out} already exists; pass --overwrite to replace it"
     )
     assert out.read_text() == "keep me"
     rc, _, err = cli(

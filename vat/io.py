@@ -152,3 +152,55 @@ def write_json_atomic(path: str | os.PathLike, obj: object, indent: int = 1) -> 
         f.write("\n")
 
     atomic_write(path, _write)
+
+
+# -- output guards: checked before any work, the same way by every command -------------------
+def check_output_file(
+    path: str | os.PathLike | None,
+    overwrite: bool,
+    option: str = "--output",
+    kind: str = "file",
+) -> Path | None:
+    """The output file `path` (None passes through), after refusing what must not be written:
+    a folder, an existing file without `overwrite`, a symbolic link (vat never writes
+    through a link it did not create), or a folder where nothing can be created."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_symlink():
+        raise VatError(f"{option} {out} is a symbolic link; vat does not write through links")
+    if out.is_dir():
+        raise VatError(f"{option} {out} is a directory; expected a {kind} path")
+    if out.exists() and not overwrite:
+        raise VatError(f"{option} {out} already exists; pass --overwrite to replace it")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
+            pass
+    except OSError as e:
+        raise VatError(
+            f"{option} {out}: cannot write in {parent} ({e.strerror or type(e).__name__})"
+        ) from None
+    return out
+
+
+# -- figures: matplotlib is optional (`pip install "vat[plots]"`) ------------------------------
+def figure_class():
+    """matplotlib's Figure class: figures made without pyplot use the Agg canvas and no
+    global state, so plotting never needs (or changes) a display backend. Without matplotlib
+    this is a one-line VatError, raised before any work when called first."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise VatError(
+            "plots need matplotlib: pip install 'vat[plots]' (or pip install matplotlib)"
+        ) from None
+    return Figure
+
+
+def save_png(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
+    """Write a matplotlib figure as a PNG, atomically."""
+    path = Path(path)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", **savefig_kwargs), binary=True)
+    return path

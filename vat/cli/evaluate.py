@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
 from vat.eval.tasks.registry import ALL_TASKS, TASK_GROUPS, expand_tasks
 from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir
-from vat.io import write_json_atomic
+from vat.io import check_output_file, figure_class, write_json_atomic
 from vat.runtime import resolve_device
 
 
@@ -122,29 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="results files of earlier runs (--output) to plot beside this one (needs --plot)",
     )
     return p
-
-
-def _check_output(
-    path: str | None, overwrite: bool, option: str = "--output", kind: str = ".json"
-) -> Path | None:
-    """Fail before any work if the output cannot (or must not) be written."""
-    if path is None:
-        return None
-    out = Path(path)
-    if out.is_dir():
-        raise VatError(f"{option} {out} is a directory; expected a {kind} file path")
-    if out.exists() and not overwrite:
-        raise VatError(f"{option} {out} already exists; pass --overwrite to replace it")
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
-            pass
-    except OSError as e:
-        raise VatError(
-            f"{option} {out}: cannot write in {parent} ({e.strerror or type(e).__name__})"
-        ) from None
-    return out
 
 
 def _clean(x: object) -> object:
@@ -292,14 +268,14 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
     tasks = expand_tasks(args.tasks)
-    out = _check_output(args.output, args.overwrite)
-    plot = _check_output(args.plot, args.overwrite, "--plot", ".png")
+    out = check_output_file(args.output, args.overwrite, "--output", ".json file")
+    plot = check_output_file(args.plot, args.overwrite, "--plot", ".png file")
     if args.compare and plot is None:
         raise VatError("--compare needs --plot (the chart the runs are compared in)")
     if plot is not None:
-        from vat.eval.plots import load_results, require_matplotlib
+        from vat.eval.plots import load_results
 
-        require_matplotlib()
+        figure_class()  # one line now, not after the evaluation, if matplotlib is missing
         earlier = {f: load_results(f) for f in args.compare}
     if args.skip_missing:
         tasks = _available(tasks, args.data_dir)

@@ -11,7 +11,6 @@ import io
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 from vat.cli.common import (
@@ -26,7 +25,7 @@ from vat.cli.generate_runners import RUNNERS
 from vat.errors import VatError, run_cli
 from vat.generate.decoding import DecodeOptions, Strategy
 from vat.generate.generator import TruncationWarning, VATGenerator
-from vat.io import atomic_write
+from vat.io import atomic_write, check_output_file
 from vat.runtime import resolve_device
 
 COMMANDS = ("reconstruct", "sample", "resample-token", "interpolate", "prior", "bleu")
@@ -226,11 +225,7 @@ def _main(argv: Sequence[str]) -> int:
     opts = _options(args)
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
-    output = Path(args.output) if args.output is not None else None
-    if output is not None and output.is_dir():
-        raise VatError(f"--output {output} is a directory, expected a file path")
-    if output is not None and output.exists() and not args.overwrite:
-        raise VatError(f"--output {output} already exists; pass --overwrite to replace it")
+    output = check_output_file(args.output, args.overwrite, "--output", "text file")
     device = resolve_device(args.device)
     gen = VATGenerator.from_checkpoint(args.ckpt, device=device, batch_size=args.batch_size)
     # Bars only for a file or stdin: a few sentences on the command line decode in a blink.

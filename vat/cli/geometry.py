@@ -23,7 +23,7 @@ from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
 from vat.geometry.metrics import METRICS, GeometryReport, geometry_report
 from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
-from vat.io import write_json_atomic
+from vat.io import check_output_file, write_json_atomic
 from vat.runtime import resolve_device
 
 TABLE_ROWS = (*METRICS.items(), ("num_types", "types with >= min_count"))
@@ -96,11 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.device = resolve_device(args.device)
-    output = Path(args.output)
-    if output.exists() and not args.overwrite:
-        raise VatError(f"--output {output} exists; pass --overwrite to replace it")
-    if output.is_dir():
-        raise VatError(f"--output {output} is a directory, expected a JSON file path")
+    output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
     if args.layer is not None and args.hf_model is None:
         raise VatError("--layer applies to --hf-model only (a vat checkpoint has one latent layer)")
     for name in ("min_count", "batch_size", "max_sentences"):

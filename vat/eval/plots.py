@@ -12,7 +12,6 @@ change), written atomically.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from vat.errors import VatError
 from vat.eval.tasks.registry import ALL_TASKS
-from vat.io import atomic_write
+from vat.io import figure_class, save_png
 
 SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment": "SICK-E"}
 
@@ -68,21 +67,11 @@ def load_results(path: str | Path) -> dict:
     return obj
 
 
-def require_matplotlib() -> None:
-    """Fail in one line, before any work, when matplotlib is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise VatError("--plot needs matplotlib: pip install matplotlib") from None
-
-
 def plot_comparison(
     runs: Mapping[str, Mapping], path: str | Path, title: str | None = None
 ) -> Path:
     """Grouped bars of `headline_scores` for each {label: results}, saved as a PNG at `path`."""
-    require_matplotlib()
-    from matplotlib.figure import Figure
-
+    Figure = figure_class()
     scores = {label: headline_scores(res) for label, res in runs.items()}
     tasks = [t for t in ALL_TASKS if any(t in s for s in scores.values())]
     if not tasks:
@@ -98,8 +87,4 @@ def plot_comparison(
     ax.set_title(title or "SentEval: " + " vs ".join(scores))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    path = Path(path)
-    atomic_write(path, lambda f: f.write(buf.getvalue()), binary=True)
-    return path
+    return save_png(fig, path, dpi=100, bbox_inches="tight")

@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vat.errors import VatError
 from vat.experiments.config import leaf, point_label
 from vat.experiments.measure import GEOMETRY_FIELDS, VAL_TAGS, sts_column
-from vat.io import atomic_write, write_json_atomic
+from vat.io import atomic_write, figure_class, save_png, write_json_atomic
 
 Record = dict[str, Any]
 
@@ -48,22 +47,15 @@ def write_table(records: Sequence[Record], out: Path) -> None:
 
 
 # -- plots --------------------------------------------------------------------------------
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise VatError("the sweep plots need matplotlib: pip install matplotlib") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+def _subplots(figsize: tuple[float, float]):
+    """A figure and its axes on matplotlib's Agg canvas (`vat.io.figure_class`: no pyplot, no
+    display backend, a one-line error without matplotlib)."""
+    fig = figure_class()(figsize=figsize)
+    return fig, fig.subplots()
 
 
-def _save(plt, fig, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    atomic_write(path, lambda f: f.write(buf.getvalue()), binary=True)
+def _save(fig, path: Path) -> None:
+    save_png(fig, path, dpi=100, bbox_inches="tight")
 
 
 def _number(v: Any) -> bool:
@@ -73,10 +65,9 @@ def _number(v: Any) -> bool:
 def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
     """Reconstruction BLEU and STS against the validation KL (nats per token), one marker per
     run, labelled with its point. Runs without a val KL are left out."""
-    plt = _pyplot()
     pts = sorted((r for r in records if _number(r.get("val_kl"))), key=lambda r: r["val_kl"])
     sts_cols = [c for c in _sts_columns(records) if any(_number(r.get(c)) for r in pts)]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = _subplots((7, 4.5))
     xs = [r["val_kl"] for r in pts]
     if any(_number(r.get("bleu")) for r in pts):
         ax.plot(*_xy(pts, "bleu"), "o-", color="tab:blue", label="reconstruction BLEU")
@@ -106,7 +97,7 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
     if handles:
         ax.legend(handles, [h.get_label() for h in handles], loc="best", fontsize=8)
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
 def _sts_columns(records: Sequence[Record]) -> list[str]:
@@ -135,7 +126,6 @@ def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tu
 
 
 def _plot_against_key(
-    plt,
     records: Sequence[Record],
     key: str,
     series: list[tuple[str, str]],
@@ -143,13 +133,13 @@ def _plot_against_key(
     title: str,
     path: Path,
 ) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _subplots((6, 4))
     for col, label in series:
         ax.plot(*_xy(records, col, x=key), marker="o", label=label)
     ax.set(xlabel=key, ylabel=ylabel, title=title)
     ax.legend()
     ax.grid(alpha=0.3)
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
 def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
@@ -159,9 +149,8 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
     plot_frontier(records, keys, written[0])
     if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
         return written
-    key, plt = keys[0], _pyplot()
+    key = keys[0]
     _plot_against_key(
-        plt,
         records,
         key,
         [
@@ -174,7 +163,6 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
         out / "fig3a_similarities.png",
     )
     _plot_against_key(
-        plt,
         records,
         key,
         [
@@ -187,7 +175,7 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
         out / "fig3b_losses.png",
     )
     by_value = {r[key]: r for r in records}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _subplots((6, 4))
     for v, color in zip(curve_pair(list(by_value), key), ("tab:red", "tab:blue")):
         for tag, style in (("train/loss", "-"), ("val/loss", "--")):
             pts = by_value[v].get("curves", {}).get(tag) or []
@@ -203,7 +191,7 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
     ax.set(xlabel="step", ylabel="loss", title="Training curves (Figure 2)")
     ax.legend()
     ax.grid(alpha=0.3)
-    _save(plt, fig, out / "fig2_curves.png")
+    _save(fig, out / "fig2_curves.png")
     return [
         *written,
         out / "fig3a_similarities.png",

@@ -1,7 +1,7 @@
 """Figures of a latent space's geometry: covariance spectrum, KL per dimension, active units.
 
 Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (drawn on the Agg
-canvas, so no display is needed), plus `save_figure` / `save_geometry_plots` to write PNGs. The
+canvas, so no display is needed), plus `save_geometry_plots` to write PNGs. The
 geometry CLI writes them with `--plots DIR`; `vat.callbacks.GeometryMetrics` logs the same
 figures as TensorBoard images. Needs matplotlib (`pip install "vat[plots]"`).
 """
@@ -16,19 +16,7 @@ from numpy.typing import ArrayLike
 
 from vat.errors import VatError
 from vat.geometry.metrics import ACTIVE_UNIT_THRESHOLD
-
-
-def _figure_class():
-    """matplotlib's Figure class: figures made without pyplot use the Agg canvas and no
-    global state, so plotting never needs (or changes) a display backend."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise VatError(
-            "plots need matplotlib: pip install 'vat[plots]' (or pip install matplotlib)"
-        ) from None
-
-    return Figure
+from vat.io import figure_class, save_png
 
 
 def _vector(values: ArrayLike, name: str) -> np.ndarray:
@@ -42,7 +30,7 @@ def spectrum_figure(eigenvalues: ArrayLike, title: str = "covariance spectrum"):
     """Covariance eigenvalues, largest first, on a log axis, with the cumulative share of
     variance on a second axis: how many directions the token vectors really use."""
     lam = np.sort(np.clip(_vector(eigenvalues, "eigenvalues"), 0.0, None))[::-1]
-    fig = _figure_class()(figsize=(6, 4), dpi=100)
+    fig = figure_class()(figsize=(6, 4), dpi=100)
     ax = fig.add_subplot()
     k = np.arange(1, len(lam) + 1)
     floor = lam[lam > 0].min() if (lam > 0).any() else 1e-12
@@ -63,7 +51,7 @@ def kl_per_dimension_figure(kl_per_dim: ArrayLike, title: str = "KL per latent d
     """Bars of the mean KL (nats per token) of each latent dimension, sorted, and their sum."""
     kl = _vector(kl_per_dim, "kl_per_dim")
     order = np.argsort(kl)[::-1]
-    fig = _figure_class()(figsize=(6, 4), dpi=100)
+    fig = figure_class()(figsize=(6, 4), dpi=100)
     ax = fig.add_subplot()
     ax.bar(np.arange(len(kl)), kl[order], width=1.0, color="tab:green")
     ax.set_xlabel("latent dimension (sorted by KL)")
@@ -79,7 +67,7 @@ def active_units_figure(
     """Var over tokens of mu per dimension (sorted, log axis) against the 0.01 threshold."""
     var = np.sort(_vector(variances, "variances"))[::-1]
     active = int((var > threshold).sum())
-    fig = _figure_class()(figsize=(6, 4), dpi=100)
+    fig = figure_class()(figsize=(6, 4), dpi=100)
     ax = fig.add_subplot()
     colors = np.where(var > threshold, "tab:blue", "tab:gray")
     ax.bar(np.arange(len(var)), np.maximum(var, 1e-12), width=1.0, color=colors)
@@ -106,15 +94,6 @@ def geometry_figures(
     return figures
 
 
-def save_figure(fig, path: str | os.PathLike) -> Path:
-    """Write `fig` as PNG atomically (`vat.io.atomic_write`)."""
-    from vat.io import atomic_write
-
-    path = Path(path)
-    atomic_write(path, lambda f: fig.savefig(f, format="png"), binary=True)
-    return path
-
-
 def save_geometry_plots(
     directory: str | os.PathLike,
     eigenvalues: ArrayLike,
@@ -126,7 +105,7 @@ def save_geometry_plots(
     if out.exists() and not out.is_dir():
         raise VatError(f"--plots {out} is a file, expected a directory")
     return [
-        save_figure(fig, out / f"{name}.png")
+        save_png(fig, out / f"{name}.png")
         for name, fig in geometry_figures(eigenvalues, kl_per_dim, variances).items()
     ]
 
