@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from vat.errors import VatError
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
@@ -58,9 +60,6 @@ class VATTokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> VATTokenizer:
         """A tokenizers JSON file; a missing, unreadable or garbage file is a one-line VatError."""
-        # local import: vat.errors imports vat.share.checkpoint, which imports this module
-        from vat.errors import VatError
-
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(

@@ -1,9 +1,10 @@
 """What the training callbacks share: when to run, where TensorBoard is, markdown text.
 
 `EveryNValidations` runs `_run(trainer, pl_module)` after every n-th validation run (the
-sanity check does not count), on global rank zero only, in eval mode without gradients,
-and puts the model back in the mode it found. Its run counter travels with the checkpoint,
-so the rhythm survives a resume. Subclasses only decide what to compute and log.
+sanity check does not count), on global rank zero only (or on every rank, for a metric that
+is synced across ranks), in eval mode without gradients, and puts the model back in the mode
+it found. Its run counter travels with the checkpoint, so the rhythm survives a resume.
+Subclasses only decide what to compute and log.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def markdown_table(rows: Sequence[tuple[str, str]], header: tuple[str, str] = ("
 class EveryNValidations(Callback):
     """Runs `_run` after every n-th validation run, on rank zero, under no_grad, in eval mode."""
 
+    starts_at_first_validation = False
+    """Run at validation runs n, 2n, ... (False) or at 1, 1 + n, 1 + 2n, ... (True)."""
+    rank_zero_only = True
+    """Only global rank zero runs (TensorBoard output); False: every rank (a synced metric)."""
+
     def __init__(self, every_n_validations: int = 1) -> None:
         if every_n_validations < 1:
             raise VatError(
@@ -56,7 +62,9 @@ class EveryNValidations(Callback):
         if trainer.sanity_checking:
             return
         self.val_runs += 1
-        if self.val_runs % self.every_n_validations or not trainer.is_global_zero:
+        if (self.val_runs - self.starts_at_first_validation) % self.every_n_validations:
+            return
+        if self.rank_zero_only and not trainer.is_global_zero:
             return
         if getattr(pl_module, "tokenizer", None) is None:
             rank_zero_warn(f"{type(self).__name__}: pl_module.tokenizer is not set; skipping")

@@ -30,7 +30,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from vat.callbacks.base import EveryNValidations, tensorboard_writer
 from vat.errors import VatError
 from vat.features import token_posteriors, token_vectors
-from vat.geometry.metrics import geometry_report
+from vat.geometry.metrics import covariance_eigenvalues, geometry_report
+from vat.geometry.plots import figure_to_array, geometry_figures
 from vat.geometry.probes import default_senteval_dir, load_probe_sentences
 from vat.tokenizer import VATTokenizer
 
@@ -147,8 +148,6 @@ class GeometryMetrics(_ProbeCallback):
     @staticmethod
     def _log_figures(writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
         """The geometry CLI's --plots figures as TensorBoard images (skipped without matplotlib)."""
-        from vat.geometry.metrics import covariance_eigenvalues
-        from vat.geometry.plots import figure_to_array, geometry_figures
 
         try:
             figures = geometry_figures(

@@ -29,19 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch import LightningModule, Trainer
 
+from vat.callbacks.base import EveryNValidations
 from vat.errors import VatError
 from vat.eval.engine import cosine_correlations
 from vat.eval.tasks.registry import Pairs, load_task
 from vat.features import POOLINGS, Pooling, sentence_features
+from vat.geometry.probes import default_senteval_dir
 
 METRIC = "val/stsb_spearman"
 
 
-class STSBSpearman(Callback):
+class STSBSpearman(EveryNValidations):
     """Log `val/stsb_spearman` (and `val/stsb_seconds`) at validation runs 1, 1 + n, 1 + 2n, ..."""
+
+    starts_at_first_validation = True
+    rank_zero_only = False  # every rank scores and the value is synced (see the module doc)
 
     def __init__(
         self,
@@ -53,7 +57,7 @@ class STSBSpearman(Callback):
         """
         Args:
             senteval_dir: SentEval data/downstream folder holding STS/STSBenchmark/sts-dev.csv.
-                Default: $VAT_DATA_DIR/senteval (../shared/data/senteval).
+                Default: $VAT_SENTEVAL_DIR (../shared/data/senteval).
             every_n_validations: Score at the first validation run and every n-th after it.
                 With n > 1 a ModelCheckpoint monitoring the metric sees the last computed
                 value at the validations in between (a tie, so save_top_k=1 keeps the
@@ -61,10 +65,7 @@ class STSBSpearman(Callback):
             pooling: mean (the paper's VAT-mean; the default), sum, start or precision.
             batch_size: Sentences per encoder batch.
         """
-        if every_n_validations < 1:
-            raise VatError(
-                f"STSBSpearman: every_n_validations must be >= 1, got {every_n_validations}"
-            )
+        super().__init__(every_n_validations)
         if pooling not in POOLINGS:
             raise VatError(
                 f"STSBSpearman: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}"
@@ -72,10 +73,8 @@ class STSBSpearman(Callback):
         if batch_size < 1:
             raise VatError(f"STSBSpearman: batch_size must be >= 1, got {batch_size}")
         self.senteval_dir = senteval_dir
-        self.every_n_validations = every_n_validations
         self.pooling = pooling
         self.batch_size = batch_size
-        self.val_runs = 0
         self.pairs: Pairs | None = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -83,20 +82,10 @@ class STSBSpearman(Callback):
         if self.pairs is not None:
             return
         if self.senteval_dir is None:
-            from vat.geometry.probes import default_senteval_dir
-
             self.senteval_dir = str(default_senteval_dir())
         self.pairs = load_task(Path(self.senteval_dir), "STSBenchmark").splits["dev"]
 
-    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        self.val_runs += 1
-        if (self.val_runs - 1) % self.every_n_validations:  # runs 1, 1 + n, 1 + 2n, ...
-            return
-        if getattr(pl_module, "tokenizer", None) is None or self.pairs is None:
-            rank_zero_warn("STSBSpearman: pl_module.tokenizer is not set; skipping")
-            return
+    def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         start = time.perf_counter()
         spearman = stsb_dev_spearman(
             pl_module.model, pl_module.tokenizer, self.pairs, self.pooling, self.batch_size
@@ -106,17 +95,8 @@ class STSBSpearman(Callback):
         pl_module.log(METRIC, spearman, on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
         pl_module.log("val/stsb_seconds", time.perf_counter() - start, on_step=False, on_epoch=True)
 
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(
-            pooling=self.pooling, every_n_validations=self.every_n_validations
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"val_runs": self.val_runs}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.val_runs = int(state_dict.get("val_runs", 0))
+    def _state_key_fields(self) -> dict[str, Any]:
+        return {"pooling": self.pooling, "every_n_validations": self.every_n_validations}
 
 
 def stsb_dev_spearman(

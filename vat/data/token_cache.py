@@ -28,6 +28,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from vat.data.sampler import collate_ids
+from vat.tokenizer import VATTokenizer
 
 FORMAT = "vat-tokens-v2"
 _READ = 1 << 24
@@ -241,7 +242,6 @@ _WORKER_TOKENIZER = None
 
 def init_worker(tokenizer_json: str) -> None:
     """Process-pool initializer for tokenizing with data.num_proc > 1."""
-    from vat.tokenizer import VATTokenizer
 
     global _WORKER_TOKENIZER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process

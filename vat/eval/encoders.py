@@ -16,6 +16,9 @@ import numpy as np
 import torch
 
 from vat.errors import VatError
+from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
+from vat.features import sentence_features
+from vat.share.resolve import load_vat
 
 Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
@@ -35,8 +38,6 @@ def vat_encoder(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}"
         )
-    from vat.features import sentence_features
-    from vat.share.resolve import load_vat
 
     loaded = load_vat(ckpt, map_location=device)
 
@@ -89,7 +90,6 @@ def hf_encoder(
         raise VatError(
             f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
         )
-    from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 
     load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
 

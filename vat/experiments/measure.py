@@ -10,8 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from vat.errors import VatError
+from vat.eval.engine import EvalSettings, evaluate
 from vat.experiments.config import Point, SweepConfig, run_name
+from vat.features import sentence_features, token_vectors
+from vat.generate.generator import VATGenerator
+from vat.geometry.metrics import geometry_report
+from vat.geometry.probes import load_probe_sentences
 from vat.runtime import resolve_device
+from vat.share.checkpoint import read_checkpoint, vat_from_checkpoint
 
 VAL_TAGS = {
     "val_nll": "val/nll",
@@ -59,7 +65,6 @@ def measure_device(device: str) -> str:
 
 def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]:
     """The record of one trained run: its point, losses, geometry, STS and BLEU."""
-    from vat.share.checkpoint import read_checkpoint, vat_from_checkpoint
 
     ckpt_path = run_dir / "checkpoints" / "last.ckpt"
     device = measure_device(cfg.device)
@@ -85,9 +90,6 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
 
 
 def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
-    from vat.features import token_vectors
-    from vat.geometry.metrics import geometry_report
-    from vat.geometry.probes import load_probe_sentences
 
     probe = Path(cfg.probe)
     kind = {"senteval_dir": probe} if probe.is_dir() else {"probe_file": probe}
@@ -115,8 +117,6 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
     columns = {t: sts_column(t) for t in cfg.sts_tasks}
     if cfg.senteval_dir is None or not cfg.sts_tasks:
         return dict.fromkeys(columns.values())
-    from vat.eval.engine import EvalSettings, evaluate
-    from vat.features import sentence_features
 
     def encode(sentences: list[str]):
         return sentence_features(loaded.model, loaded.tokenizer, sentences, pooling="mean")
@@ -136,7 +136,6 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
 def _bleu(cfg: SweepConfig, loaded) -> float | None:
     if cfg.bleu_file is None:
         return None
-    from vat.generate.generator import VATGenerator
 
     lines = [
         ln.strip()

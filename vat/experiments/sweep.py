@@ -39,6 +39,7 @@ from typing import Any
 from tqdm import tqdm
 
 from vat.errors import VatError
+from vat.eval.tasks.registry import load_task
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
 from vat.experiments.frontier import plot_all, write_hparams, write_table
 from vat.experiments.measure import measure_run
@@ -122,7 +123,6 @@ def _check_sts_data(cfg: SweepConfig) -> None:
     """Fail before training, not after it, when an STS task's files are missing."""
     if cfg.senteval_dir is None:
         return
-    from vat.eval.tasks.registry import load_task
 
     for task in cfg.sts_tasks:
         load_task(cfg.senteval_dir, task)

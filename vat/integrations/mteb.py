@@ -22,6 +22,8 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
+from vat.api import load
+
 
 class VATMTEBEncoder(AbsEncoder):
     """Pooled token means mu of a VAT (a .ckpt, an exported folder or a Hub repo id)."""
@@ -37,7 +39,6 @@ class VATMTEBEncoder(AbsEncoder):
         normalize: bool = False,
         **kwargs: Any,
     ) -> None:
-        from vat.api import load
 
         self.model = load(model_name, device=device)
         self.pooling, self.batch_size, self.normalize = pooling, batch_size, normalize

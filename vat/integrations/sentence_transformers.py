@@ -23,9 +23,10 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
+from vat.api import load
 from vat.features import pool
 from vat.share.checkpoint import LoadedVAT
-from vat.share.hub import ST_MODULE_CONFIG_NAME, write_model_files
+from vat.share.hub import ST_MODULE_CONFIG_NAME, from_pretrained, write_model_files
 from vat.tokenizer import make_batch
 
 
@@ -99,7 +100,6 @@ class VATSentenceEncoder(InputModule):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> VATSentenceEncoder:
-        from vat.share.hub import from_pretrained
 
         where = {
             "subfolder": subfolder,
@@ -118,7 +118,6 @@ def to_sentence_transformer(
 ) -> SentenceTransformer:
     """A SentenceTransformer around a .ckpt, an exported folder or a Hub id (no
     trust_remote_code needed: the module is built here, not imported by name)."""
-    from vat.api import load
 
     loaded = path if isinstance(path, LoadedVAT) else load(path, device="cpu").loaded
     return SentenceTransformer(

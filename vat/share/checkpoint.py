@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from vat.errors import CheckpointError
+from vat.errors import CheckpointError, VatError
 from vat.io import atomic_write
 from vat.model import VAT, VATConfig
 from vat.tokenizer import VATTokenizer
@@ -162,8 +162,6 @@ def vat_from_checkpoint(
     """`load_vat` on a checkpoint dict already read by `read_checkpoint` (`path` names it in
     errors), for callers that also need its trainer state (e.g. `global_step`): one read."""
     meta = _check_metadata(path, ckpt["vat"])
-    from vat.errors import VatError  # local: vat.errors imports this module
-
     try:
         config = VATConfig.from_dict(meta["model_config"])
         model = VAT(config)

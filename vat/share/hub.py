@@ -29,7 +29,7 @@ import torch
 
 from vat.errors import VatError
 from vat.model import VAT, VATConfig
-from vat.share.checkpoint import CheckpointError, LoadedVAT
+from vat.share.checkpoint import CheckpointError, LoadedVAT, load_checkpoint
 from vat.share.model_card import model_card, training_facts
 from vat.tokenizer import VATTokenizer
 
@@ -196,7 +196,6 @@ def export_checkpoint(
     ModelCheckpoint saw, and, when the checkpoint sits in a run directory
     (RUN/checkpoints/x.ckpt), the training files named in RUN/config.yaml.
     """
-    from vat.share.checkpoint import load_checkpoint
 
     ckpt_path = Path(ckpt_path)
     if ckpt_path.is_dir():

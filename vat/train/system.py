@@ -21,7 +21,7 @@ from torchmetrics.text import Perplexity
 
 from vat.errors import VatError
 from vat.model import VAT, VATConfig
-from vat.share.checkpoint import check_same_model_config, vat_metadata
+from vat.share.checkpoint import check_same_model_config, read_checkpoint, vat_metadata
 from vat.tokenizer import PAD_ID, VATTokenizer
 from vat.train.config import LossConfig, OptimConfig, as_config
 from vat.train.non_finite import (  # noqa: F401 (NonFiniteLossError: vat.train.run_dir imports it here)
@@ -119,7 +119,6 @@ class VATSystem(L.LightningModule):
         tensors and plain types, and an explicit weights_only=True is the one setting that
         TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override. The file is checked first
         (vat.share.checkpoint.read_checkpoint), so a corrupt one is a one-line CheckpointError."""
-        from vat.share.checkpoint import read_checkpoint
 
         if kwargs.pop("weights_only", True) is not True:
             raise VatError("VATSystem.load_from_checkpoint loads weights only (weights_only=True)")
