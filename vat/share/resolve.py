@@ -72,7 +72,7 @@ def load_vat(
     p = Path(source).expanduser()
     if p.is_dir() and not is_pretrained_dir(p):
         raise CheckpointError(
-            f"{p} is a folder but neither an exported vat folder (no config.json) nor a run "
+            f"{p} is a directory but neither an exported vat folder (no config.json) nor a run "
             f"folder (no {CHECKPOINTS_DIR}/)"
         )
     return from_pretrained(
