@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ASSETS = Path(__file__).parent / "assets"
 
 
+# The suite runs on two xdist workers (pyproject addopts), one per core: every subprocess a
+# test starts gets one OpenMP thread too, unless the test sets its own. Two threads per
+# process on two busy cores spin against each other (BENCHMARKS.md: about 10x slower).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One torch thread in-process: the test models are tiny, and on 2 shared cores a second
