@@ -83,3 +83,18 @@ def test_unknown_config_keys_are_dropped(bench):
         },
     }
     assert bench.has_key("data.batch_size") and not bench.has_key("data.no_such_key")
+
+
+def test_recompile_log_counts_recompiles_and_names_the_guard(bench):
+    def f(x):
+        return (x * 2).sum()
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="eager", dynamic=False)  # static shapes: one graph per length
+    with bench.RecompileLog() as log:
+        for n in (3, 4, 5, 4):  # the second 4 reuses its graph
+            g(torch.randn(n))
+    s = log.summary()
+    assert s["recompiles"] == 2 and s["compiled_graphs"] == 3
+    assert "size mismatch" in s["first_recompile_reasons"][0]
+    torch._dynamo.reset()
