@@ -91,6 +91,8 @@ OUT_FILES = (
 )
 """Everything the suite writes at OUT_DIR's top level (at most 8 files, each <= 16 MiB)."""
 MAX_OUT_FILE = 16 * 2**20
+FINAL_TIMEOUT_S = 240.0
+"""A throughput variant stopped after this long is reported, not retried by a later call."""
 REQUIRED_PACKAGES = (
     "torch",
     "lightning",
@@ -784,9 +786,9 @@ class Suite:
                 for s in todo[i + 1 :]
                 if self.state["stages"][s]["status"] != "done"
             )
-            share_left = self.plan.shares_s[stage] - (
-                st["seconds"] if stage != "frontier_train" else 0.0
-            )
+            # its share less what earlier calls spent on it (frontier training: about 12
+            # minutes in all, however many calls it takes)
+            share_left = self.plan.shares_s[stage] - st["seconds"]
             allot = self.budget.allot(max(share_left, self.plan.min_s[stage]), reserve)
             if allot < self.plan.min_s[stage]:
                 st["status"] = "skipped" if st["status"] == "pending" else st["status"]
@@ -829,7 +831,7 @@ class Suite:
         complete = True
         for v in self.plan.variants:
             done = t["variants"].get(v.name, {})
-            if done.get("status") == "done":
+            if done.get("status") == "done" or done.get("final"):
                 continue
             left = end - time.monotonic()
             if left < self.plan.min_s["throughput"] / 3:
@@ -847,6 +849,9 @@ class Suite:
             elif rc is None:
                 t["variants"][v.name] = {
                     "status": "timed_out",
+                    # a variant given FINAL_TIMEOUT_S that still did not finish is not tried
+                    # again (a compile that never settles); a shorter stop is retried
+                    "final": secs >= FINAL_TIMEOUT_S,
                     "note": f"stopped after {secs:.0f} s (the stage's time was spent); "
                     f"a compiled step that does not settle shows here: see "
                     f"logs/throughput_{v.name}.log for its recompiles",
@@ -1097,7 +1102,8 @@ def render_markdown(state: dict[str, Any]) -> str:
         "",
         f"Device: {f.get('device', 'n/a')}; torch {f.get('torch', 'n/a')}, CUDA "
         f"{f.get('cuda') or 'n/a'}; measured bf16 matmul peak "
-        f"{_fmt(f.get('bf16_matmul_tflops'), '.4g')} TFLOP/s ({f.get('bf16_matmul', 'not measured')}).",
+        f"{_fmt(f.get('bf16_matmul_tflops'), '.4g')} TFLOP/s "
+        f"({f.get('bf16_matmul', 'not measured')}).",
         "",
         "Calls: " + "; ".join(f"{c['started']} `{c['command']}`" for c in state["calls"]),
         "",
