@@ -36,6 +36,16 @@ their checkpoints, the evaluation run by run). OUT_DIR holds at most 8 files (th
 its Markdown, the plot, two exported models, the logs), each under 16 MiB; the runs,
 caches and logs live in OUT_DIR/work/.
 
+Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed first):
+
+- one call, a cluster user with 25 minutes:  bench/gpu_suite.sh --budget-min 24 results/gpu
+- a lent GPU with 10-minute commands and 30 minutes in all, three calls back to back (the
+  machine keeps OUT_DIR while it is warm; each call copies OUT_DIR's files to $OUT):
+    1. bench/gpu_suite.sh --budget-min 8.5 --stages facts,throughput runs/gpu
+    2. bench/gpu_suite.sh --budget-min 9 --stages frontier_train runs/gpu
+    3. bench/gpu_suite.sh --budget-min 8.5 runs/gpu     (the rest of the training, then
+       the evaluation and the artefacts)
+
 Exit codes: 0 when every stage that ran finished or was skipped for time, 1 when a stage
 failed (named on stderr and in the report), 2 with one line when a prerequisite is missing
 (no CUDA without --smoke, a Python package, a data file).
@@ -765,8 +775,30 @@ class Suite:
         self.state["stages"][stage]["notes"].append(f"[{now_iso()}] {text}")
         print(f"gpu_suite: {stage}: {text}", file=sys.stderr)
 
+    def check_frontier_files(self) -> None:
+        """A report carried to a fresh machine: runs trained (or half trained) there but not
+        evaluated have lost their checkpoints, so the frontier is trained again."""
+        fr, st = self.state["frontier"], self.state["stages"]["frontier_train"]
+        if st["status"] not in ("done", "partial"):
+            return
+        lost = [
+            run_name(v)
+            for v in fr["values"]
+            if "eval" not in fr["runs"].get(run_name(v), {})
+            and not (self.work / "frontier" / run_name(v) / "checkpoints").is_dir()
+        ]
+        if lost:
+            st.update(status="pending", seconds=0.0)
+            self.state["stages"]["frontier_eval"]["status"] = "pending"
+            self.note("frontier_train", f"checkpoints of {', '.join(lost)} are gone: retraining")
+
     def run(self, stages: Sequence[str]) -> int:
+        if self.plan.smoke:  # tiny shapes: a second thread only spins on a shared CPU
+            import torch
+
+            torch.set_num_threads(1)
         self.write_config()
+        self.check_frontier_files()
         self.state["calls"].append(
             {
                 "started": now_iso(),
@@ -883,7 +915,12 @@ class Suite:
             fr["values"] = list(self.plan.target_kls)
             self.note("frontier_train", f"{fr['steps']} steps per run ({fr['steps_from']})")
         runs_dir = self.work / "frontier"
-        pending = [v for v in fr["values"] if not (runs_dir / run_name(v) / ".trained").exists()]
+        pending = [
+            v
+            for v in fr["values"]
+            if not (runs_dir / run_name(v) / ".trained").exists()
+            and "eval" not in fr["runs"].get(run_name(v), {})
+        ]
         self._prepare_data()
         procs: list[tuple[float, subprocess.Popen, Any]] = []
         end = time.monotonic() + allot
@@ -952,6 +989,8 @@ class Suite:
             rec_path = runs_dir / name / "suite_eval.json"
             if rec_path.is_file():
                 fr["runs"].setdefault(name, {})["eval"] = json.loads(rec_path.read_text())
+                continue
+            if "eval" in fr["runs"].get(name, {}):  # evaluated on a machine since given back
                 continue
             if not (runs_dir / name / ".trained").exists():
                 missing.append(name)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 _PATH = ROOT / "bench" / "gpu_suite.py"
@@ -227,6 +228,9 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
             assert set(r["sts"][pooling]) == {"sts12", "stsb"}
             assert all(-1 <= x <= 1 for x in r["sts"][pooling].values())
         assert r["extra_sts"] == {}  # issue 23's hook: no extra option sets yet
+        run_cfg = yaml.safe_load((out / "work" / "frontier" / r["run"] / "config.yaml").read_text())
+        assert run_cfg["model"]["loss"]["target_kl"] == v  # each run trained at its own target
+        assert run_cfg["model"]["loss"]["free_bits"] == 0.0
     assert fr["best"] == gs.pick_best(recs)
 
     files = sorted(p.name for p in out.iterdir() if p.is_file())
