@@ -54,13 +54,25 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from importlib.util import find_spec
 from pathlib import Path
 
-import datasets
-import lightning as L
-import torch
-import yaml
-from torch import nn
+# A node without vat's dependencies (a bare GPU node before the offline bundle is installed):
+# one line and exit code 2, not an ImportError traceback.
+REQUIRED = ("torch", "lightning", "jsonargparse", "datasets", "tokenizers", "yaml")
+if missing := [name for name in REQUIRED if find_spec(name) is None]:
+    print(
+        f"error: Python package {missing[0]!r} is missing (on an offline node install the "
+        "bundle: scripts/offline_bundle.sh --install DIR)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
+
+import datasets  # noqa: E402
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -98,3 +98,22 @@ def test_recompile_log_counts_recompiles_and_names_the_guard(bench):
     assert s["recompiles"] == 2 and s["compiled_graphs"] == 3
     assert "size mismatch" in s["first_recompile_reasons"][0]
     torch._dynamo.reset()
+
+
+def test_a_missing_package_is_one_line_not_a_traceback():
+    """The bench on a node without jsonargparse (no offline bundle installed): exit 2, one
+    line naming the package and the bundle. sys.modules[name] = None hides an installed one."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, runpy; sys.modules['jsonargparse'] = None; "
+        "sys.argv = ['bench', '--device', 'cpu']; "
+        f"runpy.run_path({str(_PATH)!r}, run_name='__main__')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr == (
+        "error: Python package 'jsonargparse' is missing (on an offline node install the "
+        "bundle: scripts/offline_bundle.sh --install DIR)\n"
+    )

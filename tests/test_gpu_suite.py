@@ -247,3 +247,13 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
 
     feats = vat.load(str(folder)).encode(["A man plays a guitar."])
     assert tuple(feats.shape) == (1, 16)
+
+
+def test_a_missing_package_is_one_line(gs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # find_spec then says: not installed
+    assert gs.main(["--smoke", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "error: Python package 'datasets' is missing (on an offline node install the bundle: "
+        "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')\n"
+    )
+    assert not (tmp_path / "out").exists()
