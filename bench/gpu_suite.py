@@ -101,6 +101,9 @@ OUT_FILES = (
 )
 """Everything the suite writes at OUT_DIR's top level (at most 8 files, each <= 16 MiB)."""
 MAX_OUT_FILE = 16 * 2**20
+STOP_GRACE_S = 30.0
+"""Children stopped for time get SIGINT (vat saves its state) and this long before SIGKILL;
+they are stopped this long before their stage's time is up."""
 FINAL_TIMEOUT_S = 240.0
 """A throughput variant stopped after this long is reported, not retried by a later call."""
 REQUIRED_PACKAGES = (
@@ -416,14 +419,15 @@ def run_child(cmd: list[str], log: Path, timeout_s: float, plan: Plan) -> tuple[
             cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=_child_env(plan)
         )
         try:
-            rc: int | None = proc.wait(timeout=max(timeout_s, 0.1))
+            # stopped STOP_GRACE_S before its time, so that stopping it fits in that time
+            rc: int | None = proc.wait(timeout=max(timeout_s - STOP_GRACE_S, 0.1))
         except subprocess.TimeoutExpired:
             stop([proc])
             rc = None
     return rc, time.monotonic() - t0
 
 
-def stop(procs: Sequence[subprocess.Popen], grace_s: float = 90.0) -> None:
+def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
     """SIGINT (vat saves its state on Ctrl-C), then SIGKILL after `grace_s`."""
     for p in procs:
         if p.poll() is None:
@@ -866,7 +870,7 @@ class Suite:
             if done.get("status") == "done" or done.get("final"):
                 continue
             left = end - time.monotonic()
-            if left < self.plan.min_s["throughput"] / 3:
+            if left < STOP_GRACE_S + self.plan.min_s["throughput"] / 3:
                 t["variants"][v.name] = {"status": "skipped", "note": "stage budget spent"}
                 complete = False
                 continue
@@ -923,7 +927,7 @@ class Suite:
         ]
         self._prepare_data()
         procs: list[tuple[float, subprocess.Popen, Any]] = []
-        end = time.monotonic() + allot
+        end = time.monotonic() + allot - STOP_GRACE_S  # stopping the runs fits in allot
         for v in pending:
             run_dir = runs_dir / run_name(v)
             log = self.logs / f"train_{run_name(v)}.log"

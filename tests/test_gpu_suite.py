@@ -257,3 +257,33 @@ def test_a_missing_package_is_one_line(gs, tmp_path, monkeypatch, capsys):
         "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(gs, tmp_path, data_dir):
+    """The frontier was trained on a machine since given back: the runs evaluated there keep
+    their records; a run whose checkpoints are gone makes the frontier train again."""
+    out = tmp_path / "out"
+    state = gs.new_state(smoke=True)
+    state["stages"]["frontier_train"]["status"] = "done"
+    state["stages"]["frontier_eval"]["status"] = "partial"
+    state["frontier"].update(values=[5.0, 20.0], steps=4)
+    state["frontier"]["runs"] = {"target_kl_5.0": {"trained": True, "eval": {"run": "x"}}}
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
+    suite.check_frontier_files()
+    st = suite.state["stages"]
+    assert (
+        st["frontier_train"]["status"] == "pending" and st["frontier_eval"]["status"] == "pending"
+    )
+    assert st["frontier_train"]["notes"][-1].endswith(
+        "checkpoints of target_kl_20.0 are gone: retraining"
+    )
+    assert suite.state["frontier"]["runs"]["target_kl_5.0"]["eval"] == {"run": "x"}
+    # with the lost run's checkpoints present, nothing changes
+    state["stages"]["frontier_train"]["status"] = "done"
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    (out / "work" / "frontier" / "target_kl_20.0" / "checkpoints").mkdir(parents=True)
+    suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
+    suite.check_frontier_files()
+    assert suite.state["stages"]["frontier_train"]["status"] == "done"
