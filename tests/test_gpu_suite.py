@@ -287,3 +287,60 @@ def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(gs, tmp_pat
     suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
     suite.check_frontier_files()
     assert suite.state["stages"]["frontier_train"]["status"] == "done"
+
+
+def test_gpu_mode_commands_parse(gs, tmp_path, data_dir, capsys):
+    """The GPU-only paths, checked without a GPU: the suite's config points into the data
+    folder, every throughput variant's arguments pass the bench's parser, and a frontier
+    run's arguments pass vat train's own parser (--print_config)."""
+    import contextlib
+    import io
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_side_by_side", ROOT / "bench" / "bench_train_side_by_side.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = gs.gpu_plan()
+    suite = gs.Suite(tmp_path / "out", plan, data_dir, gs.Budget(1), None)
+    suite.write_config()
+    cfg = yaml.safe_load(suite.config.read_text())
+    files = cfg["data"]["train_files"] + cfg["data"]["val_files"]
+    assert all(f.startswith(str(data_dir)) for f in files) and "callbacks" not in cfg["trainer"]
+    assert (cfg["data"]["vocab_size"], cfg["data"]["max_len"], cfg["model"]["compile"]) == (
+        8192,
+        256,
+        True,
+    )
+    names = []
+    for v in plan.variants:
+        cmd = gs.variant_cmd(plan, v, suite.config, 800.0, tmp_path / "v.json")
+        a = bench.parse_args(cmd[2:])
+        assert (a.device, a.precision, a.vocabs, a.peak_tflops) == (
+            "cuda",
+            "bf16-mixed",
+            str(v.vocab),
+            800.0,
+        )
+        assert (a.compile, a.fused_ce) == (v.compile, v.fused_ce)
+        names.append((v.vocab, v.compile, v.fused_ce))
+    assert set(names) == {(8192, True, False), (8192, False, False)} | {
+        (32768, c, f) for c in (True, False) for f in (True, False)
+    }
+    from vat.cli.train import vat_train
+
+    cmd = gs.train_cmd(suite.config, tmp_path / "run", 15.0, 1234)
+    assert cmd[1:4] == ["-m", "vat", "train"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            rc = vat_train([*cmd[4:], "--print_config"])
+        except SystemExit as e:  # --print_config exits after printing
+            rc = e.code
+    assert rc == 0, capsys.readouterr().err
+    printed = yaml.safe_load(out.getvalue())
+    assert printed["model"]["loss"]["target_kl"] == 15.0
+    assert printed["model"]["loss"]["free_bits"] == 0.0
+    assert (
+        printed["trainer"]["max_steps"] == 1234 and printed["trainer"]["val_check_interval"] == 1234
+    )
