@@ -31,6 +31,11 @@ end of the window, never in between). Reported: non-pad tokens/s, steps/s, and M
 analytic model FLOPs (see FLOPS_FORMULA) over `--peak-tflops` (default 989, H100 SXM bf16
 dense; on CPU MFU is n/a unless a peak is given).
 
+Recompiles: every run is watched by `RecompileLog` (torch._dynamo's `recompiles` log artifact
+and its graph counter); the JSON gives each loop's compiled graphs and recompiles per round
+and the first recompile reasons (the failed guards), so a compiled step that does not settle
+says why.
+
 `data.max_tokens` and `model.compile` are used through those config keys when this vat has
 them; when it does not, the bench says so and falls back (sentence batches of max_tokens /
 32 sentences; both loops eager, like for like).
@@ -49,13 +54,25 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from importlib.util import find_spec
 from pathlib import Path
 
-import datasets
-import lightning as L
-import torch
-import yaml
-from torch import nn
+# A node without vat's dependencies (a bare GPU node before the offline bundle is installed):
+# one line and exit code 2, not an ImportError traceback.
+REQUIRED = ("torch", "lightning", "jsonargparse", "datasets", "tokenizers", "yaml")
+if missing := [name for name in REQUIRED if find_spec(name) is None]:
+    print(
+        f"error: Python package {missing[0]!r} is missing (on an offline node install the "
+        "bundle: scripts/offline_bundle.sh --install DIR)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
+
+import datasets  # noqa: E402
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -156,6 +173,54 @@ def new_lengths(batches: list[dict], warmup: int) -> int:
     there under --compile, in both loops alike (warm-up should cover the lengths)."""
     padded = [-(-b["src"].shape[1] // PAD_MULTIPLE) for b in batches]
     return len(set(padded[warmup:]) - set(padded[:warmup]))
+
+
+class RecompileLog(logging.Handler):
+    """Counts torch._dynamo's recompiles while active: the `recompiles` log artifact (one
+    record per recompile, naming the guard that failed) and the graphs compiled.
+
+    Used as a context manager around one loop's run; `summary()` is what the JSON reports.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.reasons: list[str] = []
+        self._loggers: list[logging.Logger] = []
+        self._graphs0 = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.reasons.append(record.getMessage())
+
+    @staticmethod
+    def _graphs() -> int:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    def __enter__(self) -> RecompileLog:
+        import torch._dynamo.guards  # noqa: F401 (creates the artifact logger)
+
+        torch._logging.set_logs(recompiles=True)
+        names = [n for n in logging.root.manager.loggerDict if n.endswith("__recompiles")]
+        self._loggers = [logging.getLogger(n) for n in names]
+        for lg in self._loggers:
+            lg.addHandler(self)
+        self._graphs0 = self._graphs()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.graphs = self._graphs() - self._graphs0
+        for lg in self._loggers:
+            lg.removeHandler(self)
+        torch._logging.set_logs()  # back to torch's defaults
+
+    def summary(self) -> dict:
+        first = [r.splitlines() for r in self.reasons[:3]]
+        return {
+            "recompiles": len(self.reasons),
+            "compiled_graphs": self.graphs,
+            "first_recompile_reasons": [" / ".join(s.strip() for s in lines) for lines in first],
+        }
 
 
 def _sync(device: torch.device) -> None:
@@ -517,6 +582,10 @@ def summarise(rows: list[dict], flops: float, ntok: int, steps: int, peak: float
         "per_round_tokens_per_s": [round(ntok / r["seconds"], 1) for r in rows],
         "optimizer": rows[0]["optimizer"],
         "matmul_precision": rows[0]["matmul_precision"],
+        # torch._dynamo, per round (the whole run, warm-up included): graphs and recompiles
+        "compiled_graphs": [r.get("compiled_graphs") for r in rows],
+        "recompiles": [r.get("recompiles") for r in rows],
+        "first_recompile_reasons": rows[0].get("first_recompile_reasons", []),
     }
 
 
@@ -555,17 +624,19 @@ def bench_vocab(
     for r in range(a.rounds):
         for loop in ("vat", "plain") if r % 2 == 0 else ("plain", "vat"):
             _cleanup(device)
+            dynamo = RecompileLog()
             if loop == "vat":
                 ov, _ = make_overrides(a, cfg, vocab, str(workdir / f"v{vocab}_r{r}"))
-                row = run_vat(cfg_path, ov, a.warmup, a.steps)
+                with dynamo:
+                    row = run_vat(cfg_path, ov, a.warmup, a.steps)
                 same &= row.pop("shapes")[a.warmup :] == [
                     tuple(b["src"].shape) for b in cpu_batches[a.warmup :]
                 ]
                 same &= torch.equal(row.pop("first_src"), cpu_batches[0]["src"])
-                vat_rows.append(row)
+                vat_rows.append({**row, **dynamo.summary()})
             else:
-                plain_rows.append(
-                    run_plain(
+                with dynamo:
+                    row = run_plain(
                         system,
                         batches,
                         device,
@@ -575,7 +646,7 @@ def bench_vocab(
                         a.steps,
                         a.seed,
                     )
-                )
+                plain_rows.append({**row, **dynamo.summary()})
             print(
                 f"bench: vocab {vocab} round {r} {loop}: {a.steps} steps in "
                 f"{(vat_rows if loop == 'vat' else plain_rows)[-1]['seconds']:.2f} s",

@@ -83,3 +83,37 @@ def test_unknown_config_keys_are_dropped(bench):
         },
     }
     assert bench.has_key("data.batch_size") and not bench.has_key("data.no_such_key")
+
+
+def test_recompile_log_counts_recompiles_and_names_the_guard(bench):
+    def f(x):
+        return (x * 2).sum()
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="eager", dynamic=False)  # static shapes: one graph per length
+    with bench.RecompileLog() as log:
+        for n in (3, 4, 5, 4):  # the second 4 reuses its graph
+            g(torch.randn(n))
+    s = log.summary()
+    assert s["recompiles"] == 2 and s["compiled_graphs"] == 3
+    assert "size mismatch" in s["first_recompile_reasons"][0]
+    torch._dynamo.reset()
+
+
+def test_a_missing_package_is_one_line_not_a_traceback():
+    """The bench on a node without jsonargparse (no offline bundle installed): exit 2, one
+    line naming the package and the bundle. sys.modules[name] = None hides an installed one."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, runpy; sys.modules['jsonargparse'] = None; "
+        "sys.argv = ['bench', '--device', 'cpu']; "
+        f"runpy.run_path({str(_PATH)!r}, run_name='__main__')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr == (
+        "error: Python package 'jsonargparse' is missing (on an offline node install the "
+        "bundle: scripts/offline_bundle.sh --install DIR)\n"
+    )

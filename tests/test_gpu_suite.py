@@ -1,0 +1,346 @@
+"""bench/gpu_suite.py (issue 22): the budget, the choice of the best run, the targets, the
+one-line errors, and the whole suite in --smoke mode on CPU (two calls: resume)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+_PATH = ROOT / "bench" / "gpu_suite.py"
+
+
+@pytest.fixture(scope="module")
+def gs():
+    spec = importlib.util.spec_from_file_location("gpu_suite", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_suite"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_suite", None)
+
+
+def _rec(run, bleu, stsb_mean, stsb_prec):
+    return {
+        "run": run,
+        "bleu": bleu,
+        "sts": {"mean": {"stsb": stsb_mean}, "precision": {"stsb": stsb_prec}},
+    }
+
+
+def test_pick_best_among_runs_reaching_the_bleu_bar(gs):
+    recs = [
+        _rec("a", 99.0, 0.40, 0.42),
+        _rec("b", 96.0, 0.45, 0.41),  # best STS-B (mean) of the runs with BLEU >= 95
+        _rec("c", 80.0, 0.60, 0.30),  # better STS-B, but below the bar
+    ]
+    best = gs.pick_best(recs)
+    assert best["best_sts_at_bleu_min"] == {
+        "run": "b",
+        "bleu": 96.0,
+        "stsb": 0.45,
+        "pooling": "mean",
+    }
+    assert best["export"]["best_sts"]["run"] == "b"
+    assert best["export"]["best_bleu"]["run"] == "a"
+    assert best["verdict"].startswith("b: STS-B 45.00 (mean pooling) at BLEU 96.00")
+    assert "of the 2 runs with BLEU >= 95" in best["verdict"]
+
+
+def test_pick_best_says_when_no_run_reaches_the_bar(gs):
+    recs = [_rec("a", 90.0, 0.40, 0.47), _rec("c", 80.0, 0.60, 0.30)]
+    best = gs.pick_best(recs)
+    assert best["best_sts_at_bleu_min"] is None
+    assert best["verdict"] == "no run reached BLEU 95 (best BLEU 90.00, a)"
+    assert best["export"]["best_sts"]["run"] == "c"  # best STS-B of all, and it says so
+    assert "none reached" in best["export"]["best_sts"]["why"]
+    assert gs.pick_best([])["best_sts_at_bleu_min"] is None
+
+
+def test_budget_allots_share_less_reserve(gs):
+    t = [100.0]
+    b = gs.Budget(10, clock=lambda: t[0])  # 600 s
+    assert b.allot(share_left=420, reserve=150) == 420
+    t[0] += 300  # 300 s left
+    assert b.allot(share_left=420, reserve=150) == 150
+    t[0] += 400
+    assert b.left() == -100 and b.allot(420, 0) == 0
+
+
+def _row(variant, vocab, loop, tok, compile_=False, ratio=None, recompiles=(0,), reasons=()):
+    return {
+        "variant": variant,
+        "vocab": vocab,
+        "compile": compile_,
+        "fused_cross_entropy": False,
+        "loop": loop,
+        "tokens_per_s": tok,
+        "vat_over_plain": ratio,
+        "mfu": None,
+        "hours_for_3e9_tokens": 3e9 / tok / 3600,
+        "recompiles": list(recompiles),
+        "compiled_graphs": [2],
+        "first_recompile_reasons": list(reasons),
+    }
+
+
+def test_targets_and_compile_diagnosis(gs):
+    rows = [
+        _row("8k_compiled", 8192, "vat", 1_250_000, True, ratio=0.96),
+        _row("8k_compiled", 8192, "plain", 1_300_000, True),
+        _row("32k_eager", 32768, "vat", 500_000, ratio=0.9),
+        _row("32k_compiled", 32768, "vat", 54_000, True, 0.5, (3,), ["size mismatch at index 1"]),
+    ]
+    t = gs.judge_targets(rows)
+    assert t["tokens_per_s_8k"] == {
+        "target": 1_200_000,
+        "measured": 1_250_000,
+        "variant": "8k_compiled",
+        "reached": True,
+    }
+    assert t["vat_over_plain"]["reached"] is True
+    assert t["tokens_per_s_32k"]["measured"] == 500_000 and not t["tokens_per_s_32k"]["reached"]
+    assert t["hours_for_3e9_tokens"]["measured"] == pytest.approx(3e9 / 1.25e6 / 3600)
+    assert t["hours_for_3e9_tokens"]["reached"] is True  # 0.67 h <= 1 h
+    diag = gs.compile_diagnosis(rows)
+    assert len(diag) == 1 and diag[0].startswith("32k_compiled: compiled vat 54,000 tokens/s")
+    assert "< eager 500,000, 3 recompiles" in diag[0] and "size mismatch at index 1" in diag[0]
+    assert gs.judge_targets([])["tokens_per_s_8k"]["reached"] is None
+
+
+def test_frontier_steps_from_the_measured_throughput(gs):
+    plan = gs.gpu_plan()
+    state = gs.new_state(smoke=False)
+    assert gs.frontier_steps(state, plan, None) == (2000, "default (no 8k throughput measured)")
+    assert gs.frontier_steps(state, plan, 123)[0] == 123
+    state["throughput"]["variants"]["8k_compiled"] = {
+        "status": "done",
+        "result": {
+            "timed_steps": 100,
+            "vocabs": [{"timed_nonpad_tokens": 6_000_000, "vat": {"tokens_per_s": 1_200_000}}],
+        },
+    }
+    # 0.8 x 1.2M tokens/s x 720 s / (6 runs x 60,000 tokens per step) = 1,920 steps
+    assert gs.frontier_steps(state, plan, None)[0] == 1920
+
+
+def test_one_line_errors(gs, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert gs.main(["--smoke", "--stages", "facts,bogus", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --stages: unknown bogus; choose from facts, throughput, frontier_train, "
+        "frontier_eval, artefacts"
+    ]
+    assert gs.main(["--smoke", "--budget-min", "0", str(out)]) == 2
+    assert "--budget-min must be a positive" in capsys.readouterr().err
+    empty = tmp_path / "nodata"
+    empty.mkdir()
+    assert gs.main(["--smoke", "--data-dir", str(empty), str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--data-dir {empty}: corpus/wmt_newstest_en/" in err[0]
+    assert "offline_bundle.sh --install" in err[0]
+    if not torch.cuda.is_available():
+        assert gs.main([str(out)]) == 2
+        assert capsys.readouterr().err.startswith("error: no CUDA device here")
+    assert not out.exists()  # nothing written on a bad call
+    (tmp_path / "f").write_text("x")
+    assert gs.main(["--smoke", str(tmp_path / "f")]) == 2
+    assert "is a file, expected a folder" in capsys.readouterr().err
+
+
+def test_a_budget_too_small_skips_every_stage_with_a_note(gs, tmp_path, data_dir, capsys):
+    out = tmp_path / "out"
+    argv = ["--smoke", "--data-dir", str(data_dir), "--budget-min", "0.0001", str(out)]
+    assert gs.main(argv) == 0
+    rep = json.loads((out / "gpu_report.json").read_text())
+    assert {s["status"] for s in rep["stages"].values()} == {"skipped"}
+    assert all("skipped: needs at least" in s["notes"][-1] for s in rep["stages"].values())
+    # a smoke OUT_DIR is not continued by a GPU call, nor the reverse
+    with pytest.raises(gs.VatError, match="holds a smoke report"):
+        gs.load_state(out, smoke=False)
+
+
+def _schema(obj, depth=2):
+    """The keys of a report down to `depth` levels (values of dicts keyed by run excluded)."""
+    if not isinstance(obj, dict) or depth == 0:
+        return type(obj).__name__
+    return {k: _schema(v, depth - 1) for k, v in obj.items() if k not in ("runs", "variants")}
+
+
+@pytest.mark.slow
+def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
+    """bench/gpu_suite.sh --smoke: facts and throughput in a first call, the rest in a second
+    one on the same OUT_DIR (the finished stages are not run again); the report's schema,
+    the frontier records, the best run, the exported folders and the OUT_DIR limits."""
+    out = tmp_path / "suite"
+    env = {**os.environ, "VAT_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
+    sh = [str(ROOT / "bench" / "gpu_suite.sh"), "--smoke"]
+    r1 = subprocess.run([*sh, "--stages", "facts,throughput", str(out)], env=env, text=True,
+                        capture_output=True)  # fmt: skip
+    assert r1.returncode == 0, r1.stderr[-2000:]
+    first = json.loads((out / "gpu_report.json").read_text())
+    assert first["stages"]["facts"]["status"] == "done"
+    assert first["stages"]["frontier_train"]["status"] == "pending"
+    r2 = subprocess.run([*sh, str(out)], env=env, text=True, capture_output=True)
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    rep = json.loads((out / "gpu_report.json").read_text())
+
+    assert _schema(rep) == _schema(gs.new_state(smoke=False)) | {
+        "facts": _schema(rep["facts"], 1),
+        "throughput": _schema(rep["throughput"], 1),
+        "frontier": _schema(rep["frontier"], 1),
+        "artefacts": _schema(rep["artefacts"], 1),
+    }
+    assert set(rep["facts"]) >= {"device", "torch", "cuda", "bf16_matmul_tflops"}
+    assert rep["facts"]["bf16_matmul_tflops"] > 0
+    assert len(rep["calls"]) == 2
+    assert {n: s["status"] for n, s in rep["stages"].items()} == dict.fromkeys(gs.STAGES, "done")
+    assert rep["stages"]["facts"] == first["stages"]["facts"]  # not run again
+    assert rep["throughput"]["variants"] == first["throughput"]["variants"]
+
+    rows = rep["throughput"]["rows"]
+    assert {(r["loop"], r["vocab"]) for r in rows} == {("vat", 320), ("plain", 320)}
+    assert all(r["tokens_per_s"] > 0 and r["hours_for_3e9_tokens"] > 0 for r in rows)
+    vat_row = next(r for r in rows if r["loop"] == "vat")
+    plain_row = next(r for r in rows if r["loop"] == "plain")
+    assert vat_row["vat_over_plain"] == pytest.approx(
+        vat_row["tokens_per_s"] / plain_row["tokens_per_s"], rel=1e-3
+    )
+    assert rep["throughput"]["targets"]["tokens_per_s_8k"]["measured"] is None  # no 8k in smoke
+
+    fr = rep["frontier"]
+    assert fr["values"] == [5.0, 20.0] and fr["steps"] == 4
+    recs = [fr["runs"][n]["eval"] for n in ("target_kl_5.0", "target_kl_20.0")]
+    for r, v in zip(recs, (5.0, 20.0)):
+        assert r["target_kl"] == v and r["step"] == 4
+        assert r["val_kl"] > 0 and r["val_nll"] > 0 and 0 <= r["active_units"] <= 16
+        assert r["bleu_lines"] == 24 and r["lines_long"] + 0 >= 0
+        for pooling in ("mean", "precision"):
+            assert set(r["sts"][pooling]) == {"sts12", "stsb"}
+            assert all(-1 <= x <= 1 for x in r["sts"][pooling].values())
+        assert r["extra_sts"] == {}  # issue 23's hook: no extra option sets yet
+        run_cfg = yaml.safe_load((out / "work" / "frontier" / r["run"] / "config.yaml").read_text())
+        assert run_cfg["model"]["loss"]["target_kl"] == v  # each run trained at its own target
+        assert run_cfg["model"]["loss"]["free_bits"] == 0.0
+    assert fr["best"] == gs.pick_best(recs)
+
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    assert files == sorted(gs.OUT_FILES) and len(files) <= 8
+    assert all((out / f).stat().st_size <= 16 * 2**20 for f in files)
+    md = (out / "gpu_report.md").read_text()
+    assert "| target_kl_5.0 | 5 | 4 |" in md and fr["best"]["verdict"] in md
+    for kind in ("best_sts", "best_bleu"):
+        with tarfile.open(out / f"{kind}.tar") as tf:
+            tf.extractall(tmp_path / kind, filter="data")
+        folder = tmp_path / kind / rep["artefacts"][kind]["folder_in_tar"]
+        assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
+    import vat
+
+    feats = vat.load(str(folder)).encode(["A man plays a guitar."])
+    assert tuple(feats.shape) == (1, 16)
+
+
+def test_a_missing_package_is_one_line(gs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # find_spec then says: not installed
+    assert gs.main(["--smoke", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "error: Python package 'datasets' is missing (on an offline node install the bundle: "
+        "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(gs, tmp_path, data_dir):
+    """The frontier was trained on a machine since given back: the runs evaluated there keep
+    their records; a run whose checkpoints are gone makes the frontier train again."""
+    out = tmp_path / "out"
+    state = gs.new_state(smoke=True)
+    state["stages"]["frontier_train"]["status"] = "done"
+    state["stages"]["frontier_eval"]["status"] = "partial"
+    state["frontier"].update(values=[5.0, 20.0], steps=4)
+    state["frontier"]["runs"] = {"target_kl_5.0": {"trained": True, "eval": {"run": "x"}}}
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
+    suite.check_frontier_files()
+    st = suite.state["stages"]
+    assert (
+        st["frontier_train"]["status"] == "pending" and st["frontier_eval"]["status"] == "pending"
+    )
+    assert st["frontier_train"]["notes"][-1].endswith(
+        "checkpoints of target_kl_20.0 are gone: retraining"
+    )
+    assert suite.state["frontier"]["runs"]["target_kl_5.0"]["eval"] == {"run": "x"}
+    # with the lost run's checkpoints present, nothing changes
+    state["stages"]["frontier_train"]["status"] = "done"
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    (out / "work" / "frontier" / "target_kl_20.0" / "checkpoints").mkdir(parents=True)
+    suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
+    suite.check_frontier_files()
+    assert suite.state["stages"]["frontier_train"]["status"] == "done"
+
+
+def test_gpu_mode_commands_parse(gs, tmp_path, data_dir, capsys):
+    """The GPU-only paths, checked without a GPU: the suite's config points into the data
+    folder, every throughput variant's arguments pass the bench's parser, and a frontier
+    run's arguments pass vat train's own parser (--print_config)."""
+    import contextlib
+    import io
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_side_by_side", ROOT / "bench" / "bench_train_side_by_side.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = gs.gpu_plan()
+    suite = gs.Suite(tmp_path / "out", plan, data_dir, gs.Budget(1), None)
+    suite.write_config()
+    cfg = yaml.safe_load(suite.config.read_text())
+    files = cfg["data"]["train_files"] + cfg["data"]["val_files"]
+    assert all(f.startswith(str(data_dir)) for f in files) and "callbacks" not in cfg["trainer"]
+    assert (cfg["data"]["vocab_size"], cfg["data"]["max_len"], cfg["model"]["compile"]) == (
+        8192,
+        256,
+        True,
+    )
+    names = []
+    for v in plan.variants:
+        cmd = gs.variant_cmd(plan, v, suite.config, 800.0, tmp_path / "v.json")
+        a = bench.parse_args(cmd[2:])
+        assert (a.device, a.precision, a.vocabs, a.peak_tflops) == (
+            "cuda",
+            "bf16-mixed",
+            str(v.vocab),
+            800.0,
+        )
+        assert (a.compile, a.fused_ce) == (v.compile, v.fused_ce)
+        names.append((v.vocab, v.compile, v.fused_ce))
+    assert set(names) == {(8192, True, False), (8192, False, False)} | {
+        (32768, c, f) for c in (True, False) for f in (True, False)
+    }
+    from vat.cli.train import vat_train
+
+    cmd = gs.train_cmd(suite.config, tmp_path / "run", 15.0, 1234)
+    assert cmd[1:4] == ["-m", "vat", "train"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            rc = vat_train([*cmd[4:], "--print_config"])
+        except SystemExit as e:  # --print_config exits after printing
+            rc = e.code
+    assert rc == 0, capsys.readouterr().err
+    printed = yaml.safe_load(out.getvalue())
+    assert printed["model"]["loss"]["target_kl"] == 15.0
+    assert printed["model"]["loss"]["free_bits"] == 0.0
+    assert (
+        printed["trainer"]["max_steps"] == 1234 and printed["trainer"]["val_check_interval"] == 1234
+    )
