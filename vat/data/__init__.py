@@ -2,8 +2,8 @@
 
 - `datamodule.py`   VATDataModule: sources -> tokenizer -> token cache -> batches
 - `corpus.py`       reading text files (plain, .gz) or a `datasets` dataset, streamed
-- `token_cache.py`  the tokenized cache: flat token array + offsets, memory-mapped, verified
-- `cache_writer.py` writing that cache and the tokenizer; the cache folder's checks
+- `token_cache.py`  the tokenized cache: its format (flat token array + offsets,
+                    memory-mapped, verified) and its writer; the cache folder's checks
 - `options.py`      the data options' checks (one-line errors naming data.X)
 - `sampler.py`      length-bucketed batches (sentences or a token budget), resumable,
                     DDP-aware; collation as one numpy gather; the padding multiple

@@ -25,13 +25,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from torch.utils.data import DataLoader
 
-from vat.data.cache_writer import (
-    check_cache_dir,
-    hash16,
-    read_cached_tokenizer,
-    save_tokenizer,
-    write_token_cache,
-)
 from vat.data.corpus import (  # noqa: F401 (read_lines, expand_files: public API)
     expand_files,
     held_out_indices,
@@ -45,9 +38,15 @@ from vat.data.options import validate_data_options
 from vat.data.sampler import PAD_MULTIPLE, BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
+    CacheSettings,
     TokenizedDataset,
+    check_cache_dir,
+    hash16,
+    read_cached_tokenizer,
     remove,
+    save_tokenizer,
     verify,
+    write_token_cache,
 )
 from vat.errors import VatError
 from vat.tokenizer import VATTokenizer
@@ -304,17 +303,15 @@ class VATDataModule(L.LightningDataModule):
 
     def _tokenize_to_cache(self, tok: VATTokenizer, cache: Path) -> None:
         h = self.hparams
+        held_out = self._val_is_held_out()
+        others = [n for n in self._source_names() if n != "train" and not (n == "val" and held_out)]
         write_token_cache(
             cache,
             tok,
-            self._source_names(),
-            self._val_is_held_out(),
-            self._train_val_chunks,
-            self._chunks,
-            max_len=h.max_len,
-            overlength=h.overlength,
-            num_proc=h.num_proc,
-            progress=self._progress(),
+            self._train_val_chunks(),
+            {name: self._chunks(name) for name in others},
+            CacheSettings(h.max_len, h.overlength, h.num_proc, self._progress()),
+            held_out_val=held_out,
         )
 
     def setup(self, stage: str | None = None) -> None:

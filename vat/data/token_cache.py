@@ -1,4 +1,5 @@
-"""The tokenized cache: one flat token array + offsets per split, memory-mapped, verified.
+"""The tokenized cache: its format (one flat token array + offsets per split, memory-mapped,
+verified) and its writer (`write_token_cache`, atomic, one-line errors naming data.cache_dir).
 
 Layout of a cache folder `data-<key>/` (written under a temp name and renamed when complete):
 
@@ -15,19 +16,26 @@ instead of failing later with an IndexError (issue 11, section 2).
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import itertools
 import json
 import os
 import shutil
+import tempfile
 import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import Dataset
 
 from vat.data.sampler import collate_ids
+from vat.errors import VatError
+from vat.io import remove_stale_temps, temp_path
 from vat.tokenizer import VATTokenizer
 
 FORMAT = "vat-tokens-v2"
@@ -280,3 +288,145 @@ def encode_chunks(
         while pending:
             c, fut = pending.popleft()
             yield c, fut.result()
+
+
+# -- writing the cache (and the tokenizer beside it) ------------------------------------------
+def hash16(text: str) -> str:
+    """The first 16 hex digits of text's SHA-256 (the cache keys)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_cached_tokenizer(path: Path) -> VATTokenizer | None:
+    """The tokenizer cached at `path`; None when absent or damaged (it is then trained again
+    rather than failing the run)."""
+    if not path.is_file():
+        return None
+    try:
+        return VATTokenizer.from_file(path)
+    except Exception as e:
+        rank_zero_warn(
+            f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again"
+        )
+        return None
+
+
+def check_cache_dir(d: Path, write: bool) -> None:
+    """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
+    try:
+        os.stat(d)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise VatError(f"data.cache_dir: cannot use {d}: {e.strerror}") from None
+    if not write:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=d):
+            pass
+    except OSError as e:
+        raise VatError(
+            f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})"
+        ) from None
+    remove_stale_temps(d)
+
+
+def save_tokenizer(tok: VATTokenizer, path: Path) -> None:
+    """Write the trained tokenizer to the cache file `path`, atomically."""
+    tmp = temp_path(path)
+    try:
+        tok.save(tmp)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
+    except Exception as e:  # tokenizers raises a plain Exception for I/O errors
+        raise VatError(f"data.cache_dir: could not write {path} ({str(e)[:120]})") from None
+    finally:
+        remove(tmp) if tmp.exists() else None
+
+
+def progress_bar(name: str, enabled: bool):
+    """The tqdm bar of tokenizing split `name` (disabled unless `enabled`)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        desc=f"vat: tokenizing {name}",
+        unit=" lines",
+        unit_scale=True,
+        disable=not enabled,
+        leave=False,
+    )
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How the cache is written: the model's length limit and what to do over it, the
+    tokenizing processes, and whether to show progress bars (the data.* options)."""
+
+    max_len: int
+    overlength: str
+    num_proc: int
+    progress: bool
+
+
+def write_token_cache(
+    cache: Path,
+    tok: VATTokenizer,
+    train_chunks: Iterable[tuple[list[str], list[str]]],
+    other_chunks: Mapping[str, Iterable[list[str]]],
+    settings: CacheSettings,
+    *,
+    held_out_val: bool,
+) -> None:
+    """Tokenize every split into the cache folder `cache`, atomically.
+
+    `train_chunks` yields the (train, held-out val) parts of each chunk of the training
+    source; with `held_out_val` the second parts are the val split, else they are empty.
+    `other_chunks` maps every other split (val from its own source, test) to its raw
+    sentence chunks.
+    """
+    held_out = held_out_val
+    names = ["train", *(["val"] if held_out else []), *other_chunks]
+    max_len, overlength, progress = settings.max_len, settings.overlength, settings.progress
+    tmp = temp_path(cache)
+    remove(tmp)
+    dtype = token_dtype(tok.vocab_size)
+    try:
+        tmp.mkdir()
+        writers = {n: SplitWriter(tmp / n, dtype, max_len, overlength) for n in names}
+        n_train: deque[int] = deque()  # train lines of each chunk in flight, in order
+
+        def train_parts() -> Iterator[list[str]]:
+            for train, val in train_chunks:
+                n_train.append(len(train))
+                yield train + val
+
+        with progress_bar("train + val" if held_out else "train", progress) as bar:
+            for chunk, ids in encode_chunks(train_parts(), tok, settings.num_proc):
+                k = n_train.popleft()
+                writers["train"].add(ids[:k])
+                if held_out:
+                    writers["val"].add(ids[k:])
+                bar.update(len(chunk))
+        for name, chunks in other_chunks.items():
+            with progress_bar(name, progress) as bar:
+                for chunk, ids in encode_chunks(chunks, tok, settings.num_proc):
+                    writers[name].add(ids)
+                    bar.update(len(chunk))
+        write_done(
+            tmp,
+            {n: w.close() for n, w in writers.items()},
+            dtype,
+            max_len=max_len,
+            overlength=overlength,
+        )
+        try:
+            os.replace(tmp, cache)
+        except OSError:  # another process finished first: keep theirs
+            pass
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise VatError(
+                f"data.cache_dir: no space left on the device while writing {cache}"
+            ) from None
+        raise VatError(f"data.cache_dir: could not write {cache} ({e.strerror or e})") from None
+    finally:
+        remove(tmp)  # never leave a partial folder behind (e.g. after a full disk)
