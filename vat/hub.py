@@ -121,6 +121,9 @@ def write_model_files(
     # save_model (not save_file) finds tensors that share storage, here the tied
     # embed.weight / lm_head.weight, and stores one of them; load_model re-ties them.
     save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    # safetensors writes through a private temp file (0600); give the weights the mode of
+    # the other files, so colleagues on a shared filesystem can read them.
+    os.chmod(folder / WEIGHTS_NAME, 0o666 & ~_umask())
     tokenizer.save(folder / TOKENIZER_NAME)
     if card:
         (folder / CARD_NAME).write_text(model_card(config, tokenizer.vocab_size), encoding="utf-8")
@@ -203,6 +206,21 @@ def export_checkpoint(
         raise VatError(f"{ckpt_path} is a directory; export takes a training checkpoint (.ckpt)")
     loaded = load_vat(ckpt_path)
     return save_loaded(output_dir, loaded, training=training_facts(ckpt_path), overwrite=overwrite)
+
+
+def export_model(
+    model: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False
+) -> Path:
+    """Whatever `--model` names (a .ckpt, a run folder, an exported folder, a Hub id) as a
+    pretrained folder at `output_dir`; an exported folder keeps its recorded training facts."""
+    from vat.model_source import load_model, resolve_model
+
+    source = resolve_model(model)
+    if source.kind == "checkpoint":
+        return export_checkpoint(source.location, output_dir, overwrite=overwrite)
+    folder = resolve(source.location)
+    training = read_config(folder).get("training") or {}
+    return save_loaded(output_dir, load_model(source), training=training, overwrite=overwrite)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -353,7 +371,7 @@ def push_to_hub(
                 commit_message=commit_message,
                 allow_patterns=list(FILES),
             )
-        except (OSError, ValueError) as e:
+        except Exception as e:  # no network (httpx/requests errors), offline mode, no login
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise VatError(
                 f"cannot push to the Hugging Face Hub repo {repo_id} ({first[:200]})"

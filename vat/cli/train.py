@@ -47,7 +47,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class _OneLineErrorParser(LightningArgumentParser):
-    """Config errors (a typo in a YAML key, a bad value) as one line instead of usage text."""
+    """Config errors (a typo in a YAML key, a bad value) as one line instead of usage text.
+    No prefix matching: `--trainer.max_step` is an error, not `--trainer.max_steps`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None):  # noqa: D401
         lines = [ln.strip(" -") for ln in str(message).splitlines() if ln.strip(" -")]

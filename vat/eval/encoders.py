@@ -35,10 +35,10 @@ def vat_encoder(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}"
         )
-    from vat.checkpoint import load_vat
     from vat.features import sentence_features
+    from vat.model_source import load_model
 
-    loaded = load_vat(ckpt, map_location=device)
+    loaded = load_model(ckpt, device)
 
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(

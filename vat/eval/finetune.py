@@ -119,8 +119,8 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 
 def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) -> dict:
     """Fine-tune on one task; {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
-    from vat.checkpoint import load_vat
     from vat.features import POOLINGS
+    from vat.model_source import load_model
 
     if settings.pooling not in POOLINGS:
         raise VatError(
@@ -128,7 +128,7 @@ def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) 
             f"got {settings.pooling!r}"
         )
     torch.manual_seed(settings.seed)
-    loaded = load_vat(ckpt, map_location=settings.device)
+    loaded = load_model(ckpt, settings.device)
     splits = task_splits(data, settings.seed)
     max_len = loaded.model.config.max_len
     ids = {k: _examples(v, loaded.tokenizer, max_len) for k, v in splits.items()}
