@@ -30,7 +30,7 @@ def test_help_lists_every_command(capsys):
         (["export"], "the model to export is required: vat export MODEL DIR"),
         (["config", "demo", "extra"], "unrecognized arguments: extra"),
         (["config", "nope"], "no packaged config 'nope'"),
-        (["geometry", "--ckpt", "x.ckpt"], "required: --output"),
+        (["geometry", "--ckpt", "x.ckpt"], "--model: x.ckpt does not exist"),
     ],
 )
 def test_errors_are_one_line_exit_2(capsys, argv, message):

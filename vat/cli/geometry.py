@@ -109,6 +109,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"got {value}"
             )
 
+    if args.model is not None:  # a model that names nothing fails before the probe is read
+        from vat.model_source import resolve_model
+
+        resolve_model(args.model)
     senteval = args.senteval_dir
     if args.probe is None and senteval is None:
         senteval = str(default_senteval_dir())
