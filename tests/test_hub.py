@@ -67,7 +67,7 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     assert training["global_step"] == raw["global_step"] == 2
     monitor = next(s for s in raw["callbacks"].values() if s.get("monitor"))
     assert training["metrics"]["val/loss"] == pytest.approx(float(monitor["current_score"]))
-    assert training["data"]["train_files"] == [str(ROOT / "tests/assets/sentences.txt")]
+    assert training["data"]["train_files"] == ["sentences.txt"]  # by name, not its local path
     assert training["optim"]["lr"] == 0.001  # hyperparameters kept; optimizer *state* dropped
     assert "optimizer_states" not in json.dumps(config)
 
@@ -294,3 +294,90 @@ def test_export_command(tiny_ckpt, tmp_path, capsys):
     assert main([str(tmp_path / "missing.ckpt"), str(tmp_path / "n")]) == 2
     assert "missing.ckpt does not exist" in capsys.readouterr().err
     assert not (tmp_path / "n").exists()
+
+
+# -- the model card (issue 21) -------------------------------------------------------------------
+def test_card_comes_from_the_checkpoint_itself(trained, tmp_path):
+    """The checkpoint records its training at save time (vat.training_record), so a .ckpt
+    copied out of its run folder gives the same card; huggingface_hub parses the card."""
+    from huggingface_hub import ModelCard
+
+    from vat.model_card import DEFAULT_LICENSE, DISTRIBUTION
+
+    best = _best(trained)
+    record = read_checkpoint(best)["vat"]["training"]
+    assert record["data"]["train_files"] == ["sentences.txt"]  # the name, not the local path
+    assert record["tokens_seen"] > 0 and record["global_step"] == 2
+    assert set(record["metrics"]) >= {"val/nll", "val/kl", "val/loss"}
+    copied = tmp_path / "elsewhere" / best.name
+    copied.parent.mkdir()
+    copied.write_bytes(best.read_bytes())
+    a = hub.export_checkpoint(best, tmp_path / "a")
+    b = hub.export_checkpoint(copied, tmp_path / "b")
+    text = (a / "README.md").read_text()
+    assert text == (b / "README.md").read_text()
+    card = ModelCard.load(a / "README.md")
+    assert card.data.license == DEFAULT_LICENSE and card.data.language == "en"
+    assert card.data.pipeline_tag == "sentence-similarity" and card.data.datasets is None
+    assert "- data: sentences.txt" in text
+    assert f"- training tokens: {record['tokens_seen']:,}" in text
+    assert f"rate (validation): {record['metrics']['val/kl']:.3f} nats per token" in text
+    assert "s = 0.4" in text and f'pip install "{DISTRIBUTION}[integrations]"' in text
+
+
+def test_export_evaluate_license_and_repo_id_make_the_model_index(
+    trained, tmp_path, capsys, monkeypatch
+):
+    from eval_helpers import write_mini_senteval
+    from huggingface_hub import ModelCard
+
+    from vat.cli.evaluate import main as evaluate_main
+    from vat.cli.export import main as export_main
+
+    mini = write_mini_senteval(tmp_path / "senteval")
+    out = tmp_path / "m"
+    argv = [str(trained), str(out), "--license", "mit", "--language", "en", "--device", "cpu"]
+    assert export_main([*argv, "--evaluate", "NOPE", "--data-dir", str(mini)]) == 2
+    assert capsys.readouterr().err.startswith("error: --evaluate: ") and not out.exists()
+    assert export_main([*argv, "--evaluate", "STS12,STSBenchmark", "--data-dir", str(mini)]) == 0
+    card = ModelCard.load(out / "README.md")
+    assert card.data.license == "mit"
+    index = {r.dataset_name: r for r in card.data.eval_results}
+    assert set(index) == {"SentEval STS12", "SentEval STSBenchmark"}
+    sts_b = index["SentEval STSBenchmark"]
+    assert (sts_b.task_type, sts_b.dataset_split, sts_b.metric_type) == (
+        "sentence-similarity",
+        "test",
+        "spearman",
+    )
+    # the same numbers as `vat evaluate` on the exported folder (its `_scores`, in percent)
+    res = tmp_path / "res.json"
+    assert (
+        evaluate_main(
+            [
+                "--model",
+                str(out),
+                "--tasks",
+                "STS12,STSBenchmark",
+                "--data-dir",
+                str(mini),
+                "--output",
+                str(res),
+                "--no-progress",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    scores = json.loads(res.read_text())["_scores"]
+    assert sts_b.metric_value == scores["STSBenchmark"]["value"]
+    assert index["SentEval STS12"].metric_value == scores["STS12"]["value"]
+    # re-exporting the folder keeps card and evaluation; --push-to-hub names the repo
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the push fails
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    assert export_main([str(out), str(tmp_path / "m2"), "--push-to-hub", "me/vat-demo"]) == 2
+    text = (tmp_path / "m2" / "README.md").read_text()
+    assert 'vat.load("me/vat-demo")' in text and "PATH_OR_REPO_ID" not in text
+    again = ModelCard.load(tmp_path / "m2" / "README.md")
+    assert again.data.license == "mit" and len(again.data.eval_results) == 2

@@ -64,15 +64,20 @@ def save_pretrained(
     *,
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write the pretrained folder for `model` at `directory`, atomically (a temp folder
     beside it, renamed into place). An existing non-empty `directory` needs `overwrite`.
 
     `training` (optional, plain JSON types) goes into config.json and the model card: e.g.
-    {"global_step": ..., "train_files": [...], "metrics": {...}}.
+    {"global_step": ..., "train_files": [...], "metrics": {...}}. `extra` adds top-level
+    config.json entries: "card" ({license, language, repo_id}) and "evaluation" (a list of
+    `vat.eval.scores` entries), both shown on the model card.
     """
     with _atomic_dir(directory, overwrite) as tmp:
-        write_model_files(tmp, model, tokenizer, prior_std, length_histogram, training or {})
+        write_model_files(
+            tmp, model, tokenizer, prior_std, length_histogram, training or {}, extra=extra
+        )
         write_sentence_transformers_files(tmp)
     return Path(directory)
 
@@ -83,6 +88,7 @@ def save_loaded(
     *,
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """`save_pretrained` of what `vat.checkpoint.load_vat` / `from_pretrained` returned."""
     return save_pretrained(
@@ -93,6 +99,7 @@ def save_loaded(
         loaded.length_histogram,
         training=training,
         overwrite=overwrite,
+        extra=extra,
     )
 
 
@@ -104,6 +111,7 @@ def write_model_files(
     length_histogram: Sequence[int],
     training: dict[str, Any],
     card: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """config.json, model.safetensors, tokenizer.json and (with `card`) README.md in `folder`."""
     from safetensors.torch import save_model
@@ -116,6 +124,7 @@ def write_model_files(
         "prior_std": float(prior_std),
         "length_histogram": [int(c) for c in length_histogram],
         "training": training,
+        **(extra or {}),
     }
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     # save_model (not save_file) finds tensors that share storage, here the tied
@@ -209,18 +218,79 @@ def export_checkpoint(
 
 
 def export_model(
-    model: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False
+    model: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    license: str | None = None,
+    language: str | None = None,
+    repo_id: str | None = None,
+    evaluate: str | Sequence[str] | None = None,
+    data_dir: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
 ) -> Path:
     """Whatever `--model` names (a .ckpt, a run folder, an exported folder, a Hub id) as a
-    pretrained folder at `output_dir`; an exported folder keeps its recorded training facts."""
+    pretrained folder at `output_dir`. The card's facts come from the model itself: a
+    checkpoint's recorded training (`vat.training_record`), an exported folder's config.json.
+
+    `license` / `language` go on the card (defaults: an exported folder's, else
+    vat.model_card.DEFAULT_LICENSE / DEFAULT_LANGUAGE); `repo_id` names the model in the
+    card's usage snippets. `evaluate` (task names or groups of `vat evaluate`) runs the
+    SentEval harness on the model (mean pooling, SentEval data in `data_dir`, default
+    $VAT_SENTEVAL_DIR) and records each task's score (`vat.eval.scores`) in config.json and
+    the card's model-index.
+    """
+    from vat.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
     from vat.model_source import load_model, resolve_model
 
+    tasks = _evaluation_tasks(evaluate)  # unknown task names fail before anything loads
     source = resolve_model(model)
     if source.kind == "checkpoint":
-        return export_checkpoint(source.location, output_dir, overwrite=overwrite)
-    folder = resolve(source.location)
-    training = read_config(folder).get("training") or {}
-    return save_loaded(output_dir, load_model(source), training=training, overwrite=overwrite)
+        training, old = training_facts(source.location), {}
+    else:
+        old = read_config(resolve(source.location))
+        training = old.get("training") or {}
+    loaded = load_model(source, device)
+    card = dict(old.get("card") or {})
+    card["license"] = license or card.get("license") or DEFAULT_LICENSE
+    card["language"] = language or card.get("language") or DEFAULT_LANGUAGE
+    if repo_id:
+        card["repo_id"] = repo_id
+    extra: dict[str, Any] = {"card": card}
+    evaluation = old.get("evaluation")
+    if tasks:
+        evaluation = list(_evaluate(loaded, tasks, data_dir).values())
+    if evaluation:
+        extra["evaluation"] = evaluation
+    return save_loaded(output_dir, loaded, training=training, overwrite=overwrite, extra=extra)
+
+
+def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
+    if not evaluate:
+        return []
+    from vat.errors import OptionError
+    from vat.eval.tasks import expand_tasks
+
+    try:
+        return expand_tasks(evaluate if isinstance(evaluate, str) else ",".join(evaluate))
+    except VatError as e:
+        raise OptionError("evaluate", str(e)) from None
+
+
+def _evaluate(loaded: LoadedVAT, tasks: list[str], data_dir) -> dict[str, dict]:
+    """{task: score} of the harness on `loaded` (mean pooling, cosine protocol for STS-B)."""
+    from vat.eval.engine import EvalSettings, evaluate
+    from vat.eval.scores import task_scores
+    from vat.features import sentence_features
+    from vat.probes import default_senteval_dir
+
+    def encoder(sentences: list[str]):
+        return sentence_features(loaded.model, loaded.tokenizer, sentences, "mean", 128)
+
+    folder = data_dir if data_dir is not None else default_senteval_dir()
+    device = next(loaded.model.parameters()).device
+    results, _ = evaluate(encoder, tasks, folder, EvalSettings(device=str(device), progress=False))
+    return task_scores(results, tasks)
 
 
 # -- reading ---------------------------------------------------------------------------------

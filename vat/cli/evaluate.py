@@ -359,7 +359,10 @@ def _main(argv: Sequence[str] | None) -> int:
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
     print(format_table(results) if not args.finetune else _format_finetune(results))
     if out is not None:
-        write_results({**results, "_meta": meta}, out, args.overwrite)
+        from vat.eval.scores import task_scores  # one unit (percent), the requested names
+
+        scores = task_scores(results, tasks)
+        write_results({**results, "_scores": scores, "_meta": meta}, out, args.overwrite)
         if not args.quiet:
             print(f"wrote {out}", file=sys.stderr)
     if plot is not None:

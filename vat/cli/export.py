@@ -3,6 +3,7 @@
     vat export runs/demo my-vat                          # a run folder: its best checkpoint
     vat export runs/vat/checkpoints/last.ckpt my-vat --push-to-hub user/my-vat
     vat export my-vat --push-to-hub user/my-vat          # push a folder already exported
+    vat export runs/demo my-vat --evaluate STS12,STSBenchmark --license mit
 
 MODEL is anything `--model` takes (a .ckpt, a run folder, an exported folder, a Hub id;
 `--model MODEL` / `--ckpt MODEL` work too). The folder (config.json, model.safetensors,
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from vat.cli.common import MODEL_HELP, Parser
 from vat.errors import VatError, run_cli
+from vat.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
 
 def build_parser() -> Parser:
@@ -44,6 +46,33 @@ def build_parser() -> Parser:
         help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)",
     )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
+    p.add_argument(
+        "--license",
+        default=None,
+        help=f"the model card's license, a Hub license id (default {DEFAULT_LICENSE}, or an "
+        "exported MODEL's)",
+    )
+    p.add_argument(
+        "--language",
+        default=None,
+        help=f"the model card's language (default {DEFAULT_LANGUAGE}, or an exported MODEL's)",
+    )
+    p.add_argument(
+        "--evaluate",
+        metavar="TASKS",
+        default=None,
+        help="run `vat evaluate` on these tasks (e.g. STS12,STSBenchmark or sts) and record "
+        "the scores in config.json and the card's model-index",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="with --evaluate: SentEval's data/downstream folder "
+        "(default $VAT_SENTEVAL_DIR, else ../shared/data/senteval)",
+    )
+    p.add_argument(
+        "--device", default="auto", help="with --evaluate: cpu, cuda, ... (default auto)"
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
@@ -71,7 +100,19 @@ def _main(argv: list[str]) -> int:
             )
         out = Path(model)
     else:
-        out = export_model(model, output, overwrite=args.overwrite)
+        from vat.runtime import resolve_device
+
+        out = export_model(
+            model,
+            output,
+            overwrite=args.overwrite,
+            license=args.license,
+            language=args.language,
+            repo_id=args.push_to_hub,
+            evaluate=args.evaluate,
+            data_dir=args.data_dir,
+            device=resolve_device(args.device),
+        )
         print(f"wrote {out}")
     if args.push_to_hub:
         try:
