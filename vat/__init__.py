@@ -2,6 +2,9 @@
 
 from vat.api import PretrainedVAT, load
 from vat.model import VAT, Posterior, VATConfig, VATOutput
+from vat.transformers_auto import install as _install_transformers_auto
+
+_install_transformers_auto()  # AutoModel.from_pretrained(vat folder), see vat.transformers_auto
 
 __all__ = ["VAT", "VATConfig", "Posterior", "VATOutput", "PretrainedVAT", "load"]
 __version__ = "0.1.0"
