@@ -10,6 +10,7 @@ change) live in vat/run_dir.py.
 from __future__ import annotations
 
 import errno
+import logging
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -22,6 +23,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from vat import run_dir as rd
 from vat.callbacks.progress import StepProgressBar
+from vat.callbacks.summary import TrainingSummary
 from vat.checkpoint import atomic_torch_save, read_checkpoint
 from vat.data import VATDataModule
 from vat.errors import VatError, run_cli
@@ -162,7 +164,13 @@ class VATCLI(LightningCLI):
             # and resumed curves continue in the same TensorBoard run.
             cfg.trainer.logger = {
                 "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                "init_args": {"save_dir": run_dir, "name": "", "version": ""},
+                # no hp_metric = -1 in TensorBoard's hparams tab: vat logs no such metric
+                "init_args": {
+                    "save_dir": run_dir,
+                    "name": "",
+                    "version": "",
+                    "default_hp_metric": False,
+                },
             }
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
@@ -175,6 +183,8 @@ class VATCLI(LightningCLI):
         if cfg.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
         if self.subcommand == "fit":
+            # where the checkpoints are, the final val NLL / KL / BLEU, the next commands
+            self.trainer_defaults["callbacks"].append(TrainingSummary())
             rd.check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
 
@@ -216,6 +226,20 @@ def _quiet_warnings() -> None:
     # vat.run_dir lets a fresh run start only in a directory without checkpoints, so this
     # warning only ever fires on a resume, where a full checkpoints/ is expected.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # Noise the user cannot act on: Lightning's own _pytree use (torch deprecation) and its
+    # advertising tips.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoTips) for f in logger.filters):
+            logger.addFilter(_NoTips())
+
+
+class _NoTips(logging.Filter):
+    """Drops Lightning's "💡 Tip: ..." messages (litlogger, litmodels)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.msg)
 
 
 def main(args: list[str] | None = None) -> int:
