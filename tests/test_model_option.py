@@ -207,3 +207,12 @@ def test_encode_follows_sentence_transformers(exported, tiny_sentences, capsys):
     assert capsys.readouterr().err == ""
     with pytest.raises(VatError, match="batch_size: must be >= 1"):
         model.encode(["a"], batch_size=0)
+
+
+def test_plot_and_plots_are_one_option_in_evaluate_and_geometry():
+    from vat.cli.evaluate import build_parser as evaluate_parser
+    from vat.cli.geometry import build_parser as geometry_parser
+
+    for flag in ("--plot", "--plots"):
+        assert evaluate_parser().parse_args(["--model", "m", flag, "a.png"]).plot == "a.png"
+        assert geometry_parser().parse_args(["--model", "m", flag, "dir"]).plots == "dir"
