@@ -10,8 +10,8 @@
     vat config [NAME]                  list the packaged configs, or print one
 
 `--model` (alias `--ckpt`) takes a .ckpt, an exported folder, a run folder or a Hub id
-(vat.model_source). Every command prints errors as one line (`error: ...`) with exit code 2 (130 on Ctrl-C);
-`--debug` shows the traceback instead.
+(vat.model_source). Every command prints errors as one line (`error: ...`) with exit code 2
+(130 on Ctrl-C); `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
