@@ -341,7 +341,7 @@ def test_export_evaluate_license_and_repo_id_make_the_model_index(
     assert capsys.readouterr().err.startswith("error: --evaluate: ") and not out.exists()
     assert export_main([*argv, "--evaluate", "STS12,STSBenchmark", "--data-dir", str(mini)]) == 0
     card = ModelCard.load(out / "README.md")
-    assert card.data.license == "mit"
+    assert card.data.license == "mit" and card.data.model_name == "m"  # the folder's name
     index = {r.dataset_name: r for r in card.data.eval_results}
     assert set(index) == {"SentEval STS12", "SentEval STSBenchmark"}
     sts_b = index["SentEval STSBenchmark"]
@@ -381,3 +381,4 @@ def test_export_evaluate_license_and_repo_id_make_the_model_index(
     assert 'vat.load("me/vat-demo")' in text and "PATH_OR_REPO_ID" not in text
     again = ModelCard.load(tmp_path / "m2" / "README.md")
     assert again.data.license == "mit" and len(again.data.eval_results) == 2
+    assert again.data.model_name == "me/vat-demo"

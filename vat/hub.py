@@ -254,6 +254,7 @@ def export_model(
     card = dict(old.get("card") or {})
     card["license"] = license or card.get("license") or DEFAULT_LICENSE
     card["language"] = language or card.get("language") or DEFAULT_LANGUAGE
+    card["name"] = Path(output_dir).name  # the model-index's name unless a repo id is given
     if repo_id:
         card["repo_id"] = repo_id
     extra: dict[str, Any] = {"card": card}

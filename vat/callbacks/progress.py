@@ -92,7 +92,17 @@ class StepProgressBar(TQDMProgressBar):
         if bar is not None and self._should_update(n, total):
             bar.n = n
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
-            bar.refresh()  # one write per update (set_postfix would write a second one)
+            if n < total:  # the last step is drawn once, when the bar closes
+                bar.refresh()  # one write per update (set_postfix would write a second one)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._budget(trainer) is None:
+            return super().on_validation_end(trainer, pl_module)
+        self.val_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+        if self._train_progress_bar is not None and trainer.state.fn == "fit":
+            # the validation numbers show at the next update (a log gets no extra line)
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._budget(trainer) is None:
