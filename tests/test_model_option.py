@@ -66,6 +66,9 @@ def test_load_takes_a_run_folder(run_dir, tiny_sentences):
     best = run_dir / "checkpoints" / "best-step0000002.ckpt"
     got = vat.load(run_dir, device="cpu").encode(tiny_sentences[:4])
     assert (got == vat.load(best, device="cpu").encode(tiny_sentences[:4])).all()
+    with pytest.warns(DeprecationWarning, match="path= is deprecated; use model="):
+        old_name = vat.load(path=run_dir, device="cpu").encode(tiny_sentences[:4])
+    assert (old_name == got).all()
     last = vat.load(run_dir / "checkpoints" / "last.ckpt", device="cpu")
     assert not np.allclose(got, last.encode(tiny_sentences[:4]))  # really the best one
 

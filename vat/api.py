@@ -37,15 +37,28 @@ def _device(device: str | torch.device | None) -> torch.device:
 
 
 def load(
-    model: str | os.PathLike, device: str | torch.device | None = None, batch_size: int = 64
+    model: str | os.PathLike | None = None,
+    device: str | torch.device | None = None,
+    batch_size: int = 64,
+    *,
+    path: str | os.PathLike | None = None,
 ) -> PretrainedVAT:
     """A training checkpoint (.ckpt), an exported folder, a run folder (its best checkpoint,
     else last.ckpt) or a Hugging Face Hub repo id: what every command's `--model` takes
     (`vat.model_source`).
 
     `device` defaults to CUDA when available, else CPU; `batch_size` is the generation batch.
+    `path=` is the deprecated name of `model`.
     """
     from vat.model_source import load_model, resolve_model
+
+    if path is not None:
+        if model is not None:
+            raise OptionError("model", "given twice (as model and as its old name path)")
+        warnings.warn("path= is deprecated; use model=", DeprecationWarning, stacklevel=2)
+        model = path
+    if model is None:
+        raise OptionError("model", "is required (a .ckpt, a folder, a run folder or a Hub id)")
 
     source = resolve_model(model)
     return PretrainedVAT(load_model(source, _device(device)), batch_size=batch_size, source=source)
