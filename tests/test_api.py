@@ -9,7 +9,7 @@ import vat
 from vat.errors import VatError
 from vat.features import sentence_features
 from vat.generate.generator import DecodeOptions, VATGenerator
-from vat.share.hub import export_checkpoint
+from vat.share.export import export_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_encode_is_the_pooled_token_means(tiny_ckpt, exported, tiny_sentences):
                 rtol=1e-5,
                 atol=1e-6,
             )
-    unit = model.encode(tiny_sentences, normalize=True)
+    unit = model.encode(tiny_sentences, normalize_embeddings=True)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
     np.testing.assert_allclose(
         unit * np.linalg.norm(expected := model.encode(tiny_sentences), axis=1)[:, None],
@@ -50,8 +50,8 @@ def test_encode_is_the_pooled_token_means(tiny_ckpt, exported, tiny_sentences):
 
 def test_encode_bad_input(exported):
     model = vat.load(exported)
-    with pytest.raises(VatError, match="single string"):
-        model.encode("one sentence")
+    with pytest.raises(VatError, match="sentences: expected a string or a list of strings"):
+        model.encode(["one sentence", 3])
     with pytest.raises(VatError, match="pooling"):
         model.encode(["a"], pooling="max")
     with pytest.raises(VatError, match="batch_size"):
@@ -63,22 +63,38 @@ def test_generation_is_vat_generate(tiny_ckpt, exported, tiny_sentences):
     gen = VATGenerator.from_checkpoint(tiny_ckpt)
     s = tiny_sentences[:3]
     beam = DecodeOptions(strategy="beam", beam_size=2, max_len=6)
-    assert model.reconstruct(s, strategy="beam", beam_size=2, max_len=6) == gen.reconstruct(s, beam)
+    # the Python names are the CLI's (--beam, --num-samples); beam > 1 is beam search as there
+    assert model.reconstruct(s, beam=2, max_len=6) == gen.reconstruct(s, beam)
     short = DecodeOptions(max_len=6)
-    assert model.sample(s, n=2, tau=0.5, seed=3, max_len=6) == gen.sample(s, 2, 0.5, short, 3)
-    assert model.resample_token(s, [0], n=2, seed=1, max_len=6) == gen.resample_token(
+    expected = gen.sample(s, 2, 0.5, short, 3)
+    assert model.sample(s, num_samples=2, tau=0.5, seed=3, max_len=6) == expected
+    # the old keyword names still work, with a DeprecationWarning
+    with pytest.warns(DeprecationWarning, match="n= is deprecated; use num_samples="):
+        assert model.sample(s, n=2, tau=0.5, seed=3, max_len=6) == expected
+    with pytest.warns(DeprecationWarning, match="beam_size= is deprecated; use beam="):
+        assert model.reconstruct(s, strategy="beam", beam_size=2, max_len=6) == gen.reconstruct(
+            s, beam
+        )
+    with pytest.raises(VatError, match="beam: given twice"):
+        model.reconstruct(s, beam=2, beam_size=2)
+    # errors name the Python argument (the command line names its flag, test_model_option.py)
+    with pytest.raises(VatError, match=r"^num_samples: must be at least 1, got 0$"):
+        model.sample(s, num_samples=0)
+    with pytest.raises(VatError, match=r"^beam: must be at least 1, got 0$"):
+        model.reconstruct(s, beam=0)
+    assert model.resample_token(s, [0], num_samples=2, seed=1, max_len=6) == gen.resample_token(
         s, [0], 2, 1.0, short, 1
     )
     assert model.interpolate(s[0], s[1], [0, 0.5, 1], max_len=6) == gen.interpolate(
         s[0], s[1], [0, 0.5, 1], options=short
     )
-    prior = model.prior(n=3, seed=2, max_len=6)
+    prior = model.prior(num_samples=3, seed=2, max_len=6)
     assert prior == gen.prior(3, None, short, 2)
     assert all(
         1 <= length <= 7 for length, _ in prior
     )  # lengths from the histogram (counts up to 7)
     with pytest.raises(VatError, match="unknown decoding option"):
-        model.reconstruct(s, beam=3)
+        model.reconstruct(s, beams=3)
 
 
 def test_load_errors_are_one_line(tmp_path):

@@ -83,6 +83,22 @@ def test_callable_encoder_all_tasks_writes_senteval_layout(tmp_path, mini, capsy
     assert {"devpearson", "pearson", "spearman", "mse"} <= set(res["SICKRelatedness"])
     assert {"devacc", "acc", "f1", "ndev", "ntest"} == set(res["MRPC"])
     assert res["_meta"]["preset"] == "prototyping" and res["_meta"]["classifier"]["kfold"] == 5
+    # _scores: one score per requested task under its own name, all in percent
+    scores = res["_scores"]
+    assert list(scores) == list(ALL_TASKS) and {s["unit"] for s in scores.values()} == {"percent"}
+    sts_b = scores["STSBenchmark"]  # the cosine protocol, not "STSBenchmark-cosine"
+    assert sts_b["field"] == "STSBenchmark-cosine.test.spearman" and sts_b["split"] == "test"
+    assert sts_b["value"] == round(100 * res["STSBenchmark-cosine"]["test"]["spearman"], 4)
+    assert scores["STS12"]["value"] == round(100 * res["STS12"]["all"]["spearman"]["mean"], 4)
+    assert scores["MR"] == {
+        "task": "MR",
+        "type": "text-classification",
+        "metric": "accuracy",
+        "split": "test",
+        "value": round(res["MR"]["acc"], 4),
+        "unit": "percent",
+        "field": "MR.acc",
+    }
     assert "Avg." in stdout and "SICK-E" in stdout and "STS16" in stdout
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp files left
     umask = os.umask(0)

@@ -190,7 +190,7 @@ def test_minilm_layers(tmp_path, probe, capsys, minilm_dir):
 @pytest.mark.parametrize(
     "argv,message",
     [
-        ([], "required: --output"),
+        ([], "one of the arguments --model/--ckpt --hf-model is required"),
         (["--ckpt", "a", "--hf-model", "b", "--output", "g.json"], "not allowed with"),
     ],
 )

@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from vat.errors import VatError, run_cli
 from vat.features import sentence_features
-from vat.share import hub
+from vat.share import export, hub
 from vat.share.checkpoint import CheckpointError, read_checkpoint
 from vat.share.resolve import load_vat
 
@@ -54,7 +54,7 @@ def _best(run: Path) -> Path:
 
 def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     ckpt = _best(trained)
-    out = hub.export_checkpoint(ckpt, tmp_path / "exported")
+    out = export.export_checkpoint(ckpt, tmp_path / "exported")
     assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
 
     raw = read_checkpoint(ckpt)
@@ -69,7 +69,7 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     assert training["global_step"] == raw["global_step"] == 2
     monitor = next(s for s in raw["callbacks"].values() if s.get("monitor"))
     assert training["metrics"]["val/loss"] == pytest.approx(float(monitor["current_score"]))
-    assert training["data"]["train_files"] == [str(ROOT / "tests/assets/sentences.txt")]
+    assert training["data"]["train_files"] == ["sentences.txt"]  # by name, not its local path
     assert training["optim"]["lr"] == 0.001  # hyperparameters kept; optimizer *state* dropped
     assert "optimizer_states" not in json.dumps(config)
 
@@ -103,31 +103,31 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
 
 def test_export_is_atomic_and_never_overwrites_by_accident(tiny_ckpt, tmp_path, monkeypatch):
     out = tmp_path / "model"
-    hub.export_checkpoint(tiny_ckpt, out)
+    export.export_checkpoint(tiny_ckpt, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(VatError, match="not empty; pass overwrite"):
-        hub.export_checkpoint(tiny_ckpt, out)
+        export.export_checkpoint(tiny_ckpt, out)
 
     def broken_card(*args, **kwargs):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(hub, "model_card", broken_card)
     with pytest.raises(RuntimeError, match="disk full"):
-        hub.export_checkpoint(tiny_ckpt, out, overwrite=True)
+        export.export_checkpoint(tiny_ckpt, out, overwrite=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old folder is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp folder left behind
     monkeypatch.undo()
 
     (out / "stale.txt").write_text("from an older export")
-    hub.export_checkpoint(tiny_ckpt, out, overwrite=True)
+    export.export_checkpoint(tiny_ckpt, out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    hub.export_checkpoint(tiny_ckpt, empty)  # an existing empty folder is fine
+    export.export_checkpoint(tiny_ckpt, empty)  # an existing empty folder is fine
     with pytest.raises(VatError, match="directory; export takes a training checkpoint"):
-        hub.export_checkpoint(empty, tmp_path / "x")
+        export.export_checkpoint(empty, tmp_path / "x")
 
 
 def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
@@ -149,7 +149,7 @@ def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_
     from vat.cli.geometry import _main as geometry_main
     from vat.generate.generator import VATGenerator
 
-    out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    out = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
     probe = tmp_path / "probe.txt"
     probe.write_text("\n".join(tiny_sentences) + "\n")
     rc = run_cli(
@@ -185,7 +185,7 @@ def test_evaluate_accepts_an_exported_folder(tiny_ckpt, tmp_path, senteval_dir, 
 
     from vat.cli.evaluate import main as evaluate_main
 
-    out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    out = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
     scores = []
     for ckpt, name in ((out, "folder.json"), (tiny_ckpt, "ckpt.json")):
         assert evaluate_main(evaluate_args(ckpt, senteval_dir, tmp_path / name)) == 0
@@ -206,7 +206,7 @@ def test_evaluate_accepts_an_exported_folder(tiny_ckpt, tmp_path, senteval_dir, 
     ],
 )
 def test_damaged_folder_is_a_one_line_error(tiny_ckpt, tmp_path, damage, message):
-    out = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    out = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
     damage(out)
     with pytest.raises(CheckpointError, match=message) as e:
         load_vat(out)
@@ -254,7 +254,7 @@ class RecordingHfApi(HfApi):
 def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatch):
     api = RecordingHfApi()
     assert (
-        hub.push_to_hub(tiny_ckpt, "me/vat-tiny", private=True, api=api, commit_message="first")
+        export.push_to_hub(tiny_ckpt, "me/vat-tiny", private=True, api=api, commit_message="first")
         == "commit-info"
     )
     (create, args, kwargs), (upload, _, up) = api.calls
@@ -270,16 +270,16 @@ def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatc
         assert torch.equal(api.reloaded.model.state_dict()[k], v), k
     assert not Path(up["folder_path"]).exists()  # the scratch export is cleaned up
 
-    exported = hub.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    exported = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
     api = RecordingHfApi()
-    hub.push_to_hub(exported, "me/vat-tiny", api=api)
+    export.push_to_hub(exported, "me/vat-tiny", api=api)
     assert api.calls[1][2]["folder_path"] == str(exported)  # a folder is uploaded as it is
 
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(VatError, match="cannot push to the Hugging Face Hub repo me/vat-tiny"):
-        hub.push_to_hub(exported, "me/vat-tiny", token="hf_not_a_real_token")
+        export.push_to_hub(exported, "me/vat-tiny", token="hf_not_a_real_token")
 
 
 def test_export_command(tiny_ckpt, tmp_path, capsys):
@@ -296,3 +296,91 @@ def test_export_command(tiny_ckpt, tmp_path, capsys):
     assert main([str(tmp_path / "missing.ckpt"), str(tmp_path / "n")]) == 2
     assert "missing.ckpt does not exist" in capsys.readouterr().err
     assert not (tmp_path / "n").exists()
+
+
+# -- the model card (issue 21) -------------------------------------------------------------------
+def test_card_comes_from_the_checkpoint_itself(trained, tmp_path):
+    """The checkpoint records its training at save time (vat.share.training_record), so a .ckpt
+    copied out of its run folder gives the same card; huggingface_hub parses the card."""
+    from huggingface_hub import ModelCard
+
+    from vat.share.model_card import DEFAULT_LICENSE, DISTRIBUTION
+
+    best = _best(trained)
+    record = read_checkpoint(best)["vat"]["training"]
+    assert record["data"]["train_files"] == ["sentences.txt"]  # the name, not the local path
+    assert record["tokens_seen"] > 0 and record["global_step"] == 2
+    assert set(record["metrics"]) >= {"val/nll", "val/kl", "val/loss"}
+    copied = tmp_path / "elsewhere" / best.name
+    copied.parent.mkdir()
+    copied.write_bytes(best.read_bytes())
+    a = export.export_checkpoint(best, tmp_path / "a")
+    b = export.export_checkpoint(copied, tmp_path / "b")
+    text = (a / "README.md").read_text()
+    assert text == (b / "README.md").read_text()
+    card = ModelCard.load(a / "README.md")
+    assert card.data.license == DEFAULT_LICENSE and card.data.language == "en"
+    assert card.data.pipeline_tag == "sentence-similarity" and card.data.datasets is None
+    assert "- data: sentences.txt" in text
+    assert f"- training tokens: {record['tokens_seen']:,}" in text
+    assert f"rate (validation): {record['metrics']['val/kl']:.3f} nats per token" in text
+    assert "s = 0.4" in text and f'pip install "{DISTRIBUTION}[integrations]"' in text
+
+
+def test_export_evaluate_license_and_repo_id_make_the_model_index(
+    trained, tmp_path, capsys, monkeypatch
+):
+    from eval_helpers import write_mini_senteval
+    from huggingface_hub import ModelCard
+
+    from vat.cli.evaluate import main as evaluate_main
+    from vat.cli.export import main as export_main
+
+    mini = write_mini_senteval(tmp_path / "senteval")
+    out = tmp_path / "m"
+    argv = [str(trained), str(out), "--license", "mit", "--language", "en", "--device", "cpu"]
+    assert export_main([*argv, "--evaluate", "NOPE", "--data-dir", str(mini)]) == 2
+    assert capsys.readouterr().err.startswith("error: --evaluate: ") and not out.exists()
+    assert export_main([*argv, "--evaluate", "STS12,STSBenchmark", "--data-dir", str(mini)]) == 0
+    card = ModelCard.load(out / "README.md")
+    assert card.data.license == "mit" and card.data.model_name == "m"  # the folder's name
+    index = {r.dataset_name: r for r in card.data.eval_results}
+    assert set(index) == {"SentEval STS12", "SentEval STSBenchmark"}
+    sts_b = index["SentEval STSBenchmark"]
+    assert (sts_b.task_type, sts_b.dataset_split, sts_b.metric_type) == (
+        "sentence-similarity",
+        "test",
+        "spearman",
+    )
+    # the same numbers as `vat evaluate` on the exported folder (its `_scores`, in percent)
+    res = tmp_path / "res.json"
+    assert (
+        evaluate_main(
+            [
+                "--model",
+                str(out),
+                "--tasks",
+                "STS12,STSBenchmark",
+                "--data-dir",
+                str(mini),
+                "--output",
+                str(res),
+                "--no-progress",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    scores = json.loads(res.read_text())["_scores"]
+    assert sts_b.metric_value == scores["STSBenchmark"]["value"]
+    assert index["SentEval STS12"].metric_value == scores["STS12"]["value"]
+    # re-exporting the folder keeps card and evaluation; --push-to-hub names the repo
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the push fails
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    assert export_main([str(out), str(tmp_path / "m2"), "--push-to-hub", "me/vat-demo"]) == 2
+    text = (tmp_path / "m2" / "README.md").read_text()
+    assert 'vat.load("me/vat-demo")' in text and "PATH_OR_REPO_ID" not in text
+    again = ModelCard.load(tmp_path / "m2" / "README.md")
+    assert again.data.license == "mit" and len(again.data.eval_results) == 2
+    assert again.data.model_name == "me/vat-demo"

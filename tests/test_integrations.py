@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import vat
-from vat.share.hub import export_checkpoint
+from vat.share.export import export_checkpoint
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 mteb = pytest.importorskip("mteb")
@@ -148,3 +148,31 @@ def test_mteb_command_offline_is_one_line(exported, tmp_path, monkeypatch, capsy
         and err[-1].startswith("error: cannot fetch MTEB task data")
         and "stsbenchmark" in err[-1]
     )
+
+
+def test_mteb_get_model_and_meta_of_a_registered_folder(exported, tiny_sentences):
+    import mteb
+
+    from vat.integrations.mteb import VATMTEBEncoder, register_model
+
+    meta = register_model(exported)
+    assert meta.name == f"vat/{exported.name}" and meta.embed_dim == 32
+    for name in (meta.name, str(exported)):
+        got = mteb.get_model_meta(name)
+        assert got.name == meta.name and got.max_tokens == 48
+    # n_parameters from the weights' header = the model's unique parameters (tied once)
+    ours = vat.load(exported, device="cpu")
+    assert meta.n_parameters == sum(p.numel() for p in ours.model.parameters())
+    model = mteb.get_model(str(exported), device="cpu")
+    assert isinstance(model, VATMTEBEncoder) and model.mteb_model_meta.name == meta.name
+    np.testing.assert_array_equal(model.model.encode(tiny_sentences), ours.encode(tiny_sentences))
+
+
+def test_mteb_command_checks_task_names_before_loading(tmp_path, capsys):
+    from vat.integrations.mteb import main
+
+    # the model does not exist: a task-name error proves the tasks were checked first
+    rc = main(["--model", str(tmp_path / "no-model"), "--tasks", "STS12,NoSuchTask"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: --tasks: ") and "NoSuchTask" in err
+    assert err.count("\n") == 1

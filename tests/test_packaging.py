@@ -50,9 +50,12 @@ def test_wheel_installs_vat_command_and_configs(tmp_path):
         cwd=tmp_path,
         timeout=600,
     )
-    (wheel,) = wheels.glob("vat-*.whl")
+    (wheel,) = wheels.glob("variational_auto_transformer-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "vat/configs/demo.yaml" in names and "vat/configs/sweeps/sweep.yaml" in names
+    # The distribution is not PyPI's unrelated "vat"; the import package still is `vat`.
+    (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "\nName: variational-auto-transformer\n" in zipfile.ZipFile(wheel).read(meta).decode()
 
     venv = tmp_path / "venv"
     subprocess.run(

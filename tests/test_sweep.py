@@ -291,6 +291,7 @@ def test_a_key_the_train_config_lacks_fails_before_any_training(tmp_path, capsys
         (["-c", "x.yaml", "--jobs", "two"], "--jobs"),
         (["-c", "missing.yaml"], "missing.yaml"),
         (["-c", "x.yaml", "--bogus"], "--bogus"),
+        (["-c", "x.yaml", "--job", "2"], "unrecognized arguments: --job"),  # no prefix matching
     ],
 )
 def test_usage_errors_are_one_line(capsys, argv, msg):

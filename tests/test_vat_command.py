@@ -27,10 +27,10 @@ def test_help_lists_every_command(capsys):
     [
         ([], "no command given"),
         (["trian"], "unknown command 'trian'"),
-        (["export"], "the following arguments are required: CKPT, DIR"),
+        (["export"], "the model to export is required: vat export MODEL DIR"),
         (["config", "demo", "extra"], "unrecognized arguments: extra"),
         (["config", "nope"], "no packaged config 'nope'"),
-        (["geometry", "--ckpt", "x.ckpt"], "required: --output"),
+        (["geometry", "--ckpt", "x.ckpt"], "--model: x.ckpt does not exist"),
     ],
 )
 def test_errors_are_one_line_exit_2(capsys, argv, message):

@@ -18,6 +18,29 @@ class VatError(Exception):
     """An error caused by user input; its message is the whole story."""
 
 
+class OptionError(VatError, ValueError):
+    """A bad value of the Python argument `name` (e.g. `num_samples`). The library names the
+    argument; a command names its flag instead (`--num-samples`, see `cli_message`)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"{name}: {problem}")
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a Python argument: every vat command spells its options as
+    the Python names in kebab case (num_samples -> --num-samples, model -> --model)."""
+    return "--" + name.replace("_", "-")
+
+
+def cli_message(e: BaseException) -> str:
+    """The one line a command prints for `e`: an OptionError names the flag, not the
+    Python argument (the one place where Python names become flags)."""
+    if isinstance(e, OptionError):
+        return f"{flag(e.name)}: {e.problem}"
+    return one_line(e)
+
+
 class CheckpointError(VatError, ValueError):
     """A checkpoint that is missing, unreadable, or not a vat checkpoint."""
 
@@ -67,7 +90,7 @@ def run_cli(
     except (*USER_ERRORS, *extra_errors) as e:
         if debug:
             raise
-        print(f"error: {one_line(e)}", file=sys.stderr)
+        print(f"error: {cli_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if debug:

@@ -106,10 +106,11 @@ def sentence_features(
     sentences: Sequence[str],
     pooling: Pooling = "mean",
     batch_size: int = 128,
+    progress: bool = False,
 ) -> np.ndarray:
-    """(N, d) float32 pooled token means, in input order."""
+    """(N, d) float32 pooled token means, in input order (`progress`: a bar on stderr)."""
     out = np.zeros((len(sentences), model.config.d_model), dtype=np.float32)
-    for b in iter_encoded(model, tokenizer, sentences, batch_size):
+    for b in iter_encoded(model, tokenizer, sentences, batch_size, progress):
         lengths = torch.tensor([len(x) for x in b.ids], device=b.mu.device)
         out[b.index] = pool(b.mu, lengths, pooling, b.logvar).cpu().numpy()
     return out

@@ -194,7 +194,8 @@ def figure_class():
         from matplotlib.figure import Figure
     except ImportError:
         raise VatError(
-            "plots need matplotlib: pip install 'vat[plots]' (or pip install matplotlib)"
+            "plots need matplotlib: pip install 'variational-auto-transformer[plots]' "
+            "(or pip install matplotlib)"
         ) from None
     return Figure
 

@@ -11,17 +11,18 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from vat.errors import VatError
+from vat.errors import OptionError
 
 
-def resolve_device(name: str | torch.device | None = "auto", option: str = "--device") -> str:
+def resolve_device(name: str | torch.device | None = "auto", option: str = "device") -> str:
     """ "auto" (or None) is "cuda" when a CUDA GPU is visible, else "cpu"; any other name is
-    returned as given, after checking that a requested CUDA device exists."""
+    returned as given, after checking that a requested CUDA device exists. `option` is the
+    Python argument named in the error (a command shows it as its flag, `--device`)."""
     if name is None or str(name) == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     name = str(name)
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise VatError(f"{option} {name}: CUDA is not available on this machine")
+        raise OptionError(option, f"{name} asks for CUDA, which is not available on this machine")
     return name
 
 

@@ -4,18 +4,60 @@ vat budgets runs in steps (`trainer.max_steps`) with max_epochs = -1, for which 
 bar reads "Epoch 0/-2" and restarts at every pass over the data. This bar counts
 `trainer.global_step` towards max_steps across epochs instead (one bar for the whole run).
 With no step budget it is Lightning's own bar.
+
+It is the only bar of a run: validation and the sanity check run without one (their results
+show in the postfix and in TensorBoard). The postfix is the loss, the rate (KL in nats per
+token) and the throughput in tokens per second; tqdm adds steps/s and the time left.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 
 class StepProgressBar(TQDMProgressBar):
-    """`training: 120/2000 steps [...]` with the logged metrics as the postfix."""
+    """`training: 120/2000 [01:02<16:12, 1.9step/s, loss=5.12, kl=3.41 nats/tok, tok/s=9,870]`."""
+
+    def init_train_tqdm(self) -> Tqdm:
+        """Created with its step budget, so its first line is already the final layout."""
+        total = self._budget(self.trainer) if self._trainer is not None else None
+        if total is None:
+            return super().init_train_tqdm()
+        return Tqdm(
+            desc="training",
+            total=total,
+            unit="step",
+            position=(2 * self.process_position),
+            disable=self.is_disabled,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
+            bar_format=self.BAR_FORMAT,
+        )
+
+    def init_sanity_tqdm(self):
+        return Tqdm(disable=True)  # draws nothing; Lightning still updates and closes it
+
+    def init_validation_tqdm(self):
+        return Tqdm(disable=True)
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict:
+        """loss, KL nats per token and tokens/s (the last logged values)."""
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        logged = trainer.callback_metrics
+        kl, rate = logged.get("train/kl"), logged.get("train/tokens_per_s")
+        if kl is not None:
+            items["kl"] = f"{float(kl):.3g} nats/tok"
+        if rate is not None:
+            items["tok/s"] = f"{float(rate):,.0f}"
+        return items
 
     @staticmethod
     def _budget(trainer: pl.Trainer) -> int | None:
@@ -27,12 +69,12 @@ class StepProgressBar(TQDMProgressBar):
         if total is None:
             return super().on_train_epoch_start(trainer, *args)
         bar = self.train_progress_bar
-        if bar.total != total:  # the first epoch (or a resume): one bar for the whole run
-            bar.reset(total=total)
-            bar.unit = "step"
-            bar.set_description("training")
-        bar.n = trainer.global_step
-        bar.refresh()
+        if bar.total != total:  # a bar made elsewhere: one bar for the whole run
+            bar.total, bar.unit = total, "step"
+            bar.set_description("training", refresh=False)
+        if bar.n != trainer.global_step:  # a later epoch (or a resume): no second line
+            bar.n = trainer.global_step
+            bar.refresh()
 
     def on_train_batch_end(
         self,
@@ -49,11 +91,21 @@ class StepProgressBar(TQDMProgressBar):
         bar = self.train_progress_bar
         if bar is not None and self._should_update(n, total):
             bar.n = n
-            bar.set_postfix(self.get_metrics(trainer, pl_module))
-            bar.refresh()
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+            if n < total:  # the last step is drawn once, when the bar closes
+                bar.refresh()  # one write per update (set_postfix would write a second one)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._budget(trainer) is None:
+            return super().on_validation_end(trainer, pl_module)
+        self.val_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+        if self._train_progress_bar is not None and trainer.state.fn == "fit":
+            # the validation numbers show at the next update (a log gets no extra line)
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._budget(trainer) is None:
             return super().on_train_epoch_end(trainer, pl_module)
-        if not self.train_progress_bar.disable:
-            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+        if not self.train_progress_bar.disable:  # drawn at the next update or at the end
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)

@@ -1,16 +1,17 @@
 """`vat COMMAND ...`: the one command line of vat, one module per command.
 
     vat train -c demo                  train (LightningCLI; = python train.py fit ...)
-    vat evaluate --ckpt last.ckpt      SentEval-style evaluation
-    vat geometry --ckpt last.ckpt      latent geometry of a checkpoint or HF encoder
-    vat generate reconstruct --ckpt last.ckpt "a sentence"
+    vat evaluate --model runs/demo     SentEval-style evaluation
+    vat geometry --model runs/demo     latent geometry of a model or HF encoder
+    vat generate reconstruct --model runs/demo "a sentence"
     vat sweep -c configs/sweeps/sweep.yaml
-    vat export last.ckpt model_dir     a shareable model folder
+    vat export runs/demo model_dir     a shareable model folder
     vat mteb --model model_dir         MTEB's English STS tasks (needs the hub's data)
     vat config [NAME]                  list the packaged configs, or print one
 
-Every command prints errors as one line (`error: ...`) with exit code 2 (130 on Ctrl-C);
-`--debug` shows the traceback instead.
+`--model` (alias `--ckpt`) takes a .ckpt, an exported folder, a run folder or a Hub id
+(vat.share.resolve). Every command prints errors as one line (`error: ...`) with exit code 2
+(130 on Ctrl-C); `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every `vat` command shares: the one-line-error parser, option types, input reading.
 
-Option names are the same everywhere: `--ckpt`, `--output`, `--device auto`, `--debug`,
-`--no-progress`, `--quiet`.
+Option names are the same everywhere: `--model` (alias `--ckpt`), `--output`, `--device auto`,
+`--debug`, `--no-progress`, `--quiet`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ from vat.errors import VatError
 
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (`error: ...`, exit 2) like every other error,
-    instead of the whole usage block. Subparsers made from it behave the same."""
+    instead of the whole usage block. Subparsers made from it behave the same. No prefix
+    matching (`allow_abbrev=False`): `--num-sample` is an error, not `--num-samples`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise VatError(f"{message} (see {self.prog} --help)")
@@ -39,6 +44,19 @@ def add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
             action="store_true",
             help="no progress bars and no notes on stderr (errors still show)",
         )
+
+
+MODEL_HELP = (
+    "the model: a training checkpoint (.ckpt), an exported folder, a run folder (its best "
+    "checkpoint, else last.ckpt) or a Hugging Face Hub repo id (--ckpt is an alias)"
+)
+
+
+def add_model_option(p, *, required: bool = True) -> None:
+    """`--model` (alias `--ckpt`), the same on every command; `vat.share.resolve` resolves it."""
+    p.add_argument(
+        "--model", "--ckpt", dest="model", metavar="MODEL", required=required, help=MODEL_HELP
+    )
 
 
 def show_progress(args: argparse.Namespace) -> bool:

@@ -1,10 +1,10 @@
 """`vat evaluate`: SentEval-style evaluation of a vat checkpoint or any encoder.
 
-    vat evaluate --ckpt runs/demo/checkpoints/last.ckpt --pooling mean \\
+    vat evaluate --model runs/demo/checkpoints/last.ckpt --pooling mean \\
         --tasks sts,MR,TREC --data-dir data/downstream --output results.json
     vat evaluate --encoder ../shared/oracle/hashbow.py:encode --tasks all --skip-missing ...
     vat evaluate --hf-model /path/to/all-MiniLM-L6-v2 --pooling mean --tasks sts ...
-    vat evaluate --ckpt last.ckpt --finetune --tasks MR,SST2 --output finetune.json
+    vat evaluate --model last.ckpt --finetune --tasks MR,SST2 --output finetune.json
 
 Results are written as JSON in SentEval's layout (see docs/evaluate.md), atomically, and
 never over an existing file unless --overwrite is given.
@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, show_progress
+from vat.cli.common import Parser, add_common, add_model_option, show_progress
 from vat.errors import VatError, run_cli
 from vat.eval.tasks.registry import ALL_TASKS, TASK_GROUPS, expand_tasks
 from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir
@@ -38,9 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         + ". See docs/evaluate.md.",
     )
     enc = p.add_mutually_exclusive_group(required=True)
-    enc.add_argument(
-        "--ckpt", help="vat checkpoint (.ckpt written by vat train) or exported folder"
-    )
+    add_model_option(enc, required=False)
     enc.add_argument(
         "--encoder",
         metavar="FILE:FUNC",
@@ -102,16 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--finetune",
         action="store_true",
-        help="fine-tune the vat encoder + one dense layer per classification task (--ckpt only)",
+        help="fine-tune the vat encoder + one dense layer per classification task (--model only)",
     )
     p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
     p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
     add_common(p)
     p.add_argument(
         "--plot",
+        "--plots",
+        dest="plot",
         metavar="PNG",
         help="write a bar chart of the scores per task (with --compare: "
-        "beside earlier runs), atomically; needs matplotlib",
+        "beside earlier runs), atomically; needs matplotlib (--plots is an alias, as in "
+        "vat geometry)",
     )
     p.add_argument(
         "--compare",
@@ -228,10 +229,10 @@ def _make_encoder(args: argparse.Namespace):
     from vat.eval import encoders
 
     device = resolve_device(args.device)
-    if args.ckpt:
+    if args.model:
         return encoders.vat_encoder(
-            args.ckpt, args.pooling, device, args.batch_size
-        ), f"vat:{args.ckpt}"
+            args.model, args.pooling, device, args.batch_size
+        ), f"vat:{args.model}"
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
     return encoders.hf_encoder(
@@ -263,8 +264,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"no SentEval data at {args.data_dir}: pass --data-dir or set "
                 f"${SENTEVAL_ENV} to SentEval's data/downstream folder"
             )
-    if args.finetune and not args.ckpt:
-        raise VatError("--finetune needs --ckpt (it trains the vat encoder)")
+    if args.finetune and not args.model:
+        raise VatError("--finetune needs --model (it trains the vat encoder)")
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
     tasks = expand_tasks(args.tasks)
@@ -297,10 +298,10 @@ def _main(argv: Sequence[str] | None) -> int:
             device=resolve_device(args.device),
             progress=show_progress(args),
         )
-        results, seconds = finetune_tasks(args.ckpt, tasks, args.data_dir, settings)
+        results, seconds = finetune_tasks(args.model, tasks, args.data_dir, settings)
         meta.update(
             mode="finetune",
-            encoder=f"vat:{args.ckpt}",
+            encoder=f"vat:{args.model}",
             pooling=args.pooling,
             epochs=args.epochs,
             lr=args.lr,
@@ -334,7 +335,10 @@ def _main(argv: Sequence[str] | None) -> int:
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
     print(format_table(results) if not args.finetune else _format_finetune(results))
     if out is not None:
-        write_results({**results, "_meta": meta}, out, args.overwrite)
+        from vat.eval.scores import task_scores  # one unit (percent), the requested names
+
+        scores = task_scores(results, tasks)
+        write_results({**results, "_scores": scores, "_meta": meta}, out, args.overwrite)
         if not args.quiet:
             print(f"wrote {out}", file=sys.stderr)
     if plot is not None:

@@ -1,29 +1,43 @@
-"""`vat export CKPT DIR`: a training checkpoint as a shareable model folder (no trainer state).
+"""`vat export MODEL DIR`: a model as a shareable folder (no trainer state).
 
-    vat export runs/vat/checkpoints/last.ckpt my-vat
+    vat export runs/demo my-vat                          # a run folder: its best checkpoint
     vat export runs/vat/checkpoints/last.ckpt my-vat --push-to-hub user/my-vat
+    vat export my-vat --push-to-hub user/my-vat          # push a folder already exported
+    vat export runs/demo my-vat --evaluate STS12,STSBenchmark --license mit
 
-The folder (config.json, model.safetensors, tokenizer.json, a README.md model card and the
-sentence-transformers files) loads with `vat.load(DIR)`, every `--ckpt`, and
-`SentenceTransformer(DIR, trust_remote_code=True)`; see `vat.share.hub` and docs/sharing.md.
+MODEL is anything `--model` takes (a .ckpt, a run folder, an exported folder, a Hub id;
+`--model MODEL` / `--ckpt MODEL` work too). The folder (config.json, model.safetensors,
+tokenizer.json, a README.md model card and the sentence-transformers files) loads with
+`vat.load(DIR)`, every `--model`, and `SentenceTransformer(DIR, trust_remote_code=True)`;
+see `vat.share.hub` and docs/sharing.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from vat.cli.common import Parser
-from vat.errors import run_cli
+from vat.cli.common import MODEL_HELP, Parser
+from vat.errors import VatError, run_cli
+from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
 
 def build_parser() -> Parser:
     p = Parser(
         prog="vat export",
-        description="Export a vat training checkpoint (.ckpt) to a model folder that vat.load, "
-        "sentence-transformers and the Hugging Face Hub read; trainer state is dropped.",
+        usage="vat export MODEL [DIR] [options]",
+        description="Export a vat model (a training checkpoint, a run folder, an exported "
+        "folder or a Hub id) to a model folder that vat.load, sentence-transformers and the "
+        "Hugging Face Hub read; trainer state is dropped.",
     )
-    p.add_argument("ckpt", metavar="CKPT", help="training checkpoint (.ckpt written by vat train)")
-    p.add_argument("output", metavar="DIR", help="folder to write (must not exist, or be empty)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="MODEL DIR",
+        help="MODEL, " + MODEL_HELP + "; DIR: the folder to write (must not exist, or be "
+        "empty). Without DIR, an exported folder MODEL is pushed as it is (--push-to-hub)",
+    )
+    p.add_argument("--model", "--ckpt", dest="model", help="MODEL as an option")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in DIR")
     p.add_argument(
         "--push-to-hub",
@@ -32,18 +46,84 @@ def build_parser() -> Parser:
         help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)",
     )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
+    p.add_argument(
+        "--license",
+        default=None,
+        help=f"the model card's license, a Hub license id (default {DEFAULT_LICENSE}, or an "
+        "exported MODEL's)",
+    )
+    p.add_argument(
+        "--language",
+        default=None,
+        help=f"the model card's language (default {DEFAULT_LANGUAGE}, or an exported MODEL's)",
+    )
+    p.add_argument(
+        "--evaluate",
+        metavar="TASKS",
+        default=None,
+        help="run `vat evaluate` on these tasks (e.g. STS12,STSBenchmark or sts) and record "
+        "the scores in config.json and the card's model-index",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="with --evaluate: SentEval's data/downstream folder "
+        "(default $VAT_SENTEVAL_DIR, else ../shared/data/senteval)",
+    )
+    p.add_argument(
+        "--device", default="auto", help="with --evaluate: cpu, cuda, ... (default auto)"
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
 
+def _model_and_output(args) -> tuple[str, str | None]:
+    paths = list(args.paths)
+    model = args.model if args.model is not None else (paths.pop(0) if paths else None)
+    if model is None:
+        raise VatError("the model to export is required: vat export MODEL DIR")
+    if len(paths) > 1:
+        raise VatError(f"expected MODEL and DIR, got extra arguments {paths[1:]}")
+    return model, (paths[0] if paths else None)
+
+
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from vat.share.hub import export_checkpoint, push_to_hub  # lazily: hub dependencies load here
+    model, output = _model_and_output(args)
+    from vat.share.export import export_model, push_to_hub
+    from vat.share.hub import is_pretrained_dir  # hub deps load here
 
-    out = export_checkpoint(args.ckpt, args.output, overwrite=args.overwrite)
-    print(f"wrote {out}")
+    if output is None:
+        if not (args.push_to_hub and is_pretrained_dir(model)):
+            raise VatError(
+                "DIR (the folder to write) is required, unless MODEL is an exported folder "
+                "to push with --push-to-hub"
+            )
+        out = Path(model)
+    else:
+        from vat.runtime import resolve_device
+
+        out = export_model(
+            model,
+            output,
+            overwrite=args.overwrite,
+            license=args.license,
+            language=args.language,
+            repo_id=args.push_to_hub,
+            evaluate=args.evaluate,
+            data_dir=args.data_dir,
+            device=resolve_device(args.device),
+        )
+        print(f"wrote {out}")
     if args.push_to_hub:
-        info = push_to_hub(out, args.push_to_hub, private=args.private or None)
+        try:
+            info = push_to_hub(out, args.push_to_hub, private=args.private or None)
+        except VatError as e:
+            private = " --private" if args.private else ""
+            raise VatError(
+                f"{e}; the folder {out} is written and complete: retry the upload with "
+                f"`vat export {out} --push-to-hub {args.push_to_hub}{private}`"
+            ) from None
         print(f"pushed to {getattr(info, 'commit_url', None) or args.push_to_hub}")
     return 0
 

@@ -16,6 +16,7 @@ from typing import TextIO
 from vat.cli.common import (
     Parser,
     add_common,
+    add_model_option,
     check_utf8_arguments,
     finite_float,
     number_list,
@@ -34,11 +35,7 @@ COMMANDS = ("reconstruct", "sample", "resample-token", "interpolate", "prior", "
 def _parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     g = common.add_argument_group("checkpoint and output")
-    g.add_argument(
-        "--ckpt",
-        required=True,
-        help="vat checkpoint (.ckpt written by `vat train`) or exported model folder",
-    )
+    add_model_option(g)
     g.add_argument(
         "--batch-size", type=int, default=64, help="sentences per decoding batch (default 64)"
     )
@@ -227,7 +224,7 @@ def _main(argv: Sequence[str]) -> int:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
     output = check_output_file(args.output, args.overwrite, "--output", "text file")
     device = resolve_device(args.device)
-    gen = VATGenerator.from_checkpoint(args.ckpt, device=device, batch_size=args.batch_size)
+    gen = VATGenerator.from_checkpoint(args.model, device=device, batch_size=args.batch_size)
     # Bars only for a file or stdin: a few sentences on the command line decode in a blink.
     gen.progress = show_progress(args) and getattr(args, "input", None) is not None
     with warnings.catch_warnings():

@@ -1,6 +1,6 @@
 """`vat geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
 
-    vat geometry --ckpt runs/vat/checkpoints/last.ckpt --output geometry.json \\
+    vat geometry --model runs/vat/checkpoints/last.ckpt --output geometry.json \\
         --plots geometry-plots    # + spectrum.png, kl_per_dim.png, active_units.png
     vat geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
         --output minilm_layer3.json
@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, show_progress
+from vat.cli.common import Parser, add_common, add_model_option, show_progress
 from vat.errors import VatError, run_cli
 from vat.geometry.metrics import METRICS, GeometryReport, geometry_report
 from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
@@ -37,11 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument(
-        "--ckpt",
-        help="vat checkpoint (.ckpt) or exported folder; its token vectors are the "
-        "posterior means mu",
-    )
+    add_model_option(model, required=False)  # a VAT's token vectors: its posterior means mu
     model.add_argument(
         "--hf-model", help="local Hugging Face model directory (needs the transformers extra)"
     )
@@ -81,14 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=10,
         help="print this many most and least self-similar token types (0: none)",
     )
-    p.add_argument("--output", required=True, help="JSON file to write")
+    p.add_argument("--output", help="JSON file to write (default: only print the table)")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     add_common(p)
     p.add_argument(
+        "--plot",
         "--plots",
+        dest="plots",
         default=None,
         metavar="DIR",
-        help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR",
+        help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR "
+        "(--plots is an alias)",
     )
     return p
 
@@ -107,6 +106,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"got {value}"
             )
 
+    if args.model is not None:  # a model that names nothing fails before the probe is read
+        from vat.share.resolve import resolve_model
+
+        resolve_model(args.model)
     senteval = args.senteval_dir
     if args.probe is None and senteval is None:
         senteval = str(default_senteval_dir())
@@ -147,7 +150,8 @@ def _main(argv: Sequence[str] | None) -> int:
         ],
         "seconds": {"encode": encode_s, "geometry": geometry_s},
     }
-    write_json_atomic(output, result, indent=2)
+    if output is not None:
+        write_json_atomic(output, result, indent=2)
     if args.plots is not None:
         from vat.geometry.metrics import covariance_eigenvalues
         from vat.geometry.plots import save_geometry_plots
@@ -167,25 +171,27 @@ def _main(argv: Sequence[str] | None) -> int:
         )
         print(f"most self-similar types: {_types(types[::-1][:k], token_text)}")
     if not args.quiet:
-        print(f"\nencode {encode_s:.1f} s, geometry {geometry_s:.2f} s; wrote {output}")
+        wrote = f"; wrote {output}" if output is not None else ""
+        print(f"\nencode {encode_s:.1f} s, geometry {geometry_s:.2f} s{wrote}")
     return 0
 
 
 def _encode(args: argparse.Namespace, sentences: list[str]):
     """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None,
     token_text)."""
-    if args.ckpt is not None:
+    if args.model is not None:
         from vat.features import token_vectors
-        from vat.share.resolve import load_vat
+        from vat.share.resolve import load_model, resolve_model
 
-        loaded = load_vat(args.ckpt, map_location=args.device)
+        source = resolve_model(args.model)
+        loaded = load_model(source, args.device)
         tv = token_vectors(
             loaded.model, loaded.tokenizer, sentences, args.batch_size, progress=show_progress(args)
         )
         info = {
             "kind": "vat",
-            "name": Path(args.ckpt).name,
-            "path": str(args.ckpt),
+            "name": Path(source.location).name,
+            "path": source.location,
             "prior_std": loaded.prior_std,
         }
         return (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from vat.cli.common import Parser
+from vat.cli.common import Parser, add_model_option
 from vat.errors import VatError, run_cli
 
 
@@ -17,11 +17,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="vat mteb",
         description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).",
     )
-    p.add_argument(
-        "--model",
-        required=True,
-        help="training checkpoint (.ckpt), exported folder, or Hub repo id",
-    )
+    add_model_option(p)
     p.add_argument(
         "--tasks",
         default=None,
@@ -46,18 +42,19 @@ def _main(argv: Sequence[str] | None) -> int:
     from vat.integrations.mteb import VATMTEBEncoder, english_sts_tasks
 
     args = _parser().parse_args(argv)
-    encoder = VATMTEBEncoder(
-        args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
-    )
-    if args.tasks:
+    if args.tasks:  # task names are checked before the model loads
         try:
             tasks = list(
                 mteb.get_tasks(tasks=[t.strip() for t in args.tasks.split(",") if t.strip()])
             )
         except (KeyError, ValueError) as e:
-            raise VatError(f"--tasks: {e}") from None
+            first = str(e).strip().strip("'\"").splitlines()[0]
+            raise VatError(f"--tasks: {first[:300]}") from None
     else:
         tasks = english_sts_tasks()
+    encoder = VATMTEBEncoder(
+        args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
+    )
     try:
         result = mteb.evaluate(
             encoder, tasks, cache=ResultCache(args.output), overwrite_strategy="always"

@@ -36,7 +36,9 @@ def _values(text: str) -> list[Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="vat sweep", description=__doc__.split("\n\n")[0])
+    p = _OneLineParser(
+        prog="vat sweep", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )  # no prefix matching, as in every vat parser
     p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/)")
     p.add_argument("--output", help="output folder (overrides out_dir)")
     p.add_argument(

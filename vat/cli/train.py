@@ -10,6 +10,7 @@ change) live in vat/run_dir.py.
 from __future__ import annotations
 
 import errno
+import logging
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from vat.callbacks.progress import StepProgressBar
+from vat.callbacks.summary import TrainingSummary
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, run_cli
 from vat.share.checkpoint import read_checkpoint
@@ -39,7 +41,12 @@ from vat.train.system import VATSystem
 
 
 class _OneLineErrorParser(LightningArgumentParser):
-    """Config errors (a typo in a YAML key, a bad value) as one line instead of usage text."""
+    """Config errors (a typo in a YAML key, a bad value) as one line instead of usage text.
+    No prefix matching: `--trainer.max_step` is an error, not `--trainer.max_steps`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None):  # noqa: D401
         lines = [ln.strip(" -") for ln in str(message).splitlines() if ln.strip(" -")]
@@ -110,7 +117,13 @@ class VATCLI(LightningCLI):
             # and resumed curves continue in the same TensorBoard run.
             cfg.trainer.logger = {
                 "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                "init_args": {"save_dir": run_dir, "name": "", "version": ""},
+                # no hp_metric = -1 in TensorBoard's hparams tab: vat logs no such metric
+                "init_args": {
+                    "save_dir": run_dir,
+                    "name": "",
+                    "version": "",
+                    "default_hp_metric": False,
+                },
             }
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
@@ -123,6 +136,8 @@ class VATCLI(LightningCLI):
         if cfg.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
         if self.subcommand == "fit":
+            # where the checkpoints are, the final val NLL / KL / BLEU, the next commands
+            self.trainer_defaults["callbacks"].append(TrainingSummary())
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
 
@@ -165,6 +180,20 @@ def _quiet_warnings() -> None:
     # vat.train.run_dir lets a fresh run start only in a directory without checkpoints, so this
     # warning only ever fires on a resume, where a full checkpoints/ is expected.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # Noise the user cannot act on: Lightning's own _pytree use (torch deprecation) and its
+    # advertising tips.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoTips) for f in logger.filters):
+            logger.addFilter(_NoTips())
+
+
+class _NoTips(logging.Filter):
+    """Drops Lightning's "💡 Tip: ..." messages (litlogger, litmodels)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.msg)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -16,9 +16,6 @@ import numpy as np
 import torch
 
 from vat.errors import VatError
-from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
-from vat.features import sentence_features
-from vat.share.resolve import load_vat
 
 Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
@@ -38,8 +35,10 @@ def vat_encoder(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}"
         )
+    from vat.features import sentence_features
+    from vat.share.resolve import load_model
 
-    loaded = load_vat(ckpt, map_location=device)
+    loaded = load_model(ckpt, device)
 
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(
@@ -90,6 +89,7 @@ def hf_encoder(
         raise VatError(
             f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
         )
+    from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 
     load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
 

@@ -2,8 +2,8 @@
 
 Lets the geometry metrics and the SentEval harness measure any BERT-like encoder with the
 same code as a VAT (issue 3: "how anisotropic is a BERT-like model?"). Needs the optional
-`transformers` extra (`pip install "vat[transformers]"`); it is imported lazily, so the rest
-of vat works without it.
+`transformers` extra (`pip install "variational-auto-transformer[transformers]"`); it is
+imported lazily, so the rest of vat works without it.
 
 Only local directories are accepted (a folder with `config.json` and weights, e.g. one
 written by `save_pretrained`); nothing is downloaded: HF_HUB_OFFLINE is set and every
@@ -65,7 +65,7 @@ def _import_transformers():
     except ImportError:
         raise VatError(
             "Hugging Face encoders need the optional 'transformers' package: "
-            "pip install 'vat[transformers]' (or pip install transformers)"
+            "pip install 'variational-auto-transformer[transformers]' (or pip install transformers)"
         ) from None
     return transformers
 

@@ -13,7 +13,6 @@ change), written atomically.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,23 +24,11 @@ SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment":
 
 
 def headline_scores(results: Mapping) -> dict[str, float]:
-    """{task: score in [0, 100]-ish} of one results dict (SentEval layout), in task order;
-    tasks without a finite score are left out."""
-    out: dict[str, float] = {}
-    for task in ALL_TASKS:
-        value = None
-        if task.startswith("STS1") and task in results:
-            value = results[task]["all"]["spearman"]["mean"]
-        elif f"{task}-cosine" in results:
-            value = results[f"{task}-cosine"]["test"]["spearman"]
-        elif task in ("STSBenchmark", "SICKRelatedness") and task in results:
-            value = results[task]["spearman"]
-        elif task in results and "acc" in results[task]:
-            out[task] = float(results[task]["acc"])
-            continue
-        if value is not None and math.isfinite(float(value)):
-            out[task] = 100 * float(value)
-    return out
+    """{task: score in percent} of one results dict (SentEval layout), in task order;
+    tasks without a finite score are left out (the rule: `vat.eval.scores`)."""
+    from vat.eval.scores import task_scores
+
+    return {task: s["value"] for task, s in task_scores(results).items()}
 
 
 def run_label(results: Mapping, fallback: str) -> str:

@@ -22,7 +22,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import nn
 
-from vat.errors import VatError
+from vat.errors import OptionError, VatError
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 Strategy = Literal["greedy", "beam", "sample"]
@@ -58,19 +58,23 @@ class DecodeOptions:
                 f"decoding strategy must be greedy, beam or sample, got {self.strategy!r}"
             )
         if self.beam_size < 1:
-            raise VatError(f"--beam must be at least 1, got {self.beam_size}")
+            raise OptionError("beam", f"must be at least 1, got {self.beam_size}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise VatError(
-                f"--temperature must be a positive finite number, got {self.temperature}"
+            raise OptionError(
+                "temperature", f"must be a positive finite number, got {self.temperature}"
             )
         if not math.isfinite(self.length_penalty):
-            raise VatError(f"--length-penalty must be a finite number, got {self.length_penalty}")
+            raise OptionError(
+                "length_penalty", f"must be a finite number, got {self.length_penalty}"
+            )
         if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise VatError(
-                f"--top-k must be >= 0 and --top-p in (0, 1], got {self.top_k} and {self.top_p}"
+            bad = "top_k" if self.top_k < 0 else "top_p"
+            raise OptionError(
+                bad,
+                f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k} and {self.top_p}",
             )
         if self.max_len is not None and self.max_len < 1:
-            raise VatError(f"--max-len must be at least 1, got {self.max_len}")
+            raise OptionError("max_len", f"must be at least 1, got {self.max_len}")
 
 
 GREEDY = DecodeOptions()
@@ -135,7 +139,7 @@ def _resolve_max_len(model: nn.Module, max_len: int | None) -> int:
     if max_len is None:
         return limit
     if max_len > limit:
-        raise VatError(f"--max-len {max_len} exceeds the model's max_len={limit}")
+        raise OptionError("max_len", f"{max_len} exceeds the model's max_len={limit}")
     return max_len
 
 

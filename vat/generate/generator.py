@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vat.errors import VatError
+from vat.errors import OptionError, VatError
 from vat.features import iter_encoded_ids, length_sorted_batches
 from vat.generate.decoding import GREEDY, DecodeOptions, Hypothesis, decode_latents
 from vat.generate.latents import (
@@ -32,7 +32,7 @@ from vat.generate.latents import (
 )
 from vat.runtime import eval_mode
 from vat.share.checkpoint import CheckpointError, LoadedVAT
-from vat.share.resolve import load_vat
+from vat.share.resolve import load_model
 from vat.tokenizer import VATTokenizer
 
 __all__ = [
@@ -121,8 +121,8 @@ class VATGenerator:
     ) -> VATGenerator:
         """Load a vat checkpoint; a missing, corrupt or non-vat file raises CheckpointError."""
         try:
-            loaded = load_vat(path, map_location=device)
-        except CheckpointError:
+            loaded = load_model(path, device)
+        except VatError:  # CheckpointError, or a model path that names nothing
             raise
         # malformed metadata surfaces as KeyError/TypeError/tokenizers errors
         except Exception as e:
@@ -250,7 +250,7 @@ class VATGenerator:
         (Table 1), or only at subword `positions` (0-based; position n_i is the </s> latent)
         with z_t = mu_t elsewhere (Table 2, `resample_token`)."""
         if n < 1:
-            raise VatError(f"--num-samples must be at least 1, got {n}")
+            raise OptionError("num_samples", f"must be at least 1, got {n}")
         posts = self.posteriors(sentences, labels)
         generator = (
             torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
@@ -262,9 +262,10 @@ class VATGenerator:
                 bad = [p for p in positions if not 0 <= p < mu.shape[0]]
                 if bad:
                     name = labels[i] if labels is not None else f"sentence {i + 1}"
-                    raise VatError(
-                        f"--positions {bad} out of range for {name}, which has latent positions "
-                        f"0..{mu.shape[0] - 1}"
+                    raise OptionError(
+                        "positions",
+                        f"{bad} out of range for {name}, which has latent positions "
+                        f"0..{mu.shape[0] - 1}",
                     )
                 where = torch.zeros(n, mu.shape[0], dtype=torch.bool, device=mu.device)  # (n, T_i)
                 where[:, list(positions)] = True
@@ -285,7 +286,7 @@ class VATGenerator:
     ) -> list[list[str]]:
         """n samples per sentence that redraw only the latents at `positions` (0-based)."""
         if not positions:
-            raise VatError("--positions needs at least one token position")
+            raise OptionError("positions", "needs at least one token position")
         return self.sample(sentences, n, tau, options, seed, positions=positions, labels=labels)
 
     def interpolate(
@@ -314,10 +315,10 @@ class VATGenerator:
         latent lengths T drawn from the training length histogram unless `length` fixes T.
         Returns (T, text) pairs."""
         if n < 1:
-            raise VatError(f"-n must be at least 1, got {n}")
+            raise OptionError("num_samples", f"must be at least 1, got {n}")
         if length is not None and not 1 <= length <= self.max_len:
-            raise VatError(
-                f"--length must be in 1..{self.max_len} (the model's max_len), got {length}"
+            raise OptionError(
+                "length", f"must be in 1..{self.max_len} (the model's max_len), got {length}"
             )
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         lengths = (

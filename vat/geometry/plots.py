@@ -3,7 +3,8 @@
 Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (drawn on the Agg
 canvas, so no display is needed), plus `save_geometry_plots` to write PNGs. The
 geometry CLI writes them with `--plots DIR`; `vat.callbacks.GeometryMetrics` logs the same
-figures as TensorBoard images. Needs matplotlib (`pip install "vat[plots]"`).
+figures as TensorBoard images. Needs matplotlib
+(`pip install "variational-auto-transformer[plots]"`).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ import torch
 
 from vat.errors import VatError
 from vat.model import VAT, VATConfig
-from vat.share.checkpoint import CheckpointError, LoadedVAT, load_checkpoint
-from vat.share.model_card import model_card, training_facts
+from vat.share.checkpoint import CheckpointError, LoadedVAT
+from vat.share.model_card import model_card
 from vat.tokenizer import VATTokenizer
 
 HUB_FORMAT_VERSION = 1
@@ -64,15 +64,20 @@ def save_pretrained(
     *,
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write the pretrained folder for `model` at `directory`, atomically (a temp folder
     beside it, renamed into place). An existing non-empty `directory` needs `overwrite`.
 
     `training` (optional, plain JSON types) goes into config.json and the model card: e.g.
-    {"global_step": ..., "train_files": [...], "metrics": {...}}.
+    {"global_step": ..., "train_files": [...], "metrics": {...}}. `extra` adds top-level
+    config.json entries: "card" ({license, language, repo_id}) and "evaluation" (a list of
+    `vat.eval.scores` entries), both shown on the model card.
     """
     with _atomic_dir(directory, overwrite) as tmp:
-        write_model_files(tmp, model, tokenizer, prior_std, length_histogram, training or {})
+        write_model_files(
+            tmp, model, tokenizer, prior_std, length_histogram, training or {}, extra=extra
+        )
         write_sentence_transformers_files(tmp)
     return Path(directory)
 
@@ -83,6 +88,7 @@ def save_loaded(
     *,
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """`save_pretrained` of what `vat.share.resolve.load_vat` / `from_pretrained` returned."""
     return save_pretrained(
@@ -93,6 +99,7 @@ def save_loaded(
         loaded.length_histogram,
         training=training,
         overwrite=overwrite,
+        extra=extra,
     )
 
 
@@ -104,6 +111,7 @@ def write_model_files(
     length_histogram: Sequence[int],
     training: dict[str, Any],
     card: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """config.json, model.safetensors, tokenizer.json and (with `card`) README.md in `folder`."""
     from safetensors.torch import save_model
@@ -116,11 +124,15 @@ def write_model_files(
         "prior_std": float(prior_std),
         "length_histogram": [int(c) for c in length_histogram],
         "training": training,
+        **(extra or {}),
     }
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     # save_model (not save_file) finds tensors that share storage, here the tied
     # embed.weight / lm_head.weight, and stores one of them; load_model re-ties them.
     save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    # safetensors writes through a private temp file (0600); give the weights the mode of
+    # the other files, so colleagues on a shared filesystem can read them.
+    os.chmod(folder / WEIGHTS_NAME, 0o666 & ~_umask())
     tokenizer.save(folder / TOKENIZER_NAME)
     if card:
         (folder / CARD_NAME).write_text(model_card(config, tokenizer.vocab_size), encoding="utf-8")
@@ -184,24 +196,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-# -- export ----------------------------------------------------------------------------------
-def export_checkpoint(
-    ckpt_path: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False
-) -> Path:
-    """A training checkpoint (.ckpt) into a pretrained folder; trainer state is dropped.
-
-    The card and config.json record the step and epoch, the best score the run's
-    ModelCheckpoint saw, and, when the checkpoint sits in a run directory
-    (RUN/checkpoints/x.ckpt), the training files named in RUN/config.yaml.
-    """
-
-    ckpt_path = Path(ckpt_path)
-    if ckpt_path.is_dir():
-        raise VatError(f"{ckpt_path} is a directory; export takes a training checkpoint (.ckpt)")
-    loaded = load_checkpoint(ckpt_path)
-    return save_loaded(output_dir, loaded, training=training_facts(ckpt_path), overwrite=overwrite)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -318,54 +312,3 @@ def resolve(
             f"cannot download {repo_id} from the Hugging Face Hub ({first[:200]})"
         ) from None
     return Path(folder)
-
-
-# -- the Hub ---------------------------------------------------------------------------------
-def push_to_hub(
-    source: str | os.PathLike | LoadedVAT,
-    repo_id: str,
-    *,
-    private: bool | None = None,
-    token: str | bool | None = None,
-    revision: str | None = None,
-    commit_message: str = "Upload VAT",
-    api: Any = None,
-) -> Any:
-    """Upload a pretrained VAT to the Hub repo `repo_id` (created if missing); returns the
-    `huggingface_hub.CommitInfo`.
-
-    `source` is a pretrained folder, a training checkpoint (exported to a temp folder
-    first) or a loaded model. `api` defaults to `huggingface_hub.HfApi(token=token)`.
-    """
-    from huggingface_hub import HfApi
-
-    api = api if api is not None else HfApi(token=token)
-    with tempfile.TemporaryDirectory(prefix="vat-push-") as tmp:
-        folder = _folder_for(source, Path(tmp) / "model")
-        try:
-            api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-            return api.upload_folder(
-                repo_id=repo_id,
-                folder_path=str(folder),
-                repo_type="model",
-                revision=revision,
-                commit_message=commit_message,
-                allow_patterns=list(FILES),
-            )
-        except (OSError, ValueError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise VatError(
-                f"cannot push to the Hugging Face Hub repo {repo_id} ({first[:200]})"
-            ) from None
-
-
-def _folder_for(source: str | os.PathLike | LoadedVAT, scratch: Path) -> Path:
-    if isinstance(source, LoadedVAT):
-        return save_loaded(scratch, source)
-    p = Path(source)
-    if is_pretrained_dir(p):
-        read_config(p)  # refuse to upload a folder that is not a vat folder
-        return p
-    if p.is_file():
-        return export_checkpoint(p, scratch)
-    raise VatError(f"{p} is neither a vat folder (with {CONFIG_NAME}) nor a checkpoint file")

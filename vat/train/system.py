@@ -365,11 +365,28 @@ class VATSystem(L.LightningModule):
         checkpoint["vat"] = vat_metadata(
             self.model, self.tokenizer, float(self.prior_std), self.length_histogram
         )
+        checkpoint["vat"]["training"] = self._training_record()  # the model card's facts
         checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
         checkpoint["vat_train_state"] = {
             **self.train_state.state(),
             **({"rate": self.rate.state()} if self.rate else {}),
         }
+
+    def _training_record(self) -> dict:
+        """What the card says about training (vat.share.training_record), from this run."""
+        from vat.share.training_record import training_record
+
+        trainer = self._trainer
+        dm = getattr(trainer, "datamodule", None) if trainer is not None else None
+        progress = self.train_state.progress.tolist()  # steps, sentences, tokens (a save: sync ok)
+        return training_record(
+            global_step=self.global_step,
+            epoch=self.current_epoch,
+            tokens_seen=progress[2],
+            sentences_seen=progress[1],
+            data_hparams=getattr(dm, "hparams", None),
+            callback_metrics=dict(trainer.callback_metrics) if trainer is not None else {},
+        )
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         meta = checkpoint.get("vat")

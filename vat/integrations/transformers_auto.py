@@ -1,0 +1,142 @@
+"""transformers' Auto classes for exported vat folders, without remote code.
+
+    import vat
+    from transformers import AutoConfig, AutoModel
+
+    model = AutoModel.from_pretrained("my-vat")   # a VATTransformersModel; .vat is the VAT
+    out = model(input_ids)                        # last_hidden_state: the token means mu
+
+An exported folder's config.json says `model_type: vat`. `import vat` registers that type
+with AutoConfig and AutoModel: at once when transformers is already imported, otherwise
+when it is (an import hook; `import vat` itself never imports transformers, which is
+heavy and optional). The weights load through vat.share.hub (safetensors, tied embedding), and
+the folder's tokenizer is `model.tokenizer` (a VATTokenizer: vat's special-token layout,
+which AutoTokenizer does not know).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from typing import Any
+
+MODEL_TYPE = "vat"
+_registered = False
+
+
+def register() -> None:
+    """Register vat's config and model with transformers' AutoConfig / AutoModel (once)."""
+    global _registered
+    if _registered:
+        return
+    from transformers import AutoConfig, AutoModel
+
+    config_class, model_class = _classes()
+    AutoConfig.register(MODEL_TYPE, config_class, exist_ok=True)
+    AutoModel.register(config_class, model_class, exist_ok=True)
+    _registered = True
+
+
+def _classes() -> tuple[type, type]:
+    import torch
+    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class VATTransformersConfig(PretrainedConfig):
+        """config.json of an exported vat folder (vat.share.hub), as a transformers config."""
+
+        model_type = MODEL_TYPE
+
+        def __init__(self, model_config: dict | None = None, prior_std: float = 0.4, **kw):
+            self.model_config = dict(model_config or {})
+            self.prior_std = float(prior_std)
+            super().__init__(**kw)
+
+    class VATTransformersModel(PreTrainedModel):
+        """A vat folder as a transformers model: `.vat` is the plain-torch VAT, `.tokenizer`
+        its VATTokenizer, and forward(input_ids) gives the posterior means mu of every
+        token as `last_hidden_state` (B, T, d)."""
+
+        config_class = VATTransformersConfig
+        base_model_prefix = "vat"
+
+        def __init__(self, config: VATTransformersConfig, loaded: Any = None) -> None:
+            super().__init__(config)
+            from vat.model import VAT, VATConfig
+
+            self.vat = (
+                loaded.model
+                if loaded is not None
+                else VAT(VATConfig.from_dict(config.model_config))
+            )
+            self.tokenizer = loaded.tokenizer if loaded is not None else None
+
+        @classmethod
+        def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+            """Loads through vat.share.hub (safetensors, checked config); `config`, `device_map`,
+            `trust_remote_code` and other transformers keywords are accepted and unused."""
+            from vat.share.hub import from_pretrained
+
+            config = kwargs.get("config")
+            loaded = from_pretrained(
+                pretrained_model_name_or_path,
+                revision=kwargs.get("revision"),
+                token=kwargs.get("token"),
+                cache_dir=kwargs.get("cache_dir"),
+            )
+            if not isinstance(config, VATTransformersConfig):
+                from vat.share.hub import read_config, resolve
+
+                config = VATTransformersConfig(
+                    **read_config(resolve(pretrained_model_name_or_path))
+                )
+            return cls(config, loaded=loaded).eval()
+
+        def forward(self, input_ids: torch.Tensor, attention_mask=None, **kwargs):
+            post = self.vat.encode(input_ids)
+            return BaseModelOutput(last_hidden_state=post.mu)
+
+        def encode(self, sentences: list[str], pooling: str = "mean"):
+            """(N, d) sentence features, as vat.load(...).encode."""
+            from vat.features import sentence_features
+
+            return sentence_features(self.vat, self.tokenizer, sentences, pooling)
+
+    return VATTransformersConfig, VATTransformersModel
+
+
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """Runs `register()` right after `import transformers` finishes."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "transformers":
+            return None
+        sys.meta_path.remove(self)  # once; and so that find_spec below finds the real one
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            try:
+                register()
+            except Exception:  # noqa: BLE001 - a transformers without Auto classes: no-op
+                pass
+
+        spec.loader.exec_module = exec_then_register  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Register now if transformers is imported, else when it is (called by `import vat`)."""
+    if "transformers" in sys.modules:
+        try:
+            register()
+        except Exception:  # noqa: BLE001 - an old or broken transformers: vat works without it
+            pass
+    elif importlib.util.find_spec("transformers") is not None and not any(
+        isinstance(f, _RegisterOnImport) for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _RegisterOnImport())
