@@ -169,7 +169,7 @@ def test_mteb_get_model_and_meta_of_a_registered_folder(exported, tiny_sentences
 
 
 def test_mteb_command_checks_task_names_before_loading(tmp_path, capsys):
-    from vat.integrations.mteb import main
+    from vat.cli.mteb import main
 
     # the model does not exist: a task-name error proves the tasks were checked first
     rc = main(["--model", str(tmp_path / "no-model"), "--tasks", "STS12,NoSuchTask"])

@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT, shared_data_dir
 
-from vat.errors import CheckpointError
+from vat.errors import VatError
 
 HOUSE_CHECK = shared_data_dir().parent / "tools" / "house_check.py"
 
@@ -47,12 +47,12 @@ def test_old_import_paths_are_the_same_objects():
     from vat.generate import VATGenerator
     from vat.generate.generator import VATGenerator as new_generator
     from vat.geometry.metrics import anisotropy
-    from vat.share import hub, resolve
+    from vat.share import export, hub, resolve
     from vat.train import losses, schedules, system
 
     assert vat.module.VATSystem is system.VATSystem
     assert vat.checkpoint.load_vat is resolve.load_vat
-    assert vat.hub.export_checkpoint is hub.export_checkpoint
+    assert vat.hub.export_checkpoint is export.export_checkpoint
     assert vat.hub.from_pretrained is hub.from_pretrained
     assert vat.losses.gaussian_kl is losses.gaussian_kl
     assert vat.losses.KLSchedule is schedules.KLSchedule
@@ -87,7 +87,7 @@ def test_a_run_folder_means_its_best_checkpoint_else_its_last(tiny_ckpt, tmp_pat
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    with pytest.raises(CheckpointError, match="run folder without checkpoints"):
+    with pytest.raises(VatError, match="run folder without checkpoints"):
         load_vat(run)
     shutil.copy(tiny_ckpt, run / "checkpoints" / "last.ckpt")
     assert checkpoint_path(run) == run / "checkpoints" / "last.ckpt"
@@ -101,7 +101,7 @@ def test_a_folder_that_is_no_model_is_a_one_line_error(tmp_path):
     from vat.share.resolve import load_vat
 
     (tmp_path / "notes").mkdir()
-    with pytest.raises(CheckpointError, match="neither an exported vat folder"):
+    with pytest.raises(VatError, match="neither an exported vat folder"):
         load_vat(tmp_path / "notes")
-    with pytest.raises(CheckpointError, match="does not exist"):
+    with pytest.raises(VatError, match="does not exist"):
         load_vat(tmp_path / "missing.ckpt")

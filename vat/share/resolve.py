@@ -77,7 +77,7 @@ def resolve_model(model: str | os.PathLike, *, name: str = "model") -> ModelSour
             return ModelSource("checkpoint", str(ckpt), run_dir=str(p))
         raise OptionError(
             name,
-            f"{p} is a folder but neither an exported vat folder (config.json) nor a run "
+            f"{p} is a directory but neither an exported vat folder (config.json) nor a run "
             "folder (checkpoints/)",
         )
     if p.exists():
