@@ -43,6 +43,7 @@ from vat.data_cache import (
 )
 from vat.data_options import validate_data_options
 from vat.errors import VatError
+from vat.file_digest import file_digest
 from vat.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
@@ -159,7 +160,8 @@ class VATDataModule(L.LightningDataModule):
         return out
 
     def _source_key(self) -> str:
-        """Identifies the raw data: file paths, sizes and mtimes, or the hub dataset."""
+        """Identifies the raw data: file paths and a digest of their bytes (an edit that keeps
+        size and mtime is still seen), or the hub dataset."""
         h = self.hparams
         if h.hf_dataset:
             desc: object = [
@@ -172,7 +174,7 @@ class VATDataModule(L.LightningDataModule):
             ]
         else:
             desc = {
-                k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v]
+                k: [(str(p.resolve()), p.stat().st_size, file_digest(p)) for p in v]
                 for k, v in self._source_files().items()
             }
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]

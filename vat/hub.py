@@ -17,6 +17,7 @@ safetensors and the metadata JSON.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from vat.checkpoint import CheckpointError, LoadedVAT
+from vat.checkpoint import CheckpointError, LoadedVAT, check_finite
 from vat.errors import VatError
 from vat.model import VAT, VATConfig
 from vat.model_card import model_card, training_facts
@@ -156,6 +157,8 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
         raise VatError(
             f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
         )
+    if out.is_dir() and any(out.iterdir()):
+        _check_earlier_export(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
@@ -178,6 +181,25 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_earlier_export(out: Path) -> None:
+    """overwrite replaces an earlier export and nothing else (issue 20): every entry of `out`
+    must be a plain file vat's export writes, and its config.json must say it is one."""
+    foreign = sorted(
+        p.name for p in out.iterdir() if p.name not in FILES or p.is_symlink() or not p.is_file()
+    )
+    try:
+        config = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
+        marked = isinstance(config, dict) and config.get("format") == "vat-pretrained"
+    except (OSError, ValueError):
+        marked = False
+    if foreign or not marked:
+        what = ", ".join(foreign[:3]) if foreign else f"no {CONFIG_NAME} written by vat export"
+        raise VatError(
+            f"output {out} is not an earlier vat export ({what}); --overwrite replaces only "
+            f"a folder vat exported, never other files: choose another folder"
+        )
 
 
 def _umask() -> int:
@@ -233,16 +255,28 @@ def from_pretrained(
             f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens but the model only "
             f"{model_config.vocab_size}"
         )
+    prior_std, hist = _check_folder_metadata(folder, config)
     model = VAT(model_config)
     _load_weights(model, folder / WEIGHTS_NAME)
+    # the same checks as a .ckpt (vat.checkpoint.check_finite): NaN/inf weights are refused
+    check_finite(folder / WEIGHTS_NAME, model.state_dict())
     model.to(device).eval()
-    return LoadedVAT(
-        model,
-        tokenizer,
-        float(config["prior_std"]),
-        [int(c) for c in config.get("length_histogram", [])],
-        str(path_or_repo_id),
-    )
+    return LoadedVAT(model, tokenizer, prior_std, hist, str(path_or_repo_id))
+
+
+def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float, list[int]]:
+    """prior_std a finite positive number, length_histogram a list of counts: what a
+    checkpoint's `vat` metadata must satisfy (vat.checkpoint._check_metadata), for a folder."""
+    path = folder / CONFIG_NAME
+    s = config.get("prior_std")
+    if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
+        raise CheckpointError(f"{path}: 'prior_std' must be a positive number, got {s!r}")
+    hist = config.get("length_histogram", [])
+    if not isinstance(hist, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
+    ):
+        raise CheckpointError(f"{path}: 'length_histogram' must be a list of counts")
+    return float(s), list(hist)
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:

@@ -74,7 +74,24 @@ def callable_encoder(spec: str) -> Encoder:
     fn = getattr(module, func, None)
     if not callable(fn):
         raise VatError(f"--encoder: {path} has no function {func!r}")
-    return fn
+    return _one_line_failures(fn, spec)
+
+
+def _one_line_failures(fn: Encoder, spec: str) -> Encoder:
+    """The user's function, whose exceptions become one line naming it (issue 20); under
+    `--debug` the traceback shows the original exception as the cause."""
+
+    def encode(sentences):
+        try:
+            return fn(sentences)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise VatError(
+                f"--encoder {spec} raised {type(e).__name__}: {first} (an error in that "
+                f"function, not in vat; --debug shows its traceback)"
+            ) from e
+
+    return encode
 
 
 def hf_encoder(

@@ -185,8 +185,8 @@ def cli_value(value: Any) -> str:
     """A value as train.py's command line takes it: 0.05, 1, true, null, constant."""
     if isinstance(value, str):
         return value
-    if isinstance(value, float):
-        value = round(value, 10)  # 0.1 + 0.2 style noise does not name a different run
+    # floats exactly (shortest round-trip repr): 3e-11 stays 3e-11 (issue 20: rounding to 10
+    # decimals trained it as 0.0 and called [1e-11, 2e-11] a repeat)
     return json.dumps(value)
 
 
