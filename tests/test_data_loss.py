@@ -134,3 +134,22 @@ def test_export_overwrite_replaces_an_earlier_export(tiny_ckpt, tmp_path, capsys
     assert export([str(tiny_ckpt), str(out), "--overwrite"]) == 0
     assert (out / "model.safetensors").stat().st_ino != before  # written anew
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_resume_never_writes_through_symlinks_in_the_run(r1, tmp_path, cache, capsys):
+    """tokenizer.json and last.ckpt replaced by links to files elsewhere: the resume reads
+    through them but writes new files in their place (a rename), never into the targets."""
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    (r1 / "tokenizer.json").unlink()
+    os.symlink(victim, r1 / "tokenizer.json")
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    os.replace(r1 / "checkpoints" / "last.ckpt", elsewhere)
+    before = elsewhere.read_bytes()
+    os.symlink(elsewhere, r1 / "checkpoints" / "last.ckpt")
+    args = fit_args(r1, cache, "--ckpt_path", "last", "--trainer.max_steps", "5")
+    code, err = train_main(args, capsys)
+    assert code == 0, err
+    assert victim.read_text() == "precious" and elsewhere.read_bytes() == before
+    assert not (r1 / "checkpoints" / "last.ckpt").is_symlink()
+    assert _step(r1 / "checkpoints" / "last.ckpt") == 5

@@ -106,3 +106,26 @@ def test_the_cache_sees_an_edit_that_keeps_size_and_mtime(tmp_path, tiny_sentenc
     fresh.setup("fit")
     assert list(dm.splits["train"].ids) == list(fresh.splits["train"].ids) != before
     assert len(list((tmp_path / "cache").glob("data-*"))) == 2  # a second cache, not the old one
+
+
+def test_a_tampered_modules_json_runs_nothing_without_trust_remote_code(exported, tmp_path):
+    """docs/sharing.md: `trust_remote_code=True` trusts the folder (a modules.json naming
+    evil.Evil runs evil.py from it); without the flag sentence-transformers refuses it, and
+    vat's to_sentence_transformer builds the model from the installed class, reading only
+    config.json, tokenizer.json and model.safetensors."""
+    from sentence_transformers import SentenceTransformer
+
+    from vat.integrations.sentence_transformers import to_sentence_transformer
+
+    folder = _copy(exported, tmp_path)
+    marker = tmp_path / "ran"
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Evil: pass\n")
+    modules = json.loads((folder / hub.ST_MODULES_NAME).read_text())
+    modules[0]["type"] = "evil.Evil"
+    (folder / hub.ST_MODULES_NAME).write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        SentenceTransformer(str(folder))
+    st = to_sentence_transformer(folder)
+    emb = st.encode(["a sentence", "another one"])
+    assert emb.shape == (2, vat.load(str(folder)).loaded.model.config.d_model)
+    assert not marker.exists()

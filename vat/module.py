@@ -332,8 +332,11 @@ class VATSystem(L.LightningModule):
     @rank_zero_only
     def _save_tokenizer(self, log_dir: str | None) -> None:
         if log_dir and self.tokenizer is not None:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            self.tokenizer.save(Path(log_dir) / "tokenizer.json")
+            from vat.io import atomic_write
+
+            # atomically (temp file + rename): never written through a symlink (issue 20)
+            text = self.tokenizer.tokenizer.to_str(pretty=True)
+            atomic_write(Path(log_dir) / "tokenizer.json", lambda f: f.write(text))
 
     def on_validation_epoch_start(self) -> None:
         self._val_batches = 0
