@@ -52,6 +52,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"checkpoint {p} does not exist")
     if p.is_dir():
         raise CheckpointError(f"checkpoint {p} is a directory, expected a .ckpt file")
+    from vat.input_checks import regular_file
+
+    regular_file(p, "checkpoint")  # a FIFO would block torch.load, /dev/zero fill memory
     try:
         ckpt = torch.load(p, map_location=map_location, weights_only=True)
     except (

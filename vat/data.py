@@ -44,6 +44,7 @@ from vat.data_cache import (
 from vat.data_options import validate_data_options
 from vat.errors import VatError
 from vat.file_digest import file_digest
+from vat.input_checks import regular_file
 from vat.sampler import BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
@@ -245,6 +246,7 @@ class VATDataModule(L.LightningDataModule):
     def _load_or_train_tokenizer(self) -> VATTokenizer:
         h = self.hparams
         if h.tokenizer_path:
+            regular_file(h.tokenizer_path, "data.tokenizer_path")  # not a FIFO or a device
             try:
                 tok = VATTokenizer.from_file(h.tokenizer_path)
             except ValueError as e:

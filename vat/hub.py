@@ -245,6 +245,10 @@ def from_pretrained(
     """Model (eval mode), tokenizer and metadata from a pretrained folder or a Hub repo id."""
     folder = resolve(path_or_repo_id, revision=revision, token=token, cache_dir=cache_dir)
     config = read_config(folder)
+    if (folder / TOKENIZER_NAME).exists() or (folder / TOKENIZER_NAME).is_symlink():
+        from vat.input_checks import regular_file
+
+        regular_file(folder / TOKENIZER_NAME, "model folder file")
     try:
         model_config = VATConfig.from_dict(config["model_config"])
         tokenizer = VATTokenizer.from_file(folder / TOKENIZER_NAME)
@@ -257,6 +261,10 @@ def from_pretrained(
         )
     prior_std, hist = _check_folder_metadata(folder, config)
     model = VAT(model_config)
+    if (folder / WEIGHTS_NAME).exists():
+        from vat.input_checks import regular_file
+
+        regular_file(folder / WEIGHTS_NAME, "model folder file")
     _load_weights(model, folder / WEIGHTS_NAME)
     # the same checks as a .ckpt (vat.checkpoint.check_finite): NaN/inf weights are refused
     check_finite(folder / WEIGHTS_NAME, model.state_dict())
@@ -282,6 +290,10 @@ def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float,
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     """config.json of a pretrained folder, checked for format and version."""
     path = Path(folder) / CONFIG_NAME
+    if path.exists() or path.is_symlink():
+        from vat.input_checks import regular_file
+
+        regular_file(path, "model folder file")  # a FIFO in a tampered folder would hang
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

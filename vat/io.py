@@ -105,7 +105,9 @@ def atomic_write(
     naming `path`; any error or interrupt (KeyboardInterrupt too) removes the temp file and
     leaves an existing `path` untouched.
     """
-    path = Path(path)
+    from vat.input_checks import writable_target  # local: input_checks imports vat.errors
+
+    path = writable_target(path, "cannot write: output")  # never a folder, FIFO or device
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

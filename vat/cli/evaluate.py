@@ -23,6 +23,7 @@ from pathlib import Path
 from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
 from vat.eval.tasks import ALL_TASKS, TASK_GROUPS, expand_tasks
+from vat.input_checks import writable_target
 from vat.io import write_json_atomic
 from vat.probes import SENTEVAL_ENV, default_senteval_dir
 from vat.runtime import resolve_device
@@ -139,6 +140,7 @@ def _check_output(
     out = Path(path)
     if out.is_dir():
         raise VatError(f"{option} {out} is a directory; expected a {kind} file path")
+    writable_target(out, option)  # not a FIFO, a device or a symlink loop
     if out.exists() and not overwrite:
         raise VatError(f"{option} {out} already exists; pass --overwrite to replace it")
     parent = out.parent if str(out.parent) else Path(".")
@@ -297,6 +299,13 @@ def _main(argv: Sequence[str] | None) -> int:
         raise VatError("--finetune needs --ckpt (it trains the vat encoder)")
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
+    from vat.budget import check_count, check_non_negative_finite
+
+    if not 0 <= args.seed < 2**32:  # numpy's seeds
+        raise VatError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
+    check_count(args.nhid, "--nhid")
+    check_count(args.epochs, "--epochs")
+    check_non_negative_finite(args.lr, "--lr", positive=True)
     tasks = expand_tasks(args.tasks)
     out = _check_output(args.output, args.overwrite)
     plot = _check_output(args.plot, args.overwrite, "--plot", ".png")

@@ -26,6 +26,7 @@ from vat.cli.generate_runners import RUNNERS
 from vat.decoding import DecodeOptions, Strategy
 from vat.errors import VatError, run_cli
 from vat.generate import TruncationWarning, VATGenerator
+from vat.input_checks import writable_target
 from vat.io import atomic_write
 from vat.runtime import resolve_device
 
@@ -209,6 +210,23 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
     )
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """Counts and scales checked before the checkpoint loads (issue 20: --long-over 0 failed
+    only after every line was decoded)."""
+    from vat.budget import check_count, check_non_negative_finite
+
+    for opt in ("num_samples", "limit", "long_over", "length", "beam", "max_len"):
+        value = getattr(args, opt, None)
+        if value is not None:
+            check_count(value, "--" + opt.replace("_", "-"))
+    if getattr(args, "tau", None) is not None:
+        check_non_negative_finite(args.tau, "--tau")
+    if getattr(args, "prior_std", None) is not None:
+        check_non_negative_finite(args.prior_std, "--prior-std", positive=True)
+    if args.top_k < 0:
+        raise VatError(f"--top-k must be >= 0, got {args.top_k}")
+
+
 def _one_line_warning(
     message: Warning | str,
     category: type[Warning],
@@ -224,9 +242,12 @@ def _main(argv: Sequence[str]) -> int:
     check_utf8_arguments(argv)
     args = _parser().parse_args(argv)
     opts = _options(args)
+    _check_counts(args)
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
     output = Path(args.output) if args.output is not None else None
+    if output is not None and not output.is_dir():
+        writable_target(output, "--output")  # not a FIFO, a device or a symlink loop
     if output is not None and output.is_dir():
         raise VatError(f"--output {output} is a directory, expected a file path")
     if output is not None and output.exists() and not args.overwrite:

@@ -22,6 +22,7 @@ from pathlib import Path
 from vat.cli.common import Parser, add_common, show_progress
 from vat.errors import VatError, run_cli
 from vat.geometry import METRICS, GeometryReport, geometry_report
+from vat.input_checks import writable_target
 from vat.io import write_json_atomic
 from vat.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
 from vat.runtime import resolve_device
@@ -95,13 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.device = resolve_device(args.device)
-    output = Path(args.output)
+    output = writable_target(args.output, "--output")  # not a FIFO, a device or a loop
     if output.exists() and not args.overwrite:
         raise VatError(f"--output {output} exists; pass --overwrite to replace it")
     if output.is_dir():
         raise VatError(f"--output {output} is a directory, expected a JSON file path")
     if args.layer is not None and args.hf_model is None:
         raise VatError("--layer applies to --hf-model only (a vat checkpoint has one latent layer)")
+    if args.top_types < 0:
+        raise VatError(f"--top-types must be >= 0 (0: no list), got {args.top_types}")
     for name in ("min_count", "batch_size", "max_sentences"):
         value = getattr(args, name)
         if value is not None and value < (2 if name == "min_count" else 1):

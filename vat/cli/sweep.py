@@ -10,6 +10,18 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     from vat.cli.config import resolve_config_args
+    from vat.errors import VatError, run_cli
     from vat.experiments.sweep import main as sweep_main
 
-    return int(sweep_main(None if argv is None else resolve_config_args(argv)) or 0)
+    failed: list[VatError] = []  # a -c that is a FIFO, a device, a folder or a symlink loop
+    try:
+        resolved = None if argv is None else resolve_config_args(argv)
+    except VatError as e:
+        failed.append(e)
+    if failed:
+
+        def fail(_: list[str]) -> None:
+            raise failed[0]
+
+        return run_cli(fail, list(argv or []))
+    return int(sweep_main(resolved) or 0)

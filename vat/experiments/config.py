@@ -72,6 +72,10 @@ class SweepConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
         p = Path(path)
+        if p.exists() or p.is_symlink():
+            from vat.input_checks import regular_file
+
+            regular_file(p, "sweep config")  # not a folder, a FIFO, a device or a loop
         if not p.is_file():
             raise VatError(f"sweep config {p} does not exist")
         try:

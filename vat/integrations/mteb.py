@@ -124,6 +124,8 @@ def _main(argv: Sequence[str] | None) -> int:
     from mteb.cache import ResultCache
 
     args = _parser().parse_args(argv)
+    if args.batch_size < 1:
+        raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
     encoder = VATMTEBEncoder(
         args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
     )
