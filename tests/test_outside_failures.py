@@ -45,3 +45,28 @@ def test_a_missing_cxx_compiler_is_one_line_with_the_way_out(no_compiler_error, 
 
 def test_other_errors_are_not_taken_for_a_missing_compiler():
     assert missing_compiler(RuntimeError("CUDA out of memory")) is None
+
+
+@pytest.mark.slow
+def test_a_dead_ddp_peer_is_one_line_and_the_run_can_resume(tmp_path):
+    """2-process CPU DDP (gloo); rank 1 is SIGKILLed at step 2. Rank 0's next collective
+    fails: before, a raw gloo traceback ("Connection reset by peer") and exit 1."""
+    from helpers import DDP_TWO_CPU, fit_args, train_subprocess
+
+    run = tmp_path / "run"
+    kill = [
+        "--trainer.callbacks+=crash_callbacks.KillRankAtStep",
+        "--trainer.callbacks.rank",
+        "1",
+        "--trainer.callbacks.step",
+        "2",
+    ]
+    args = fit_args(run, tmp_path / "cache", *DDP_TWO_CPU, "--trainer.max_steps", "6", *kill)
+    r = train_subprocess(args, timeout=300)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1, r.stderr[-3000:]
+    assert (
+        errors[0].startswith("error: a DDP peer process died") and "--ckpt_path last" in errors[0]
+    )
+    assert "Traceback" not in r.stderr
+    assert (run / "checkpoints" / "last.ckpt").is_file()  # what the way out resumes from

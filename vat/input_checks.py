@@ -35,9 +35,9 @@ def _kind(mode: int) -> str:
 def _stat(path: Path, what: str) -> os.stat_result | None:
     try:
         return os.stat(path)
-    except FileNotFoundError:
-        return None
     except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None  # missing, or under a file: the caller's own message says so
         reason = (
             "a symbolic link loop (too many levels of symbolic links)"
             if e.errno == errno.ELOOP

@@ -224,6 +224,29 @@ def write_dirs(cfg, run_dir: Path, ckpt_dir: Path) -> dict[str, Path]:
     return dirs
 
 
+def lock_write_dirs(run_dir: Path, dirs: dict[str, Path]) -> None:
+    """Lock every folder this run writes into, each once. run_dir's lock covers what lies
+    inside it (checkpoints/); a folder elsewhere is created and locked itself, and when it
+    lies inside another run's directory (one with a manifest), that run's lock is taken too,
+    so a fresh run cannot write into the checkpoints of a run that is training now."""
+    locked: list[Path] = [run_dir]
+    lock_folder(run_dir, "--run_dir")
+    for option, d in dirs.items():
+        if d.resolve().is_relative_to(run_dir.resolve()):
+            continue
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise VatError(f"{option} {d}: cannot create the folder ({e.strerror})") from None
+        owners = [p for p in d.resolve().parents if (p / MANIFEST_NAME).is_file()][:1]
+        for folder in [d, *owners]:
+            if not any(_same(folder, x) for x in locked):
+                lock_folder(
+                    folder, option if folder == d else f"{option} (inside the run {folder})"
+                )
+                locked.append(folder)
+
+
 def _same(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
@@ -407,16 +430,7 @@ def prepare_fit(cfg) -> str:
     present = _present(run_dir)  # before this start creates anything (checkpoints/, .lock)
     if rank_zero:
         _check_writable(run_dir)
-        locked: list[Path] = []
-        for option, d in dirs.items():  # every folder this run writes into, each locked once
-            if any(_same(d, x) for x in locked):
-                continue
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise VatError(f"{option} {d}: cannot create the folder ({e.strerror})") from None
-            lock_folder(d, option)
-            locked.append(d)
+        lock_write_dirs(run_dir, dirs)
         _remove_old_trash(run_dir)
         for d in (
             run_dir,

@@ -260,9 +260,9 @@ def _run(fn, args: list[str] | None) -> int:
                 raise
             raise VatError(f"cannot write {e.filename or 'a file'}: {e.strerror}") from e
         except Exception as e:  # outside failures with a known way out (vat.outside_failures)
-            from vat.outside_failures import missing_compiler
+            from vat.outside_failures import outside_failure
 
-            one_line = missing_compiler(e)
+            one_line = outside_failure(e)
             if one_line is None:
                 raise
             raise one_line from e
