@@ -26,7 +26,7 @@ from vat.errors import VatError
 KINDS = ("fifo", "folder", "symlink loop", "device")
 PROBE = str(ASSETS / "sentences.txt")
 TINY = str(ASSETS / "tiny.yaml")
-SWEEP = str(ROOT / "configs" / "sweeps" / "free_bits.yaml")
+SWEEP = str(ROOT / "configs" / "sweeps" / "sweep.yaml")
 EVAL = ["--tasks", "STSBenchmark", "--preset", "prototyping", "--no-progress", "--device", "cpu"]
 GEN = ["--no-progress", "--device", "cpu"]
 
@@ -57,6 +57,25 @@ FILE_OPTIONS = {
         ["--ckpt", "{ckpt}", "--probe", "{bad}", "--output", "{tmp}/g.json"],
     ),
     "geometry --output": ("geometry", ["--ckpt", "{ckpt}", "--probe", PROBE, "--output", "{bad}"]),
+    "evaluate --compare": (
+        "evaluate",
+        [
+            "--ckpt",
+            "{ckpt}",
+            "--data-dir",
+            "{tmp}",
+            "--plot",
+            "{tmp}/p.png",
+            "--compare",
+            "{bad}",
+            *EVAL,
+        ],
+    ),
+    "evaluate --hf-model": ("evaluate", ["--hf-model", "{bad}", "--data-dir", "{tmp}", *EVAL]),
+    "geometry --hf-model": (
+        "geometry",
+        ["--hf-model", "{bad}", "--probe", PROBE, "--output", "{tmp}/g.json"],
+    ),
     "export CKPT": ("export", ["{bad}", "{tmp}/export"]),
     "sweep -c": ("sweep", ["-c", "{bad}"]),
     "mteb --model": ("mteb", ["--model", "{bad}", "--tasks", "STSBenchmark"]),
@@ -90,8 +109,30 @@ FILE_OPTIONS = {
 }
 # The export's output folder is a folder option: a file, FIFO or device there is refused.
 FOLDER_OPTIONS = {
+    "mteb --output": (
+        "mteb",
+        ["--model", "{ckpt}", "--output", "{bad}", "--tasks", "STSBenchmark"],
+    ),
     "export DIR": ("export", ["{ckpt}", "{bad}"]),
     "evaluate --data-dir": ("evaluate", ["--ckpt", "{ckpt}", "--data-dir", "{bad}", *EVAL]),
+    "geometry --senteval-dir": (
+        "geometry",
+        ["--ckpt", "{ckpt}", "--senteval-dir", "{bad}", "--output", "{tmp}/g.json"],
+    ),
+    "sweep --output": ("sweep", ["-c", SWEEP, "--output", "{bad}"]),
+    "train --checkpoint.dirpath": (
+        "train",
+        [
+            "-c",
+            TINY,
+            "--run_dir",
+            "{tmp}/run",
+            "--checkpoint.dirpath",
+            "{bad}",
+            "--data.cache_dir",
+            "{tmp}/cache",
+        ],
+    ),
     "train --run_dir": (
         "train",
         ["-c", TINY, "--run_dir", "{bad}", "--data.cache_dir", "{tmp}/cache"],

@@ -153,3 +153,34 @@ def test_a_resume_never_writes_through_symlinks_in_the_run(r1, tmp_path, cache, 
     assert victim.read_text() == "precious" and elsewhere.read_bytes() == before
     assert not (r1 / "checkpoints" / "last.ckpt").is_symlink()
     assert _step(r1 / "checkpoints" / "last.ckpt") == 5
+
+
+def test_the_cache_never_writes_through_symlinks(tmp_path, tiny_sentences):
+    """A damaged cached tokenizer and a damaged token cache that are symlinks to files
+    elsewhere: both are rebuilt in place of the links; the link targets stay as they were."""
+    import shutil
+
+    from vat.data import VATDataModule
+
+    train = tmp_path / "train.txt"
+    train.write_text("\n".join(tiny_sentences * 4) + "\n")
+    cache = tmp_path / "cache"
+    kw = dict(vocab_size=300, max_len=24, batch_size=4, val_fraction=0.0, progress=False)
+    VATDataModule(train_files=[str(train)], cache_dir=str(cache), **kw).setup("fit")
+    (tok,) = cache.glob("tokenizer-*.json")
+    (data,) = cache.glob("data-*")
+    victim_tok = tmp_path / "victim.json"
+    victim_tok.write_text("not a tokenizer")
+    tok.unlink()
+    os.symlink(victim_tok, tok)
+    victim_data = tmp_path / "victim-data"
+    shutil.copytree(data, victim_data)
+    (victim_data / "done.json").write_text("garbage")
+    shutil.rmtree(data)
+    os.symlink(victim_data, data)
+    before = {p.name: p.read_bytes() for p in victim_data.rglob("*") if p.is_file()}
+
+    VATDataModule(train_files=[str(train)], cache_dir=str(cache), **kw).setup("fit")
+    assert victim_tok.read_text() == "not a tokenizer" and not tok.is_symlink()
+    assert {p.name: p.read_bytes() for p in victim_data.rglob("*") if p.is_file()} == before
+    assert data.is_dir() and not data.is_symlink()

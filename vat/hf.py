@@ -97,6 +97,10 @@ def load_hf_encoder(
 ) -> HFEncoder:
     """Tokenizer and model (eval mode) from a local directory; cached for repeated calls."""
     p = Path(model_dir).expanduser()
+    if p.is_symlink() and not p.exists():
+        from vat.input_checks import folder
+
+        folder(p, "--hf-model")  # a symlink loop, named as one
     if not p.exists():
         raise VatError(f"--hf-model {p}: directory does not exist")
     if not p.is_dir():

@@ -114,6 +114,10 @@ def _main(argv: Sequence[str] | None) -> int:
             )
 
     senteval = args.senteval_dir
+    if senteval is not None:
+        from vat.input_checks import folder
+
+        folder(senteval, "--senteval-dir")
     if args.probe is None and senteval is None:
         senteval = str(default_senteval_dir())
     try:

@@ -56,7 +56,11 @@ def run_label(results: Mapping, fallback: str) -> str:
 
 def load_results(path: str | Path) -> dict:
     """A results JSON written by evaluate.py; a one-line error if it is not one."""
+    from vat.input_checks import regular_file
+
     path = Path(path)
+    if path.exists() or path.is_symlink():
+        regular_file(path, "--compare")  # a FIFO would block, /dev/zero fill memory
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -399,6 +399,10 @@ def _main(argv: Sequence[str] | None) -> int:
     cfg = SweepConfig.from_yaml(args.config)
     if args.output:
         cfg.out_dir = args.output
+    if Path(cfg.out_dir).exists() or Path(cfg.out_dir).is_symlink():
+        from vat.input_checks import folder
+
+        folder(cfg.out_dir, "--output")  # the sweep's runs are folders inside it
     if args.values is not None:
         if len(cfg.sweep) != 1:
             raise VatError(

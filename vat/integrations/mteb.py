@@ -126,6 +126,10 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if Path(args.output).exists() or Path(args.output).is_symlink():
+        from vat.input_checks import folder
+
+        folder(args.output, "--output")  # MTEB writes a folder of result files
     encoder = VATMTEBEncoder(
         args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
     )
