@@ -184,3 +184,21 @@ def test_the_cache_never_writes_through_symlinks(tmp_path, tiny_sentences):
     assert victim_tok.read_text() == "not a tokenizer" and not tok.is_symlink()
     assert {p.name: p.read_bytes() for p in victim_data.rglob("*") if p.is_file()} == before
     assert data.is_dir() and not data.is_symlink()
+
+
+def test_a_fresh_run_refuses_a_logger_folder_holding_another_runs_events(tmp_path, cache, capsys):
+    logs = tmp_path / "logs"
+    logger = [
+        "--trainer.logger=lightning.pytorch.loggers.TensorBoardLogger",
+        f"--trainer.logger.save_dir={logs}",
+        "--trainer.logger.name=",
+        "--trainer.logger.version=shared",
+    ]
+    code, err = train_main(fit_args(tmp_path / "a", cache, *logger), capsys)
+    assert code == 0, err
+    events = sorted(p.name for p in (logs / "shared").glob("events.out.tfevents.*"))
+    assert events
+    code, err = train_main(fit_args(tmp_path / "b", cache, *logger), capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: --trainer.logger (0)") and "already holds files" in err[0]
+    assert sorted(p.name for p in (logs / "shared").glob("events.out.tfevents.*")) == events

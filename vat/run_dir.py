@@ -6,7 +6,10 @@ Rules (README, "Resume" and "What happens when..."):
   `--overwrite` is given, which moves the old run's files into a trash folder inside the run
   directory (one rename each) and deletes that folder before training starts: a failure half
   way leaves an old run without its checkpoints, never a mix of two runs' files, and the
-  next start removes a left-over trash folder.
+  next start removes a left-over trash folder. Only what a vat run wrote is moved (issue
+  20): each fresh run writes RUN_DIR/.vat-run.json, naming what the folder held before it
+  began and the other folders it writes into; run-named files no manifest claims (a user's
+  own config.yaml) are refused, never moved, and so is the command's own `-c` file.
 - `--ckpt_path last` resumes from the newest of checkpoints/last.ckpt and on_exception.ckpt;
   with neither, an empty run directory starts fresh (so a requeued job can always pass it).
 - A resume may change how the run is driven (trainer.max_steps upwards, max_time, logging,
@@ -18,7 +21,10 @@ Rules (README, "Resume" and "What happens when..."):
 - Each start writes its resolved config without destroying the first: config.yaml, then
   config-resume-1.yaml, config-resume-2.yaml, ...
 - One process at a time per run directory: an flock on RUN_DIR/.lock held for the run's
-  lifetime (the kernel drops it when the process dies, so a killed run never blocks).
+  lifetime (the kernel drops it when the process dies, so a killed run never blocks), and on
+  every other folder the run writes into (a --checkpoint.dirpath elsewhere, and the run that
+  folder lies in); a folder holding another run's checkpoints or events is refused. The lock
+  file is opened with O_NOFOLLOW: never written through a symlink.
 """
 
 from __future__ import annotations
