@@ -116,3 +116,15 @@ class PoisonRankAtStep(PoisonAtStep):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank:
             super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+
+
+class KillRankAtStep(L.Callback):
+    """SIGKILL the DDP process of global rank `rank` at the end of training step `step`: a
+    dead peer (an OOM kill, a lost node) while the other ranks go on to the next collective."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -118,7 +118,11 @@ def test_export_is_atomic_and_never_overwrites_by_accident(tiny_ckpt, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp folder left behind
     monkeypatch.undo()
 
-    (out / "stale.txt").write_text("from an older export")
+    (out / "stale.txt").write_text("not written by vat export")  # refused, even with overwrite
+    with pytest.raises(VatError, match="not an earlier vat export .stale.txt"):
+        export.export_checkpoint(tiny_ckpt, out, overwrite=True)
+    assert (out / "stale.txt").read_text() == "not written by vat export"
+    (out / "stale.txt").unlink()
     export.export_checkpoint(tiny_ckpt, out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

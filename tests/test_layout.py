@@ -36,11 +36,12 @@ def test_house_rules_hold():
 
 
 def test_old_import_paths_are_the_same_objects():
-    import vat
     import vat.checkpoint
     import vat.hub
     import vat.losses
     import vat.module
+
+    import vat
     from vat import geometry
     from vat.data import VATDataModule
     from vat.data.datamodule import VATDataModule as new_datamodule

@@ -220,7 +220,9 @@ def test_grid_points_names_and_arguments(tmp_path):
     assert (
         sweep_config.cli_value(True) == "true" and sweep_config.cli_value("constant") == "constant"
     )
-    assert sweep_config.cli_value(0.1 + 0.2) == "0.3"
+    # exact, never rounded (issue 20): the value passed is the value trained
+    assert float(sweep_config.cli_value(0.1 + 0.2)) == 0.1 + 0.2
+    assert sweep_config.cli_value(0.3) == "0.3" and sweep_config.cli_value(3e-11) == "3e-11"
 
 
 def test_curve_pair_prefers_the_papers_pair_for_the_prior_std():
@@ -336,3 +338,31 @@ def test_failed_parallel_run_is_reported_with_its_log(tmp_path, capsys):
     assert err[-1].startswith("error: 1 of 2 runs failed: prior_std_0.7") and "sweep.log" in err[-1]
     assert (tmp_path / "sweep" / "prior_std_0.3" / "record.json").is_file()
     assert "last.ckpt" in (tmp_path / "sweep" / "prior_std_0.7" / "sweep.log").read_text()
+
+
+def test_a_rerun_with_other_train_settings_is_refused_not_mixed(swept, tmp_path, capsys):
+    """Issue 20: changing extra_args (max_steps 4 -> 8) and rerunning did skip the finished
+    runs as "done", so one frontier mixed 4-step and 8-step runs."""
+    import shutil
+
+    out = tmp_path / "sweep"
+    shutil.copytree(swept / "sweep", out)
+    records = {p: p.read_bytes() for p in out.glob("free_bits_*/record.json")}
+    cfg = _config(
+        tmp_path,
+        out_dir=str(out),
+        extra_args=["--trainer.max_steps", "8", "--data.cache_dir", str(swept / "cache")],
+    )
+    assert sweep.main(["-c", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was trained with other settings" in err[0], err
+    assert "'8'" in err[0] and "choose another --output" in err[0]
+    assert {p: p.read_bytes() for p in out.glob("free_bits_*/record.json")} == records
+
+
+@pytest.mark.parametrize("values", [[1e-11, 2e-11], [3e-11, 0.0]])
+def test_tiny_values_are_passed_exactly_and_are_not_repeats(tmp_path, values):
+    cfg = SweepConfig.from_yaml(_config(tmp_path, sweep={KEY: values}))  # no "repeat" error
+    args = [sweep_config.point_args(p)[1] for p in cfg.points()]
+    assert [float(a) for a in args] == values  # 3e-11 trained as 0.0 when rounded
+    assert len({run_name(p) for p in cfg.points()}) == 2

@@ -30,7 +30,7 @@ class OptionError(VatError, ValueError):
 def flag(name: str) -> str:
     """The command-line flag of a Python argument: every vat command spells its options as
     the Python names in kebab case (num_samples -> --num-samples, model -> --model)."""
-    return "--" + name.replace("_", "-")
+    return name if name.startswith("-") else "--" + name.replace("_", "-")
 
 
 def cli_message(e: BaseException) -> str:
@@ -120,3 +120,24 @@ def refuse_moved_entry_point(old: str, new: str) -> None:
     with one line saying so, never 0 having done nothing."""
     sys.stderr.write(f"error: `python -m {old}` is gone; run `{new}` instead (see {new} --help)\n")
     sys.exit(2)
+
+
+def check_non_negative_finite(value: float, name: str, positive: bool = False) -> float:
+    """A finite number >= 0 (> 0 with `positive`), else an OptionError naming `name` (a
+    Python argument; a command shows its flag)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise OptionError(name, f"must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        raise OptionError(
+            name, f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}"
+        )
+    return x
+
+
+def check_count(value: int, name: str, minimum: int = 1) -> int:
+    """A whole number >= minimum (booleans and floats refused), else an OptionError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(name, f"must be a whole number >= {minimum}, got {value!r}")
+    return value

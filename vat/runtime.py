@@ -1,17 +1,20 @@
-"""Where and how a model runs outside training: the `--device auto` rule and eval mode.
+"""Where and how a model runs outside training: the `--device auto` rule, eval mode, and
+the memory a request would need against what the device has.
 
 Each is written once here; every command, the callbacks and the sweep use them.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from vat.errors import OptionError
+from vat.errors import OptionError, VatError
 
 
 def resolve_device(name: str | torch.device | None = "auto", option: str = "device") -> str:
@@ -38,3 +41,33 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
     finally:
         for m, training in modes:
             m.training = training
+
+
+# -- what the machine can hold: requests checked before allocating (issue 20) ------------------
+def device_memory(device: torch.device | str) -> int:
+    """Total memory of `device` in bytes (physical RAM for the CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return 1 << 40
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def check_allocation(nbytes: float, what: str, device: torch.device | str) -> None:
+    """Refuse a request whose tensors alone would need more than the device's memory."""
+    have = device_memory(device)
+    if not math.isfinite(nbytes) or nbytes > have:
+        raise VatError(
+            f"{what} would need about {_human(nbytes)} of memory for its latents alone, "
+            f"more than the {_human(have)} of {torch.device(device).type}; ask for fewer"
+        )

@@ -119,11 +119,14 @@ def read_text_lines(source: str, option: str = "--input") -> list[str]:
     if source == "-":
         data, name = sys.stdin.buffer.read(), "stdin"
     else:
+        from vat.io import regular_file
+
         path = Path(source)
-        if not path.exists():  # not is_file(): pipes such as <(head -500 file) are fine too
-            raise VatError(f"{option} {path}: no such file")
         if path.is_dir():
             raise VatError(f"{option} {path} is a directory, expected a text file")
+        # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
+        # (it blocks until a writer appears) or a device (/dev/zero never ends)
+        regular_file(path, option, allow_pipe=True)
         data, name = path.read_bytes(), f"{option} {path}"
     try:
         text = data.decode("utf-8")

@@ -49,6 +49,10 @@ def resolve_config_args(argv: Sequence[str]) -> list[str]:
         packaged = None if Path(value).exists() else find_config(value)
         if packaged is not None:
             out[target] = f"{flag}={packaged}" if eq else str(packaged)
+        elif Path(value).exists() or Path(value).is_symlink():
+            from vat.io import regular_file
+
+            regular_file(value, flag)  # a FIFO would block the parser, /dev/zero fill memory
     return out
 
 

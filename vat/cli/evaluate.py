@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fine-tune the vat encoder + one dense layer per classification task (--model only)",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a score says the encoder is degenerate (an undefined correlation: "
+        "constant or non-finite vectors); without it, a warning on stderr",
+    )
     p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
     p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
     add_common(p)
@@ -268,6 +274,13 @@ def _main(argv: Sequence[str] | None) -> int:
         raise VatError("--finetune needs --model (it trains the vat encoder)")
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
+    from vat.errors import check_count, check_non_negative_finite
+
+    if not 0 <= args.seed < 2**32:  # numpy's seeds
+        raise VatError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
+    check_count(args.nhid, "--nhid")
+    check_count(args.epochs, "--epochs")
+    check_non_negative_finite(args.lr, "--lr", positive=True)
     tasks = expand_tasks(args.tasks)
     out = check_output_file(args.output, args.overwrite, "--output", ".json file")
     plot = check_output_file(args.plot, args.overwrite, "--plot", ".png file")
@@ -351,6 +364,22 @@ def _main(argv: Sequence[str] | None) -> int:
         plot_comparison(runs, plot)
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
+    return _report_degenerate(results, args.strict)
+
+
+def _report_degenerate(results: dict, strict: bool) -> int:
+    """A warning per task whose correlation is undefined; exit 1 under --strict (issue 20)."""
+    from vat.eval.degenerate import degenerate_tasks, warning_lines
+
+    found = degenerate_tasks(results)
+    for line in warning_lines(found):
+        print(line, file=sys.stderr)
+    if found and strict:
+        print(
+            f"error: --strict: degenerate encoder on {', '.join(found)} (see the warnings above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -205,6 +205,23 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
     )
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """Counts and scales checked before the checkpoint loads (issue 20: --long-over 0 failed
+    only after every line was decoded)."""
+    from vat.errors import check_count, check_non_negative_finite
+
+    for opt in ("num_samples", "limit", "long_over", "length", "beam", "max_len"):
+        value = getattr(args, opt, None)
+        if value is not None:
+            check_count(value, "--" + opt.replace("_", "-"))
+    if getattr(args, "tau", None) is not None:
+        check_non_negative_finite(args.tau, "--tau")
+    if getattr(args, "prior_std", None) is not None:
+        check_non_negative_finite(args.prior_std, "--prior-std", positive=True)
+    if args.top_k < 0:
+        raise VatError(f"--top-k must be >= 0, got {args.top_k}")
+
+
 def _one_line_warning(
     message: Warning | str,
     category: type[Warning],
@@ -220,6 +237,7 @@ def _main(argv: Sequence[str]) -> int:
     check_utf8_arguments(argv)
     args = _parser().parse_args(argv)
     opts = _options(args)
+    _check_counts(args)
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
     output = check_output_file(args.output, args.overwrite, "--output", "text file")

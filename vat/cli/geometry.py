@@ -98,6 +98,8 @@ def _main(argv: Sequence[str] | None) -> int:
     output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
     if args.layer is not None and args.hf_model is None:
         raise VatError("--layer applies to --hf-model only (a vat checkpoint has one latent layer)")
+    if args.top_types < 0:
+        raise VatError(f"--top-types must be >= 0 (0: no list), got {args.top_types}")
     for name in ("min_count", "batch_size", "max_sentences"):
         value = getattr(args, name)
         if value is not None and value < (2 if name == "min_count" else 1):
@@ -111,6 +113,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
         resolve_model(args.model)
     senteval = args.senteval_dir
+    if senteval is not None:
+        from vat.io import folder
+
+        folder(senteval, "--senteval-dir")
     if args.probe is None and senteval is None:
         senteval = str(default_senteval_dir())
     try:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from vat.cli.common import Parser, add_model_option
 from vat.errors import VatError, run_cli
+from vat.io import folder
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +44,10 @@ def _main(argv: Sequence[str] | None) -> int:
     from vat.integrations.mteb import VATMTEBEncoder, english_sts_tasks
 
     args = _parser().parse_args(argv)
+    if args.batch_size < 1:
+        raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if Path(args.output).exists() or Path(args.output).is_symlink():
+        folder(args.output, "--output")  # MTEB writes a folder of result files
     if args.tasks:  # task names are checked before the model loads
         try:
             tasks = list(

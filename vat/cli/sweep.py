@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -16,6 +17,7 @@ from vat.cli.config import resolve_config_args
 from vat.errors import VatError, run_cli
 from vat.experiments.config import SweepConfig
 from vat.experiments.sweep import Runner, run_sweep
+from vat.io import folder
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -70,6 +72,8 @@ def _main(argv: Sequence[str] | None) -> int:
     cfg = SweepConfig.from_yaml(args.config)
     if args.output:
         cfg.out_dir = args.output
+    if Path(cfg.out_dir).exists() or Path(cfg.out_dir).is_symlink():
+        folder(cfg.out_dir, "--output")  # the sweep's runs are folders inside it
     if args.values is not None:
         if len(cfg.sweep) != 1:
             raise VatError(
@@ -103,8 +107,11 @@ def _runner() -> Runner:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat sweep`: 0 on success, 2 on a user error. Only `-c NAME` is resolved first, so that
-    a packaged config (`vat config`) works by name."""
-    if argv is not None:
-        argv = resolve_config_args(list(argv))
-    return run_cli(_main, argv)
+    """`vat sweep`: 0 on success, 2 on a user error. `-c NAME` is resolved first, so that a
+    packaged config (`vat config`) works by name; a -c that is a FIFO, a device, a folder or a
+    symlink loop is a one-line error too."""
+
+    def run(args: Sequence[str] | None) -> int:
+        return _main(None if args is None else resolve_config_args(list(args)))
+
+    return run_cli(run, argv)

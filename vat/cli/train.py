@@ -242,6 +242,13 @@ def _run(fn, args: list[str] | None) -> int:
             if isinstance(e, VatError) or e.errno not in _DISK_FULL:
                 raise
             raise VatError(f"cannot write {e.filename or 'a file'}: {e.strerror}") from e
+        except Exception as e:  # outside failures with a known way out (vat.train.outside_failures)
+            from vat.train.outside_failures import outside_failure
+
+            one_line = outside_failure(e)
+            if one_line is None:
+                raise
+            raise one_line from e
         finally:
             rd.release_locks()
         return 0
@@ -260,6 +267,10 @@ def prepare_data(args: list[str]) -> int:
     return _run(lambda a: _build_cli(a, run=False).datamodule.prepare_data(), args)
 
 
+def _raise(e: BaseException) -> None:
+    raise e
+
+
 def vat_train(argv: list[str]) -> int:
     """`vat train ARGS` = `python train.py fit ARGS` (`vat train validate|test ...` also work).
 
@@ -269,7 +280,13 @@ def vat_train(argv: list[str]) -> int:
     """
     from vat.cli.config import resolve_config_args
 
-    args = resolve_config_args(argv)
+    failed: list[VatError] = []  # a -c that is a FIFO, a device, a folder or a symlink loop
+    try:
+        args = resolve_config_args(argv)
+    except VatError as e:
+        failed.append(e)
+    if failed:
+        return run_cli(lambda _: _raise(failed[0]), argv)
     extra = []
     if "--no-progress" in args or "--quiet" in args:
         extra += ["--trainer.enable_progress_bar=false", "--data.progress=false"]

@@ -20,6 +20,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.errors import VatError
+from vat.io import regular_file
 
 CHUNK_BYTES = 1 << 20  # read ~1 MB of text at a time (~10,000 sentences)
 HUB_CHUNK = 10_000  # rows of a `datasets` table per chunk
@@ -40,9 +41,9 @@ def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
                     f"{option}: {p} is a directory, expected a text file "
                     "(one sentence per line, plain or .gz)"
                 )
-            if not p.is_file():
+            if not p.exists() and not p.is_symlink():
                 raise VatError(f"{option}: file {p} does not exist")
-            files.append(p)
+            files.append(regular_file(p, option))  # not a FIFO, a device or a symlink loop
     return files
 
 

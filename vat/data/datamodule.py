@@ -34,6 +34,7 @@ from vat.data.corpus import (  # noqa: F401 (read_lines, expand_files: public AP
     read_lines,
     split_held_out,
 )
+from vat.data.file_digest import file_digest
 from vat.data.options import validate_data_options
 from vat.data.sampler import PAD_MULTIPLE, BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
@@ -49,6 +50,7 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     write_token_cache,
 )
 from vat.errors import VatError
+from vat.io import regular_file
 from vat.tokenizer import VATTokenizer
 
 
@@ -156,7 +158,8 @@ class VATDataModule(L.LightningDataModule):
         return out
 
     def _source_key(self) -> str:
-        """Identifies the raw data: file paths, sizes and mtimes, or the hub dataset."""
+        """Identifies the raw data: file paths and a digest of their bytes (an edit that keeps
+        size and mtime is still seen), or the hub dataset."""
         h = self.hparams
         if h.hf_dataset:
             desc: object = [
@@ -169,7 +172,7 @@ class VATDataModule(L.LightningDataModule):
             ]
         else:
             desc = {
-                k: [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in v]
+                k: [(str(p.resolve()), p.stat().st_size, file_digest(p)) for p in v]
                 for k, v in self._source_files().items()
             }
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
@@ -240,6 +243,7 @@ class VATDataModule(L.LightningDataModule):
     def _load_or_train_tokenizer(self) -> VATTokenizer:
         h = self.hparams
         if h.tokenizer_path:
+            regular_file(h.tokenizer_path, "data.tokenizer_path")  # not a FIFO or a device
             try:
                 tok = VATTokenizer.from_file(h.tokenizer_path)
             except ValueError as e:

@@ -16,6 +16,9 @@ import numpy as np
 import torch
 
 from vat.errors import VatError
+from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
+from vat.features import sentence_features
+from vat.share.resolve import load_model
 
 Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
@@ -35,8 +38,6 @@ def vat_encoder(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}"
         )
-    from vat.features import sentence_features
-    from vat.share.resolve import load_model
 
     loaded = load_model(ckpt, device)
 
@@ -74,7 +75,24 @@ def callable_encoder(spec: str) -> Encoder:
     fn = getattr(module, func, None)
     if not callable(fn):
         raise VatError(f"--encoder: {path} has no function {func!r}")
-    return fn
+    return _one_line_failures(fn, spec)
+
+
+def _one_line_failures(fn: Encoder, spec: str) -> Encoder:
+    """The user's function, whose exceptions become one line naming it (issue 20); under
+    `--debug` the traceback shows the original exception as the cause."""
+
+    def encode(sentences):
+        try:
+            return fn(sentences)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise VatError(
+                f"--encoder {spec} raised {type(e).__name__}: {first} (an error in that "
+                f"function, not in vat; --debug shows its traceback)"
+            ) from e
+
+    return encode
 
 
 def hf_encoder(
@@ -89,7 +107,6 @@ def hf_encoder(
         raise VatError(
             f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
         )
-    from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 
     load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
 

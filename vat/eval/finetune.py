@@ -26,6 +26,9 @@ from tqdm.auto import tqdm
 from vat.errors import VatError
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import expand_tasks, load_task
+from vat.features import POOLINGS, pool
+from vat.share.resolve import load_model
+from vat.tokenizer import EOS_ID, make_batch
 
 FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
 
@@ -50,7 +53,6 @@ def _split_ids(n: int, fractions: tuple[float, ...], seed: int) -> list[np.ndarr
 
 def _examples(split: Pairs | Singles, tokenizer, max_len: int) -> list[list[int]]:
     """Subword ids per example; a pair is A </s> B (truncated to the model's max_len)."""
-    from vat.tokenizer import EOS_ID
 
     if isinstance(split, Pairs):
         a, b = tokenizer.encode_batch(split.a), tokenizer.encode_batch(split.b)
@@ -97,8 +99,6 @@ class _Classifier(torch.nn.Module):
         self.head = torch.nn.Linear(model.config.d_model, nclasses)
 
     def forward(self, ids: list[list[int]]) -> torch.Tensor:
-        from vat.features import pool
-        from vat.tokenizer import make_batch
 
         device = self.head.weight.device
         src = make_batch(ids)["src"].to(device)  # (B, T)
@@ -119,8 +119,6 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 
 def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) -> dict:
     """Fine-tune on one task; {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
-    from vat.features import POOLINGS
-    from vat.share.resolve import load_model
 
     if settings.pooling not in POOLINGS:
         raise VatError(

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from vat.errors import VatError
+from vat.io import folder
 from vat.runtime import resolve_device
 
 HFPooling = Literal["mean", "cls"]
@@ -97,6 +98,8 @@ def load_hf_encoder(
 ) -> HFEncoder:
     """Tokenizer and model (eval mode) from a local directory; cached for repeated calls."""
     p = Path(model_dir).expanduser()
+    if p.is_symlink() and not p.exists():
+        folder(p, "--hf-model")  # a symlink loop, named as one
     if not p.exists():
         raise VatError(f"--hf-model {p}: directory does not exist")
     if not p.is_dir():

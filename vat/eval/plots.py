@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from vat.errors import VatError
+from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import ALL_TASKS
-from vat.io import figure_class, save_png
+from vat.io import figure_class, regular_file, save_png
 
 SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment": "SICK-E"}
 
@@ -26,7 +27,6 @@ SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment":
 def headline_scores(results: Mapping) -> dict[str, float]:
     """{task: score in percent} of one results dict (SentEval layout), in task order;
     tasks without a finite score are left out (the rule: `vat.eval.scores`)."""
-    from vat.eval.scores import task_scores
 
     return {task: s["value"] for task, s in task_scores(results).items()}
 
@@ -42,7 +42,10 @@ def run_label(results: Mapping, fallback: str) -> str:
 
 def load_results(path: str | Path) -> dict:
     """A results JSON written by evaluate.py; a one-line error if it is not one."""
+
     path = Path(path)
+    if path.exists() or path.is_symlink():
+        regular_file(path, "--compare")  # a FIFO would block, /dev/zero fill memory
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

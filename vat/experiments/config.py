@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from vat.errors import VatError
+from vat.io import regular_file
 
 Point = dict[str, Any]
 """One run of a sweep: {dotted key: value}, in the order the keys are declared."""
@@ -72,6 +73,8 @@ class SweepConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
         p = Path(path)
+        if p.exists() or p.is_symlink():
+            regular_file(p, "sweep config")  # not a folder, a FIFO, a device or a loop
         if not p.is_file():
             raise VatError(f"sweep config {p} does not exist")
         try:
@@ -185,8 +188,8 @@ def cli_value(value: Any) -> str:
     """A value as train.py's command line takes it: 0.05, 1, true, null, constant."""
     if isinstance(value, str):
         return value
-    if isinstance(value, float):
-        value = round(value, 10)  # 0.1 + 0.2 style noise does not name a different run
+    # floats exactly (shortest round-trip repr): 3e-11 stays 3e-11 (issue 20: rounding to 10
+    # decimals trained it as 0.0 and called [1e-11, 2e-11] a repeat)
     return json.dumps(value)
 
 

@@ -27,10 +27,12 @@ Record = dict[str, Any]
 
 
 def table_columns(records: Sequence[Record]) -> list[str]:
-    """CSV columns: every record key except the curves, in first-seen order."""
+    """CSV columns: every record key except the curves and the recorded settings, in
+    first-seen order."""
+    skip = ("curves", "train_settings", "measure_settings")
     cols: list[str] = []
     for r in records:
-        cols += [k for k in r if k != "curves" and k not in cols]
+        cols += [k for k in r if k not in skip and k not in cols]
     return cols
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from vat.data.file_digest import file_digest
 from vat.errors import VatError
 from vat.eval.tasks.registry import load_task
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
@@ -116,7 +117,69 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
         raise VatError(
             f"training {name} wrote no checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}"
         )
-    (run_dir / TRAINED_MARKER).write_text("")
+    write_json_atomic(run_dir / TRAINED_MARKER, {"train_settings": train_settings(cfg, point)})
+
+
+def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
+    """What defines a point's trained model: the train config's bytes and every argument
+    train.py gets (extra_args and the point's values, exactly as passed)."""
+    return {
+        "train_config_digest": file_digest(cfg.train_config),
+        "train_args": [*cfg.extra_args, *point_args(point)],
+    }
+
+
+def measure_settings(cfg: SweepConfig) -> dict[str, Any]:
+    """What defines a run's measurements (a change re-measures, it does not retrain)."""
+    return {
+        k: getattr(cfg, k)
+        for k in (
+            "probe",
+            "probe_max_sentences",
+            "min_count",
+            "senteval_dir",
+            "sts_tasks",
+            "bleu_file",
+            "bleu_lines",
+        )
+    }
+
+
+def _recorded_train_settings(run_dir: Path) -> dict[str, Any] | None:
+    """The train settings a finished run recorded (record.json or the .trained marker);
+    {} for a run of an older vat that recorded none; None when the run is not finished."""
+    for path in (run_dir / "record.json", run_dir / TRAINED_MARKER):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8").strip()
+            try:
+                found = json.loads(text) if text else {}
+            except json.JSONDecodeError:
+                found = {}
+            got = found.get("train_settings") if isinstance(found, dict) else None
+            return got if isinstance(got, dict) else {}
+    return None
+
+
+def check_not_stale(cfg: SweepConfig, points: Sequence[Point]) -> None:
+    """A finished run counts as done only if it was trained with this sweep's settings: one
+    frontier never mixes, say, 4-step and 8-step runs (issue 20)."""
+    for point in points:
+        run_dir = Path(cfg.out_dir) / run_name(point)
+        then = _recorded_train_settings(run_dir)
+        now = train_settings(cfg, point)
+        if then is None or then == now:
+            continue
+        if not then:
+            why = "it records no settings (an older vat trained it)"
+        elif then.get("train_config_digest") != now["train_config_digest"]:
+            why = f"{cfg.train_config} has changed since"
+        else:
+            why = f"train arguments {then.get('train_args')} then, {now['train_args']} now"
+        raise VatError(
+            f"sweep run {run_name(point)} in {run_dir} was trained with other settings ({why}); "
+            f"a frontier must not mix them: choose another --output, or remove that run folder "
+            f"to train it again"
+        )
 
 
 def _check_sts_data(cfg: SweepConfig) -> None:
@@ -155,7 +218,8 @@ def run_sweep(
                 f"(points: {', '.join(run_name(p) for p in points)})"
             )
         points = [p for p in points if run_name(p) in only]
-    pending = [p for p in points if not (out / run_name(p) / "record.json").is_file()]
+    check_not_stale(cfg, points)
+    pending = [p for p in points if not _measured(cfg, out / run_name(p))]
     untrained = [p for p in pending if not (out / run_name(p) / TRAINED_MARKER).exists()]
     for p in untrained:
         check_point(runner, cfg, p)
@@ -170,7 +234,7 @@ def run_sweep(
     for point in tqdm(points, desc="sweep", unit="run", disable=not progress, file=sys.stderr):
         name, run_dir = run_name(point), out / run_name(point)
         rec_path = run_dir / "record.json"
-        if rec_path.is_file():
+        if _measured(cfg, run_dir):
             log(f"{name}: done, skipping ({rec_path})")
             records.append(_load_json(rec_path))
             continue
@@ -178,6 +242,8 @@ def run_sweep(
         train_run(runner, cfg, point, run_dir)
         log(f"{name}: measuring")
         record = measure_run(cfg, point, run_dir)
+        record["train_settings"] = train_settings(cfg, point)
+        record["measure_settings"] = measure_settings(cfg)
         write_json_atomic(rec_path, record)
         records.append(record)
     if summary:
@@ -268,6 +334,19 @@ def run_parallel(
             f"{len(failed)} of {len(points)} runs failed: {names}; "
             "rerun the same command to resume them"
         )
+
+
+def _measured(cfg: SweepConfig, run_dir: Path) -> bool:
+    """record.json exists and was measured with this sweep's measurement settings."""
+    path = run_dir / "record.json"
+    if not path.is_file():
+        return False
+    rec = _load_json(path)
+    return isinstance(rec, dict) and rec.get("measure_settings") == _plain(measure_settings(cfg))
+
+
+def _plain(x: Any) -> Any:
+    return json.loads(json.dumps(x))
 
 
 def _load_json(path: Path) -> dict[str, Any]:

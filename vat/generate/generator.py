@@ -10,6 +10,7 @@ The command line is `vat generate` (vat/cli/generate.py).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vat.errors import OptionError, VatError
+from vat.errors import OptionError, VatError, check_count, check_non_negative_finite
 from vat.features import iter_encoded_ids, length_sorted_batches
 from vat.generate.decoding import GREEDY, DecodeOptions, Hypothesis, decode_latents
 from vat.generate.latents import (
@@ -30,7 +31,7 @@ from vat.generate.latents import (
     prior_latents,
     sample_lengths,
 )
-from vat.runtime import eval_mode
+from vat.runtime import check_allocation, eval_mode
 from vat.share.checkpoint import CheckpointError, LoadedVAT
 from vat.share.resolve import load_model
 from vat.tokenizer import VATTokenizer
@@ -186,6 +187,11 @@ class VATGenerator:
         self, zs: Sequence[torch.Tensor], options: DecodeOptions = GREEDY, seed: int | None = None
     ) -> list[list[Hypothesis]]:
         """Decode latent sequences zs[i] (T_i, d), batched; hypotheses per item, best first."""
+        vocab = self.model.config.vocab_size
+        if options.beam_size > vocab:  # a wider beam only repeats hypotheses, at beam x cost
+            raise VatError(
+                f"--beam {options.beam_size} is more than the model's vocabulary ({vocab} tokens)"
+            )
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -249,8 +255,12 @@ class VATGenerator:
         """n variational samples per sentence: z_t = mu_t + tau * sigma_t * eps for every token
         (Table 1), or only at subword `positions` (0-based; position n_i is the </s> latent)
         with z_t = mu_t elsewhere (Table 2, `resample_token`)."""
-        if n < 1:
-            raise OptionError("num_samples", f"must be at least 1, got {n}")
+        check_count(n, "num_samples")
+        check_non_negative_finite(tau, "tau")
+        cfg = self.model.config  # every latent is (T <= max_len, d) float32
+        check_allocation(
+            4.0 * n * len(sentences) * cfg.max_len * cfg.d_model, "num_samples", self.device
+        )
         posts = self.posteriors(sentences, labels)
         generator = (
             torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
@@ -300,6 +310,9 @@ class VATGenerator:
     ) -> list[str]:
         """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of the two sentences' token means for
         each alpha; see `interpolate_latents` for how unequal lengths are padded."""
+        for x in alphas:
+            if not math.isfinite(float(x)):
+                raise VatError(f"--alphas must be finite numbers, got {list(alphas)!r}")
         (mu_a, _), (mu_b, _) = self.posteriors([a, b], labels)
         return self._best_texts(interpolate_latents(mu_a, mu_b, alphas, method), options, None)
 
@@ -314,8 +327,11 @@ class VATGenerator:
         """n decodings of z ~ N(0, s^2 I) (s = the checkpoint's prior_std unless given), with
         latent lengths T drawn from the training length histogram unless `length` fixes T.
         Returns (T, text) pairs."""
-        if n < 1:
-            raise OptionError("num_samples", f"must be at least 1, got {n}")
+        check_count(n, "num_samples")
+        if prior_std is not None:
+            check_non_negative_finite(prior_std, "prior_std", positive=True)
+        cfg = self.model.config
+        check_allocation(4.0 * n * cfg.max_len * cfg.d_model, "num_samples", self.device)
         if length is not None and not 1 <= length <= self.max_len:
             raise OptionError(
                 "length", f"must be in 1..{self.max_len} (the model's max_len), got {length}"

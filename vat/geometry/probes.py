@@ -12,6 +12,8 @@ import errno
 import os
 from pathlib import Path
 
+from vat.io import regular_file
+
 STS12_DIR = ("STS", "STS12-en-test")
 """Where SentEval's downstream layout keeps STS12 (STS.input.*.txt: two sentences a line)."""
 
@@ -66,6 +68,8 @@ def load_probe_sentences(
     if (probe_file is None) == (senteval_dir is None):
         raise ValueError("give exactly one of a probe file or a SentEval folder")
     if probe_file is not None:
+        if Path(probe_file).exists() or Path(probe_file).is_symlink():
+            regular_file(probe_file, "--probe")  # not a folder, a FIFO, a device or a loop
         sentences = read_sentences(probe_file)
     else:
         sentences = [s for f in sts12_files(senteval_dir) for s in read_sentences(f)]

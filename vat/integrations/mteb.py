@@ -25,6 +25,8 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from vat.api import load
 from vat.errors import VatError
+from vat.share.hub import CONFIG_NAME, WEIGHTS_NAME, read_config, resolve
+from vat.share.resolve import resolve_model
 
 
 class VATMTEBEncoder(AbsEncoder):
@@ -87,8 +89,6 @@ def model_meta(model: str | Path, name: str | None = None) -> ModelMeta:
     """The mteb ModelMeta of a vat folder (or Hub id), read from its config.json and the
     weights' header (nothing is loaded), with VATMTEBEncoder as its loader: so
     `meta.load_model()` and, once registered, `mteb.get_model(name)` load it."""
-    from vat.share.hub import CONFIG_NAME, WEIGHTS_NAME, read_config, resolve
-    from vat.share.resolve import resolve_model
 
     source = resolve_model(model)
     if source.kind == "checkpoint":

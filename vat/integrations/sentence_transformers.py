@@ -7,8 +7,10 @@ one module is `VATSentenceEncoder` below, so with vat installed
     st = SentenceTransformer("exported_dir", trust_remote_code=True)
 
 works. sentence-transformers >= 6 imports a module class outside its own namespace only with
-`trust_remote_code=True` (the class is vat's installed code; nothing is fetched from the
-folder). Without that flag, `to_sentence_transformer(path)` builds the same model directly.
+`trust_remote_code=True`, and that flag trusts the folder: a tampered modules.json can name
+a `file.Class` whose file.py in the folder then runs (docs/sharing.md). For folders you did
+not write, `to_sentence_transformer(path)` builds the same model from the installed class
+and reads no modules.json.
 Embeddings are `vat.load(path).encode(...)`'s: pooled token means mu (`vat.features.pool`).
 """
 

@@ -21,6 +21,10 @@ import importlib.util
 import sys
 from typing import Any
 
+from vat.features import sentence_features
+from vat.model import VAT, VATConfig
+from vat.share.hub import from_pretrained, read_config, resolve
+
 MODEL_TYPE = "vat"
 _registered = False
 
@@ -63,7 +67,6 @@ def _classes() -> tuple[type, type]:
 
         def __init__(self, config: VATTransformersConfig, loaded: Any = None) -> None:
             super().__init__(config)
-            from vat.model import VAT, VATConfig
 
             self.vat = (
                 loaded.model
@@ -76,7 +79,6 @@ def _classes() -> tuple[type, type]:
         def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
             """Loads through vat.share.hub (safetensors, checked config); `config`, `device_map`,
             `trust_remote_code` and other transformers keywords are accepted and unused."""
-            from vat.share.hub import from_pretrained
 
             config = kwargs.get("config")
             loaded = from_pretrained(
@@ -86,8 +88,6 @@ def _classes() -> tuple[type, type]:
                 cache_dir=kwargs.get("cache_dir"),
             )
             if not isinstance(config, VATTransformersConfig):
-                from vat.share.hub import read_config, resolve
-
                 config = VATTransformersConfig(
                     **read_config(resolve(pretrained_model_name_or_path))
                 )
@@ -99,7 +99,6 @@ def _classes() -> tuple[type, type]:
 
         def encode(self, sentences: list[str], pooling: str = "mean"):
             """(N, d) sentence features, as vat.load(...).encode."""
-            from vat.features import sentence_features
 
             return sentence_features(self.vat, self.tokenizer, sentences, pooling)
 

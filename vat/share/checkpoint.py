@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from vat.errors import CheckpointError, VatError
-from vat.io import atomic_write
+from vat.io import atomic_write, regular_file
 from vat.model import VAT, VATConfig
 from vat.tokenizer import VATTokenizer
 
@@ -52,6 +52,8 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"checkpoint {p} does not exist")
     if p.is_dir():
         raise CheckpointError(f"checkpoint {p} is a directory, expected a .ckpt file")
+
+    regular_file(p, "checkpoint")  # a FIFO would block torch.load, /dev/zero fill memory
     try:
         ckpt = torch.load(p, map_location=map_location, weights_only=True)
     except (

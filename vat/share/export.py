@@ -15,7 +15,12 @@ from typing import Any
 
 import torch
 
-from vat.errors import VatError
+from vat.errors import OptionError, VatError
+from vat.eval.engine import EvalSettings, evaluate
+from vat.eval.scores import task_scores
+from vat.eval.tasks.registry import expand_tasks
+from vat.features import sentence_features
+from vat.geometry.probes import default_senteval_dir
 from vat.share.checkpoint import LoadedVAT, load_checkpoint
 from vat.share.hub import (
     CONFIG_NAME,
@@ -97,8 +102,6 @@ def export_model(
 def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
     if not evaluate:
         return []
-    from vat.errors import OptionError
-    from vat.eval.tasks.registry import expand_tasks
 
     try:
         return expand_tasks(evaluate if isinstance(evaluate, str) else ",".join(evaluate))
@@ -108,10 +111,6 @@ def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
 
 def _evaluate(loaded: LoadedVAT, tasks: list[str], data_dir) -> dict[str, dict]:
     """{task: score} of the harness on `loaded` (mean pooling, cosine protocol for STS-B)."""
-    from vat.eval.engine import EvalSettings, evaluate
-    from vat.eval.scores import task_scores
-    from vat.features import sentence_features
-    from vat.geometry.probes import default_senteval_dir
 
     def encoder(sentences: list[str]):
         return sentence_features(loaded.model, loaded.tokenizer, sentences, "mean", 128)

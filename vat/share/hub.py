@@ -17,6 +17,7 @@ safetensors and the metadata JSON.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -28,8 +29,9 @@ from typing import Any
 import torch
 
 from vat.errors import VatError
+from vat.io import regular_file
 from vat.model import VAT, VATConfig
-from vat.share.checkpoint import CheckpointError, LoadedVAT
+from vat.share.checkpoint import CheckpointError, LoadedVAT, check_finite
 from vat.share.model_card import model_card
 from vat.tokenizer import VATTokenizer
 
@@ -168,6 +170,8 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
         raise VatError(
             f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
         )
+    if out.is_dir() and any(out.iterdir()):
+        _check_earlier_export(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
@@ -190,6 +194,25 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_earlier_export(out: Path) -> None:
+    """overwrite replaces an earlier export and nothing else (issue 20): every entry of `out`
+    must be a plain file vat's export writes, and its config.json must say it is one."""
+    foreign = sorted(
+        p.name for p in out.iterdir() if p.name not in FILES or p.is_symlink() or not p.is_file()
+    )
+    try:
+        config = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
+        marked = isinstance(config, dict) and config.get("format") == "vat-pretrained"
+    except (OSError, ValueError):
+        marked = False
+    if foreign or not marked:
+        what = ", ".join(foreign[:3]) if foreign else f"no {CONFIG_NAME} written by vat export"
+        raise VatError(
+            f"output {out} is not an earlier vat export ({what}); --overwrite replaces only "
+            f"a folder vat exported, never other files: choose another folder"
+        )
 
 
 def _umask() -> int:
@@ -216,6 +239,8 @@ def from_pretrained(
     """Model (eval mode), tokenizer and metadata from a pretrained folder or a Hub repo id."""
     folder = resolve(path_or_repo_id, revision=revision, token=token, cache_dir=cache_dir)
     config = read_config(folder)
+    if (folder / TOKENIZER_NAME).exists() or (folder / TOKENIZER_NAME).is_symlink():
+        regular_file(folder / TOKENIZER_NAME, "model folder file")
     try:
         model_config = VATConfig.from_dict(config["model_config"])
         tokenizer = VATTokenizer.from_file(folder / TOKENIZER_NAME)
@@ -226,21 +251,38 @@ def from_pretrained(
             f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens but the model only "
             f"{model_config.vocab_size}"
         )
+    prior_std, hist = _check_folder_metadata(folder, config)
     model = VAT(model_config)
+    if (folder / WEIGHTS_NAME).exists():
+        regular_file(folder / WEIGHTS_NAME, "model folder file")
     _load_weights(model, folder / WEIGHTS_NAME)
+    # the same checks as a .ckpt (vat.share.checkpoint.check_finite): NaN/inf weights are refused
+    check_finite(folder / WEIGHTS_NAME, model.state_dict())
     model.to(device).eval()
-    return LoadedVAT(
-        model,
-        tokenizer,
-        float(config["prior_std"]),
-        [int(c) for c in config.get("length_histogram", [])],
-        str(path_or_repo_id),
-    )
+    return LoadedVAT(model, tokenizer, prior_std, hist, str(path_or_repo_id))
+
+
+def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float, list[int]]:
+    """prior_std a finite positive number, length_histogram a list of counts: what a
+    checkpoint's `vat` metadata must satisfy (as vat.share.checkpoint checks it), for a
+    folder."""
+    path = folder / CONFIG_NAME
+    s = config.get("prior_std")
+    if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
+        raise CheckpointError(f"{path}: 'prior_std' must be a positive number, got {s!r}")
+    hist = config.get("length_histogram", [])
+    if not isinstance(hist, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
+    ):
+        raise CheckpointError(f"{path}: 'length_histogram' must be a list of counts")
+    return float(s), list(hist)
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     """config.json of a pretrained folder, checked for format and version."""
     path = Path(folder) / CONFIG_NAME
+    if path.exists() or path.is_symlink():
+        regular_file(path, "model folder file")  # a FIFO in a tampered folder would hang
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

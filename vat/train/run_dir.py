@@ -6,7 +6,10 @@ Rules (README, "Resume" and "What happens when..."):
   `--overwrite` is given, which moves the old run's files into a trash folder inside the run
   directory (one rename each) and deletes that folder before training starts: a failure half
   way leaves an old run without its checkpoints, never a mix of two runs' files, and the
-  next start removes a left-over trash folder.
+  next start removes a left-over trash folder. Only what a vat run wrote is moved (issue
+  20): each fresh run writes RUN_DIR/.vat-run.json, naming what the folder held before it
+  began and the other folders it writes into; run-named files no manifest claims (a user's
+  own config.yaml) are refused, never moved, and so is the command's own `-c` file.
 - `--ckpt_path last` resumes from the newest of checkpoints/last.ckpt and on_exception.ckpt;
   with neither, an empty run directory starts fresh (so a requeued job can always pass it).
 - A resume may change how the run is driven (trainer.max_steps upwards, max_time, logging,
@@ -18,26 +21,32 @@ Rules (README, "Resume" and "What happens when..."):
 - Each start writes its resolved config without destroying the first: config.yaml, then
   config-resume-1.yaml, config-resume-2.yaml, ...
 - One process at a time per run directory: an flock on RUN_DIR/.lock held for the run's
-  lifetime (the kernel drops it when the process dies, so a killed run never blocks).
+  lifetime (the kernel drops it when the process dies, so a killed run never blocks), and on
+  every other folder the run writes into (a --checkpoint.dirpath elsewhere, and the run that
+  folder lies in); a folder holding another run's checkpoints or events is refused. The lock
+  file is opened with O_NOFOLLOW: never written through a symlink.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 
 import yaml
 
 from vat.errors import VatError
-from vat.io import remove_stale_temps
+from vat.io import remove_stale_temps, write_json_atomic
 from vat.share.checkpoint import read_checkpoint
 
 LOCK_NAME = ".lock"
+MANIFEST_NAME = ".vat-run.json"
 TRASH_PREFIX = ".overwritten-"
 # What a run writes into its directory (the TensorBoard logger's and vat's own files).
 _RUN_FILE_RES = [
@@ -88,16 +97,35 @@ def is_global_rank_zero() -> bool:
 # -- the lock ---------------------------------------------------------------------------------
 def lock_run_dir(run_dir: Path) -> None:
     """Take RUN_DIR/.lock for the lifetime of this run (released by release_locks or exit)."""
-    path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock_folder(run_dir, "--run_dir")
+
+
+def lock_folder(folder: Path, option: str) -> None:
+    """Take FOLDER/.lock (an flock) for the lifetime of this run. The lock file is opened
+    with O_NOFOLLOW: a symlink there is refused, never written through (issue 20)."""
+    path = folder / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            raise VatError(
+                f"{option} {folder}: its lock file {path} is a symbolic link; vat never writes "
+                f"through a link it did not create: remove it"
+            ) from None
+        raise VatError(
+            f"{option} {folder}: cannot open the lock file {path} ({e.strerror})"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VatError(f"{option} {folder}: its lock file {path} is not a regular file; remove it")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise VatError(
-            f"--run_dir {run_dir} is in use by another run (pid {holder}); wait for it to finish "
-            f"or choose another --run_dir"
+            f"{option} {folder} is in use by another run (pid {holder}); wait for it to finish "
+            f"or choose another {option}"
         ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
@@ -110,8 +138,8 @@ def release_locks() -> None:
 
 
 # -- fresh runs -------------------------------------------------------------------------------
-def previous_run_files(run_dir: Path) -> list[Path]:
-    """The files of an earlier run in run_dir (an empty checkpoints/ does not count)."""
+def _candidate_files(run_dir: Path) -> list[Path]:
+    """Files in run_dir named like a run's (an empty checkpoints/ does not count)."""
     if not run_dir.is_dir():
         return []
     found = []
@@ -127,19 +155,176 @@ def previous_run_files(run_dir: Path) -> list[Path]:
     return found
 
 
+def previous_run_files(run_dir: Path) -> list[Path]:
+    """The files of an earlier vat run in run_dir: named like a run's files and not there
+    before that run started (its manifest says which were). Without a manifest, none."""
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        return []
+    before = set(manifest.get("preexisting", []))
+    return [p for p in _candidate_files(run_dir) if p.name not in before]
+
+
+def foreign_files(run_dir: Path) -> list[Path]:
+    """Files named like a run's that no vat run in run_dir recorded writing (a user's own
+    config.yaml or tokenizer.json, or a run of a vat without manifests)."""
+    ours = set(previous_run_files(run_dir))
+    return [p for p in _candidate_files(run_dir) if p not in ours]
+
+
+def read_manifest(run_dir: Path) -> dict | None:
+    """RUN_DIR/.vat-run.json, written by each fresh run: what it found there before it began
+    (so `--overwrite` moves only what the run wrote) and the other folders it wrote into."""
+    path = Path(run_dir) / MANIFEST_NAME
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or m.get("written_by") != "vat train":
+        return None
+    if not isinstance(m.get("preexisting"), list):
+        return None
+    return m
+
+
+def _present(run_dir: Path) -> list[str]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir() if p.name not in (LOCK_NAME, MANIFEST_NAME))
+
+
+def write_manifest(run_dir: Path, write_dirs: dict[str, Path], preexisting: list[str]) -> None:
+    write_json_atomic(
+        run_dir / MANIFEST_NAME,
+        {
+            "written_by": "vat train",
+            "manifest_version": 1,
+            "preexisting": preexisting,
+            "write_dirs": {k: str(v.resolve()) for k, v in write_dirs.items()},
+        },
+    )
+
+
+def write_dirs(cfg, run_dir: Path, ckpt_dir: Path) -> dict[str, Path]:
+    """Every folder this run writes into, by the option that names it: the run directory, the
+    checkpoint folder and each logger's folder with a fixed name (a logger that picks a new
+    version_N folder itself never writes into an earlier one)."""
+    dirs = {"--run_dir": run_dir, "--checkpoint.dirpath": ckpt_dir}
+    loggers = cfg.trainer.get("logger") if hasattr(cfg, "trainer") else None
+    items = loggers if isinstance(loggers, list) else [loggers]
+    for i, lg in enumerate(items):
+        init = (
+            lg.get("init_args") if isinstance(lg, dict) else getattr(lg, "init_args", None)
+        ) or {}
+        get = init.get if hasattr(init, "get") else (lambda k, d=None: d)
+        save_dir, version = get("save_dir"), get("version")
+        if save_dir is None or version is None or isinstance(version, int):
+            continue
+        name = get("name", "lightning_logs")
+        dirs[f"--trainer.logger ({i})"] = Path(save_dir) / (name or "") / str(version)
+    return dirs
+
+
+def lock_write_dirs(run_dir: Path, dirs: dict[str, Path]) -> None:
+    """Lock every folder this run writes into, each once. run_dir's lock covers what lies
+    inside it (checkpoints/); a folder elsewhere is created and locked itself, and when it
+    lies inside another run's directory (one with a manifest), that run's lock is taken too,
+    so a fresh run cannot write into the checkpoints of a run that is training now."""
+    locked: list[Path] = [run_dir]
+    lock_folder(run_dir, "--run_dir")
+    for option, d in dirs.items():
+        if d.resolve().is_relative_to(run_dir.resolve()):
+            continue
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise VatError(f"{option} {d}: cannot create the folder ({e.strerror})") from None
+        owners = [p for p in d.resolve().parents if (p / MANIFEST_NAME).is_file()][:1]
+        for folder in [d, *owners]:
+            if not any(_same(folder, x) for x in locked):
+                lock_folder(
+                    folder, option if folder == d else f"{option} (inside the run {folder})"
+                )
+                locked.append(folder)
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def check_write_dirs(run_dir: Path, dirs: dict[str, Path]) -> list[Path]:
+    """Refuse folders (other than run_dir, whose files previous_run_files judges) that hold an
+    earlier run's checkpoints or events which this run directory's manifest does not claim;
+    return those it does claim (replaced by --overwrite)."""
+    manifest = read_manifest(run_dir) or {}
+    recorded = {Path(v) for v in (manifest.get("write_dirs") or {}).values()}
+    claimed: list[Path] = []
+    for option, d in dirs.items():
+        if _same(d, run_dir) or _same(d, run_dir / "checkpoints") or not d.is_dir():
+            continue
+        found = sorted(
+            p
+            for p in d.iterdir()
+            if p.suffix == ".ckpt" or p.name.startswith("events.out.tfevents.")
+        )
+        if not found:
+            continue
+        if d.resolve() in recorded:
+            claimed += found
+            continue
+        raise VatError(
+            f"{option} {d} already holds files of another run "
+            f"({', '.join(p.name for p in found[:3])}); a fresh run would replace them: "
+            f"choose an empty folder"
+        )
+    return claimed
+
+
 def clear_previous_run(run_dir: Path, files: list[Path]) -> None:
-    """--overwrite: move the old run's files into a trash folder (renames, checkpoints first),
-    then delete it. Other files in run_dir (e.g. a sweep's log) are left alone."""
-    trash = run_dir / f"{TRASH_PREFIX}{os.getpid()}"
-    trash.mkdir()
-    for p in sorted(files, key=lambda p: p.name != "checkpoints"):
-        os.replace(p, trash / p.name)
-    shutil.rmtree(trash)
+    """--overwrite: move the old run's files into a trash folder beside each (renames,
+    checkpoints first), then delete it. Other files in run_dir (e.g. a sweep's log) are left
+    alone."""
+    by_parent: dict[Path, list[Path]] = {}
+    for p in files:
+        by_parent.setdefault(p.parent, []).append(p)
+    for parent, group in by_parent.items():
+        trash = parent / f"{TRASH_PREFIX}{os.getpid()}"
+        trash.mkdir()
+        for p in sorted(group, key=lambda p: p.name != "checkpoints"):
+            os.replace(p, trash / p.name)
+        shutil.rmtree(trash)
 
 
 def _remove_old_trash(run_dir: Path) -> None:
     for p in run_dir.glob(f"{TRASH_PREFIX}*"):
         shutil.rmtree(p, ignore_errors=True)
+
+
+def _input_configs(cfg) -> list[Path]:
+    found = cfg.get("config") if hasattr(cfg, "get") else None
+    items = found if isinstance(found, list) else [found] if found else []
+    out = []
+    for c in items:
+        path = getattr(c, "absolute", None) or getattr(c, "relative", None) or c
+        try:
+            out.append(Path(str(path)))
+        except TypeError:
+            continue
+    return [p for p in out if p.is_file()]
+
+
+def _check_inputs_kept(cfg, files: list[Path]) -> None:
+    """--overwrite never moves the config file the command itself was given."""
+    for c in _input_configs(cfg):
+        for f in files:
+            inside = [f] if f.is_file() else list(f.rglob("*")) if f.is_dir() else []
+            if any(x.is_file() and os.path.samefile(x, c) for x in inside):
+                raise VatError(
+                    f"--overwrite would remove {f}, which is this command's own config (-c {c}); "
+                    f"copy it out of the run directory first"
+                )
 
 
 # -- resuming ---------------------------------------------------------------------------------
@@ -244,9 +429,11 @@ def prepare_fit(cfg) -> str:
     run_dir = Path(cfg.run_dir)
     ckpt_dir = Path(cfg.checkpoint.dirpath) if cfg.checkpoint.dirpath else run_dir / "checkpoints"
     rank_zero = is_global_rank_zero()
+    dirs = write_dirs(cfg, run_dir, ckpt_dir)
+    present = _present(run_dir)  # before this start creates anything (checkpoints/, .lock)
     if rank_zero:
         _check_writable(run_dir)
-        lock_run_dir(run_dir)
+        lock_write_dirs(run_dir, dirs)
         _remove_old_trash(run_dir)
         for d in (
             run_dir,
@@ -258,7 +445,7 @@ def prepare_fit(cfg) -> str:
     if cfg.ckpt_path == "last":
         last = find_last(ckpt_dir)
         if last is None:
-            if rank_zero and previous_run_files(run_dir):
+            if rank_zero and _candidate_files(run_dir):
                 raise VatError(
                     f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} "
                     f"holds an earlier run's files; start afresh with --overwrite "
@@ -270,14 +457,27 @@ def prepare_fit(cfg) -> str:
             )
         cfg.ckpt_path = str(last) if last else None
     if cfg.ckpt_path is None:
-        old = previous_run_files(run_dir) if rank_zero else []
+        if not rank_zero:
+            return "config.yaml"
+        foreign = foreign_files(run_dir)
+        if foreign:
+            raise VatError(
+                f"--run_dir {run_dir} holds files that no vat run recorded writing "
+                f"({', '.join(p.name for p in foreign[:3])}); a fresh run would overwrite them "
+                f"and --overwrite only replaces what a vat run wrote: move them away or choose "
+                f"another --run_dir"
+            )
+        old = previous_run_files(run_dir) + check_write_dirs(run_dir, dirs)
         if old and not cfg.get("overwrite"):
             raise VatError(
                 f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); "
                 f"resume it with --ckpt_path last, or replace it with --overwrite"
             )
         if old:
+            _check_inputs_kept(cfg, old)
             clear_previous_run(run_dir, old)
+        cleared = {p.name for p in old if p.parent == run_dir}
+        write_manifest(run_dir, dirs, [n for n in present if n not in cleared])
         return "config.yaml"
     ckpt_path = Path(cfg.ckpt_path)
     if rank_zero and ckpt_path.is_file():
@@ -290,7 +490,7 @@ def _check_writable(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         probe.unlink()
     except OSError as e:
         raise VatError(f"--run_dir {run_dir} is not writable ({e.strerror})") from None

@@ -20,8 +20,10 @@ from torchmetrics import MeanMetric
 from torchmetrics.text import Perplexity
 
 from vat.errors import VatError
+from vat.io import atomic_write
 from vat.model import VAT, VATConfig
 from vat.share.checkpoint import check_same_model_config, read_checkpoint, vat_metadata
+from vat.share.training_record import training_record
 from vat.tokenizer import PAD_ID, VATTokenizer
 from vat.train.config import LossConfig, OptimConfig, as_config
 from vat.train.non_finite import (  # noqa: F401 (NonFiniteLossError: vat.train.run_dir imports it here)
@@ -331,8 +333,9 @@ class VATSystem(L.LightningModule):
     @rank_zero_only
     def _save_tokenizer(self, log_dir: str | None) -> None:
         if log_dir and self.tokenizer is not None:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            self.tokenizer.save(Path(log_dir) / "tokenizer.json")
+            # atomically (temp file + rename): never written through a symlink (issue 20)
+            text = self.tokenizer.tokenizer.to_str(pretty=True)
+            atomic_write(Path(log_dir) / "tokenizer.json", lambda f: f.write(text))
 
     def on_validation_epoch_start(self) -> None:
         self._val_batches = 0
@@ -374,7 +377,6 @@ class VATSystem(L.LightningModule):
 
     def _training_record(self) -> dict:
         """What the card says about training (vat.share.training_record), from this run."""
-        from vat.share.training_record import training_record
 
         trainer = self._trainer
         dm = getattr(trainer, "datamodule", None) if trainer is not None else None

@@ -1,0 +1,31 @@
+"""A fast digest of a file's bytes: what the tokenized cache is keyed on (issue 20).
+
+Keying on path, size and mtime missed edits that keep both (`touch -r`, some sync tools, a
+checkout). BLAKE2b (hashlib, no extra dependency) reads at several hundred MB/s on one core;
+docs/FAULTS.md and BENCHMARKS.md give the measured cost on the 5M-line corpus. Within one
+process a file is hashed once: the digest is remembered under its inode, size, mtime and
+ctime (an edit always changes the ctime, which no user tool can set back).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+_BLOCK = 1 << 20
+_memo: dict[tuple, str] = {}
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """Hex BLAKE2b-128 of the file's bytes (compressed bytes for a .gz: the file as stored)."""
+    p = Path(path)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _memo:
+        h = hashlib.blake2b(digest_size=16)
+        with open(p, "rb") as f:
+            while block := f.read(_BLOCK):
+                h.update(block)
+        _memo[key] = h.hexdigest()
+    return _memo[key]
