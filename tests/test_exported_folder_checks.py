@@ -11,15 +11,15 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import vat
-from vat import hub
 from vat.data.datamodule import VATDataModule
+from vat.share import export, hub
 from vat.share.checkpoint import CheckpointError
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, tiny_ckpt):
     out = tmp_path_factory.mktemp("export") / "model"
-    hub.export_checkpoint(tiny_ckpt, out)
+    export.export_checkpoint(tiny_ckpt, out)
     return out
 
 

@@ -138,6 +138,8 @@ def check_non_negative_finite(value: float, name: str, positive: bool = False) -
 
 def check_count(value: int, name: str, minimum: int = 1) -> int:
     """A whole number >= minimum (booleans and floats refused), else an OptionError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, int):
         raise OptionError(name, f"must be a whole number >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise OptionError(name, f"must be at least {minimum}, got {value!r}")
     return value

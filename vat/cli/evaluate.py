@@ -278,9 +278,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if not 0 <= args.seed < 2**32:  # numpy's seeds
         raise VatError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
-    check_count(args.nhid, "--nhid")
-    check_count(args.epochs, "--epochs")
-    check_non_negative_finite(args.lr, "--lr", positive=True)
+    check_count(args.nhid, "nhid")
+    check_count(args.epochs, "epochs")
+    check_non_negative_finite(args.lr, "lr", positive=True)
     tasks = expand_tasks(args.tasks)
     out = check_output_file(args.output, args.overwrite, "--output", ".json file")
     plot = check_output_file(args.plot, args.overwrite, "--plot", ".png file")

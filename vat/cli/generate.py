@@ -23,7 +23,7 @@ from vat.cli.common import (
     show_progress,
 )
 from vat.cli.generate_runners import RUNNERS
-from vat.errors import VatError, run_cli
+from vat.errors import VatError, check_count, check_non_negative_finite, run_cli
 from vat.generate.decoding import DecodeOptions, Strategy
 from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.io import atomic_write, check_output_file
@@ -208,16 +208,15 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
 def _check_counts(args: argparse.Namespace) -> None:
     """Counts and scales checked before the checkpoint loads (issue 20: --long-over 0 failed
     only after every line was decoded)."""
-    from vat.errors import check_count, check_non_negative_finite
 
     for opt in ("num_samples", "limit", "long_over", "length", "beam", "max_len"):
         value = getattr(args, opt, None)
         if value is not None:
-            check_count(value, "--" + opt.replace("_", "-"))
+            check_count(value, opt)
     if getattr(args, "tau", None) is not None:
-        check_non_negative_finite(args.tau, "--tau")
+        check_non_negative_finite(args.tau, "tau")
     if getattr(args, "prior_std", None) is not None:
-        check_non_negative_finite(args.prior_std, "--prior-std", positive=True)
+        check_non_negative_finite(args.prior_std, "prior_std", positive=True)
     if args.top_k < 0:
         raise VatError(f"--top-k must be >= 0, got {args.top_k}")
 
