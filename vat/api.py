@@ -106,12 +106,27 @@ class PretrainedVAT:
         batch_size: int = 64,
         normalize: bool = False,
         device: str | torch.device | None = None,
+        features: str | Any | None = None,
     ) -> np.ndarray:
         """(N, d) float32 sentence features: token means mu pooled with `pooling` (the
         names of `vat.features.Pooling`); unit length with `normalize`. `device` moves the
-        model first (default: where it is)."""
+        model first (default: where it is). `features` is a feature spec
+        (`vat.feature_spec`, e.g. "mu/sif/pc1", "firstlast/mean/whiten"; or a FittedFeatures)
+        and replaces `pooling`; an exported folder's own spec is the default."""
         from vat.features import sentence_features
 
+        if features is not None or (pooling == "mean" and self._folder_spec() is not None):
+            if isinstance(sentences, str):
+                raise VatError(
+                    "encode takes a list of sentences, got a single string (wrap it in a list)"
+                )
+            if device is not None:
+                self.to(device)
+            out = self.feature_encoder(features)(list(sentences), batch_size=max(1, batch_size))
+            if normalize:
+                norms = np.linalg.norm(out, axis=1, keepdims=True)
+                out = out / np.where(norms == 0, 1.0, norms)
+            return out
         if isinstance(sentences, str):
             raise VatError(
                 "encode takes a list of sentences, got a single string (wrap it in a list)"
@@ -130,6 +145,33 @@ class PretrainedVAT:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.where(norms == 0, 1.0, norms)  # a zero vector stays zero
         return out
+
+    def _folder_spec(self) -> str | None:
+        """The feature spec an exported folder was saved with (None: plain mean of mu)."""
+        from vat.feature_encoder import folder_spec
+
+        if not hasattr(self, "_folder_spec_cache"):
+            self._folder_spec_cache = folder_spec(self.loaded.path)
+        return self._folder_spec_cache
+
+    def feature_encoder(self, features: str | Any | None = None, **fit_options: Any):
+        """A `vat.feature_encoder.FeatureEncoder` for a spec (default: the folder's own, else
+        mu/mean/none). Statistics come from beside the model or are fitted on its training
+        sentences (`resolve_features`'s keywords: fit_files, count_files, n_fit, save...)."""
+        from vat.feature_encoder import FeatureEncoder, resolve_features
+        from vat.feature_spec import FittedFeatures
+
+        if isinstance(features, FittedFeatures):
+            return FeatureEncoder(self.model, self.tokenizer, features)
+        spec = features if features is not None else (self._folder_spec() or "mu/mean/none")
+        key = (str(spec), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
+        cache = self.__dict__.setdefault("_feature_encoders", {})
+        if key not in cache:
+            fitted = resolve_features(
+                self.loaded.path, self.model, self.tokenizer, spec, **fit_options
+            )
+            cache[key] = FeatureEncoder(self.model, self.tokenizer, fitted)
+        return cache[key]
 
     # -- generation (vat.generate.VATGenerator) ------------------------------------------------
     @staticmethod

@@ -50,6 +50,7 @@ from vat.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     remove,
     verify,
 )
+from vat.token_counts import train_token_counts
 from vat.tokenizer import VATTokenizer
 
 PAD_MULTIPLE = 8  # token-budget batches pad sequence lengths to a multiple of 8 (issue 15)
@@ -133,6 +134,7 @@ class VATDataModule(L.LightningDataModule):
         self.tokenizer: VATTokenizer | None = None
         self.splits: dict[str, TokenizedDataset] = {}
         self.length_histogram: list[int] = []
+        self.token_counts: list[int] = []  # training subword counts (SIF weights, issue 23)
         self._verified: dict[Path, dict] = {}
         if max_tokens is not None:
             rank_zero_info(
@@ -345,6 +347,7 @@ class VATDataModule(L.LightningDataModule):
             raise VatError("data: no training sentence is left after filtering to data.max_len")
         counts = np.bincount(self.splits["train"].lengths + 1, minlength=h.max_len + 1)
         self.length_histogram = counts.tolist()
+        self.token_counts = train_token_counts(self.splits["train"], self.tokenizer.vocab_size)
         self.overlength_stats = info["stats"]
 
     # -- loaders ----------------------------------------------------------------------------

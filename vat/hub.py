@@ -64,16 +64,22 @@ def save_pretrained(
     *,
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
+    features: Any = None,
 ) -> Path:
     """Write the pretrained folder for `model` at `directory`, atomically (a temp folder
     beside it, renamed into place). An existing non-empty `directory` needs `overwrite`.
 
     `training` (optional, plain JSON types) goes into config.json and the model card: e.g.
-    {"global_step": ..., "train_files": [...], "metrics": {...}}.
+    {"global_step": ..., "train_files": [...], "metrics": {...}}. `features` (a
+    vat.feature_spec.FittedFeatures) becomes the folder's feature spec and statistics.
     """
     with _atomic_dir(directory, overwrite) as tmp:
         write_model_files(tmp, model, tokenizer, prior_std, length_histogram, training or {})
         write_sentence_transformers_files(tmp)
+        if features is not None:
+            from vat.feature_encoder import write_folder_features
+
+            write_folder_features(tmp, features)
     return Path(directory)
 
 
@@ -83,6 +89,7 @@ def save_loaded(
     *,
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
+    features: Any = None,
 ) -> Path:
     """`save_pretrained` of what `vat.checkpoint.load_vat` / `from_pretrained` returned."""
     return save_pretrained(
@@ -93,6 +100,7 @@ def save_loaded(
         loaded.length_histogram,
         training=training,
         overwrite=overwrite,
+        features=features,
     )
 
 
@@ -188,21 +196,41 @@ def _umask() -> int:
 
 # -- export ----------------------------------------------------------------------------------
 def export_checkpoint(
-    ckpt_path: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False
+    ckpt_path: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    features: str | None = None,
+    **fit_options: Any,
 ) -> Path:
     """A training checkpoint (.ckpt) into a pretrained folder; trainer state is dropped.
 
     The card and config.json record the step and epoch, the best score the run's
     ModelCheckpoint saw, and, when the checkpoint sits in a run directory
     (RUN/checkpoints/x.ckpt), the training files named in RUN/config.yaml.
+    `features` is the folder's feature spec (default vat.feature_spec.DEFAULT_EXPORT_SPEC),
+    fitted as `vat.feature_encoder.resolve_features` does (`fit_options` are its keywords).
     """
     from vat.checkpoint import load_vat
+    from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec
 
     ckpt_path = Path(ckpt_path)
     if ckpt_path.is_dir():
         raise VatError(f"{ckpt_path} is a directory; export takes a training checkpoint (.ckpt)")
     loaded = load_vat(ckpt_path)
-    return save_loaded(output_dir, loaded, training=training_facts(ckpt_path), overwrite=overwrite)
+    spec = FeatureSpec.parse(features or DEFAULT_EXPORT_SPEC)
+    fitted = None
+    if features is not None or spec != FeatureSpec():
+        from vat.feature_encoder import resolve_features
+
+        fitted = resolve_features(ckpt_path, loaded.model, loaded.tokenizer, spec, **fit_options)
+    return save_loaded(
+        output_dir,
+        loaded,
+        training=training_facts(ckpt_path),
+        overwrite=overwrite,
+        features=fitted,
+    )
 
 
 # -- reading ---------------------------------------------------------------------------------

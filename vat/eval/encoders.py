@@ -27,9 +27,15 @@ def vat_encoder(
     pooling: str = "mean",
     device: str | torch.device = "cpu",
     batch_size: int = 128,
+    features: str | None = None,
+    fit_options: dict | None = None,
 ) -> Encoder:
     """Pooled token means mu of a vat checkpoint: the paper's VAT-mean, VAT-sum, VAT-start,
-    or `precision` (mu weighted by exp(-logvar), see vat.features.pool)."""
+    or `precision` (mu weighted by exp(-logvar), see vat.features.pool). A feature spec
+    (`features`, vat.feature_spec) replaces `pooling`; its statistics are found or fitted by
+    `vat.feature_encoder.resolve_features` with `fit_options`."""
+    if features is not None:
+        return _spec_encoder(ckpt, features, device, batch_size, fit_options or {})
     if pooling not in VAT_POOLINGS:
         raise VatError(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
@@ -46,6 +52,26 @@ def vat_encoder(
         )
 
     encode.__name__ = f"vat[{Path(ckpt).name}, {pooling}]"
+    return encode
+
+
+def _spec_encoder(
+    ckpt: str | Path, features: str, device, batch_size: int, fit_options: dict
+) -> Encoder:
+    from vat.checkpoint import load_vat
+    from vat.feature_encoder import FeatureEncoder, resolve_features
+
+    loaded = load_vat(ckpt, map_location=device)
+    fitted = resolve_features(
+        ckpt, loaded.model, loaded.tokenizer, features, batch_size=batch_size, **fit_options
+    )
+    encoder = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
+
+    def encode(sentences: list[str]) -> np.ndarray:
+        return encoder(sentences, batch_size=batch_size)
+
+    encode.__name__ = f"vat[{Path(ckpt).name}, {fitted.spec}]"
+    encode.fitted = fitted  # type: ignore[attr-defined]  (what the run reports)
     return encode
 
 

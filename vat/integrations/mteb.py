@@ -39,19 +39,23 @@ class VATMTEBEncoder(AbsEncoder):
         pooling: str = "mean",
         batch_size: int = 64,
         normalize: bool = False,
+        features: str | None = None,
         **kwargs: Any,
     ) -> None:
         from vat.api import load
 
         self.model = load(model_name, device=device)
         self.pooling, self.batch_size, self.normalize = pooling, batch_size, normalize
+        self.features = features  # a feature spec (vat.feature_spec); None: the folder's own
         name = Path(str(model_name)).name if Path(str(model_name)).exists() else str(model_name)
         n_params = sum(p.numel() for p in self.model.model.parameters())
         self.mteb_model_meta = ModelMeta.create_empty(
             {
                 "name": f"vat/{name}" if "/" not in name else name,
                 "revision": revision or "local",
-                "embed_dim": self.model.dim,
+                "embed_dim": self.model.feature_encoder(features).dim
+                if features is not None or self.model._folder_spec() is not None
+                else self.model.dim,
                 "max_tokens": int(self.model.model.config.max_len),
                 "n_parameters": int(n_params),
                 "similarity_fn_name": ScoringFunction.COSINE,
@@ -75,7 +79,11 @@ class VATMTEBEncoder(AbsEncoder):
         VAT has no prompts or instructions, so task_metadata / prompt_type change nothing."""
         texts = [text for batch in inputs for text in batch["text"]]
         return self.model.encode(
-            texts, pooling=self.pooling, batch_size=self.batch_size, normalize=self.normalize
+            texts,
+            pooling=self.pooling,
+            batch_size=self.batch_size,
+            normalize=self.normalize,
+            features=self.features,
         )
 
 
@@ -110,6 +118,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pooling", default="mean", help="pooling of the token means (vat.features.Pooling)"
     )
+    p.add_argument(
+        "--features",
+        default=None,
+        help="feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; default: the model's own)",
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument(
         "--device", default=None, help="torch device (default: cuda if available, else cpu)"
@@ -125,7 +138,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
     args = _parser().parse_args(argv)
     encoder = VATMTEBEncoder(
-        args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
+        args.model,
+        device=args.device,
+        pooling=args.pooling,
+        batch_size=args.batch_size,
+        features=args.features,
     )
     if args.tasks:
         try:

@@ -34,9 +34,11 @@ class VATSentenceEncoder(InputModule):
     `sentence_embedding` (B, d); `token_embeddings` (B, T, d) holds mu itself."""
 
     config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.hub)
-    config_keys = ["pooling"]
+    config_keys = ["pooling", "features"]
 
-    def __init__(self, loaded: LoadedVAT, pooling: str = "mean") -> None:
+    def __init__(self, loaded: LoadedVAT, pooling: str = "mean", features: Any = None) -> None:
+        """`features`: a feature spec string (no statistics needed) or a fitted
+        vat.feature_spec.FittedFeatures; None keeps `pooling` of mu."""
         super().__init__()
         self.vat = loaded.model
         self.tokenizer = (
@@ -44,6 +46,19 @@ class VATSentenceEncoder(InputModule):
         )  # a tokenizers.Tokenizer, as InputModule expects
         self.loaded = loaded
         self.pooling = pooling
+        self.feature_encoder = None
+        self.features = None
+        if features is not None:
+            from vat.feature_encoder import FeatureEncoder
+            from vat.feature_spec import FeatureSpec, FittedFeatures
+
+            fitted = (
+                features
+                if isinstance(features, FittedFeatures)
+                else FittedFeatures(FeatureSpec.parse(features))
+            )
+            self.feature_encoder = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
+            self.features = str(fitted.spec)
 
     @property
     def max_seq_length(self) -> int:
@@ -63,11 +78,18 @@ class VATSentenceEncoder(InputModule):
         features["token_embeddings"] = mu
         features["attention_mask"] = post.mask.long()
         lengths = features["lengths"].to(mu.device)
+        if self.feature_encoder is not None:  # the same code path as vat.load(...).encode
+            features["sentence_embedding"] = self.feature_encoder.encode_ids(
+                features["input_ids"], lengths
+            )
+            return features
         # logvar is used by `precision` pooling only
         features["sentence_embedding"] = pool(mu, lengths, self.pooling, post.logvar.float())
         return features
 
     def get_embedding_dimension(self) -> int:
+        if self.feature_encoder is not None:
+            return self.feature_encoder.dim
         return int(self.vat.config.d_model)
 
     def get_sentence_embedding_dimension(self) -> int:
@@ -87,6 +109,10 @@ class VATSentenceEncoder(InputModule):
             card=False,
         )
         self.save_config(output_path)
+        if self.feature_encoder is not None:
+            from vat.feature_encoder import write_folder_features
+
+            write_folder_features(Path(output_path), self.feature_encoder.fitted)
 
     @classmethod
     def load(
@@ -110,17 +136,34 @@ class VATSentenceEncoder(InputModule):
         }
         folder = cls.load_dir_path(model_name_or_path, **where)
         config = cls.load_config(model_name_or_path, **where)
-        return cls(from_pretrained(folder), **config)
+        loaded = from_pretrained(folder)
+        if config.get("features"):  # the folder's spec, with its fitted statistics
+            from vat.feature_encoder import resolve_features
+
+            config["features"] = resolve_features(
+                folder, loaded.model, loaded.tokenizer, config["features"], save=False
+            )
+        return cls(loaded, **config)
 
 
 def to_sentence_transformer(
-    path: str | os.PathLike | LoadedVAT, pooling: str = "mean", device: str | None = None
+    path: str | os.PathLike | LoadedVAT,
+    pooling: str = "mean",
+    device: str | None = None,
+    features: Any = None,
 ) -> SentenceTransformer:
     """A SentenceTransformer around a .ckpt, an exported folder or a Hub id (no
-    trust_remote_code needed: the module is built here, not imported by name)."""
-    from vat.api import load
+    trust_remote_code needed: the module is built here, not imported by name). `features`
+    is a feature spec (fitted as `vat.load(path).encode(features=...)` fits it); an exported
+    folder's own spec is the default."""
+    from vat.api import PretrainedVAT, load
 
-    loaded = path if isinstance(path, LoadedVAT) else load(path, device="cpu").loaded
+    model = PretrainedVAT(path) if isinstance(path, LoadedVAT) else load(path, device="cpu")
+    fitted = None
+    if features is not None or (pooling == "mean" and model._folder_spec() is not None):
+        fitted = model.feature_encoder(features).fitted
     return SentenceTransformer(
-        modules=[VATSentenceEncoder(loaded, pooling)], device=device, similarity_fn_name="cosine"
+        modules=[VATSentenceEncoder(model.loaded, pooling, fitted)],
+        device=device,
+        similarity_fn_name="cosine",
     )
