@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -165,7 +164,8 @@ def trained_files(tmp_path_factory, tiny_ckpt, tiny_sentences):
     rng = random.Random(0)
     for split, n in (("train", 30), ("dev", 20), ("test", 20)):
         rows = [
-            f"g\tx\t2012\t{i:04d}\t{rng.uniform(0, 5):.3f}\t{rng.choice(lines)}\t{rng.choice(lines)}"
+            f"g\tx\t2012\t{i:04d}\t{rng.uniform(0, 5):.3f}\t"
+            f"{rng.choice(lines)}\t{rng.choice(lines)}"
             for i in range(n)
         ]
         (data / "STS" / "STSBenchmark").mkdir(parents=True, exist_ok=True)
