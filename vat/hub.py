@@ -221,9 +221,19 @@ def export_checkpoint(
     spec = FeatureSpec.parse(features or DEFAULT_EXPORT_SPEC)
     fitted = None
     if features is not None or spec != FeatureSpec():
+        import sys
+
         from vat.feature_encoder import resolve_features
 
-        fitted = resolve_features(ckpt_path, loaded.model, loaded.tokenizer, spec, **fit_options)
+        try:
+            fitted = resolve_features(
+                ckpt_path, loaded.model, loaded.tokenizer, spec, **fit_options
+            )
+        except VatError as e:
+            if features is not None:
+                raise
+            # the default spec cannot be fitted for this checkpoint: keep the mean of mu
+            print(f"warning: exporting with mu/mean/none, not {spec} ({e})", file=sys.stderr)
     return save_loaded(
         output_dir,
         loaded,

@@ -32,6 +32,16 @@ def build_parser() -> Parser:
         help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)",
     )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
+    p.add_argument(
+        "--features",
+        metavar="SPEC",
+        default=None,
+        help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; "
+        "default vat.feature_spec.DEFAULT_EXPORT_SPEC); post-processing is fitted on the "
+        "checkpoint's training sentences or --fit-files",
+    )
+    p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
+    p.add_argument("--count-files", nargs="+", metavar="FILE", default=None)
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
@@ -40,7 +50,10 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from vat.hub import export_checkpoint, push_to_hub  # lazily: hub dependencies load here
 
-    out = export_checkpoint(args.ckpt, args.output, overwrite=args.overwrite)
+    fit = {k: v for k, v in (("fit_files", args.fit_files), ("count_files", args.count_files)) if v}
+    out = export_checkpoint(
+        args.ckpt, args.output, overwrite=args.overwrite, features=args.features, **fit
+    )
     print(f"wrote {out}")
     if args.push_to_hub:
         info = push_to_hub(out, args.push_to_hub, private=args.private or None)
