@@ -315,3 +315,26 @@ def test_compare_scores_every_spec_and_agrees_with_evaluate(trained_files, tmp_p
     capsys.readouterr()
     assert main(["compare", "--ckpt", str(ckpt), "--output-dir", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_compare_classification_columns_match_evaluate(trained_files, tmp_path):
+    from eval_helpers import write_mini_senteval
+
+    from vat.cli.evaluate import main as evaluate_main
+    from vat.cli.features import main
+
+    ckpt = trained_files[0]
+    data = write_mini_senteval(tmp_path / "senteval", n=24)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--ckpt", str(ckpt), "--output-dir", str(out), "--data-dir",
+                 str(data), "--classification"]) == 0  # fmt: skip
+    rows = list(csv.DictReader((out / "compare.csv").open()))
+    with_cls = [r for r in rows if r.get("MR")]
+    assert len(with_cls) == 4 and any(r["spec"] == "mu/mean/none" for r in with_cls)
+    res = tmp_path / "eval.json"
+    assert evaluate_main(["--ckpt", str(ckpt), "--tasks", "MR,TREC", "--data-dir", str(data),
+                          "--output", str(res), *FAST]) == 0  # fmt: skip
+    got = json.loads(res.read_text())
+    base = next(r for r in rows if r["spec"] == "mu/mean/none")
+    for t in ("MR", "TREC"):
+        assert float(base[t]) == pytest.approx(got[t]["acc"], abs=0.01)
