@@ -338,3 +338,24 @@ def test_compare_classification_columns_match_evaluate(trained_files, tmp_path):
     base = next(r for r in rows if r["spec"] == "mu/mean/none")
     for t in ("MR", "TREC"):
         assert float(base[t]) == pytest.approx(got[t]["acc"], abs=0.01)
+
+
+def test_datamodule_counts_the_training_tokens(tmp_path, tiny_sentences):
+    from vat.data import VATDataModule
+
+    train = tmp_path / "train.txt"
+    train.write_text("\n".join(tiny_sentences * 3) + "\n")
+    dm = VATDataModule(
+        train_files=[str(train)],
+        val_fraction=0.2,
+        vocab_size=300,
+        max_len=48,
+        batch_size=4,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    want = np.zeros(dm.tokenizer.vocab_size, dtype=np.int64)
+    for ids in dm.splits["train"].ids:  # the training split only, without </s>
+        np.add.at(want, ids, 1)
+    assert dm.token_counts == want.tolist() and sum(dm.token_counts) > 0
