@@ -120,9 +120,11 @@ class PretrainedVAT:
                 raise VatError(
                     "encode takes a list of sentences, got a single string (wrap it in a list)"
                 )
+            if batch_size < 1:
+                raise VatError(f"batch_size must be >= 1, got {batch_size}")
             if device is not None:
                 self.to(device)
-            out = self.feature_encoder(features)(list(sentences), batch_size=max(1, batch_size))
+            out = self.feature_encoder(features)(list(sentences), batch_size=batch_size)
             if normalize:
                 norms = np.linalg.norm(out, axis=1, keepdims=True)
                 out = out / np.where(norms == 0, 1.0, norms)
