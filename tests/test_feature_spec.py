@@ -260,15 +260,18 @@ def test_one_spec_gives_identical_vectors_everywhere(trained_files, tmp_path):
     assert (folder / "features.safetensors").is_file()
     assert spec in (folder / "README.md").read_text()
     sentences = lines[:9] + ["", "x " * 60]  # empty, truncated
-    ref = FeatureEncoder(
-        *(lambda m: (m.model, m.tokenizer))(vat.load(ckpt, device="cpu")),
-        FittedFeatures.load(stats_path_for(ckpt, FeatureSpec.parse(spec))),
-    )(sentences)
+    assert not stats_path_for(ckpt, FeatureSpec.parse(spec)).exists()  # export writes none there
+    ref = vat.load(ckpt, device="cpu").encode(sentences, features=spec)  # fitted anew, stored
+    beside = FittedFeatures.load(stats_path_for(ckpt, FeatureSpec.parse(spec)))
+    inside = FittedFeatures.load(folder / "features.safetensors")
+    for k in ("sif_weights", "mean", "matrix"):
+        np.testing.assert_array_equal(beside.arrays[k], inside.arrays[k])  # same sample, same fit
     assert ref.shape == (len(sentences), 16)
+    loaded = vat.load(ckpt, device="cpu")
     api = vat.load(folder, device="cpu").encode(sentences)  # the folder's own spec by default
     np.testing.assert_allclose(api, ref, atol=1e-5)
     np.testing.assert_allclose(
-        vat.load(ckpt, device="cpu").encode(sentences, features=spec), ref, atol=1e-5
+        FeatureEncoder(loaded.model, loaded.tokenizer, beside)(sentences), ref, atol=1e-5
     )
     st = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
     np.testing.assert_allclose(st.encode(sentences, batch_size=4), ref, atol=1e-5)

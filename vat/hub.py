@@ -225,6 +225,7 @@ def export_checkpoint(
 
         from vat.feature_encoder import resolve_features
 
+        fit_options.setdefault("save", False)  # the folder holds them; nothing beside the ckpt
         try:
             fitted = resolve_features(
                 ckpt_path, loaded.model, loaded.tokenizer, spec, **fit_options
