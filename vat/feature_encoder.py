@@ -457,6 +457,14 @@ def write_folder_features(folder: Path, fitted: FittedFeatures) -> None:
             if fitted.spec.needs_fit
             else ""
         )
+        from vat.feature_spec import DEFAULT_EXPORT_SPEC
+
+        if fitted.spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC):
+            how += (
+                " This is vat's default spec for exported models, chosen by the mean of STS12 "
+                "(five sets) and STS-B dev over the CPU-trained models in vat's RESULTS.md "
+                '("Sentence features").'
+            )
         text = card.read_text(encoding="utf-8").rstrip("\n")
         card.write_text(
             text

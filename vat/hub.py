@@ -235,6 +235,10 @@ def export_checkpoint(
                 raise
             # the default spec cannot be fitted for this checkpoint: keep the mean of mu
             print(f"warning: exporting with mu/mean/none, not {spec} ({e})", file=sys.stderr)
+    if fitted is None:  # the folder still names its spec (and the card says so)
+        from vat.feature_spec import FittedFeatures
+
+        fitted = FittedFeatures(FeatureSpec())
     return save_loaded(
         output_dir,
         loaded,
