@@ -52,6 +52,9 @@ FILES = (
     ST_MODULE_CONFIG_NAME,
     ST_CONFIG_NAME,
 )
+# Present when the folder's feature spec needs statistics (vat.feature_spec, issue 23).
+FEATURES_NAME = "features.safetensors"
+HUB_PATTERNS = (*FILES, FEATURES_NAME)  # what push_to_hub uploads and from_pretrained fetches
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -157,13 +160,7 @@ def write_sentence_transformers_files(folder: Path, pooling: str = "mean") -> No
 def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
     """Yield an empty temp folder beside `directory`; on success it replaces `directory`
     by a rename, so a failed write never leaves a half-written or half-replaced folder."""
-    out = Path(directory)
-    if out.exists() and not out.is_dir():
-        raise VatError(f"output {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise VatError(
-            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
-        )
+    out = _check_output_dir(directory, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
@@ -186,6 +183,17 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_output_dir(directory: str | os.PathLike, overwrite: bool) -> Path:
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise VatError(f"output {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise VatError(
+            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
+        )
+    return out
 
 
 def _umask() -> int:
@@ -218,6 +226,7 @@ def export_checkpoint(
     if ckpt_path.is_dir():
         raise VatError(f"{ckpt_path} is a directory; export takes a training checkpoint (.ckpt)")
     loaded = load_vat(ckpt_path)
+    _check_output_dir(output_dir, overwrite)  # before any fitting
     spec = FeatureSpec.parse(features or DEFAULT_EXPORT_SPEC)
     fitted = None
     if features is not None or spec != FeatureSpec():
@@ -354,7 +363,11 @@ def resolve(
 
     try:
         folder = snapshot_download(
-            repo_id, revision=revision, token=token, cache_dir=cache_dir, allow_patterns=list(FILES)
+            repo_id,
+            revision=revision,
+            token=token,
+            cache_dir=cache_dir,
+            allow_patterns=list(HUB_PATTERNS),
         )
     except (OSError, ValueError) as e:  # network, offline mode, missing repo, a malformed id
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -394,7 +407,7 @@ def push_to_hub(
                 repo_type="model",
                 revision=revision,
                 commit_message=commit_message,
-                allow_patterns=list(FILES),
+                allow_patterns=list(HUB_PATTERNS),
             )
         except (OSError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
