@@ -362,3 +362,24 @@ def test_datamodule_counts_the_training_tokens(tmp_path, tiny_sentences):
     for ids in dm.splits["train"].ids:  # the training split only, without </s>
         np.add.at(want, ids, 1)
     assert dm.token_counts == want.tolist() and sum(dm.token_counts) > 0
+
+
+def test_default_export_spec_and_fallback(trained_files, tiny_ckpt, tmp_path, capsys):
+    from vat.feature_encoder import folder_spec
+    from vat.feature_spec import DEFAULT_EXPORT_SPEC
+    from vat.hub import export_checkpoint
+
+    ckpt, _, lines, _, counts = trained_files
+    folder = export_checkpoint(ckpt, tmp_path / "default")
+    assert folder_spec(folder) == str(FeatureSpec.parse(DEFAULT_EXPORT_SPEC))
+    assert "default spec for exported models" in (folder / "README.md").read_text()
+    want = FeatureEncoder(
+        *(lambda m: (m.model, m.tokenizer))(vat.load(ckpt, device="cpu")),
+        FittedFeatures(
+            FeatureSpec.parse(DEFAULT_EXPORT_SPEC), {"sif_weights": sif_weights(counts)}
+        ),
+    )(lines[:5])
+    np.testing.assert_allclose(vat.load(folder).encode(lines[:5]), want, atol=1e-5)
+    # a checkpoint without token counts: mean of mu, with a warning naming the fix
+    old = export_checkpoint(tiny_ckpt, tmp_path / "old")
+    assert folder_spec(old) == "mu/mean/none" and "--count-files" in capsys.readouterr().err
