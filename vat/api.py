@@ -10,7 +10,7 @@
     model.interpolate("A man plays a guitar.", "A dog runs.")
 
 Features are pooled posterior means mu (`vat.features`, PAPER.md: representations use mu);
-generation is `vat.generate.VATGenerator`, whose decoding options (strategy, beam,
+generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam,
 temperature, top_k, top_p, max_len, ...) every generation method takes as keywords.
 """
 
@@ -27,6 +27,8 @@ import torch
 
 from vat.errors import OptionError, VatError
 from vat.features import sentence_features
+from vat.features.encoder import FeatureEncoder, folder_spec, resolve_features
+from vat.features.spec import FittedFeatures
 from vat.generate.generator import DecodeOptions, VATGenerator
 from vat.runtime import resolve_device
 from vat.share.checkpoint import LoadedVAT
@@ -136,10 +138,11 @@ class PretrainedVAT:
         device: str | torch.device | None = None,
         normalize_embeddings: bool = False,
         pooling: str = "mean",
+        features: str | Any | None = None,
         **deprecated: Any,
     ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
         """Sentence features as `SentenceTransformer.encode` returns them: token means mu
-        pooled with `pooling` (the names of `vat.features.Pooling`).
+        pooled with `pooling` (the names of `vat.features.Pooling`), or any feature spec.
 
         A single string gives one vector (d,), a list an (N, d) float32 array;
         `convert_to_tensor` gives a torch tensor on the model's device instead, and
@@ -147,6 +150,9 @@ class PretrainedVAT:
         vector to unit length (a zero vector stays zero). `show_progress_bar` defaults to a
         bar from PROGRESS_BAR_MIN_SENTENCES sentences on. `device` moves the model first
         (default: where it is). `normalize=` is the deprecated name of `normalize_embeddings`.
+        `features` is a feature spec (`vat.features.spec`, e.g. "mu/sif/pc1",
+        "firstlast/mean/whiten"; or a FittedFeatures) and replaces `pooling`; an exported
+        folder's own spec is the default.
         """
 
         _renamed(deprecated, "normalize", "normalize_embeddings")
@@ -163,12 +169,15 @@ class PretrainedVAT:
             self.to(device)
         if show_progress_bar is None:
             show_progress_bar = len(batch) >= PROGRESS_BAR_MIN_SENTENCES
-        try:
-            out = sentence_features(
-                self.model, self.tokenizer, batch, pooling, batch_size, bool(show_progress_bar)
-            )
-        except ValueError as e:  # an unknown pooling name
-            raise OptionError("pooling", str(e)) from None
+        if features is not None or (pooling == "mean" and self._folder_spec() is not None):
+            out = self.feature_encoder(features)(batch, batch_size=batch_size)
+        else:
+            try:
+                out = sentence_features(
+                    self.model, self.tokenizer, batch, pooling, batch_size, bool(show_progress_bar)
+                )
+            except ValueError as e:  # an unknown pooling name
+                raise OptionError("pooling", str(e)) from None
         if normalize_embeddings:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.where(norms == 0, 1.0, norms)  # a zero vector stays zero
@@ -191,7 +200,31 @@ class PretrainedVAT:
         tb = torch.nn.functional.normalize(tb.to(ta.device), dim=-1)
         return ta @ tb.T
 
-    # -- generation (vat.generate.generator.VATGenerator) ---------------------------------
+    def _folder_spec(self) -> str | None:
+        """The feature spec an exported folder was saved with (None: plain mean of mu)."""
+
+        if not hasattr(self, "_folder_spec_cache"):
+            self._folder_spec_cache = folder_spec(self.loaded.path)
+        return self._folder_spec_cache
+
+    def feature_encoder(self, features: str | Any | None = None, **fit_options: Any):
+        """A `vat.features.encoder.FeatureEncoder` for a spec (default: the folder's own, else
+        mu/mean/none). Statistics come from beside the model or are fitted on its training
+        sentences (`resolve_features`'s keywords: fit_files, count_files, n_fit, save...)."""
+
+        if isinstance(features, FittedFeatures):
+            return FeatureEncoder(self.model, self.tokenizer, features)
+        spec = features if features is not None else (self._folder_spec() or "mu/mean/none")
+        key = (str(spec), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
+        cache = self.__dict__.setdefault("_feature_encoders", {})
+        if key not in cache:
+            fitted = resolve_features(
+                self.loaded.path, self.model, self.tokenizer, spec, **fit_options
+            )
+            cache[key] = FeatureEncoder(self.model, self.tokenizer, fitted)
+        return cache[key]
+
+    # -- generation (vat.generate.VATGenerator) ----------------------------------------------
     @staticmethod
     def _options(options: dict[str, Any]):
         """DecodeOptions from the generation keywords; `beam` (as `--beam`) sets the beam

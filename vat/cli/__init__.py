@@ -6,6 +6,7 @@
     vat generate reconstruct --model runs/demo "a sentence"
     vat sweep -c configs/sweeps/sweep.yaml
     vat export runs/demo model_dir     a shareable model folder
+    vat features compare --model X ... score every sentence-feature spec on STS
     vat mteb --model model_dir         MTEB's English STS tasks (needs the hub's data)
     vat config [NAME]                  list the packaged configs, or print one
 
@@ -29,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
     "sweep": ("vat.cli.sweep:main", "train and measure one run per value of any config key"),
     "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),
+    "features": ("vat.cli.features:main", "compare sentence-feature specs of a model"),
     "mteb": ("vat.cli.mteb:main", "run MTEB's English STS tasks on an exported model"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
 }

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
     p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
     add_common(p)
+    from vat.cli.features import add_feature_options
+
+    add_feature_options(p)
     p.add_argument(
         "--plot",
         "--plots",
@@ -235,6 +238,18 @@ def _make_encoder(args: argparse.Namespace):
     from vat.eval import encoders
 
     device = resolve_device(args.device)
+    if args.model and args.features:
+        from vat.cli.features import check_fitted, fit_options
+
+        enc = encoders.vat_encoder(
+            args.model,
+            device=device,
+            batch_size=args.batch_size,
+            features=args.features,
+            fit_options=fit_options(args, expand_tasks(args.tasks)),
+        )
+        check_fitted(enc.fitted, args)
+        return enc, f"vat:{args.model}"
     if args.model:
         return encoders.vat_encoder(
             args.model, args.pooling, device, args.batch_size
@@ -272,6 +287,10 @@ def _main(argv: Sequence[str] | None) -> int:
             )
     if args.finetune and not args.model:
         raise VatError("--finetune needs --model (it trains the vat encoder)")
+    if args.features and not args.model:
+        raise VatError("--features needs --model (a vat checkpoint or exported folder)")
+    if args.features and args.finetune:
+        raise VatError("--features applies to frozen features; --finetune uses --pooling")
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
     from vat.errors import check_count, check_non_negative_finite
@@ -341,6 +360,11 @@ def _main(argv: Sequence[str] | None) -> int:
             mode="features",
             encoder=name,
             pooling=args.pooling if not args.encoder else None,
+            **(
+                {"features": str(encoder.fitted.spec), "features_fit": encoder.fitted.fit}
+                if hasattr(encoder, "fitted")
+                else {}
+            ),
             preset=args.preset,
             classifier=asdict(settings.classifier_config()),
             relatedness=args.relatedness,

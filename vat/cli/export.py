@@ -73,6 +73,16 @@ def build_parser() -> Parser:
     p.add_argument(
         "--device", default="auto", help="with --evaluate: cpu, cuda, ... (default auto)"
     )
+    p.add_argument(
+        "--features",
+        metavar="SPEC",
+        default=None,
+        help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.features.spec; "
+        "default: an exported MODEL's own, else vat.features.spec.DEFAULT_EXPORT_SPEC); "
+        "post-processing is fitted on the model's training sentences or --fit-files",
+    )
+    p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
+    p.add_argument("--count-files", nargs="+", metavar="FILE", default=None)
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
@@ -85,6 +95,12 @@ def _model_and_output(args) -> tuple[str, str | None]:
     if len(paths) > 1:
         raise VatError(f"expected MODEL and DIR, got extra arguments {paths[1:]}")
     return model, (paths[0] if paths else None)
+
+
+def _fit_options(args) -> dict[str, list[str]]:
+    """--fit-files / --count-files as `resolve_features` keywords (only those given)."""
+    given = (("fit_files", args.fit_files), ("count_files", args.count_files))
+    return {k: v for k, v in given if v}
 
 
 def _main(argv: list[str]) -> int:
@@ -113,6 +129,12 @@ def _main(argv: list[str]) -> int:
             evaluate=args.evaluate,
             data_dir=args.data_dir,
             device=resolve_device(args.device),
+            features=args.features,
+            **{
+                k: v
+                for k, v in (("fit_files", args.fit_files), ("count_files", args.count_files))
+                if v
+            },
         )
         print(f"wrote {out}")
     if args.push_to_hub:

@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pooling", default="mean", help="pooling of the token means (vat.features.Pooling)"
     )
+    p.add_argument(
+        "--features",
+        default=None,
+        help="feature spec SOURCE/WEIGHTING/POST (vat.features.spec; default: the model's own)",
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument(
         "--device", default=None, help="torch device (default: cuda if available, else cpu)"
@@ -59,7 +64,11 @@ def _main(argv: Sequence[str] | None) -> int:
     else:
         tasks = english_sts_tasks()
     encoder = VATMTEBEncoder(
-        args.model, device=args.device, pooling=args.pooling, batch_size=args.batch_size
+        args.model,
+        device=args.device,
+        pooling=args.pooling,
+        batch_size=args.batch_size,
+        features=args.features,
     )
     try:
         result = mteb.evaluate(

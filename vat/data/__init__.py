@@ -9,8 +9,21 @@
                     DDP-aware; collation as one numpy gather; the padding multiple
 """
 
-from vat.data.corpus import expand_files, read_lines
-from vat.data.datamodule import VATDataModule
-from vat.data.token_cache import TokenizedDataset
+# The DataModule pulls in Lightning (seconds): loaded on first use, so that `vat.load` and the
+# feature encoder, which only read text files (`vat.data.corpus`), stay light.
+_LAZY = {
+    "VATDataModule": "vat.data.datamodule",
+    "TokenizedDataset": "vat.data.token_cache",
+    "expand_files": "vat.data.corpus",
+    "read_lines": "vat.data.corpus",
+}
 
-__all__ = ["TokenizedDataset", "VATDataModule", "expand_files", "read_lines"]
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'vat.data' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.errors import VatError
 from vat.io import regular_file
@@ -120,6 +119,10 @@ def iter_files(
             got += len(chunk)
             yield chunk
         if reader.bad:
+            # Lightning (seconds to import) only when there is something to warn about: the
+            # feature encoder and vat.load read text files through this module too
+            from lightning.pytorch.utilities import rank_zero_warn
+
             rank_zero_warn(f"{p}: skipped {reader.bad} lines with bytes that are not UTF-8")
         if not got:
             raise VatError(f"{option}: {p} has no non-empty lines, expected one sentence per line")

@@ -49,6 +49,7 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     verify,
     write_token_cache,
 )
+from vat.data.token_counts import train_token_counts
 from vat.errors import VatError
 from vat.io import regular_file
 from vat.tokenizer import VATTokenizer
@@ -132,6 +133,7 @@ class VATDataModule(L.LightningDataModule):
         self.tokenizer: VATTokenizer | None = None
         self.splits: dict[str, TokenizedDataset] = {}
         self.length_histogram: list[int] = []
+        self.token_counts: list[int] = []  # training subword counts (SIF weights, issue 23)
         self._verified: dict[Path, dict] = {}
         if max_tokens is not None:
             rank_zero_info(
@@ -344,6 +346,7 @@ class VATDataModule(L.LightningDataModule):
             raise VatError("data: no training sentence is left after filtering to data.max_len")
         counts = np.bincount(self.splits["train"].lengths + 1, minlength=h.max_len + 1)
         self.length_histogram = counts.tolist()
+        self.token_counts = train_token_counts(self.splits["train"], self.tokenizer.vocab_size)
         self.overlength_stats = info["stats"]
 
     # -- loaders ----------------------------------------------------------------------------

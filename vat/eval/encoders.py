@@ -18,6 +18,8 @@ import torch
 from vat.errors import VatError
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.features import sentence_features
+from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.share.checkpoint import load_vat
 from vat.share.resolve import load_model
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -30,9 +32,15 @@ def vat_encoder(
     pooling: str = "mean",
     device: str | torch.device = "cpu",
     batch_size: int = 128,
+    features: str | None = None,
+    fit_options: dict | None = None,
 ) -> Encoder:
     """Pooled token means mu of a vat checkpoint: the paper's VAT-mean, VAT-sum, VAT-start,
-    or `precision` (mu weighted by exp(-logvar), see vat.features.pool)."""
+    or `precision` (mu weighted by exp(-logvar), see vat.features.pool). A feature spec
+    (`features`, vat.features.spec) replaces `pooling`; its statistics are found or fitted by
+    `vat.features.encoder.resolve_features` with `fit_options`."""
+    if features is not None:
+        return _spec_encoder(ckpt, features, device, batch_size, fit_options or {})
     if pooling not in VAT_POOLINGS:
         raise VatError(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
@@ -47,6 +55,24 @@ def vat_encoder(
         )
 
     encode.__name__ = f"vat[{Path(ckpt).name}, {pooling}]"
+    return encode
+
+
+def _spec_encoder(
+    ckpt: str | Path, features: str, device, batch_size: int, fit_options: dict
+) -> Encoder:
+
+    loaded = load_vat(ckpt, map_location=device)
+    fitted = resolve_features(
+        ckpt, loaded.model, loaded.tokenizer, features, batch_size=batch_size, **fit_options
+    )
+    encoder = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
+
+    def encode(sentences: list[str]) -> np.ndarray:
+        return encoder(sentences, batch_size=batch_size)
+
+    encode.__name__ = f"vat[{Path(ckpt).name}, {fitted.spec}]"
+    encode.fitted = fitted  # type: ignore[attr-defined]  (what the run reports)
     return encode
 
 

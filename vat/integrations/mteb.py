@@ -42,19 +42,23 @@ class VATMTEBEncoder(AbsEncoder):
         batch_size: int = 64,
         normalize: bool = False,
         model_path: str | None = None,
+        features: str | None = None,
         **kwargs: Any,
     ) -> None:
 
         # model_path: where a registered ModelMeta's model is (its name is "vat/NAME")
         self.model = load(model_path or model_name, device=device)
         self.pooling, self.batch_size, self.normalize = pooling, batch_size, normalize
+        self.features = features  # a feature spec (vat.features.spec); None: the folder's own
         name = Path(str(model_name)).name if Path(str(model_name)).exists() else str(model_name)
         n_params = sum(p.numel() for p in self.model.model.parameters())
         self.mteb_model_meta = ModelMeta.create_empty(
             {
                 "name": f"vat/{name}" if "/" not in name else name,
                 "revision": revision or "local",
-                "embed_dim": self.model.dim,
+                "embed_dim": self.model.feature_encoder(features).dim
+                if features is not None or self.model._folder_spec() is not None
+                else self.model.dim,
                 "max_tokens": int(self.model.model.config.max_len),
                 "n_parameters": int(n_params),
                 "similarity_fn_name": ScoringFunction.COSINE,
@@ -82,6 +86,7 @@ class VATMTEBEncoder(AbsEncoder):
             pooling=self.pooling,
             batch_size=self.batch_size,
             normalize_embeddings=self.normalize,
+            features=self.features,
         )
 
 

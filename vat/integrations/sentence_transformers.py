@@ -25,8 +25,10 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
-from vat.api import load
+from vat.api import PretrainedVAT, load
 from vat.features import pool
+from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.features.spec import FeatureSpec, FittedFeatures
 from vat.share.checkpoint import LoadedVAT
 from vat.share.hub import ST_MODULE_CONFIG_NAME, from_pretrained, write_model_files
 from vat.tokenizer import make_batch
@@ -37,9 +39,11 @@ class VATSentenceEncoder(InputModule):
     `sentence_embedding` (B, d); `token_embeddings` (B, T, d) holds mu itself."""
 
     config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.share.hub)
-    config_keys = ["pooling"]
+    config_keys = ["pooling", "features"]
 
-    def __init__(self, loaded: LoadedVAT, pooling: str = "mean") -> None:
+    def __init__(self, loaded: LoadedVAT, pooling: str = "mean", features: Any = None) -> None:
+        """`features`: a feature spec string (no statistics needed) or a fitted
+        vat.features.spec.FittedFeatures; None keeps `pooling` of mu."""
         super().__init__()
         self.vat = loaded.model
         self.tokenizer = (
@@ -47,6 +51,16 @@ class VATSentenceEncoder(InputModule):
         )  # a tokenizers.Tokenizer, as InputModule expects
         self.loaded = loaded
         self.pooling = pooling
+        self.feature_encoder = None
+        self.features = None
+        if features is not None:
+            fitted = (
+                features
+                if isinstance(features, FittedFeatures)
+                else FittedFeatures(FeatureSpec.parse(features))
+            )
+            self.feature_encoder = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
+            self.features = str(fitted.spec)
 
     @property
     def max_seq_length(self) -> int:
@@ -66,11 +80,18 @@ class VATSentenceEncoder(InputModule):
         features["token_embeddings"] = mu
         features["attention_mask"] = post.mask.long()
         lengths = features["lengths"].to(mu.device)
+        if self.feature_encoder is not None:  # the same code path as vat.load(...).encode
+            features["sentence_embedding"] = self.feature_encoder.encode_ids(
+                features["input_ids"], lengths
+            )
+            return features
         # logvar is used by `precision` pooling only
         features["sentence_embedding"] = pool(mu, lengths, self.pooling, post.logvar.float())
         return features
 
     def get_embedding_dimension(self) -> int:
+        if self.feature_encoder is not None:
+            return self.feature_encoder.dim
         return int(self.vat.config.d_model)
 
     def get_sentence_embedding_dimension(self) -> int:
@@ -90,6 +111,8 @@ class VATSentenceEncoder(InputModule):
             card=False,
         )
         self.save_config(output_path)
+        if self.feature_encoder is not None:
+            self.feature_encoder.fitted.write_into(Path(output_path))
 
     @classmethod
     def load(
@@ -112,16 +135,31 @@ class VATSentenceEncoder(InputModule):
         }
         folder = cls.load_dir_path(model_name_or_path, **where)
         config = cls.load_config(model_name_or_path, **where)
-        return cls(from_pretrained(folder), **config)
+        loaded = from_pretrained(folder)
+        if config.get("features"):  # the folder's spec, with its fitted statistics
+            config["features"] = resolve_features(
+                folder, loaded.model, loaded.tokenizer, config["features"], save=False
+            )
+        return cls(loaded, **config)
 
 
 def to_sentence_transformer(
-    path: str | os.PathLike | LoadedVAT, pooling: str = "mean", device: str | None = None
+    path: str | os.PathLike | LoadedVAT,
+    pooling: str = "mean",
+    device: str | None = None,
+    features: Any = None,
 ) -> SentenceTransformer:
     """A SentenceTransformer around a .ckpt, an exported folder or a Hub id (no
-    trust_remote_code needed: the module is built here, not imported by name)."""
+    trust_remote_code needed: the module is built here, not imported by name). `features`
+    is a feature spec (fitted as `vat.load(path).encode(features=...)` fits it); an exported
+    folder's own spec is the default."""
 
-    loaded = path if isinstance(path, LoadedVAT) else load(path, device="cpu").loaded
+    model = PretrainedVAT(path) if isinstance(path, LoadedVAT) else load(path, device="cpu")
+    fitted = None
+    if features is not None or (pooling == "mean" and model._folder_spec() is not None):
+        fitted = model.feature_encoder(features).fitted
     return SentenceTransformer(
-        modules=[VATSentenceEncoder(loaded, pooling)], device=device, similarity_fn_name="cosine"
+        modules=[VATSentenceEncoder(model.loaded, pooling, fitted)],
+        device=device,
+        similarity_fn_name="cosine",
     )

@@ -9,6 +9,7 @@ prefix `model.` and whose `vat` entry carries everything needed to use it alone:
         "prior_std": float,             # s of the scaled prior N(0, s^2 I)
         "tokenizer": str,               # the tokenizers JSON
         "length_histogram": [int, ...], # counts of training sequence lengths (with </s>)
+        "token_counts": [int, ...],     # optional: training subword counts (SIF weighting)
     }
 """
 
@@ -216,16 +217,23 @@ def check_same_model_config(recorded: dict, now: dict) -> None:
 
 
 def vat_metadata(
-    model: VAT, tokenizer: VATTokenizer, prior_std: float, length_histogram: list[int]
+    model: VAT,
+    tokenizer: VATTokenizer,
+    prior_std: float,
+    length_histogram: list[int],
+    token_counts: list[int] | None = None,
 ) -> dict:
     """The `checkpoint["vat"]` entry (plain types only, so weights_only loading works)."""
-    return {
+    meta = {
         "format_version": FORMAT_VERSION,
         "model_config": model.config.to_dict(),
         "prior_std": float(prior_std),
         "tokenizer": tokenizer.to_str(),
         "length_histogram": [int(c) for c in length_histogram],
     }
+    if token_counts:
+        meta["token_counts"] = [int(c) for c in token_counts]
+    return meta
 
 
 def save_vat(

@@ -8,6 +8,7 @@ The folder layout and reading it back are `vat.share.hub`; what a model path mea
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,12 +20,15 @@ from vat.errors import OptionError, VatError
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import expand_tasks
-from vat.features import sentence_features
+from vat.features.encoder import folder_spec, resolve_features
+from vat.features.pooling import sentence_features
+from vat.features.spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
 from vat.geometry.probes import default_senteval_dir
 from vat.share.checkpoint import LoadedVAT, load_checkpoint
 from vat.share.hub import (
     CONFIG_NAME,
-    FILES,
+    HUB_PATTERNS,
+    check_output_dir,
     is_pretrained_dir,
     read_config,
     resolve,
@@ -36,20 +40,56 @@ from vat.share.resolve import load_model, resolve_model
 
 # -- export ----------------------------------------------------------------------------------
 def export_checkpoint(
-    ckpt_path: str | os.PathLike, output_dir: str | os.PathLike, *, overwrite: bool = False
+    ckpt_path: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    features: str | None = None,
+    **fit_options: Any,
 ) -> Path:
     """A training checkpoint (.ckpt) into a pretrained folder; trainer state is dropped.
 
     The card and config.json record the step and epoch, the best score the run's
     ModelCheckpoint saw, and, when the checkpoint sits in a run directory
     (RUN/checkpoints/x.ckpt), the training files named in RUN/config.yaml.
+    `features` is the folder's feature spec (default vat.features.spec.DEFAULT_EXPORT_SPEC),
+    fitted as `vat.features.encoder.resolve_features` does (`fit_options` are its keywords).
     """
-
     ckpt_path = Path(ckpt_path)
     if ckpt_path.is_dir():
         raise VatError(f"{ckpt_path} is a directory; export takes a training checkpoint (.ckpt)")
     loaded = load_checkpoint(ckpt_path)
-    return save_loaded(output_dir, loaded, training=training_facts(ckpt_path), overwrite=overwrite)
+    check_output_dir(output_dir, overwrite)  # before any fitting
+    fitted = export_features(ckpt_path, loaded, features, DEFAULT_EXPORT_SPEC, fit_options)
+    return save_loaded(
+        output_dir,
+        loaded,
+        training=training_facts(ckpt_path),
+        overwrite=overwrite,
+        features=fitted,
+    )
+
+
+def export_features(
+    path: str | os.PathLike,
+    loaded: LoadedVAT,
+    features: str | None,
+    default: str,
+    fit_options: dict[str, Any],
+) -> FittedFeatures:
+    """The feature spec an exported folder carries, with its statistics: `features` if given
+    (fitted as `resolve_features` does), else `default`; a default that cannot be fitted
+    for this model (e.g. a checkpoint without token counts) falls back to the mean of mu
+    with a warning, and the folder and its card name the spec they hold."""
+    spec = FeatureSpec.parse(features or default)
+    fit_options = {**fit_options, "save": False}  # the folder holds them; nothing beside it
+    try:
+        return resolve_features(path, loaded.model, loaded.tokenizer, spec, **fit_options)
+    except VatError as e:
+        if features is not None:
+            raise
+        print(f"warning: exporting with mu/mean/none, not {spec} ({e})", file=sys.stderr)
+        return FittedFeatures(FeatureSpec())
 
 
 def export_model(
@@ -63,6 +103,8 @@ def export_model(
     evaluate: str | Sequence[str] | None = None,
     data_dir: str | os.PathLike | None = None,
     device: str | torch.device = "cpu",
+    features: str | None = None,
+    **fit_options: Any,
 ) -> Path:
     """Whatever `--model` names (a .ckpt, a run folder, an exported folder, a Hub id) as a
     pretrained folder at `output_dir`. The card's facts come from the model itself: a
@@ -73,7 +115,9 @@ def export_model(
     card's usage snippets. `evaluate` (task names or groups of `vat evaluate`) runs the
     SentEval harness on the model (mean pooling, SentEval data in `data_dir`, default
     $VAT_SENTEVAL_DIR) and records each task's score (`vat.eval.scores`) in config.json and
-    the card's model-index.
+    the card's model-index. `features` is the folder's feature spec (default: an exported
+    folder's own, else vat.features.spec.DEFAULT_EXPORT_SPEC), fitted on the model's training
+    sentences or `fit_options` (`resolve_features`'s keywords: fit_files, count_files, ...).
     """
 
     tasks = _evaluation_tasks(evaluate)  # unknown task names fail before anything loads
@@ -83,7 +127,11 @@ def export_model(
     else:
         old = read_config(resolve(source.location))
         training = old.get("training") or {}
+    check_output_dir(output_dir, overwrite)  # before anything is fitted or evaluated
     loaded = load_model(source, device)
+    where = resolve(source.location) if source.kind == "hub" else source.location
+    default = (folder_spec(where) if source.kind != "checkpoint" else None) or DEFAULT_EXPORT_SPEC
+    fitted = export_features(where, loaded, features, default, fit_options)
     card = dict(old.get("card") or {})
     card["license"] = license or card.get("license") or DEFAULT_LICENSE
     card["language"] = language or card.get("language") or DEFAULT_LANGUAGE
@@ -96,7 +144,9 @@ def export_model(
         evaluation = list(_evaluate(loaded, tasks, data_dir).values())
     if evaluation:
         extra["evaluation"] = evaluation
-    return save_loaded(output_dir, loaded, training=training, overwrite=overwrite, extra=extra)
+    return save_loaded(
+        output_dir, loaded, training=training, overwrite=overwrite, extra=extra, features=fitted
+    )
 
 
 def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
@@ -151,7 +201,7 @@ def push_to_hub(
                 repo_type="model",
                 revision=revision,
                 commit_message=commit_message,
-                allow_patterns=list(FILES),
+                allow_patterns=list(HUB_PATTERNS),
             )
         except Exception as e:  # no network (httpx/requests errors), offline mode, no login
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -54,6 +54,9 @@ FILES = (
     ST_MODULE_CONFIG_NAME,
     ST_CONFIG_NAME,
 )
+# Present when the folder's feature spec needs statistics (vat.features.spec, issue 23).
+FEATURES_NAME = "features.safetensors"
+HUB_PATTERNS = (*FILES, FEATURES_NAME)  # what push_to_hub uploads and from_pretrained fetches
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -67,6 +70,7 @@ def save_pretrained(
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
+    features: Any = None,
 ) -> Path:
     """Write the pretrained folder for `model` at `directory`, atomically (a temp folder
     beside it, renamed into place). An existing non-empty `directory` needs `overwrite`.
@@ -74,13 +78,16 @@ def save_pretrained(
     `training` (optional, plain JSON types) goes into config.json and the model card: e.g.
     {"global_step": ..., "train_files": [...], "metrics": {...}}. `extra` adds top-level
     config.json entries: "card" ({license, language, repo_id}) and "evaluation" (a list of
-    `vat.eval.scores` entries), both shown on the model card.
+    `vat.eval.scores` entries), both shown on the model card. `features` (a
+    vat.features.spec.FittedFeatures) becomes the folder's feature spec and statistics.
     """
     with _atomic_dir(directory, overwrite) as tmp:
         write_model_files(
             tmp, model, tokenizer, prior_std, length_histogram, training or {}, extra=extra
         )
         write_sentence_transformers_files(tmp)
+        if features is not None:
+            features.write_into(tmp)  # a vat.features.spec.FittedFeatures (issue 23)
     return Path(directory)
 
 
@@ -91,6 +98,7 @@ def save_loaded(
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
+    features: Any = None,
 ) -> Path:
     """`save_pretrained` of what `vat.share.resolve.load_vat` / `from_pretrained` returned."""
     return save_pretrained(
@@ -102,6 +110,7 @@ def save_loaded(
         training=training,
         overwrite=overwrite,
         extra=extra,
+        features=features,
     )
 
 
@@ -163,15 +172,7 @@ def write_sentence_transformers_files(folder: Path, pooling: str = "mean") -> No
 def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
     """Yield an empty temp folder beside `directory`; on success it replaces `directory`
     by a rename, so a failed write never leaves a half-written or half-replaced folder."""
-    out = Path(directory)
-    if out.exists() and not out.is_dir():
-        raise VatError(f"output {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise VatError(
-            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
-        )
-    if out.is_dir() and any(out.iterdir()):
-        _check_earlier_export(out)
+    out = check_output_dir(directory, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
@@ -213,6 +214,21 @@ def _check_earlier_export(out: Path) -> None:
             f"output {out} is not an earlier vat export ({what}); --overwrite replaces only "
             f"a folder vat exported, never other files: choose another folder"
         )
+
+
+def check_output_dir(directory: str | os.PathLike, overwrite: bool) -> Path:
+    """The folder to export into, refused before any work: a file, a non-empty folder
+    without `overwrite`, or (with it) a folder that is not an earlier export."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise VatError(f"output {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise VatError(
+            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
+        )
+    if out.is_dir() and any(out.iterdir()):
+        _check_earlier_export(out)
+    return out
 
 
 def _umask() -> int:
@@ -346,7 +362,11 @@ def resolve(
 
     try:
         folder = snapshot_download(
-            repo_id, revision=revision, token=token, cache_dir=cache_dir, allow_patterns=list(FILES)
+            repo_id,
+            revision=revision,
+            token=token,
+            cache_dir=cache_dir,
+            allow_patterns=list(HUB_PATTERNS),
         )
     except (OSError, ValueError) as e:  # network, offline mode, missing repo, a malformed id
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -101,6 +101,7 @@ class VATSystem(L.LightningModule):
         self.train_state = TrainState()
         self.tokenizer: VATTokenizer | None = None
         self.length_histogram: list[int] = []
+        self.token_counts: list[int] = []
         self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (
             MeanMetric() for _ in range(4)
         )
@@ -326,6 +327,7 @@ class VATSystem(L.LightningModule):
             )
         self.tokenizer = dm.tokenizer
         self.length_histogram = list(dm.length_histogram)
+        self.token_counts = list(getattr(dm, "token_counts", []) or [])
         if stage == "fit":
             # trainer.log_dir is a collective call under DDP: every rank must ask for it.
             self._save_tokenizer(self.trainer.log_dir)
@@ -366,7 +368,11 @@ class VATSystem(L.LightningModule):
             stop_if_non_finite(self.train_state, self.trainer)
         check_finite_weights(checkpoint["state_dict"], self.global_step, self.trainer)
         checkpoint["vat"] = vat_metadata(
-            self.model, self.tokenizer, float(self.prior_std), self.length_histogram
+            self.model,
+            self.tokenizer,
+            float(self.prior_std),
+            self.length_histogram,
+            self.token_counts,
         )
         checkpoint["vat"]["training"] = self._training_record()  # the model card's facts
         checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
@@ -403,6 +409,7 @@ class VATSystem(L.LightningModule):
         if self.tokenizer is None:
             self.tokenizer = VATTokenizer.from_str(meta["tokenizer"])
             self.length_histogram = list(meta.get("length_histogram", []))
+            self.token_counts = list(meta.get("token_counts", []))
         rng = checkpoint.get("vat_rng", {}).get("torch")
         if rng is not None:
             self._rng_to_restore = rng

@@ -1,0 +1,451 @@
+"""Feature-spec options of `vat evaluate`, and `vat features compare`.
+
+    vat evaluate --ckpt last.ckpt --tasks sts --features firstlast/sif/pc1
+    vat features compare --ckpt last.ckpt --output-dir feature-compare [--classification]
+
+`compare` scores every combination of source x weighting x post-processing on the STS tasks
+present (STS12, STS-B dev and test; optionally the classification tasks for the best
+three), writing `compare.csv`, `compare.md` and `compare.png`. Every post-processing is
+fitted on a sample of the checkpoint's own training sentences (or --fit-files), never on
+the evaluation sentences; the fitting cost (seconds, sentences) is in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from vat.errors import VatError, run_cli
+
+WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
+POSTS = ("none", "pc1", "whiten", "whiten-half")
+
+
+# -- vat evaluate's options ----------------------------------------------------------------
+def add_feature_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("feature spec (vat checkpoints; see vat.features.spec)")
+    g.add_argument(
+        "--features",
+        metavar="SPEC",
+        default=None,
+        help="SOURCE/WEIGHTING/POST, e.g. mu/sif/pc1 or firstlast/mean/whiten64; replaces "
+        "--pooling. Post-processing is fitted on unlabeled sentences: by default a sample of "
+        "the checkpoint's own training files, stored beside the checkpoint",
+    )
+    g.add_argument(
+        "--fit-files",
+        nargs="+",
+        metavar="FILE",
+        default=None,
+        help="fit the post-processing on these text files (one sentence a line) instead",
+    )
+    g.add_argument(
+        "--fit-sentences",
+        type=int,
+        default=20_000,
+        metavar="N",
+        help="sentences sampled for fitting (default 20000)",
+    )
+    g.add_argument(
+        "--count-files",
+        nargs="+",
+        metavar="FILE",
+        default=None,
+        help="count token frequencies for sif weighting in these text files (for checkpoints "
+        "that store none)",
+    )
+    g.add_argument(
+        "--fit-transductive",
+        action="store_true",
+        help="allow fitting on the evaluation data: on --fit-files inside --data-dir, or, "
+        "without --fit-files, on the sentences of the tasks being evaluated (not stored)",
+    )
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def check_not_evaluation_data(files: Sequence[str], data_dir: str, option: str) -> None:
+    """Refuse fitting files that lie in the evaluation data folder."""
+    from vat.data.corpus import expand_files
+
+    for f in expand_files(list(files), option):
+        if _inside(f, Path(data_dir)):
+            raise VatError(
+                f"{option}: {f} lies in the evaluation data ({data_dir}); fitting on the "
+                "evaluation sentences needs --fit-transductive"
+            )
+
+
+def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> dict:
+    """resolve_features keywords for `vat evaluate`, with the guard against evaluation data."""
+    if args.fit_sentences < 2:
+        raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
+    opts: dict = {"n_fit": args.fit_sentences, "quiet": getattr(args, "quiet", False)}
+    if args.count_files:
+        opts["count_files"] = args.count_files
+    if args.fit_files:
+        if not args.fit_transductive:
+            check_not_evaluation_data(args.fit_files, args.data_dir, "--fit-files")
+        opts["fit_files"] = args.fit_files
+        opts["fit_info"] = {"transductive": bool(args.fit_transductive)}
+    elif args.fit_transductive:
+        from vat.eval.tasks.registry import load_task
+
+        sentences = sorted({s for t in tasks for s in load_task(args.data_dir, t).sentences()})
+        opts.update(
+            fit_sentences=sentences,
+            fit_info={"from": f"evaluation tasks {','.join(tasks)}", "transductive": True},
+            save=False,  # a transductive fit never becomes the checkpoint's stored default
+        )
+    else:
+        from vat.features.encoder import training_files
+        from vat.features.spec import FeatureSpec
+
+        if FeatureSpec.parse(args.features).post != "none":
+            check_not_evaluation_data(
+                training_files(args.ckpt), args.data_dir, "the checkpoint's training files"
+            )
+    return opts
+
+
+def check_fitted(fitted, args: argparse.Namespace) -> None:
+    """A stored statistics file fitted transductively is refused without the flag."""
+    if fitted.fit.get("transductive") and not args.fit_transductive:
+        raise VatError(
+            f"the statistics of {fitted.spec} were fitted on evaluation data (transductive); "
+            "pass --fit-transductive to use them, or refit with --fit-files"
+        )
+
+
+# -- vat features compare ------------------------------------------------------------------
+def sources_of(n_layers: int) -> list[str]:
+    return ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
+
+
+def combos_of(n_layers: int, sif: bool) -> list[tuple[str, str]]:
+    out = []
+    for s in sources_of(n_layers):
+        for w in WEIGHTINGS:
+            if (w == "precision" and s != "mu") or (w == "sif" and not sif):
+                continue
+            out.append((s, w))
+    return out
+
+
+def post_spec(post: str, d: int) -> str:
+    return f"whiten{d // 2}" if post == "whiten-half" else post
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vat.cli.common import Parser
+
+    p = Parser(
+        prog="vat features compare",
+        description="Score every feature spec (source x weighting x post-processing) of one "
+        "checkpoint on the STS tasks present; write a table (CSV, markdown) and a plot.",
+    )
+    p.add_argument("command", choices=["compare"], help="compare: the sweep over specs")
+    p.add_argument("--ckpt", required=True, help="vat checkpoint (.ckpt) or exported folder")
+    p.add_argument("--output-dir", required=True, help="folder for compare.csv/.md/.png")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--data-dir", default=None, help="SentEval data/downstream folder")
+    p.add_argument(
+        "--classification",
+        action="store_true",
+        help="also run MR, CR, SUBJ, MPQA, SST2, TREC, MRPC for mean-of-mu and the best three",
+    )
+    p.add_argument("--fit-files", nargs="+", default=None, metavar="FILE")
+    p.add_argument("--fit-sentences", type=int, default=20_000, metavar="N")
+    p.add_argument("--count-files", nargs="+", default=None, metavar="FILE")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0, help="seed of the fitting sample")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
+    """{column: Spearman x 100} of the cosine protocol, vectors keyed by sentence."""
+    from vat.eval.sts import correlations, cosine_scores
+
+    out = {}
+    for name, data in tasks.items():
+        if data.kind == "sts":
+            per = []
+            for subset, pairs in data.splits.items():
+                a = np.stack([vectors[s] for s in pairs.a])
+                b = np.stack([vectors[s] for s in pairs.b])
+                rho = correlations(cosine_scores(a, b), pairs.y)["spearman"]
+                out[f"{name}.{subset}"] = 100 * rho
+                per.append(100 * rho)
+            out[name] = float(np.mean(per))
+        else:  # STSBenchmark: dev and test
+            for split in ("dev", "test"):
+                pairs = data.splits[split]
+                a = np.stack([vectors[s] for s in pairs.a])
+                b = np.stack([vectors[s] for s in pairs.b])
+                out[f"STS-B {split}"] = 100 * correlations(cosine_scores(a, b), pairs.y)["spearman"]
+    return out
+
+
+def selection_score(row: dict) -> float:
+    """The mean of STS12's five sets and STS-B dev (the choice rule of issue 23)."""
+    cols = [k for k in row if k.startswith("STS12.")]
+    cols += ["STS-B dev"] if "STS-B dev" in row else []
+    return float(np.mean([row[c] for c in cols])) if cols else float("nan")
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    from vat.eval.tasks.registry import load_task
+    from vat.features.encoder import (
+        apply_post,
+        checkpoint_token_counts,
+        count_tokens,
+        fit_post,
+        pooled_features,
+        sample_lines,
+        training_files,
+    )
+    from vat.features.postprocess import sif_weights
+    from vat.features.spec import FeatureSpec
+    from vat.geometry.probes import default_senteval_dir
+    from vat.io import atomic_write
+    from vat.share.checkpoint import load_vat
+
+    data_dir = args.data_dir or str(default_senteval_dir())
+    out_dir = Path(args.output_dir)
+    outputs = [out_dir / f"compare.{ext}" for ext in ("csv", "md", "png")]
+    if not args.overwrite and any(o.exists() for o in outputs):
+        raise VatError(f"--output-dir {out_dir} already holds compare.*; pass --overwrite")
+    tasks = {}
+    for t in ("STS12", "STSBenchmark"):
+        try:
+            tasks[t] = load_task(data_dir, t)
+        except VatError as e:
+            print(f"warning: skipping {e}", file=sys.stderr)
+    if not tasks:
+        raise VatError(f"no STS task (STS12, STSBenchmark) under {data_dir}")
+    loaded = load_vat(args.ckpt)
+    model, tok = loaded.model, loaded.tokenizer
+    n_layers, d = len(model.encoder), model.config.d_model
+
+    fit_files = args.fit_files or training_files(args.ckpt)
+    check_not_evaluation_data(fit_files, data_dir, "fit files")
+    t0 = time.perf_counter()
+    fit_sents = sample_lines(fit_files, args.fit_sentences, args.seed)
+    t_read = time.perf_counter() - t0
+    counts = (
+        count_tokens(tok, args.count_files, model.config.vocab_size)
+        if args.count_files
+        else checkpoint_token_counts(args.ckpt)
+    )
+    if counts is None:
+        print(
+            "warning: no token frequencies stored in the checkpoint and no --count-files: "
+            "sif weighting left out",
+            file=sys.stderr,
+        )
+    sif = None
+    if counts is not None:
+        full = np.zeros(model.config.vocab_size)
+        full[: min(len(counts), len(full))] = counts[: len(full)]
+        sif = sif_weights(full)
+    combos = combos_of(n_layers, sif is not None)
+    eval_sents = sorted({s for data in tasks.values() for s in data.sentences()})
+    t0 = time.perf_counter()
+    fit_x = pooled_features(model, tok, fit_sents, combos, sif, args.batch_size)
+    t_fit_encode = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    eval_in = [s or "." for s in eval_sents]
+    eval_x = pooled_features(model, tok, eval_in, combos, sif, args.batch_size)
+    t_eval_encode = time.perf_counter() - t0
+    print(
+        f"vat: encoded {len(fit_sents)} fitting sentences ({t_fit_encode:.1f} s, "
+        f"{len(combos)} source x weighting at once) and {len(eval_sents)} evaluation sentences "
+        f"({t_eval_encode:.1f} s)",
+        file=sys.stderr,
+    )
+    rows = []
+    for source, weighting in combos:
+        for post in POSTS:
+            spec = FeatureSpec(source, weighting, post_spec(post, d))
+            t0 = time.perf_counter()
+            arrays = fit_post(spec, fit_x[(source, weighting)])
+            t_fit = time.perf_counter() - t0
+            vecs = apply_post(spec, arrays, eval_x[(source, weighting)])
+            lookup = dict(zip(eval_sents, vecs))
+            row = {"spec": str(spec), **sts_scores(lookup, tasks)}
+            row["select (STS12 sets + STS-B dev)"] = selection_score(row)
+            row["fit s"] = round(t_fit, 3) if post != "none" else 0.0
+            row["fit sentences"] = len(fit_sents) if post != "none" else 0
+            rows.append(row)
+    rows.sort(key=lambda r: -r["select (STS12 sets + STS-B dev)"])
+    meta = {
+        "ckpt": str(args.ckpt),
+        "fit_files": [str(f) for f in fit_files],
+        "fit_sentences": len(fit_sents),
+        "read_s": round(t_read, 2),
+        "fit_encode_s": round(t_fit_encode, 2),
+        "combos_encoded": len(combos),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    _write(rows, meta, outputs, atomic_write)
+    if args.classification:  # the STS table is on disk first: classification takes longer
+        print("vat: STS table written; classification tasks next", file=sys.stderr)
+        _classification(rows, loaded, args, data_dir, sif, fit_x)
+        _write(rows, meta, outputs, atomic_write)
+    for o in outputs:
+        print(f"wrote {o}", file=sys.stderr)
+    return 0
+
+
+def _classification(rows, loaded, args, data_dir, sif, fit_x) -> None:
+    """Classification accuracy (SentEval logreg, prototyping preset) for mean-of-mu and the
+    three best specs. The tasks' sentences are encoded once for every source x weighting
+    needed; each spec then only applies its post-processing."""
+    from vat.eval.engine import EvalSettings, evaluate
+    from vat.eval.tasks.registry import load_task
+    from vat.features.encoder import apply_post, fit_post, pooled_features
+    from vat.features.spec import FeatureSpec
+
+    tasks = []
+    for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"):
+        try:
+            tasks.append(load_task(data_dir, t))
+        except VatError:
+            pass
+    if not tasks:
+        print("warning: no classification task found", file=sys.stderr)
+        return
+    base = next(r for r in rows if r["spec"] == "mu/mean/none")
+    chosen = [base] + [r for r in rows if r is not base][:3]
+    specs = [FeatureSpec.parse(r["spec"]) for r in chosen]
+    combos = sorted({(s.source, s.weighting) for s in specs})
+    sents = sorted({s for data in tasks for s in data.sentences()})
+    t0 = time.perf_counter()
+    x = pooled_features(
+        loaded.model, loaded.tokenizer, [s or "." for s in sents], combos, sif, args.batch_size
+    )
+    print(
+        f"vat: encoded {len(sents)} classification sentences in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
+    names = [d.name for d in tasks]
+    for row, spec in zip(chosen, specs):
+        pair = (spec.source, spec.weighting)
+        vecs = apply_post(spec, fit_post(spec, fit_x[pair]), x[pair])
+        lookup = dict(zip(sents, vecs))
+        if "" in lookup:  # the harness passes an empty sentence as ".", which encoded it
+            lookup.setdefault(".", lookup[""])
+        res, _ = evaluate(
+            lambda batch, lookup=lookup: np.stack([lookup[s] for s in batch]),
+            names,
+            data_dir,
+            EvalSettings(progress=False, batch_size=4096),
+        )
+        for t in names:
+            row[t] = res[t]["acc"]
+
+
+def _write(rows: list[dict], meta: dict, outputs: list[Path], atomic_write) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
+    atomic_write(outputs[0], lambda f: f.write(buf.getvalue()))
+    show = [c for c in cols if not c.startswith("STS12.")]
+    md = [
+        f"Feature specs of `{meta['ckpt']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
+        f"by the mean of STS12's five sets and STS-B dev. Post-processing fitted on "
+        f"{meta['fit_sentences']} sentences of {', '.join(meta['fit_files'])}; encoding them "
+        f"for all {meta['combos_encoded']} source x weighting pairs took "
+        f"{meta['fit_encode_s']} s (reading {meta['read_s']} s).",
+        "",
+        "| " + " | ".join(show) + " |",
+        "|" + "|".join("---" if c == "spec" else "---:" for c in show) + "|",
+    ]
+    for r in rows:
+        cells = [
+            (f"{r[c]:.2f}" if isinstance(r.get(c), float) else str(r.get(c, ""))) for c in show
+        ]
+        md.append("| " + " | ".join(cells) + " |")
+    atomic_write(outputs[1], lambda f: f.write("\n".join(md) + "\n"))
+    _plot(rows, outputs[2])
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vat.io import atomic_write
+
+    posts = ["none", "pc", "whiten", "whiten-half"]
+
+    def post_of(spec: str) -> str:
+        p = spec.split("/")[2]
+        if p.startswith("pc"):
+            return "pc"
+        return "whiten" if p == "whiten" else ("whiten-half" if p.startswith("whiten") else "none")
+
+    pairs = []
+    for r in rows:
+        sw = "/".join(r["spec"].split("/")[:2])
+        if sw not in pairs:
+            pairs.append(sw)
+    pairs.sort()
+    fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(pairs)), 4.5))
+    width = 0.8 / len(posts)
+    for i, post in enumerate(posts):
+        vals = []
+        for sw in pairs:
+            got = [
+                r["select (STS12 sets + STS-B dev)"]
+                for r in rows
+                if "/".join(r["spec"].split("/")[:2]) == sw and post_of(r["spec"]) == post
+            ]
+            vals.append(got[0] if got else np.nan)
+        ax.bar(np.arange(len(pairs)) + (i - 1.5) * width, vals, width, label=post)
+    base = next((r for r in rows if r["spec"] == "mu/mean/none"), None)
+    if base:
+        ax.axhline(
+            base["select (STS12 sets + STS-B dev)"],
+            color="k",
+            lw=0.8,
+            ls="--",
+            label="mu/mean/none",
+        )
+    ax.set_xticks(np.arange(len(pairs)), pairs, rotation=70, fontsize=7)
+    ax.set_ylabel("mean of STS12 sets + STS-B dev (Spearman x 100)")
+    ax.legend(fontsize=7, ncol=5)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(path, lambda f: f.write(buf.getvalue()), binary=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
