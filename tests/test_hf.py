@@ -71,6 +71,8 @@ def test_missing_transformers_is_a_clear_error(monkeypatch, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
     hf._load_cached.cache_clear()
-    with pytest.raises(VatError, match=r"pip install 'vat\[transformers\]'"):
+    with pytest.raises(
+        VatError, match=r"pip install 'variational-auto-transformer\[transformers\]'"
+    ):
         hf.hf_sentence_features(tmp_path, ["a"])
     hf._load_cached.cache_clear()

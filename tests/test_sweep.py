@@ -353,7 +353,7 @@ def test_a_rerun_with_other_train_settings_is_refused_not_mixed(swept, tmp_path,
         out_dir=str(out),
         extra_args=["--trainer.max_steps", "8", "--data.cache_dir", str(swept / "cache")],
     )
-    assert sweep.main(["-c", str(cfg)]) == 2
+    assert sweep_cli.main(["-c", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "was trained with other settings" in err[0], err
     assert "'8'" in err[0] and "choose another --output" in err[0]
