@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import datetime as _dt
 import glob
 import importlib.util
@@ -612,16 +613,30 @@ def sts_option_sets() -> list[tuple[str, list[str]]]:
     return [("mean", ["--pooling", "mean"]), ("precision", ["--pooling", "precision"])]
 
 
-def best_run_option_sets() -> list[tuple[str, list[str]]]:
-    """ISSUE 23 HOOK: further `vat evaluate` option sets for the frontier's best-STS run.
+def best_run_option_sets(
+    ckpt: Path, data_dir: Path, work: Path, fit_sentences: int
+) -> list[tuple[str, list[str]]]:
+    """Issue 23's feature specs, evaluated on the frontier's best-STS run: the default spec
+    of exported models (vat.features.spec.DEFAULT_EXPORT_SPEC) and the best spec of
+    `vat features compare` on that run (by the mean of STS12's five sets and STS-B dev,
+    fitted on the run's own training sentences). Each is (name, [vat evaluate options]); its
+    STS12 / STS-B Spearman land in the run's `extra_sts[name]`."""
+    from vat.cli.features import main as features_main
+    from vat.features.spec import DEFAULT_EXPORT_SPEC
 
-    Issue 23 ("the GPU suite evaluates the frontier's best-STS run with the default and the
-    best feature spec") adds its feature spec here as (name, [vat evaluate options]); each
-    set is run on the best-STS run after every run has been evaluated, and its STS12 / STS-B
-    Spearman land in that run's `extra_sts[name]`. Empty for now: the default options
-    (sts_option_sets) are all that is measured.
-    """
-    return []
+    out = work / "feature_compare"
+    argv = ["compare", "--model", str(ckpt), "--output-dir", str(out), "--overwrite"]
+    argv += ["--data-dir", str(data_dir / "senteval"), "--fit-sentences", str(fit_sentences)]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        rc = features_main(argv)
+    if rc != 0:
+        raise VatError(f"vat features {' '.join(argv)} failed (exit {rc})")
+    with open(out / "compare.csv", encoding="utf-8") as f:
+        best = next(csv.DictReader(f))["spec"]  # rows are sorted by the selection score
+    return [
+        ("default_spec", ["--features", DEFAULT_EXPORT_SPEC]),
+        ("best_spec", ["--features", best]),
+    ]
 
 
 def _evaluate_sts(ckpt: Path, data_dir: Path, opts: list[str], out: Path) -> dict[str, float]:
@@ -1022,12 +1037,16 @@ class Suite:
         return "done"
 
     def _evaluate_best_extra(self, name: str, runs_dir: Path) -> None:
-        """Issue 23's feature specs on the best-STS run (best_run_option_sets; none yet)."""
+        """Issue 23's feature specs on the best-STS run (best_run_option_sets)."""
         rec = self.state["frontier"]["runs"][name]["eval"]
-        for set_name, opts in best_run_option_sets():
+        if {"default_spec", "best_spec"} <= set(rec["extra_sts"]):
+            return
+        ckpt = Path(rec["checkpoint"])
+        fit_sentences = 2_000 if self.plan.smoke else 20_000
+        option_sets = best_run_option_sets(ckpt, self.data_dir, runs_dir / name, fit_sentences)
+        for set_name, opts in option_sets:
             if set_name in rec["extra_sts"]:
                 continue
-            ckpt = Path(rec["checkpoint"])
             out = runs_dir / name / f"sts_extra_{set_name}.json"
             rec["extra_sts"][set_name] = {
                 "options": opts,
@@ -1213,6 +1232,12 @@ def render_markdown(state: dict[str, Any]) -> str:
         )
     if fr.get("best"):
         lines += ["", f"Best: {fr['best'].get('verdict', 'n/a')}."]
+    for r in recs:
+        for set_name, x in r.get("extra_sts", {}).items():  # issue 23's feature specs
+            lines.append(
+                f"- {r['run']}, {set_name} (`{' '.join(x['options'])}`): STS12 "
+                f"{_fmt(x['sts12'], '.2f', 100)}, STS-B {_fmt(x['stsb'], '.2f', 100)}"
+            )
     if fr.get("plot"):
         lines += ["", f"Plot: {fr['plot']}"]
     elif recs:

@@ -252,7 +252,7 @@ def test_one_spec_gives_identical_vectors_everywhere(trained_files, tmp_path):
     from vat.eval.encoders import vat_encoder
     from vat.integrations.mteb import VATMTEBEncoder
     from vat.integrations.sentence_transformers import to_sentence_transformer
-    from vat.share.hub import export_checkpoint
+    from vat.share.export import export_checkpoint
 
     ckpt, _, lines, _, counts = trained_files
     spec = "firstlast/sif/whiten16"
@@ -367,7 +367,7 @@ def test_datamodule_counts_the_training_tokens(tmp_path, tiny_sentences):
 def test_default_export_spec_and_fallback(trained_files, tiny_ckpt, tmp_path, capsys):
     from vat.features.encoder import folder_spec
     from vat.features.spec import DEFAULT_EXPORT_SPEC
-    from vat.share.hub import export_checkpoint
+    from vat.share.export import export_checkpoint
 
     ckpt, _, lines, _, counts = trained_files
     folder = export_checkpoint(ckpt, tmp_path / "default")

@@ -15,6 +15,8 @@ import pytest
 import torch
 import yaml
 
+from vat.features.spec import DEFAULT_EXPORT_SPEC
+
 ROOT = Path(__file__).resolve().parents[1]
 _PATH = ROOT / "bench" / "gpu_suite.py"
 
@@ -227,7 +229,14 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
         for pooling in ("mean", "precision"):
             assert set(r["sts"][pooling]) == {"sts12", "stsb"}
             assert all(-1 <= x <= 1 for x in r["sts"][pooling].values())
-        assert r["extra_sts"] == {}  # issue 23's hook: no extra option sets yet
+        if r["run"] == rep["frontier"]["best"]["export"]["best_sts"]["run"]:
+            # issue 23: the default export spec and compare's best spec, on the best-STS run
+            extra = r["extra_sts"]
+            assert set(extra) == {"default_spec", "best_spec"}
+            assert extra["default_spec"]["options"] == ["--features", DEFAULT_EXPORT_SPEC]
+            assert all(-1 <= x[k] <= 1 for x in extra.values() for k in ("sts12", "stsb"))
+        else:
+            assert r["extra_sts"] == {}
         run_cfg = yaml.safe_load((out / "work" / "frontier" / r["run"] / "config.yaml").read_text())
         assert run_cfg["model"]["loss"]["target_kl"] == v  # each run trained at its own target
         assert run_cfg["model"]["loss"]["free_bits"] == 0.0

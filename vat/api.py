@@ -170,7 +170,9 @@ class PretrainedVAT:
         if show_progress_bar is None:
             show_progress_bar = len(batch) >= PROGRESS_BAR_MIN_SENTENCES
         if features is not None or (pooling == "mean" and self._folder_spec() is not None):
-            out = self.feature_encoder(features)(batch, batch_size=batch_size)
+            out = self.feature_encoder(features)(
+                batch, batch_size=batch_size, progress=bool(show_progress_bar)
+            )
         else:
             try:
                 out = sentence_features(

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vat.cli.common import add_model_option
 from vat.errors import VatError, run_cli
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
@@ -116,7 +117,7 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> dict:
 
         if FeatureSpec.parse(args.features).post != "none":
             check_not_evaluation_data(
-                training_files(args.ckpt), args.data_dir, "the checkpoint's training files"
+                training_files(args.model), args.data_dir, "the checkpoint's training files"
             )
     return opts
 
@@ -158,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoint on the STS tasks present; write a table (CSV, markdown) and a plot.",
     )
     p.add_argument("command", choices=["compare"], help="compare: the sweep over specs")
-    p.add_argument("--ckpt", required=True, help="vat checkpoint (.ckpt) or exported folder")
+    add_model_option(p)
     p.add_argument("--output-dir", required=True, help="folder for compare.csv/.md/.png")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     p.add_argument("--data-dir", default=None, help="SentEval data/downstream folder")
@@ -223,7 +224,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from vat.features.spec import FeatureSpec
     from vat.geometry.probes import default_senteval_dir
     from vat.io import atomic_write
-    from vat.share.checkpoint import load_vat
+    from vat.share.resolve import load_vat
 
     data_dir = args.data_dir or str(default_senteval_dir())
     out_dir = Path(args.output_dir)
@@ -238,11 +239,11 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"warning: skipping {e}", file=sys.stderr)
     if not tasks:
         raise VatError(f"no STS task (STS12, STSBenchmark) under {data_dir}")
-    loaded = load_vat(args.ckpt)
+    loaded = load_vat(args.model)
     model, tok = loaded.model, loaded.tokenizer
     n_layers, d = len(model.encoder), model.config.d_model
 
-    fit_files = args.fit_files or training_files(args.ckpt)
+    fit_files = args.fit_files or training_files(args.model)
     check_not_evaluation_data(fit_files, data_dir, "fit files")
     t0 = time.perf_counter()
     fit_sents = sample_lines(fit_files, args.fit_sentences, args.seed)
@@ -250,7 +251,7 @@ def _main(argv: Sequence[str] | None) -> int:
     counts = (
         count_tokens(tok, args.count_files, model.config.vocab_size)
         if args.count_files
-        else checkpoint_token_counts(args.ckpt)
+        else checkpoint_token_counts(args.model)
     )
     if counts is None:
         print(
@@ -294,7 +295,7 @@ def _main(argv: Sequence[str] | None) -> int:
             rows.append(row)
     rows.sort(key=lambda r: -r["select (STS12 sets + STS-B dev)"])
     meta = {
-        "ckpt": str(args.ckpt),
+        "model": str(args.model),
         "fit_files": [str(f) for f in fit_files],
         "fit_sentences": len(fit_sents),
         "read_s": round(t_read, 2),
@@ -372,7 +373,7 @@ def _write(rows: list[dict], meta: dict, outputs: list[Path], atomic_write) -> N
     atomic_write(outputs[0], lambda f: f.write(buf.getvalue()))
     show = [c for c in cols if not c.startswith("STS12.")]
     md = [
-        f"Feature specs of `{meta['ckpt']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
+        f"Feature specs of `{meta['model']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
         f"by the mean of STS12's five sets and STS-B dev. Post-processing fitted on "
         f"{meta['fit_sentences']} sentences of {', '.join(meta['fit_files'])}; encoding them "
         f"for all {meta['combos_encoded']} source x weighting pairs took "

@@ -19,8 +19,7 @@ from vat.errors import VatError
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.features import sentence_features
 from vat.features.encoder import FeatureEncoder, resolve_features
-from vat.share.checkpoint import load_vat
-from vat.share.resolve import load_model
+from vat.share.resolve import load_model, load_vat
 
 Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
 from vat.errors import VatError
@@ -39,6 +40,7 @@ from vat.model import VAT
 from vat.runtime import eval_mode
 from vat.share.checkpoint import read_checkpoint
 from vat.share.hub import ST_MODULE_CONFIG_NAME, read_config
+from vat.share.resolve import checkpoint_path
 from vat.tokenizer import VATTokenizer, make_batch
 
 DEFAULT_FIT_SENTENCES = 20_000
@@ -155,15 +157,20 @@ def pooled_features(
     combos: Sequence[Combo],
     sif: np.ndarray | torch.Tensor | None = None,
     batch_size: int = 128,
+    progress: bool = False,
 ) -> dict[Combo, np.ndarray]:
-    """{(source, weighting): (N, d) float32} in input order, before post-processing."""
+    """{(source, weighting): (N, d) float32} in input order, before post-processing; with
+    `progress` a bar over the batches on stderr (as `vat.features.sentence_features`)."""
     ids = tokenize(tokenizer, sentences, model.config.max_len)
     d = model.config.d_model
     out = {c: np.zeros((len(ids), d), dtype=np.float32) for c in combos}
     device = next(model.parameters()).device
     sif_t = None if sif is None else torch.as_tensor(np.asarray(sif), dtype=torch.float32)
     with eval_mode(model):
-        for index in length_sorted_batches([len(x) for x in ids], batch_size):
+        batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
+        for index in tqdm(
+            batches, desc="encoding", unit="batch", disable=not progress, leave=False
+        ):
             batch = [ids[i] for i in index]
             src = make_batch(batch)["src"].to(device)
             lengths = torch.tensor([len(x) for x in batch], device=device)
@@ -231,12 +238,14 @@ class FeatureEncoder:
             x = self.pool_ids(src_ids, lengths).cpu().numpy()
         return torch.from_numpy(self.post(x)).to(src_ids.device)
 
-    def __call__(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
+    def __call__(
+        self, sentences: Sequence[str], batch_size: int = 128, progress: bool = False
+    ) -> np.ndarray:
         combo = (self.spec.source, self.spec.weighting)
-        x = pooled_features(self.model, self.tokenizer, sentences, [combo], self._sif, batch_size)[
-            combo
-        ]
-        return self.post(x)
+        x = pooled_features(
+            self.model, self.tokenizer, sentences, [combo], self._sif, batch_size, progress
+        )
+        return self.post(x[combo])
 
 
 # -- fitting -----------------------------------------------------------------------------------
@@ -268,10 +277,15 @@ def sample_lines(
     return [lines[i] for i in keep]
 
 
+def model_file(path: str | os.PathLike) -> Path:
+    """The file or folder holding a model: a run folder stands for its checkpoint."""
+    return checkpoint_path(path) or Path(path)
+
+
 def training_files(path: str | os.PathLike) -> list[str]:
     """The training files a checkpoint (its data hyperparameters) or exported folder (its
     config.json's training data) names; an error saying so when it names none."""
-    p = Path(path)
+    p = model_file(path)
     files = None
     if p.is_dir():
         files = ((read_config(p).get("training") or {}).get("data") or {}).get("train_files")
@@ -287,7 +301,7 @@ def training_files(path: str | os.PathLike) -> list[str]:
 
 def checkpoint_token_counts(path: str | os.PathLike) -> np.ndarray | None:
     """The training token counts stored in a checkpoint (`vat.data.token_counts`), if any."""
-    p = Path(path)
+    p = model_file(path)
     if p.is_dir():
         counts = read_config(p).get("token_counts")
     else:
@@ -360,7 +374,7 @@ def resolve_features(
     spec.layer(len(model.encoder))
     if not spec.needs_fit:
         return FittedFeatures(spec)
-    p = Path(path)
+    p = model_file(path)
     explicit = bool(fit_files or fit_sentences or count_files)
     if not explicit:
         for cand in ([p / FOLDER_STATS_NAME] if p.is_dir() else []) + [stats_path_for(p, spec)]:

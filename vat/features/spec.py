@@ -42,7 +42,7 @@ FOLDER_STATS_NAME = (
 # on both CPU models of RESULTS.md ("Sentence features", 2026-11-24): the SIF-weighted mean
 # of the encoder's input layer (embeddings + positions), +11.2 (demo) and +5.4 (corpus)
 # over mean-of-mu. It needs only the training token counts; a checkpoint without them is
-# exported with mean-of-mu (vat.share.hub.export_checkpoint warns).
+# exported with mean-of-mu (vat.share.export.export_features warns).
 DEFAULT_EXPORT_SPEC = "layer0/sif/none"
 
 
