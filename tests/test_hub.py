@@ -14,6 +14,7 @@ from safetensors import safe_open
 
 from vat.errors import VatError, run_cli
 from vat.features import sentence_features
+from vat.features.spec import DEFAULT_EXPORT_SPEC
 from vat.share import export, hub
 from vat.share.checkpoint import CheckpointError, read_checkpoint
 from vat.share.resolve import load_vat
@@ -379,6 +380,9 @@ def test_export_evaluate_license_and_repo_id_make_the_model_index(
         == 0
     )
     scores = json.loads(res.read_text())["_scores"]
+    # the folder's own feature spec (vat export's default) is what both scored
+    st_cfg = json.loads((out / "sentence_vat_config.json").read_text())
+    assert st_cfg["features"] == DEFAULT_EXPORT_SPEC
     assert sts_b.metric_value == scores["STSBenchmark"]["value"]
     assert index["SentEval STS12"].metric_value == scores["STS12"]["value"]
     # re-exporting the folder keeps card and evaluation; --push-to-hub names the repo

@@ -18,7 +18,7 @@ import torch
 from vat.errors import VatError
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.features.encoder import FeatureEncoder, folder_spec, resolve_features
 from vat.share.resolve import load_model, load_vat
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -37,7 +37,11 @@ def vat_encoder(
     """Pooled token means mu of a vat checkpoint: the paper's VAT-mean, VAT-sum, VAT-start,
     or `precision` (mu weighted by exp(-logvar), see vat.features.pool). A feature spec
     (`features`, vat.features.spec) replaces `pooling`; its statistics are found or fitted by
-    `vat.features.encoder.resolve_features` with `fit_options`."""
+    `vat.features.encoder.resolve_features` with `fit_options`. An exported folder's own spec
+    is the default for mean pooling, so its scores are the vectors vat.load,
+    sentence-transformers and MTEB give for it."""
+    if features is None and pooling == "mean":
+        features = folder_spec(ckpt)  # None for a .ckpt, a run folder or an older folder
     if features is not None:
         return _spec_encoder(ckpt, features, device, batch_size, fit_options or {})
     if pooling not in VAT_POOLINGS:

@@ -20,8 +20,7 @@ from vat.errors import OptionError, VatError
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import expand_tasks
-from vat.features.encoder import folder_spec, resolve_features
-from vat.features.pooling import sentence_features
+from vat.features.encoder import FeatureEncoder, folder_spec, resolve_features
 from vat.features.spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
 from vat.geometry.probes import default_senteval_dir
 from vat.share.checkpoint import LoadedVAT, load_checkpoint
@@ -139,9 +138,10 @@ def export_model(
     if repo_id:
         card["repo_id"] = repo_id
     extra: dict[str, Any] = {"card": card}
-    evaluation = old.get("evaluation")
+    # scores describe the folder's vectors: an earlier export's only while the spec is its own
+    evaluation = old.get("evaluation") if str(fitted.spec) == default else None
     if tasks:
-        evaluation = list(_evaluate(loaded, tasks, data_dir).values())
+        evaluation = list(_evaluate(loaded, fitted, tasks, data_dir).values())
     if evaluation:
         extra["evaluation"] = evaluation
     return save_loaded(
@@ -159,11 +159,15 @@ def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
         raise OptionError("evaluate", str(e)) from None
 
 
-def _evaluate(loaded: LoadedVAT, tasks: list[str], data_dir) -> dict[str, dict]:
-    """{task: score} of the harness on `loaded` (mean pooling, cosine protocol for STS-B)."""
+def _evaluate(
+    loaded: LoadedVAT, fitted: FittedFeatures, tasks: list[str], data_dir
+) -> dict[str, dict]:
+    """{task: score} of the harness on `loaded` with the folder's feature spec `fitted` (the
+    vectors vat.load, sentence-transformers and MTEB give; cosine protocol for STS-B)."""
+    encode = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
 
     def encoder(sentences: list[str]):
-        return sentence_features(loaded.model, loaded.tokenizer, sentences, "mean", 128)
+        return encode(sentences, batch_size=128)
 
     folder = data_dir if data_dir is not None else default_senteval_dir()
     device = next(loaded.model.parameters()).device
