@@ -271,15 +271,6 @@ def folder(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
-def file_or_folder(path: str | os.PathLike, what: str) -> Path:
-    """A regular file or a folder (a .ckpt or an exported model folder)."""
-    p = Path(path)
-    st = _stat(p, what)
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        return p
-    return regular_file(p, what)
-
-
 def writable_target(path: str | os.PathLike, what: str) -> Path:
     """A file path to (re)place: missing, or an existing regular file (or a link to one,
     which a rename replaces without writing through it); never a folder, FIFO or device."""

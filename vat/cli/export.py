@@ -130,11 +130,7 @@ def _main(argv: list[str]) -> int:
             data_dir=args.data_dir,
             device=resolve_device(args.device),
             features=args.features,
-            **{
-                k: v
-                for k, v in (("fit_files", args.fit_files), ("count_files", args.count_files))
-                if v
-            },
+            **_fit_options(args),
         )
         print(f"wrote {out}")
     if args.push_to_hub:
