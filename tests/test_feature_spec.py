@@ -383,3 +383,28 @@ def test_default_export_spec_and_fallback(trained_files, tiny_ckpt, tmp_path, ca
     # a checkpoint without token counts: mean of mu, with a warning naming the fix
     old = export_checkpoint(tiny_ckpt, tmp_path / "old")
     assert folder_spec(old) == "mu/mean/none" and "--count-files" in capsys.readouterr().err
+
+
+def test_compare_refuses_bad_outputs_and_counts_before_any_work(tmp_path, capsys):
+    """--output-dir a file or a dangling link, --fit-sentences below 2, --batch-size 0: one
+    line each, before the model loads (the model path here does not even exist)."""
+    from vat.cli.features import main
+
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "compare.csv").write_text("an earlier table")
+    cases = [
+        (["--output-dir", str(tmp_path / "afile")], "is a file, expected a folder"),
+        (["--output-dir", str(tmp_path / "link")], "no such folder"),
+        (["--output-dir", str(tmp_path / "new"), "--fit-sentences", "1"], "--fit-sentences"),
+        (["--output-dir", str(tmp_path / "new"), "--batch-size", "0"], "--batch-size"),
+        (["--output-dir", str(tmp_path / "out")], "already exists; pass --overwrite"),
+    ]
+    for extra, needle in cases:
+        assert main(["compare", "--model", str(tmp_path / "no.ckpt"), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], (extra, err)
+    assert (tmp_path / "afile").read_text() == "mine"
+    assert (tmp_path / "out" / "compare.csv").read_text() == "an earlier table"
+    assert not (tmp_path / "nowhere").exists() and not (tmp_path / "new").exists()

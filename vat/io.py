@@ -229,6 +229,8 @@ def _kind(mode: int) -> str:
         return "a socket"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
+    if stat.S_ISREG(mode):
+        return "a file"
     return "not a regular file"
 
 

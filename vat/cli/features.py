@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from vat.cli.common import add_model_option
-from vat.errors import VatError, run_cli
+from vat.errors import VatError, check_count, run_cli
+from vat.io import check_output_file, folder
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 POSTS = ("none", "pc1", "whiten", "whiten-half")
@@ -227,10 +228,15 @@ def _main(argv: Sequence[str] | None) -> int:
     from vat.share.resolve import load_vat
 
     data_dir = args.data_dir or str(default_senteval_dir())
+    # every check before the minutes of encoding, not at the first write
+    check_count(args.fit_sentences, "fit_sentences", minimum=2)  # a fit needs two rows
+    check_count(args.batch_size, "batch_size")
     out_dir = Path(args.output_dir)
+    if out_dir.is_symlink() or out_dir.exists():
+        folder(out_dir, "--output-dir")  # never a file, a FIFO or a dangling link
     outputs = [out_dir / f"compare.{ext}" for ext in ("csv", "md", "png")]
-    if not args.overwrite and any(o.exists() for o in outputs):
-        raise VatError(f"--output-dir {out_dir} already holds compare.*; pass --overwrite")
+    for o in outputs:
+        check_output_file(o, args.overwrite, "--output-dir", "compare file")
     tasks = {}
     for t in ("STS12", "STSBenchmark"):
         try:
