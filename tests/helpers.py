@@ -15,7 +15,7 @@ from conftest import ASSETS, ROOT
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader
 
-from vat.share.resolve import load_vat
+from vat.share.resolve import load_model
 from vat.tokenizer import make_batch
 
 TINY = str(ASSETS / "tiny.yaml")
@@ -121,7 +121,7 @@ class CheckpointSystem(L.LightningModule):
         self, ckpt: Path, sentences: list[str], n_sentences: int = 4, lr: float = 0.0
     ) -> None:
         super().__init__()
-        loaded = load_vat(ckpt)
+        loaded = load_model(ckpt)
         self.model, self.tokenizer, self.prior_std = (
             loaded.model,
             loaded.tokenizer,
@@ -145,3 +145,13 @@ class CheckpointSystem(L.LightningModule):
 
     def val_dataloader(self):
         return DataLoader([self.batch], batch_size=None)
+
+
+# -- exported folders -------------------------------------------------------------------------
+
+
+def export_folder(model: str | os.PathLike, out: str | os.PathLike, **options) -> Path:
+    """`vat export MODEL OUT` from Python: `vat.load(MODEL).save_pretrained(OUT, ...)`."""
+    import vat
+
+    return vat.load(model, device="cpu").save_pretrained(out, **options)

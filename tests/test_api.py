@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import export_folder
 
 import vat
 from vat.errors import VatError
 from vat.features import sentence_features
 from vat.generate.generator import DecodeOptions, VATGenerator
-from vat.share.export import export_checkpoint
+from vat.share.resolve import load_model
 
 
 @pytest.fixture(scope="module")
 def exported(tiny_ckpt, tmp_path_factory):
-    return export_checkpoint(tiny_ckpt, tmp_path_factory.mktemp("api") / "model")
+    return export_folder(tiny_ckpt, tmp_path_factory.mktemp("api") / "model")
 
 
 def test_encode_is_the_pooled_token_means(tiny_ckpt, exported, tiny_sentences):
-    from vat.share.resolve import load_vat
-
-    loaded = load_vat(tiny_ckpt)
+    loaded = load_model(tiny_ckpt)
     for path in (tiny_ckpt, exported):
         model = vat.load(path, device="cpu")
         for pooling in ("mean", "sum", "start"):
@@ -60,7 +59,7 @@ def test_encode_bad_input(exported):
 
 def test_generation_is_vat_generate(tiny_ckpt, exported, tiny_sentences):
     model = vat.load(exported, device="cpu")
-    gen = VATGenerator.from_checkpoint(tiny_ckpt)
+    gen = VATGenerator.from_loaded(load_model(tiny_ckpt))
     s = tiny_sentences[:3]
     beam = DecodeOptions(strategy="beam", beam_size=2, max_len=6)
     # the Python names are the CLI's (--beam, --num-samples); beam > 1 is beam search as there
@@ -68,15 +67,13 @@ def test_generation_is_vat_generate(tiny_ckpt, exported, tiny_sentences):
     short = DecodeOptions(max_len=6)
     expected = gen.sample(s, 2, 0.5, short, 3)
     assert model.sample(s, num_samples=2, tau=0.5, seed=3, max_len=6) == expected
-    # the old keyword names still work, with a DeprecationWarning
-    with pytest.warns(DeprecationWarning, match="n= is deprecated; use num_samples="):
-        assert model.sample(s, n=2, tau=0.5, seed=3, max_len=6) == expected
-    with pytest.warns(DeprecationWarning, match="beam_size= is deprecated; use beam="):
-        assert model.reconstruct(s, strategy="beam", beam_size=2, max_len=6) == gen.reconstruct(
-            s, beam
-        )
-    with pytest.raises(VatError, match="beam: given twice"):
-        model.reconstruct(s, beam=2, beam_size=2)
+    # one name per option: the old keyword names are refused, not translated
+    with pytest.raises(VatError, match="unknown decoding option"):
+        model.sample(s, n=2, tau=0.5, seed=3, max_len=6)
+    with pytest.raises(VatError, match=r"^beam_size: .*use beam"):
+        model.reconstruct(s, strategy="beam", beam_size=2, max_len=6)
+    with pytest.raises(TypeError):
+        model.encode(s, normalize=True)
     # errors name the Python argument (the command line names its flag, test_model_option.py)
     with pytest.raises(VatError, match=r"^num_samples: must be at least 1, got 0$"):
         model.sample(s, num_samples=0)

@@ -11,7 +11,7 @@ import torch
 from helpers import evaluate_args, fit_args, geometry_args, train_main
 
 from vat.share.checkpoint import CheckpointError, atomic_torch_save, read_checkpoint
-from vat.share.resolve import load_vat
+from vat.share.resolve import load_model
 
 
 class _Payload:
@@ -39,7 +39,7 @@ def test_pickled_payload_is_refused_even_when_torch_is_told_otherwise(evil_ckpt,
 
     path, marker = evil_ckpt
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    for load in (read_checkpoint, load_vat, VATSystem.load_from_checkpoint):
+    for load in (read_checkpoint, load_model, VATSystem.load_from_checkpoint):
         with pytest.raises(CheckpointError) as e:
             load(path)
         msg = str(e.value)
@@ -104,10 +104,10 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_load_vat_refuses_broken_metadata_in_one_line(tmp_path, tiny_ckpt, case):
+def test_load_model_refuses_broken_metadata_in_one_line(tmp_path, tiny_ckpt, case):
     path, needle = _broken(tmp_path, tiny_ckpt, case)
     with pytest.raises(CheckpointError) as e:
-        load_vat(path)
+        load_model(path)
     assert needle in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
 
 

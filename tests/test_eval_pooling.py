@@ -10,7 +10,7 @@ import torch
 
 from vat.eval.encoders import vat_encoder
 from vat.features import pool, sentence_features, token_vectors
-from vat.share.resolve import load_vat
+from vat.share.resolve import load_model
 
 MU = torch.tensor(
     [[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]], [[0.0, 1.0], [2.0, 2.0], [-1.0, 4.0]]]
@@ -49,7 +49,7 @@ def test_precision_pooling_special_cases():
 def test_precision_features_of_a_checkpoint_by_hand(tiny_ckpt, tiny_sentences):
     """The encoder path carries logvar to pooling: features equal the hand formula applied
     to each sentence's token posteriors."""
-    loaded = load_vat(tiny_ckpt)
+    loaded = load_model(tiny_ckpt)
     sents = tiny_sentences[:5]
     feats = sentence_features(
         loaded.model, loaded.tokenizer, sents, pooling="precision", batch_size=2

@@ -8,18 +8,19 @@ import json
 import os
 
 import pytest
+from helpers import export_folder
 from safetensors.torch import load_file, save_file
 
 import vat
 from vat.data.datamodule import VATDataModule
-from vat.share import export, hub
+from vat.share import folder as fmt
 from vat.share.checkpoint import CheckpointError
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, tiny_ckpt):
     out = tmp_path_factory.mktemp("export") / "model"
-    export.export_checkpoint(tiny_ckpt, out)
+    export_folder(tiny_ckpt, out)
     return out
 
 
@@ -32,7 +33,7 @@ def _copy(exported, tmp_path):
 
 
 def _with_inf_weight(folder):
-    path = folder / hub.WEIGHTS_NAME
+    path = folder / fmt.WEIGHTS_NAME
     tensors = load_file(path)
     key = next(k for k, v in tensors.items() if v.is_floating_point())
     tensors[key] = tensors[key].clone().fill_(float("inf"))
@@ -42,7 +43,7 @@ def _with_inf_weight(folder):
 
 def _with_prior_std(value):
     def damage(folder):
-        path = folder / hub.CONFIG_NAME
+        path = folder / fmt.CONFIG_NAME
         config = json.loads(path.read_text())
         config["prior_std"] = value
         path.write_text(json.dumps(config))  # json writes NaN for float("nan")
@@ -111,8 +112,8 @@ def test_the_cache_sees_an_edit_that_keeps_size_and_mtime(tmp_path, tiny_sentenc
 def test_a_tampered_modules_json_runs_nothing_without_trust_remote_code(exported, tmp_path):
     """docs/sharing.md: `trust_remote_code=True` trusts the folder (a modules.json naming
     evil.Evil runs evil.py from it); without the flag sentence-transformers refuses it, and
-    vat's to_sentence_transformer builds the model from the installed class, reading only
-    config.json, tokenizer.json and model.safetensors."""
+    vat's to_sentence_transformer builds the model from the installed class around what
+    vat.load read (config.json, tokenizer.json, model.safetensors, the feature spec)."""
     from sentence_transformers import SentenceTransformer
 
     from vat.integrations.sentence_transformers import to_sentence_transformer
@@ -120,12 +121,12 @@ def test_a_tampered_modules_json_runs_nothing_without_trust_remote_code(exported
     folder = _copy(exported, tmp_path)
     marker = tmp_path / "ran"
     (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Evil: pass\n")
-    modules = json.loads((folder / hub.ST_MODULES_NAME).read_text())
+    modules = json.loads((folder / fmt.ST_MODULES_NAME).read_text())
     modules[0]["type"] = "evil.Evil"
-    (folder / hub.ST_MODULES_NAME).write_text(json.dumps(modules))
+    (folder / fmt.ST_MODULES_NAME).write_text(json.dumps(modules))
     with pytest.raises(ValueError, match="trust_remote_code"):
         SentenceTransformer(str(folder))
-    st = to_sentence_transformer(folder)
+    st = to_sentence_transformer(vat.load(str(folder)))
     emb = st.encode(["a sentence", "another one"])
     assert emb.shape == (2, vat.load(str(folder)).loaded.model.config.d_model)
     assert not marker.exists()

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import torch
 from eval_helpers import write_sts
+from helpers import export_folder
 
 import vat
 from vat.errors import VatError
+from vat.feature_spec import FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.encoder import (
     FeatureEncoder,
     encoder_states,
@@ -28,8 +30,8 @@ from vat.features.postprocess import (
     fit_whitening,
     sif_weights,
 )
-from vat.features.spec import FeatureSpec, FittedFeatures, stats_path_for
 from vat.share.checkpoint import read_checkpoint, vat_metadata
+from vat.share.resolve import load_model
 from vat.tokenizer import make_batch
 
 FAST = ["--no-progress", "--device", "cpu"]
@@ -231,14 +233,12 @@ def test_training_files_inside_the_evaluation_data_are_refused(trained_files, tm
 
 
 def test_sif_without_counts_says_how_to_count(tiny_ckpt, tmp_path, tiny_sentences):
-    loaded = vat.load(tiny_ckpt, device="cpu")
-    with pytest.raises(VatError, match="--count-files"):
-        resolve_features(tiny_ckpt, loaded.model, loaded.tokenizer, "mu/sif", save=False)
+    loaded = load_model(tiny_ckpt)
+    with pytest.raises(VatError, match="count_files"):
+        resolve_features(loaded, "mu/sif", save=False)
     f = tmp_path / "t.txt"
     f.write_text("\n".join(tiny_sentences) + "\n")
-    fitted = resolve_features(
-        tiny_ckpt, loaded.model, loaded.tokenizer, "mu/sif", count_files=[str(f)], save=False
-    )
+    fitted = resolve_features(loaded, "mu/sif", count_files=[str(f)], save=False)
     counts = np.zeros(loaded.tokenizer.vocab_size)
     for ids in loaded.tokenizer.encode_batch(tiny_sentences):
         np.add.at(counts, ids, 1)
@@ -252,11 +252,10 @@ def test_one_spec_gives_identical_vectors_everywhere(trained_files, tmp_path):
     from vat.eval.encoders import vat_encoder
     from vat.integrations.mteb import VATMTEBEncoder
     from vat.integrations.sentence_transformers import to_sentence_transformer
-    from vat.share.export import export_checkpoint
 
     ckpt, _, lines, _, counts = trained_files
     spec = "firstlast/sif/whiten16"
-    folder = export_checkpoint(ckpt, tmp_path / "exported", features=spec)
+    folder = export_folder(ckpt, tmp_path / "exported", features=spec)
     assert (folder / "features.safetensors").is_file()
     assert spec in (folder / "README.md").read_text()
     sentences = lines[:9] + ["", "x " * 60]  # empty, truncated
@@ -267,17 +266,15 @@ def test_one_spec_gives_identical_vectors_everywhere(trained_files, tmp_path):
     for k in ("sif_weights", "mean", "matrix"):
         np.testing.assert_array_equal(beside.arrays[k], inside.arrays[k])  # same sample, same fit
     assert ref.shape == (len(sentences), 16)
-    loaded = vat.load(ckpt, device="cpu")
+    loaded = load_model(ckpt)
     api = vat.load(folder, device="cpu").encode(sentences)  # the folder's own spec by default
     np.testing.assert_allclose(api, ref, atol=1e-5)
-    np.testing.assert_allclose(
-        FeatureEncoder(loaded.model, loaded.tokenizer, beside)(sentences), ref, atol=1e-5
-    )
+    np.testing.assert_allclose(FeatureEncoder(loaded, beside)(sentences), ref, atol=1e-5)
     st = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
     np.testing.assert_allclose(st.encode(sentences, batch_size=4), ref, atol=1e-5)
     assert st.get_embedding_dimension() == 16
     np.testing.assert_allclose(
-        to_sentence_transformer(folder, device="cpu").encode(sentences), ref, atol=1e-5
+        to_sentence_transformer(vat.load(folder), device="cpu").encode(sentences), ref, atol=1e-5
     )
     st.save(str(tmp_path / "resaved"))
     again = SentenceTransformer(str(tmp_path / "resaved"), trust_remote_code=True, device="cpu")
@@ -287,7 +284,9 @@ def test_one_spec_gives_identical_vectors_everywhere(trained_files, tmp_path):
         batches, task_metadata=None, hf_split="test", hf_subset="default"
     )
     np.testing.assert_allclose(mteb_vecs, ref, atol=1e-5)
-    np.testing.assert_allclose(vat_encoder(folder, features=spec)(sentences), ref, atol=1e-5)
+    np.testing.assert_allclose(
+        vat_encoder(load_model(folder), features=spec)(sentences), ref, atol=1e-5
+    )
 
 
 def test_compare_scores_every_spec_and_agrees_with_evaluate(trained_files, tmp_path, capsys):
@@ -365,24 +364,23 @@ def test_datamodule_counts_the_training_tokens(tmp_path, tiny_sentences):
 
 
 def test_default_export_spec_and_fallback(trained_files, tiny_ckpt, tmp_path, capsys):
-    from vat.features.encoder import folder_spec
-    from vat.features.spec import DEFAULT_EXPORT_SPEC
-    from vat.share.export import export_checkpoint
+    from vat.feature_spec import DEFAULT_EXPORT_SPEC
 
     ckpt, _, lines, _, counts = trained_files
-    folder = export_checkpoint(ckpt, tmp_path / "default")
-    assert folder_spec(folder) == str(FeatureSpec.parse(DEFAULT_EXPORT_SPEC))
+    folder = export_folder(ckpt, tmp_path / "default")
+    assert load_model(folder).feature_spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
     assert "default spec for exported models" in (folder / "README.md").read_text()
     want = FeatureEncoder(
-        *(lambda m: (m.model, m.tokenizer))(vat.load(ckpt, device="cpu")),
+        load_model(ckpt),
         FittedFeatures(
             FeatureSpec.parse(DEFAULT_EXPORT_SPEC), {"sif_weights": sif_weights(counts)}
         ),
     )(lines[:5])
     np.testing.assert_allclose(vat.load(folder).encode(lines[:5]), want, atol=1e-5)
     # a checkpoint without token counts: mean of mu, with a warning naming the fix
-    old = export_checkpoint(tiny_ckpt, tmp_path / "old")
-    assert folder_spec(old) == "mu/mean/none" and "--count-files" in capsys.readouterr().err
+    old = export_folder(tiny_ckpt, tmp_path / "old")
+    assert load_model(old).feature_spec == FeatureSpec()
+    assert "--count-files" in capsys.readouterr().err
 
 
 def test_compare_refuses_bad_outputs_and_counts_before_any_work(tmp_path, capsys):

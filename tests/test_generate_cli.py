@@ -358,10 +358,10 @@ def test_output_file_is_written_atomically_and_never_overwritten(
 def test_bleu_long_over_scores_long_and_short_lines_apart(tiny_ckpt, tmp_path, capsys):
     """--long-over N splits the lines at N subwords; each part's BLEU is the BLEU of that part
     scored alone (issue 15 item 9: lines a model truncates, reported apart)."""
-    from vat.share.resolve import load_vat
+    from vat.share.resolve import load_model
 
     lines = ["the cat sat", "a dog", " ".join(["the cat sat on the mat"] * 3), "he ran far away"]
-    n_sub = [len(ids) for ids in load_vat(tiny_ckpt).tokenizer.encode_batch(lines)]
+    n_sub = [len(ids) for ids in load_model(tiny_ckpt).tokenizer.encode_batch(lines)]
     cut = sorted(n_sub)[1]  # two lines at or under the cut, two over it
     (tmp_path / "all.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "long.txt").write_text("\n".join(t for t, k in zip(lines, n_sub) if k > cut))

@@ -21,7 +21,7 @@ from vat.features import token_posteriors, token_vectors
 from vat.generate.decoding import DecodeOptions
 from vat.generate.generator import VATGenerator
 from vat.geometry.metrics import METRICS, geometry_report
-from vat.share.resolve import load_vat
+from vat.share.resolve import load_model
 from vat.tokenizer import BOS_ID, EOS_ID, make_batch
 
 
@@ -174,7 +174,7 @@ def test_sts12_is_the_default_probe(senteval_dir, monkeypatch, tiny_ckpt, tiny_s
 def test_greedy_reconstruct_matches_uncached_argmax(tiny_ckpt, tiny_sentences):
     """The one greedy loop (vat.generate.decoding, batched, cached) that SamplesCallback
     also uses."""
-    loaded = load_vat(tiny_ckpt)
+    loaded = load_model(tiny_ckpt)
     model, tok = loaded.model, loaded.tokenizer
     sentences = tiny_sentences[:3]
     got = VATGenerator(model, tok, batch_size=2).reconstruct(sentences, DecodeOptions(max_len=6))
@@ -226,7 +226,7 @@ def test_projector_label_escapes():
 
 
 def test_token_posteriors_match_token_vectors(tiny_ckpt, tiny_sentences):
-    loaded = load_vat(tiny_ckpt)
+    loaded = load_model(tiny_ckpt)
     sentences = tiny_sentences + [""]  # an empty sentence contributes no token
     # Several length-sorted batches, put back in input order (padding changes float round-off only).
     mu, logvar, tok, sent = token_posteriors(

@@ -32,7 +32,7 @@ def cli(argv, capsys) -> tuple[int, str, str]:
 def test_vat_checkpoint(tmp_path, tiny_ckpt, probe, capsys):
     from vat.features import token_vectors
     from vat.geometry.probes import load_probe_sentences
-    from vat.share.resolve import load_vat
+    from vat.share.resolve import load_model
 
     out = tmp_path / "geo.json"
     rc, stdout, err = cli(
@@ -41,7 +41,7 @@ def test_vat_checkpoint(tmp_path, tiny_ckpt, probe, capsys):
     assert rc == 0, err
     assert "anisotropy" in stdout and "active units" in stdout and "wrote" in stdout
     result = json.loads(out.read_text())
-    loaded = load_vat(tiny_ckpt)
+    loaded = load_model(tiny_ckpt)
     tv = token_vectors(loaded.model, loaded.tokenizer, load_probe_sentences(probe))
     expected = geometry_report(
         tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, 0.4, min_count=3

@@ -1,5 +1,5 @@
-"""vat.share.hub: exported folders (safetensors + config + tokenizer + card), loading, the
-Hub path."""
+"""vat.share.folder, vat.share.hub and vat.share.export: exported folders (safetensors +
+config + tokenizer + card), reading them back, the Hub path."""
 
 from __future__ import annotations
 
@@ -9,18 +9,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import export_folder
 from huggingface_hub import HfApi
 from safetensors import safe_open
 
 from vat.errors import VatError, run_cli
+from vat.feature_spec import DEFAULT_EXPORT_SPEC
 from vat.features import sentence_features
-from vat.features.spec import DEFAULT_EXPORT_SPEC
-from vat.share import export, hub
+from vat.share import folder as fmt
 from vat.share.checkpoint import CheckpointError, read_checkpoint
-from vat.share.resolve import load_vat
+from vat.share.loaded import LoadedVAT, ModelSource
+from vat.share.resolve import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDER_FILES = sorted(hub.FILES)
+FOLDER_FILES = sorted(fmt.FILES)
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +57,13 @@ def _best(run: Path) -> Path:
 
 def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     ckpt = _best(trained)
-    out = export.export_checkpoint(ckpt, tmp_path / "exported")
+    out = export_folder(ckpt, tmp_path / "exported")
     # vat train stores token counts, so the default spec's SIF weights come along (issue 23)
-    assert sorted(p.name for p in out.iterdir()) == sorted([*FOLDER_FILES, hub.FEATURES_NAME])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FOLDER_FILES, fmt.FEATURES_NAME])
 
     raw = read_checkpoint(ckpt)
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "vat" and config["format_version"] == hub.HUB_FORMAT_VERSION
+    assert config["model_type"] == "vat" and config["format_version"] == fmt.HUB_FORMAT_VERSION
     assert config["model_config"] == raw["vat"]["model_config"]
     assert (
         config["prior_std"] == raw["vat"]["prior_std"]
@@ -81,7 +83,7 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
         keys = set(f.keys())
     assert keys == set(state) - {"lm_head.weight"}
 
-    loaded, original = load_vat(out), load_vat(ckpt)
+    loaded, original = load_model(out), load_model(ckpt)
     assert loaded.model.lm_head.weight is loaded.model.embed.weight  # re-tied
     for k, v in original.model.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[k], v), k
@@ -105,35 +107,36 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
 
 def test_export_is_atomic_and_never_overwrites_by_accident(tiny_ckpt, tmp_path, monkeypatch):
     out = tmp_path / "model"
-    export.export_checkpoint(tiny_ckpt, out)
+    export_folder(tiny_ckpt, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(VatError, match="not empty; pass overwrite"):
-        export.export_checkpoint(tiny_ckpt, out)
+        export_folder(tiny_ckpt, out)
 
     def broken_card(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(hub, "model_card", broken_card)
+    monkeypatch.setattr(fmt, "model_card", broken_card)
     with pytest.raises(RuntimeError, match="disk full"):
-        export.export_checkpoint(tiny_ckpt, out, overwrite=True)
+        export_folder(tiny_ckpt, out, overwrite=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old folder is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp folder left behind
     monkeypatch.undo()
 
     (out / "stale.txt").write_text("not written by vat export")  # refused, even with overwrite
     with pytest.raises(VatError, match="not an earlier vat export .stale.txt"):
-        export.export_checkpoint(tiny_ckpt, out, overwrite=True)
+        export_folder(tiny_ckpt, out, overwrite=True)
     assert (out / "stale.txt").read_text() == "not written by vat export"
     (out / "stale.txt").unlink()
-    export.export_checkpoint(tiny_ckpt, out, overwrite=True)
+    export_folder(tiny_ckpt, out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    export.export_checkpoint(tiny_ckpt, empty)  # an existing empty folder is fine
-    with pytest.raises(VatError, match="directory; export takes a training checkpoint"):
-        export.export_checkpoint(empty, tmp_path / "x")
+    export_folder(tiny_ckpt, empty)  # an existing empty folder is fine
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(VatError, match="neither an exported vat folder .* nor a run folder"):
+        export_folder(tmp_path / "notes", tmp_path / "x")
 
 
 def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
@@ -143,8 +146,9 @@ def test_untied_model_roundtrip(tiny_tokenizer, tmp_path):
 
     torch.manual_seed(1)
     model = VAT(tiny_config(tiny_tokenizer.vocab_size, tie_embeddings=False))
-    hub.save_pretrained(tmp_path / "m", model, tiny_tokenizer, prior_std=1.0)
-    loaded = hub.from_pretrained(tmp_path / "m")
+    made = LoadedVAT(model, tiny_tokenizer, 1.0, [], ModelSource("checkpoint", "made-here"))
+    fmt.save_folder(tmp_path / "m", made)
+    loaded = load_model(tmp_path / "m")
     assert loaded.model.lm_head.weight is not loaded.model.embed.weight
     for k, v in model.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[k], v), k
@@ -155,7 +159,7 @@ def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_
     from vat.cli.geometry import _main as geometry_main
     from vat.generate.generator import VATGenerator
 
-    out = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    out = export_folder(tiny_ckpt, tmp_path / "m")
     probe = tmp_path / "probe.txt"
     probe.write_text("\n".join(tiny_sentences) + "\n")
     rc = run_cli(
@@ -182,7 +186,7 @@ def test_every_ckpt_option_accepts_an_exported_folder(tiny_ckpt, tmp_path, tiny_
         ["reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(probe), "--max-len", "5"]
     )
     assert capsys.readouterr().out == from_folder
-    assert VATGenerator.from_checkpoint(out).prior_std == 0.4
+    assert VATGenerator.from_loaded(load_model(out)).prior_std == 0.4
 
 
 def test_evaluate_accepts_an_exported_folder(tiny_ckpt, tmp_path, senteval_dir, capsys):
@@ -191,7 +195,7 @@ def test_evaluate_accepts_an_exported_folder(tiny_ckpt, tmp_path, senteval_dir, 
 
     from vat.cli.evaluate import main as evaluate_main
 
-    out = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    out = export_folder(tiny_ckpt, tmp_path / "m")
     scores = []
     for ckpt, name in ((out, "folder.json"), (tiny_ckpt, "ckpt.json")):
         assert evaluate_main(evaluate_args(ckpt, senteval_dir, tmp_path / name)) == 0
@@ -212,10 +216,10 @@ def test_evaluate_accepts_an_exported_folder(tiny_ckpt, tmp_path, senteval_dir, 
     ],
 )
 def test_damaged_folder_is_a_one_line_error(tiny_ckpt, tmp_path, damage, message):
-    out = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    out = export_folder(tiny_ckpt, tmp_path / "m")
     damage(out)
     with pytest.raises(CheckpointError, match=message) as e:
-        load_vat(out)
+        load_model(out)
     assert "\n" not in str(e.value)
 
 
@@ -233,10 +237,10 @@ def test_hub_id_goes_through_snapshot_download(monkeypatch, tmp_path):
     with pytest.raises(
         VatError, match=r"cannot download someone/vat-tiny from the Hugging Face Hub"
     ) as e:
-        hub.from_pretrained("someone/vat-tiny", cache_dir=tmp_path)
+        load_model("someone/vat-tiny", cache_dir=tmp_path)
     assert "\n" not in str(e.value)
-    with pytest.raises(CheckpointError, match="does not exist"):
-        hub.from_pretrained(tmp_path / "missing" / "model")
+    with pytest.raises(VatError, match="does not exist"):
+        load_model(tmp_path / "missing" / "model")
 
 
 class RecordingHfApi(HfApi):
@@ -252,15 +256,19 @@ class RecordingHfApi(HfApi):
     def upload_folder(self, *args, **kwargs):
         folder = Path(kwargs["folder_path"])
         self.uploaded = {p.name: p.read_bytes() for p in folder.iterdir()}  # gone after the call
-        self.reloaded = hub.from_pretrained(folder)
+        self.reloaded = load_model(folder)
         self.calls.append(("upload_folder", args, kwargs))
         return "commit-info"
 
 
 def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatch):
+    import vat
+    from vat.share import hub
+
     api = RecordingHfApi()
+    model = vat.load(tiny_ckpt, device="cpu")
     assert (
-        export.push_to_hub(tiny_ckpt, "me/vat-tiny", private=True, api=api, commit_message="first")
+        model.push_to_hub("me/vat-tiny", private=True, api=api, commit_message="first")
         == "commit-info"
     )
     (create, args, kwargs), (upload, _, up) = api.calls
@@ -270,23 +278,23 @@ def test_push_to_hub_uploads_the_exported_folder(tiny_ckpt, tmp_path, monkeypatc
         upload == "upload_folder" and up["repo_id"] == "me/vat-tiny" and up["repo_type"] == "model"
     )
     assert up["commit_message"] == "first"
-    assert sorted(up["allow_patterns"]) == sorted(hub.HUB_PATTERNS)
+    assert sorted(up["allow_patterns"]) == sorted(fmt.ALL_FILES)
     assert sorted(api.uploaded) == FOLDER_FILES
-    original = load_vat(tiny_ckpt)
+    original = load_model(tiny_ckpt)
     for k, v in original.model.state_dict().items():
         assert torch.equal(api.reloaded.model.state_dict()[k], v), k
     assert not Path(up["folder_path"]).exists()  # the scratch export is cleaned up
 
-    exported = export.export_checkpoint(tiny_ckpt, tmp_path / "m")
+    exported = export_folder(tiny_ckpt, tmp_path / "m")
     api = RecordingHfApi()
-    export.push_to_hub(exported, "me/vat-tiny", api=api)
+    hub.upload(exported, "me/vat-tiny", api=api)
     assert api.calls[1][2]["folder_path"] == str(exported)  # a folder is uploaded as it is
 
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(VatError, match="cannot push to the Hugging Face Hub repo me/vat-tiny"):
-        export.push_to_hub(exported, "me/vat-tiny", token="hf_not_a_real_token")
+        hub.upload(exported, "me/vat-tiny", token="hf_not_a_real_token")
 
 
 def test_export_command(tiny_ckpt, tmp_path, capsys):
@@ -321,8 +329,8 @@ def test_card_comes_from_the_checkpoint_itself(trained, tmp_path):
     copied = tmp_path / "elsewhere" / best.name
     copied.parent.mkdir()
     copied.write_bytes(best.read_bytes())
-    a = export.export_checkpoint(best, tmp_path / "a")
-    b = export.export_checkpoint(copied, tmp_path / "b")
+    a = export_folder(best, tmp_path / "a" / "m")  # the same folder name: the card names it
+    b = export_folder(copied, tmp_path / "b" / "m")
     text = (a / "README.md").read_text()
     assert text == (b / "README.md").read_text()
     card = ModelCard.load(a / "README.md")

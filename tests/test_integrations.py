@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import export_folder
 
 import vat
-from vat.share.export import export_checkpoint
+import vat.errors
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 mteb = pytest.importorskip("mteb")
@@ -14,7 +15,7 @@ mteb = pytest.importorskip("mteb")
 
 @pytest.fixture(scope="module")
 def exported(tiny_ckpt, tmp_path_factory):
-    return export_checkpoint(tiny_ckpt, tmp_path_factory.mktemp("integrations") / "model")
+    return export_folder(tiny_ckpt, tmp_path_factory.mktemp("integrations") / "model")
 
 
 def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences, tmp_path):
@@ -41,7 +42,7 @@ def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences,
         SentenceTransformer(str(exported), device="cpu")
 
     # built directly (no trust_remote_code); its save() is a folder both libraries load
-    built = to_sentence_transformer(exported, device="cpu")
+    built = to_sentence_transformer(vat.load(exported, device="cpu"), device="cpu")
     np.testing.assert_allclose(built.encode(sentences), expected, rtol=0, atol=1e-5)
     built.save(str(tmp_path / "saved"))
     again = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
@@ -49,10 +50,14 @@ def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences,
     np.testing.assert_allclose(
         vat.load(tmp_path / "saved").encode(sentences), expected, rtol=0, atol=1e-5
     )
+    with pytest.raises(vat.errors.OptionError, match="load it once with vat.load"):
+        to_sentence_transformer(exported)  # a path: the model is read once, by vat.load
     # every pooling, precision (which needs the token log-variances) included
     for pooling in ("sum", "start", "precision"):
         want = vat.load(exported, device="cpu").encode(sentences, pooling=pooling)
-        st_pooled = to_sentence_transformer(exported, pooling=pooling, device="cpu")
+        st_pooled = to_sentence_transformer(
+            vat.load(exported, device="cpu"), pooling=pooling, device="cpu"
+        )
         np.testing.assert_allclose(st_pooled.encode(sentences), want, rtol=0, atol=1e-5)
 
 
@@ -94,6 +99,7 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
     from vat.eval.engine import EvalSettings, evaluate
     from vat.eval.tasks.registry import load_stsb
     from vat.integrations.mteb import VATMTEBEncoder
+    from vat.share.resolve import load_model
 
     test = load_stsb(senteval_dir).splits["test"]
 
@@ -118,7 +124,10 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
     )
     (scores,) = result.task_results[0].scores["test"]
     ours, _ = evaluate(
-        vat_encoder(exported), ["STSBenchmark"], senteval_dir, EvalSettings(progress=False)
+        vat_encoder(load_model(exported)),
+        ["STSBenchmark"],
+        senteval_dir,
+        EvalSettings(progress=False),
     )
     expected = ours["STSBenchmark-cosine"]["test"]
     assert scores["cosine_spearman"] == pytest.approx(expected["spearman"], abs=1e-4)
@@ -155,13 +164,13 @@ def test_mteb_get_model_and_meta_of_a_registered_folder(exported, tiny_sentences
 
     from vat.integrations.mteb import VATMTEBEncoder, register_model
 
-    meta = register_model(exported)
+    ours = vat.load(exported, device="cpu")
+    meta = register_model(ours)
     assert meta.name == f"vat/{exported.name}" and meta.embed_dim == 32
     for name in (meta.name, str(exported)):
         got = mteb.get_model_meta(name)
         assert got.name == meta.name and got.max_tokens == 48
-    # n_parameters from the weights' header = the model's unique parameters (tied once)
-    ours = vat.load(exported, device="cpu")
+    # n_parameters = the model's unique parameters (the tied embedding once)
     assert meta.n_parameters == sum(p.numel() for p in ours.model.parameters())
     model = mteb.get_model(str(exported), device="cpu")
     assert isinstance(model, VATMTEBEncoder) and model.mteb_model_meta.name == meta.name

@@ -1,10 +1,9 @@
-"""The package layout (issue 19): the house rules hold, old import paths and entry points keep
-working or refuse loudly, and one resolver says what a model path means."""
+"""The package layout (issues 19 and 26): the house rules hold, no compatibility layer remains,
+and one resolver says what a model path means."""
 
 from __future__ import annotations
 
 import os
-import runpy
 import shutil
 import subprocess
 import sys
@@ -35,12 +34,20 @@ def test_house_rules_hold():
     assert root_modules <= 12
 
 
-def test_old_import_paths_are_the_same_objects():
-    import vat.checkpoint
-    import vat.hub
-    import vat.losses
-    import vat.module
+@pytest.mark.parametrize(
+    "old",
+    ["vat.module", "vat.checkpoint", "vat.hub", "vat.losses", "vat.generate.__main__"],
+)
+def test_no_compatibility_layer_remains(old):
+    """A project with no release keeps no old import paths or entry-point stubs (issue 26):
+    each concept has one home (vat.train.system, vat.share.*, vat.train.losses, `vat ...`)."""
+    import importlib.util
 
+    assert importlib.util.find_spec(old) is None
+    assert not (ROOT / "train.py").exists() and not (ROOT / "evaluate.py").exists()
+
+
+def test_one_place_per_concept():
     import vat
     from vat import geometry
     from vat.data import VATDataModule
@@ -48,61 +55,36 @@ def test_old_import_paths_are_the_same_objects():
     from vat.generate import VATGenerator
     from vat.generate.generator import VATGenerator as new_generator
     from vat.geometry.metrics import anisotropy
-    from vat.share import export, hub, resolve
-    from vat.train import losses, schedules, system
 
-    assert vat.module.VATSystem is system.VATSystem
-    assert vat.checkpoint.load_vat is resolve.load_vat
-    assert vat.hub.export_checkpoint is export.export_checkpoint
-    assert vat.hub.from_pretrained is hub.from_pretrained
-    assert vat.losses.gaussian_kl is losses.gaussian_kl
-    assert vat.losses.KLSchedule is schedules.KLSchedule
     assert VATDataModule is new_datamodule and VATGenerator is new_generator
     assert geometry.anisotropy is anisotropy and callable(geometry.geometry_report)
     assert vat.VAT.__module__ == "vat.model"
 
 
-@pytest.mark.parametrize(
-    ("module", "command"),
-    [
-        ("vat.generate", "vat generate"),
-        ("vat.experiments.sweep", "vat sweep"),
-        ("vat.integrations.mteb", "vat mteb"),
-    ],
-)
-def test_old_python_m_entry_points_refuse_loudly(module, command, capsys, monkeypatch):
-    """`python -m vat.generate reconstruct ...` used to decode; it must never exit 0 having
-    done nothing: exit 2 and one line naming the command that replaced it."""
-    monkeypatch.setattr(sys, "argv", [module, "reconstruct", "--ckpt", "x"])
-    with pytest.raises(SystemExit) as e:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    err = capsys.readouterr().err
-    assert e.value.code == 2
-    assert err.count("\n") == 1 and err.startswith("error:") and f"`{command}" in err
-
-
 # -- one resolver for model paths -----------------------------------------------------------
 def test_a_run_folder_means_its_best_checkpoint_else_its_last(tiny_ckpt, tmp_path):
     import vat
-    from vat.share.resolve import checkpoint_path, load_vat
+    from vat.share.resolve import load_model, resolve_model
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     with pytest.raises(VatError, match="run folder without checkpoints"):
-        load_vat(run)
+        load_model(run)
     shutil.copy(tiny_ckpt, run / "checkpoints" / "last.ckpt")
-    assert checkpoint_path(run) == run / "checkpoints" / "last.ckpt"
+    assert resolve_model(run).path == run / "checkpoints" / "last.ckpt"
     shutil.copy(tiny_ckpt, run / "checkpoints" / "best-step0000010.ckpt")
-    assert checkpoint_path(run) == run / "checkpoints" / "best-step0000010.ckpt"
+    source = resolve_model(run)
+    assert source.path == run / "checkpoints" / "best-step0000010.ckpt"
+    assert (source.kind, source.run_dir, source.name) == ("checkpoint", str(run), "run")
     model = vat.load(run, device="cpu")
     assert model.encode(["a b c"]).shape[0] == 1
 
 
 def test_a_folder_that_is_no_model_is_a_one_line_error(tmp_path):
-    from vat.share.resolve import load_vat
+    from vat.share.resolve import load_model
 
     (tmp_path / "notes").mkdir()
     with pytest.raises(VatError, match="neither an exported vat folder"):
-        load_vat(tmp_path / "notes")
+        load_model(tmp_path / "notes")
     with pytest.raises(VatError, match="does not exist"):
-        load_vat(tmp_path / "missing.ckpt")
+        load_model(tmp_path / "missing.ckpt")

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import export_folder
 
 import vat
 from vat.errors import OptionError, VatError
 from vat.model import VAT
 from vat.share.checkpoint import save_vat
-from vat.share.export import export_checkpoint
+from vat.share.hub import looks_like_repo_id
 from vat.share.resolve import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def run_dir(tiny_ckpt, tiny_tokenizer, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def exported(tiny_ckpt, tmp_path_factory) -> Path:
-    return export_checkpoint(tiny_ckpt, tmp_path_factory.mktemp("opt") / "model")
+    return export_folder(tiny_ckpt, tmp_path_factory.mktemp("opt") / "model")
 
 
 def test_resolve_model_kinds(tiny_ckpt, exported, run_dir, tmp_path):
@@ -51,7 +52,7 @@ def test_resolve_model_kinds(tiny_ckpt, exported, run_dir, tmp_path):
     shutil.copytree(run_dir, only_last)
     (only_last / "checkpoints" / "best-step0000002.ckpt").unlink()
     assert Path(resolve_model(only_last).location).name == "last.ckpt"  # ... else last.ckpt
-    assert resolve_model("user/my-vat").kind == "hub"
+    assert looks_like_repo_id("user/my-vat") and not looks_like_repo_id("./user/my-vat")
     (only_last / "checkpoints" / "last.ckpt").unlink()
     with pytest.raises(OptionError, match="run folder without checkpoints/best-"):
         resolve_model(only_last)
@@ -66,9 +67,6 @@ def test_load_takes_a_run_folder(run_dir, tiny_sentences):
     best = run_dir / "checkpoints" / "best-step0000002.ckpt"
     got = vat.load(run_dir, device="cpu").encode(tiny_sentences[:4])
     assert (got == vat.load(best, device="cpu").encode(tiny_sentences[:4])).all()
-    with pytest.warns(DeprecationWarning, match="path= is deprecated; use model="):
-        old_name = vat.load(path=run_dir, device="cpu").encode(tiny_sentences[:4])
-    assert (old_name == got).all()
     last = vat.load(run_dir / "checkpoints" / "last.ckpt", device="cpu")
     assert not np.allclose(got, last.encode(tiny_sentences[:4]))  # really the best one
 
@@ -195,8 +193,6 @@ def test_encode_follows_sentence_transformers(exported, tiny_sentences, capsys):
     assert isinstance(rows, list) and len(rows) == 3 and rows[0].shape == (model.dim,)
     unit = model.encode(tiny_sentences, normalize_embeddings=True)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
-    with pytest.warns(DeprecationWarning, match="normalize= is deprecated"):
-        assert (model.encode(tiny_sentences, normalize=True) == unit).all()
 
     st = SentenceTransformer(str(exported), trust_remote_code=True, device="cpu")
     st_emb = st.encode(tiny_sentences)

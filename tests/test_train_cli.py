@@ -13,7 +13,7 @@ from conftest import ASSETS, ROOT
 from helpers import TINY, fit_args, run_python, scalars, train_main, train_subprocess
 
 from vat.features import token_vectors
-from vat.share.resolve import load_vat
+from vat.share.resolve import load_model
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_fit_writes_checkpoint_tensorboard_config_and_tokenizer(fitted):
         assert tag in logged, tag
     assert [s for s, _ in logged["train/loss"]] == [0, 1]
     # model TFLOP/s = tokens/s x 6 x the matmul weights (lm_head included), per logged step
-    model = load_vat(fitted / "checkpoints" / "last.ckpt").model
+    model = load_model(fitted / "checkpoints" / "last.ckpt").model
     linear = {id(m.weight): m.weight.numel() for m in model.modules() if hasattr(m, "in_features")}
     (step, rate), (step2, tflops) = (
         logged["train/tokens_per_s"][-1],
@@ -67,7 +67,7 @@ def test_checkpoint_roundtrip_gives_same_mu(fitted, tiny_sentences):
     from vat.tokenizer import VATTokenizer
     from vat.train.system import VATSystem
 
-    loaded = load_vat(fitted / "checkpoints" / "last.ckpt")
+    loaded = load_model(fitted / "checkpoints" / "last.ckpt")
     assert loaded.tokenizer.to_str() == VATTokenizer.from_file(fitted / "tokenizer.json").to_str()
     mu1 = token_vectors(loaded.model, loaded.tokenizer, tiny_sentences).vectors
     system = VATSystem.load_from_checkpoint(fitted / "checkpoints" / "last.ckpt", weights_only=True)

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from vat.share.export import export_checkpoint
+from helpers import export_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def exported(tiny_ckpt, tmp_path_factory) -> Path:
-    return export_checkpoint(tiny_ckpt, tmp_path_factory.mktemp("auto") / "model")
+    return export_folder(tiny_ckpt, tmp_path_factory.mktemp("auto") / "model")
 
 
 def test_auto_model_loads_a_vat_folder(exported, tiny_sentences):

@@ -1,4 +1,4 @@
-"""`vat.load(path)`: one object to encode sentences and generate text with a trained VAT.
+"""`vat.load(model)`: one object to encode sentences, generate text and export a trained VAT.
 
     import vat
 
@@ -8,16 +8,20 @@
     model.reconstruct(["A man plays a guitar."], beam=5)
     model.sample(["A man plays a guitar."], num_samples=3, tau=1.0)
     model.interpolate("A man plays a guitar.", "A dog runs.")
+    model.save_pretrained("my-vat", evaluate="STS12,STSBenchmark")
 
-Features are pooled posterior means mu (`vat.features`, PAPER.md: representations use mu);
-generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam,
-temperature, top_k, top_p, max_len, ...) every generation method takes as keywords.
+The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded.LoadedVAT`
+(`model.loaded`), and everything below works on that object. Features follow a feature spec
+(`vat.feature_spec`; an exported folder's own by default, else the mean of mu, PAPER.md:
+representations use mu); generation is `vat.generate.generator.VATGenerator`, whose decoding
+options (strategy, beam, temperature, top_k, top_p, max_len, ...) every generation method
+takes as keywords.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,15 +30,21 @@ import numpy as np
 import torch
 
 from vat.errors import OptionError, VatError
+from vat.eval import engine
+from vat.eval.encoders import vat_encoder
+from vat.eval.scores import task_scores
+from vat.eval.tasks.registry import expand_tasks
+from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, folder_spec, resolve_features
-from vat.features.spec import FittedFeatures
+from vat.features.encoder import FeatureEncoder, export_features, resolve_features
 from vat.generate.generator import DecodeOptions, VATGenerator
+from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
-from vat.share.checkpoint import LoadedVAT
-from vat.share.export import push_to_hub
-from vat.share.hub import save_loaded
-from vat.share.resolve import ModelSource, load_model, resolve_model
+from vat.share.export import export_model
+from vat.share.folder import check_output_dir
+from vat.share.hub import upload
+from vat.share.loaded import LoadedVAT
+from vat.share.resolve import load_model
 
 
 def _device(device: str | torch.device | None) -> torch.device:
@@ -42,55 +52,38 @@ def _device(device: str | torch.device | None) -> torch.device:
 
 
 def load(
-    model: str | os.PathLike | None = None,
+    model: str | os.PathLike,
     device: str | torch.device | None = None,
     batch_size: int = 64,
     *,
-    path: str | os.PathLike | None = None,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> PretrainedVAT:
     """A training checkpoint (.ckpt), an exported folder, a run folder (its best checkpoint,
-    else last.ckpt) or a Hugging Face Hub repo id: what every command's `--model` takes
-    (`vat.share.resolve`).
+    else last.ckpt) or a Hugging Face Hub repo id (`revision`, `token` and `cache_dir` go to
+    the download): what every command's `--model` takes (`vat.share.resolve`), read once.
 
     `device` defaults to CUDA when available, else CPU; `batch_size` is the generation batch.
-    `path=` is the deprecated name of `model`.
     """
-
-    if path is not None:
-        if model is not None:
-            raise OptionError("model", "given twice (as model and as its old name path)")
-        warnings.warn("path= is deprecated; use model=", DeprecationWarning, stacklevel=2)
-        model = path
     if model is None:
         raise OptionError("model", "is required (a .ckpt, a folder, a run folder or a Hub id)")
-
-    source = resolve_model(model)
-    return PretrainedVAT(load_model(source, _device(device)), batch_size=batch_size, source=source)
+    loaded = load_model(model, _device(device), revision=revision, token=token, cache_dir=cache_dir)
+    return PretrainedVAT(loaded, batch_size=batch_size)
 
 
 PROGRESS_BAR_MIN_SENTENCES = 1000
 """encode shows a progress bar by default from this many sentences on (show_progress_bar=None)."""
 
 
-def _renamed(options: dict[str, Any], old: str, new: str) -> None:
-    """Accept the deprecated keyword `old` for `new` (with a DeprecationWarning)."""
-    if old in options:
-        if new in options:
-            raise OptionError(new, f"given twice (as {new} and as its old name {old})")
-        warnings.warn(f"{old}= is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
-        options[new] = options.pop(old)
-
-
 class PretrainedVAT:
-    """A loaded VAT with its tokenizer, prior scale and length histogram."""
+    """A loaded VAT (`loaded`: the model, its tokenizer, prior, training record and feature
+    spec, read once) with the methods users call."""
 
-    def __init__(
-        self, loaded: LoadedVAT, batch_size: int = 64, source: ModelSource | None = None
-    ) -> None:
-
+    def __init__(self, loaded: LoadedVAT, batch_size: int = 64) -> None:
         self.loaded = loaded
-        self.source = source
         self.generator = VATGenerator.from_loaded(loaded, batch_size=batch_size)
+        self._feature_encoders: dict[tuple, FeatureEncoder] = {}
 
     @property
     def model(self):
@@ -106,26 +99,22 @@ class PretrainedVAT:
 
     @property
     def dim(self) -> int:
-        """Width d of every latent z_t, and of the sentence features."""
+        """Width d of every latent z_t."""
         return int(self.model.config.d_model)
 
     @property
+    def embedding_dim(self) -> int:
+        """Width of the sentence features `encode` gives by default (the folder's spec)."""
+        own = self.loaded.feature_spec
+        return self.feature_encoder().dim if own is not None else self.dim
+
+    @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self.loaded.device
 
     def to(self, device: str | torch.device) -> PretrainedVAT:
         self.model.to(_device(device))
         return self
-
-    def save_pretrained(self, directory: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write the exported folder (config.json, model.safetensors, tokenizer.json, README.md)."""
-
-        return save_loaded(directory, self.loaded, overwrite=overwrite)
-
-    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
-        """Upload to the Hugging Face Hub (`vat.share.export.push_to_hub`'s keywords)."""
-
-        return push_to_hub(self.loaded, repo_id, **kwargs)
 
     # -- features (sentence-transformers' encode and similarity) ---------------------------------
     def encode(
@@ -138,8 +127,7 @@ class PretrainedVAT:
         device: str | torch.device | None = None,
         normalize_embeddings: bool = False,
         pooling: str = "mean",
-        features: str | Any | None = None,
-        **deprecated: Any,
+        features: str | FeatureSpec | FittedFeatures | None = None,
     ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
         """Sentence features as `SentenceTransformer.encode` returns them: token means mu
         pooled with `pooling` (the names of `vat.features.Pooling`), or any feature spec.
@@ -149,16 +137,10 @@ class PretrainedVAT:
         `convert_to_numpy=False` a list of 1-D tensors. `normalize_embeddings` scales each
         vector to unit length (a zero vector stays zero). `show_progress_bar` defaults to a
         bar from PROGRESS_BAR_MIN_SENTENCES sentences on. `device` moves the model first
-        (default: where it is). `normalize=` is the deprecated name of `normalize_embeddings`.
-        `features` is a feature spec (`vat.features.spec`, e.g. "mu/sif/pc1",
-        "firstlast/mean/whiten"; or a FittedFeatures) and replaces `pooling`; an exported
-        folder's own spec is the default.
+        (default: where it is). `features` is a feature spec (`vat.feature_spec`, e.g.
+        "mu/sif/pc1", "firstlast/mean/whiten"; or a FittedFeatures) and replaces `pooling`;
+        an exported folder's own spec is the default.
         """
-
-        _renamed(deprecated, "normalize", "normalize_embeddings")
-        normalize_embeddings = deprecated.pop("normalize_embeddings", normalize_embeddings)
-        if deprecated:
-            raise TypeError(f"encode() got unexpected keyword arguments {sorted(deprecated)}")
         single = isinstance(sentences, str)
         batch = [sentences] if single else list(sentences)
         if not all(isinstance(x, str) for x in batch):
@@ -169,7 +151,7 @@ class PretrainedVAT:
             self.to(device)
         if show_progress_bar is None:
             show_progress_bar = len(batch) >= PROGRESS_BAR_MIN_SENTENCES
-        if features is not None or (pooling == "mean" and self._folder_spec() is not None):
+        if features is not None or (pooling == "mean" and self.loaded.feature_spec is not None):
             out = self.feature_encoder(features)(
                 batch, batch_size=batch_size, progress=bool(show_progress_bar)
             )
@@ -202,38 +184,99 @@ class PretrainedVAT:
         tb = torch.nn.functional.normalize(tb.to(ta.device), dim=-1)
         return ta @ tb.T
 
-    def _folder_spec(self) -> str | None:
-        """The feature spec an exported folder was saved with (None: plain mean of mu)."""
-
-        if not hasattr(self, "_folder_spec_cache"):
-            self._folder_spec_cache = folder_spec(self.loaded.path)
-        return self._folder_spec_cache
-
-    def feature_encoder(self, features: str | Any | None = None, **fit_options: Any):
+    def feature_encoder(
+        self, features: str | FeatureSpec | FittedFeatures | None = None, **fit_options: Any
+    ) -> FeatureEncoder:
         """A `vat.features.encoder.FeatureEncoder` for a spec (default: the folder's own, else
-        mu/mean/none). Statistics come from beside the model or are fitted on its training
-        sentences (`resolve_features`'s keywords: fit_files, count_files, n_fit, save...)."""
-
+        mu/mean/none). Statistics come with the model or are fitted on its training sentences
+        (`resolve_features`'s keywords: fit_files, count_files, n_fit, save, ...)."""
         if isinstance(features, FittedFeatures):
-            return FeatureEncoder(self.model, self.tokenizer, features)
-        spec = features if features is not None else (self._folder_spec() or "mu/mean/none")
-        key = (str(spec), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
-        cache = self.__dict__.setdefault("_feature_encoders", {})
-        if key not in cache:
-            fitted = resolve_features(
-                self.loaded.path, self.model, self.tokenizer, spec, **fit_options
+            return FeatureEncoder(self.loaded, features)
+        key = (str(features), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
+        if key not in self._feature_encoders:
+            fitted = resolve_features(self.loaded, features, **fit_options)
+            self._feature_encoders[key] = FeatureEncoder(self.loaded, fitted)
+        return self._feature_encoders[key]
+
+    # -- export and the Hub ----------------------------------------------------------------
+    def save_pretrained(
+        self,
+        directory: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        features: str | FeatureSpec | None = None,
+        evaluate: str | Sequence[str] | None = None,
+        data_dir: str | os.PathLike | None = None,
+        license: str | None = None,
+        language: str | None = None,
+        repo_id: str | None = None,
+        fit_files: Sequence[str] | None = None,
+        count_files: Sequence[str] | None = None,
+    ) -> Path:
+        """Export to a folder others load (`vat export`): config.json, model.safetensors,
+        tokenizer.json, the sentence-transformers files and a model card, written atomically.
+
+        `features` is the folder's feature spec (default: an exported source's own, else
+        vat.feature_spec.DEFAULT_EXPORT_SPEC), fitted on the model's training sentences or
+        `fit_files` (`count_files`: token counts for SIF). `evaluate` (task names or groups of
+        `vat evaluate`) scores the folder's vectors with the SentEval harness (data in
+        `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores in config.json and the
+        card's model-index. `license`, `language` and `repo_id` go on the card.
+        """
+        tasks = _evaluation_tasks(evaluate)  # unknown task names fail before any work
+        check_output_dir(directory, overwrite)  # before anything is fitted or evaluated
+        given = (("fit_files", fit_files), ("count_files", count_files))
+        fitted = export_features(self.loaded, features, **{k: v for k, v in given if v})
+        evaluation = None
+        if tasks:
+            encoder = vat_encoder(self.loaded, features=fitted)
+            folder = data_dir if data_dir is not None else default_senteval_dir()
+            settings = engine.EvalSettings(device=str(self.device), progress=False)
+            results, _ = engine.evaluate(encoder, tasks, folder, settings)
+            evaluation = list(task_scores(results, tasks).values())
+        return export_model(
+            self.loaded,
+            directory,
+            features=fitted,
+            evaluation=evaluation,
+            overwrite=overwrite,
+            license=license,
+            language=language,
+            repo_id=repo_id,
+        )
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool | None = None,
+        token: str | bool | None = None,
+        revision: str | None = None,
+        commit_message: str = "Upload VAT",
+        api: Any = None,
+    ) -> Any:
+        """Export to a temporary folder (with `save_pretrained`'s defaults and this repo id on
+        the card) and upload it to the Hub repo `repo_id` (`vat.share.hub.upload`)."""
+        with tempfile.TemporaryDirectory(prefix="vat-push-") as tmp:
+            folder = self.save_pretrained(Path(tmp) / "model", repo_id=repo_id)
+            return upload(
+                folder,
+                repo_id,
+                private=private,
+                token=token,
+                revision=revision,
+                commit_message=commit_message,
+                api=api,
             )
-            cache[key] = FeatureEncoder(self.model, self.tokenizer, fitted)
-        return cache[key]
 
     # -- generation (vat.generate.VATGenerator) ----------------------------------------------
     @staticmethod
-    def _options(options: dict[str, Any]):
+    def _options(options: dict[str, Any]) -> DecodeOptions:
         """DecodeOptions from the generation keywords; `beam` (as `--beam`) sets the beam
-        size and, above 1, beam search (`beam_size=` is its deprecated name)."""
-
+        size and, above 1, beam search."""
         options = dict(options)
-        _renamed(options, "beam_size", "beam")
+        if "beam_size" in options:  # DecodeOptions' field: the Python and CLI name is beam
+            raise OptionError("beam_size", "is not an option here; use beam (as --beam)")
         if "beam" in options:
             options["beam_size"] = beam = options.pop("beam")
             if isinstance(beam, int) and beam > 1:
@@ -258,10 +301,7 @@ class PretrainedVAT:
         **options: Any,
     ) -> list[list[str]]:
         """num_samples decodings per sentence of z_t = mu_t + tau sigma_t eps at every token
-        (Table 1). `n=` is the deprecated name of `num_samples`."""
-        if "n" in options:  # the deprecated name of num_samples
-            warnings.warn("n= is deprecated; use num_samples=", DeprecationWarning, stacklevel=2)
-            num_samples = options.pop("n")
+        (Table 1)."""
         return self.generator.sample(
             list(sentences), num_samples, tau, self._options(options), seed
         )
@@ -276,10 +316,7 @@ class PretrainedVAT:
         **options: Any,
     ) -> list[list[str]]:
         """num_samples decodings per sentence redrawing only the latents at `positions`
-        (Table 2). `n=` is the deprecated name of `num_samples`."""
-        if "n" in options:  # the deprecated name of num_samples
-            warnings.warn("n= is deprecated; use num_samples=", DeprecationWarning, stacklevel=2)
-            num_samples = options.pop("n")
+        (Table 2)."""
         return self.generator.resample_token(
             list(sentences), list(positions), num_samples, tau, self._options(options), seed
         )
@@ -303,12 +340,30 @@ class PretrainedVAT:
         prior_std: float | None = None,
         **options: Any,
     ) -> list[tuple[int, str]]:
-        """num_samples decodings of Z ~ N(0, s^2 I); (latent length, text) pairs. `n=` is
-        the deprecated name of `num_samples`."""
-        if "n" in options:  # the deprecated name of num_samples
-            warnings.warn("n= is deprecated; use num_samples=", DeprecationWarning, stacklevel=2)
-            num_samples = options.pop("n")
+        """num_samples decodings of Z ~ N(0, s^2 I); (latent length, text) pairs."""
         return self.generator.prior(num_samples, length, self._options(options), seed, prior_std)
 
     def __repr__(self) -> str:
-        return f"PretrainedVAT({self.loaded.path!r}, d={self.dim}, prior_std={self.prior_std:g})"
+        return (
+            f"PretrainedVAT({str(self.loaded.source.location)!r}, d={self.dim}, "
+            f"prior_std={self.prior_std:g})"
+        )
+
+
+def require_loaded(model: object, function: str) -> None:
+    """Refuse a path where a loaded model is expected: the model is read once, by vat.load."""
+    if not isinstance(model, PretrainedVAT):
+        raise OptionError(
+            "model",
+            f"{function} takes a loaded model, got {type(model).__name__} {str(model)[:80]!r}: "
+            f"load it once with vat.load(...) and pass that",
+        )
+
+
+def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
+    if not evaluate:
+        return []
+    try:
+        return expand_tasks(evaluate if isinstance(evaluate, str) else ",".join(evaluate))
+    except VatError as e:
+        raise OptionError("evaluate", str(e)) from None

@@ -29,8 +29,12 @@ class OptionError(VatError, ValueError):
 
 def flag(name: str) -> str:
     """The command-line flag of a Python argument: every vat command spells its options as
-    the Python names in kebab case (num_samples -> --num-samples, model -> --model)."""
-    return name if name.startswith("-") else "--" + name.replace("_", "-")
+    the Python names in kebab case (num_samples -> --num-samples, model -> --model). A
+    dotted config key (model.optim.warmup_steps) is named as the YAML and LightningCLI
+    spell it."""
+    if name.startswith("-") or "." in name:
+        return name
+    return "--" + name.replace("_", "-")
 
 
 def cli_message(e: BaseException) -> str:
@@ -106,20 +110,8 @@ def check(ok: bool, option: str, expected: str, value) -> None:
         raise VatError(f"{option} must be {expected}, got {value!r}")
 
 
-def check_positive_int(value, option: str) -> None:
-    """`check` that `value` is a positive integer (step and cycle counts)."""
-    check(isinstance(value, int) and value > 0, option, "a positive integer", value)
-
-
 def finite(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def refuse_moved_entry_point(old: str, new: str) -> None:
-    """`python -m OLD` used to run a command that is now `NEW` (a `vat` subcommand): exit 2
-    with one line saying so, never 0 having done nothing."""
-    sys.stderr.write(f"error: `python -m {old}` is gone; run `{new}` instead (see {new} --help)\n")
-    sys.exit(2)
 
 
 def check_non_negative_finite(value: float, name: str, positive: bool = False) -> float:
@@ -137,7 +129,8 @@ def check_non_negative_finite(value: float, name: str, positive: bool = False) -
 
 
 def check_count(value: int, name: str, minimum: int = 1) -> int:
-    """A whole number >= minimum (booleans and floats refused), else an OptionError."""
+    """A whole number >= minimum (booleans and floats refused), else an OptionError naming
+    `name` (a Python argument, or a dotted config key such as model.optim.warmup_steps)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise OptionError(name, f"must be a whole number >= {minimum}, got {value!r}")
     if value < minimum:

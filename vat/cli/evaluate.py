@@ -234,26 +234,23 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _make_encoder(args: argparse.Namespace):
+def _make_encoder(args: argparse.Namespace, loaded):
     from vat.eval import encoders
 
     device = resolve_device(args.device)
-    if args.model and args.features:
+    if loaded is not None and args.features:
         from vat.cli.features import check_fitted, fit_options
 
         enc = encoders.vat_encoder(
-            args.model,
-            device=device,
+            loaded,
             batch_size=args.batch_size,
             features=args.features,
-            fit_options=fit_options(args, expand_tasks(args.tasks)),
+            fit_options=fit_options(args, expand_tasks(args.tasks), loaded),
         )
         check_fitted(enc.fitted, args)
         return enc, f"vat:{args.model}"
-    if args.model:
-        return encoders.vat_encoder(
-            args.model, args.pooling, device, args.batch_size
-        ), f"vat:{args.model}"
+    if loaded is not None:
+        return encoders.vat_encoder(loaded, args.pooling, args.batch_size), f"vat:{args.model}"
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
     return encoders.hf_encoder(
@@ -312,6 +309,11 @@ def _main(argv: Sequence[str] | None) -> int:
         earlier = {f: load_results(f) for f in args.compare}
     if args.skip_missing:
         tasks = _available(tasks, args.data_dir)
+    loaded = None
+    if args.model:  # read once; everything below takes the loaded model
+        from vat.share.resolve import load_model
+
+        loaded = load_model(args.model, resolve_device(args.device))
     t0 = time.perf_counter()
     meta = {
         "tasks": tasks,
@@ -330,7 +332,7 @@ def _main(argv: Sequence[str] | None) -> int:
             device=resolve_device(args.device),
             progress=show_progress(args),
         )
-        results, seconds = finetune_tasks(args.model, tasks, args.data_dir, settings)
+        results, seconds = finetune_tasks(loaded, tasks, args.data_dir, settings)
         meta.update(
             mode="finetune",
             encoder=f"vat:{args.model}",
@@ -344,7 +346,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         from vat.eval.engine import EvalSettings, evaluate
 
-        encoder, name = _make_encoder(args)
+        encoder, name = _make_encoder(args, loaded)
         settings = EvalSettings(
             preset=args.preset,
             classifier=args.classifier,
@@ -415,7 +417,7 @@ def _format_finetune(results: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat evaluate ...` (and `python evaluate.py`, `vat-evaluate`)."""
+    """`vat evaluate ...`."""
     return run_cli(_main, argv)
 
 

@@ -9,13 +9,14 @@ MODEL is anything `--model` takes (a .ckpt, a run folder, an exported folder, a 
 `--model MODEL` / `--ckpt MODEL` work too). The folder (config.json, model.safetensors,
 tokenizer.json, a README.md model card and the sentence-transformers files) loads with
 `vat.load(DIR)`, every `--model`, and `SentenceTransformer(DIR, trust_remote_code=True)`;
-see `vat.share.hub` and docs/sharing.md.
+see `vat.share.folder` and docs/sharing.md. The model is read once (`vat.load`), and the
+command is `vat.load(MODEL).save_pretrained(DIR, ...)` (fit the folder's feature spec,
+evaluate it, write the folder and its card), then an upload.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from vat.cli.common import MODEL_HELP, Parser
 from vat.errors import VatError, run_cli
@@ -77,8 +78,8 @@ def build_parser() -> Parser:
         "--features",
         metavar="SPEC",
         default=None,
-        help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.features.spec; "
-        "default: an exported MODEL's own, else vat.features.spec.DEFAULT_EXPORT_SPEC); "
+        help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; "
+        "default: an exported MODEL's own, else vat.feature_spec.DEFAULT_EXPORT_SPEC); "
         "post-processing is fitted on the model's training sentences or --fit-files",
     )
     p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
@@ -97,45 +98,39 @@ def _model_and_output(args) -> tuple[str, str | None]:
     return model, (paths[0] if paths else None)
 
 
-def _fit_options(args) -> dict[str, list[str]]:
-    """--fit-files / --count-files as `resolve_features` keywords (only those given)."""
-    given = (("fit_files", args.fit_files), ("count_files", args.count_files))
-    return {k: v for k, v in given if v}
-
-
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    model, output = _model_and_output(args)
-    from vat.share.export import export_model, push_to_hub
-    from vat.share.hub import is_pretrained_dir  # hub deps load here
+    model_arg, output = _model_and_output(args)
+    from vat.api import load
+    from vat.runtime import resolve_device
+    from vat.share.folder import is_model_folder
+    from vat.share.hub import upload
 
+    if output is None and not (args.push_to_hub and is_model_folder(model_arg)):
+        raise VatError(
+            "DIR (the folder to write) is required, unless MODEL is an exported folder "
+            "to push with --push-to-hub"
+        )
+    model = load(model_arg, resolve_device(args.device))  # read once (and checked)
     if output is None:
-        if not (args.push_to_hub and is_pretrained_dir(model)):
-            raise VatError(
-                "DIR (the folder to write) is required, unless MODEL is an exported folder "
-                "to push with --push-to-hub"
-            )
-        out = Path(model)
+        out = model.loaded.source.path  # pushed as it is
     else:
-        from vat.runtime import resolve_device
-
-        out = export_model(
-            model,
+        out = model.save_pretrained(
             output,
             overwrite=args.overwrite,
+            features=args.features,
+            evaluate=args.evaluate,
+            data_dir=args.data_dir,
             license=args.license,
             language=args.language,
             repo_id=args.push_to_hub,
-            evaluate=args.evaluate,
-            data_dir=args.data_dir,
-            device=resolve_device(args.device),
-            features=args.features,
-            **_fit_options(args),
+            fit_files=args.fit_files,
+            count_files=args.count_files,
         )
         print(f"wrote {out}")
     if args.push_to_hub:
         try:
-            info = push_to_hub(out, args.push_to_hub, private=args.private or None)
+            info = upload(out, args.push_to_hub, private=args.private or None)
         except VatError as e:
             private = " --private" if args.private else ""
             raise VatError(

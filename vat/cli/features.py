@@ -32,7 +32,7 @@ POSTS = ("none", "pc1", "whiten", "whiten-half")
 
 # -- vat evaluate's options ----------------------------------------------------------------
 def add_feature_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("feature spec (vat checkpoints; see vat.features.spec)")
+    g = p.add_argument_group("feature spec (vat checkpoints; see vat.feature_spec)")
     g.add_argument(
         "--features",
         metavar="SPEC",
@@ -91,8 +91,9 @@ def check_not_evaluation_data(files: Sequence[str], data_dir: str, option: str) 
             )
 
 
-def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> dict:
-    """resolve_features keywords for `vat evaluate`, with the guard against evaluation data."""
+def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> dict:
+    """resolve_features keywords for `vat evaluate` on the loaded model, with the guard
+    against evaluation data."""
     if args.fit_sentences < 2:
         raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
     opts: dict = {"n_fit": args.fit_sentences, "quiet": getattr(args, "quiet", False)}
@@ -113,12 +114,12 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> dict:
             save=False,  # a transductive fit never becomes the checkpoint's stored default
         )
     else:
+        from vat.feature_spec import FeatureSpec
         from vat.features.encoder import training_files
-        from vat.features.spec import FeatureSpec
 
         if FeatureSpec.parse(args.features).post != "none":
             check_not_evaluation_data(
-                training_files(args.model), args.data_dir, "the checkpoint's training files"
+                training_files(loaded), args.data_dir, "the checkpoint's training files"
             )
     return opts
 
@@ -212,9 +213,9 @@ def selection_score(row: dict) -> float:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from vat.eval.tasks.registry import load_task
+    from vat.feature_spec import FeatureSpec
     from vat.features.encoder import (
         apply_post,
-        checkpoint_token_counts,
         count_tokens,
         fit_post,
         pooled_features,
@@ -222,10 +223,9 @@ def _main(argv: Sequence[str] | None) -> int:
         training_files,
     )
     from vat.features.postprocess import sif_weights
-    from vat.features.spec import FeatureSpec
     from vat.geometry.probes import default_senteval_dir
     from vat.io import atomic_write
-    from vat.share.resolve import load_vat
+    from vat.share.resolve import load_model
 
     data_dir = args.data_dir or str(default_senteval_dir())
     # every check before the minutes of encoding, not at the first write
@@ -245,11 +245,11 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"warning: skipping {e}", file=sys.stderr)
     if not tasks:
         raise VatError(f"no STS task (STS12, STSBenchmark) under {data_dir}")
-    loaded = load_vat(args.model)
+    loaded = load_model(args.model)  # read once; everything below takes the loaded model
     model, tok = loaded.model, loaded.tokenizer
     n_layers, d = len(model.encoder), model.config.d_model
 
-    fit_files = args.fit_files or training_files(args.model)
+    fit_files = args.fit_files or training_files(loaded)
     check_not_evaluation_data(fit_files, data_dir, "fit files")
     t0 = time.perf_counter()
     fit_sents = sample_lines(fit_files, args.fit_sentences, args.seed)
@@ -257,7 +257,7 @@ def _main(argv: Sequence[str] | None) -> int:
     counts = (
         count_tokens(tok, args.count_files, model.config.vocab_size)
         if args.count_files
-        else checkpoint_token_counts(args.model)
+        else loaded.token_counts
     )
     if counts is None:
         print(
@@ -325,8 +325,8 @@ def _classification(rows, loaded, args, data_dir, sif, fit_x) -> None:
     needed; each spec then only applies its post-processing."""
     from vat.eval.engine import EvalSettings, evaluate
     from vat.eval.tasks.registry import load_task
+    from vat.feature_spec import FeatureSpec
     from vat.features.encoder import apply_post, fit_post, pooled_features
-    from vat.features.spec import FeatureSpec
 
     tasks = []
     for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"):

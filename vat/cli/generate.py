@@ -28,6 +28,7 @@ from vat.generate.decoding import DecodeOptions, Strategy
 from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.io import atomic_write, check_output_file
 from vat.runtime import resolve_device
+from vat.share.resolve import load_model
 
 COMMANDS = ("reconstruct", "sample", "resample-token", "interpolate", "prior", "bleu")
 
@@ -241,7 +242,8 @@ def _main(argv: Sequence[str]) -> int:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
     output = check_output_file(args.output, args.overwrite, "--output", "text file")
     device = resolve_device(args.device)
-    gen = VATGenerator.from_checkpoint(args.model, device=device, batch_size=args.batch_size)
+    loaded = load_model(args.model, device)  # read once
+    gen = VATGenerator.from_loaded(loaded, batch_size=args.batch_size)
     # Bars only for a file or stdin: a few sentences on the command line decode in a blink.
     gen.progress = show_progress(args) and getattr(args, "input", None) is not None
     with warnings.catch_warnings():
@@ -257,7 +259,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat generate ...` (and the `vat-generate` alias)."""
+    """`vat generate ...`."""
     return run_cli(_main, argv)
 
 

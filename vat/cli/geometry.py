@@ -108,10 +108,11 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"got {value}"
             )
 
-    if args.model is not None:  # a model that names nothing fails before the probe is read
-        from vat.share.resolve import resolve_model
+    loaded = None
+    if args.model is not None:  # read once, before the probe; everything below takes it
+        from vat.share.resolve import load_model
 
-        resolve_model(args.model)
+        loaded = load_model(args.model, args.device)
     senteval = args.senteval_dir
     if senteval is not None:
         from vat.io import folder
@@ -128,7 +129,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     start = time.perf_counter()
     model_info, vectors, token_ids, sentence_ids, logvar, prior_std, token_text = _encode(
-        args, sentences
+        args, loaded, sentences
     )
     encode_s = time.perf_counter() - start
     start = time.perf_counter()
@@ -182,22 +183,19 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def _encode(args: argparse.Namespace, sentences: list[str]):
+def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
     """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None,
-    token_text)."""
-    if args.model is not None:
+    token_text) of the loaded VAT, else of --hf-model."""
+    if loaded is not None:
         from vat.features import token_vectors
-        from vat.share.resolve import load_model, resolve_model
 
-        source = resolve_model(args.model)
-        loaded = load_model(source, args.device)
         tv = token_vectors(
             loaded.model, loaded.tokenizer, sentences, args.batch_size, progress=show_progress(args)
         )
         info = {
             "kind": "vat",
-            "name": Path(source.location).name,
-            "path": source.location,
+            "name": Path(loaded.source.location).name,
+            "path": loaded.source.location,
             "prior_std": loaded.prior_std,
         }
         return (

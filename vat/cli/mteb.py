@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--features",
         default=None,
-        help="feature spec SOURCE/WEIGHTING/POST (vat.features.spec; default: the model's own)",
+        help="feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; default: the model's own)",
     )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument(
@@ -46,6 +46,7 @@ def _main(argv: Sequence[str] | None) -> int:
     import mteb
     from mteb.cache import ResultCache
 
+    from vat.api import load
     from vat.integrations.mteb import VATMTEBEncoder, english_sts_tasks
 
     args = _parser().parse_args(argv)
@@ -65,6 +66,7 @@ def _main(argv: Sequence[str] | None) -> int:
         tasks = english_sts_tasks()
     encoder = VATMTEBEncoder(
         args.model,
+        model=load(args.model, device=args.device),  # read once
         device=args.device,
         pooling=args.pooling,
         batch_size=args.batch_size,

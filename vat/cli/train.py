@@ -1,4 +1,4 @@
-"""`vat train -c configs/<name>.yaml` (= `python train.py fit ...`): LightningCLI over vat.
+"""`vat train -c configs/<name>.yaml` (= `vat train fit ...`): LightningCLI over vat.
 
 One run is one directory, `--run_dir` (default runs/vat): TensorBoard events, config.yaml,
 tokenizer.json and checkpoints/ (last.ckpt, the best on `--best_monitor`, and
@@ -9,8 +9,10 @@ change) live in vat/run_dir.py.
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -24,7 +26,6 @@ from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, run_cli
-from vat.share.checkpoint import read_checkpoint
 from vat.train import run_dir as rd
 from vat.train.checkpointing import (
     BEST_MONITORS,
@@ -95,19 +96,40 @@ class VATCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.arch.vocab_size")
         parser.link_arguments("data.max_len", "model.arch.max_len")
 
+    def _checkpoint_io(self) -> AtomicCheckpointIO:
+        return next(
+            p for p in self.trainer_defaults["plugins"] if isinstance(p, AtomicCheckpointIO)
+        )
+
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI torch.loads --ckpt_path itself (to read its hyperparameters); check the
-        # file first so that a corrupt or foreign checkpoint is a one-line error.
+        """LightningCLI's own step (the checkpoint's hyperparameters into the config), with the
+        checkpoint read once for the whole command: vat's checks (a corrupt or foreign file is
+        one line), the run folder's resume checks and the Trainer's restore all take the one
+        read kept by `AtomicCheckpointIO.read`. Lightning 2.6's version of this method
+        torch.loads the file itself, which made a resume read it four times."""
         sub = self.config.get("subcommand")
         self._config_filename = (
             f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
         )
+        if not sub:
+            return
+        read = self._checkpoint_io().read
         if sub == "fit":
-            self._config_filename = rd.prepare_fit(self.config[sub])
-        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            read_checkpoint(ckpt_path)
-        super()._parse_ckpt_path()
+            self._config_filename = rd.prepare_fit(self.config[sub], read)
+        ckpt_path = self.config[sub].get("ckpt_path")
+        if not (ckpt_path and Path(ckpt_path).is_file()):
+            return
+        hparams = copy.deepcopy(read(ckpt_path).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({sub: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -259,7 +281,7 @@ def _run(fn, args: list[str] | None) -> int:
 def prepare_data(args: list[str]) -> int:
     """Build the tokenizer and tokenized-data cache of a train config without training.
 
-    `args` are train.py's arguments without the subcommand (e.g. ["-c", "configs/x.yaml"]).
+    `args` are `vat train`'s arguments without the subcommand (e.g. ["-c", "configs/x.yaml"]).
     Used before starting several trainings on the same data at once (the parallel sweep),
     so that they read one cache instead of each building its own.
     """
@@ -272,7 +294,7 @@ def _raise(e: BaseException) -> None:
 
 
 def vat_train(argv: list[str]) -> int:
-    """`vat train ARGS` = `python train.py fit ARGS` (`vat train validate|test ...` also work).
+    """`vat train ARGS` = `vat train fit ARGS` (`vat train validate|test ...` also work).
 
     `-c NAME` may name a packaged config (`vat config`); `--no-progress` and `--quiet` are the
     options every vat command shares: no progress bars (training's, and the data module's

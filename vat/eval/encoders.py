@@ -1,8 +1,8 @@
-"""Sentence encoders for the harness: vat checkpoints, any Python callable, HF directories.
+"""Sentence encoders for the harness: loaded VATs, any Python callable, HF directories.
 
 Every encoder is a plain `f(list[str]) -> np.ndarray (n, d)`, in the spirit of SentEval's
-`batcher(params, batch)`. `senteval_batcher` goes the other way: it wraps a vat checkpoint
-as a batcher for people who run the original SentEval toolkit.
+`batcher(params, batch)`. `senteval_batcher` goes the other way: it wraps a loaded VAT as a
+batcher for people who run the original SentEval toolkit.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import torch
 
 from vat.errors import VatError
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
+from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, folder_spec, resolve_features
-from vat.share.resolve import load_model, load_vat
+from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.share.loaded import LoadedVAT
 
 Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
@@ -27,54 +28,51 @@ HF_POOLINGS = ("mean", "cls")
 
 
 def vat_encoder(
-    ckpt: str | Path,
+    loaded: LoadedVAT,
     pooling: str = "mean",
-    device: str | torch.device = "cpu",
     batch_size: int = 128,
-    features: str | None = None,
+    features: str | FittedFeatures | None = None,
     fit_options: dict | None = None,
 ) -> Encoder:
-    """Pooled token means mu of a vat checkpoint: the paper's VAT-mean, VAT-sum, VAT-start,
-    or `precision` (mu weighted by exp(-logvar), see vat.features.pool). A feature spec
-    (`features`, vat.features.spec) replaces `pooling`; its statistics are found or fitted by
-    `vat.features.encoder.resolve_features` with `fit_options`. An exported folder's own spec
-    is the default for mean pooling, so its scores are the vectors vat.load,
-    sentence-transformers and MTEB give for it."""
+    """Pooled token means mu of a loaded VAT: the paper's VAT-mean, VAT-sum, VAT-start, or
+    `precision` (mu weighted by exp(-logvar), see vat.features.pool). A feature spec
+    (`features`, vat.feature_spec; or one already fitted) replaces `pooling`; its statistics
+    are found or fitted by `vat.features.encoder.resolve_features` with `fit_options`. An
+    exported folder's own spec is the default for mean pooling, so its scores are the
+    vectors vat.load, sentence-transformers and MTEB give for it."""
     if features is None and pooling == "mean":
-        features = folder_spec(ckpt)  # None for a .ckpt, a run folder or an older folder
+        features = loaded.feature_spec  # None for a checkpoint or a folder from before specs
     if features is not None:
-        return _spec_encoder(ckpt, features, device, batch_size, fit_options or {})
+        return _spec_encoder(loaded, features, batch_size, fit_options or {})
     if pooling not in VAT_POOLINGS:
         raise VatError(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}"
         )
 
-    loaded = load_model(ckpt, device)
-
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(
             loaded.model, loaded.tokenizer, sentences, pooling=pooling, batch_size=batch_size
         )
 
-    encode.__name__ = f"vat[{Path(ckpt).name}, {pooling}]"
+    encode.__name__ = f"vat[{loaded.name}, {pooling}]"
     return encode
 
 
 def _spec_encoder(
-    ckpt: str | Path, features: str, device, batch_size: int, fit_options: dict
+    loaded: LoadedVAT, features: str | FittedFeatures, batch_size: int, fit_options: dict
 ) -> Encoder:
-
-    loaded = load_vat(ckpt, map_location=device)
-    fitted = resolve_features(
-        ckpt, loaded.model, loaded.tokenizer, features, batch_size=batch_size, **fit_options
+    fitted = (
+        features
+        if isinstance(features, FittedFeatures)
+        else resolve_features(loaded, features, batch_size=batch_size, **fit_options)
     )
-    encoder = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
+    encoder = FeatureEncoder(loaded, fitted)
 
     def encode(sentences: list[str]) -> np.ndarray:
         return encoder(sentences, batch_size=batch_size)
 
-    encode.__name__ = f"vat[{Path(ckpt).name}, {fitted.spec}]"
+    encode.__name__ = f"vat[{loaded.name}, {fitted.spec}]"
     encode.fitted = fitted  # type: ignore[attr-defined]  (what the run reports)
     return encode
 
@@ -149,23 +147,22 @@ def hf_encoder(
 
 
 def senteval_batcher(
-    ckpt_path: str | Path,
-    pooling: str = "mean",
-    device: str | torch.device = "cpu",
-    batch_size: int = 128,
+    loaded: LoadedVAT, pooling: str = "mean", batch_size: int = 128
 ) -> Callable[[object, list], np.ndarray]:
-    """A SentEval `batcher(params, batch)` for a vat checkpoint.
+    """A SentEval `batcher(params, batch)` for a loaded VAT.
 
     SentEval passes each batch as a list of token lists (sometimes strings); an empty
     sentence becomes '.', as in SentEval's own examples. Use it with the original toolkit:
 
         import senteval
+        import vat
         from vat.eval.encoders import senteval_batcher
+        model = vat.load("last.ckpt")
         se = senteval.engine.SE({"task_path": "data", "usepytorch": True, "kfold": 5},
-                                senteval_batcher("last.ckpt", "mean"))
+                                senteval_batcher(model.loaded, "mean"))
         se.eval(["STS12", "MR"])
     """
-    encode = vat_encoder(ckpt_path, pooling, device, batch_size)
+    encode = vat_encoder(loaded, pooling, batch_size)
 
     def batcher(params: object, batch: list) -> np.ndarray:
         texts = [(" ".join(s) if not isinstance(s, str) else s) for s in batch]

@@ -1,6 +1,6 @@
 """Fine-tuning mode (the paper's Table 5, bottom): vat encoder + one dense layer, end to end.
 
-For each classification task the checkpoint's encoder is loaded afresh, a linear layer is
+For each classification task the loaded encoder is copied afresh, a linear layer is
 put on the pooled token means mu (mean / sum / start), and both are trained with Adam and
 cross-entropy for `epochs` epochs (5 by default). After every epoch the dev accuracy is
 measured; the epoch with the best dev accuracy gives the reported dev and test accuracy.
@@ -15,9 +15,10 @@ with a separator"). Splits:
 
 from __future__ import annotations
 
+import copy
+import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from vat.errors import VatError
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import expand_tasks, load_task
 from vat.features import POOLINGS, pool
-from vat.share.resolve import load_model
+from vat.share.loaded import LoadedVAT
 from vat.tokenizer import EOS_ID, make_batch
 
 FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
@@ -117,8 +118,9 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
     return 100.0 * correct / max(1, len(ids))
 
 
-def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) -> dict:
-    """Fine-tune on one task; {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
+def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings) -> dict:
+    """Fine-tune a copy of `loaded`'s model on one task (the loaded weights stay as they
+    were); {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
 
     if settings.pooling not in POOLINGS:
         raise VatError(
@@ -126,12 +128,12 @@ def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) 
             f"got {settings.pooling!r}"
         )
     torch.manual_seed(settings.seed)
-    loaded = load_model(ckpt, settings.device)
+    model = copy.deepcopy(loaded.model).to(settings.device)
     splits = task_splits(data, settings.seed)
-    max_len = loaded.model.config.max_len
+    max_len = model.config.max_len
     ids = {k: _examples(v, loaded.tokenizer, max_len) for k, v in splits.items()}
     ys = {k: np.asarray(v.y) for k, v in splits.items()}
-    net = _Classifier(loaded.model, data.nclasses, settings.pooling).to(settings.device)
+    net = _Classifier(model, data.nclasses, settings.pooling).to(settings.device)
     opt = torch.optim.Adam(net.parameters(), lr=settings.lr)
     rng = np.random.RandomState(settings.seed)
     best = (-1.0, 0.0, 0)  # dev acc, test acc, epoch
@@ -168,17 +170,20 @@ def finetune_task(ckpt: str | Path, data: TaskData, settings: FinetuneSettings) 
 
 
 def finetune_tasks(
-    ckpt: str | Path, tasks: str | list[str], data_dir: str | Path, settings: FinetuneSettings
+    loaded: LoadedVAT,
+    tasks: str | list[str],
+    data_dir: str | os.PathLike,
+    settings: FinetuneSettings,
 ) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
     names = expand_tasks(tasks)
     bad = [t for t in names if t not in FINETUNE_TASKS]
     if bad:
         raise VatError(f"fine-tuning covers {', '.join(FINETUNE_TASKS)}; not {', '.join(bad)}")
-    loaded = [load_task(data_dir, t) for t in names]
+    task_data = [load_task(data_dir, t) for t in names]
     results, seconds = {}, {}
-    for data in loaded:
+    for data in task_data:
         t0 = time.perf_counter()
-        results[data.name] = finetune_task(ckpt, data, settings)
+        results[data.name] = finetune_task(loaded, data, settings)
         seconds[data.name] = round(time.perf_counter() - t0, 3)
     return results, seconds

@@ -1,7 +1,7 @@
 """Measure one trained sweep run: final val losses, latent geometry, STS and BLEU.
 
-The checkpoint is read once (`read_checkpoint`), and that one model serves the geometry
-probe, the STS encoder and the reconstruction BLEU.
+The checkpoint is read once (`vat.share.resolve.load_model`), and that one loaded model
+serves the geometry probe, the STS encoder and the reconstruction BLEU.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from vat.generate.generator import VATGenerator
 from vat.geometry.metrics import geometry_report
 from vat.geometry.probes import load_probe_sentences
 from vat.runtime import resolve_device
-from vat.share.checkpoint import read_checkpoint, vat_from_checkpoint
+from vat.share.resolve import load_model
 
 VAL_TAGS = {
     "val_nll": "val/nll",
@@ -68,17 +68,15 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
 
     ckpt_path = run_dir / "checkpoints" / "last.ckpt"
     device = measure_device(cfg.device)
-    ckpt = read_checkpoint(ckpt_path, map_location=device)  # the only read of the checkpoint
-    loaded = vat_from_checkpoint(ckpt, ckpt_path, map_location=device)
+    loaded = load_model(ckpt_path, device)  # the only read of the checkpoint
     record: dict[str, Any] = {
         **point,
         "run": run_name(point),
         "prior_std": loaded.prior_std,
-        "step": int(ckpt.get("global_step", 0)),  # training steps done
+        "step": int(loaded.training.get("global_step", 0)),  # training steps done
         "run_dir": str(run_dir),
         "checkpoint": str(ckpt_path),
     }
-    del ckpt  # the weights live on in loaded.model; drop the optimiser state
     scalars = read_scalars(run_dir)
     for key, tag in VAL_TAGS.items():
         record[key] = scalars[tag][-1][1] if scalars.get(tag) else None
@@ -144,10 +142,4 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
     ][: cfg.bleu_lines]
     if not lines:
         raise VatError(f"bleu_file {cfg.bleu_file} has no non-empty lines")
-    gen = VATGenerator(
-        loaded.model,
-        loaded.tokenizer,
-        prior_std=loaded.prior_std,
-        length_histogram=loaded.length_histogram,
-    )
-    return float(gen.score(lines).bleu)
+    return float(VATGenerator.from_loaded(loaded).score(lines).bleu)

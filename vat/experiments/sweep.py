@@ -368,8 +368,3 @@ __all__ = [
     "train_args",
     "train_run",
 ]
-
-if __name__ == "__main__":  # an entry point before `vat sweep`: refuse it loudly
-    from vat.errors import refuse_moved_entry_point
-
-    refuse_moved_entry_point("vat.experiments.sweep", "vat sweep")

@@ -1,11 +1,12 @@
-"""Sentence vectors by a feature spec (vat.features.spec): sources, weightings, fitted
-post-processing, fitting on unlabeled text, and the statistics file beside a model.
+"""Sentence vectors by a feature spec (vat.feature_spec): sources, weightings, fitted
+post-processing, and fitting on unlabeled text, for a loaded model (vat.share.loaded).
 
 One code path makes the vectors for `vat evaluate`, `vat.load(...).encode`, the
 sentence-transformers module and the MTEB encoder: `FeatureEncoder.pool_ids` (source and
 weighting of one padded batch) then `FeatureEncoder.post` (the fitted post-processing, in
-float64 numpy). Fitting reads only the sentences it is given: by default a sample of the
-model's own training files (`training_sentences`), never evaluation data.
+float64 numpy). `resolve_features` finds a spec's statistics (an exported folder's own, the
+file beside a checkpoint) or fits them. Fitting reads only the sentences it is given: by
+default a sample of the model's own training files, never evaluation data.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
 from vat.errors import VatError
+from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.pooling import length_sorted_batches, pool
 from vat.features.postprocess import (
     apply_pc_removal,
@@ -30,17 +31,9 @@ from vat.features.postprocess import (
     fit_whitening,
     sif_weights,
 )
-from vat.features.spec import (
-    FOLDER_STATS_NAME,
-    FeatureSpec,
-    FittedFeatures,
-    stats_path_for,
-)
 from vat.model import VAT
 from vat.runtime import eval_mode
-from vat.share.checkpoint import read_checkpoint
-from vat.share.hub import ST_MODULE_CONFIG_NAME, read_config
-from vat.share.resolve import checkpoint_path
+from vat.share.loaded import LoadedVAT
 from vat.tokenizer import VATTokenizer, make_batch
 
 DEFAULT_FIT_SENTENCES = 20_000
@@ -201,10 +194,11 @@ def apply_post(spec: FeatureSpec, arrays: dict[str, np.ndarray], x: np.ndarray) 
 
 
 class FeatureEncoder:
-    """A model with a fitted feature spec: `encoder(sentences) -> (N, k)` float32."""
+    """A loaded model with a fitted feature spec: `encoder(sentences) -> (N, k)` float32."""
 
-    def __init__(self, model: VAT, tokenizer: VATTokenizer, fitted: FittedFeatures) -> None:
-        self.model, self.tokenizer, self.fitted = model, tokenizer, fitted.check()
+    def __init__(self, loaded: LoadedVAT, fitted: FittedFeatures) -> None:
+        model = loaded.model
+        self.model, self.tokenizer, self.fitted = model, loaded.tokenizer, fitted.check()
         spec = fitted.spec
         spec.layer(len(model.encoder))  # a layerK beyond the encoder fails here
         sw = fitted.arrays.get("sif_weights")
@@ -277,36 +271,15 @@ def sample_lines(
     return [lines[i] for i in keep]
 
 
-def model_file(path: str | os.PathLike) -> Path:
-    """The file or folder holding a model: a run folder stands for its checkpoint."""
-    return checkpoint_path(path) or Path(path)
-
-
-def training_files(path: str | os.PathLike) -> list[str]:
-    """The training files a checkpoint (its data hyperparameters) or exported folder (its
-    config.json's training data) names; an error saying so when it names none."""
-    p = model_file(path)
-    files = None
-    if p.is_dir():
-        files = ((read_config(p).get("training") or {}).get("data") or {}).get("train_files")
-    else:
-        files = (read_checkpoint(p).get("datamodule_hyper_parameters") or {}).get("train_files")
-    if not files:
+def training_files(loaded: LoadedVAT) -> list[str]:
+    """The training files the model records (a checkpoint's data hyperparameters, a folder's
+    training data); an error saying so when it records none."""
+    if not loaded.train_files:
         raise VatError(
-            f"{p} names no training files to fit the features on; "
-            "pass --fit-files with unlabeled sentences (one per line)"
+            f"{loaded.path} names no training files to fit the features on; "
+            "pass fit_files (--fit-files) with unlabeled sentences (one per line)"
         )
-    return [str(f) for f in files]
-
-
-def checkpoint_token_counts(path: str | os.PathLike) -> np.ndarray | None:
-    """The training token counts stored in a checkpoint (`vat.data.token_counts`), if any."""
-    p = model_file(path)
-    if p.is_dir():
-        counts = read_config(p).get("token_counts")
-    else:
-        counts = read_checkpoint(p)["vat"].get("token_counts")
-    return None if not counts else np.asarray(counts, dtype=np.int64)
+    return list(loaded.train_files)
 
 
 def fit_features(
@@ -346,11 +319,25 @@ def fit_features(
     return FittedFeatures(spec, arrays, fit)
 
 
+def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
+    """Statistics of `spec` the model already has: an exported folder's own, or the file vat
+    wrote beside the model (`stats_path_for`) when an earlier fit stored them."""
+    for fitted in (loaded.own_features, loaded.feature_stats):
+        if fitted is not None and fitted.spec == spec:
+            return fitted
+    home = loaded.source.writable_home
+    if home is not None:
+        path = stats_path_for(home, spec)
+        if path.is_file():
+            fitted = FittedFeatures.load(path)
+            if fitted.spec == spec:
+                return fitted
+    return None
+
+
 def resolve_features(
-    path: str | os.PathLike,
-    model: VAT,
-    tokenizer: VATTokenizer,
-    spec: str | FeatureSpec | None,
+    loaded: LoadedVAT,
+    spec: str | FeatureSpec | None = None,
     *,
     fit_files: Sequence[str] | None = None,
     fit_sentences: Sequence[str] | None = None,
@@ -362,36 +349,36 @@ def resolve_features(
     batch_size: int = 128,
     quiet: bool = False,
 ) -> FittedFeatures:
-    """The fitted statistics of `spec` for the model at `path` (a .ckpt or exported folder).
+    """The fitted statistics of `spec` for `loaded` (default spec: an exported folder's own,
+    else mu/mean/none).
 
-    In order: a spec with nothing to fit; the exported folder's own `features.safetensors`
-    when its spec matches; the statistics file beside the model (`stats_path_for`); else a fit
-    on `fit_sentences`, on up to n_fit lines of `fit_files`, or by default on up to n_fit of
-    the model's own training sentences, written beside the model (unless `save` is off).
-    Naming fit or count files always fits anew (and replaces only a file vat wrote).
+    In order: a spec with nothing to fit; statistics the model already has
+    (`stored_features`); else a fit on `fit_sentences`, on up to n_fit lines of `fit_files`,
+    or by default on up to n_fit of the model's own training sentences, stored beside the
+    model (unless `save` is off, or the model is a Hub download). Naming fit or count files
+    always fits anew (and replaces only a file vat wrote).
     """
+    if spec is None:
+        spec = loaded.feature_spec or FeatureSpec()
     spec = FeatureSpec.parse(spec)
-    spec.layer(len(model.encoder))
+    spec.layer(len(loaded.model.encoder))
     if not spec.needs_fit:
         return FittedFeatures(spec)
-    p = model_file(path)
     explicit = bool(fit_files or fit_sentences or count_files)
     if not explicit:
-        for cand in ([p / FOLDER_STATS_NAME] if p.is_dir() else []) + [stats_path_for(p, spec)]:
-            if cand.is_file():
-                fitted = FittedFeatures.load(cand)
-                if fitted.spec == spec:
-                    return fitted
+        found = stored_features(loaded, spec)
+        if found is not None:
+            return found
     counts = None
     if spec.weighting == "sif":
         if count_files:
-            counts = count_tokens(tokenizer, count_files, model.config.vocab_size)
+            counts = count_tokens(loaded.tokenizer, count_files, loaded.config.vocab_size)
         else:
-            counts = checkpoint_token_counts(p)
+            counts = loaded.token_counts
             if counts is None:
                 raise VatError(
-                    f"{p} stores no token frequencies (needed by sif weighting): pass "
-                    "--count-files with its training text to count them"
+                    f"{loaded.path} stores no token frequencies (needed by sif weighting): pass "
+                    "count_files (--count-files) with its training text to count them"
                 )
     info: dict = dict(fit_info or {})
     sentences: list[str] = []
@@ -399,16 +386,17 @@ def resolve_features(
         if fit_sentences is not None:
             sentences = list(fit_sentences)
         else:
-            files = list(fit_files) if fit_files else training_files(p)
+            files = list(fit_files) if fit_files else training_files(loaded)
             sentences = sample_lines(files, n_fit, seed)
             info.setdefault("files", files)
             info.setdefault("from", "named files" if fit_files else "training files")
         info["seed"] = seed
     if count_files:
         info["count_files"] = [str(f) for f in count_files]
-    fitted = fit_features(model, tokenizer, spec, sentences, counts, batch_size, info)
-    if save:
-        out = stats_path_for(p, spec)
+    fitted = fit_features(loaded.model, loaded.tokenizer, spec, sentences, counts, batch_size, info)
+    home = loaded.source.writable_home
+    if save and home is not None:
+        out = stats_path_for(home, spec)
         try:
             fitted.save(out)
             if not quiet:
@@ -422,17 +410,21 @@ def resolve_features(
     return fitted
 
 
-# -- exported folders --------------------------------------------------------------------------
-def folder_spec(path: str | os.PathLike) -> str | None:
-    """The feature spec an exported folder carries (its sentence-transformers module config
-    `features`), or None (a .ckpt, a Hub id, or a folder exported before issue 23)."""
-    import json
-
-    cfg = Path(path) / ST_MODULE_CONFIG_NAME
-    if not cfg.is_file():
-        return None
+def export_features(
+    loaded: LoadedVAT, features: str | FeatureSpec | None = None, **fit_options
+) -> FittedFeatures:
+    """The feature spec an exported folder carries, with its statistics: `features` if given
+    (fitted as `resolve_features` does; `fit_options` are its keywords), else an exported
+    source's own spec, else DEFAULT_EXPORT_SPEC. A default that cannot be fitted for this
+    model (e.g. a checkpoint without token counts) falls back to the mean of mu with a
+    warning; the folder and its card name the spec they hold. Nothing is stored beside the
+    model: the folder holds the statistics."""
+    spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
+    fit_options = {**fit_options, "save": False}
     try:
-        spec = json.loads(cfg.read_text(encoding="utf-8")).get("features")
-    except (json.JSONDecodeError, OSError, AttributeError):
-        return None
-    return str(FeatureSpec.parse(spec)) if spec else None
+        return resolve_features(loaded, spec, **fit_options)
+    except VatError as e:
+        if features is not None:
+            raise
+        print(f"warning: exporting with mu/mean/none, not {spec} ({e})", file=sys.stderr)
+        return FittedFeatures(FeatureSpec())

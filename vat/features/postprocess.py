@@ -2,7 +2,7 @@
 
 Pure numpy, no model: each `fit_*` takes an (N, d) matrix of sentence vectors and returns
 the small arrays its `apply_*` needs, so the fitted statistics can be stored beside a
-checkpoint (vat.features.spec) and applied to any later batch.
+checkpoint (vat.feature_spec) and applied to any later batch.
 
 - SIF weights (Arora et al. 2017): a / (a + p(w)) per token, p(w) the token's unigram
   probability in the training corpus.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -32,8 +31,7 @@ from vat.generate.latents import (
     sample_lengths,
 )
 from vat.runtime import check_allocation, eval_mode
-from vat.share.checkpoint import CheckpointError, LoadedVAT
-from vat.share.resolve import load_model
+from vat.share.loaded import LoadedVAT
 from vat.tokenizer import VATTokenizer
 
 __all__ = [
@@ -117,24 +115,9 @@ class VATGenerator:
         """Show progress bars (stderr) while encoding and decoding."""
 
     @classmethod
-    def from_checkpoint(
-        cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64
-    ) -> VATGenerator:
-        """Load a vat checkpoint; a missing, corrupt or non-vat file raises CheckpointError."""
-        try:
-            loaded = load_model(path, device)
-        except VatError:  # CheckpointError, or a model path that names nothing
-            raise
-        # malformed metadata surfaces as KeyError/TypeError/tokenizers errors
-        except Exception as e:
-            raise CheckpointError(
-                f"{path} is not a usable vat checkpoint ({type(e).__name__}: {e})"
-            ) from e
-        return cls.from_loaded(loaded, batch_size=batch_size)
-
-    @classmethod
     def from_loaded(cls, loaded: LoadedVAT, batch_size: int = 64) -> VATGenerator:
-        """A generator for what `vat.share.resolve.load_vat` (or `from_pretrained`) returned."""
+        """A generator for a loaded model (`vat.share.resolve.load_model`): its prior scale and
+        training length histogram come with it."""
         return cls(
             loaded.model,
             loaded.tokenizer,
@@ -245,17 +228,17 @@ class VATGenerator:
     def sample(
         self,
         sentences: Sequence[str],
-        n: int = 5,
+        num_samples: int = 5,
         tau: float = 1.0,
         options: DecodeOptions = GREEDY,
         seed: int | None = 0,
         positions: Sequence[int] | None = None,
         labels: Sequence[str] | None = None,
     ) -> list[list[str]]:
-        """n variational samples per sentence: z_t = mu_t + tau * sigma_t * eps for every token
-        (Table 1), or only at subword `positions` (0-based; position n_i is the </s> latent)
-        with z_t = mu_t elsewhere (Table 2, `resample_token`)."""
-        check_count(n, "num_samples")
+        """num_samples variational samples per sentence: z_t = mu_t + tau * sigma_t * eps for
+        every token (Table 1), or only at subword `positions` (0-based; position n_i is the </s>
+        latent) with z_t = mu_t elsewhere (Table 2, `resample_token`)."""
+        n = check_count(num_samples, "num_samples")
         check_non_negative_finite(tau, "tau")
         cfg = self.model.config  # every latent is (T <= max_len, d) float32
         check_allocation(
@@ -288,16 +271,19 @@ class VATGenerator:
         self,
         sentences: Sequence[str],
         positions: Sequence[int],
-        n: int = 5,
+        num_samples: int = 5,
         tau: float = 1.0,
         options: DecodeOptions = GREEDY,
         seed: int | None = 0,
         labels: Sequence[str] | None = None,
     ) -> list[list[str]]:
-        """n samples per sentence that redraw only the latents at `positions` (0-based)."""
+        """num_samples samples per sentence that redraw only the latents at `positions`
+        (0-based)."""
         if not positions:
             raise OptionError("positions", "needs at least one token position")
-        return self.sample(sentences, n, tau, options, seed, positions=positions, labels=labels)
+        return self.sample(
+            sentences, num_samples, tau, options, seed, positions=positions, labels=labels
+        )
 
     def interpolate(
         self,
@@ -318,16 +304,16 @@ class VATGenerator:
 
     def prior(
         self,
-        n: int = 10,
+        num_samples: int = 10,
         length: int | None = None,
         options: DecodeOptions = GREEDY,
         seed: int | None = 0,
         prior_std: float | None = None,
     ) -> list[tuple[int, str]]:
-        """n decodings of z ~ N(0, s^2 I) (s = the checkpoint's prior_std unless given), with
-        latent lengths T drawn from the training length histogram unless `length` fixes T.
-        Returns (T, text) pairs."""
-        check_count(n, "num_samples")
+        """num_samples decodings of z ~ N(0, s^2 I) (s = the model's prior_std unless given),
+        with latent lengths T drawn from the training length histogram unless `length` fixes
+        T. Returns (T, text) pairs."""
+        n = check_count(num_samples, "num_samples")
         if prior_std is not None:
             check_non_negative_finite(prior_std, "prior_std", positive=True)
         cfg = self.model.config

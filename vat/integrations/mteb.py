@@ -2,7 +2,7 @@
 
 `VATMTEBEncoder` implements mteb's `EncoderProtocol` (mteb >= 2): `encode(DataLoader of
 BatchedInput, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs)` returning an
-(N, d) array of `vat.load(path).encode` features, and cosine `similarity` /
+(N, d) array of `vat.load(model).encode` features, and cosine `similarity` /
 `similarity_pairwise` (from mteb's `AbsEncoder`, with the model meta's similarity set to
 cosine, the score vat's own STS harness uses).
 
@@ -10,55 +10,55 @@ cosine, the score vat's own STS harness uses).
 
 (the command, `vat.cli.mteb`) runs the STS tasks of MTEB's English benchmark (the task
 data is downloaded from the Hugging Face Hub, or read from a local HF datasets cache) and
-prints each task's main score (cosine Spearman). `register_model(DIR)` puts a vat folder in
-mteb's model registry, so that `mteb.get_model(DIR)` / `mteb.get_model_meta(DIR)` work.
+prints each task's main score (cosine Spearman). `register_model(vat.load(DIR))` puts a vat
+folder in mteb's model registry, so that `mteb.get_model(DIR)` / `mteb.get_model_meta(DIR)`
+work.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
-from vat.api import load
+from vat.api import PretrainedVAT, load, require_loaded
 from vat.errors import VatError
-from vat.share.hub import CONFIG_NAME, WEIGHTS_NAME, read_config, resolve
-from vat.share.resolve import resolve_model
+from vat.share.folder import CONFIG_NAME
 
 
 class VATMTEBEncoder(AbsEncoder):
-    """Pooled token means mu of a VAT (a .ckpt, an exported folder or a Hub repo id)."""
+    """The sentence features of a VAT (`vat.load(...).encode`: the folder's feature spec, else
+    pooled token means mu) as an MTEB encoder."""
 
     def __init__(
         self,
         model_name: str,
         revision: str | None = None,
         *,
+        model: PretrainedVAT | None = None,
         device: str | None = None,
         pooling: str = "mean",
         batch_size: int = 64,
         normalize: bool = False,
-        model_path: str | None = None,
         features: str | None = None,
         **kwargs: Any,
     ) -> None:
-
-        # model_path: where a registered ModelMeta's model is (its name is "vat/NAME")
-        self.model = load(model_path or model_name, device=device)
+        """`model` is the loaded VAT (from `vat.load`, or a registered ModelMeta's); without
+        it, `model_name` is loaded here, as mteb's loaders do (the one read)."""
+        self.model = model if model is not None else load(model_name, device=device)
         self.pooling, self.batch_size, self.normalize = pooling, batch_size, normalize
-        self.features = features  # a feature spec (vat.features.spec); None: the folder's own
-        name = Path(str(model_name)).name if Path(str(model_name)).exists() else str(model_name)
+        self.features = features  # a feature spec (vat.feature_spec); None: the folder's own
         n_params = sum(p.numel() for p in self.model.model.parameters())
+        name = self.model.loaded.name
         self.mteb_model_meta = ModelMeta.create_empty(
             {
                 "name": f"vat/{name}" if "/" not in name else name,
                 "revision": revision or "local",
                 "embed_dim": self.model.feature_encoder(features).dim
-                if features is not None or self.model._folder_spec() is not None
-                else self.model.dim,
+                if features is not None
+                else self.model.embedding_dim,
                 "max_tokens": int(self.model.model.config.max_len),
                 "n_parameters": int(n_params),
                 "similarity_fn_name": ScoringFunction.COSINE,
@@ -90,55 +90,49 @@ class VATMTEBEncoder(AbsEncoder):
         )
 
 
-def model_meta(model: str | Path, name: str | None = None) -> ModelMeta:
-    """The mteb ModelMeta of a vat folder (or Hub id), read from its config.json and the
-    weights' header (nothing is loaded), with VATMTEBEncoder as its loader: so
-    `meta.load_model()` and, once registered, `mteb.get_model(name)` load it."""
-
-    source = resolve_model(model)
+def model_meta(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
+    """The mteb ModelMeta of a loaded vat folder (local or a Hub id), with VATMTEBEncoder as
+    its loader around that same loaded model: so `meta.load_model()` and, once registered,
+    `mteb.get_model(name)` give it without reading the folder again."""
+    require_loaded(model, "model_meta")
+    source = model.loaded.source
     if source.kind == "checkpoint":
         raise VatError(
-            f"{model} is a training checkpoint; MTEB's model registry takes an exported folder "
-            "(vat export CKPT DIR)"
+            f"{source.location} is a training checkpoint; MTEB's model registry takes an "
+            "exported folder (vat export CKPT DIR)"
         )
-    folder = resolve(source.location)
-    config = read_config(folder)
-    from safetensors import safe_open
-
-    with safe_open(str(folder / WEIGHTS_NAME), "pt") as f:
-        n_params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())
-    card = config.get("card") or {}
-    label = name or (source.location if source.kind == "hub" else f"vat/{folder.name}")
+    n_params = sum(p.numel() for p in model.model.parameters())
+    label = name or (source.location if source.kind == "hub" else f"vat/{source.name}")
     return ModelMeta.create_empty(
         {
             "loader": VATMTEBEncoder,
-            "loader_kwargs": {"model_path": str(source.location)},
+            "loader_kwargs": {"model": model},
             "name": label,
             "revision": "local" if source.kind == "folder" else None,
-            "embed_dim": int(config["model_config"]["d_model"]),
-            "max_tokens": int(config["model_config"]["max_len"]),
-            "n_parameters": n_params,
+            "embed_dim": model.embedding_dim,
+            "max_tokens": int(model.model.config.max_len),
+            "n_parameters": int(n_params),
             "similarity_fn_name": ScoringFunction.COSINE,
             "framework": ["PyTorch"],
             "languages": ["eng-Latn"],
             "open_weights": True,
-            "license": card.get("license"),
-            "reference": f"local folder {folder / CONFIG_NAME}"
+            "license": model.loaded.card.get("license"),
+            "reference": f"local folder {source.path / CONFIG_NAME}"
             if source.kind == "folder"
             else None,
         }
     )
 
 
-def register_model(model: str | Path, name: str | None = None) -> ModelMeta:
-    """Add a vat folder to mteb's model registry under its ModelMeta's name ("vat/FOLDER",
-    or the Hub id) and under `model` as given: `mteb.get_model(model)` and
-    `mteb.get_model_meta(model)` then work."""
+def register_model(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
+    """Add a loaded vat folder to mteb's model registry under its ModelMeta's name
+    ("vat/FOLDER", or the Hub id) and under the path or id it was loaded from:
+    `mteb.get_model(...)` and `mteb.get_model_meta(...)` then work with either."""
     from mteb.models.model_implementations import MODEL_REGISTRY
 
     meta = model_meta(model, name)
     MODEL_REGISTRY[meta.name] = meta
-    MODEL_REGISTRY[str(model)] = meta
+    MODEL_REGISTRY[str(model.loaded.source.location)] = meta
     return meta
 
 
@@ -151,9 +145,3 @@ def english_sts_tasks() -> list:
     import mteb
 
     return [t for t in mteb.get_benchmark(ENGLISH_BENCHMARK).tasks if t.metadata.type == "STS"]
-
-
-if __name__ == "__main__":  # an entry point before `vat mteb`: refuse it loudly
-    from vat.errors import refuse_moved_entry_point
-
-    refuse_moved_entry_point("vat.integrations.mteb", "vat mteb")

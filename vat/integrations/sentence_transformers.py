@@ -16,7 +16,6 @@ Embeddings are `vat.load(path).encode(...)`'s: pooled token means mu (`vat.featu
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,13 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
-from vat.api import PretrainedVAT, load
+from vat.api import PretrainedVAT, require_loaded
+from vat.feature_spec import FittedFeatures
 from vat.features import pool
 from vat.features.encoder import FeatureEncoder, resolve_features
-from vat.features.spec import FeatureSpec, FittedFeatures
-from vat.share.checkpoint import LoadedVAT
-from vat.share.hub import ST_MODULE_CONFIG_NAME, from_pretrained, write_model_files
+from vat.share.folder import ST_MODULE_CONFIG_NAME, write_feature_stats, write_model_files
+from vat.share.loaded import LoadedVAT
+from vat.share.resolve import load_model
 from vat.tokenizer import make_batch
 
 
@@ -38,17 +38,17 @@ class VATSentenceEncoder(InputModule):
     """Tokenize with the VAT's tokenizer, encode, pool the token means mu into
     `sentence_embedding` (B, d); `token_embeddings` (B, T, d) holds mu itself."""
 
-    config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.share.hub)
+    config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.share.folder)
     config_keys = ["pooling", "features"]
 
-    def __init__(self, loaded: LoadedVAT, pooling: str = "mean", features: Any = None) -> None:
-        """`features`: a feature spec string (no statistics needed) or a fitted
-        vat.features.spec.FittedFeatures; None keeps `pooling` of mu."""
+    def __init__(
+        self, loaded: LoadedVAT, pooling: str = "mean", features: str | FittedFeatures | None = None
+    ) -> None:
+        """`features`: a fitted vat.feature_spec.FittedFeatures, or a spec whose statistics
+        the loaded model has (an exported folder's own); None keeps `pooling` of mu."""
         super().__init__()
         self.vat = loaded.model
-        self.tokenizer = (
-            loaded.tokenizer.tokenizer
-        )  # a tokenizers.Tokenizer, as InputModule expects
+        self.tokenizer = loaded.tokenizer.tokenizer  # a tokenizers.Tokenizer (InputModule)
         self.loaded = loaded
         self.pooling = pooling
         self.feature_encoder = None
@@ -57,9 +57,9 @@ class VATSentenceEncoder(InputModule):
             fitted = (
                 features
                 if isinstance(features, FittedFeatures)
-                else FittedFeatures(FeatureSpec.parse(features))
+                else resolve_features(loaded, features, save=False)
             )
-            self.feature_encoder = FeatureEncoder(loaded.model, loaded.tokenizer, fitted)
+            self.feature_encoder = FeatureEncoder(loaded, fitted)
             self.features = str(fitted.spec)
 
     @property
@@ -100,19 +100,11 @@ class VATSentenceEncoder(InputModule):
     def save(
         self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any
     ) -> None:
-        loaded = self.loaded  # sentence-transformers writes its own README.md and modules.json
-        write_model_files(
-            Path(output_path),
-            self.vat,
-            loaded.tokenizer,
-            loaded.prior_std,
-            loaded.length_histogram,
-            {},
-            card=False,
-        )
-        self.save_config(output_path)
+        # sentence-transformers writes its own README.md and modules.json
+        write_model_files(Path(output_path), self.loaded)
+        self.save_config(output_path)  # sentence_vat_config.json: pooling and the spec
         if self.feature_encoder is not None:
-            self.feature_encoder.fitted.write_into(Path(output_path))
+            write_feature_stats(Path(output_path), self.feature_encoder.fitted)
 
     @classmethod
     def load(
@@ -135,28 +127,23 @@ class VATSentenceEncoder(InputModule):
         }
         folder = cls.load_dir_path(model_name_or_path, **where)
         config = cls.load_config(model_name_or_path, **where)
-        loaded = from_pretrained(folder)
-        if config.get("features"):  # the folder's spec, with its fitted statistics
-            config["features"] = resolve_features(
-                folder, loaded.model, loaded.tokenizer, config["features"], save=False
-            )
-        return cls(loaded, **config)
+        # the folder is read once, as every --model is; its spec's statistics come with it
+        return cls(load_model(folder), **config)
 
 
 def to_sentence_transformer(
-    path: str | os.PathLike | LoadedVAT,
+    model: PretrainedVAT,
     pooling: str = "mean",
     device: str | None = None,
     features: Any = None,
 ) -> SentenceTransformer:
-    """A SentenceTransformer around a .ckpt, an exported folder or a Hub id (no
-    trust_remote_code needed: the module is built here, not imported by name). `features`
-    is a feature spec (fitted as `vat.load(path).encode(features=...)` fits it); an exported
-    folder's own spec is the default."""
-
-    model = PretrainedVAT(path) if isinstance(path, LoadedVAT) else load(path, device="cpu")
+    """A SentenceTransformer around a loaded VAT (`vat.load(...)`: a .ckpt, an exported folder
+    or a Hub id), with no trust_remote_code needed: the module is built here, not imported by
+    name. `features` is a feature spec (fitted as `model.encode(features=...)` fits it); an
+    exported folder's own spec is the default."""
+    require_loaded(model, "to_sentence_transformer")
     fitted = None
-    if features is not None or (pooling == "mean" and model._folder_spec() is not None):
+    if features is not None or (pooling == "mean" and model.loaded.feature_spec is not None):
         fitted = model.feature_encoder(features).fitted
     return SentenceTransformer(
         modules=[VATSentenceEncoder(model.loaded, pooling, fitted)],

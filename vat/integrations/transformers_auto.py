@@ -9,9 +9,10 @@
 An exported folder's config.json says `model_type: vat`. `import vat` registers that type
 with AutoConfig and AutoModel: at once when transformers is already imported, otherwise
 when it is (an import hook; `import vat` itself never imports transformers, which is
-heavy and optional). The weights load through vat.share.hub (safetensors, tied embedding), and
-the folder's tokenizer is `model.tokenizer` (a VATTokenizer: vat's special-token layout,
-which AutoTokenizer does not know).
+heavy and optional). The folder is read once through vat.share.resolve (safetensors, tied
+embedding, the checks every --model gets); the folder's tokenizer is `model.tokenizer` (a
+VATTokenizer: vat's special-token layout, which AutoTokenizer does not know), and
+`model.encode` gives the vectors the folder's card names (its feature spec).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import sys
 from typing import Any
 
 from vat.features import sentence_features
+from vat.features.encoder import FeatureEncoder, resolve_features
 from vat.model import VAT, VATConfig
-from vat.share.hub import from_pretrained, read_config, resolve
+from vat.share.resolve import load_model
 
 MODEL_TYPE = "vat"
 _registered = False
@@ -48,7 +50,7 @@ def _classes() -> tuple[type, type]:
     from transformers.modeling_outputs import BaseModelOutput
 
     class VATTransformersConfig(PretrainedConfig):
-        """config.json of an exported vat folder (vat.share.hub), as a transformers config."""
+        """config.json of an exported vat folder (vat.share.folder), as a transformers config."""
 
         model_type = MODEL_TYPE
 
@@ -74,22 +76,25 @@ def _classes() -> tuple[type, type]:
                 else VAT(VATConfig.from_dict(config.model_config))
             )
             self.tokenizer = loaded.tokenizer if loaded is not None else None
+            self.loaded = loaded
 
         @classmethod
         def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-            """Loads through vat.share.hub (safetensors, checked config); `config`, `device_map`,
+            """Reads the folder (or Hub repo) once through vat.share.resolve; `revision`,
+            `token` and `cache_dir` go to a Hub download; `config`, `device_map`,
             `trust_remote_code` and other transformers keywords are accepted and unused."""
 
             config = kwargs.get("config")
-            loaded = from_pretrained(
+            loaded = load_model(
                 pretrained_model_name_or_path,
+                name="pretrained_model_name_or_path",
                 revision=kwargs.get("revision"),
                 token=kwargs.get("token"),
                 cache_dir=kwargs.get("cache_dir"),
             )
             if not isinstance(config, VATTransformersConfig):
                 config = VATTransformersConfig(
-                    **read_config(resolve(pretrained_model_name_or_path))
+                    model_config=loaded.config.to_dict(), prior_std=loaded.prior_std
                 )
             return cls(config, loaded=loaded).eval()
 
@@ -98,8 +103,12 @@ def _classes() -> tuple[type, type]:
             return BaseModelOutput(last_hidden_state=post.mu)
 
         def encode(self, sentences: list[str], pooling: str = "mean"):
-            """(N, d) sentence features, as vat.load(...).encode."""
-
+            """(N, k) sentence features, as vat.load(...).encode: the folder's feature spec
+            (what its card names) for mean pooling, else pooled token means mu."""
+            loaded = self.loaded
+            if pooling == "mean" and loaded is not None and loaded.feature_spec is not None:
+                fitted = resolve_features(loaded, save=False)
+                return FeatureEncoder(loaded, fitted)(sentences)
             return sentence_features(self.vat, self.tokenizer, sentences, pooling)
 
     return VATTransformersConfig, VATTransformersModel

@@ -1,9 +1,16 @@
-"""A trained model on disk: checkpoints, exported folders, the Hub and the model card.
+"""A trained model on disk: what a model argument names, reading it once, writing folders.
 
-- `checkpoint.py`   the .ckpt format: weights-only reading, metadata and finiteness checks
-- `hub.py`          exported folders (config.json, model.safetensors, tokenizer.json),
-                    save_pretrained / from_pretrained / push_to_hub / export_checkpoint
-- `model_card.py`   the exported folder's README.md and the training facts it reports
-- `resolve.py`      load_vat(source): the one place that tells a .ckpt, an exported folder,
-                    a run folder and a Hub id apart
+- `resolve.py`          resolve_model / load_model: the one place that tells a .ckpt, a run
+                        folder, an exported folder and a Hub id apart, and reads it once
+- `loaded.py`           LoadedVAT (what was read: model, tokenizer, prior, training record,
+                        token counts, training files, feature spec and statistics) and
+                        ModelSource (where it came from)
+- `checkpoint.py`       the .ckpt format: weights-only reading, metadata, finiteness
+- `folder.py`           the exported folder format: writing it atomically, reading it
+- `hub.py`              the Hugging Face Hub: download by repo id, upload a folder
+- `export.py`           a loaded model into an exported folder, with its card settings
+- `model_card.py`       the folder's README.md
+- `training_record.py`  what a checkpoint records of its own training (the card's facts)
+
+Nothing here fits features, evaluates or generates: those take a LoadedVAT, one floor up.
 """

@@ -1,4 +1,4 @@
-"""Load a vat checkpoint without Lightning and without executing pickled code.
+"""The .ckpt format: a vat checkpoint read without Lightning and without executing pickled code.
 
 A vat checkpoint is a Lightning checkpoint whose `state_dict` holds the model under the
 prefix `model.` and whose `vat` entry carries everything needed to use it alone:
@@ -20,26 +20,19 @@ import os
 import pickle
 import re
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vat.errors import CheckpointError, VatError
 from vat.io import atomic_write, regular_file
 from vat.model import VAT, VATConfig
+from vat.share.loaded import LoadedVAT, ModelSource
+from vat.share.training_record import training_facts
 from vat.tokenizer import VATTokenizer
 
 FORMAT_VERSION = 1
-
-
-@dataclass
-class LoadedVAT:
-    model: VAT
-    tokenizer: VATTokenizer
-    prior_std: float
-    length_histogram: list[int]
-    path: str
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -95,7 +88,7 @@ def _load_failure(p: Path, e: BaseException) -> str:
     return f"checkpoint {p} is truncated, corrupt or not a torch checkpoint ({first[:200]})"
 
 
-# The `vat` metadata entries and their types; load_vat checks them before using any.
+# The `vat` metadata entries and their types; load_checkpoint checks them before using any.
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "format_version": int,
     "model_config": dict,
@@ -149,22 +142,45 @@ def check_finite(path: str | os.PathLike, state: dict) -> None:
         )
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LoadedVAT:
-    """Model (in eval mode), tokenizer and metadata from a vat training checkpoint (.ckpt).
+def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> LoadedVAT:
+    """The model a training checkpoint holds, with what it records (one read of the file).
 
     Damaged metadata (missing keys, wrong types, a tokenizer string that does not parse) and
-    non-finite weights are one-line CheckpointErrors naming the file. Any other source (an
-    exported folder, a run folder, a Hub id) goes through `vat.share.resolve.load_vat`.
+    non-finite weights are one-line CheckpointErrors naming the file. The file is read onto
+    the CPU (its optimiser state never reaches the device) and only the model is moved.
     """
-    return vat_from_checkpoint(read_checkpoint(path, map_location), path, map_location)
-
-
-def vat_from_checkpoint(
-    ckpt: dict, path: str | os.PathLike, map_location: str | torch.device = "cpu"
-) -> LoadedVAT:
-    """`load_vat` on a checkpoint dict already read by `read_checkpoint` (`path` names it in
-    errors), for callers that also need its trainer state (e.g. `global_step`): one read."""
+    path = source.location
+    ckpt = read_checkpoint(path)
     meta = _check_metadata(path, ckpt["vat"])
+    model, tokenizer = _model_and_tokenizer(path, meta)
+    if not isinstance(ckpt["state_dict"], dict):
+        raise CheckpointError(
+            f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, "
+            "expected a dict"
+        )
+    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    check_finite(path, state)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        raise CheckpointError(
+            f"{path}: weights do not match its model config ({_first_line(e)})"
+        ) from None
+    counts = meta.get("token_counts")
+    files = (ckpt.get("datamodule_hyper_parameters") or {}).get("train_files") or []
+    return LoadedVAT(
+        model.to(device).eval(),
+        tokenizer,
+        float(meta["prior_std"]),
+        list(meta.get("length_histogram", [])),
+        source,
+        training=training_facts(ckpt, path),
+        token_counts=None if not counts else np.asarray(counts, dtype=np.int64),
+        train_files=[str(f) for f in files] if isinstance(files, list | tuple) else [],
+    )
+
+
+def _model_and_tokenizer(path: str | os.PathLike, meta: dict) -> tuple[VAT, VATTokenizer]:
     try:
         config = VATConfig.from_dict(meta["model_config"])
         model = VAT(config)
@@ -178,32 +194,12 @@ def vat_from_checkpoint(
         raise CheckpointError(
             f"checkpoint {path}: 'vat.tokenizer' is not a valid tokenizer ({_first_line(e)})"
         ) from None
-    if not isinstance(ckpt["state_dict"], dict):
-        raise CheckpointError(
-            f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, "
-            "expected a dict"
-        )
     if tokenizer.vocab_size > config.vocab_size:
         raise CheckpointError(
             f"{path}: its tokenizer has {tokenizer.vocab_size} tokens "
             f"but the model only {config.vocab_size}"
         )
-    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    check_finite(path, state)
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        raise CheckpointError(
-            f"{path}: weights do not match its model config ({_first_line(e)})"
-        ) from None
-    model.to(map_location).eval()
-    return LoadedVAT(
-        model,
-        tokenizer,
-        float(meta["prior_std"]),
-        list(meta.get("length_histogram", [])),
-        str(path),
-    )
+    return model, tokenizer
 
 
 def check_same_model_config(recorded: dict, now: dict) -> None:

@@ -1,80 +1,16 @@
-"""The model card (README.md) of a pretrained folder, and the training facts it reports.
+"""The model card (README.md) of an exported folder.
 
-`training_facts` reads a training checkpoint (step, epoch, ModelCheckpoint scores, loss and
-optimiser settings, the run's training data); `model_card` renders config.json's contents,
-those facts included, as the folder's README.md with a Hugging Face Hub metadata header.
+`model_card` renders config.json's contents (the training facts of
+`vat.share.training_record.training_facts` included) as the folder's README.md with a Hugging
+Face Hub metadata header.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vat.share.checkpoint import read_checkpoint
-
-
-def training_facts(ckpt_path: str | os.PathLike) -> dict[str, Any]:
-    """Plain facts about how a checkpoint was trained: step, epoch, ModelCheckpoint's best
-    score, loss/optimiser hyperparameters, and the training data from the run's config.yaml."""
-    ckpt = read_checkpoint(ckpt_path)
-    facts: dict[str, Any] = {"source_checkpoint": Path(ckpt_path).name}
-    recorded = (ckpt.get("vat") or {}).get("training")  # vat.share.training_record, at save time
-    if isinstance(recorded, dict):
-        facts.update(_plain(recorded))
-    for key in ("global_step", "epoch"):
-        if isinstance(ckpt.get(key), int):
-            facts[key] = ckpt[key]
-    hp = ckpt.get("hyper_parameters") or {}
-    for key in ("loss", "optim"):
-        if isinstance(hp.get(key), dict):
-            facts[key] = _plain(hp[key])
-    metrics = dict(facts.get("metrics") or {})
-    for state in (ckpt.get("callbacks") or {}).values():  # ModelCheckpoint states (Lightning)
-        if not isinstance(state, dict) or not state.get("monitor"):
-            continue
-        if state.get("current_score") is not None:  # the monitored value when this file was saved
-            metrics[str(state["monitor"])] = float(state["current_score"])
-        if state.get("best_model_score") is not None:
-            metrics[f"best {state['monitor']} of the run"] = float(state["best_model_score"])
-    if metrics:
-        facts["metrics"] = metrics
-    if not facts.get("data"):  # checkpoints from before vat.share.training_record: the run's config
-        run_config = Path(ckpt_path).resolve().parent.parent / "config.yaml"
-        data = _run_data(run_config)
-        if data:
-            facts["data"] = data
-    return facts
-
-
-def _run_data(config_yaml: Path) -> dict[str, Any]:
-    """The `data` section of a run's config.yaml (training files, vocabulary, max length)."""
-    if not config_yaml.is_file():
-        return {}
-    import yaml
-
-    try:
-        cfg = yaml.safe_load(config_yaml.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError):
-        return {}
-    data = cfg.get("data") if isinstance(cfg, dict) else None
-    return _plain(data) if isinstance(data, dict) else {}
-
-
-def _plain(obj: Any) -> Any:
-    """obj with only JSON types (anything else becomes its str)."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, bool | int | float | str) or obj is None:
-        return obj
-    if isinstance(obj, torch.Tensor) and obj.numel() == 1:
-        return obj.item()
-    return str(obj)
-
+from vat.feature_spec import DEFAULT_EXPORT_SPEC, FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
 
 # -- model card ------------------------------------------------------------------------------
 DISTRIBUTION = "variational-auto-transformer"
@@ -118,10 +54,13 @@ def card_data(config: dict[str, Any]) -> Any:
     )
 
 
-def model_card(config: dict[str, Any], vocab_size: int) -> str:
-    """README.md of a pretrained folder (huggingface_hub.ModelCard): Hub metadata, install
-    and usage, architecture, prior scale, rate, training data and tokens, and metrics. Every
-    fact comes from config.json, which `vat export` fills from the checkpoint itself."""
+def model_card(
+    config: dict[str, Any], vocab_size: int, features: FittedFeatures | None = None
+) -> str:
+    """README.md of an exported folder (huggingface_hub.ModelCard): Hub metadata, install
+    and usage, architecture, prior scale, rate, training data and tokens, metrics, and the
+    folder's feature spec (`features`). Every fact comes
+    from config.json, which `vat export` fills from the model itself, and from `features`."""
     from huggingface_hub import ModelCard
 
     mc, training = config["model_config"], config.get("training") or {}
@@ -232,6 +171,30 @@ def model_card(config: dict[str, Any], vocab_size: int) -> str:
         lines += [
             f"| {s['task']} | {s['split']} | {s['metric']} | {s['value']:.2f} |" for s in evaluation
         ]
+    if features is not None:
+        lines += ["", "## Sentence features", "", _features_paragraph(features)]
     lines.append("")
     content = f"---\n{card_data(config).to_yaml()}\n---\n\n" + "\n".join(lines)
     return str(ModelCard(content))
+
+
+def _features_paragraph(features: FittedFeatures) -> str:
+    """Which spec the folder's vectors use, and how its statistics were fitted."""
+    spec, fit = features.spec, features.fit
+    how = (
+        f" Its statistics (`{FOLDER_STATS_NAME}`) were fitted on {fit.get('sentences', 0)} "
+        f"unlabeled sentences ({fit.get('from', 'given sentences')}) in "
+        f"{fit.get('seconds', '?')} s."
+        if spec.needs_fit
+        else ""
+    )
+    if spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC):
+        how += (
+            " This is vat's default spec for exported models, chosen by the mean of STS12 "
+            "(five sets) and STS-B dev over the CPU-trained models in vat's RESULTS.md "
+            '("Sentence features").'
+        )
+    return (
+        f"`vat.load(...).encode`, sentence-transformers and MTEB use the feature spec "
+        f"`{spec}` (source/weighting/post-processing, see vat.feature_spec).{how}"
+    )

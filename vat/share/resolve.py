@@ -1,4 +1,5 @@
-"""What a model argument names: the one place that resolves `--model` / `vat.load(...)`.
+"""What a model argument names, and reading it: the one place that resolves `--model` /
+`vat.load(...)`.
 
 Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load` accept
 
@@ -8,35 +9,24 @@ Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load`
                                                      on --best_monitor), else checkpoints/last.ckpt
     a Hugging Face Hub repo id user/my-vat          downloaded into the Hub cache
 
-`resolve_model` says which (without loading anything); `load_model` loads it. Errors name the
-Python argument (`model`); the command line shows its flag (`--model`, vat.errors.run_cli).
+A path that exists is a path; only a name that is no path and looks like `user/name` is a Hub
+id. `resolve_model` says which (downloading a Hub repo); `load_model` reads it, once, into a
+`vat.share.loaded.LoadedVAT` that travels on. Errors name the Python argument (`model`); the
+command line shows its flag (`--model`, vat.errors.run_cli).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
 from vat.errors import OptionError
-from vat.share.checkpoint import LoadedVAT, read_checkpoint, vat_from_checkpoint
-from vat.share.hub import CONFIG_NAME, from_pretrained
-
-Kind = Literal["checkpoint", "folder", "hub"]
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    kind: Kind
-    location: str  # a local path (checkpoint, folder) or a Hub repo id
-    run_dir: str | None = None  # the run folder it was chosen from, if any
-
-    @property
-    def path(self) -> Path:
-        return Path(self.location)
+from vat.share.checkpoint import load_checkpoint
+from vat.share.folder import CONFIG_NAME, load_folder
+from vat.share.hub import download, looks_like_repo_id
+from vat.share.loaded import LoadedVAT, ModelSource
 
 
 def run_checkpoint(run_dir: Path) -> Path | None:
@@ -50,24 +40,23 @@ def run_checkpoint(run_dir: Path) -> Path | None:
     return last if last.is_file() else None
 
 
-def looks_like_repo_id(text: str) -> bool:
-    """user/name: one slash, not a relative or absolute path, not a file name."""
-    return (
-        text.count("/") == 1
-        and not text.startswith((".", "/", "~"))
-        and not text.endswith((".ckpt", "/"))
-        and all(text.split("/"))
-    )
-
-
-def resolve_model(model: str | os.PathLike, *, name: str = "model") -> ModelSource:
-    """Which kind of model `model` names; `name` is the argument named in errors."""
+def resolve_model(
+    model: str | os.PathLike,
+    *,
+    name: str = "model",
+    revision: str | None = None,
+    token: str | bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> ModelSource:
+    """Which kind of model `model` names, and where its files are (a Hub repo is downloaded
+    into the Hub cache, with `revision`, `token` and `cache_dir`); `name` is the argument
+    named in errors."""
     p = Path(model).expanduser()
     if p.is_file():
         return ModelSource("checkpoint", str(p))
     if p.is_dir():
         if (p / CONFIG_NAME).is_file():
-            return ModelSource("folder", str(p))
+            return ModelSource("folder", str(p), folder=str(p))
         if (p / "checkpoints").is_dir():
             ckpt = run_checkpoint(p)
             if ckpt is None:
@@ -83,7 +72,8 @@ def resolve_model(model: str | os.PathLike, *, name: str = "model") -> ModelSour
     if p.exists():
         raise OptionError(name, f"{p} is neither a file nor a folder")
     if looks_like_repo_id(str(model)):
-        return ModelSource("hub", str(model))
+        folder = download(str(model), revision=revision, token=token, cache_dir=cache_dir)
+        return ModelSource("hub", str(model), folder=str(folder))
     raise OptionError(
         name,
         f"{model} does not exist (expected a .ckpt, an exported folder, a run folder or a "
@@ -96,23 +86,17 @@ def load_model(
     device: str | torch.device = "cpu",
     *,
     name: str = "model",
+    revision: str | None = None,
+    token: str | bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> LoadedVAT:
-    """Model (eval mode), tokenizer and metadata of whatever `model` names."""
-    src = model if isinstance(model, ModelSource) else resolve_model(model, name=name)
+    """Whatever `model` names, read once: the model (eval mode, on `device`), its tokenizer
+    and everything its files record (`LoadedVAT`)."""
+    src = (
+        model
+        if isinstance(model, ModelSource)
+        else resolve_model(model, name=name, revision=revision, token=token, cache_dir=cache_dir)
+    )
     if src.kind == "checkpoint":
-        return vat_from_checkpoint(read_checkpoint(src.location, device), src.location, device)
-    return from_pretrained(src.location, device=device)
-
-
-def checkpoint_path(model: str | os.PathLike) -> Path | None:
-    """The training checkpoint file `model` names (itself, or a run folder's), else None (an
-    exported folder or a Hub id carries no trainer state)."""
-    src = resolve_model(model)
-    return src.path if src.kind == "checkpoint" else None
-
-
-def load_vat(
-    model: str | os.PathLike | ModelSource, map_location: str | torch.device = "cpu"
-) -> LoadedVAT:
-    """`load_model` by the name the library has used since issue 14 (`vat.checkpoint.load_vat`)."""
-    return load_model(model, map_location)
+        return load_checkpoint(src, device)
+    return load_folder(src, device)

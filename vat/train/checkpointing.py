@@ -26,12 +26,28 @@ _state = {"interrupted": False}
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes each checkpoint to a temporary file and renames it into place.
+    """Writes each checkpoint to a temporary file and renames it into place, and reads each
+    checkpoint a command resumes from once.
 
     Lightning's default writer streams into the final path, so a SIGKILL during the write
     leaves a truncated last.ckpt and the run cannot resume. os.replace is atomic on POSIX:
     the old file stays whole until the new one is complete.
+
+    A resume needs the checkpoint before the Trainer exists (its hyperparameters, the run
+    folder's checks) and again when the Trainer restores it: `read` keeps what it read until
+    `load_checkpoint` hands it over, so the file is read once per command.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read: dict[Path, dict] = {}
+
+    def read(self, path) -> dict:
+        """The checkpoint at `path`, read once and kept for the Trainer's restore."""
+        key = Path(path).resolve()
+        if key not in self._read:
+            self._read[key] = read_checkpoint(path)
+        return self._read[key]
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         atomic_torch_save(checkpoint, path)
@@ -39,6 +55,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
         # vat checkpoints hold tensors and plain Python types only: weights_only=True, so no
         # pickled code runs; a corrupt or foreign file is a one-line CheckpointError.
+        kept = self._read.pop(Path(path).resolve(), None)  # handed over once, then released
+        if kept is not None and map_location in (None, "cpu"):
+            return kept
         return read_checkpoint(path, map_location=map_location or "cpu")
 
 

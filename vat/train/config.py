@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from vat.errors import check, check_positive_int, finite
+from vat.errors import check, check_count, finite
 from vat.train.schedules import KLSchedule, Unit, check_unit
 
 
@@ -132,7 +132,7 @@ class OptimConfig:
             self.schedule,
         )
         check_unit(self.warmup_unit, f"{o}.warmup_unit")
-        check_positive_int(self.warmup_steps, f"{o}.warmup_steps")
+        check_count(self.warmup_steps, f"{o}.warmup_steps")
         # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
         # arithmetic cannot overflow into an error instead of a non-finite stop.
         check(

@@ -37,6 +37,7 @@ import re
 import shutil
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -423,9 +424,10 @@ def config_filename(run_dir: Path, resuming: bool) -> str:
     return f"config-resume-{max(n, default=0) + 1}.yaml"
 
 
-def prepare_fit(cfg) -> str:
+def prepare_fit(cfg, read: Callable[[Path], dict] = read_checkpoint) -> str:
     """Checks and prepares cfg.run_dir for `fit`; resolves cfg.ckpt_path ("last" -> a file or
-    None). Returns the name of the config file this start writes."""
+    None). Returns the name of the config file this start writes. `read` reads the checkpoint
+    a resume starts from (the command's one read, `AtomicCheckpointIO.read`)."""
     run_dir = Path(cfg.run_dir)
     ckpt_dir = Path(cfg.checkpoint.dirpath) if cfg.checkpoint.dirpath else run_dir / "checkpoints"
     rank_zero = is_global_rank_zero()
@@ -481,7 +483,7 @@ def prepare_fit(cfg) -> str:
         return "config.yaml"
     ckpt_path = Path(cfg.ckpt_path)
     if rank_zero and ckpt_path.is_file():
-        check_resume(cfg, ckpt_path, read_checkpoint(ckpt_path))
+        check_resume(cfg, ckpt_path, read(ckpt_path))
         warn_trainer_changes(cfg, run_dir)
     return config_filename(run_dir, resuming=True)
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 import torch
 
-from vat.errors import check, check_positive_int, finite
+from vat.errors import check, check_count, finite
 
 ScheduleName = Literal["logistic", "constant", "linear", "cyclical"]
 Unit = Literal["steps", "sentences", "tokens"]
@@ -59,8 +59,8 @@ class KLSchedule:
             self.kind,
         )
         check_unit(self.unit, f"{o}.unit")
-        check_positive_int(self.warmup_steps, f"{o}.warmup_steps")
-        check_positive_int(self.cycle_steps, f"{o}.cycle_steps")
+        check_count(self.warmup_steps, f"{o}.warmup_steps")
+        check_count(self.cycle_steps, f"{o}.cycle_steps")
         if self.kind == "logistic":
             check(
                 finite(self.initial_weight) and 0 < self.initial_weight < 0.5,

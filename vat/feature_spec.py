@@ -29,15 +29,12 @@ import numpy as np
 
 from vat.errors import VatError
 from vat.io import atomic_write
-from vat.share.hub import CARD_NAME, ST_MODULE_CONFIG_NAME
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 DEFAULT_SIF_A = 1e-3
 STATS_FORMAT = "vat-features"
 STATS_VERSION = "1"
-FOLDER_STATS_NAME = (
-    "features.safetensors"  # inside an exported folder (= vat.share.hub.FEATURES_NAME)
-)
+FOLDER_STATS_NAME = "features.safetensors"  # the statistics of an exported folder's own spec
 # The spec `vat export` gives a folder: the best by the mean of STS12 (5 sets) and STS-B dev
 # on both CPU models of RESULTS.md ("Sentence features", 2026-11-24): the SIF-weighted mean
 # of the encoder's input layer (embeddings + positions), +11.2 (demo) and +5.4 (corpus)
@@ -193,41 +190,6 @@ class FittedFeatures:
         except json.JSONDecodeError:
             raise VatError(f"{path}: its 'fit' metadata is not JSON") from None
         return cls(FeatureSpec.parse(meta.get("spec")), arrays, fit).check(str(path))
-
-    def write_into(self, folder: Path) -> None:
-        """Put a spec and its statistics into an exported folder (being written): the
-        sentence-transformers module config names the spec, `features.safetensors` holds the
-        statistics, and the model card says which spec the folder's vectors use."""
-        cfg_path = folder / ST_MODULE_CONFIG_NAME
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
-        cfg["features"] = str(self.spec)
-        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        if self.spec.needs_fit:
-            self.save(folder / FOLDER_STATS_NAME)
-        card = folder / CARD_NAME
-        if card.is_file():
-            fit = self.fit
-            how = (
-                f" Its statistics (`{FOLDER_STATS_NAME}`) were fitted on {fit.get('sentences', 0)} "
-                f"unlabeled sentences ({fit.get('from', 'given sentences')}) in "
-                f"{fit.get('seconds', '?')} s."
-                if self.spec.needs_fit
-                else ""
-            )
-            if self.spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC):
-                how += (
-                    " This is vat's default spec for exported models, chosen by the mean of STS12 "
-                    "(five sets) and STS-B dev over the CPU-trained models in vat's RESULTS.md "
-                    '("Sentence features").'
-                )
-            text = card.read_text(encoding="utf-8").rstrip("\n")
-            card.write_text(
-                text
-                + "\n\n## Sentence features\n\n"
-                + f"`vat.load(...).encode`, sentence-transformers and MTEB use the feature spec "
-                f"`{self.spec}` (source/weighting/post-processing, see vat.features.spec).{how}\n",
-                encoding="utf-8",
-            )
 
 
 def _is_ours(path: Path) -> bool:

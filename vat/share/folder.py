@@ -1,0 +1,352 @@
+"""The exported folder: what `vat export` writes and every `--model` reads, Hugging Face style.
+
+    config.json                 VATConfig, prior_std, length histogram, format version, the
+                                training facts, the card settings and recorded scores
+    model.safetensors           the weights (safetensors; the tied embedding / lm_head once)
+    tokenizer.json              the tokenizers JSON (vat's special-token layout)
+    README.md                   the model card (vat.share.model_card)
+    modules.json, sentence_vat_config.json, config_sentence_transformers.json
+                                what sentence-transformers reads; sentence_vat_config.json
+                                names the folder's feature spec (vat.feature_spec)
+    features.safetensors        that spec's fitted statistics, when it needs any
+
+Nothing here runs pickled code: the weights are safetensors and the metadata JSON. A folder is
+written into a temp folder beside its destination and renamed into place; it is read once,
+by `load_folder`, into a `vat.share.loaded.LoadedVAT`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vat.errors import CheckpointError, VatError
+from vat.feature_spec import FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
+from vat.io import regular_file
+from vat.model import VAT, VATConfig
+from vat.share.checkpoint import check_finite
+from vat.share.loaded import LoadedVAT, ModelSource
+from vat.share.model_card import model_card
+from vat.tokenizer import VATTokenizer
+
+HUB_FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+TOKENIZER_NAME = "tokenizer.json"
+CARD_NAME = "README.md"
+# sentence-transformers reads these three (see vat.integrations.sentence_transformers)
+ST_MODULES_NAME = "modules.json"
+ST_MODULE_CONFIG_NAME = "sentence_vat_config.json"
+ST_CONFIG_NAME = "config_sentence_transformers.json"
+ST_MODULE_TYPE = "vat.integrations.sentence_transformers.VATSentenceEncoder"
+FILES = (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    TOKENIZER_NAME,
+    CARD_NAME,
+    ST_MODULES_NAME,
+    ST_MODULE_CONFIG_NAME,
+    ST_CONFIG_NAME,
+)
+FEATURES_NAME = FOLDER_STATS_NAME  # present when the folder's feature spec needs statistics
+ALL_FILES = (*FILES, FEATURES_NAME)  # what the Hub upload and download carry
+
+
+# -- writing ---------------------------------------------------------------------------------
+def save_folder(
+    directory: str | os.PathLike,
+    loaded: LoadedVAT,
+    *,
+    features: FittedFeatures | None = None,
+    card: dict[str, Any] | None = None,
+    evaluation: list[dict[str, Any]] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write `loaded` as an exported folder at `directory`, atomically (a temp folder beside
+    it, renamed into place). An existing non-empty `directory` needs `overwrite`, and then
+    must be an earlier export (`check_output_dir`).
+
+    `features` (a fitted vat.feature_spec spec) becomes the folder's feature spec and
+    statistics; `card` ({license, language, name, repo_id}) and `evaluation` (a list of
+    `vat.eval.scores` entries) go into config.json and the model card, with the training
+    facts `loaded` records.
+    """
+    with _atomic_dir(directory, overwrite) as tmp:
+        extra: dict[str, Any] = {}
+        if card:
+            extra["card"] = card
+        if evaluation:
+            extra["evaluation"] = evaluation
+        config = write_model_files(tmp, loaded, extra)
+        write_sentence_transformers_files(tmp, features)
+        (tmp / CARD_NAME).write_text(
+            model_card(config, loaded.tokenizer.vocab_size, features), encoding="utf-8"
+        )
+    return Path(directory)
+
+
+def write_model_files(
+    folder: Path, loaded: LoadedVAT, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """config.json, model.safetensors and tokenizer.json in `folder`; returns config.json's
+    contents. `extra` adds top-level config.json entries ("card", "evaluation")."""
+    from safetensors.torch import save_model
+
+    config = {
+        "model_type": "vat",
+        "format": "vat-pretrained",
+        "format_version": HUB_FORMAT_VERSION,
+        "model_config": loaded.config.to_dict(),
+        "prior_std": float(loaded.prior_std),
+        "length_histogram": [int(c) for c in loaded.length_histogram],
+        "training": loaded.training,
+        **(extra or {}),
+    }
+    (folder / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    # save_model (not save_file) finds tensors that share storage, here the tied
+    # embed.weight / lm_head.weight, and stores one of them; load_model re-ties them.
+    save_model(loaded.model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    # safetensors writes through a private temp file (0600); give the weights the mode of
+    # the other files, so colleagues on a shared filesystem can read them.
+    os.chmod(folder / WEIGHTS_NAME, 0o666 & ~_umask())
+    loaded.tokenizer.save(folder / TOKENIZER_NAME)
+    return config
+
+
+def write_sentence_transformers_files(
+    folder: Path, features: FittedFeatures | None, pooling: str = "mean"
+) -> None:
+    """modules.json (one module: vat's VATSentenceEncoder), its settings (the pooling and the
+    folder's feature spec), config_sentence_transformers.json (cosine similarity), and the
+    spec's statistics, so that `SentenceTransformer(folder, trust_remote_code=True)` loads
+    the folder and gives the vectors its card names."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE_TYPE}]
+    st_config = {
+        "model_type": "SentenceTransformer",
+        "similarity_fn_name": "cosine",
+        "prompts": {},
+        "default_prompt_name": None,
+    }
+    module_config: dict[str, Any] = {"pooling": pooling}
+    if features is not None:
+        module_config["features"] = str(features.spec)
+    for name, obj in (
+        (ST_MODULES_NAME, modules),
+        (ST_MODULE_CONFIG_NAME, module_config),
+        (ST_CONFIG_NAME, st_config),
+    ):
+        (folder / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    write_feature_stats(folder, features)
+
+
+def write_feature_stats(folder: Path, features: FittedFeatures | None) -> None:
+    """features.safetensors, when the folder's spec needs statistics."""
+    if features is not None and features.spec.needs_fit:
+        features.save(folder / FEATURES_NAME)
+
+
+@contextmanager
+def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
+    """Yield an empty temp folder beside `directory`; on success it replaces `directory`
+    by a rename, so a failed write never leaves a half-written or half-replaced folder."""
+    out = check_output_dir(directory, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give it a plain mkdir's mode
+        if not out.exists():
+            os.replace(tmp, out)
+            return
+        # Replacing a folder takes two renames (POSIX has no portable directory swap): move
+        # the old one aside, move the new one in, and put the old one back if that fails.
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.replace(out, old / "x")
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            os.replace(old / "x", out)  # if this fails too, the old folder stays in `old`
+            old.rmdir()
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_earlier_export(out: Path) -> None:
+    """overwrite replaces an earlier export and nothing else (issue 20): every entry of `out`
+    must be a plain file vat's export writes, and its config.json must say it is one."""
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name not in ALL_FILES or p.is_symlink() or not p.is_file()
+    )
+    try:
+        config = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
+        marked = isinstance(config, dict) and config.get("format") == "vat-pretrained"
+    except (OSError, ValueError):
+        marked = False
+    if foreign or not marked:
+        what = ", ".join(foreign[:3]) if foreign else f"no {CONFIG_NAME} written by vat export"
+        raise VatError(
+            f"output {out} is not an earlier vat export ({what}); --overwrite replaces only "
+            f"a folder vat exported, never other files: choose another folder"
+        )
+
+
+def check_output_dir(directory: str | os.PathLike, overwrite: bool) -> Path:
+    """The folder to export into, refused before any work: a file, a non-empty folder
+    without `overwrite`, or (with it) a folder that is not an earlier export."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise VatError(f"output {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise VatError(
+            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
+        )
+    if out.is_dir() and any(out.iterdir()):
+        _check_earlier_export(out)
+    return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# -- reading ---------------------------------------------------------------------------------
+def is_model_folder(path: str | os.PathLike) -> bool:
+    """True for a folder holding a config.json (what `vat.share.resolve` calls a folder)."""
+    p = Path(path)
+    return p.is_dir() and (p / CONFIG_NAME).is_file()
+
+
+def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> LoadedVAT:
+    """The model an exported folder (local, or a Hub repo's download) holds, with what it
+    records: every file read once, checked as a .ckpt is (finite weights, prior, tokenizer)."""
+    folder = source.path
+    config = read_config(folder)
+    if (folder / TOKENIZER_NAME).exists() or (folder / TOKENIZER_NAME).is_symlink():
+        regular_file(folder / TOKENIZER_NAME, "model folder file")
+    try:
+        model_config = VATConfig.from_dict(config["model_config"])
+        tokenizer = VATTokenizer.from_file(folder / TOKENIZER_NAME)
+    except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
+        raise CheckpointError(f"{folder}: unusable config.json or tokenizer.json ({e})") from None
+    if tokenizer.vocab_size > model_config.vocab_size:
+        raise CheckpointError(
+            f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens but the model only "
+            f"{model_config.vocab_size}"
+        )
+    prior_std, hist = _check_folder_metadata(folder, config)
+    model = VAT(model_config)
+    if (folder / WEIGHTS_NAME).exists():
+        regular_file(folder / WEIGHTS_NAME, "model folder file")
+    _load_weights(model, folder / WEIGHTS_NAME)
+    # the same checks as a .ckpt (vat.share.checkpoint.check_finite): NaN/inf weights are refused
+    check_finite(folder / WEIGHTS_NAME, model.state_dict())
+    training = config.get("training") if isinstance(config.get("training"), dict) else {}
+    files = (training.get("data") or {}).get("train_files") or []
+    counts = config.get("token_counts")
+    stats_file = folder / FEATURES_NAME
+    return LoadedVAT(
+        model.to(device).eval(),
+        tokenizer,
+        prior_std,
+        hist,
+        source,
+        training=training,
+        token_counts=None if not counts else np.asarray(counts, dtype=np.int64),
+        train_files=[str(f) for f in files] if isinstance(files, list) else [],
+        feature_spec=_folder_spec(folder),
+        feature_stats=FittedFeatures.load(stats_file) if stats_file.is_file() else None,
+        card=dict(config.get("card") or {}),
+        evaluation=list(config.get("evaluation") or []),
+    )
+
+
+def _folder_spec(folder: Path) -> FeatureSpec | None:
+    """The feature spec sentence_vat_config.json names (None: a folder from before specs,
+    whose vectors are the mean of mu)."""
+    path = folder / ST_MODULE_CONFIG_NAME
+    if not path.is_file():
+        return None
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8")).get("features")
+    except (json.JSONDecodeError, OSError, AttributeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path} is not a JSON object") from None
+    try:
+        return FeatureSpec.parse(spec) if spec else None
+    except VatError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float, list[int]]:
+    """prior_std a finite positive number, length_histogram a list of counts: what a
+    checkpoint's `vat` metadata must satisfy (as vat.share.checkpoint checks it), for a
+    folder."""
+    path = folder / CONFIG_NAME
+    s = config.get("prior_std")
+    if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
+        raise CheckpointError(f"{path}: 'prior_std' must be a positive number, got {s!r}")
+    hist = config.get("length_histogram", [])
+    if not isinstance(hist, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
+    ):
+        raise CheckpointError(f"{path}: 'length_histogram' must be a list of counts")
+    return float(s), list(hist)
+
+
+def read_config(folder: str | os.PathLike) -> dict[str, Any]:
+    """config.json of an exported folder, checked for format and version."""
+    path = Path(folder) / CONFIG_NAME
+    if path.exists() or path.is_symlink():
+        regular_file(path, "model folder file")  # a FIFO in a tampered folder would hang
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{folder} has no {CONFIG_NAME}; expected a folder written by `vat export`"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+    if (
+        not isinstance(config, dict)
+        or config.get("model_type") != "vat"
+        or "model_config" not in config
+    ):
+        raise CheckpointError(
+            f"{path} is not a vat config (expected model_type 'vat'; was it written by vat export?)"
+        )
+    if config.get("format_version") != HUB_FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: unsupported vat folder format {config.get('format_version')!r}"
+        )
+    return config
+
+
+def _load_weights(model: VAT, path: Path) -> None:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist; a vat folder needs {WEIGHTS_NAME}")
+    try:
+        load_model(model, str(path), strict=True)  # re-ties the shared embedding / lm_head
+    except (RuntimeError, SafetensorError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"{path}: weights do not match its config.json or are corrupt ({first[:200]})"
+        ) from None

@@ -1,0 +1,114 @@
+"""A model read from disk, once: everything downstream code asks of a model, in one object.
+
+`vat.share.resolve.load_model` (every command's `--model`, `vat.load`) reads a training
+checkpoint, a run folder's checkpoint, an exported folder or a Hub repo exactly once and
+returns a `LoadedVAT`. Feature resolution and fitting, evaluation, export, generation and the
+integrations take this object, never a path: nothing downstream re-resolves a path or reads
+the model's files again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from vat.feature_spec import FeatureSpec, FittedFeatures
+from vat.model import VAT, VATConfig
+from vat.tokenizer import VATTokenizer
+
+Kind = Literal["checkpoint", "folder", "hub"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model came from: what its model argument named, resolved once."""
+
+    kind: Kind
+    location: str
+    """The .ckpt file, the exported folder, or the Hub repo id."""
+    run_dir: str | None = None
+    """The run folder the checkpoint was chosen from (its best, else last.ckpt), if any."""
+    folder: str | None = None
+    """The local folder holding an exported model (a Hub repo's download in the Hub cache)."""
+
+    @property
+    def path(self) -> Path:
+        """The local file or folder the model was read from."""
+        return Path(self.folder if self.folder is not None else self.location)
+
+    @property
+    def name(self) -> str:
+        """A short name for tables and reports: the run folder's, the file's, the folder's or
+        the Hub id."""
+        if self.kind == "hub":
+            return self.location
+        return Path(self.run_dir or self.location).name
+
+    @property
+    def writable_home(self) -> Path | None:
+        """Where statistics fitted for this model may be stored: beside a checkpoint, inside
+        an exported folder; None for a Hub download (vat never writes into the Hub cache)."""
+        return None if self.kind == "hub" else Path(self.location)
+
+
+@dataclass
+class LoadedVAT:
+    """A VAT with everything its files record, read once (`vat.share.resolve.load_model`)."""
+
+    model: VAT
+    """The model, in eval mode, on the device it was loaded to."""
+    tokenizer: VATTokenizer
+    prior_std: float
+    """s of the prior N(0, s^2 I) (PAPER.md)."""
+    length_histogram: list[int]
+    """Counts of training sequence lengths (</s> included), for prior samples' lengths."""
+    source: ModelSource
+    training: dict[str, Any] = field(default_factory=dict)
+    """What the model records of its training (`vat.share.training_record.training_facts`
+    for a checkpoint, config.json's `training` for a folder): steps, tokens, data, metrics."""
+    token_counts: np.ndarray | None = None
+    """Subword counts of the training split (SIF weights), when recorded."""
+    train_files: list[str] = field(default_factory=list)
+    """The training text files, as recorded (a checkpoint's data hyperparameters, a folder's
+    training data names)."""
+    feature_spec: FeatureSpec | None = None
+    """An exported folder's own feature spec (what its users' vectors are), else None."""
+    feature_stats: FittedFeatures | None = None
+    """The statistics stored with an exported folder (features.safetensors), else None."""
+    card: dict[str, Any] = field(default_factory=dict)
+    """An exported folder's card settings (license, language, name, repo_id)."""
+    evaluation: list[dict[str, Any]] = field(default_factory=list)
+    """An exported folder's recorded scores (`vat.eval.scores` entries) for its own spec."""
+
+    @property
+    def config(self) -> VATConfig:
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def path(self) -> Path:
+        """The local file or folder the model was read from (ModelSource.path)."""
+        return self.source.path
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def own_features(self) -> FittedFeatures | None:
+        """The folder's own spec with its stored statistics, when they are complete (a spec
+        that needs nothing is complete without a file); None otherwise."""
+        spec = self.feature_spec
+        if spec is None:
+            return None
+        if not spec.needs_fit:
+            return FittedFeatures(spec)
+        stats = self.feature_stats
+        return stats if stats is not None and stats.spec == spec else None
