@@ -122,14 +122,13 @@ def copy_data(data_dir: Path, dest: Path, patterns: list[str]) -> list[dict]:
 
 
 def suite_data_patterns() -> list[str]:
-    """The files bench/gpu_suite.py reads (its own list, so the two never disagree)."""
-    import importlib.util
+    """The files the GPU suite reads (its own list, bench/gpu_suite/plan.py, so the two never
+    disagree)."""
+    if str(ROOT) not in sys.path:  # the checkout: bench.gpu_suite and vat, nothing installed
+        sys.path.insert(0, str(ROOT))
+    from bench.gpu_suite.plan import data_patterns
 
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "bench" / "gpu_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_suite"] = module
-    spec.loader.exec_module(module)
-    return module.data_patterns()
+    return data_patterns()
 
 
 def build(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""bench/gpu_suite.py (issue 22): the budget, the choice of the best run, the targets, the
+"""bench/gpu_suite/ (issue 22): the budget, the choice of the best run, the targets, the
 one-line errors, and the whole suite in --smoke mode on CPU (two calls: resume)."""
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import pytest
 import torch
 import yaml
 
+from vat.errors import VatError
 from vat.features.spec import DEFAULT_EXPORT_SPEC
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
+
+from bench.gpu_suite.__main__ import main
+from bench.gpu_suite.call import OUT_FILES
+from bench.gpu_suite.frontier_eval import pick_best
+from bench.gpu_suite.frontier_train import check_frontier_files, frontier_steps, train_cmd
+from bench.gpu_suite.plan import gpu_plan, smoke_plan
+from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
+from bench.gpu_suite.throughput import compile_diagnosis, judge_targets, variant_cmd
+
 ROOT = Path(__file__).resolve().parents[1]
-_PATH = ROOT / "bench" / "gpu_suite.py"
-
-
-@pytest.fixture(scope="module")
-def gs():
-    spec = importlib.util.spec_from_file_location("gpu_suite", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_suite"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_suite", None)
 
 
 def _rec(run, bleu, stsb_mean, stsb_prec):
@@ -39,13 +39,13 @@ def _rec(run, bleu, stsb_mean, stsb_prec):
     }
 
 
-def test_pick_best_among_runs_reaching_the_bleu_bar(gs):
+def test_pick_best_among_runs_reaching_the_bleu_bar():
     recs = [
         _rec("a", 99.0, 0.40, 0.42),
         _rec("b", 96.0, 0.45, 0.41),  # best STS-B (mean) of the runs with BLEU >= 95
         _rec("c", 80.0, 0.60, 0.30),  # better STS-B, but below the bar
     ]
-    best = gs.pick_best(recs)
+    best = pick_best(recs)
     assert best["best_sts_at_bleu_min"] == {
         "run": "b",
         "bleu": 96.0,
@@ -58,19 +58,19 @@ def test_pick_best_among_runs_reaching_the_bleu_bar(gs):
     assert "of the 2 runs with BLEU >= 95" in best["verdict"]
 
 
-def test_pick_best_says_when_no_run_reaches_the_bar(gs):
+def test_pick_best_says_when_no_run_reaches_the_bar():
     recs = [_rec("a", 90.0, 0.40, 0.47), _rec("c", 80.0, 0.60, 0.30)]
-    best = gs.pick_best(recs)
+    best = pick_best(recs)
     assert best["best_sts_at_bleu_min"] is None
     assert best["verdict"] == "no run reached BLEU 95 (best BLEU 90.00, a)"
     assert best["export"]["best_sts"]["run"] == "c"  # best STS-B of all, and it says so
     assert "none reached" in best["export"]["best_sts"]["why"]
-    assert gs.pick_best([])["best_sts_at_bleu_min"] is None
+    assert pick_best([])["best_sts_at_bleu_min"] is None
 
 
-def test_budget_allots_share_less_reserve(gs):
+def test_budget_allots_share_less_reserve():
     t = [100.0]
-    b = gs.Budget(10, clock=lambda: t[0])  # 600 s
+    b = Budget(10, clock=lambda: t[0])  # 600 s
     assert b.allot(share_left=420, reserve=150) == 420
     t[0] += 300  # 300 s left
     assert b.allot(share_left=420, reserve=150) == 150
@@ -95,14 +95,14 @@ def _row(variant, vocab, loop, tok, compile_=False, ratio=None, recompiles=(0,),
     }
 
 
-def test_targets_and_compile_diagnosis(gs):
+def test_targets_and_compile_diagnosis():
     rows = [
         _row("8k_compiled", 8192, "vat", 1_250_000, True, ratio=0.96),
         _row("8k_compiled", 8192, "plain", 1_300_000, True),
         _row("32k_eager", 32768, "vat", 500_000, ratio=0.9),
         _row("32k_compiled", 32768, "vat", 54_000, True, 0.5, (3,), ["size mismatch at index 1"]),
     ]
-    t = gs.judge_targets(rows)
+    t = judge_targets(rows)
     assert t["tokens_per_s_8k"] == {
         "target": 1_200_000,
         "measured": 1_250_000,
@@ -113,17 +113,17 @@ def test_targets_and_compile_diagnosis(gs):
     assert t["tokens_per_s_32k"]["measured"] == 500_000 and not t["tokens_per_s_32k"]["reached"]
     assert t["hours_for_3e9_tokens"]["measured"] == pytest.approx(3e9 / 1.25e6 / 3600)
     assert t["hours_for_3e9_tokens"]["reached"] is True  # 0.67 h <= 1 h
-    diag = gs.compile_diagnosis(rows)
+    diag = compile_diagnosis(rows)
     assert len(diag) == 1 and diag[0].startswith("32k_compiled: compiled vat 54,000 tokens/s")
     assert "< eager 500,000, 3 recompiles" in diag[0] and "size mismatch at index 1" in diag[0]
-    assert gs.judge_targets([])["tokens_per_s_8k"]["reached"] is None
+    assert judge_targets([])["tokens_per_s_8k"]["reached"] is None
 
 
-def test_frontier_steps_from_the_measured_throughput(gs):
-    plan = gs.gpu_plan()
-    state = gs.new_state(smoke=False)
-    assert gs.frontier_steps(state, plan, None) == (2000, "default (no 8k throughput measured)")
-    assert gs.frontier_steps(state, plan, 123)[0] == 123
+def test_frontier_steps_from_the_measured_throughput():
+    plan = gpu_plan()
+    state = new_state(smoke=False)
+    assert frontier_steps(state, plan, None) == (2000, "default (no 8k throughput measured)")
+    assert frontier_steps(state, plan, 123)[0] == 123
     state["throughput"]["variants"]["8k_compiled"] = {
         "status": "done",
         "result": {
@@ -132,43 +132,43 @@ def test_frontier_steps_from_the_measured_throughput(gs):
         },
     }
     # 0.8 x 1.2M tokens/s x 720 s / (6 runs x 60,000 tokens per step) = 1,920 steps
-    assert gs.frontier_steps(state, plan, None)[0] == 1920
+    assert frontier_steps(state, plan, None)[0] == 1920
 
 
-def test_one_line_errors(gs, tmp_path, capsys):
+def test_one_line_errors(tmp_path, capsys):
     out = tmp_path / "out"
-    assert gs.main(["--smoke", "--stages", "facts,bogus", str(out)]) == 2
+    assert main(["--smoke", "--stages", "facts,bogus", str(out)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: --stages: unknown bogus; choose from facts, throughput, frontier_train, "
         "frontier_eval, artefacts"
     ]
-    assert gs.main(["--smoke", "--budget-min", "0", str(out)]) == 2
+    assert main(["--smoke", "--budget-min", "0", str(out)]) == 2
     assert "--budget-min must be a positive" in capsys.readouterr().err
     empty = tmp_path / "nodata"
     empty.mkdir()
-    assert gs.main(["--smoke", "--data-dir", str(empty), str(out)]) == 2
+    assert main(["--smoke", "--data-dir", str(empty), str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--data-dir {empty}: corpus/wmt_newstest_en/" in err[0]
     assert "offline_bundle.sh --install" in err[0]
     if not torch.cuda.is_available():
-        assert gs.main([str(out)]) == 2
+        assert main([str(out)]) == 2
         assert capsys.readouterr().err.startswith("error: no CUDA device here")
     assert not out.exists()  # nothing written on a bad call
     (tmp_path / "f").write_text("x")
-    assert gs.main(["--smoke", str(tmp_path / "f")]) == 2
+    assert main(["--smoke", str(tmp_path / "f")]) == 2
     assert "is a file, expected a folder" in capsys.readouterr().err
 
 
-def test_a_budget_too_small_skips_every_stage_with_a_note(gs, tmp_path, data_dir, capsys):
+def test_a_budget_too_small_skips_every_stage_with_a_note(tmp_path, data_dir, capsys):
     out = tmp_path / "out"
     argv = ["--smoke", "--data-dir", str(data_dir), "--budget-min", "0.0001", str(out)]
-    assert gs.main(argv) == 0
+    assert main(argv) == 0
     rep = json.loads((out / "gpu_report.json").read_text())
     assert {s["status"] for s in rep["stages"].values()} == {"skipped"}
     assert all("skipped: needs at least" in s["notes"][-1] for s in rep["stages"].values())
     # a smoke OUT_DIR is not continued by a GPU call, nor the reverse
-    with pytest.raises(gs.VatError, match="holds a smoke report"):
-        gs.load_state(out, smoke=False)
+    with pytest.raises(VatError, match="holds a smoke report"):
+        load_state(out, smoke=False)
 
 
 def _schema(obj, depth=2):
@@ -179,7 +179,7 @@ def _schema(obj, depth=2):
 
 
 @pytest.mark.slow
-def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
+def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     """bench/gpu_suite.sh --smoke: facts and throughput in a first call, the rest in a second
     one on the same OUT_DIR (the finished stages are not run again); the report's schema,
     the frontier records, the best run, the exported folders and the OUT_DIR limits."""
@@ -196,7 +196,7 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
     assert r2.returncode == 0, r2.stderr[-2000:]
     rep = json.loads((out / "gpu_report.json").read_text())
 
-    assert _schema(rep) == _schema(gs.new_state(smoke=False)) | {
+    assert _schema(rep) == _schema(new_state(smoke=False)) | {
         "facts": _schema(rep["facts"], 1),
         "throughput": _schema(rep["throughput"], 1),
         "frontier": _schema(rep["frontier"], 1),
@@ -205,7 +205,7 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
     assert set(rep["facts"]) >= {"device", "torch", "cuda", "bf16_matmul_tflops"}
     assert rep["facts"]["bf16_matmul_tflops"] > 0
     assert len(rep["calls"]) == 2
-    assert {n: s["status"] for n, s in rep["stages"].items()} == dict.fromkeys(gs.STAGES, "done")
+    assert {n: s["status"] for n, s in rep["stages"].items()} == dict.fromkeys(STAGES, "done")
     assert rep["stages"]["facts"] == first["stages"]["facts"]  # not run again
     assert rep["throughput"]["variants"] == first["throughput"]["variants"]
 
@@ -240,10 +240,10 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
         run_cfg = yaml.safe_load((out / "work" / "frontier" / r["run"] / "config.yaml").read_text())
         assert run_cfg["model"]["loss"]["target_kl"] == v  # each run trained at its own target
         assert run_cfg["model"]["loss"]["free_bits"] == 0.0
-    assert fr["best"] == gs.pick_best(recs)
+    assert fr["best"] == pick_best(recs)
 
     files = sorted(p.name for p in out.iterdir() if p.is_file())
-    assert files == sorted(gs.OUT_FILES) and len(files) <= 8
+    assert files == sorted(OUT_FILES) and len(files) <= 8
     assert all((out / f).stat().st_size <= 16 * 2**20 for f in files)
     md = (out / "gpu_report.md").read_text()
     assert "| target_kl_5.0 | 5 | 4 |" in md and fr["best"]["verdict"] in md
@@ -258,9 +258,9 @@ def test_smoke_suite_two_calls_resume_and_report(gs, tmp_path, data_dir):
     assert tuple(feats.shape) == (1, 16)
 
 
-def test_a_missing_package_is_one_line(gs, tmp_path, monkeypatch, capsys):
+def test_a_missing_package_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "datasets", None)  # find_spec then says: not installed
-    assert gs.main(["--smoke", str(tmp_path / "out")]) == 2
+    assert main(["--smoke", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
         "error: Python package 'datasets' is missing (on an offline node install the bundle: "
         "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')\n"
@@ -268,19 +268,19 @@ def test_a_missing_package_is_one_line(gs, tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(gs, tmp_path, data_dir):
+def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(tmp_path, data_dir):
     """The frontier was trained on a machine since given back: the runs evaluated there keep
     their records; a run whose checkpoints are gone makes the frontier train again."""
     out = tmp_path / "out"
-    state = gs.new_state(smoke=True)
+    state = new_state(smoke=True)
     state["stages"]["frontier_train"]["status"] = "done"
     state["stages"]["frontier_eval"]["status"] = "partial"
     state["frontier"].update(values=[5.0, 20.0], steps=4)
     state["frontier"]["runs"] = {"target_kl_5.0": {"trained": True, "eval": {"run": "x"}}}
     out.mkdir()
     (out / "gpu_report.json").write_text(json.dumps(state))
-    suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
-    suite.check_frontier_files()
+    suite = Suite(out, smoke_plan(), data_dir, Budget(1), None)
+    check_frontier_files(suite)
     st = suite.state["stages"]
     assert (
         st["frontier_train"]["status"] == "pending" and st["frontier_eval"]["status"] == "pending"
@@ -293,12 +293,12 @@ def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(gs, tmp_pat
     state["stages"]["frontier_train"]["status"] = "done"
     (out / "gpu_report.json").write_text(json.dumps(state))
     (out / "work" / "frontier" / "target_kl_20.0" / "checkpoints").mkdir(parents=True)
-    suite = gs.Suite(out, gs.smoke_plan(), data_dir, gs.Budget(1), None)
-    suite.check_frontier_files()
+    suite = Suite(out, smoke_plan(), data_dir, Budget(1), None)
+    check_frontier_files(suite)
     assert suite.state["stages"]["frontier_train"]["status"] == "done"
 
 
-def test_gpu_mode_commands_parse(gs, tmp_path, data_dir, capsys):
+def test_gpu_mode_commands_parse(tmp_path, data_dir, capsys):
     """The GPU-only paths, checked without a GPU: the suite's config points into the data
     folder, every throughput variant's arguments pass the bench's parser, and a frontier
     run's arguments pass vat train's own parser (--print_config)."""
@@ -310,8 +310,8 @@ def test_gpu_mode_commands_parse(gs, tmp_path, data_dir, capsys):
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    plan = gs.gpu_plan()
-    suite = gs.Suite(tmp_path / "out", plan, data_dir, gs.Budget(1), None)
+    plan = gpu_plan()
+    suite = Suite(tmp_path / "out", plan, data_dir, Budget(1), None)
     suite.write_config()
     cfg = yaml.safe_load(suite.config.read_text())
     files = cfg["data"]["train_files"] + cfg["data"]["val_files"]
@@ -323,7 +323,7 @@ def test_gpu_mode_commands_parse(gs, tmp_path, data_dir, capsys):
     )
     names = []
     for v in plan.variants:
-        cmd = gs.variant_cmd(plan, v, suite.config, 800.0, tmp_path / "v.json")
+        cmd = variant_cmd(plan, v, suite.config, 800.0, tmp_path / "v.json")
         a = bench.parse_args(cmd[2:])
         assert (a.device, a.precision, a.vocabs, a.peak_tflops) == (
             "cuda",
@@ -338,7 +338,7 @@ def test_gpu_mode_commands_parse(gs, tmp_path, data_dir, capsys):
     }
     from vat.cli.train import vat_train
 
-    cmd = gs.train_cmd(suite.config, tmp_path / "run", 15.0, 1234)
+    cmd = train_cmd(suite.config, tmp_path / "run", 15.0, 1234)
     assert cmd[1:4] == ["-m", "vat", "train"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

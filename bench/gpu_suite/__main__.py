@@ -1,0 +1,124 @@
+"""The command line (bench/gpu_suite.sh runs this folder: `python bench/gpu_suite ARGS`).
+
+Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed first):
+
+- one call, a cluster user with 25 minutes:  bench/gpu_suite.sh --budget-min 24 results/gpu
+- a lent GPU with 10-minute commands and 30 minutes in all, three calls back to back (the
+  machine keeps OUT_DIR while it is warm; each call copies OUT_DIR's files to $OUT):
+    1. bench/gpu_suite.sh --budget-min 8.5 --stages facts,throughput runs/gpu
+    2. bench/gpu_suite.sh --budget-min 9 --stages frontier_train runs/gpu
+    3. bench/gpu_suite.sh --budget-min 8.5 runs/gpu     (the rest of the training, then
+       the evaluation and the artefacts)
+
+Exit codes: 0 when every stage that ran finished or was skipped for time, 1 when a stage
+failed (named on stderr and in the report), 2 with one line when a prerequisite is missing
+(no CUDA without --smoke, a Python package, a data file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+if not __package__:
+    # run as a folder (python bench/gpu_suite): Python put this folder first on sys.path,
+    # where its modules (plan, state, report) would shadow top-level names; the checkout
+    # goes there instead, so that bench.gpu_suite and vat import from it
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from bench.gpu_suite.call import OUT_FILES, REPORT  # noqa: E402
+from bench.gpu_suite.plan import (  # noqa: E402
+    ROOT,
+    check_data,
+    check_packages,
+    gpu_plan,
+    smoke_plan,
+)
+from bench.gpu_suite.state import STAGES, Budget, Suite  # noqa: E402
+from vat.errors import VatError, run_cli  # noqa: E402
+
+
+def _parser() -> argparse.ArgumentParser:
+    from vat.cli.common import Parser
+
+    p = Parser(
+        prog="bench/gpu_suite.sh",
+        description="The GPU suite (issue 22): device facts, throughput side by side, the rate "
+        "frontier and its artefacts, within a time budget, resumable in OUT_DIR.",
+    )
+    p.add_argument("out_dir", metavar="OUT_DIR", help="report, artefacts and state (work/)")
+    p.add_argument(
+        "--budget-min", type=float, default=24.0, help="minutes this call may take (default 24)"
+    )
+    p.add_argument(
+        "--stages",
+        default=",".join(STAGES),
+        help=f"comma-separated stages to run (default all): {','.join(STAGES)}",
+    )
+    p.add_argument("--smoke", action="store_true", help="every stage on CPU with tiny shapes")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="the shared data folder (default $VAT_DATA_DIR, else ../shared/data)",
+    )
+    p.add_argument(
+        "--frontier-steps",
+        type=int,
+        default=None,
+        help="steps per frontier run (default: sized from the 8k throughput to fill 12 min)",
+    )
+    p.add_argument("--debug", action="store_true", help="tracebacks for errors")
+    return p
+
+
+def _main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        raise VatError(f"--stages: unknown {', '.join(unknown) or '(none)'}; choose from "
+                       f"{', '.join(STAGES)}")  # fmt: skip
+    if not (math.isfinite(args.budget_min) and args.budget_min > 0):
+        raise VatError(f"--budget-min must be a positive number of minutes, got {args.budget_min}")
+    if args.frontier_steps is not None and args.frontier_steps < 1:
+        raise VatError(f"--frontier-steps must be at least 1, got {args.frontier_steps}")
+    out = Path(args.out_dir)
+    if out.exists() and not out.is_dir():
+        raise VatError(f"OUT_DIR {out} is a file, expected a folder")
+    default_data = os.environ.get("VAT_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+    data_dir = Path(args.data_dir or default_data).resolve()
+    check_packages()
+    if not args.smoke:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise VatError(
+                "no CUDA device here: the GPU suite measures a GPU (--smoke runs every stage "
+                "on CPU with tiny shapes, to check the suite itself)"
+            )
+    check_data(data_dir)
+    budget = Budget(args.budget_min)
+    out.mkdir(parents=True, exist_ok=True)
+    suite = Suite(out.resolve(), smoke_plan() if args.smoke else gpu_plan(), data_dir, budget,
+                  args.frontier_steps)  # fmt: skip
+    rc = suite.run(stages)
+    extra = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in OUT_FILES)
+    if extra:
+        print(f"gpu_suite: note: OUT_DIR also holds {', '.join(extra)}", file=sys.stderr)
+    print(f"wrote {out / REPORT} and {out / 'gpu_report.md'}", file=sys.stderr)
+    if suite.failed:
+        print(f"error: stages failed: {', '.join(suite.failed)} (see {out / 'gpu_report.md'})",
+              file=sys.stderr)  # fmt: skip
+    return rc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

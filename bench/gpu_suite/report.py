@@ -1,0 +1,165 @@
+"""The report: OUT_DIR/gpu_report.md (the stages, the device, throughput, the frontier, the
+artefacts), the frontier's plot, and the logs packed beside them; rewritten from the state
+after every stage, so that a call stopped anywhere leaves a report of what it did."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.gpu_suite.call import Call, pack
+from bench.gpu_suite.frontier_eval import BLEU_MIN
+
+
+def write_outputs(call: Call) -> None:
+    call.save()
+    atomic_text(call.out / "gpu_report.md", render_markdown(call.state))
+    records = [r["eval"] for r in call.state["frontier"]["runs"].values() if "eval" in r]
+    if records:
+        try:
+            plot_frontier(records, call.out / "frontier.png")
+        except ImportError:
+            call.state["frontier"]["plot"] = "not drawn: matplotlib is not installed"
+            call.save()
+    if call.logs.is_dir():
+        pack(call.out / "logs.tar.gz", call.logs, arcname="logs", gz=True)
+
+
+def atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def plot_frontier(records: Sequence[dict[str, Any]], path: Path) -> None:
+    """BLEU (left axis) and STS-B Spearman x 100 (right, each pooling) against val KL."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    recs = sorted((r for r in records if r["val_kl"] is not None), key=lambda r: r["val_kl"])
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(111)
+    x = [r["val_kl"] for r in recs]
+    ax.plot(x, [r["bleu"] for r in recs], "o-", color="tab:blue", label="BLEU newstest2019")
+    ax.axhline(BLEU_MIN, color="tab:blue", ls=":", lw=0.8)
+    for r in recs:
+        ax.annotate(f"{r['target_kl']:g}", (r["val_kl"], r["bleu"]), fontsize=7)
+    ax.set_xlabel("rate: validation KL (nats per token)")
+    ax.set_ylabel("reconstruction BLEU (greedy mu-decoding)")
+    ax2 = ax.twinx()
+    for pooling, style in (("mean", "s--"), ("precision", "^--")):
+        ys = [100 * r["sts"][pooling]["stsb"] for r in recs if pooling in r["sts"]]
+        if len(ys) == len(recs):
+            ax2.plot(x, ys, style, color="tab:red", label=f"STS-B ({pooling} pooling)")
+    ax2.set_ylabel("STS-B Spearman x 100")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right")
+    ax.set_title("The rate frontier (labels: target_kl)")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def _fmt(x: Any, spec: str = ".2f", scale: float = 1.0) -> str:
+    return "n/a" if x is None else format(scale * x, spec)
+
+
+def render_markdown(state: dict[str, Any]) -> str:
+    """gpu_report.md: the stages, the device, throughput, the frontier, the artefacts."""
+    f = state.get("facts") or {}
+    lines = [
+        f"# vat GPU suite report ({state['mode']})",
+        "",
+        f"Device: {f.get('device', 'n/a')}; torch {f.get('torch', 'n/a')}, CUDA "
+        f"{f.get('cuda') or 'n/a'}; measured bf16 matmul peak "
+        f"{_fmt(f.get('bf16_matmul_tflops'), '.4g')} TFLOP/s "
+        f"({f.get('bf16_matmul', 'not measured')}).",
+        "",
+        "Calls: " + "; ".join(f"{c['started']} `{c['command']}`" for c in state["calls"]),
+        "",
+        "## Stages",
+        "",
+        "| stage | status | seconds | last note |",
+        "|---|---|---:|---|",
+    ]
+    for name, s in state["stages"].items():  # in the order they run (state.new_state)
+        last = s["notes"][-1] if s["notes"] else ""
+        lines.append(f"| {name} | {s['status']} | {s['seconds']:.0f} | {last} |")
+    t = state["throughput"]
+    lines += [
+        "",
+        "## Throughput (vat's loop and a plain loop, side by side)",
+        "",
+        "| variant | vocab | loop | non-pad tokens/s | vat / plain | MFU | hours for 3e9 "
+        "tokens | recompiles | graphs |",
+        "|---|---:|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in t.get("rows", []):
+        lines.append(
+            f"| {r['variant']} | {r['vocab']} | {r['loop']} | {r['tokens_per_s']:,.0f} | "
+            f"{_fmt(r['vat_over_plain'], '.3f')} | {_fmt(r['mfu'], '.2%')} | "
+            f"{_fmt(r['hours_for_3e9_tokens'])} | {r['recompiles']} | {r['compiled_graphs']} |"
+        )
+    for name, v in t.get("variants", {}).items():
+        if v.get("status") != "done":
+            lines.append(f"\n- {name}: {v['status']}: {v.get('note', '')}")
+    for key, why in t.get("not_run", {}).items():
+        lines.append(f"\n- {key}: {why}")
+    for note in t.get("compile_diagnosis", []):
+        lines.append(f"\n- compile: {note}")
+    if t.get("targets"):
+        lines += ["", "Targets (the issue's; judged only on a GPU):", ""]
+        for key, j in t["targets"].items():
+            verdict = (
+                "n/a (smoke run, CPU)"
+                if state["mode"] == "smoke"
+                else {True: "reached", False: "not reached", None: "not measured"}[j["reached"]]
+            )
+            lines.append(f"- {key}: target {j['target']:,}, measured {_fmt(j['measured'], ',.3f')}"
+                         f" ({j['variant']}): {verdict}")  # fmt: skip
+    fr = state["frontier"]
+    lines += [
+        "",
+        f"## The rate frontier ({fr['key']}, {fr['steps']} steps each: {fr['steps_from']})",
+        "",
+        "| run | target KL | steps | val KL | val NLL | active units | BLEU | BLEU <= 63 | "
+        "BLEU > 63 (lines) | STS12 mean | STS12 precision | STS-B mean | STS-B precision |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    recs = [r["eval"] for r in fr["runs"].values() if "eval" in r]
+    for r in sorted(recs, key=lambda r: r["target_kl"]):
+        s = r["sts"]
+        lines.append(
+            f"| {r['run']} | {r['target_kl']:g} | {r['step']} | {_fmt(r['val_kl'])} | "
+            f"{_fmt(r['val_nll'], '.3f')} | {r['active_units']} | {_fmt(r['bleu'])} | "
+            f"{_fmt(r['bleu_short'])} | {_fmt(r['bleu_long'])} ({r['lines_long']}) | "
+            f"{_fmt(s['mean']['sts12'], '.2f', 100)} | {_fmt(s['precision']['sts12'], '.2f', 100)}"
+            f" | {_fmt(s['mean']['stsb'], '.2f', 100)} | "
+            f"{_fmt(s['precision']['stsb'], '.2f', 100)} |"
+        )
+    if fr.get("best"):
+        lines += ["", f"Best: {fr['best'].get('verdict', 'n/a')}."]
+    for r in recs:
+        for set_name, x in r.get("extra_sts", {}).items():  # issue 23's feature specs
+            lines.append(
+                f"- {r['run']}, {set_name} (`{' '.join(x['options'])}`): STS12 "
+                f"{_fmt(x['sts12'], '.2f', 100)}, STS-B {_fmt(x['stsb'], '.2f', 100)}"
+            )
+    if fr.get("plot"):
+        lines += ["", f"Plot: {fr['plot']}"]
+    elif recs:
+        lines += ["", "![frontier](frontier.png)"]
+    if state["artefacts"]:
+        lines += ["", "## Artefacts", ""]
+        for a in state["artefacts"].values():
+            lines.append(
+                f"- `{a['file']}` ({a['bytes'] / 2**20:.1f} MiB): {a['run']}, {a['why']}; "
+                f"`tar xf {a['file']}` gives the vat folder `{a['folder_in_tar']}/` "
+                "(vat.load, --ckpt)"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,154 @@
+"""The stage list, the state in OUT_DIR/gpu_report.json, the budget, and the runner.
+
+Budget and resume: a call runs the stages asked for (`--stages`, default all) that are not
+finished, in order, inside `--budget-min` minutes: a stage starts only if its minimum fits
+in what is left, gets at most its share, and a stage that would overrun is skipped with a
+note. Running the same command again on the same OUT_DIR skips finished stages and
+continues the rest (the frontier's runs from their checkpoints, the evaluation run by run)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.gpu_suite import artefacts, facts, frontier_eval, frontier_train, throughput
+from bench.gpu_suite.call import REPORT, Call, now_iso
+from bench.gpu_suite.plan import Plan
+from bench.gpu_suite.report import write_outputs
+from vat.errors import VatError
+
+STAGES: dict[str, Callable[[Call, float], str]] = {
+    "facts": facts.run,
+    "throughput": throughput.run,
+    "frontier_train": frontier_train.run,
+    "frontier_eval": frontier_eval.run,
+    "artefacts": artefacts.run,
+}
+"""The stages in the order they run: stage NAME is bench/gpu_suite/NAME.py, whose run(call,
+allot) works within `allot` seconds and returns the stage's status ("done", "partial",
+"skipped" or "failed"). A new stage: its module, its line here, its shares in plan.py."""
+SCHEMA = 1
+
+
+def new_state(smoke: bool) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "mode": "smoke" if smoke else "gpu",
+        "calls": [],
+        "stages": {s: {"status": "pending", "seconds": 0.0, "notes": []} for s in STAGES},
+        "facts": None,
+        "throughput": {"variants": {}, "not_run": {}, "targets": {}},
+        "frontier": {
+            "key": frontier_train.TARGET_KL_KEY,
+            "values": [],
+            "steps": None,
+            "steps_from": None,
+            "runs": {},
+            "best": None,
+        },
+        "artefacts": {},
+    }
+
+
+def load_state(out: Path, smoke: bool) -> dict[str, Any]:
+    path = out / REPORT
+    if not path.exists():
+        return new_state(smoke)
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise VatError(f"{path} is not a gpu_report.json ({e}); use another OUT_DIR") from None
+    if not isinstance(state, dict) or state.get("schema") != SCHEMA:
+        raise VatError(f"{path}: not a schema-{SCHEMA} gpu_report.json; use another OUT_DIR")
+    mode = "smoke" if smoke else "gpu"
+    if state.get("mode") != mode:
+        raise VatError(
+            f"{path} holds a {state.get('mode')} report and this is a {mode} call; "
+            "use another OUT_DIR"
+        )
+    return state
+
+
+class Budget:
+    """This call's deadline, and what a stage may spend of it."""
+
+    def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.deadline = clock() + 60.0 * minutes
+
+    def left(self) -> float:
+        return self.deadline - self.clock()
+
+    def allot(self, share_left: float, reserve: float) -> float:
+        """Seconds a stage may run: its remaining share, less what later stages need to start."""
+        return max(0.0, min(share_left, self.left() - reserve))
+
+
+class Suite(Call):
+    """One call on OUT_DIR (its state loaded from there), which runs the stages in order."""
+
+    def __init__(
+        self, out: Path, plan: Plan, data_dir: Path, budget: Budget, steps: int | None
+    ) -> None:
+        super().__init__(out, plan, data_dir, steps, load_state(out, plan.smoke))
+        self.budget = budget
+        self.failed: list[str] = []
+
+    def run(self, stages: Sequence[str]) -> int:
+        if self.plan.smoke:  # tiny shapes: a second thread only spins on a shared CPU
+            import torch
+
+            torch.set_num_threads(1)
+        self.write_config()
+        frontier_train.check_frontier_files(self)
+        self.state["calls"].append(
+            {
+                "started": now_iso(),
+                "budget_min": round((self.budget.deadline - self.budget.clock()) / 60, 2),
+                "stages": list(stages),
+                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            }
+        )
+        self.save()
+        todo = [s for s in STAGES if s in stages]
+        for i, stage in enumerate(todo):
+            st = self.state["stages"][stage]
+            if st["status"] == "done":
+                continue
+            reserve = sum(
+                self.plan.min_s[s]
+                for s in todo[i + 1 :]
+                if self.state["stages"][s]["status"] != "done"
+            )
+            # its share less what earlier calls spent on it (frontier training: about 12
+            # minutes in all, however many calls it takes)
+            share_left = self.plan.shares_s[stage] - st["seconds"]
+            allot = self.budget.allot(max(share_left, self.plan.min_s[stage]), reserve)
+            if allot < self.plan.min_s[stage]:
+                st["status"] = "skipped" if st["status"] == "pending" else st["status"]
+                self.note(
+                    stage,
+                    f"skipped: needs at least {self.plan.min_s[stage]:.0f} s, "
+                    f"{max(self.budget.left(), 0):.0f} s left in this call's budget "
+                    f"({reserve:.0f} s kept for the later stages); rerun to continue",
+                )
+                self.save()
+                continue
+            t0 = time.monotonic()
+            try:
+                status = STAGES[stage](self, allot)
+            except VatError as e:
+                status = "failed"
+                self.note(stage, f"failed: {e}")
+            st["seconds"] = round(st["seconds"] + time.monotonic() - t0, 1)
+            st["status"] = status
+            if status == "failed":
+                self.failed.append(stage)
+            self.save()
+            write_outputs(self)
+        write_outputs(self)
+        return 1 if self.failed else 0

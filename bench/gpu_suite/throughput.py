@@ -1,0 +1,182 @@
+"""Stage 2, `throughput`: bench/bench_train_side_by_side.py, vat's loop against a plain loop,
+bf16, at 8k and 32k vocabulary, compiled and eager, and the cross-entropy variants at 32k
+(`model.loss.fused_cross_entropy` off and on); tokens/s, vat / plain, MFU, hours for 3e9
+tokens, and torch._dynamo's recompiles and their first failed guards. Each variant is one
+child process with the stage's remaining time as its timeout: a compile that never settles
+is reported as such instead of eating the budget."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.gpu_suite.call import Call
+from bench.gpu_suite.children import STOP_GRACE_S, last_line, run_child
+from bench.gpu_suite.plan import ROOT, Plan, Variant
+
+FINAL_TIMEOUT_S = 240.0
+"""A throughput variant stopped after this long is reported, not retried by a later call."""
+TARGETS = {
+    "tokens_per_s_8k": 1_200_000,
+    "vat_over_plain": 0.95,
+    "tokens_per_s_32k": 800_000,
+    "hours_for_3e9_tokens": 1.0,
+}
+
+
+def run(call: Call, allot: float) -> str:
+    t = call.state["throughput"]
+    t["not_run"] = dict(call.plan.variants_not_run)
+    peak = (call.state.get("facts") or {}).get("bf16_matmul_tflops")
+    if not peak:
+        call.note("throughput", "no measured peak (facts not run): MFU is over 989 TFLOP/s")
+    end = time.monotonic() + allot
+    complete = True
+    for v in call.plan.variants:
+        done = t["variants"].get(v.name, {})
+        if done.get("status") == "done" or done.get("final"):
+            continue
+        left = end - time.monotonic()
+        if left < STOP_GRACE_S + call.plan.min_s["throughput"] / 3:
+            t["variants"][v.name] = {"status": "skipped", "note": "stage budget spent"}
+            complete = False
+            continue
+        out = call.work / "throughput" / f"{v.name}.json"
+        out.unlink(missing_ok=True)
+        cmd = variant_cmd(call.plan, v, call.config, peak, out)
+        rc, secs = run_child(cmd, call.logs / f"throughput_{v.name}.log", left, call.plan)
+        if rc == 0 and out.is_file():
+            result = json.loads(out.read_text(encoding="utf-8"))
+            t["variants"][v.name] = {"status": "done", "seconds": round(secs), "result": result}
+            call.note("throughput", f"{v.name}: done in {secs:.0f} s")
+        elif rc is None:
+            t["variants"][v.name] = {
+                "status": "timed_out",
+                # a variant given FINAL_TIMEOUT_S that still did not finish is not tried
+                # again (a compile that never settles); a shorter stop is retried
+                "final": secs >= FINAL_TIMEOUT_S,
+                "note": f"stopped after {secs:.0f} s (the stage's time was spent); "
+                f"a compiled step that does not settle shows here: see "
+                f"logs/throughput_{v.name}.log for its recompiles",
+            }
+            complete = False
+            call.note("throughput", f"{v.name}: stopped after {secs:.0f} s")
+        else:
+            t["variants"][v.name] = {
+                "status": "failed",
+                "note": f"exit {rc}: {last_line(call.logs / f'throughput_{v.name}.log')}",
+            }
+            complete = False
+            call.note("throughput", f"{v.name}: failed (exit {rc})")
+        call.save()
+    rows = throughput_rows(t["variants"])
+    t["rows"] = rows
+    t["targets"] = judge_targets(rows)
+    t["compile_diagnosis"] = compile_diagnosis(rows)
+    if any(v.get("status") == "failed" for v in t["variants"].values()):
+        return "failed"
+    return "done" if complete else "partial"
+
+
+def variant_cmd(plan: Plan, v: Variant, config: Path, peak: float | None, out: Path) -> list[str]:
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "bench_train_side_by_side.py"),
+        "--config",
+        str(config),
+        "--vocabs",
+        str(v.vocab),
+        "--compile" if v.compile else "--no-compile",
+        "--fused-ce" if v.fused_ce else "--no-fused-ce",
+        *plan.bench_args,
+        "--output",
+        str(out),
+    ]
+    if peak:
+        cmd += ["--peak-tflops", str(peak)]
+    return cmd
+
+
+def throughput_rows(variants: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per finished variant and loop (vat, plain), for the report's table."""
+    rows = []
+    for name, v in variants.items():
+        if v.get("status") != "done":
+            continue
+        for voc in v["result"]["vocabs"]:
+            for loop in ("vat", "plain"):
+                s = voc[loop]
+                rows.append(
+                    {
+                        "variant": name,
+                        "vocab": voc["vocab_size"],
+                        "compile": voc["compile"],
+                        "fused_cross_entropy": voc["fused_cross_entropy"],
+                        "loop": loop,
+                        "tokens_per_s": s["tokens_per_s"],
+                        "vat_over_plain": voc["ratio_vat_over_plain"] if loop == "vat" else None,
+                        "mfu": s["mfu"],
+                        "hours_for_3e9_tokens": s["hours_for_3e9_tokens"],
+                        "recompiles": s.get("recompiles"),
+                        "compiled_graphs": s.get("compiled_graphs"),
+                        "first_recompile_reasons": s.get("first_recompile_reasons", []),
+                    }
+                )
+    return rows
+
+
+def judge_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's throughput targets against the best measured vat row of each vocabulary."""
+
+    def best(vocab: int) -> dict[str, Any] | None:
+        cand = [r for r in rows if r["loop"] == "vat" and r["vocab"] == vocab]
+        return max(cand, key=lambda r: r["tokens_per_s"]) if cand else None
+
+    b8, b32 = best(8192), best(32768)
+    out: dict[str, Any] = {}
+    for key, row, field_, higher in (
+        ("tokens_per_s_8k", b8, "tokens_per_s", True),
+        ("vat_over_plain", b8, "vat_over_plain", True),
+        ("tokens_per_s_32k", b32, "tokens_per_s", True),
+        ("hours_for_3e9_tokens", b8, "hours_for_3e9_tokens", False),
+    ):
+        measured = row[field_] if row else None
+        reached = None
+        if measured is not None:
+            reached = measured >= TARGETS[key] if higher else measured <= TARGETS[key]
+        out[key] = {
+            "target": TARGETS[key],
+            "measured": measured,
+            "variant": row["variant"] if row else None,
+            "reached": reached,
+        }
+    return out
+
+
+def compile_diagnosis(rows: list[dict[str, Any]]) -> list[str]:
+    """Where a compiled vat step is below its eager twin or recompiled: say so, with why."""
+    notes = []
+    for r in rows:
+        if r["loop"] != "vat" or not r["compile"]:
+            continue
+        twin = [
+            e
+            for e in rows
+            if e["loop"] == "vat"
+            and not e["compile"]
+            and e["vocab"] == r["vocab"]
+            and e["fused_cross_entropy"] == r["fused_cross_entropy"]
+        ]
+        slower = twin and r["tokens_per_s"] < twin[0]["tokens_per_s"]
+        recompiles = sum(x or 0 for x in (r["recompiles"] or []))
+        if slower or recompiles:
+            why = "; ".join(r["first_recompile_reasons"][:2]) or "no recompile logged"
+            notes.append(
+                f"{r['variant']}: compiled vat {r['tokens_per_s']:,.0f} tokens/s"
+                + (f" < eager {twin[0]['tokens_per_s']:,.0f}" if slower else "")
+                + f", {recompiles} recompiles, graphs {r['compiled_graphs']}: {why}"
+            )
+    return notes
