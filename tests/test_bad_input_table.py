@@ -402,16 +402,16 @@ def test_every_option_refuses_bad_values_in_one_line(
 API_CASES = {
     "sample tau nan": (lambda m: m.sample(["a b"], tau=float("nan")), "tau"),
     "sample tau -1": (lambda m: m.sample(["a b"], tau=-1.0), "tau"),
-    "sample n 0": (lambda m: m.sample(["a b"], n=0), "n"),
-    "sample n huge": (lambda m: m.sample(["a b"], n=10**12), "would need"),
-    "sample n float": (lambda m: m.sample(["a b"], n=2.5), "n"),
+    "sample num_samples 0": (lambda m: m.sample(["a b"], num_samples=0), "num_samples"),
+    "sample num_samples huge": (lambda m: m.sample(["a b"], num_samples=10**12), "would need"),
+    "sample num_samples float": (lambda m: m.sample(["a b"], num_samples=2.5), "num_samples"),
     "sample temperature nan": (
         lambda m: m.sample(["a"], strategy="sample", temperature=float("nan")),
         "temperature",
     ),
     "prior prior_std nan": (lambda m: m.prior(2, prior_std=float("nan")), "prior_std"),
     "prior prior_std 0": (lambda m: m.prior(2, prior_std=0.0), "prior_std"),
-    "prior n huge": (lambda m: m.prior(10**12), "would need"),
+    "prior num_samples huge": (lambda m: m.prior(10**12), "would need"),
     "prior length 0": (lambda m: m.prior(2, length=0), "length"),
     "interpolate alpha nan": (
         lambda m: m.interpolate("a", "b", alphas=[0.0, float("nan")]),

@@ -1,4 +1,4 @@
-"""`vat evaluate` (vat/cli/evaluate.py, and the evaluate.py shim): encoders, output file safety,
+"""`vat evaluate` (vat/cli/evaluate.py): encoders, output file safety,
 bad input, fine-tuning."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import pytest
 from eval_helpers import write_mini_senteval
 
 from vat.cli.evaluate import main
+from vat.errors import OptionError
 from vat.eval.encoders import callable_encoder, senteval_batcher, vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.tasks.registry import ALL_TASKS
+from vat.share.resolve import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "prototyping", "--no-progress", "--device", "cpu"]
@@ -395,7 +397,10 @@ def test_vat_checkpoint_poolings(tiny_ckpt, tmp_path, mini, capsys, pooling):
 
 
 def test_vat_poolings_differ(tiny_ckpt, tiny_sentences):
-    feats = {p: vat_encoder(tiny_ckpt, p)(tiny_sentences[:6]) for p in ("mean", "sum", "start")}
+    feats = {
+        p: vat_encoder(load_model(tiny_ckpt), p)(tiny_sentences[:6])
+        for p in ("mean", "sum", "start")
+    }
     assert all(f.shape == (6, 32) for f in feats.values())
     assert not np.allclose(feats["mean"], feats["start"]) and not np.allclose(
         feats["mean"], feats["sum"]
@@ -408,11 +413,13 @@ def test_vat_bad_pooling(tiny_ckpt, tmp_path, mini, capsys):
 
 
 def test_senteval_batcher(tiny_ckpt):
-    batcher = senteval_batcher(tiny_ckpt, "mean")
+    batcher = senteval_batcher(load_model(tiny_ckpt), "mean")
     out = batcher(None, [["the", "cat", "sat"], [], "a dog ."])
     assert out.shape == (3, 32) and np.isfinite(out).all()
     # an empty token list is encoded as '.', like SentEval's examples do
     np.testing.assert_allclose(out[1], batcher(None, [["."]])[0], atol=1e-6)
+    with pytest.raises(OptionError, match="^model: vat_encoder takes a loaded model"):
+        senteval_batcher(tiny_ckpt, "mean")  # a path: load it once, then pass the model
 
 
 def test_finetune_mode(tiny_ckpt, tmp_path, mini, capsys):
@@ -465,11 +472,13 @@ def test_hf_model_minilm(tmp_path, mini, capsys, minilm_dir):
 
 
 @pytest.mark.slow
-def test_evaluate_py_subprocess(tmp_path, mini):
-    """The top-level script: one-line error and exit 2 on bad input; traceback with --debug."""
+def test_evaluate_subprocess(tmp_path, mini):
+    """`python -m vat evaluate`: one-line error and exit 2 on bad input; traceback with --debug."""
     cmd = [
         sys.executable,
-        str(ROOT / "evaluate.py"),
+        "-m",
+        "vat",
+        "evaluate",
         "--encoder",
         "x.py:f",
         "--tasks",

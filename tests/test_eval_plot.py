@@ -1,4 +1,4 @@
-"""evaluate.py --plot: a bar chart comparing encoders and poolings across tasks."""
+"""`vat evaluate --plot`: a bar chart comparing encoders and poolings across tasks."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from vat.errors import VatError
 from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
 from vat.share.checkpoint import vat_metadata
+from vat.share.resolve import load_model
 
 
 class TrainingSystem(CheckpointSystem):
@@ -76,7 +77,7 @@ def test_metric_equals_harness_and_checkpoint_keeps_best(tmp_path, tiny_ckpt, ti
     settings = EvalSettings(relatedness="cosine", progress=False, device="cpu")
     for step, value in record.values:  # closed comparison, validation by validation
         path = tmp_path / "all" / f"step={step}.ckpt"
-        res, _ = evaluate(vat_encoder(path, "mean"), ["STSBenchmark"], mini, settings)
+        res, _ = evaluate(vat_encoder(load_model(path), "mean"), ["STSBenchmark"], mini, settings)
         # the harness encodes train+dev+test together, the callback dev alone: other batches,
         # other padding, features equal to float rounding (~1e-7), Spearman to 1e-4 at worst
         assert value == pytest.approx(res["STSBenchmark-cosine"]["dev"]["spearman"], abs=1e-4), step

@@ -302,27 +302,27 @@ def test_perturb_latents_closed_form():
 
 def test_tau_zero_equals_mu_decoding(overfit, random_model, tiny_tokenizer):
     gen, sentences = overfit
-    assert gen.sample(sentences[:4], n=2, tau=0.0) == [
+    assert gen.sample(sentences[:4], num_samples=2, tau=0.0) == [
         [r, r] for r in gen.reconstruct(sentences[:4])
     ]
-    assert gen.resample_token(sentences[:2], [1], n=2, tau=0.0) == [
+    assert gen.resample_token(sentences[:2], [1], num_samples=2, tau=0.0) == [
         [r, r] for r in gen.reconstruct(sentences[:2])
     ]
     rand = VATGenerator(random_model, tiny_tokenizer)
     opts = DecodeOptions(max_len=10)
-    assert rand.sample(sentences[:3], n=1, tau=0.0, options=opts) == [
+    assert rand.sample(sentences[:3], num_samples=1, tau=0.0, options=opts) == [
         [r] for r in rand.reconstruct(sentences[:3], opts)
     ]
 
 
 def test_variational_samples_vary_and_resample_token_validates(overfit):
     gen, sentences = overfit
-    samples = gen.sample(sentences[:2], n=4, tau=3.0, seed=0)
+    samples = gen.sample(sentences[:2], num_samples=4, tau=3.0, seed=0)
     assert len(samples) == 2 and all(len(s) == 4 for s in samples)
-    assert samples == gen.sample(sentences[:2], n=4, tau=3.0, seed=0)  # seeded
+    assert samples == gen.sample(sentences[:2], num_samples=4, tau=3.0, seed=0)  # seeded
     assert any(len(set(s)) > 1 for s in samples)  # noise that large must change something
     with pytest.raises(VatError, match="out of range"):
-        gen.resample_token(["The cat sat."], [50], n=1)
+        gen.resample_token(["The cat sat."], [50], num_samples=1)
 
 
 def test_prior_lengths_follow_histogram():
@@ -342,10 +342,10 @@ def test_prior_lengths_follow_histogram():
 
 def test_generator_prior(overfit):
     gen, _ = overfit
-    out = gen.prior(n=6, seed=1)
+    out = gen.prior(num_samples=6, seed=1)
     assert len(out) == 6 and all(2 <= T <= 7 for T, _ in out)
-    assert [T for T, _ in gen.prior(n=3, length=4)] == [4, 4, 4]
-    assert gen.prior(n=6, seed=1) == out
+    assert [T for T, _ in gen.prior(num_samples=3, length=4)] == [4, 4, 4]
+    assert gen.prior(num_samples=6, seed=1) == out
 
 
 # -- interpolation ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`vat geometry` (and `python evaluate.py geometry`): vat checkpoints, a local Hugging Face
+"""`vat geometry`: vat checkpoints, a local Hugging Face
 encoder, bad input, progress."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_bad_input_is_one_line(tmp_path, tiny_ckpt, probe, capsys, args, message
     assert not (tmp_path / "g.json").exists()
 
 
-def test_evaluate_dispatches_geometry(tmp_path, tiny_ckpt, probe):
+def test_python_m_vat_geometry(tmp_path, tiny_ckpt, probe):
     out = tmp_path / "g.json"
     args = [
         "geometry",
@@ -137,9 +137,9 @@ def test_evaluate_dispatches_geometry(tmp_path, tiny_ckpt, probe):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["model"]["kind"] == "vat"
-    # The evaluate.py shim reaches the same command.
+    # A second run never overwrites the first's --output: one line, exit 2.
     again = subprocess.run(
-        [sys.executable, "evaluate.py", *args],
+        [sys.executable, "-m", "vat", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

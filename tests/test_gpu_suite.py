@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from vat.errors import VatError
-from vat.features.spec import DEFAULT_EXPORT_SPEC
+from vat.feature_spec import DEFAULT_EXPORT_SPEC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
 

@@ -31,7 +31,7 @@ def trained(tmp_path_factory):
     run = base / "run"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     env.pop("PYTHONWARNINGS", None)
-    r = run_python([str(ROOT / "train.py"), *fit_args(run, base / "cache")], env)
+    r = run_python(["-m", "vat", "train", *fit_args(run, base / "cache")], env)
     assert r.returncode == 0, r.stderr[-3000:]
     return run, base / "cache", r.stderr
 

@@ -1,4 +1,4 @@
-"""`vat train` (and the train.py shim) end to end: fit, checkpoints, TensorBoard, configs, errors,
+"""`vat train` end to end: fit, checkpoints, TensorBoard, configs, errors,
 resume, DDP."""
 
 from __future__ import annotations
@@ -198,14 +198,14 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
     assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 7
 
 
-# -- the `vat train` command and the train.py shim ---------------------------------------------
+# -- the `vat train` command ----------------------------------------------------------------
 
 
-def test_train_py_shim_is_fit_of_vat_train(tmp_path):
-    """python train.py fit ARGS = vat train ARGS (here: a usage error, one line, exit 2)."""
+def test_vat_train_fit_in_a_fresh_interpreter(tmp_path):
+    """python -m vat train fit ARGS = vat train ARGS (here: a usage error, one line, exit 2)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     r = run_python(
-        [str(ROOT / "train.py"), "fit", "-c", TINY, "--model.loss.prior_stdd", "1"], env, tmp_path
+        ["-m", "vat", "train", "fit", "-c", TINY, "--model.loss.prior_stdd", "1"], env, tmp_path
     )
     assert (
         r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "prior_stdd" in r.stderr

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from helpers import export_folder
 
 ROOT = Path(__file__).resolve().parents[1]

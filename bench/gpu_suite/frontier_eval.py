@@ -101,12 +101,12 @@ def best_run_option_sets(
     ckpt: Path, data_dir: Path, work: Path, fit_sentences: int
 ) -> list[tuple[str, list[str]]]:
     """Issue 23's feature specs, evaluated on the frontier's best-STS run: the default spec
-    of exported models (vat.features.spec.DEFAULT_EXPORT_SPEC) and the best spec of
+    of exported models (vat.feature_spec.DEFAULT_EXPORT_SPEC) and the best spec of
     `vat features compare` on that run (by the mean of STS12's five sets and STS-B dev,
     fitted on the run's own training sentences). Each is (name, [vat evaluate options]); its
     STS12 / STS-B Spearman land in the run's `extra_sts[name]`."""
     from vat.cli.features import main as features_main
-    from vat.features.spec import DEFAULT_EXPORT_SPEC
+    from vat.feature_spec import DEFAULT_EXPORT_SPEC
 
     out = work / "feature_compare"
     argv = ["compare", "--model", str(ckpt), "--output-dir", str(out), "--overwrite"]

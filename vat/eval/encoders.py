@@ -20,7 +20,7 @@ from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
 from vat.features.encoder import FeatureEncoder, resolve_features
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 
 Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
@@ -40,6 +40,7 @@ def vat_encoder(
     are found or fitted by `vat.features.encoder.resolve_features` with `fit_options`. An
     exported folder's own spec is the default for mean pooling, so its scores are the
     vectors vat.load, sentence-transformers and MTEB give for it."""
+    check_loaded(loaded, "vat_encoder")
     if features is None and pooling == "mean":
         features = loaded.feature_spec  # None for a checkpoint or a folder from before specs
     if features is not None:

@@ -28,7 +28,7 @@ from vat.errors import VatError
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import expand_tasks, load_task
 from vat.features import POOLINGS, pool
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 from vat.tokenizer import EOS_ID, make_batch
 
 FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
@@ -176,6 +176,7 @@ def finetune_tasks(
     settings: FinetuneSettings,
 ) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
+    check_loaded(loaded, "finetune_tasks")
     names = expand_tasks(tasks)
     bad = [t for t in names if t not in FINETUNE_TASKS]
     if bad:

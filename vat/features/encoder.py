@@ -33,7 +33,7 @@ from vat.features.postprocess import (
 )
 from vat.model import VAT
 from vat.runtime import eval_mode
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 from vat.tokenizer import VATTokenizer, make_batch
 
 DEFAULT_FIT_SENTENCES = 20_000
@@ -197,7 +197,7 @@ class FeatureEncoder:
     """A loaded model with a fitted feature spec: `encoder(sentences) -> (N, k)` float32."""
 
     def __init__(self, loaded: LoadedVAT, fitted: FittedFeatures) -> None:
-        model = loaded.model
+        model = check_loaded(loaded, "FeatureEncoder").model
         self.model, self.tokenizer, self.fitted = model, loaded.tokenizer, fitted.check()
         spec = fitted.spec
         spec.layer(len(model.encoder))  # a layerK beyond the encoder fails here
@@ -358,6 +358,7 @@ def resolve_features(
     model (unless `save` is off, or the model is a Hub download). Naming fit or count files
     always fits anew (and replaces only a file vat wrote).
     """
+    check_loaded(loaded, "resolve_features")
     if spec is None:
         spec = loaded.feature_spec or FeatureSpec()
     spec = FeatureSpec.parse(spec)

@@ -31,7 +31,7 @@ from vat.generate.latents import (
     sample_lengths,
 )
 from vat.runtime import check_allocation, eval_mode
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 from vat.tokenizer import VATTokenizer
 
 __all__ = [
@@ -118,6 +118,7 @@ class VATGenerator:
     def from_loaded(cls, loaded: LoadedVAT, batch_size: int = 64) -> VATGenerator:
         """A generator for a loaded model (`vat.share.resolve.load_model`): its prior scale and
         training length histogram come with it."""
+        check_loaded(loaded, "VATGenerator.from_loaded")
         return cls(
             loaded.model,
             loaded.tokenizer,

@@ -15,7 +15,7 @@ from typing import Any
 
 from vat.feature_spec import FittedFeatures
 from vat.share.folder import save_folder
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
 
@@ -56,6 +56,7 @@ def export_model(
     entries, shown in config.json and the card's model-index). Without `evaluation`, an
     exported source's recorded scores are kept when `features` is that source's own spec.
     """
+    check_loaded(loaded, "export_model")
     if evaluation is None:
         same = features is not None and features.spec == loaded.feature_spec
         evaluation = loaded.evaluation if same else []

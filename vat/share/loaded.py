@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from vat.errors import OptionError
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.model import VAT, VATConfig
 from vat.tokenizer import VATTokenizer
@@ -112,3 +113,15 @@ class LoadedVAT:
             return FittedFeatures(spec)
         stats = self.feature_stats
         return stats if stats is not None and stats.spec == spec else None
+
+
+def check_loaded(model: object, function: str) -> LoadedVAT:
+    """`model` if it is a LoadedVAT; a path (or anything else) is refused in one line: a model
+    is read once, at the edge, and the loaded object travels."""
+    if isinstance(model, LoadedVAT):
+        return model
+    raise OptionError(
+        "model",
+        f"{function} takes a loaded model (vat.share.resolve.load_model(path), or "
+        f"vat.load(path).loaded), got {type(model).__name__} {str(model)[:80]!r}",
+    )
