@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from vat import geometry as g  # noqa: E402
 from vat.features import token_vectors  # noqa: E402
 from vat.model import VAT, VATConfig  # noqa: E402
-from vat.share.resolve import load_vat  # noqa: E402
+from vat.share.resolve import load_model  # noqa: E402
 from vat.tokenizer import VATTokenizer, make_batch  # noqa: E402
 from vat.train.losses import gaussian_kl, masked_mean, reconstruction_nll  # noqa: E402
 
@@ -116,7 +116,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.ckpt:
-        loaded = load_vat(args.ckpt)
+        loaded = load_model(args.ckpt)
         model, tokenizer, prior_std = loaded.model, loaded.tokenizer, loaded.prior_std
     else:
         torch.manual_seed(0)

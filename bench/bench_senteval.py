@@ -56,7 +56,7 @@ def main() -> int:
         "--batch-size",
         type=int,
         default=128,
-        help="sentences per encoder call (evaluate.py's default)",
+        help="sentences per encoder call (vat evaluate's default)",
     )
     p.add_argument("--json", help="write the timings and deltas here")
     args = p.parse_args()

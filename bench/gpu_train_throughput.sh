@@ -13,11 +13,11 @@ mkdir -p "$OUT"
 common=(-c configs/corpus_gpu_paper_batch.yaml --trainer.max_steps 600 --trainer.val_check_interval 100000
         --trainer.callbacks null --trainer.log_every_n_steps 25)
 python -c "from vat.cli.train import prepare_data; import sys; sys.exit(prepare_data(['-c', 'configs/corpus_gpu_paper_batch.yaml']))"
-python train.py fit "${common[@]}" --trainer.precision bf16-mixed --run_dir "$OUT/single_bf16" > "$OUT/single_bf16.log" 2>&1
-python train.py fit "${common[@]}" --trainer.precision 32-true --run_dir "$OUT/single_fp32" > "$OUT/single_fp32.log" 2>&1
+python -m vat train fit "${common[@]}" --trainer.precision bf16-mixed --run_dir "$OUT/single_bf16" > "$OUT/single_bf16.log" 2>&1
+python -m vat train fit "${common[@]}" --trainer.precision 32-true --run_dir "$OUT/single_fp32" > "$OUT/single_fp32.log" 2>&1
 for n in 6 10; do
   for i in $(seq 1 $n); do
-    python train.py fit "${common[@]}" --trainer.precision bf16-mixed --run_dir "$OUT/par${n}_$i" > "$OUT/par${n}_$i.log" 2>&1 &
+    python -m vat train fit "${common[@]}" --trainer.precision bf16-mixed --run_dir "$OUT/par${n}_$i" > "$OUT/par${n}_$i.log" 2>&1 &
   done
   wait
 done

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fetch SentEval's downstream data (the tasks `python evaluate.py` knows) into DEST, in the
+# Fetch SentEval's downstream data (the tasks `vat evaluate` knows) into DEST, in the
 # layout and preprocessing of facebookresearch/SentEval's data/downstream/get_transfer_data.bash.
 #
 #   scripts/get_senteval_data.sh [DEST]            # from the original hosts, then tokenize
 #   scripts/get_senteval_data.sh --simcse [DEST]   # SimCSE's preprocessed copy (same files)
-#   export VAT_SENTEVAL_DIR=DEST                   # then evaluate.py finds it
+#   export VAT_SENTEVAL_DIR=DEST                   # then vat evaluate finds it
 #
 # DEST defaults to data/senteval. Needs curl, unzip, tar, perl and git (for the Moses tokenizer
 # scripts). MRPC comes from SentEval's S3 copy of the two text files (Microsoft ships an .msi).

@@ -380,7 +380,7 @@ def test_default_export_spec_and_fallback(trained_files, tiny_ckpt, tmp_path, ca
     # a checkpoint without token counts: mean of mu, with a warning naming the fix
     old = export_folder(tiny_ckpt, tmp_path / "old")
     assert load_model(old).feature_spec == FeatureSpec()
-    assert "--count-files" in capsys.readouterr().err
+    assert "count_files" in capsys.readouterr().err
 
 
 def test_compare_refuses_bad_outputs_and_counts_before_any_work(tmp_path, capsys):

@@ -223,8 +223,7 @@ class PretrainedVAT:
         `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores in config.json and the
         card's model-index. `license`, `language` and `repo_id` go on the card.
         """
-        tasks = _evaluation_tasks(evaluate)  # unknown task names fail before any work
-        check_output_dir(directory, overwrite)  # before anything is fitted or evaluated
+        tasks = check_export(directory, overwrite=overwrite, evaluate=evaluate)
         given = (("fit_files", fit_files), ("count_files", count_files))
         fitted = export_features(self.loaded, features, **{k: v for k, v in given if v})
         evaluation = None
@@ -360,10 +359,20 @@ def require_loaded(model: object, function: str) -> None:
         )
 
 
-def _evaluation_tasks(evaluate: str | Sequence[str] | None) -> list[str]:
-    if not evaluate:
-        return []
-    try:
-        return expand_tasks(evaluate if isinstance(evaluate, str) else ",".join(evaluate))
-    except VatError as e:
-        raise OptionError("evaluate", str(e)) from None
+def check_export(
+    directory: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    evaluate: str | Sequence[str] | None = None,
+) -> list[str]:
+    """What `save_pretrained` checks before any work (`vat export` before it reads the model):
+    the output folder (`vat.share.folder.check_output_dir`) and the task names of `evaluate`,
+    which it returns expanded."""
+    tasks: list[str] = []
+    if evaluate:
+        try:
+            tasks = expand_tasks(evaluate if isinstance(evaluate, str) else ",".join(evaluate))
+        except VatError as e:
+            raise OptionError("evaluate", str(e)) from None
+    check_output_dir(directory, overwrite)
+    return tasks

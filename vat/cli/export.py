@@ -101,7 +101,7 @@ def _model_and_output(args) -> tuple[str, str | None]:
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     model_arg, output = _model_and_output(args)
-    from vat.api import load
+    from vat.api import check_export, load
     from vat.runtime import resolve_device
     from vat.share.folder import is_model_folder
     from vat.share.hub import upload
@@ -111,6 +111,8 @@ def _main(argv: list[str]) -> int:
             "DIR (the folder to write) is required, unless MODEL is an exported folder "
             "to push with --push-to-hub"
         )
+    if output is not None:  # the output folder and task names, before the model is read
+        check_export(output, overwrite=args.overwrite, evaluate=args.evaluate)
     model = load(model_arg, resolve_device(args.device))  # read once (and checked)
     if output is None:
         out = model.loaded.source.path  # pushed as it is

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
-from vat.errors import VatError
+from vat.errors import OptionError, VatError
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.pooling import length_sorted_batches, pool
 from vat.features.postprocess import (
@@ -275,9 +275,10 @@ def training_files(loaded: LoadedVAT) -> list[str]:
     """The training files the model records (a checkpoint's data hyperparameters, a folder's
     training data); an error saying so when it records none."""
     if not loaded.train_files:
-        raise VatError(
-            f"{loaded.path} names no training files to fit the features on; "
-            "pass fit_files (--fit-files) with unlabeled sentences (one per line)"
+        raise OptionError(
+            "fit_files",
+            f"{loaded.path} names no training files to fit the features on; give text files "
+            "of unlabeled sentences (one per line)",
         )
     return list(loaded.train_files)
 
@@ -377,9 +378,10 @@ def resolve_features(
         else:
             counts = loaded.token_counts
             if counts is None:
-                raise VatError(
-                    f"{loaded.path} stores no token frequencies (needed by sif weighting): pass "
-                    "count_files (--count-files) with its training text to count them"
+                raise OptionError(
+                    "count_files",
+                    f"{loaded.path} stores no token frequencies (needed by sif weighting): "
+                    "give its training text to count them",
                 )
     info: dict = dict(fit_info or {})
     sentences: list[str] = []
