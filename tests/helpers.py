@@ -68,7 +68,7 @@ def train_subprocess(
 
 
 def train_main(args: list[str], capsys) -> tuple[int, list[str]]:
-    """train.py in-process (no interpreter start-up): exit code and stderr lines."""
+    """`vat train` in-process (no interpreter start-up): exit code and stderr lines."""
     from vat.cli.train import main
 
     try:

@@ -1,7 +1,7 @@
 """User-facing errors: one line, no traceback (unless --debug), non-zero exit.
 
 A leaf module (it imports nothing from vat), so every other module can raise `VatError`.
-Every command (`vat ...`, train.py, evaluate.py) runs through `run_cli`, so an error caused
+Every command (`vat ...`) runs through `run_cli`, so an error caused
 by the user's input (a missing file, a bad option, a corrupt checkpoint) reads as
 `error: <what> (<path or option>): <what was expected>` instead of a traceback.
 """

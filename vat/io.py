@@ -57,7 +57,7 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
     was removed.
 
     A temp is stale when its process (same host) no longer exists. With `any_owner` (used by
-    train.py while it holds the run directory's lock, so no other vat process writes there),
+    `vat train` while it holds the run directory's lock, so no other vat process writes there),
     every vat temp file is stale, including those of other hosts and of older vat versions.
     """
     removed = []

@@ -10,7 +10,7 @@
 `val/stsb_spearman` is the Spearman correlation (x1, a fraction in [-1, 1], as the harness's
 JSON results and the sweep record it; tables show x100) between the cosine of the two
 sentence vectors and the gold score on the STS-B dev split (1,500 pairs), with mean pooling
-of mu by default. It is the number `python evaluate.py --tasks STSBenchmark` reports as
+of mu by default. It is the number `vat evaluate --tasks STSBenchmark` reports as
 `STSBenchmark-cosine.dev.spearman` for the same weights: the loader
 (`vat.eval.tasks.registry`) and the scoring (`vat.eval.engine.cosine_correlations`) are
 the harness's own. `val/stsb_seconds` is the time it took.

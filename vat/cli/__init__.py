@@ -1,6 +1,6 @@
 """`vat COMMAND ...`: the one command line of vat, one module per command.
 
-    vat train -c demo                  train (LightningCLI; = python train.py fit ...)
+    vat train -c demo                  train (LightningCLI; = vat train fit ...)
     vat evaluate --model runs/demo     SentEval-style evaluation
     vat geometry --model runs/demo     latent geometry of a model or HF encoder
     vat generate reconstruct --model runs/demo "a sentence"

@@ -247,5 +247,5 @@ def _types(items, token_text) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat geometry ...` (and `python evaluate.py geometry ...`)."""
+    """`vat geometry ...`."""
     return run_cli(_main, argv)

@@ -91,7 +91,7 @@ class VATDataModule(L.LightningDataModule):
         Args:
             train_files: Training text files or globs (plain or .gz, one sentence per line).
             val_files: Validation files. If unset, `val_fraction` of the training lines is held out.
-            test_files: Test files for `train.py test`.
+            test_files: Test files for `vat train test`.
             hf_dataset: A `datasets` hub name (or local dataset folder) used instead of files,
                 e.g. "wmt19" with hf_config "de-en" and hf_text_field "translation.en".
             hf_config: The hub dataset's configuration name.

@@ -1,6 +1,6 @@
 """A bar chart comparing encoders (or poolings) across SentEval tasks (issue 14 item 6).
 
-    python evaluate.py --ckpt last.ckpt --pooling precision --tasks sts --output prec.json \\
+    vat evaluate --ckpt last.ckpt --pooling precision --tasks sts --output prec.json \\
         --plot compare.png --compare mean.json sum.json
 
 One group of bars per task, one bar per run: STS12-16 as SentEval's `all.spearman.mean`,
@@ -41,7 +41,7 @@ def run_label(results: Mapping, fallback: str) -> str:
 
 
 def load_results(path: str | Path) -> dict:
-    """A results JSON written by evaluate.py; a one-line error if it is not one."""
+    """A results JSON written by `vat evaluate`; a one-line error if it is not one."""
 
     path = Path(path)
     if path.exists() or path.is_symlink():
@@ -53,7 +53,7 @@ def load_results(path: str | Path) -> dict:
     except (OSError, ValueError) as e:
         raise VatError(f"--compare {path}: not a results JSON file ({e})") from None
     if not isinstance(obj, dict) or not headline_scores(obj):
-        raise VatError(f"--compare {path}: holds no task results in evaluate.py's layout")
+        raise VatError(f"--compare {path}: holds no task results in vat evaluate's layout")
     return obj
 
 

@@ -1,7 +1,7 @@
 """The sweep YAML: which train config, which key(s) and values, what to measure.
 
 A sweep names one train-config key and its values, or two keys for a grid (every
-combination), under `sweep:`; keys are LightningCLI's dotted names, as on train.py's command
+combination), under `sweep:`; keys are LightningCLI's dotted names, as on `vat train`'s command
 line:
 
     sweep:
@@ -40,13 +40,13 @@ class SweepConfig:
     """The sweep YAML (plain YAML, not a LightningCLI config)."""
 
     train_config: str
-    """A train.py YAML; every run uses it unchanged apart from the swept key(s) and extra_args."""
+    """A `vat train` YAML; every run uses it unchanged but for the swept key(s) and extra_args."""
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     """{dotted train key: [values]}: one key, or two for a grid over every combination."""
     out_dir: str = "runs/sweep"
     """Where the runs (<leaf>_<value>/), the table, the plots and hparams/ go."""
     extra_args: list[str] = field(default_factory=list)
-    """train.py overrides applied to every run, e.g. ["--trainer.max_steps", "1500"]."""
+    """`vat train` overrides applied to every run, e.g. ["--trainer.max_steps", "1500"]."""
     probe: str | None = None
     """Geometry probe: a SentEval folder (its STS12 sentences) or a text file, a sentence a line."""
     probe_max_sentences: int | None = None
@@ -150,7 +150,7 @@ class SweepConfig:
         for key, values in self.sweep.items():
             if not isinstance(key, str) or not _KEY.match(key) or key in _NOT_SWEEPABLE:
                 raise VatError(
-                    f"{where}: sweep key {key!r} must be a dotted train.py option such as "
+                    f"{where}: sweep key {key!r} must be a dotted `vat train` option such as "
                     f"model.loss.free_bits (not {', '.join(sorted(_NOT_SWEEPABLE))})"
                 )
             if not isinstance(values, list) or not values:
@@ -185,7 +185,7 @@ def leaf(key: str) -> str:
 
 
 def cli_value(value: Any) -> str:
-    """A value as train.py's command line takes it: 0.05, 1, true, null, constant."""
+    """A value as `vat train`'s command line takes it: 0.05, 1, true, null, constant."""
     if isinstance(value, str):
         return value
     # floats exactly (shortest round-trip repr): 3e-11 stays 3e-11 (issue 20: rounding to 10
@@ -200,7 +200,7 @@ def run_name(point: Point) -> str:
 
 
 def point_args(point: Point) -> list[str]:
-    """train.py overrides for a point: ["--model.loss.free_bits", "0.05", ...]."""
+    """`vat train` overrides for a point: ["--model.loss.free_bits", "0.05", ...]."""
     return [a for k, v in point.items() for a in (f"--{k}", cli_value(v))]
 
 

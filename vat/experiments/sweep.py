@@ -53,7 +53,7 @@ Log = Callable[[str], None]
 
 
 def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
-    """train.py arguments of one point's run: the train config, extra_args, then the point."""
+    """`vat train` arguments of one point's run: the train config, extra_args, then the point."""
     return [
         "fit",
         "-c",
@@ -84,7 +84,7 @@ class Runner:
 
 
 def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
-    """Let train.py's own parser check a point's arguments (a key the train config does not
+    """Let `vat train`'s own parser check a point's arguments (a key the train config does not
     have, a value of the wrong type) before anything trains: `--print_config` parses and
     exits without building data or a model."""
     err = io.StringIO()
@@ -95,7 +95,7 @@ def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
     if code != 0:
         msg = err.getvalue().strip().splitlines()
         raise VatError(
-            f"sweep point {run_name(point)}: train.py rejects its arguments "
+            f"sweep point {run_name(point)}: vat train rejects its arguments "
             f"({msg[-1].removeprefix('error: ') if msg else f'exit {code}'})"
         )
 
@@ -122,7 +122,7 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
 
 def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
     """What defines a point's trained model: the train config's bytes and every argument
-    train.py gets (extra_args and the point's values, exactly as passed)."""
+    `vat train` gets (extra_args and the point's values, exactly as passed)."""
     return {
         "train_config_digest": file_digest(cfg.train_config),
         "train_args": [*cfg.extra_args, *point_args(point)],

@@ -1,6 +1,6 @@
 """A VAT as a sentence-transformers model.
 
-An exported folder (`vat export`, `vat.share.hub.save_pretrained`) carries a `modules.json` whose
+An exported folder (`vat export`, `vat.load(...).save_pretrained`) carries a `modules.json` whose
 one module is `VATSentenceEncoder` below, so with vat installed
 
     from sentence_transformers import SentenceTransformer

@@ -1,4 +1,4 @@
-"""The run directory of `train.py fit`: one run per directory, resumed only when asked.
+"""The run directory of `vat train`: one run per directory, resumed only when asked.
 
 Rules (README, "Resume" and "What happens when..."):
 - A fresh `fit` (no `--ckpt_path`) never resumes. Into a run directory that already holds a
