@@ -224,8 +224,9 @@ class PretrainedVAT:
         card's model-index. `license`, `language` and `repo_id` go on the card.
         """
         tasks = check_export(directory, overwrite=overwrite, evaluate=evaluate)
-        given = (("fit_files", fit_files), ("count_files", count_files))
-        fitted = export_features(self.loaded, features, **{k: v for k, v in given if v})
+        fitted = export_features(
+            self.loaded, features, fit_files=fit_files, count_files=count_files
+        )
         evaluation = None
         if tasks:
             encoder = vat_encoder(self.loaded, features=fitted)

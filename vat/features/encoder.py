@@ -414,18 +414,24 @@ def resolve_features(
 
 
 def export_features(
-    loaded: LoadedVAT, features: str | FeatureSpec | None = None, **fit_options
+    loaded: LoadedVAT,
+    features: str | FeatureSpec | None = None,
+    *,
+    fit_files: Sequence[str] | None = None,
+    count_files: Sequence[str] | None = None,
 ) -> FittedFeatures:
     """The feature spec an exported folder carries, with its statistics: `features` if given
-    (fitted as `resolve_features` does; `fit_options` are its keywords), else an exported
-    source's own spec, else DEFAULT_EXPORT_SPEC. A default that cannot be fitted for this
-    model (e.g. a checkpoint without token counts) falls back to the mean of mu with a
-    warning; the folder and its card name the spec they hold. Nothing is stored beside the
-    model: the folder holds the statistics."""
+    (fitted as `resolve_features` does, on `fit_files` or the model's training sentences,
+    with token counts from `count_files` or the model's own), else an exported source's own
+    spec, else DEFAULT_EXPORT_SPEC. A default that cannot be fitted for this model (e.g. a
+    checkpoint without token counts) falls back to the mean of mu with a warning; the folder
+    and its card name the spec they hold. Nothing is stored beside the model: the folder
+    holds the statistics."""
     spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
-    fit_options = {**fit_options, "save": False}
     try:
-        return resolve_features(loaded, spec, **fit_options)
+        return resolve_features(
+            loaded, spec, fit_files=fit_files, count_files=count_files, save=False
+        )
     except VatError as e:
         if features is not None:
             raise
