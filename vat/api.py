@@ -36,7 +36,12 @@ from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import expand_tasks
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, export_features, resolve_features
+from vat.features.encoder import (
+    FeatureEncoder,
+    chosen_spec,
+    export_features,
+    resolve_features,
+)
 from vat.generate.generator import DecodeOptions, VATGenerator
 from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
@@ -151,8 +156,9 @@ class PretrainedVAT:
             self.to(device)
         if show_progress_bar is None:
             show_progress_bar = len(batch) >= PROGRESS_BAR_MIN_SENTENCES
-        if features is not None or (pooling == "mean" and self.loaded.feature_spec is not None):
-            out = self.feature_encoder(features)(
+        spec = chosen_spec(self.loaded, pooling, features)
+        if spec is not None:
+            out = self.feature_encoder(spec)(
                 batch, batch_size=batch_size, progress=bool(show_progress_bar)
             )
         else:

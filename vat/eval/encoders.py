@@ -19,7 +19,7 @@ from vat.errors import VatError
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
 from vat.share.loaded import LoadedVAT, check_loaded
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -41,8 +41,7 @@ def vat_encoder(
     exported folder's own spec is the default for mean pooling, so its scores are the
     vectors vat.load, sentence-transformers and MTEB give for it."""
     check_loaded(loaded, "vat_encoder")
-    if features is None and pooling == "mean":
-        features = loaded.feature_spec  # None for a checkpoint or a folder from before specs
+    features = chosen_spec(loaded, pooling, features)  # None: a .ckpt, a folder before specs
     if features is not None:
         return _spec_encoder(loaded, features, batch_size, fit_options or {})
     if pooling not in VAT_POOLINGS:

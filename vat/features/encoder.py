@@ -320,12 +320,23 @@ def fit_features(
     return FittedFeatures(spec, arrays, fit)
 
 
+def chosen_spec(
+    loaded: LoadedVAT, pooling: str = "mean", features: str | FeatureSpec | None = None
+) -> str | FeatureSpec | None:
+    """The one rule of every loader for which vectors a model gives: `features` if given,
+    else for mean pooling an exported folder's own spec (what its card names); None means
+    `pooling` of the token means mu (vat.features.pool)."""
+    if features is not None:
+        return features
+    return loaded.feature_spec if pooling == "mean" else None
+
+
 def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
     """Statistics of `spec` the model already has: an exported folder's own, or the file vat
     wrote beside the model (`stats_path_for`) when an earlier fit stored them."""
-    for fitted in (loaded.own_features, loaded.feature_stats):
-        if fitted is not None and fitted.spec == spec:
-            return fitted
+    stats = loaded.feature_stats
+    if stats is not None and stats.spec == spec:
+        return stats
     home = loaded.source.writable_home
     if home is not None:
         path = stats_path_for(home, spec)

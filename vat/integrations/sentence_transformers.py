@@ -27,7 +27,7 @@ from sentence_transformers.base.modules import InputModule
 from vat.api import PretrainedVAT, require_loaded
 from vat.feature_spec import FittedFeatures
 from vat.features import pool
-from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
 from vat.share.folder import ST_MODULE_CONFIG_NAME, write_feature_stats, write_model_files
 from vat.share.loaded import LoadedVAT
 from vat.share.resolve import load_model
@@ -142,9 +142,8 @@ def to_sentence_transformer(
     name. `features` is a feature spec (fitted as `model.encode(features=...)` fits it); an
     exported folder's own spec is the default."""
     require_loaded(model, "to_sentence_transformer")
-    fitted = None
-    if features is not None or (pooling == "mean" and model.loaded.feature_spec is not None):
-        fitted = model.feature_encoder(features).fitted
+    spec = chosen_spec(model.loaded, pooling, features)
+    fitted = None if spec is None else model.feature_encoder(spec).fitted
     return SentenceTransformer(
         modules=[VATSentenceEncoder(model.loaded, pooling, fitted)],
         device=device,

@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, resolve_features
+from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
 from vat.model import VAT, VATConfig
 from vat.share.resolve import load_model
 
@@ -106,9 +106,9 @@ def _classes() -> tuple[type, type]:
             """(N, k) sentence features, as vat.load(...).encode: the folder's feature spec
             (what its card names) for mean pooling, else pooled token means mu."""
             loaded = self.loaded
-            if pooling == "mean" and loaded is not None and loaded.feature_spec is not None:
-                fitted = resolve_features(loaded, save=False)
-                return FeatureEncoder(loaded, fitted)(sentences)
+            spec = None if loaded is None else chosen_spec(loaded, pooling)
+            if spec is not None:
+                return FeatureEncoder(loaded, resolve_features(loaded, spec, save=False))(sentences)
             return sentence_features(self.vat, self.tokenizer, sentences, pooling)
 
     return VATTransformersConfig, VATTransformersModel
