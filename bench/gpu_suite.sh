@@ -1,15 +1,102 @@
 #!/usr/bin/env bash
-# The GPU suite (issue 22): device facts, throughput side by side, the rate frontier and its
-# artefacts, within a time budget, resumable in OUT_DIR. Runs from a checkout (no install
-# needed: this puts the checkout on PYTHONPATH and runs the folder bench/gpu_suite/, one
-# module per stage). Details: bench/gpu_suite/__init__.py, README ("Offline GPU nodes and
-# the GPU suite"), BENCHMARKS.md ("The GPU suite").
+# The GPU suite (issues 22, 31): device facts, throughput side by side, a reference model, the
+# rate frontier and its artefacts, within a time budget, resumable in OUT_DIR. Runs from a
+# checkout (no install needed: this puts the checkout on PYTHONPATH and runs the folder
+# bench/gpu_suite/, one module per stage). Details: bench/gpu_suite/__init__.py, README
+# ("Offline GPU nodes and the GPU suite"), BENCHMARKS.md ("The GPU suite").
 #
 #   bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
 #   bench/gpu_suite.sh --smoke OUT_DIR        # every stage on CPU, tiny shapes
-set -euo pipefail
+#
+# One call of a lent machine (README's recipe; bench/gpu_suite/plan.py, RECIPE), three more
+# options, handled here (OUT_DIR must then be the last argument):
+#   --bundle DIR        install the offline bundle DIR first (no index, into /tmp/site) and
+#                       read the data from DIR/data
+#   --call-limit-s N    the call is killed after N s: stop the suite (SIGINT: its runs save
+#                       their state, the report is written) 40 s before, SIGKILL 28 s later
+#   --copy-to DIR       then, whatever happened, copy OUT_DIR's files (the report, the .tar
+#                       files, the logs) into DIR and add this call's exit code to the
+#                       copied gpu_report.md
+# The exit code is the suite's (0, 1 a stage failed, 2 a prerequisite or the bundle, 130 a
+# signal), or 124 when --call-limit-s stopped it.
+set -uo pipefail  # not -e: the files are copied whatever the suite's exit
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PYTHON:-python3}"
 # the folder, not `-m bench.gpu_suite`: -m would put the current folder first on sys.path,
 # where another checkout's bench/ would be imported instead of this one
-exec "${PYTHON:-python3}" "$ROOT/bench/gpu_suite" "$@"
+SUITE=("$PY" "$ROOT/bench/gpu_suite")
+GUARD_S=40   # plan.CALL_GUARD_S
+KILL_AFTER_S=28
+
+bundle="" copy_to="" limit="" args=()
+while (($#)); do
+  case "$1" in
+    --bundle | --copy-to | --call-limit-s)
+      if (($# < 2)); then echo "error: $1 needs a value" >&2; exit 2; fi
+      case "$1" in
+        --bundle) bundle=$2 ;;
+        --copy-to) copy_to=$2 ;;
+        --call-limit-s) limit=$2 ;;
+      esac
+      shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if [[ -z $bundle && -z $copy_to && -z $limit ]]; then
+  exec "${SUITE[@]}" "${args[@]}"
+fi
+if [[ -n $limit && ! $limit =~ ^[0-9]+$ ]]; then
+  echo "error: --call-limit-s must be a whole number of seconds, got '$limit'" >&2; exit 2
+fi
+out_dir="${args[${#args[@]}-1]:-}"
+if [[ -n $copy_to && ( -z $out_dir || $out_dir == -* ) ]]; then
+  echo "error: with --copy-to, OUT_DIR must be the last argument" >&2; exit 2
+fi
+
+rc=0
+if [[ -n $bundle ]]; then
+  site="${GPU_SUITE_SITE:-/tmp/site}"
+  if "$PY" "$ROOT/scripts/offline_bundle.py" --install "$bundle" --target "$site" >&2; then
+    export PYTHONPATH="$site:$PYTHONPATH" VAT_DATA_DIR="$(cd "$bundle/data" && pwd)"
+  else
+    rc=2
+  fi
+fi
+if ((rc == 0)); then
+  if [[ -n $limit ]]; then
+    left=$((limit - SECONDS - GUARD_S))
+    if ((left < 1)); then
+      echo "error: --call-limit-s $limit leaves no time after ${SECONDS} s and the ${GUARD_S} s guard" >&2
+      rc=2
+    else
+      # --foreground: the signal reaches the suite alone, which stops each run once (a second
+      # SIGINT would cut short the checkpoint a run writes on the first)
+      timeout --foreground -s INT -k "$KILL_AFTER_S" "$left" "${SUITE[@]}" "${args[@]}"
+      rc=$?
+    fi
+  else
+    "${SUITE[@]}" "${args[@]}"
+    rc=$?
+  fi
+fi
+
+if [[ -n $copy_to ]]; then
+  mkdir -p "$copy_to"
+  if [[ -d $out_dir ]]; then
+    find "$out_dir" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$copy_to"/ \;
+  fi
+  case $rc in
+    0) why="every stage that ran finished or was skipped for time" ;;
+    1) why="a stage failed: see Stages" ;;
+    2) why="a prerequisite is missing or the bundle did not install: see the call's output" ;;
+    124) why="stopped by --call-limit-s $limit (its state saved: the same call continues)" ;;
+    130) why="stopped by a signal (its state saved: the same call continues)" ;;
+    137) why="killed ${KILL_AFTER_S} s after --call-limit-s stopped it (what it saved before is here)" ;;
+    *) why="killed or crashed: see the call's output" ;;
+  esac
+  printf '\n**This call: exit %s** (%s; bench/gpu_suite.sh, %s).\n' "$rc" "$why" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$copy_to/gpu_report.md"
+fi
+echo "gpu_suite: exit $rc" >&2
+exit "$rc"

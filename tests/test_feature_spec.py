@@ -369,7 +369,8 @@ def test_default_export_spec_and_fallback(trained_files, tiny_ckpt, tmp_path, ca
     ckpt, _, lines, _, counts = trained_files
     folder = export_folder(ckpt, tmp_path / "default")
     assert load_model(folder).feature_spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
-    assert "default spec for exported models" in (folder / "README.md").read_text()
+    card = (folder / "README.md").read_text()
+    assert "vat gives exported folders this spec by default" in card and "RESULTS.md" not in card
     want = FeatureEncoder(
         load_model(ckpt),
         FittedFeatures(

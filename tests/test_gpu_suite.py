@@ -1,5 +1,7 @@
-"""bench/gpu_suite/ (issue 22): the budget, the choice of the best run, the targets, the
-one-line errors, and the whole suite in --smoke mode on CPU (two calls: resume)."""
+"""bench/gpu_suite/ (issues 22, 31): the budget, the choice of the best run, the targets, the
+sizing of the reference and the frontier, the one-line errors, and the whole suite in --smoke
+mode on CPU (two calls: resume). The rehearsal's findings (issue 31, section 4) are in
+tests/test_gpu_suite_rehearsal.py."""
 
 from __future__ import annotations
 
@@ -23,8 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the
 from bench.gpu_suite.__main__ import main
 from bench.gpu_suite.call import OUT_FILES
 from bench.gpu_suite.frontier_eval import pick_best
-from bench.gpu_suite.frontier_train import check_frontier_files, frontier_steps, train_cmd
+from bench.gpu_suite.frontier_train import check_frontier_files, frontier_size, train_cmd
 from bench.gpu_suite.plan import gpu_plan, smoke_plan
+from bench.gpu_suite.reference import reference_budget
+from bench.gpu_suite.reference import train_cmd as reference_cmd
 from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
 from bench.gpu_suite.throughput import compile_diagnosis, judge_targets, variant_cmd
 
@@ -119,28 +123,58 @@ def test_targets_and_compile_diagnosis():
     assert judge_targets([])["tokens_per_s_8k"]["reached"] is None
 
 
-def test_frontier_steps_from_the_measured_throughput():
-    plan = gpu_plan()
-    state = new_state(smoke=False)
-    assert frontier_steps(state, plan, None) == (2000, "default (no 8k throughput measured)")
-    assert frontier_steps(state, plan, 123)[0] == 123
+def _measured(state, tok_s, per_step=60_000):
     state["throughput"]["variants"]["8k_compiled"] = {
         "status": "done",
         "result": {
             "timed_steps": 100,
-            "vocabs": [{"timed_nonpad_tokens": 6_000_000, "vat": {"tokens_per_s": 1_200_000}}],
+            "vocabs": [{"timed_nonpad_tokens": 100 * per_step, "vat": {"tokens_per_s": tok_s}}],
         },
     }
-    # 0.8 x 1.2M tokens/s x 720 s / (6 runs x 60,000 tokens per step) = 1,920 steps
-    assert frontier_steps(state, plan, None)[0] == 1920
+
+
+def test_frontier_size_from_the_measured_throughput():
+    """As many runs as get >= 75M tokens each (at least two), the targets in the plan's
+    order, the steps filling the training time (plan.py's arithmetic)."""
+    plan = gpu_plan()
+    state = new_state(smoke=False)
+    no_tp = "default (no 8k throughput measured)"
+    assert frontier_size(state, plan, 190, None) == ([10.0, 20.0, 40.0], 1500, no_tp)
+    assert frontier_size(state, plan, 190, 123)[1] == 123
+    _measured(state, 1_200_000)
+    # 0.8 x 1.2M tokens/s x 190 s = 182.4M tokens: 2 runs of 91.2M = 1,520 steps of 60,000
+    values, steps, why = frontier_size(state, plan, 190, None)
+    assert (values, steps) == ([10.0, 40.0], 1520)
+    assert why.startswith("8k_compiled: 1,200,000 tokens/s x 0.8 (the runs share the GPU) x 190")
+    assert "182.4M tokens; 2 runs (>= 75.0M tokens each, at least 2)" in why
+    _measured(state, 1_500_000)  # 228M: 3 runs of 76M
+    assert frontier_size(state, plan, 190, None)[:2] == ([10.0, 20.0, 40.0], 1266)
+    _measured(state, 600_000)  # 91M: still two runs (a frontier), of 45.6M each
+    assert frontier_size(state, plan, 190, None)[:2] == ([10.0, 40.0], 760)
+
+
+def test_reference_budget_is_the_floor_or_the_time_share():
+    plan = gpu_plan()
+    state = new_state(smoke=False)
+    b = reference_budget(state, plan)
+    assert (b["steps"], b["tokens"], b["basis"]) == (9_400, None, "default")
+    # the share trains at 1.2M tokens/s x (720 - 2 x 60 - 45 - 30 - 20) s = 606M >= 600M
+    _measured(state, 1_200_000)
+    b = reference_budget(state, plan)
+    assert (b["steps"], b["tokens"], b["basis"]) == (10_000, 600_000_000, "floor")
+    assert b["why"].startswith("600.0M non-pad tokens = the 600.0M-token floor")
+    _measured(state, 950_000)  # 950k x 505 s = 479.75M: the time share
+    b = reference_budget(state, plan)
+    assert (b["steps"], b["tokens"], b["basis"]) == (7_996, 479_750_000, "time_share")
+    assert "the stage's time share (less than the 600.0M-token floor)" in b["why"]
 
 
 def test_one_line_errors(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["--smoke", "--stages", "facts,bogus", str(out)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: --stages: unknown bogus; choose from facts, throughput, frontier_train, "
-        "frontier_eval, artefacts"
+        "error: --stages: unknown bogus; choose from facts, throughput, reference, "
+        "frontier_train, frontier_eval, artefacts"
     ]
     assert main(["--smoke", "--budget-min", "0", str(out)]) == 2
     assert "--budget-min must be a positive" in capsys.readouterr().err
@@ -182,7 +216,9 @@ def _schema(obj, depth=2):
 def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     """bench/gpu_suite.sh --smoke: facts and throughput in a first call, the rest in a second
     one on the same OUT_DIR (the finished stages are not run again); the report's schema,
-    the frontier records, the best run, the exported folders and the OUT_DIR limits."""
+    the reference model (budget, scores, export, registry line), the frontier records (the
+    two targets train apart), the best run, the exported folders, every stage within its
+    allotment, and the OUT_DIR limits."""
     out = tmp_path / "suite"
     env = {**os.environ, "VAT_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
     sh = [str(ROOT / "bench" / "gpu_suite.sh"), "--smoke"]
@@ -199,13 +235,19 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert _schema(rep) == _schema(new_state(smoke=False)) | {
         "facts": _schema(rep["facts"], 1),
         "throughput": _schema(rep["throughput"], 1),
+        "reference": _schema(rep["reference"], 1),
         "frontier": _schema(rep["frontier"], 1),
         "artefacts": _schema(rep["artefacts"], 1),
     }
+    assert set(rep["reference"]) == set(new_state(smoke=True)["reference"])
     assert set(rep["facts"]) >= {"device", "torch", "cuda", "bf16_matmul_tflops"}
     assert rep["facts"]["bf16_matmul_tflops"] > 0
-    assert len(rep["calls"]) == 2
+    assert len(rep["calls"]) == 2 and [c["exit"] for c in rep["calls"]] == [0, 0]
     assert {n: s["status"] for n, s in rep["stages"].items()} == dict.fromkeys(STAGES, "done")
+    for c in rep["calls"]:  # every stage ended within what its call allotted it
+        assert set(c["used_s"]) == set(c["allotted_s"])
+        assert all(c["used_s"][s] <= c["allotted_s"][s] for s in c["used_s"]), c
+    assert set(rep["calls"][1]["allotted_s"]) == set(STAGES) - {"facts", "throughput"}
     assert rep["stages"]["facts"] == first["stages"]["facts"]  # not run again
     assert rep["throughput"]["variants"] == first["throughput"]["variants"]
 
@@ -219,11 +261,41 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     )
     assert rep["throughput"]["targets"]["tokens_per_s_8k"]["measured"] is None  # no 8k in smoke
 
+    ref = rep["reference"]
+    assert ref["basis"] == "floor" and ref["tokens"] == ref["floor_tokens"] == 6_000
+    per_step = rep["throughput"]["variants"]["smoke_eager"]["result"]
+    per_step = per_step["vocabs"][0]["timed_nonpad_tokens"] / per_step["timed_steps"]
+    assert ref["steps"] == -(-6_000 // per_step)  # the floor's tokens in whole steps
+    assert ref["trained"] and [la["status"] for la in ref["launches"]] == ["trained"]
+    e = ref["eval"]
+    assert e["run"] == "reference" and e["step"] == ref["steps"] and e["bleu_lines"] == 24
+    assert set(e["sts"]) == {"mean", "precision"} and set(e["extra_sts"]) == {"default_spec"}
+    default = e["extra_sts"]["default_spec"]
+    assert -1 <= default["sts12"] <= 1 and -1 <= default["stsb"] <= 1
+    assert ref["bleu_reached"] is (e["bleu"] >= 95) and ref["bleu_reached"] is False
+    a = ref["export"]
+    folder = out.resolve() / "work" / "export" / "wmt-tatoeba-en-d16"
+    assert a["folder"] == str(folder) and (folder / "model.safetensors").is_file()
+    assert a["registry_command"] == f"vat pretrained add {folder} --name wmt-tatoeba-en-d16"
+    card = (folder / "README.md").read_text()
+    assert "## Measured by vat's GPU suite" in card and f"{e['bleu']:.2f}" in card
+    assert "STSBenchmark" in card  # vat export --evaluate: the folder's own STS on its card
+    # the one-line registry command works, and the shipped card keeps the suite's measurements
+    from vat.cli import main as vat_main
+
+    registry = tmp_path / "registry"
+    name = "wmt-tatoeba-en-d16"
+    assert vat_main(["pretrained", "add", str(folder), "--name", name, "--to", str(registry)]) == 0
+    shipped_card = (registry / name / "README.md").read_text()
+    assert "## Measured by vat's GPU suite" in shipped_card and f"{e['bleu']:.2f}" in shipped_card
+    with tarfile.open(out / "reference.tar") as tf:
+        assert tf.getnames()[0] == "wmt-tatoeba-en-d16"
+
     fr = rep["frontier"]
-    assert fr["values"] == [5.0, 20.0] and fr["steps"] == 4
+    assert fr["values"] == [5.0, 20.0] and fr["steps"] == 8
     recs = [fr["runs"][n]["eval"] for n in ("target_kl_5.0", "target_kl_20.0")]
     for r, v in zip(recs, (5.0, 20.0)):
-        assert r["target_kl"] == v and r["step"] == 4
+        assert r["target_kl"] == v and r["step"] == 8
         assert r["val_kl"] > 0 and r["val_nll"] > 0 and 0 <= r["active_units"] <= 16
         assert r["bleu_lines"] == 24 and r["lines_long"] + 0 >= 0
         for pooling in ("mean", "precision"):
@@ -241,12 +313,17 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
         assert run_cfg["model"]["loss"]["target_kl"] == v  # each run trained at its own target
         assert run_cfg["model"]["loss"]["free_bits"] == 0.0
     assert fr["best"] == pick_best(recs)
+    # the target reaches the training: the same seed and data, and the lower target ends at
+    # a lower rate and a worse reconstruction (the rehearsal's two runs were identical)
+    assert recs[0]["val_kl"] < recs[1]["val_kl"] - 1.0 and recs[0]["val_nll"] > recs[1]["val_nll"]
 
     files = sorted(p.name for p in out.iterdir() if p.is_file())
     assert files == sorted(OUT_FILES) and len(files) <= 8
     assert all((out / f).stat().st_size <= 16 * 2**20 for f in files)
     md = (out / "gpu_report.md").read_text()
-    assert "| target_kl_5.0 | 5 | 4 |" in md and fr["best"]["verdict"] in md
+    assert "| target_kl_5.0 | 5 | 8 |" in md and fr["best"]["verdict"] in md
+    assert "6,000 non-pad tokens: the 6,000-token floor" in md
+    assert "BLEU >= 95 on newstest2019: **not reached**" in md and a["registry_command"] in md
     for kind in ("best_sts", "best_bleu"):
         with tarfile.open(out / f"{kind}.tar") as tf:
             tf.extractall(tmp_path / kind, filter="data")
@@ -338,18 +415,32 @@ def test_gpu_mode_commands_parse(tmp_path, data_dir, capsys):
     }
     from vat.cli.train import vat_train
 
-    cmd = train_cmd(suite.config, tmp_path / "run", 15.0, 1234)
-    assert cmd[1:4] == ["-m", "vat", "train"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            rc = vat_train([*cmd[4:], "--print_config"])
-        except SystemExit as e:  # --print_config exits after printing
-            rc = e.code
-    assert rc == 0, capsys.readouterr().err
-    printed = yaml.safe_load(out.getvalue())
+    def printed_config(cmd):
+        assert cmd[1:4] == ["-m", "vat", "train"]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                rc = vat_train([*cmd[4:], "--print_config"])
+            except SystemExit as e:  # --print_config exits after printing
+                rc = e.code
+        assert rc == 0, capsys.readouterr().err
+        return yaml.safe_load(out.getvalue())
+
+    printed = printed_config(train_cmd(suite.config, tmp_path / "run", 15.0, 1234))
     assert printed["model"]["loss"]["target_kl"] == 15.0
     assert printed["model"]["loss"]["free_bits"] == 0.0
     assert (
         printed["trainer"]["max_steps"] == 1234 and printed["trainer"]["val_check_interval"] == 1234
     )
+    # the reference: configs/reference_gpu.yaml's recipe, the same model and data
+    printed = printed_config(reference_cmd(suite.reference_config, tmp_path / "ref", 10_000))
+    loss, arch = printed["model"]["loss"], printed["model"]["arch"]
+    assert (loss["target_kl"], loss["free_bits"], printed["model"]["compile"]) == (20.0, 0.0, True)
+    assert (arch["d_model"], printed["data"]["vocab_size"], printed["data"]["max_tokens"]) == (
+        128,
+        8192,
+        65536,
+    )
+    assert printed["trainer"]["precision"] == "bf16-mixed"
+    assert printed["trainer"]["max_steps"] == 10_000
+    assert printed["checkpoint"]["every_n_train_steps"] == 1_000

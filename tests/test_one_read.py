@@ -21,7 +21,11 @@ from helpers import export_folder
 
 import vat
 from vat.share.checkpoint import read_checkpoint, vat_metadata
+from vat.share.pretrained import PACKAGE_SHIPPED_DIR
 from vat.share.resolve import load_model
+
+DEMO = "demo-wordnet-d64"  # a model that ships with vat (tests/test_shipped.py)
+DEMO_DIR = PACKAGE_SHIPPED_DIR / DEMO
 
 FAST = ["--no-progress", "--device", "cpu"]
 
@@ -81,13 +85,17 @@ def models(tmp_path_factory, tiny_ckpt, tiny_sentences):
             folder,
             [folder / "model.safetensors", folder / "features.safetensors"],
         ),
+        "shipped model": (
+            DEMO,
+            [DEMO_DIR / "model.safetensors", DEMO_DIR / "features.safetensors"],
+        ),
         "data": write_mini_senteval(root / "senteval", n=12),
         "lines": lines,
         "train": train,
     }
 
 
-KINDS = ["checkpoint", "run folder", "exported folder"]
+KINDS = ["checkpoint", "run folder", "exported folder", "shipped model"]
 
 
 def assert_read_once(reads: Counter, files: list[Path]) -> None:
@@ -109,7 +117,8 @@ def test_evaluate_reads_its_model_once(models, kind, reads, tmp_path, capsys):
     reads.clear()
     # a spec fitted on the model's training files (their text is read, not the model; an
     # exported folder records them by name only, so it is given them)
-    fit = ["--fit-files", str(models["train"])] if kind == "exported folder" else []
+    folder = kind in ("exported folder", "shipped model")
+    fit = ["--fit-files", str(models["train"])] if folder else []
     assert main([*base, "--features", "mu/mean/whiten", *fit]) == 0, capsys.readouterr().err
     assert_read_once(reads, files)
 
@@ -142,7 +151,11 @@ def test_generate_geometry_and_compare_read_their_model_once(models, kind, reads
     assert_read_once(reads, files)
     reads.clear()
     argv = ["compare", "--model", str(model), "--output-dir", str(tmp_path / "cmp")]
-    argv += ["--fit-files", str(models["train"])] if kind == "exported folder" else []
+    argv += (
+        ["--fit-files", str(models["train"])]
+        if kind in ("exported folder", "shipped model")
+        else []
+    )
     assert features_main([*argv, "--data-dir", str(models["data"])]) == 0
     assert_read_once(reads, files)
 

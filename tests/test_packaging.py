@@ -53,6 +53,14 @@ def test_wheel_installs_vat_command_and_configs(tmp_path):
     (wheel,) = wheels.glob("variational_auto_transformer-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "vat/configs/demo.yaml" in names and "vat/configs/sweeps/sweep.yaml" in names
+    # the shipped models are package data, and the wheel stays small (docs/sharing.md)
+    shipped = ROOT / "vat" / "shipped"
+    for folder in (p for p in shipped.iterdir() if p.is_dir() and p.name[0] != "."):
+        for f in folder.iterdir():
+            assert f"vat/shipped/{folder.name}/{f.name}" in names
+    assert "vat/shipped/demo-wordnet-d64/shipped.json" in names
+    # 1.2 MiB with the demo model; room for one paper-shape model (about 6 MiB in float16)
+    assert wheel.stat().st_size < 12 * 2**20, wheel.stat().st_size
     # The distribution is not PyPI's unrelated "vat"; the import package still is `vat`.
     (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     assert "\nName: variational-auto-transformer\n" in zipfile.ZipFile(wheel).read(meta).decode()
@@ -95,6 +103,12 @@ def test_wheel_installs_vat_command_and_configs(tmp_path):
     )
     r = vat("config")
     assert r.returncode == 0 and "sweeps/sweep" in r.stdout
+    # a shipped model, by name, with no network and no training
+    env["HF_HUB_OFFLINE"] = "1"
+    r = vat("pretrained")
+    assert r.returncode == 0 and "demo-wordnet-d64" in r.stdout, r.stderr
+    r = vat("generate", "reconstruct", "--model", "demo-wordnet-d64", "He held out his hand.")
+    assert r.returncode == 0 and r.stdout == "He held out his hand.\n", r.stderr
     r = vat("nosuchcommand")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown command" in r.stderr
 

@@ -2,7 +2,8 @@
 
     import vat
 
-    model = vat.load("runs/vat")   # a run folder, a .ckpt, an exported folder or a Hub id
+    model = vat.load("runs/vat")   # a run folder, a .ckpt, an exported folder, a Hub id,
+                                   # or a model that ships with vat: vat.load("demo-wordnet-d64")
     features = model.encode(["A man plays a guitar.", "A dog runs."])  # (2, d) numpy
     model.similarity(features, features)                                # (2, 2) cosines
     model.reconstruct(["A man plays a guitar."], beam=5)
@@ -20,8 +21,10 @@ takes as keywords.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,13 +45,14 @@ from vat.features.encoder import (
     export_features,
     resolve_features,
 )
-from vat.generate.generator import DecodeOptions, VATGenerator
+from vat.generate.generator import DecodeOptions, TruncationWarning, VATGenerator
 from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
 from vat.share.export import export_model
 from vat.share.folder import check_output_dir
 from vat.share.hub import upload
 from vat.share.loaded import LoadedVAT
+from vat.share.pretrained import DTYPES, ShippedModel, check_name, shipped_models, write_shipped
 from vat.share.resolve import load_model
 
 
@@ -66,8 +70,10 @@ def load(
     cache_dir: str | os.PathLike | None = None,
 ) -> PretrainedVAT:
     """A training checkpoint (.ckpt), an exported folder, a run folder (its best checkpoint,
-    else last.ckpt) or a Hugging Face Hub repo id (`revision`, `token` and `cache_dir` go to
-    the download): what every command's `--model` takes (`vat.share.resolve`), read once.
+    else last.ckpt), a model that ships with vat by name (`list_pretrained`; offline, its
+    SHA-256 sums checked) or a Hugging Face Hub repo id (`revision`, `token` and `cache_dir`
+    go to the download): what every command's `--model` takes (`vat.share.resolve`), read
+    once.
 
     `device` defaults to CUDA when available, else CPU; `batch_size` is the generation batch.
     """
@@ -383,3 +389,124 @@ def check_export(
             raise OptionError("evaluate", str(e)) from None
     check_output_dir(directory, overwrite)
     return tasks
+
+
+# -- models that ship with vat ---------------------------------------------------------------
+def list_pretrained() -> list[ShippedModel]:
+    """The models that ship with the installed vat (`vat pretrained`), by name; each loads
+    with `vat.load(entry.name)`."""
+    return shipped_models()
+
+
+CHECK_SENTENCES = (
+    "A man is playing a guitar.",
+    "The children ran across the field after school.",
+    "She poured the coffee and sat down by the window.",
+    "He sequestered himself in his study to write a book.",
+    "The committee will announce its decision next week.",
+    "They said the car would break down and indeed it did.",
+    "Prices rose sharply in the first quarter of the year.",
+    "A dog is chasing a red ball in the park.",
+    "The old bridge was closed for repairs all summer.",
+    "Give me any peaches you don't want.",
+    "The museum opens at nine and closes at five.",
+    "Nobody expected the small team to win the final.",
+    "The mastery of fire was a huge advance in human technology.",
+    "Two women are talking on a bench near the river.",
+    "The train was delayed by heavy snow in the mountains.",
+    "Scientists found water ice in a crater near the pole.",
+)
+"""What `add_pretrained` compares the half-precision weights on when given no sentences:
+short, everyday English of the kinds vat's models are trained on."""
+
+
+def add_pretrained(
+    model: PretrainedVAT,
+    name: str,
+    *,
+    summary: str | None = None,
+    good_for: str | None = None,
+    not_for: str | None = None,
+    rebuild: str | None = None,
+    dtype: str = "float16",
+    check_sentences: Sequence[str] | None = None,
+    check_from: str | None = None,
+    directory: str | os.PathLike | None = None,
+    overwrite: bool = False,
+) -> ShippedModel:
+    """Add an exported folder (`vat.load(DIR)`) to the models that ship with vat, as `name`
+    (`vat pretrained add DIR --name NAME`): its weights stored in `dtype` ("float16" or
+    "bfloat16"), with what it is (`summary`, `good_for`, `not_for`), how to rebuild it, and
+    how far the stored weights move encode and generate from the float32 model, measured
+    here on `check_sentences` (named `check_from` in the card; default CHECK_SENTENCES).
+    Without `summary`, the card's first line states the model's shape, data and rate.
+    `directory` is the registry (default: the package's vat/shipped/, or $VAT_SHIPPED_DIR)."""
+    require_loaded(model, "add_pretrained")
+    check_name(name)
+    if dtype not in DTYPES:
+        raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if summary is not None and (not isinstance(summary, str) or not summary.strip()):
+        raise OptionError("summary", "must be one non-empty line saying what the model is")
+    if model.loaded.source.kind == "checkpoint":
+        raise OptionError(
+            "model",
+            f"{model.loaded.source.location} is a training checkpoint; a shipped model is an "
+            "exported folder: export it first (vat export MODEL DIR)",
+        )
+    if check_sentences is None:
+        sentences, origin = list(CHECK_SENTENCES), "vat's built-in check sentences"
+    else:
+        sentences = [s for s in check_sentences if isinstance(s, str) and s.strip()]
+        origin = check_from or "given sentences"
+        if not sentences:
+            raise OptionError("check_sentences", "holds no non-empty sentence to compare on")
+    info = {
+        "summary": summary.strip() if summary else None,
+        "good_for": good_for,
+        "not_for": not_for,
+        "rebuild": rebuild,
+        "fp32_match": precision_match(model.loaded, dtype, sentences, origin),
+    }
+    return write_shipped(
+        model.loaded,
+        name,
+        {k: v for k, v in info.items() if v},
+        dtype=dtype,
+        directory=None if directory is None else Path(directory),
+        overwrite=overwrite,
+    )
+
+
+def precision_match(
+    loaded: LoadedVAT, dtype: str, sentences: Sequence[str], origin: str
+) -> dict[str, Any]:
+    """How far weights stored in `dtype` (and computed in float32, as a shipped model is
+    loaded) move `loaded`'s outputs on `sentences`: the folder's sentence features (largest
+    absolute difference, lowest cosine), the token means mu (largest absolute difference),
+    and how many greedy reconstructions stay identical."""
+    rounded = {
+        k: v.to(getattr(torch, dtype)).to(v.dtype) if v.is_floating_point() else v
+        for k, v in loaded.model.state_dict().items()
+    }
+    half_model = type(loaded.model)(loaded.config).to(loaded.device)
+    half_model.load_state_dict(rounded)
+    half = dataclasses.replace(loaded, model=half_model.eval())
+    fitted = loaded.own_features or FittedFeatures(loaded.feature_spec or FeatureSpec())
+    full_features = FeatureEncoder(loaded, fitted)(sentences, progress=False)
+    half_features = FeatureEncoder(half, fitted)(sentences, progress=False)
+    norms = np.linalg.norm(full_features, axis=1) * np.linalg.norm(half_features, axis=1)
+    cosines = (full_features * half_features).sum(1) / np.where(norms == 0, 1.0, norms)
+    gens = [VATGenerator.from_loaded(x) for x in (loaded, half)]
+    with warnings.catch_warnings():  # long lines are cut alike in both: no note per line
+        warnings.simplefilter("ignore", TruncationWarning)
+        mus = [g.posteriors(sentences) for g in gens]
+        texts = [g.reconstruct(sentences) for g in gens]
+    max_mu = max(float((a[0] - b[0]).abs().max()) for a, b in zip(*mus))
+    return {
+        "sentences": len(sentences),
+        "from": origin,
+        "max_abs_feature": float(np.abs(full_features - half_features).max()),
+        "min_cosine": float(cosines.min()),
+        "max_abs_mu": max_mu,
+        "same_reconstructions": sum(a == b for a, b in zip(*texts)),
+    }

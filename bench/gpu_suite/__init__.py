@@ -1,4 +1,5 @@
-"""The GPU suite (issue 22): one command turns a GPU into every figure vat is missing.
+"""The GPU suite (issues 22, 31): one command turns a GPU into a reference model and every
+figure vat is missing.
 
     bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
     bench/gpu_suite.sh --smoke OUT_DIR            # every stage on CPU, tiny shapes, < 2 min
@@ -9,14 +10,22 @@ orchestrates):
 1. facts.py: GPU name, torch, CUDA, and a measured bf16 matmul peak (MFU is over it).
 2. throughput.py: vat's loop against a plain loop (bench/bench_train_side_by_side.py), bf16,
    8k and 32k vocabulary, compiled and eager, fused cross-entropy off and on at 32k.
-3. frontier_train.py: one `vat train` per `model.loss.target_kl` value, all at once.
-4. frontier_eval.py: each run's KL, NLL, active units, STS12 and STS-B, newstest2019 BLEU;
+3. reference.py: one model alone with the recipe that reached BLEU 99 before
+   (configs/reference_gpu.yaml), at least 600M tokens or the stage's share; evaluated,
+   exported as a folder ready for `vat pretrained add`.
+4. frontier_train.py: one `vat train` per `model.loss.target_kl` value, all at once, as many
+   as get a useful token budget.
+5. frontier_eval.py: each run's KL, NLL, active units, STS12 and STS-B, newstest2019 BLEU;
    the best STS-B among runs with BLEU >= 95.
-5. artefacts.py: the best-STS and the best-BLEU runs exported, one .tar each.
+6. artefacts.py: the frontier's best-STS and best-BLEU runs exported, one .tar each.
 
-Around them: plan.py (what each mode runs: the GPU suite or --smoke; the data and packages
-it needs), call.py (what a stage works with: OUT_DIR, its work folder, the state, notes),
-children.py (child processes, stopped for time), state.py (the stage list, the state in
-OUT_DIR/gpu_report.json, the budget, the runner), report.py (gpu_report.md and the plot),
-__main__.py (the command line, its exit codes and recipes).
+Around them: plan.py (what each mode runs: the GPU suite or --smoke; the time shares and
+their arithmetic; the three-call recipe for a lent GPU; the data and packages it needs),
+call.py (what a stage works with: OUT_DIR, its work folder, the state, notes), children.py
+(child processes, stopped for time), runs.py (the training runs: started afresh, resumed or
+found finished), state.py (the stage list, the state in OUT_DIR/gpu_report.json, the
+budget, the runner), report.py (gpu_report.md and the plot), __main__.py (the command line,
+its exit codes and recipes). bench/gpu_suite.sh runs this folder, and for one call of a lent
+machine also installs the bundle, stops the suite before the call's limit and copies its
+files out (--bundle, --call-limit-s, --copy-to).
 """

@@ -3,16 +3,18 @@
 Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed first):
 
 - one call, a cluster user with 25 minutes:  bench/gpu_suite.sh --budget-min 24 results/gpu
-- a lent GPU with 10-minute commands and 30 minutes in all, three calls back to back (the
-  machine keeps OUT_DIR while it is warm; each call copies OUT_DIR's files to $OUT):
-    1. bench/gpu_suite.sh --budget-min 8.5 --stages facts,throughput runs/gpu
-    2. bench/gpu_suite.sh --budget-min 9 --stages frontier_train runs/gpu
-    3. bench/gpu_suite.sh --budget-min 8.5 runs/gpu     (the rest of the training, then
-       the evaluation and the artefacts)
+- a lent GPU with 10-minute commands and 30 minutes in all: plan.RECIPE's three calls back
+  to back (plan.recipe_command prints each; the arithmetic is in plan.py).
+
+`--seed DIR`: a folder holding the files an earlier call returned (gpu_report.json, the
+.tar files), copied into OUT_DIR only when OUT_DIR has no report (a machine that went cold
+between calls); a warm machine's own OUT_DIR wins. (The lost checkpoints are noticed: the
+reference and the frontier train again.)
 
 Exit codes: 0 when every stage that ran finished or was skipped for time, 1 when a stage
 failed (named on stderr and in the report), 2 with one line when a prerequisite is missing
-(no CUDA without --smoke, a Python package, a data file).
+(no CUDA without --smoke, a Python package, a data file), 130 when a signal stopped it
+(SIGINT, SIGTERM: the report is written first). gpu_report.json records each call's exit.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,8 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = Parser(
         prog="bench/gpu_suite.sh",
-        description="The GPU suite (issue 22): device facts, throughput side by side, the rate "
-        "frontier and its artefacts, within a time budget, resumable in OUT_DIR.",
+        description="The GPU suite (issues 22, 31): device facts, throughput side by side, a "
+        "reference model, the rate frontier and its artefacts, within a time budget, "
+        "resumable in OUT_DIR. For one call of a lent machine, bench/gpu_suite.sh also takes "
+        "--bundle DIR, --call-limit-s N and --copy-to DIR (see its header).",
     )
     p.add_argument("out_dir", metavar="OUT_DIR", help="report, artefacts and state (work/)")
     p.add_argument(
@@ -69,10 +75,36 @@ def _parser() -> argparse.ArgumentParser:
         "--frontier-steps",
         type=int,
         default=None,
-        help="steps per frontier run (default: sized from the 8k throughput to fill 12 min)",
+        help="steps per frontier run (default: sized from the 8k throughput and the time the "
+        "stage has in the call it starts in)",
+    )
+    p.add_argument(
+        "--seed",
+        metavar="DIR",
+        default=None,
+        help="files an earlier call returned (gpu_report.json, .tar): copied into OUT_DIR "
+        "when it has no report (a machine that went cold); ignored otherwise",
     )
     p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     return p
+
+
+def seed_out_dir(out: Path, seed: Path) -> str:
+    """Copy the suite's files from `seed` into `out` when `out` holds no report; says what
+    it did (for stderr)."""
+    if (out / REPORT).exists():
+        return f"--seed {seed}: ignored, {out} has its own report (this machine kept it)"
+    files = [seed / f for f in OUT_FILES if (seed / f).is_file()]
+    if not (seed / REPORT).is_file():
+        return f"--seed {seed}: no {REPORT} there; starting afresh"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, out / f.name)
+    return f"--seed {seed}: copied {', '.join(f.name for f in files)} into {out} (a fresh machine)"
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt  # stopped like a Ctrl-C: children stopped, report written
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -101,11 +133,23 @@ def _main(argv: Sequence[str]) -> int:
                 "on CPU with tiny shapes, to check the suite itself)"
             )
     check_data(data_dir)
+    if args.seed:
+        print(f"gpu_suite: {seed_out_dir(out, Path(args.seed))}", file=sys.stderr)
     budget = Budget(args.budget_min)
     out.mkdir(parents=True, exist_ok=True)
     suite = Suite(out.resolve(), smoke_plan() if args.smoke else gpu_plan(), data_dir, budget,
                   args.frontier_steps)  # fmt: skip
-    rc = suite.run(stages)
+    # SIGINT at Python's default even if the suite inherited it ignored (a background job of
+    # a shell without job control): stopping the suite must stop its children cleanly
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        rc = suite.run(stages)
+    finally:
+        for s, h in handlers.items():
+            if h is not None:  # None: a handler not set from Python, left as it is
+                signal.signal(s, h)
     extra = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in OUT_FILES)
     if extra:
         print(f"gpu_suite: note: OUT_DIR also holds {', '.join(extra)}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """What a stage works with: one call of the suite on OUT_DIR.
 
-OUT_DIR holds at most 8 files (OUT_FILES: the report, its Markdown, the plot, two exported
+OUT_DIR holds at most 8 files (OUT_FILES: the report, its Markdown, the plot, three exported
 models, the logs), each under 16 MiB; the runs, caches and logs live in OUT_DIR/work/. The
 state (the report, a dict) is saved as OUT_DIR/gpu_report.json as the stages go (after each
 stage, throughput variant and evaluated run), so that the next call continues from there."""
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from bench.gpu_suite.plan import BASE_CONFIG, SHARED_PREFIX, Plan
+from bench.gpu_suite.plan import BASE_CONFIG, REFERENCE_CONFIG, SHARED_PREFIX, Plan
 from vat.io import write_json_atomic
 
 REPORT = "gpu_report.json"
@@ -26,6 +26,7 @@ OUT_FILES = (
     "frontier.png",
     "best_sts.tar",
     "best_bleu.tar",
+    "reference.tar",
     "logs.tar.gz",
 )
 """Everything the suite writes at OUT_DIR's top level (at most 8 files, each <= 16 MiB)."""
@@ -34,6 +35,13 @@ MAX_OUT_FILE = 16 * 2**20
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tokens_text(n: float | None) -> str:
+    """600.0M, or 6,000 below a million (the smoke run's budgets)."""
+    if n is None:
+        return "n/a"
+    return f"{n / 1e6:,.1f}M" if n >= 1e6 else f"{n:,.0f}"
 
 
 def pack(dest: Path, folder: Path, arcname: str, gz: bool = False) -> None:
@@ -55,11 +63,19 @@ class Call:
         self.work = out / "work"
         self.logs = self.work / "logs"
         self.config = self.work / "suite_config.yaml"
+        self.reference_config = self.work / "reference_config.yaml"
         self.steps_override = steps
 
-    # the train config every stage uses: configs/corpus_gpu.yaml with the data folder's paths
     def write_config(self) -> None:
-        cfg = yaml.safe_load(BASE_CONFIG.read_text(encoding="utf-8"))
+        """The train configs the stages use, with the data folder's paths and the mode's
+        overrides: configs/corpus_gpu.yaml (throughput, frontier) and
+        configs/reference_gpu.yaml (the reference)."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        for base, dest in ((BASE_CONFIG, self.config), (REFERENCE_CONFIG, self.reference_config)):
+            self._write_config(base, dest)
+
+    def _write_config(self, base: Path, dest: Path) -> None:
+        cfg = yaml.safe_load(base.read_text(encoding="utf-8"))
         data = cfg["data"]
         for key in ("train_files", "val_files"):
             data[key] = [str(self.data_dir / p[len(SHARED_PREFIX) :]) for p in data[key]]
@@ -72,9 +88,8 @@ class Call:
             for part in parents:
                 node = node.setdefault(part, {})
             node[leaf] = value
-        self.work.mkdir(parents=True, exist_ok=True)
-        text = "# Written by bench/gpu_suite from configs/corpus_gpu.yaml\n"
-        self.config.write_text(text + yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        text = f"# Written by bench/gpu_suite from configs/{base.name}\n"
+        dest.write_text(text + yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
 
     def save(self) -> None:
         write_json_atomic(self.out / REPORT, self.state)

@@ -1,5 +1,13 @@
-"""The child processes of the stages (throughput variants, frontier runs): run from the
-checkout, logged, and stopped for time the way vat saves its state."""
+"""The child processes of the stages (throughput variants, training runs): run from the
+checkout, logged, and stopped for time the way vat saves its state.
+
+Each child runs in its own process group with SIGINT at its default. Own group: a Ctrl-C at
+a terminal (or `timeout --foreground`) reaches the suite alone, and the suite stops each child
+once; a second SIGINT would interrupt the checkpoint vat writes on the first. Default SIGINT:
+a suite started in the background by a shell without job control inherits SIGINT ignored,
+and so would its children, which then never save their state when stopped (the rehearsal's
+runs killed before their first checkpoint). A new group stays in the call's session, so a
+machine that ends the call's processes ends these too."""
 
 from __future__ import annotations
 
@@ -12,10 +20,6 @@ from pathlib import Path
 
 from bench.gpu_suite.plan import ROOT, Plan
 
-STOP_GRACE_S = 30.0
-"""Children stopped for time get SIGINT (vat saves its state) and this long before SIGKILL;
-they are stopped this long before their stage's time is up."""
-
 
 def child_env(plan: Plan) -> dict[str, str]:
     env = dict(os.environ)
@@ -26,29 +30,49 @@ def child_env(plan: Plan) -> dict[str, str]:
     return env
 
 
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def spawn(cmd: list[str], log: Path, plan: Plan) -> subprocess.Popen:
+    """Start one child, its output appended to `log` (after the command line)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        return subprocess.Popen(
+            cmd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=child_env(plan),
+            preexec_fn=_child_setup,  # safe here: the suite starts no threads
+        )
+
+
 def run_child(cmd: list[str], log: Path, timeout_s: float, plan: Plan) -> tuple[int | None, float]:
     """Run one child to completion or `timeout_s` (then SIGINT, then kill): (rc, seconds).
 
     rc is None when it was stopped for time."""
-    log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(f"$ {' '.join(cmd)}\n")
-        f.flush()
-        proc = subprocess.Popen(
-            cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=child_env(plan)
-        )
-        try:
-            # stopped STOP_GRACE_S before its time, so that stopping it fits in that time
-            rc: int | None = proc.wait(timeout=max(timeout_s - STOP_GRACE_S, 0.1))
-        except subprocess.TimeoutExpired:
-            stop([proc])
-            rc = None
+    proc = spawn(cmd, log, plan)
+    try:
+        # stopped stop_grace_s before its time, so that stopping it fits in that time
+        rc: int | None = proc.wait(timeout=max(timeout_s - plan.stop_grace_s, 0.1))
+    except subprocess.TimeoutExpired:
+        stop([proc], plan.stop_grace_s)
+        rc = None
+    except KeyboardInterrupt:
+        shield()
+        stop([proc], plan.stop_grace_s)
+        raise
     return rc, time.monotonic() - t0
 
 
-def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGINT (vat saves its state on Ctrl-C), then SIGKILL after `grace_s`."""
+def stop(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """SIGINT (vat saves its state on Ctrl-C), then SIGKILL to the child's whole group (its
+    data loader and compile workers) after `grace_s`."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
@@ -57,8 +81,18 @@ def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> No
         try:
             p.wait(timeout=max(0.1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             p.wait()
+
+
+def shield() -> None:
+    """The suite is stopping (a signal): further SIGINT/SIGTERM must not cut short its own
+    clean-up (children stopped, the report written)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def last_line(path: Path) -> str:

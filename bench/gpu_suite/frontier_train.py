@@ -1,87 +1,66 @@
-"""Stage 3, `frontier_train`: one `vat train` per `model.loss.target_kl` value (5, 10, 15,
-20, 30, 45 nats per token), all at once on the one GPU: the paper-shaped model of
-configs/corpus_gpu.yaml (8k vocabulary, max_len 256, token batches, bf16, compiled) on the
-shared corpus, the same step (and so token) budget each, sized from the throughput stage to
-fill the stage's share. At the end of a call's budget the runs are interrupted (each saves
-its state) and the next call resumes them (`--ckpt_path last`).
+"""Stage 4, `frontier_train`: one `vat train` per `model.loss.target_kl` value, all at once
+on the one GPU: the paper-shaped model of configs/corpus_gpu.yaml (8k vocabulary, max_len
+256, token batches, bf16, compiled) on the shared corpus, the same step (and so token)
+budget each. How many runs, and their steps, are sized when the stage first starts, from the
+measured 8k throughput and the time this call gives the stage (frontier_size), so that every
+run starts and ends in one call: a resume costs a start-up and a recompile. If they are
+stopped anyway, each saves its state and the next call resumes it (runs.py).
 
 Run NAME trains in OUT_DIR/work/frontier/NAME/ and leaves `.trained` there when it ends."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_suite.call import Call
-from bench.gpu_suite.children import STOP_GRACE_S, child_env, last_line, stop
-from bench.gpu_suite.plan import ROOT, Plan
-from vat.errors import VatError
+from bench.gpu_suite.call import Call, tokens_text
+from bench.gpu_suite.plan import FRONTIER_SHARE_OF_SINGLE, Plan
+from bench.gpu_suite.runs import TRAINED, TrainRun, launch_overhead_s, prepare_data, train
+from bench.gpu_suite.throughput import measured_throughput
 
 TARGET_KL_KEY = "model.loss.target_kl"
 
 
 def run(call: Call, allot: float) -> str:
+    end = time.monotonic() + allot  # everything below counts, the data preparation included
     fr = call.state["frontier"]
+    prepare_data(call, call.config)
     if fr["steps"] is None:
-        fr["steps"], fr["steps_from"] = frontier_steps(call.state, call.plan, call.steps_override)
-        fr["values"] = list(call.plan.target_kls)
-        call.note("frontier_train", f"{fr['steps']} steps per run ({fr['steps_from']})")
+        start_s = launch_overhead_s(call.state, call.plan)
+        train_s = end - time.monotonic() - start_s - call.plan.stop_grace_s
+        fr["values"], fr["steps"], fr["steps_from"] = frontier_size(
+            call.state, call.plan, train_s, call.steps_override
+        )
+        call.note("frontier_train", f"{len(fr['values'])} runs, {fr['steps']} steps each "
+                                    f"({fr['steps_from']})")  # fmt: skip
     runs_dir = call.work / "frontier"
-    pending = [
-        v
+    runs = [
+        TrainRun(
+            run_name(v),
+            runs_dir / run_name(v),
+            train_cmd(call.config, runs_dir / run_name(v), v, fr["steps"]),
+            fr["steps"],
+            call.logs / f"train_{run_name(v)}.log",
+        )
         for v in fr["values"]
-        if not (runs_dir / run_name(v) / ".trained").exists()
+        if not (runs_dir / run_name(v) / TRAINED).exists()
         and "eval" not in fr["runs"].get(run_name(v), {})
     ]
-    _prepare_data(call)
-    procs: list[tuple[float, subprocess.Popen, Any]] = []
-    end = time.monotonic() + allot - STOP_GRACE_S  # stopping the runs fits in allot
-    for v in pending:
-        run_dir = runs_dir / run_name(v)
-        log = call.logs / f"train_{run_name(v)}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        f = open(log, "a", encoding="utf-8")  # noqa: SIM115 (closed when the child ends)
-        cmd = train_cmd(call.config, run_dir, v, fr["steps"])
-        f.write(f"$ {' '.join(cmd)}\n")
-        f.flush()
-        p = subprocess.Popen(
-            cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=child_env(call.plan)
-        )
-        procs.append((v, p, f))
-    while any(p.poll() is None for _, p, _ in procs) and time.monotonic() < end:
-        time.sleep(call.plan.poll_s)
-    interrupted = [p for _, p, _ in procs if p.poll() is None]
-    if interrupted:
-        call.note(
-            "frontier_train",
-            f"{len(interrupted)} runs interrupted at the call's budget (each saves its "
-            "state); the next call resumes them",
-        )
-        stop(interrupted)
+    outcomes = train(call, "frontier_train", runs, end)
     failed = []
-    for v, p, f in procs:
-        f.close()
-        name = run_name(v)
-        if p in interrupted:
-            continue
-        if p.returncode == 0:
-            (runs_dir / name / ".trained").write_text("")
-            fr["runs"].setdefault(name, {})["trained"] = True
-        else:
+    for name, o in outcomes.items():
+        rec = fr["runs"].setdefault(name, {})
+        rec["seconds"] = round(rec.get("seconds", 0.0) + o.seconds, 1)
+        if o.status == "trained":
+            rec["trained"] = True
+        elif o.status == "failed":
             failed.append(name)
-            call.note(
-                "frontier_train",
-                f"{name} failed (exit {p.returncode}): "
-                f"{last_line(call.logs / f'train_{name}.log')}",
-            )
+            call.note("frontier_train", f"{name} failed ({o.note})")
     if failed:
         return "failed"
-    return "partial" if interrupted else "done"
+    return "partial" if any(o.status == "interrupted" for o in outcomes.values()) else "done"
 
 
 def run_name(value: float) -> str:
@@ -90,27 +69,35 @@ def run_name(value: float) -> str:
     return sweep_run_name({TARGET_KL_KEY: value})
 
 
-def frontier_steps(state: dict[str, Any], plan: Plan, override: int | None) -> tuple[int, str]:
-    """The step budget of every frontier run: the same token budget each, sized so that the
-    runs, all at once, fill the frontier_train share at the measured 8k throughput (80% of a
-    single run's tokens/s, shared between the runs)."""
+def frontier_size(
+    state: dict[str, Any], plan: Plan, train_s: float, override: int | None
+) -> tuple[list[float], int, str]:
+    """The frontier's targets and steps per run: the runs, all at once, share
+    FRONTIER_SHARE_OF_SINGLE x the measured tokens/s over `train_s` seconds of training;
+    as many runs as get at least plan.min_run_tokens each (never fewer than two), the
+    targets taken from plan.target_kls in order."""
+    m = measured_throughput(state, plan)
+    if m is None:
+        runs = plan.frontier_runs_default
+        steps = override or plan.frontier_steps_default
+        why = "--frontier-steps" if override else "default (no 8k throughput measured)"
+        return sorted(plan.target_kls[:runs]), steps, why
+    variant, tok_s, per_step = m
+    train_s = max(train_s, 0.0)
+    total = FRONTIER_SHARE_OF_SINGLE * tok_s * train_s
+    runs = min(len(plan.target_kls), max(2, int(total // plan.min_run_tokens)))
+    steps = max(1, min(int(total / (runs * per_step)), plan.max_steps))
+    why = (
+        f"{variant}: {tok_s:,.0f} tokens/s x {FRONTIER_SHARE_OF_SINGLE} (the runs share the "
+        f"GPU) x {train_s:.0f} s of training = {tokens_text(total)} tokens; {runs} runs "
+        f"(>= {tokens_text(plan.min_run_tokens)} tokens each, at least 2) of "
+        f"{tokens_text(steps * per_step)} tokens = {steps:,} steps of {per_step:,.0f} tokens"
+    )
     if override:
-        return override, "--frontier-steps"
-    variants = state["throughput"]["variants"]
-    for name in ("8k_compiled", "8k_eager"):
-        v = variants.get(name)
-        if not v or v.get("status") != "done":
-            continue
-        voc = v["result"]["vocabs"][0]
-        tokens_per_step = voc["timed_nonpad_tokens"] / v["result"]["timed_steps"]
-        tok_s = voc["vat"]["tokens_per_s"]
-        runs = len(plan.target_kls)
-        steps = int(0.8 * tok_s * plan.shares_s["frontier_train"] / (runs * tokens_per_step))
-        return max(100, min(steps, 50_000)), (
-            f"{name}: {tok_s:,.0f} tokens/s x 0.8, {runs} runs, "
-            f"{tokens_per_step:,.0f} tokens/step, {plan.shares_s['frontier_train']:.0f} s"
-        )
-    return plan.frontier_steps_default, "default (no 8k throughput measured)"
+        steps, why = override, f"--frontier-steps; sized: {why}"
+    elif steps == plan.max_steps:
+        why += f" (capped at {plan.max_steps:,})"
+    return sorted(plan.target_kls[:runs]), steps, why
 
 
 def train_cmd(config: Path, run_dir: Path, value: float, steps: int) -> list[str]:
@@ -136,23 +123,14 @@ def train_cmd(config: Path, run_dir: Path, value: float, steps: int) -> list[str
         "--model.loss.free_bits",
         "0.0",  # the controller holds the rate (configs/corpus_gpu.yaml's alternative)
         "--ckpt_path",
-        "last",  # resumes an interrupted run; starts fresh in an empty run directory
+        "last",  # resumes a stopped run (runs.train removes a folder with no checkpoint)
     ]
-
-
-def _prepare_data(call: Call) -> None:
-    """The tokenizer and tokenized cache once, before the parallel runs read them."""
-    from vat.cli.train import prepare_data
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = prepare_data(["-c", str(call.config), "--run_dir", str(call.work / ".prepare")])
-    if rc != 0:
-        raise VatError(f"preparing the data of {call.config} failed (exit {rc})")
 
 
 def check_frontier_files(call: Call) -> None:
     """A report carried to a fresh machine: runs trained (or half trained) there but not
-    evaluated have lost their checkpoints, so the frontier is trained again."""
+    evaluated have lost their folders and checkpoints, so the frontier is trained again.
+    (A folder without a checkpoint on this machine is runs.train's: it starts afresh.)"""
     fr, st = call.state["frontier"], call.state["stages"]["frontier_train"]
     if st["status"] not in ("done", "partial"):
         return
@@ -160,7 +138,7 @@ def check_frontier_files(call: Call) -> None:
         run_name(v)
         for v in fr["values"]
         if "eval" not in fr["runs"].get(run_name(v), {})
-        and not (call.work / "frontier" / run_name(v) / "checkpoints").is_dir()
+        and not (call.work / "frontier" / run_name(v)).is_dir()
     ]
     if lost:
         st.update(status="pending", seconds=0.0)

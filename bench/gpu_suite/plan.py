@@ -1,4 +1,5 @@
-"""What each mode runs (the GPU suite, or --smoke on CPU), and the data and packages it needs.
+"""What each mode runs (the GPU suite, or --smoke on CPU), the time each stage gets, the
+three-call recipe for a lent GPU, and the data and packages the suite needs.
 
 A missing data file or Python package is a one-line error naming the offline bundle
 (scripts/offline_bundle.py reads `data_patterns` to know what to copy)."""
@@ -19,6 +20,10 @@ from vat.errors import VatError
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the suite runs from it (nothing installed)."""
 BASE_CONFIG = ROOT / "configs" / "corpus_gpu.yaml"
+"""The throughput variants and the frontier runs train this config (with the data folder's
+paths and the mode's overrides: call.Call.write_config)."""
+REFERENCE_CONFIG = ROOT / "configs" / "reference_gpu.yaml"
+"""The reference model's recipe (the one that reached BLEU 99): the same model and data."""
 REQUIRED_PACKAGES = (
     "torch",
     "lightning",
@@ -45,20 +50,20 @@ STS_DIRS = ("senteval/STS/STS12-en-test", "senteval/STS/STSBenchmark")
 SHARED_PREFIX = "../shared/data/"
 
 
-def _config_data_patterns(cfg: dict) -> list[str]:
-    data = cfg.get("data", {})
+def _config_data_patterns(path: Path) -> list[str]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8")).get("data", {})
     out = []
     for p in [*data.get("train_files", []), *data.get("val_files", [])]:
         if not p.startswith(SHARED_PREFIX):
-            raise VatError(f"{BASE_CONFIG}: data file {p} is not under {SHARED_PREFIX}")
+            raise VatError(f"{path}: data file {p} is not under {SHARED_PREFIX}")
         out.append(p[len(SHARED_PREFIX) :])
     return out
 
 
 def data_patterns() -> list[str]:
     """Glob patterns (relative to the data folder) of every file or folder the suite reads."""
-    cfg = yaml.safe_load(BASE_CONFIG.read_text(encoding="utf-8"))
-    return [*_config_data_patterns(cfg), NEWSTEST2019, *STS_DIRS]
+    configs = [*_config_data_patterns(BASE_CONFIG), *_config_data_patterns(REFERENCE_CONFIG)]
+    return [*dict.fromkeys(configs), NEWSTEST2019, *STS_DIRS]
 
 
 def check_data(data_dir: Path) -> None:
@@ -94,18 +99,50 @@ class Variant:
 
 @dataclass
 class Plan:
-    """Shapes and time shares of one mode (the GPU suite, or --smoke on CPU)."""
+    """Shapes, time shares and sizing rules of one mode (the GPU suite, or --smoke on CPU)."""
 
     smoke: bool
     shares_s: dict[str, float]
-    """Most seconds each stage may take in all (the 24-minute plan)."""
+    """Most seconds each stage may take in all, over every call."""
     min_s: dict[str, float]
     """Least seconds worth starting a stage with; less left in the call: skipped with a note."""
     variants: list[Variant]
+    """The throughput variants, most needed first (a stage out of time skips the last)."""
     variants_not_run: dict[str, str]
     bench_args: list[str]
+    sizing_variants: tuple[str, ...]
+    """Throughput variants whose vat tokens/s size the reference and the frontier (the
+    first one measured): the 8k vocabulary of configs/corpus_gpu.yaml."""
     target_kls: list[float]
+    """The frontier's `model.loss.target_kl` values in the order they are added: N runs
+    train the first N (frontier_train.frontier_size picks N)."""
+    frontier_runs_default: int
+    """Runs when no throughput was measured."""
     frontier_steps_default: int
+    min_run_tokens: float
+    """A frontier run gets at least this many non-pad tokens, or the frontier has fewer runs
+    (never fewer than two)."""
+    max_steps: int
+    """Cap on the steps of any run (the frontier and the reference)."""
+    reference_min_tokens: float
+    """The reference's token floor: the budget that reached BLEU 99 before."""
+    reference_steps_default: int
+    """The reference's steps when no throughput was measured."""
+    reference_launches: int
+    """How many calls start the reference (each start pays `startup_s`): the recipe's two."""
+    startup_s: float
+    """Estimated seconds from launching a `vat train` to its first step (imports, data,
+    compile); the reference's measured start-up replaces it when larger."""
+    stop_grace_s: float
+    """Runs stopped for time get SIGINT (vat saves its state) this long before their stage's
+    time is up, then SIGKILL."""
+    eval_run_s: float
+    """Estimated seconds to evaluate one run (until one has been timed in this call)."""
+    extra_eval_s: float
+    """Estimated seconds of the best run's feature specs (`vat features compare` and two
+    `vat evaluate`)."""
+    export_s: float
+    """Estimated seconds of `vat export --evaluate STS12,STSBenchmark`."""
     bleu_limit: int | None
     probe_max_sentences: int
     matmul_n: int
@@ -113,28 +150,40 @@ class Plan:
     poll_s: float = 1.0
 
 
+FRONTIER_SHARE_OF_SINGLE = 0.8
+"""The frontier's runs train at once on the one GPU; together they are assumed to reach 80%
+of one run's measured tokens/s (conservative: the runs finish early rather than late)."""
+
+
 def gpu_plan() -> Plan:
-    v = [
+    v = [  # the 8k variants first: the reference and the frontier are sized from them
         Variant("8k_compiled", 8192, True, False),
         Variant("8k_eager", 8192, False, False),
         Variant("32k_eager", 32768, False, False),
-        Variant("32k_compiled", 32768, True, False),
         Variant("32k_eager_fused_ce", 32768, False, True),
+        Variant("32k_compiled", 32768, True, False),
         Variant("32k_compiled_fused_ce", 32768, True, True),
     ]
     return Plan(
         smoke=False,
+        # The 23.5-minute plan (1,410 s; the arithmetic of each share is in RECIPE's comment).
+        # throughput 210 s: the 8k compiled variant (data preparation, two compiles, 180 steps
+        # a loop) must fit, since the reference and the frontier are sized from it
         shares_s={
             "facts": 30,
-            "throughput": 7 * 60,
-            "frontier_train": 12 * 60,
-            "frontier_eval": 4 * 60,
+            "throughput": 210,
+            "reference": 720,
+            "frontier_train": 270,
+            "frontier_eval": 150,
             "artefacts": 30,
         },
         min_s={
             "facts": 15,
             "throughput": 90,
-            "frontier_train": 90,
+            "reference": 120,
+            # the frontier is sized to the call it starts in: with 240 s, 2 runs of 75M
+            # tokens at 1.2M tokens/s (frontier_size); with less it would measure transients
+            "frontier_train": 240,
             "frontier_eval": 60,
             "artefacts": 20,
         },
@@ -142,8 +191,23 @@ def gpu_plan() -> Plan:
         variants_not_run={},
         bench_args=["--device", "cuda", "--precision", "bf16-mixed"]
         + ["--warmup", "30", "--steps", "150", "--rounds", "1"],
-        target_kls=[5.0, 10.0, 15.0, 20.0, 30.0, 45.0],
-        frontier_steps_default=2000,
+        sizing_variants=("8k_compiled", "8k_eager"),
+        target_kls=[10.0, 40.0, 20.0, 5.0, 30.0, 15.0],
+        frontier_runs_default=3,
+        frontier_steps_default=1500,
+        # ~1,100 steps of ~69k non-pad tokens: the rate controller (ki 0.01: the weight moves
+        # by e^0.001 per step at 10% error) needs several hundred steps to settle, so a
+        # shorter run measures its transient, not the rate it was given
+        min_run_tokens=75e6,
+        max_steps=50_000,
+        reference_min_tokens=600e6,
+        reference_steps_default=9_400,  # the plain loop's 9,400 steps of ~69k tokens
+        reference_launches=2,
+        startup_s=60,
+        stop_grace_s=20,
+        eval_run_s=45,
+        extra_eval_s=60,
+        export_s=30,
         bleu_limit=None,
         probe_max_sentences=2000,
         matmul_n=8192,
@@ -157,6 +221,7 @@ def smoke_plan() -> Plan:
         shares_s={  # generous: a busy CI machine must not turn the smoke run partial
             "facts": 60,
             "throughput": 300,
+            "reference": 300,
             "frontier_train": 300,
             "frontier_eval": 300,
             "artefacts": 60,
@@ -164,6 +229,7 @@ def smoke_plan() -> Plan:
         min_s={
             "facts": 1,
             "throughput": 5,
+            "reference": 5,
             "frontier_train": 5,
             "frontier_eval": 5,
             "artefacts": 1,
@@ -175,8 +241,20 @@ def smoke_plan() -> Plan:
         },
         bench_args=["--device", "cpu", "--precision", "32-true", "--threads", "1"]
         + ["--warmup", "1", "--steps", "2", "--rounds", "1", "--max-train-lines", "1500"],
+        sizing_variants=("smoke_eager",),
         target_kls=[5.0, 20.0],
-        frontier_steps_default=4,
+        frontier_runs_default=2,
+        frontier_steps_default=8,
+        min_run_tokens=2_000,
+        max_steps=8,
+        reference_min_tokens=6_000,  # about 10 steps of ~600 tokens
+        reference_steps_default=8,
+        reference_launches=2,
+        startup_s=8,
+        stop_grace_s=10,
+        eval_run_s=20,
+        extra_eval_s=20,
+        export_s=15,
         bleu_limit=24,
         probe_max_sentences=100,
         matmul_n=256,
@@ -191,6 +269,14 @@ def smoke_plan() -> Plan:
             "model.arch.d_ff": 32,
             "model.arch.n_encoder_layers": 1,
             "model.arch.n_decoder_layers": 1,
+            # The GPU's schedule (Noam, 2M-sentence warm-up) and controller gains (the weight
+            # moves ~0.1% a step) barely move 8 steps: both targets trained alike (val KL
+            # 77.80 twice in the rehearsal). A constant lr and fast gains let 8 steps show
+            # the target: target 5 ends below target 20 in val KL.
+            "model.optim.schedule": "constant",
+            "model.optim.lr": 0.01,
+            "model.loss.kl_control_kp": 1.0,
+            "model.loss.kl_control_ki": 0.2,
             "data.vocab_size": 320,
             "data.max_train_lines": 1500,
             "data.tokenizer_train_lines": 1500,
@@ -201,3 +287,94 @@ def smoke_plan() -> Plan:
         },
         poll_s=0.2,
     )
+
+
+# -- the recipe for a lent GPU: 30 minutes of device time in 10-minute calls ---------------
+@dataclass(frozen=True)
+class RecipeCall:
+    budget_min: float
+    stages: tuple[str, ...]
+    """The stages this call runs; () for all that are not done."""
+    what: str
+
+
+DEVICE_S = 30 * 60
+"""The lent GPU's device time for a session, counted from asking for the machine (its start
+included) until it is given back, idle time between calls included."""
+CALL_LIMIT_S = 600
+"""One call's command is killed after this long (and nothing of it comes back unless it has
+copied its files: bench/gpu_suite.sh --call-limit-s stops the suite in time)."""
+START_S = 120
+"""A cold machine's start, paid by the first call (and by any call after it went cold)."""
+CALL_OVERHEAD_S = 40
+"""Per call, outside the suite's budget: the tree and `offline` sent (about 20 MiB), the
+bundle installed (scripts/offline_bundle.sh --install, ~15 s), imports and CUDA set-up, the
+files copied and sent back."""
+GAP_S = 25
+"""Between calls the machine waits idle (at most 30 s before it is given back): counted."""
+CALL_GUARD_S = 40
+"""bench/gpu_suite.sh --call-limit-s stops the suite (SIGINT) this long before the call's
+limit: its runs save their state (plan.stop_grace_s, 20 s), the report is written, and a
+SIGKILL 28 s after the SIGINT still leaves the files copied before the call is killed."""
+
+# The arithmetic (GPU plan, at the issue's 1.2M non-pad tokens/s for vat's loop at 8k; the
+# plain loop measured 1.28M on the lent H100):
+#
+# - reference, 720 s in two calls: 600M tokens = 500 s of training, + 2 starts (calls 1 and
+#   2) x 60 s + 45 s evaluation + 30 s export + 20 s to stop it at the end of call 1 = 695 s.
+#   At >= 1.19M tokens/s it gets the 600M floor; slower, the time share:
+#   tokens/s x (720 - 2 x 60 - 45 - 30 - 20) s = tokens/s x 505 s (480M at 0.95M).
+# - frontier, 270 s in one call (its steps are sized to that call's allotment, so no run
+#   restarts and recompiles): 270 - 60 start-up - 20 stop = 190 s of training x 0.8 x 1.2M
+#   tokens/s = 182M tokens: 2 runs (target_kl 10 and 40) of 91M each (>= 75M, min_run_tokens);
+#   3 runs (10, 20, 40) from 1.48M tokens/s. frontier_eval: 2 runs x 45 s + 60 s for the
+#   best run's feature specs = 150 s.
+# - throughput, 210 s: the 8k compiled variant first (the data prepared, vat's and the plain
+#   loop's steps compiled, 180 steps each), since the two items above are sized from it.
+# - the calls (RECIPE): 8.5 + 7.5 + 7.5 = 23.5 min of suite budget, the shares' 1,410 s:
+#   call 1 facts 30 + throughput 210 + reference 270; call 2 reference 450; call 3
+#   frontier_train 270 + frontier_eval 150 + artefacts 30. Device time: 120 s start +
+#   3 x (40 s overhead + budget) + 2 x 25 s gaps = 1,700 s of 1,800 (100 s to spare). Each
+#   call: 15 s install + budget + ~10 s <= 600 s less the 40-s guard.
+RECIPE = (
+    RecipeCall(
+        8.5,
+        ("facts", "throughput", "reference"),
+        "facts 30 s + throughput 210 s + the reference's first 270 s (started, then stopped "
+        "at the call's end with its state saved)",
+    ),
+    RecipeCall(
+        7.5,
+        ("reference",),
+        "the reference's other 450 s: resumed, trained to its budget, evaluated, exported",
+    ),
+    RecipeCall(
+        7.5,
+        (),
+        "frontier_train 270 s (every run starts and ends in this call) + frontier_eval "
+        "150 s + artefacts 30 s",
+    ),
+)
+RECIPE_OUT_DIR = "runs/gpu"
+RECIPE_SEED_DIR = "runs/gpu_back"
+"""Here, the files the last call returned are copied into this ignored folder, carried on
+every later call (never OUT_DIR itself: a carried path replaces the machine's copy, and
+OUT_DIR's work/ holds the checkpoints), and passed as --seed (used only on a machine that
+went cold)."""
+RECIPE_CARRY = ("offline", RECIPE_SEED_DIR)
+
+
+def recipe_command(call: RecipeCall) -> str:
+    """One call's command line, as the README gives it."""
+    stages = f" --stages {','.join(call.stages)}" if call.stages else ""
+    return (
+        f'bench/gpu_suite.sh --bundle offline --seed {RECIPE_SEED_DIR} --copy-to "$OUT" '
+        f"--call-limit-s {CALL_LIMIT_S} --budget-min {call.budget_min:g}{stages} "
+        f"{RECIPE_OUT_DIR}"
+    )
+
+
+def recipe_device_s(recipe: Sequence[RecipeCall] = RECIPE) -> float:
+    """Device time the recipe takes, start and gaps included (the arithmetic above)."""
+    suite = sum(60 * c.budget_min for c in recipe)
+    return START_S + len(recipe) * CALL_OVERHEAD_S + suite + (len(recipe) - 1) * GAP_S

@@ -1,6 +1,7 @@
-"""The report: OUT_DIR/gpu_report.md (the stages, the device, throughput, the frontier, the
-artefacts), the frontier's plot, and the logs packed beside them; rewritten from the state
-after every stage, so that a call stopped anywhere leaves a report of what it did."""
+"""The report: OUT_DIR/gpu_report.md (the calls and their exit codes, the stages, the device,
+throughput, the reference model, the frontier, the artefacts), the frontier's plot, and the
+logs packed beside them; rewritten from the state after every stage, so that a call stopped
+anywhere leaves a report of what it did."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_suite.call import Call, pack
+from bench.gpu_suite.call import Call, pack, tokens_text
 from bench.gpu_suite.frontier_eval import BLEU_MIN
 
 
@@ -65,8 +66,71 @@ def plot_frontier(records: Sequence[dict[str, Any]], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _fmt(x: Any, spec: str = ".2f", scale: float = 1.0) -> str:
+def fmt(x: Any, spec: str = ".2f", scale: float = 1.0) -> str:
     return "n/a" if x is None else format(scale * x, spec)
+
+
+def _exit(rc: int | None) -> str:
+    why = {0: "0", 1: "1 (a stage failed)", 130: "130 (stopped by a signal; state saved)"}
+    if rc is None:
+        return "not recorded (the call was killed, or is running)"
+    return why.get(rc, str(rc))
+
+
+def render_reference(ref: dict[str, Any]) -> list[str]:
+    """The reference model: its budget and why, its launches, its scores, the BLEU bar,
+    the exported folder and the line that adds it to the registry."""
+    lines = ["", "## The reference model", ""]
+    if ref["steps"] is None:
+        return [*lines, "Not started."]
+    tokens = f"{tokens_text(ref['tokens'])} non-pad tokens" if ref["tokens"] else "no token count"
+    basis = {"floor": f"the {tokens_text(ref['floor_tokens'])}-token floor",
+             "time_share": "the stage's time share (less than the floor)",
+             "default": "the default steps (no throughput measured)"}[ref["basis"]]  # fmt: skip
+    lines += [
+        f"`{ref['config']}`, {ref['key']} {ref['target_kl']:g}: **{ref['steps']:,} steps, "
+        f"{tokens}: {basis}** ({ref['why']}).",
+        "",
+    ]
+    for i, la in enumerate(ref["launches"], 1):
+        lines.append(f"- launch {i}: {la['steps']:,} steps in {la['seconds']:.0f} s "
+                     f"(overhead {fmt(la['overhead_s'], '.0f')} s), {la['status']}")  # fmt: skip
+    e = ref["eval"]
+    if e is None:
+        return [*lines, "", "Not evaluated yet."]
+    s = e["sts"]
+    d = e["extra_sts"].get("default_spec") or {}
+    lines += [
+        "",
+        "| steps | val KL | val NLL | active units | BLEU | BLEU <= 63 | BLEU > 63 (lines) | "
+        "STS12 mean | STS12 precision | STS-B mean | STS-B precision | STS12 default spec | "
+        "STS-B default spec |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {e['step']:,} | {fmt(e['val_kl'])} | {fmt(e['val_nll'], '.3f')} | "
+        f"{e['active_units']} | {fmt(e['bleu'])} | {fmt(e['bleu_short'])} | "
+        f"{fmt(e['bleu_long'])} ({e['lines_long']}) | {fmt(s['mean']['sts12'], '.2f', 100)} | "
+        f"{fmt(s['precision']['sts12'], '.2f', 100)} | {fmt(s['mean']['stsb'], '.2f', 100)} | "
+        f"{fmt(s['precision']['stsb'], '.2f', 100)} | {fmt(d.get('sts12'), '.2f', 100)} | "
+        f"{fmt(d.get('stsb'), '.2f', 100)} |",
+        "",
+        f"BLEU >= {ref['bleu_min']:g} on newstest2019: "
+        f"**{'reached' if ref['bleu_reached'] else 'not reached'}** ({fmt(e['bleu'])}).",
+    ]
+    a = ref["export"]
+    if a is None:
+        return [*lines, "", "Not exported yet."]
+    return [
+        *lines,
+        "",
+        f"Exported: `{a['file']}` ({a['bytes'] / 2**20:.1f} MiB; `tar xf {a['file']}` gives "
+        f"`{a['folder_in_tar']}/`, whose card README.md holds these scores). Add it to the "
+        "shipped-model registry:",
+        "",
+        "```bash",
+        f"{a['registry_command']}",
+        f"# or, from the returned file: {a['registry_command_from_tar']}",
+        "```",
+    ]
 
 
 def render_markdown(state: dict[str, Any]) -> str:
@@ -77,14 +141,26 @@ def render_markdown(state: dict[str, Any]) -> str:
         "",
         f"Device: {f.get('device', 'n/a')}; torch {f.get('torch', 'n/a')}, CUDA "
         f"{f.get('cuda') or 'n/a'}; measured bf16 matmul peak "
-        f"{_fmt(f.get('bf16_matmul_tflops'), '.4g')} TFLOP/s "
+        f"{fmt(f.get('bf16_matmul_tflops'), '.4g')} TFLOP/s "
         f"({f.get('bf16_matmul', 'not measured')}).",
         "",
-        "Calls: " + "; ".join(f"{c['started']} `{c['command']}`" for c in state["calls"]),
+        "## Calls",
+        "",
+        "| started | command | exit | allotted / used s per stage |",
+        "|---|---|---|---|",
+    ]
+    for c in state["calls"]:
+        stages = ", ".join(
+            f"{k} {v:.0f} / {c.get('used_s', {}).get(k, 0):.0f}"
+            for k, v in c.get("allotted_s", {}).items()
+        )
+        lines.append(f"| {c['started']} | `{c['command']}` | {_exit(c.get('exit'))} | "
+                     f"{stages or 'none ran'} |")  # fmt: skip
+    lines += [
         "",
         "## Stages",
         "",
-        "| stage | status | seconds | last note |",
+        "| stage | status | seconds (all calls) | last note |",
         "|---|---|---:|---|",
     ]
     for name, s in state["stages"].items():  # in the order they run (state.new_state)
@@ -102,8 +178,8 @@ def render_markdown(state: dict[str, Any]) -> str:
     for r in t.get("rows", []):
         lines.append(
             f"| {r['variant']} | {r['vocab']} | {r['loop']} | {r['tokens_per_s']:,.0f} | "
-            f"{_fmt(r['vat_over_plain'], '.3f')} | {_fmt(r['mfu'], '.2%')} | "
-            f"{_fmt(r['hours_for_3e9_tokens'])} | {r['recompiles']} | {r['compiled_graphs']} |"
+            f"{fmt(r['vat_over_plain'], '.3f')} | {fmt(r['mfu'], '.2%')} | "
+            f"{fmt(r['hours_for_3e9_tokens'])} | {r['recompiles']} | {r['compiled_graphs']} |"
         )
     for name, v in t.get("variants", {}).items():
         if v.get("status") != "done":
@@ -120,8 +196,9 @@ def render_markdown(state: dict[str, Any]) -> str:
                 if state["mode"] == "smoke"
                 else {True: "reached", False: "not reached", None: "not measured"}[j["reached"]]
             )
-            lines.append(f"- {key}: target {j['target']:,}, measured {_fmt(j['measured'], ',.3f')}"
+            lines.append(f"- {key}: target {j['target']:,}, measured {fmt(j['measured'], ',.3f')}"
                          f" ({j['variant']}): {verdict}")  # fmt: skip
+    lines += render_reference(state["reference"])
     fr = state["frontier"]
     lines += [
         "",
@@ -135,12 +212,12 @@ def render_markdown(state: dict[str, Any]) -> str:
     for r in sorted(recs, key=lambda r: r["target_kl"]):
         s = r["sts"]
         lines.append(
-            f"| {r['run']} | {r['target_kl']:g} | {r['step']} | {_fmt(r['val_kl'])} | "
-            f"{_fmt(r['val_nll'], '.3f')} | {r['active_units']} | {_fmt(r['bleu'])} | "
-            f"{_fmt(r['bleu_short'])} | {_fmt(r['bleu_long'])} ({r['lines_long']}) | "
-            f"{_fmt(s['mean']['sts12'], '.2f', 100)} | {_fmt(s['precision']['sts12'], '.2f', 100)}"
-            f" | {_fmt(s['mean']['stsb'], '.2f', 100)} | "
-            f"{_fmt(s['precision']['stsb'], '.2f', 100)} |"
+            f"| {r['run']} | {r['target_kl']:g} | {r['step']} | {fmt(r['val_kl'])} | "
+            f"{fmt(r['val_nll'], '.3f')} | {r['active_units']} | {fmt(r['bleu'])} | "
+            f"{fmt(r['bleu_short'])} | {fmt(r['bleu_long'])} ({r['lines_long']}) | "
+            f"{fmt(s['mean']['sts12'], '.2f', 100)} | {fmt(s['precision']['sts12'], '.2f', 100)}"
+            f" | {fmt(s['mean']['stsb'], '.2f', 100)} | "
+            f"{fmt(s['precision']['stsb'], '.2f', 100)} |"
         )
     if fr.get("best"):
         lines += ["", f"Best: {fr['best'].get('verdict', 'n/a')}."]
@@ -148,7 +225,7 @@ def render_markdown(state: dict[str, Any]) -> str:
         for set_name, x in r.get("extra_sts", {}).items():  # issue 23's feature specs
             lines.append(
                 f"- {r['run']}, {set_name} (`{' '.join(x['options'])}`): STS12 "
-                f"{_fmt(x['sts12'], '.2f', 100)}, STS-B {_fmt(x['stsb'], '.2f', 100)}"
+                f"{fmt(x['sts12'], '.2f', 100)}, STS-B {fmt(x['stsb'], '.2f', 100)}"
             )
     if fr.get("plot"):
         lines += ["", f"Plot: {fr['plot']}"]

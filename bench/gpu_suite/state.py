@@ -2,9 +2,14 @@
 
 Budget and resume: a call runs the stages asked for (`--stages`, default all) that are not
 finished, in order, inside `--budget-min` minutes: a stage starts only if its minimum fits
-in what is left, gets at most its share, and a stage that would overrun is skipped with a
-note. Running the same command again on the same OUT_DIR skips finished stages and
-continues the rest (the frontier's runs from their checkpoints, the evaluation run by run)."""
+in what is left, gets at most its share (less what earlier calls spent on it), and a stage
+that would overrun is skipped with a note. Each stage's clock starts before its first step
+and it checks that clock before each further one, so it ends within what it was allotted;
+the allotment and the seconds used are recorded per call. Running the same command again on
+the same OUT_DIR skips finished stages and continues the rest (the reference's and the
+frontier's runs from their checkpoints, the evaluation run by run). A SIGINT or SIGTERM (a
+Ctrl-C, bench/gpu_suite.sh --call-limit-s) stops the stage under way the same way: its
+children save their state, the report is written, exit code 130."""
 
 from __future__ import annotations
 
@@ -15,8 +20,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_suite import artefacts, facts, frontier_eval, frontier_train, throughput
+from bench.gpu_suite import (
+    artefacts,
+    facts,
+    frontier_eval,
+    frontier_train,
+    reference,
+    throughput,
+)
 from bench.gpu_suite.call import REPORT, Call, now_iso
+from bench.gpu_suite.children import shield
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.report import write_outputs
 from vat.errors import VatError
@@ -24,6 +37,7 @@ from vat.errors import VatError
 STAGES: dict[str, Callable[[Call, float], str]] = {
     "facts": facts.run,
     "throughput": throughput.run,
+    "reference": reference.run,
     "frontier_train": frontier_train.run,
     "frontier_eval": frontier_eval.run,
     "artefacts": artefacts.run,
@@ -31,7 +45,8 @@ STAGES: dict[str, Callable[[Call, float], str]] = {
 """The stages in the order they run: stage NAME is bench/gpu_suite/NAME.py, whose run(call,
 allot) works within `allot` seconds and returns the stage's status ("done", "partial",
 "skipped" or "failed"). A new stage: its module, its line here, its shares in plan.py."""
-SCHEMA = 1
+SCHEMA = 2
+"""2: the reference stage (issue 31); a schema-1 OUT_DIR is refused (use another)."""
 
 
 def new_state(smoke: bool) -> dict[str, Any]:
@@ -42,6 +57,7 @@ def new_state(smoke: bool) -> dict[str, Any]:
         "stages": {s: {"status": "pending", "seconds": 0.0, "notes": []} for s in STAGES},
         "facts": None,
         "throughput": {"variants": {}, "not_run": {}, "targets": {}},
+        "reference": reference.new_reference(),
         "frontier": {
             "key": frontier_train.TARGET_KL_KEY,
             "values": [],
@@ -88,6 +104,18 @@ class Budget:
         return max(0.0, min(share_left, self.left() - reserve))
 
 
+def stage_allot(
+    plan: Plan, stage: str, later: Sequence[str], stages: dict[str, Any], budget: Budget
+) -> float:
+    """What `stage` gets in this call: its share less what earlier calls spent on it (at
+    least its minimum: a stage that must finish, like the frontier's training, continues in
+    later calls), within the budget left less the minimums of the `later` stages of this call
+    that are not done. Less than its minimum: it is skipped."""
+    reserve = sum(plan.min_s[s] for s in later if stages[s]["status"] != "done")
+    share_left = plan.shares_s[stage] - stages[stage]["seconds"]
+    return budget.allot(max(share_left, plan.min_s[stage]), reserve)
+
+
 class Suite(Call):
     """One call on OUT_DIR (its state loaded from there), which runs the stages in order."""
 
@@ -104,51 +132,71 @@ class Suite(Call):
 
             torch.set_num_threads(1)
         self.write_config()
+        reference.check_reference_files(self)
         frontier_train.check_frontier_files(self)
-        self.state["calls"].append(
-            {
-                "started": now_iso(),
-                "budget_min": round((self.budget.deadline - self.budget.clock()) / 60, 2),
-                "stages": list(stages),
-                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            }
-        )
+        call = {
+            "started": now_iso(),
+            "budget_min": round((self.budget.deadline - self.budget.clock()) / 60, 2),
+            "stages": list(stages),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "allotted_s": {},
+            "used_s": {},
+            "exit": None,
+        }
+        self.state["calls"].append(call)
         self.save()
         todo = [s for s in STAGES if s in stages]
+        try:
+            rc = self._run_stages(todo, call)
+        except KeyboardInterrupt:  # between two stages
+            shield()
+            rc = 130
+        rc = rc or (1 if self.failed else 0)
+        call["exit"] = rc
+        write_outputs(self)
+        return rc
+
+    def _run_stages(self, todo: list[str], call: dict[str, Any]) -> int:
+        """The stages in order; 130 when a signal stopped one (the rest are not started)."""
+        rc = 0
         for i, stage in enumerate(todo):
             st = self.state["stages"][stage]
             if st["status"] == "done":
                 continue
-            reserve = sum(
-                self.plan.min_s[s]
-                for s in todo[i + 1 :]
-                if self.state["stages"][s]["status"] != "done"
-            )
-            # its share less what earlier calls spent on it (frontier training: about 12
-            # minutes in all, however many calls it takes)
-            share_left = self.plan.shares_s[stage] - st["seconds"]
-            allot = self.budget.allot(max(share_left, self.plan.min_s[stage]), reserve)
+            allot = stage_allot(self.plan, stage, todo[i + 1 :], self.state["stages"], self.budget)
             if allot < self.plan.min_s[stage]:
                 st["status"] = "skipped" if st["status"] == "pending" else st["status"]
                 self.note(
                     stage,
                     f"skipped: needs at least {self.plan.min_s[stage]:.0f} s, "
-                    f"{max(self.budget.left(), 0):.0f} s left in this call's budget "
-                    f"({reserve:.0f} s kept for the later stages); rerun to continue",
+                    f"{max(self.budget.left(), 0):.0f} s left in this call's budget; rerun "
+                    "to continue",
                 )
                 self.save()
                 continue
+            call["allotted_s"][stage] = round(allot, 1)
             t0 = time.monotonic()
             try:
                 status = STAGES[stage](self, allot)
             except VatError as e:
                 status = "failed"
                 self.note(stage, f"failed: {e}")
-            st["seconds"] = round(st["seconds"] + time.monotonic() - t0, 1)
+            except KeyboardInterrupt:
+                shield()  # the clean-up below must not be cut short by a second signal
+                status = "partial"
+                self.note(stage, "interrupted by a signal (SIGINT or SIGTERM: a Ctrl-C, the "
+                          "call's limit); its state is saved: rerun to continue")  # fmt: skip
+                rc = 130
+            used = time.monotonic() - t0
+            call["used_s"][stage] = round(used, 1)
+            if used > allot + 1.0:  # a clock check missing somewhere: say so in the report
+                self.note(stage, f"overran its {allot:.0f} s by {used - allot:.0f} s")
+            st["seconds"] = round(st["seconds"] + used, 1)
             st["status"] = status
             if status == "failed":
                 self.failed.append(stage)
             self.save()
             write_outputs(self)
-        write_outputs(self)
-        return 1 if self.failed else 0
+            if rc:
+                break
+        return rc

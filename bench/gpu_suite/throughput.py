@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_suite.call import Call
-from bench.gpu_suite.children import STOP_GRACE_S, last_line, run_child
+from bench.gpu_suite.children import last_line, run_child
 from bench.gpu_suite.plan import ROOT, Plan, Variant
 
 FINAL_TIMEOUT_S = 240.0
@@ -40,7 +40,7 @@ def run(call: Call, allot: float) -> str:
         if done.get("status") == "done" or done.get("final"):
             continue
         left = end - time.monotonic()
-        if left < STOP_GRACE_S + call.plan.min_s["throughput"] / 3:
+        if left < call.plan.stop_grace_s + call.plan.min_s["throughput"] / 3:
             t["variants"][v.name] = {"status": "skipped", "note": "stage budget spent"}
             complete = False
             continue
@@ -79,6 +79,21 @@ def run(call: Call, allot: float) -> str:
     if any(v.get("status") == "failed" for v in t["variants"].values()):
         return "failed"
     return "done" if complete else "partial"
+
+
+def measured_throughput(state: dict[str, Any], plan: Plan) -> tuple[str, float, float] | None:
+    """(variant, vat's non-pad tokens/s, non-pad tokens per step) of the first of
+    plan.sizing_variants this stage measured, or None: what the reference and the frontier
+    are sized from."""
+    variants = state["throughput"]["variants"]
+    for name in plan.sizing_variants:
+        v = variants.get(name)
+        if not v or v.get("status") != "done":
+            continue
+        voc = v["result"]["vocabs"][0]
+        per_step = voc["timed_nonpad_tokens"] / v["result"]["timed_steps"]
+        return name, voc["vat"]["tokens_per_s"], per_step
+    return None
 
 
 def variant_cmd(plan: Plan, v: Variant, config: Path, peak: float | None, out: Path) -> list[str]:

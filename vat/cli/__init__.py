@@ -9,10 +9,11 @@
     vat features compare --model X ... score every sentence-feature spec on STS
     vat mteb --model model_dir         MTEB's English STS tasks (needs the hub's data)
     vat config [NAME]                  list the packaged configs, or print one
+    vat pretrained                     the models that ship with vat (--model NAME loads one)
 
-`--model` (alias `--ckpt`) takes a .ckpt, an exported folder, a run folder or a Hub id
-(vat.share.resolve). Every command prints errors as one line (`error: ...`) with exit code 2
-(130 on Ctrl-C); `--debug` shows the traceback instead.
+`--model` (alias `--ckpt`) takes a .ckpt, an exported folder, a run folder, a shipped model's
+name or a Hub id (vat.share.resolve). Every command prints errors as one line (`error: ...`)
+with exit code 2 (130 on Ctrl-C); `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("vat.cli.features:main", "compare sentence-feature specs of a model"),
     "mteb": ("vat.cli.mteb:main", "run MTEB's English STS tasks on an exported model"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
+    "pretrained": ("vat.cli.pretrained:main", "list the models that ship with vat, add one"),
 }
 """name -> ("module:function", one-line help); each function takes the command's arguments."""
 

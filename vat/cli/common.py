@@ -48,7 +48,8 @@ def add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
 
 MODEL_HELP = (
     "the model: a training checkpoint (.ckpt), an exported folder, a run folder (its best "
-    "checkpoint, else last.ckpt) or a Hugging Face Hub repo id (--ckpt is an alias)"
+    "checkpoint, else last.ckpt), a model that ships with vat by name (vat pretrained) or a "
+    "Hugging Face Hub repo id (--ckpt is an alias)"
 )
 
 

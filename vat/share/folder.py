@@ -32,7 +32,7 @@ import torch
 
 from vat.errors import CheckpointError, VatError
 from vat.feature_spec import FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
-from vat.io import regular_file
+from vat.io import atomic_write, regular_file, write_json_atomic
 from vat.model import VAT, VATConfig
 from vat.share.checkpoint import check_finite
 from vat.share.loaded import LoadedVAT, ModelSource
@@ -58,6 +58,7 @@ FILES = (
     ST_MODULE_CONFIG_NAME,
     ST_CONFIG_NAME,
 )
+SHIPPED_NAME = "shipped.json"  # a shipped model's record and checksums (vat.share.pretrained)
 FEATURES_NAME = FOLDER_STATS_NAME  # present when the folder's feature spec needs statistics
 ALL_FILES = (*FILES, FEATURES_NAME)  # what the Hub upload and download carry
 
@@ -165,23 +166,28 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give it a plain mkdir's mode
-        if not out.exists():
-            os.replace(tmp, out)
-            return
-        # Replacing a folder takes two renames (POSIX has no portable directory swap): move
-        # the old one aside, move the new one in, and put the old one back if that fails.
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-        os.replace(out, old / "x")
-        try:
-            os.replace(tmp, out)
-        except OSError:
-            os.replace(old / "x", out)  # if this fails too, the old folder stays in `old`
-            old.rmdir()
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished folder `tmp` to `out` (a sibling), replacing an old `out`. Replacing
+    a folder takes two renames (POSIX has no portable directory swap): move the old one
+    aside, move the new one in, and put the old one back if that fails."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+    os.replace(out, old / "x")
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        os.replace(old / "x", out)  # if this fails too, the old folder stays in `old`
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _check_earlier_export(out: Path) -> None:
@@ -224,6 +230,31 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def record_measurements(
+    folder: str | os.PathLike, title: str, text: str, rows: list[tuple[str, str]]
+) -> None:
+    """Add measurements made outside `vat export` (e.g. the GPU suite's BLEU) to an exported
+    folder: config.json's "measurements" (one entry per `title`, replaced when given again)
+    and the card, rendered again from config.json, so that every later copy of the folder
+    (`vat pretrained add`, the Hub) keeps them. Both files are written atomically."""
+    folder = Path(folder)
+    config = read_config(folder)
+    entry = {"title": str(title), "text": str(text), "rows": [[str(a), str(b)] for a, b in rows]}
+    kept = [m for m in config.get("measurements") or [] if m.get("title") != entry["title"]]
+    config["measurements"] = [*kept, entry]
+    try:
+        vocab = VATTokenizer.from_file(folder / TOKENIZER_NAME).vocab_size
+    except (ValueError, OSError) as e:
+        raise CheckpointError(f"{folder / TOKENIZER_NAME}: unusable tokenizer ({e})") from None
+    spec, stats = _folder_spec(folder), folder / FEATURES_NAME
+    features = None
+    if spec is not None:
+        features = FittedFeatures.load(stats) if spec.needs_fit else FittedFeatures(spec)
+    write_json_atomic(folder / CONFIG_NAME, config)
+    card = model_card(config, vocab, features)
+    atomic_write(folder / CARD_NAME, lambda f: f.write(card))
 
 
 # -- reading ---------------------------------------------------------------------------------

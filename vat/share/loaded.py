@@ -21,7 +21,7 @@ from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.model import VAT, VATConfig
 from vat.tokenizer import VATTokenizer
 
-Kind = Literal["checkpoint", "folder", "hub"]
+Kind = Literal["checkpoint", "folder", "hub", "shipped"]
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,12 @@ class ModelSource:
 
     kind: Kind
     location: str
-    """The .ckpt file, the exported folder, or the Hub repo id."""
+    """The .ckpt file, the exported folder, the Hub repo id, or the shipped model's name."""
     run_dir: str | None = None
     """The run folder the checkpoint was chosen from (its best, else last.ckpt), if any."""
     folder: str | None = None
-    """The local folder holding an exported model (a Hub repo's download in the Hub cache)."""
+    """The local folder holding an exported model (a Hub repo's download in the Hub cache, a
+    shipped model's folder in the package)."""
 
     @property
     def path(self) -> Path:
@@ -43,17 +44,18 @@ class ModelSource:
 
     @property
     def name(self) -> str:
-        """A short name for tables and reports: the run folder's, the file's, the folder's or
-        the Hub id."""
-        if self.kind == "hub":
+        """A short name for tables and reports: the run folder's, the file's, the folder's, the
+        Hub id or the shipped name."""
+        if self.kind in ("hub", "shipped"):
             return self.location
         return Path(self.run_dir or self.location).name
 
     @property
     def writable_home(self) -> Path | None:
         """Where statistics fitted for this model may be stored: beside a checkpoint, inside
-        an exported folder; None for a Hub download (vat never writes into the Hub cache)."""
-        return None if self.kind == "hub" else Path(self.location)
+        an exported folder; None for a Hub download or a shipped model (vat never writes into
+        the Hub cache or its own package)."""
+        return None if self.kind in ("hub", "shipped") else Path(self.location)
 
 
 @dataclass

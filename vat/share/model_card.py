@@ -20,6 +20,17 @@ DEFAULT_LICENSE = "apache-2.0"
 DEFAULT_LANGUAGE = "en"
 
 
+METRIC_NOTES = {
+    "val/nll": "nats per target token of -log p(x | z), z drawn from the posterior q(z | x)",
+    "val/ppl": "exp(val/nll): the perplexity of x given its own latent z, not a language "
+    "model's perplexity",
+    "val/kl": "nats per token, KL(q(z | x) || p(z)): the rate",
+    "val/recon_bleu": "BLEU of greedy decoding from the posterior means mu",
+}
+"""What a metric means, said on the card: text-VAE readers take "ppl" for the model's own
+perplexity (issue 30), which the importance-weighted bound estimates, not this."""
+
+
 def card_data(config: dict[str, Any]) -> Any:
     """The Hub metadata (huggingface_hub.ModelCardData) of a pretrained folder's config.json:
     license, language, datasets (Hub ids only), tags and a model-index of the recorded
@@ -55,35 +66,36 @@ def card_data(config: dict[str, Any]) -> Any:
 
 
 def model_card(
-    config: dict[str, Any], vocab_size: int, features: FittedFeatures | None = None
+    config: dict[str, Any],
+    vocab_size: int,
+    features: FittedFeatures | None = None,
+    shipped: dict[str, Any] | None = None,
 ) -> str:
     """README.md of an exported folder (huggingface_hub.ModelCard): Hub metadata, install
     and usage, architecture, prior scale, rate, training data and tokens, metrics, and the
-    folder's feature spec (`features`). Every fact comes
-    from config.json, which `vat export` fills from the model itself, and from `features`."""
+    folder's feature spec (`features`); for a model that ships with vat (`shipped`, its
+    shipped.json record), what it is for, its weights' precision and how to rebuild it.
+    Every fact comes from config.json, which `vat export` fills from the model itself, from
+    `features` and from `shipped`."""
     from huggingface_hub import ModelCard
 
     mc, training = config["model_config"], config.get("training") or {}
     card = config.get("card") or {}
     data, metrics = training.get("data") or {}, training.get("metrics") or {}
-    repo = card.get("repo_id") or "PATH_OR_REPO_ID"
+    repo = shipped["name"] if shipped else card.get("repo_id") or "PATH_OR_REPO_ID"
+    spec = features.spec if features is not None else None
     lines = [
-        "# Variational Auto-Transformer (VAT)",
+        "# Variational Auto-Transformer (VAT)" + (f": {shipped['name']}" if shipped else ""),
         "",
         "A token-level Variational Auto-Transformer trained with "
         "[vat](https://pypi.org/project/variational-auto-transformer/). Every token has a "
-        "Gaussian posterior q(z_t | x) = N(mu_t, diag(sigma_t^2)); sentence features pool the "
-        "token means mu.",
+        "Gaussian posterior q(z_t | x) = N(mu_t, diag(sigma_t^2)); its sentence features are "
+        + describe_features(spec)
+        + ".",
         "",
-        "## Install",
-        "",
-        "```bash",
-        INSTALL,
-        "```",
-        "",
-        f"(The distribution is `{DISTRIBUTION}`; it installs the Python package `vat` and the "
-        "`vat` command. PyPI's `vat` is an unrelated package.)",
-        "",
+    ]
+    lines += _shipped_intro(shipped) if shipped else _install_lines()
+    lines += [
         "## Use",
         "",
         "```python",
@@ -95,24 +107,9 @@ def model_card(
         'print(model.reconstruct(["A man plays a guitar."]))',
         "```",
         "",
-        "With sentence-transformers:",
-        "",
-        "```python",
-        "from sentence_transformers import SentenceTransformer",
-        "",
-        f'st = SentenceTransformer("{repo}", trust_remote_code=True)',
-        'embeddings = st.encode(["A man plays a guitar.", "A dog runs."])',
-        "```",
-        "",
-        "With transformers (after `import vat`, which registers the `vat` model type):",
-        "",
-        "```python",
-        "import vat",
-        "from transformers import AutoModel",
-        "",
-        f'model = AutoModel.from_pretrained("{repo}")',
-        "```",
-        "",
+    ]
+    lines += _integration_lines(repo, shipped is not None)
+    lines += [
         "## Architecture",
         "",
         "| field | value |",
@@ -153,17 +150,19 @@ def model_card(
     if lines[-1] == "":
         lines.append("Not recorded.")
     lines += ["", "## Metrics", ""]
-    lines += [f"- {k}: {v:.4f}" for k, v in metrics.items()] or [
-        "None recorded with the checkpoint."
-    ]
+    lines += [
+        f"- {k}: {v:.4f}" + (f" ({METRIC_NOTES[k]})" if k in METRIC_NOTES else "")
+        for k, v in metrics.items()
+    ] or ["None recorded with the checkpoint."]
     evaluation = config.get("evaluation") or []
     if evaluation:
         lines += [
             "",
             "## Evaluation",
             "",
-            "`vat evaluate` (SentEval's protocol, mean pooling); percent (Spearman x 100 for "
-            "STS, accuracy for classification).",
+            f"`vat evaluate` (SentEval's protocol) on this folder's sentence features "
+            f"(`{spec or 'mu/mean/none'}`); percent (Spearman x 100 for STS, accuracy for "
+            "classification).",
             "",
             "| task | split | metric | value |",
             "|---|---|---|---|",
@@ -171,30 +170,170 @@ def model_card(
         lines += [
             f"| {s['task']} | {s['split']} | {s['metric']} | {s['value']:.2f} |" for s in evaluation
         ]
+    for m in config.get("measurements") or []:  # vat.share.folder.record_measurements
+        lines += ["", f"## {m['title']}", "", m["text"], "", "| measure | value |", "|---|---|"]
+        lines += [f"| {a} | {b} |" for a, b in m["rows"]]
     if features is not None:
         lines += ["", "## Sentence features", "", _features_paragraph(features)]
+    if shipped:
+        lines += ["", *_shipped_lines(shipped)]
     lines.append("")
     content = f"---\n{card_data(config).to_yaml()}\n---\n\n" + "\n".join(lines)
     return str(ModelCard(content))
 
 
-def _features_paragraph(features: FittedFeatures) -> str:
-    """Which spec the folder's vectors use, and how its statistics were fitted."""
-    spec, fit = features.spec, features.fit
-    how = (
-        f" Its statistics (`{FOLDER_STATS_NAME}`) were fitted on {fit.get('sentences', 0)} "
-        f"unlabeled sentences ({fit.get('from', 'given sentences')}) in "
-        f"{fit.get('seconds', '?')} s."
-        if spec.needs_fit
-        else ""
-    )
-    if spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC):
-        how += (
-            " This is vat's default spec for exported models, chosen by the mean of STS12 "
-            "(five sets) and STS-B dev over the CPU-trained models in vat's RESULTS.md "
-            '("Sentence features").'
+def _install_lines() -> list[str]:
+    return [
+        "## Install",
+        "",
+        "```bash",
+        INSTALL,
+        "```",
+        "",
+        f"(The distribution is `{DISTRIBUTION}`; it installs the Python package `vat` and the "
+        "`vat` command. PyPI's `vat` is an unrelated package.)",
+        "",
+    ]
+
+
+def _shipped_intro(shipped: dict[str, Any]) -> list[str]:
+    lines = [shipped.get("summary") or "", ""]
+    if shipped.get("good_for"):
+        lines += [f"**Good for:** {shipped['good_for']}", ""]
+    if shipped.get("not_for"):
+        lines += [f"**Not for:** {shipped['not_for']}", ""]
+    return lines + [
+        f"It ships with vat (`pip install {DISTRIBUTION}`) and loads by name with no network: "
+        f'`vat.load("{shipped["name"]}")`, or `--model {shipped["name"]}` in every `vat` '
+        "command. `vat pretrained` lists the models that ship with vat.",
+        "",
+    ]
+
+
+def _integration_lines(repo: str, shipped: bool) -> list[str]:
+    if shipped:
+        # sentence-transformers and transformers know paths and Hub ids, not vat's shipped
+        # names: the loaded model builds the SentenceTransformer, and its folder is a path.
+        st = [
+            "import vat",
+            "from vat.integrations.sentence_transformers import to_sentence_transformer",
+            "",
+            f'st = to_sentence_transformer(vat.load("{repo}"))',
+        ]
+        auto = f'AutoModel.from_pretrained(vat.load("{repo}").loaded.path)'
+    else:
+        st = [
+            "from sentence_transformers import SentenceTransformer",
+            "",
+            f'st = SentenceTransformer("{repo}", trust_remote_code=True)',
+        ]
+        auto = f'AutoModel.from_pretrained("{repo}")'
+    return [
+        "With sentence-transformers:",
+        "",
+        "```python",
+        *st,
+        'embeddings = st.encode(["A man plays a guitar.", "A dog runs."])',
+        "```",
+        "",
+        "With transformers (after `import vat`, which registers the `vat` model type):",
+        "",
+        "```python",
+        "import vat",
+        "from transformers import AutoModel",
+        "",
+        f"model = {auto}",
+        "```",
+        "",
+    ]
+
+
+def _shipped_lines(shipped: dict[str, Any]) -> list[str]:
+    lines = ["## Shipped with vat", ""]
+    dtype = shipped.get("dtype")
+    match = shipped.get("fp32_match") or {}
+    if dtype:
+        text = (
+            f"- weights: stored in {dtype} (safetensors) and computed in float32; a SHA-256 of "
+            "every file (shipped.json) is checked each time the model is loaded"
         )
-    return (
-        f"`vat.load(...).encode`, sentence-transformers and MTEB use the feature spec "
-        f"`{spec}` (source/weighting/post-processing, see vat.feature_spec).{how}"
+        lines.append(text)
+    if match:
+        lines.append(
+            f"- against the float32 model, on {match['sentences']} sentences "
+            f"({match['from']}): sentence features within {match['max_abs_feature']:.2e} "
+            f"(largest absolute difference; lowest cosine {match['min_cosine']:.6f}), token "
+            f"means mu within {match['max_abs_mu']:.2e}, and {match['same_reconstructions']} of "
+            f"{match['sentences']} greedy reconstructions identical"
+        )
+    if shipped.get("rebuild"):
+        lines.append(f"- rebuild it (in a checkout of vat): `{shipped['rebuild']}`")
+    return lines
+
+
+_SOURCES = {
+    "mu": "the posterior means mu",
+    "firstlast": "the average of the encoder's first and last layers",
+    "layer0": "the encoder's input (subword embeddings plus positions)",
+}
+_WEIGHTINGS = {
+    "mean": "averaged over the sentence's subwords",
+    "sum": "summed over the sentence's subwords",
+    "start": "taken at the sentence's first subword",
+    "precision": "averaged over the subwords with weights exp(-logvar) (precision weighting)",
+}
+
+
+def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
+    """A feature spec in words (None: a folder without a spec, whose vectors are mu/mean);
+    `named` adds the spec itself."""
+    spec = spec or FeatureSpec()
+    source = _SOURCES.get(spec.source) or (
+        f"the encoder's hidden states after layer {spec.source[len('layer') :]}"
     )
+    weighting = _WEIGHTINGS.get(spec.weighting) or (
+        f"averaged over the subwords with SIF weights a / (a + p(w)), a = {spec.sif_a:g}"
+    )
+    post = ""
+    if spec.post.startswith("pc"):
+        post = f", minus their mean and top {spec.post[2:]} principal components"
+    elif spec.post.startswith("whiten"):
+        dims = spec.post[len("whiten") :]
+        post = ", whitened" + (f" to {dims} dimensions" if dims else "")
+    return f"{source}, {weighting}{post}" + (f" (feature spec `{spec}`)" if named else "")
+
+
+def _features_paragraph(features: FittedFeatures) -> str:
+    """Which spec the folder's vectors use, and where each of its statistics came from."""
+    spec, fit = features.spec, features.fit
+    parts = [
+        f"`vat.load(...).encode`, sentence-transformers and MTEB use the feature spec "
+        f"`{spec}` (source/weighting/post-processing, see vat.feature_spec): "
+        f"{describe_features(spec, named=False)}."
+    ]
+    if spec.weighting == "sif":
+        counted = fit.get("count_files")
+        where = (
+            "subword counts of " + ", ".join(Path(str(f)).name for f in counted)
+            if counted
+            else "the subword counts of the model's training text, recorded during training"
+        )
+        parts.append(f"The SIF weights (`{FOLDER_STATS_NAME}`) come from {where}.")
+    if spec.post != "none":
+        files = fit.get("files") or []
+        names = f": {', '.join(Path(str(f)).name for f in files)}" if files else ""
+        parts.append(
+            f"The post-processing statistics (`{FOLDER_STATS_NAME}`) were fitted on "
+            f"{fit.get('sentences', 0):,} unlabeled sentences "
+            f"({fit.get('from', 'given sentences')}{names}) in {fit.get('seconds', '?')} s."
+        )
+    if not spec.needs_fit:
+        parts.append("It needs no fitted statistics.")
+    if spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC):
+        parts.append(
+            "vat gives exported folders this spec by default: among the specs `vat features "
+            "compare` scores, it had the best mean of STS12 and STS-B dev over vat's "
+            "CPU-trained models when the default was chosen (November 2026), and it needs "
+            "only subword counts, nothing fitted on sentences."
+        )
+    return " ".join(parts)

@@ -8,15 +8,23 @@ Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load`
     a run folder               runs/demo            its best checkpoint (checkpoints/best-*.ckpt,
                                                      on --best_monitor), else checkpoints/last.ckpt
     a Hugging Face Hub repo id user/my-vat          downloaded into the Hub cache
+    a shipped model's name     demo-wordnet-d64     (or vat:demo-wordnet-d64) inside the
+                                                     package, offline (`vat pretrained`)
 
-A path that exists is a path; only a name that is no path and looks like `user/name` is a Hub
-id. `resolve_model` says which (downloading a Hub repo); `load_model` reads it, once, into a
-`vat.share.loaded.LoadedVAT` that travels on. Errors name the Python argument (`model`); the
-command line shows its flag (`--model`, vat.errors.run_cli).
+How they are told apart: `vat:NAME` is always a shipped model; a path that exists is a path;
+a bare NAME (no slash) that is a shipped model and no path is that model, and one that is
+both is refused (write ./NAME or vat:NAME); only a name that is no path and looks like
+`user/name` (one slash, which a shipped name never has) is a Hub id.
+
+`resolve_model` says which (downloading a Hub repo, checking a shipped model's SHA-256 sums);
+`load_model` reads it, once, into a `vat.share.loaded.LoadedVAT` that travels on. Errors
+name the Python argument (`model`); the command line shows its flag (`--model`,
+vat.errors.run_cli).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -27,6 +35,7 @@ from vat.share.checkpoint import load_checkpoint
 from vat.share.folder import CONFIG_NAME, load_folder
 from vat.share.hub import download, looks_like_repo_id
 from vat.share.loaded import LoadedVAT, ModelSource
+from vat.share.pretrained import PREFIX, ShippedModel, shipped_model, shipped_models
 
 
 def run_checkpoint(run_dir: Path) -> Path | None:
@@ -51,7 +60,17 @@ def resolve_model(
     """Which kind of model `model` names, and where its files are (a Hub repo is downloaded
     into the Hub cache, with `revision`, `token` and `cache_dir`); `name` is the argument
     named in errors."""
-    p = Path(model).expanduser()
+    text = os.fspath(model) if isinstance(model, str | os.PathLike) else model
+    if not isinstance(text, str):
+        raise OptionError(
+            name,
+            f"expected a path, a shipped model's name or a Hub repo id, got {type(model).__name__}",
+        )
+    p = Path(text).expanduser()
+    shipped = _shipped(text, p, name) if isinstance(model, str) else None
+    if shipped is not None:
+        shipped.verify()  # SHA-256 of every file, before anything is read
+        return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
     if p.is_file():
         return ModelSource("checkpoint", str(p))
     if p.is_dir():
@@ -74,11 +93,33 @@ def resolve_model(
     if looks_like_repo_id(str(model)):
         folder = download(str(model), revision=revision, token=token, cache_dir=cache_dir)
         return ModelSource("hub", str(model), folder=str(folder))
+    close = difflib.get_close_matches(text, [m.name for m in shipped_models()], n=1)
+    hint = f"; did you mean the shipped model {close[0]}?" if close else ""
     raise OptionError(
         name,
-        f"{model} does not exist (expected a .ckpt, an exported folder, a run folder or a "
-        "Hub repo id user/name)",
+        f"{model} does not exist (expected a .ckpt, an exported folder, a run folder, a "
+        f"shipped model's name (vat pretrained) or a Hub repo id user/name){hint}",
     )
+
+
+def _shipped(text: str, path: Path, name: str) -> ShippedModel | None:
+    """The shipped model `text` names (`vat:NAME`, or a bare NAME that is no path), None if
+    it names none; a NAME that is both a shipped model and an existing path is refused."""
+    explicit = text.startswith(PREFIX)
+    bare = text[len(PREFIX) :] if explicit else text
+    entry = shipped_model(bare)
+    if explicit and entry is None:
+        names = ", ".join(m.name for m in shipped_models()) or "none"
+        raise OptionError(
+            name, f"{text}: vat ships no model named {bare!r} (shipped models: {names})"
+        )
+    if not explicit and entry is not None and (path.exists() or path.is_symlink()):
+        raise OptionError(
+            name,
+            f"{text!r} names both a shipped model and the path {path}: write ./{text} for "
+            f"the path or {PREFIX}{bare} for the shipped model",
+        )
+    return entry
 
 
 def load_model(

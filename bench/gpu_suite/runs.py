@@ -1,0 +1,143 @@
+"""The `vat train` runs the suite owns (the reference, each frontier run): the data prepared
+once, each run started afresh, resumed or found finished, stopped for time, and judged by
+the step its checkpoint reached.
+
+Judged by the checkpoint, not by how the process ended: a run that reaches its last step
+while being stopped is finished (the rehearsal counted such a run as interrupted and
+relaunched it in the next call), and a finished run whose marker was never written (the
+suite stopped in between) is not launched again. A run folder without a checkpoint (a run
+stopped or killed, out of memory say, before its first one) is removed and the run starts
+afresh: `vat train --ckpt_path last` refuses such a folder, and every later call failed."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.gpu_suite.call import Call
+from bench.gpu_suite.children import last_line, shield, spawn, stop
+from bench.gpu_suite.plan import Plan
+from vat.errors import VatError
+
+TRAINED = ".trained"
+"""Written into a run folder when its run reached its steps."""
+
+
+@dataclass
+class TrainRun:
+    name: str
+    run_dir: Path
+    cmd: list[str]
+    """The whole `vat train ... --ckpt_path last` command."""
+    steps: int
+    log: Path
+
+
+@dataclass
+class Outcome:
+    status: str
+    """"trained", "interrupted" (stopped for time; resumes) or "failed"."""
+    step: int | None
+    """The step of the run's latest checkpoint after this call (None: no checkpoint)."""
+    seconds: float
+    """Wall seconds of this call's process (0 when not launched)."""
+    launched: bool
+    note: str = ""
+
+
+def checkpoint_step(run_dir: Path) -> int | None:
+    """The global step of the checkpoint `--ckpt_path last` would resume (None: none, or
+    unreadable)."""
+    from vat.share.checkpoint import read_checkpoint
+    from vat.train.run_dir import find_last
+
+    last = find_last(run_dir / "checkpoints")
+    if last is None:
+        return None
+    try:
+        return int(read_checkpoint(last).get("global_step", 0))
+    except VatError:
+        return None
+
+
+def launch_overhead_s(state: dict[str, Any], plan: Plan) -> float:
+    """Seconds a launch costs besides its training steps (imports, data, compile, the last
+    validation, the stop): the plan's estimate, or the reference's measured overhead
+    (reference.py records each launch) when larger."""
+    launches = (state.get("reference") or {}).get("launches") or []
+    measured = [la["overhead_s"] for la in launches if la.get("overhead_s") is not None]
+    return max([plan.startup_s, *measured])
+
+
+def prepare_data(call: Call, config: Path) -> None:
+    """The tokenizer and tokenized cache of `config`, once, before runs read them (in the
+    stage's clock: the caller counts it)."""
+    from vat.cli.train import prepare_data as vat_prepare
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = vat_prepare(["-c", str(config), "--run_dir", str(call.work / ".prepare")])
+    if rc != 0:
+        raise VatError(f"preparing the data of {config} failed (exit {rc})")
+
+
+def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str, Outcome]:
+    """Run `runs` at once until each ends or `end` (a time.monotonic() value) less the stop
+    grace, then stop the rest: the stage ends by `end`. Writes TRAINED into finished runs."""
+    plan = call.plan
+    started: dict[str, tuple[subprocess.Popen, float]] = {}
+    out: dict[str, Outcome] = {}
+    try:
+        for r in runs:
+            step = checkpoint_step(r.run_dir)
+            if step is not None and step >= r.steps:
+                out[r.name] = Outcome("trained", step, 0.0, False, "finished in an earlier call")
+                continue
+            if step is None and r.run_dir.exists():
+                shutil.rmtree(r.run_dir)
+                call.note(stage, f"{r.name}: no checkpoint from its earlier start (stopped or "
+                                 "killed before its first one): started afresh")  # fmt: skip
+            started[r.name] = (spawn(r.cmd, r.log, plan), time.monotonic())
+        ended: dict[str, float] = {}  # when each process was seen to end
+
+        def seen() -> None:
+            for name, (p, _) in started.items():
+                if name not in ended and p.poll() is not None:
+                    ended[name] = time.monotonic()
+
+        while len(ended) < len(started) and time.monotonic() < end - plan.stop_grace_s:
+            time.sleep(plan.poll_s)
+            seen()
+        stopped = [p for name, (p, _) in started.items() if name not in ended]
+        if stopped:
+            call.note(stage, f"{len(stopped)} run(s) stopped at the stage's time (each saves "
+                             "its state); the next call resumes them")  # fmt: skip
+            stop(stopped, plan.stop_grace_s)
+            seen()
+    except KeyboardInterrupt:
+        shield()
+        stop([p for p, _ in started.values()], plan.stop_grace_s)
+        raise
+    for r in runs:
+        if r.name in out:
+            continue
+        p, t0 = started[r.name]
+        secs = ended[r.name] - t0
+        step = checkpoint_step(r.run_dir)
+        if step is not None and step >= r.steps:
+            out[r.name] = Outcome("trained", step, secs, True)
+        elif p in stopped:
+            out[r.name] = Outcome("interrupted", step, secs, True)
+        else:
+            out[r.name] = Outcome(
+                "failed", step, secs, True, f"exit {p.returncode}: {last_line(r.log)}"
+            )
+    for r in runs:
+        if out[r.name].status == "trained":
+            (r.run_dir / TRAINED).write_text("")
+    return out

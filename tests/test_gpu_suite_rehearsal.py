@@ -1,0 +1,260 @@
+"""The GPU suite against what a rehearsal of the three-call recipe found on a node replica
+(issue 31, section 4), each in --smoke mode with short budgets: a run stopped before its
+first checkpoint, a run that finished unrecorded, the recipe's arithmetic, a stage's clock,
+a call at its limit or with a failed stage, a report carried to a fresh machine. (The smoke
+run telling its two targets apart is checked in tests/test_gpu_suite.py's smoke test.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
+
+from bench.gpu_suite import frontier_eval
+from bench.gpu_suite.__main__ import main, seed_out_dir
+from bench.gpu_suite.children import child_env
+from bench.gpu_suite.frontier_train import train_cmd
+from bench.gpu_suite.plan import (
+    CALL_GUARD_S,
+    CALL_LIMIT_S,
+    CALL_OVERHEAD_S,
+    DEVICE_S,
+    RECIPE,
+    RECIPE_CARRY,
+    RECIPE_OUT_DIR,
+    RECIPE_SEED_DIR,
+    gpu_plan,
+    recipe_command,
+    recipe_device_s,
+    smoke_plan,
+)
+from bench.gpu_suite.runs import checkpoint_step, prepare_data
+from bench.gpu_suite.state import STAGES, Budget, Suite, new_state, stage_allot
+
+ROOT = Path(__file__).resolve().parents[1]
+SH = str(ROOT / "bench" / "gpu_suite.sh")
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    return {**os.environ, "VAT_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
+
+
+def test_runs_killed_before_their_first_checkpoint_start_afresh_and_finished_runs_stay(
+    tmp_path, data_dir
+):
+    """Run 5.0 is killed (SIGKILL, as by the OOM killer) after vat wrote its run folder and
+    before its first checkpoint: `--ckpt_path last` refuses such a folder, so every later
+    call failed. Run 20.0 reached its last step but the suite never recorded it (stopped
+    in its last seconds): it was counted as interrupted and relaunched. Now the first starts
+    afresh and the second is found finished and not launched."""
+    out = tmp_path / "out"
+    plan = smoke_plan()
+    suite = Suite(out, plan, data_dir, Budget(5), 8)
+    suite.write_config()
+    prepare_data(suite, suite.config)
+    runs = out / "work" / "frontier"
+    killed, finished = runs / "target_kl_5.0", runs / "target_kl_20.0"
+    kw = {
+        "cwd": ROOT,
+        "env": child_env(plan),
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+    }
+    done = subprocess.Popen(train_cmd(suite.config, finished, 20.0, 8), **kw)
+    # 500 steps: its first checkpoint would come at step 125, long after its folder is written
+    victim = subprocess.Popen(train_cmd(suite.config, killed, 5.0, 500), **kw)
+    deadline = time.monotonic() + 120
+    while not (killed / "config.yaml").exists() and victim.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    victim.kill()
+    victim.wait()
+    assert done.wait(timeout=120) == 0
+    assert checkpoint_step(killed) is None and (killed / "config.yaml").is_file()
+    assert checkpoint_step(finished) == 8 and not (finished / ".trained").exists()
+
+    argv = ["--smoke", "--data-dir", str(data_dir), "--stages", "frontier_train"]
+    assert main([*argv, "--frontier-steps", "8", str(out)]) == 0
+    rep = json.loads((out / "gpu_report.json").read_text())
+    assert rep["stages"]["frontier_train"]["status"] == "done"
+    assert checkpoint_step(killed) == 8 and (killed / ".trained").is_file()
+    assert (finished / ".trained").is_file()
+    assert not list(finished.glob("config-resume-*.yaml"))  # not launched again
+    assert not (out / "work" / "logs" / "train_target_kl_20.0.log").exists()
+    notes = rep["stages"]["frontier_train"]["notes"]
+    assert any("target_kl_5.0: no checkpoint from its earlier start" in n for n in notes)
+
+
+def _simulate(plan, recipe):
+    """Each recipe call's allotments, every stage spending all it gets (the worst case):
+    {stage: [seconds per call]}, by the suite's own rule (state.stage_allot)."""
+    stages = new_state(smoke=False)["stages"]
+    got = {s: [] for s in STAGES}
+    for call in recipe:
+        now = [0.0]
+        budget = Budget(call.budget_min, clock=lambda now=now: now[0])
+        todo = [s for s in STAGES if not call.stages or s in call.stages]
+        for i, s in enumerate(todo):
+            if stages[s]["status"] == "done":
+                continue
+            allot = stage_allot(plan, s, todo[i + 1 :], stages, budget)
+            if allot < plan.min_s[s]:
+                continue
+            now[0] += allot
+            stages[s]["seconds"] += allot
+            got[s].append(allot)
+            if stages[s]["seconds"] >= plan.shares_s[s]:
+                stages[s]["status"] = "done"
+    return got
+
+
+def test_the_recipe_fits_the_lent_gpu_and_gives_each_stage_its_share():
+    """The old recipe gave frontier_train 525 s + 195 s (two starts, two recompiles) for
+    steps sized to 720 s. Now: every stage gets its whole share; the frontier in one call
+    (its steps are sized to that call); the reference in plan.reference_launches calls;
+    each call ends inside the 10-minute limit less the guard, and the whole recipe inside
+    the 30 minutes of device time, start and gaps included."""
+    plan = gpu_plan()
+    got = _simulate(plan, RECIPE)
+    assert {s: sum(v) for s, v in got.items()} == plan.shares_s
+    assert len(got["frontier_train"]) == 1
+    assert len(got["reference"]) == plan.reference_launches
+    for call in RECIPE:
+        assert 15 + 60 * call.budget_min + 10 <= CALL_LIMIT_S - CALL_GUARD_S
+    # bench/gpu_suite.sh stops the suite CALL_GUARD_S before the limit
+    assert f"GUARD_S={CALL_GUARD_S} " in Path(SH).read_text()
+    assert recipe_device_s() == 120 + 3 * CALL_OVERHEAD_S + 60 * 23.5 + 2 * 25 <= DEVICE_S - 60
+    # the old plan and recipe, for the record: the frontier split over two calls
+    old = gpu_plan()
+    old.shares_s = {"facts": 30, "throughput": 420, "reference": 0, "frontier_train": 720,
+                    "frontier_eval": 240, "artefacts": 30}  # fmt: skip
+    old.min_s.update(reference=1, frontier_train=90)
+    old_recipe = [
+        type(RECIPE[0])(8.5, ("facts", "throughput"), ""),
+        type(RECIPE[0])(9, ("frontier_train",), ""),
+        type(RECIPE[0])(8.5, (), ""),
+    ]
+    assert len(_simulate(old, old_recipe)["frontier_train"]) == 2
+
+
+def test_readme_gives_the_recipe_of_plan_py():
+    """README's recipe is plan.RECIPE: each call's command, `offline` and the seed folder
+    carried on every call (a cold machine has lost the bundle), OUT_DIR never carried."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Offline GPU nodes and the GPU suite")
+    section = readme[start : readme.index("\n## ", start + 10)]
+    for i, call in enumerate(RECIPE, 1):
+        assert recipe_command(call) in section, f"call {i}"
+    assert f"carry {json.dumps(list(RECIPE_CARRY))}" in section
+    assert RECIPE_CARRY == ("offline", RECIPE_SEED_DIR) and RECIPE_OUT_DIR not in RECIPE_CARRY
+    assert f"{recipe_device_s():,.0f} s" in section
+    for line in section.splitlines():  # the old recipe's `; find ... $OUT` hid the exit code
+        assert not re.search(r";\s*find .*\$OUT", line), line
+
+
+def test_the_best_runs_feature_specs_wait_for_the_clock(tmp_path, data_dir):
+    """frontier_eval took 290 s of a 240-s share: the best run's feature specs ran after the
+    last time check. With less time left than their estimate, they wait for the next call
+    and the stage ends within its allotment."""
+    plan = smoke_plan()
+    state = new_state(smoke=True)
+    state["stages"]["frontier_train"]["status"] = "done"
+    state["frontier"].update(values=[5.0, 20.0], steps=8)
+    for name, stsb in (("target_kl_5.0", 0.3), ("target_kl_20.0", 0.4)):
+        sts = {"sts12": 0.3, "stsb": stsb}
+        rec = {"run": name, "bleu": 50.0, "sts": {"mean": sts, "precision": sts}, "extra_sts": {},
+               "checkpoint": str(tmp_path / "gone.ckpt")}  # fmt: skip
+        state["frontier"]["runs"][name] = {"trained": True, "eval": rec}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    suite = Suite(out, plan, data_dir, Budget(1), None)
+    allot = plan.extra_eval_s / 2
+    t0 = time.monotonic()
+    assert frontier_eval.run(suite, allot) == "partial"
+    assert time.monotonic() - t0 < allot
+    fr = suite.state["frontier"]
+    assert fr["best"]["export"]["best_sts"]["run"] == "target_kl_20.0"
+    assert fr["runs"]["target_kl_20.0"]["eval"]["extra_sts"] == {}
+    assert "the next call measures them" in suite.state["stages"]["frontier_eval"]["notes"][-1]
+
+
+def _copied(folder: Path) -> tuple[dict, str]:
+    return json.loads((folder / "gpu_report.json").read_text()), (
+        folder / "gpu_report.md"
+    ).read_text()
+
+
+def test_a_call_with_a_failed_stage_or_at_its_limit_returns_its_files_and_exit_code(
+    tmp_path, data_dir
+):
+    """The old recipe's `; find ... $OUT` made the call's exit code find's, and a call past
+    10 minutes was killed before copying. Now bench/gpu_suite.sh --copy-to copies OUT_DIR's
+    files whatever happened and exits with the suite's code, which the copied report shows;
+    --call-limit-s stops the suite before the limit (its state saved)."""
+    env = _env(data_dir)
+    # a stage that fails: a run marked trained whose checkpoint is not there
+    out, back = tmp_path / "out", tmp_path / "back"
+    state = new_state(smoke=True)
+    state["stages"]["frontier_train"]["status"] = "done"
+    state["frontier"].update(values=[5.0], steps=8)
+    (out / "work" / "frontier" / "target_kl_5.0").mkdir(parents=True)
+    (out / "work" / "frontier" / "target_kl_5.0" / ".trained").write_text("")
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    cmd = [SH, "--copy-to", str(back), "--smoke", "--stages", "frontier_eval", str(out)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr[-2000:]
+    rep, md = _copied(back)
+    assert rep["calls"][-1]["exit"] == 1 and rep["stages"]["frontier_eval"]["status"] == "failed"
+    assert md.rstrip().splitlines()[-1].startswith("**This call: exit 1** (a stage failed")
+
+    # a call at its limit: 12 s after the 40-s guard, well inside the smoke run
+    out2, back2 = tmp_path / "out2", tmp_path / "back2"
+    limit = CALL_GUARD_S + 12
+    cmd = [SH, "--copy-to", str(back2), "--call-limit-s", str(limit), "--smoke", str(out2)]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 124, r.stderr[-2000:]
+    assert time.monotonic() - t0 < 12 + 28  # stopped, not killed: the suite wrote its report
+    rep, md = _copied(back2)
+    assert rep["calls"][-1]["exit"] == 130
+    stopped = [s for s, st in rep["stages"].items() if st["status"] == "partial"]
+    assert len(stopped) == 1 and "interrupted by a signal" in rep["stages"][stopped[0]]["notes"][-1]
+    assert "**This call: exit 124** (stopped by --call-limit-s" in md
+    assert sorted(p.name for p in back2.iterdir()) == sorted(
+        p.name for p in out2.iterdir() if p.is_file()
+    )
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_seed_carries_a_returned_report_to_a_fresh_machine_only(tmp_path, fresh):
+    """The recipe carries the last call's files as RECIPE_SEED_DIR, never OUT_DIR (a carried
+    path replaces the machine's, and OUT_DIR/work holds the checkpoints): a fresh machine
+    starts from the returned report, a warm one keeps its own."""
+    seed, out = tmp_path / "back", tmp_path / "out"
+    seed.mkdir()
+    (seed / "gpu_report.json").write_text('{"returned": true}')
+    (seed / "reference.tar").write_bytes(b"tar")
+    (seed / "unrelated.txt").write_text("x")
+    if not fresh:
+        out.mkdir()
+        (out / "gpu_report.json").write_text('{"warm": true}')
+    said = seed_out_dir(out, seed)
+    if fresh:
+        assert json.loads((out / "gpu_report.json").read_text()) == {"returned": True}
+        assert (out / "reference.tar").read_bytes() == b"tar" and not (
+            out / "unrelated.txt"
+        ).exists()
+        assert "copied gpu_report.json, reference.tar" in said
+    else:
+        assert json.loads((out / "gpu_report.json").read_text()) == {"warm": True}
+        assert not (out / "reference.tar").exists() and "ignored" in said
+    assert "no gpu_report.json there" in seed_out_dir(tmp_path / "o2", tmp_path / "missing")
