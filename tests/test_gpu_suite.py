@@ -285,7 +285,8 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
 
     registry = tmp_path / "registry"
     name = "wmt-tatoeba-en-d16"
-    assert vat_main(["pretrained", "add", str(folder), "--name", name, "--to", str(registry)]) == 0
+    argv = ["pretrained", "add", str(folder), "--name", name, "--registry", str(registry)]
+    assert vat_main(argv) == 0
     shipped_card = (registry / name / "README.md").read_text()
     assert "## Measured by vat's GPU suite" in shipped_card and f"{e['bleu']:.2f}" in shipped_card
     with tarfile.open(out / "reference.tar") as tf:

@@ -316,11 +316,11 @@ def test_python_api_names_its_own_arguments(tiny_ckpt, tmp_path, offline):
         ({"check_sentences": ["", "  "]}, "check_sentences"),
     ):
         with pytest.raises(OptionError, match=f"^{arg}: "):
-            add_pretrained(folder, "ok-name", directory=reg, **kwargs)
+            add_pretrained(folder, "ok-name", registry=reg, **kwargs)
     with pytest.raises(OptionError, match="^name: 'Bad/Name' is not a shipped-model name"):
-        add_pretrained(folder, "Bad/Name", directory=reg)
+        add_pretrained(folder, "Bad/Name", registry=reg)
     with pytest.raises(OptionError, match="^model: add_pretrained takes a loaded model"):
-        add_pretrained(str(tmp_path / "x"), "ok-name", directory=reg)
+        add_pretrained(str(tmp_path / "x"), "ok-name", registry=reg)
     assert not reg.exists()  # nothing written by a refused call
 
 
@@ -339,5 +339,19 @@ def test_measurements_recorded_in_a_folder_reach_its_card_and_its_shipped_copy(t
     assert "12.00" not in card and "`mu/mean/none`" in card  # the rest of the card is kept
     from vat.api import add_pretrained
 
-    entry = add_pretrained(vat.load(folder), "tiny-measured", directory=tmp_path / "reg")
+    entry = add_pretrained(vat.load(folder), "tiny-measured", registry=tmp_path / "reg")
     assert "| BLEU | 99.10 |" in (entry.folder / "README.md").read_text()
+
+
+def test_add_refuses_a_registry_that_is_a_file_and_an_empty_check_file(tiny_ckpt, tmp_path, capsys):
+    folder = export_folder(tiny_ckpt, tmp_path / "x", features="mu/mean/none")
+    a_file = tmp_path / "file"
+    a_file.write_text("keep")
+    err = _one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "t",
+                                   "--registry", str(a_file)])  # fmt: skip
+    assert err.startswith("error: --registry: ") and a_file.read_text() == "keep"
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    argv = ["pretrained", "add", str(folder), "--name", "t", "--check-file", str(empty)]
+    err = _one_line_error(capsys, [*argv, "--registry", str(tmp_path / "r")])
+    assert "--check-file" in err and "no non-empty line" in err and not (tmp_path / "r").exists()

@@ -52,7 +52,14 @@ from vat.share.export import export_model
 from vat.share.folder import check_output_dir
 from vat.share.hub import upload
 from vat.share.loaded import LoadedVAT
-from vat.share.pretrained import DTYPES, ShippedModel, check_name, shipped_models, write_shipped
+from vat.share.pretrained import (
+    DTYPES,
+    ShippedModel,
+    check_name,
+    check_registry,
+    shipped_models,
+    write_shipped,
+)
 from vat.share.resolve import load_model
 
 
@@ -431,7 +438,7 @@ def add_pretrained(
     dtype: str = "float16",
     check_sentences: Sequence[str] | None = None,
     check_from: str | None = None,
-    directory: str | os.PathLike | None = None,
+    registry: str | os.PathLike | None = None,
     overwrite: bool = False,
 ) -> ShippedModel:
     """Add an exported folder (`vat.load(DIR)`) to the models that ship with vat, as `name`
@@ -440,7 +447,8 @@ def add_pretrained(
     how far the stored weights move encode and generate from the float32 model, measured
     here on `check_sentences` (named `check_from` in the card; default CHECK_SENTENCES).
     Without `summary`, the card's first line states the model's shape, data and rate.
-    `directory` is the registry (default: the package's vat/shipped/, or $VAT_SHIPPED_DIR)."""
+    `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
+    vat/shipped/)."""
     require_loaded(model, "add_pretrained")
     check_name(name)
     if dtype not in DTYPES:
@@ -453,6 +461,7 @@ def add_pretrained(
             f"{model.loaded.source.location} is a training checkpoint; a shipped model is an "
             "exported folder: export it first (vat export MODEL DIR)",
         )
+    check_registry(registry)  # before the measurement, not after it
     if check_sentences is None:
         sentences, origin = list(CHECK_SENTENCES), "vat's built-in check sentences"
     else:
@@ -472,7 +481,7 @@ def add_pretrained(
         name,
         {k: v for k, v in info.items() if v},
         dtype=dtype,
-        directory=None if directory is None else Path(directory),
+        registry=None if registry is None else Path(registry),
         overwrite=overwrite,
     )
 

@@ -61,7 +61,7 @@ def build_parser() -> Parser:
         "(default: vat's built-in check sentences)",
     )
     add.add_argument(
-        "--to",
+        "--registry",
         default=None,
         metavar="DIR",
         help="the registry folder (default: the installed package's vat/shipped, or "
@@ -117,6 +117,8 @@ def _add(args) -> int:
     sentences = None
     if args.check_file is not None:
         sentences = read_text_lines(args.check_file, "--check-file")
+        if not any(s.strip() for s in sentences):
+            raise VatError(f"--check-file {args.check_file} holds no non-empty line")
     entry = add_pretrained(
         load(args.folder, "cpu"),
         args.name,
@@ -127,7 +129,7 @@ def _add(args) -> int:
         dtype=args.dtype,
         check_sentences=sentences,
         check_from=args.check_file,
-        directory=args.to,
+        registry=args.registry,
         overwrite=args.overwrite,
     )
     m = entry.info["fp32_match"]

@@ -173,9 +173,9 @@ def _read_entry(folder: Path) -> ShippedModel | None:
     return ShippedModel(folder.name, folder, info)
 
 
-def shipped_models(directory: Path | None = None) -> list[ShippedModel]:
+def shipped_models(registry: Path | None = None) -> list[ShippedModel]:
     """Every shipped model (each folder of the registry with a shipped.json), by name."""
-    root = shipped_dir() if directory is None else Path(directory)
+    root = shipped_dir() if registry is None else Path(registry)
     if not root.is_dir():
         return []
     # a dot-folder is a write in progress (or one a crash left), never an entry
@@ -183,11 +183,11 @@ def shipped_models(directory: Path | None = None) -> list[ShippedModel]:
     return [e for e in entries if e is not None]
 
 
-def shipped_model(name: str, directory: Path | None = None) -> ShippedModel | None:
+def shipped_model(name: str, registry: Path | None = None) -> ShippedModel | None:
     """The shipped model called `name`, or None."""
     if not NAME_PATTERN.fullmatch(name):
         return None
-    root = shipped_dir() if directory is None else Path(directory)
+    root = shipped_dir() if registry is None else Path(registry)
     return _read_entry(root / name) if (root / name).is_dir() else None
 
 
@@ -201,13 +201,22 @@ def check_name(name: str, option: str = "name") -> str:
     return name
 
 
+def check_registry(registry: str | os.PathLike | None) -> Path:
+    """The registry folder to write into ($VAT_SHIPPED_DIR or the package's by default),
+    refused in one line when it exists and is no folder."""
+    root = shipped_dir() if registry is None else Path(registry)
+    if (root.exists() or root.is_symlink()) and not root.is_dir():
+        raise OptionError("registry", f"{root} exists and is not a folder")
+    return root
+
+
 def write_shipped(
     loaded: LoadedVAT,
     name: str,
     info: dict[str, Any],
     *,
     dtype: str = "float16",
-    directory: Path | None = None,
+    registry: Path | None = None,
     overwrite: bool = False,
 ) -> ShippedModel:
     """Write the exported folder `loaded` was read from into the registry as `name`: its
@@ -231,7 +240,7 @@ def write_shipped(
             f"{source.location} is a training checkpoint; a shipped model is an exported "
             "folder: export it first (vat export MODEL DIR)",
         )
-    root = shipped_dir() if directory is None else Path(directory)
+    root = check_registry(registry)
     out = root / name
     if out.exists() and not overwrite:
         raise VatError(
