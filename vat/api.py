@@ -53,10 +53,8 @@ from vat.share.folder import check_output_dir
 from vat.share.hub import upload
 from vat.share.loaded import LoadedVAT
 from vat.share.pretrained import (
-    DTYPES,
     ShippedModel,
-    check_name,
-    check_registry,
+    check_shipping,
     shipped_models,
     write_shipped,
 )
@@ -450,18 +448,9 @@ def add_pretrained(
     `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
     vat/shipped/)."""
     require_loaded(model, "add_pretrained")
-    check_name(name)
-    if dtype not in DTYPES:
-        raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    check_shipping(model.loaded, name, dtype, registry)  # before the measurement
     if summary is not None and (not isinstance(summary, str) or not summary.strip()):
         raise OptionError("summary", "must be one non-empty line saying what the model is")
-    if model.loaded.source.kind == "checkpoint":
-        raise OptionError(
-            "model",
-            f"{model.loaded.source.location} is a training checkpoint; a shipped model is an "
-            "exported folder: export it first (vat export MODEL DIR)",
-        )
-    check_registry(registry)  # before the measurement, not after it
     if check_sentences is None:
         sentences, origin = list(CHECK_SENTENCES), "vat's built-in check sentences"
     else:
@@ -493,6 +482,8 @@ def precision_match(
     loaded) move `loaded`'s outputs on `sentences`: the folder's sentence features (largest
     absolute difference, lowest cosine), the token means mu (largest absolute difference),
     and how many greedy reconstructions stay identical."""
+    # the stored tensors (the state dict: not the buffers a model rebuilds, such as its
+    # positions) rounded to `dtype` and loaded into float32, as a shipped model is loaded
     rounded = {
         k: v.to(getattr(torch, dtype)).to(v.dtype) if v.is_floating_point() else v
         for k, v in loaded.model.state_dict().items()

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from vat.cli.common import Parser, read_text_lines
-from vat.errors import VatError, run_cli
+from vat.errors import OptionError, VatError, run_cli
 
 
 def build_parser() -> Parser:
@@ -94,13 +94,12 @@ def _list() -> int:
 
 def _show(name: str) -> int:
     from vat.share.folder import CARD_NAME
-    from vat.share.pretrained import PREFIX, shipped_model, shipped_models
+    from vat.share.pretrained import named_shipped
 
-    bare = name[len(PREFIX) :] if name.startswith(PREFIX) else name
-    entry = shipped_model(bare)
-    if entry is None:
-        names = ", ".join(m.name for m in shipped_models()) or "none"
-        raise VatError(f"NAME: vat ships no model named {name!r} (shipped models: {names})")
+    try:
+        entry = named_shipped(name)
+    except OptionError as e:  # NAME is a positional argument, not a flag
+        raise VatError(f"NAME {e.problem}") from None
     sys.stdout.write((entry.folder / CARD_NAME).read_text(encoding="utf-8"))
     return 0
 

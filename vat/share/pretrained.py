@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from vat.errors import CheckpointError, OptionError, VatError
 from vat.share.folder import CARD_NAME, CONFIG_NAME, SHIPPED_NAME, WEIGHTS_NAME, replace_dir
 from vat.share.loaded import LoadedVAT, check_loaded
@@ -201,9 +203,36 @@ def check_name(name: str, option: str = "name") -> str:
     return name
 
 
-def check_registry(registry: str | os.PathLike | None) -> Path:
-    """The registry folder to write into ($VAT_SHIPPED_DIR or the package's by default),
-    refused in one line when it exists and is no folder."""
+def named_shipped(text: str, option: str = "name") -> ShippedModel:
+    """The shipped model `text` (`NAME` or `vat:NAME`) names; one line listing the shipped
+    names when there is none."""
+    bare = text[len(PREFIX) :] if text.startswith(PREFIX) else text
+    entry = shipped_model(bare)
+    if entry is None:
+        names = ", ".join(m.name for m in shipped_models()) or "none"
+        raise OptionError(
+            option, f"{text}: vat ships no model named {bare!r} (shipped models: {names})"
+        )
+    return entry
+
+
+def check_shipping(
+    loaded: LoadedVAT, name: str, dtype: str, registry: str | os.PathLike | None
+) -> Path:
+    """What `write_shipped` refuses, checked before any work: a path instead of a loaded
+    model, a training checkpoint (a shipped model is an exported folder), a bad name or
+    dtype, a registry that exists and is no folder. Returns the registry folder
+    ($VAT_SHIPPED_DIR or the package's by default)."""
+    check_loaded(loaded, "write_shipped")
+    check_name(name)
+    if dtype not in DTYPES:
+        raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if loaded.source.kind == "checkpoint":
+        raise OptionError(
+            "model",
+            f"{loaded.source.location} is a training checkpoint; a shipped model is an "
+            "exported folder: export it first (vat export MODEL DIR)",
+        )
     root = shipped_dir() if registry is None else Path(registry)
     if (root.exists() or root.is_symlink()) and not root.is_dir():
         raise OptionError("registry", f"{root} exists and is not a folder")
@@ -226,21 +255,9 @@ def write_shipped(
     dtype and every file's SHA-256). Written into a temp folder and renamed into place; an
     existing entry needs `overwrite` and must itself be a shipped model (vat replaces only
     what it wrote)."""
-    import torch
     from safetensors.torch import save_model
 
-    check_loaded(loaded, "write_shipped")
-    check_name(name)
-    if dtype not in DTYPES:
-        raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    source = loaded.source
-    if source.kind == "checkpoint":
-        raise OptionError(
-            "model",
-            f"{source.location} is a training checkpoint; a shipped model is an exported "
-            "folder: export it first (vat export MODEL DIR)",
-        )
-    root = check_registry(registry)
+    root = check_shipping(loaded, name, dtype, registry)
     out = root / name
     if out.exists() and not overwrite:
         raise VatError(
@@ -256,7 +273,7 @@ def write_shipped(
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.tmp-"))
     try:
-        folder = source.path
+        folder = loaded.source.path
         for p in sorted(folder.iterdir()):
             if p.name in (WEIGHTS_NAME, SHIPPED_NAME, CARD_NAME) or not p.is_file():
                 continue

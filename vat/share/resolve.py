@@ -35,7 +35,13 @@ from vat.share.checkpoint import load_checkpoint
 from vat.share.folder import CONFIG_NAME, load_folder
 from vat.share.hub import download, looks_like_repo_id
 from vat.share.loaded import LoadedVAT, ModelSource
-from vat.share.pretrained import PREFIX, ShippedModel, shipped_model, shipped_models
+from vat.share.pretrained import (
+    PREFIX,
+    ShippedModel,
+    named_shipped,
+    shipped_model,
+    shipped_models,
+)
 
 
 def run_checkpoint(run_dir: Path) -> Path | None:
@@ -105,19 +111,14 @@ def resolve_model(
 def _shipped(text: str, path: Path, name: str) -> ShippedModel | None:
     """The shipped model `text` names (`vat:NAME`, or a bare NAME that is no path), None if
     it names none; a NAME that is both a shipped model and an existing path is refused."""
-    explicit = text.startswith(PREFIX)
-    bare = text[len(PREFIX) :] if explicit else text
-    entry = shipped_model(bare)
-    if explicit and entry is None:
-        names = ", ".join(m.name for m in shipped_models()) or "none"
-        raise OptionError(
-            name, f"{text}: vat ships no model named {bare!r} (shipped models: {names})"
-        )
-    if not explicit and entry is not None and (path.exists() or path.is_symlink()):
+    if text.startswith(PREFIX):
+        return named_shipped(text, name)
+    entry = shipped_model(text)
+    if entry is not None and (path.exists() or path.is_symlink()):
         raise OptionError(
             name,
             f"{text!r} names both a shipped model and the path {path}: write ./{text} for "
-            f"the path or {PREFIX}{bare} for the shipped model",
+            f"the path or {PREFIX}{text} for the shipped model",
         )
     return entry
 
