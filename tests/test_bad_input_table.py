@@ -29,9 +29,17 @@ TINY = str(ASSETS / "tiny.yaml")
 SWEEP = str(ROOT / "configs" / "sweeps" / "sweep.yaml")
 EVAL = ["--tasks", "STSBenchmark", "--preset", "prototyping", "--no-progress", "--device", "cpu"]
 GEN = ["--no-progress", "--device", "cpu"]
+SCORE = ["--samples", "2", "--no-progress", "--device", "cpu", "--no-representation"]
 
 # Options naming a file: command, arguments ({bad} is the bad path; {ckpt}, {tmp} fixed).
 FILE_OPTIONS = {
+    "score --ckpt": ("score", ["--ckpt", "{bad}", PROBE, *SCORE]),
+    "score FILE": ("score", ["--ckpt", "{ckpt}", "{bad}", *SCORE]),
+    "score --output": ("score", ["--ckpt", "{ckpt}", PROBE, "--output", "{bad}", *SCORE]),
+    "score --sts-pairs": (
+        "score",
+        ["--ckpt", "{ckpt}", PROBE, "--sts-pairs", "{bad}", "--samples", "2", "--no-progress"],
+    ),
     "generate --ckpt": ("generate", ["reconstruct", "--ckpt", "{bad}", *GEN, "a b"]),
     "generate --input": ("generate", ["reconstruct", "--ckpt", "{ckpt}", "--input", "{bad}"]),
     "generate --output": (
@@ -109,6 +117,10 @@ FILE_OPTIONS = {
 }
 # The export's output folder is a folder option: a file, FIFO or device there is refused.
 FOLDER_OPTIONS = {
+    "score --data-dir": (
+        "score",
+        ["--ckpt", "{ckpt}", PROBE, "--data-dir", "{bad}", "--samples", "2", "--no-progress"],
+    ),
     "mteb --output": (
         "mteb",
         ["--model", "{ckpt}", "--output", "{bad}", "--tasks", "STSBenchmark"],
@@ -141,6 +153,27 @@ FOLDER_OPTIONS = {
 HUGE = str(10**12)
 # Options taking numbers: the bad values of each.
 NUMBER_OPTIONS = {
+    "score --samples": (
+        "score",
+        ["--ckpt", "{ckpt}", PROBE, *SCORE, "--samples", "{v}"],
+        ["0", "-1"],
+    ),
+    "score --batch-size": (
+        "score",
+        ["--ckpt", "{ckpt}", PROBE, *SCORE, "--batch-size", "{v}"],
+        ["0", "-1"],
+    ),
+    "score --diversity-samples": (
+        "score",
+        ["--ckpt", "{ckpt}", PROBE, *SCORE, "--diversity-samples", "{v}"],
+        ["-1", "1", HUGE],
+    ),
+    "score --prior-samples": (
+        "score",
+        ["--ckpt", "{ckpt}", PROBE, *SCORE, "--prior-samples", "{v}"],
+        ["-1", "1", HUGE],
+    ),
+    "score --limit": ("score", ["--ckpt", "{ckpt}", PROBE, *SCORE, "--limit", "{v}"], ["0", "-1"]),
     "generate --batch-size": (
         "generate",
         ["reconstruct", "--ckpt", "{ckpt}", *GEN, "--batch-size", "{v}", "a"],

@@ -9,6 +9,7 @@
     model.reconstruct(["A man plays a guitar."], beam=5)
     model.sample(["A man plays a guitar."], num_samples=3, tau=1.0)
     model.interpolate("A man plays a guitar.", "A dog runs.")
+    print(model.score(["A man plays a guitar."], samples=100).table())  # NLL, -ELBO, MI, AU, ...
     model.save_pretrained("my-vat", evaluate="STS12,STSBenchmark")
 
 The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded.LoadedVAT`
@@ -37,6 +38,13 @@ from vat.eval import engine
 from vat.eval.encoders import vat_encoder
 from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import expand_tasks
+from vat.eval.vae_table import (
+    DEFAULT_SAMPLES,
+    ScoreSettings,
+    ScoreTable,
+    representation_pairs,
+    score_table,
+)
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import sentence_features
 from vat.features.encoder import (
@@ -285,6 +293,42 @@ class PretrainedVAT:
                 commit_message=commit_message,
                 api=api,
             )
+
+    # -- the text-VAE table (vat score) -------------------------------------------------------
+    def score(
+        self,
+        sentences: Sequence[str],
+        samples: int = DEFAULT_SAMPLES,
+        *,
+        batch_size: int = 32,
+        diversity_samples: int = 5,
+        prior_samples: int = 100,
+        seed: int = 0,
+        sts_pairs: str | os.PathLike | None = None,
+        data_dir: str | os.PathLike | None = None,
+        representation: bool = True,
+        show_progress_bar: bool = False,
+    ) -> ScoreTable:
+        """The row text-VAE papers report (`vat score`, docs/score.md): the NLL estimated with
+        `samples` (K) importance samples per sentence and its perplexity, -ELBO with its
+        reconstruction and KL parts, MI, active units, reconstruction BLEU, distinct-n and
+        self-BLEU of `diversity_samples` variational samples per sentence and of
+        `prior_samples` prior samples (0 skips either), and, with `representation`, the
+        alignment and uniformity of the model's sentence features on `sts_pairs` (a file in
+        STS-B's layout) or STS-B's test split under `data_dir` (default $VAT_SENTEVAL_DIR,
+        skipped if absent). Costs K decoder passes per sentence. `.table()` prints it,
+        `.to_dict()` gives the numbers; the same inputs and `seed` on the same device give
+        the same table as the command."""
+        settings = ScoreSettings(
+            samples=samples,
+            batch_size=batch_size,
+            diversity_samples=diversity_samples,
+            prior_samples=prior_samples,
+            seed=seed,
+            progress=bool(show_progress_bar),
+        )
+        pairs = representation_pairs(sts_pairs, data_dir) if representation else None
+        return score_table(self.loaded, sentences, settings, pairs)
 
     # -- generation (vat.generate.VATGenerator) ----------------------------------------------
     @staticmethod

@@ -3,6 +3,7 @@
     vat train -c demo                  train (LightningCLI; = vat train fit ...)
     vat evaluate --model runs/demo     SentEval-style evaluation
     vat geometry --model runs/demo     latent geometry of a model or HF encoder
+    vat score --model runs/demo FILE   the text-VAE table: NLL (IWAE), PPL, -ELBO, KL, MI, AU, ...
     vat generate reconstruct --model runs/demo "a sentence"
     vat sweep -c configs/sweeps/sweep.yaml
     vat export runs/demo model_dir     a shareable model folder
@@ -28,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("vat.cli.train:vat_train", "train a VAT (LightningCLI; see `vat train --help`)"),
     "evaluate": ("vat.cli.evaluate:main", "SentEval-style evaluation of a checkpoint or encoder"),
     "geometry": ("vat.cli.geometry:main", "isotropy, self-similarity and collapse diagnostics"),
+    "score": ("vat.cli.score:main", "the text-VAE table: NLL (IWAE), -ELBO, KL, MI, AU, BLEU"),
     "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
     "sweep": ("vat.cli.sweep:main", "train and measure one run per value of any config key"),
     "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),

@@ -59,24 +59,40 @@ def load_sts(data_dir: Path, task: str) -> TaskData:
     return TaskData(task, "sts", splits, path=folder)
 
 
+STSB_FORMAT = (
+    5,
+    6,
+    lambda c: float(c[4]),
+    np.float64,
+    "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence",
+)
+"""STSBenchmark's columns (0-based): the sentences in 5 and 6, the score (0-5) in 4."""
+
+
 def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
     """STSBenchmark: tab-separated, score in column 4, sentences in 5 and 6 (0-based)."""
     folder = data_dir / "STS" / "STSBenchmark"
     files = (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv"))
     splits = read_pair_splits(
-        folder,
-        files,
-        task,
-        data_dir,
-        scored_split,
-        5,
-        6,
-        lambda c: float(c[4]),
-        np.float64,
-        "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence",
-        header=False,
+        folder, files, task, data_dir, scored_split, *STSB_FORMAT, header=False
     )
     return TaskData(task, "relatedness", splits, path=folder)
+
+
+def read_stsb_file(path: Path) -> Pairs:
+    """One file in STSBenchmark's layout (e.g. its sts-dev.csv), read and checked as
+    `load_stsb` reads each of its splits."""
+    path = Path(path)
+    splits = read_pair_splits(
+        path.parent,
+        [("pairs", path.name)],
+        "STSBenchmark",
+        path.parent,
+        scored_split,
+        *STSB_FORMAT,
+        header=False,
+    )
+    return splits["pairs"]  # type: ignore[return-value]
 
 
 _SICK_LABELS = {"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2}

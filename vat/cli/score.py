@@ -1,0 +1,151 @@
+"""`vat score`: the table text-VAE papers report, for one model on one text file.
+
+    vat score --model demo-wordnet-d64 data/demo_val.txt --samples 100
+    vat score --model runs/corpus_cpu newstest2019.de-en.en --limit 500 --output score.json
+
+The NLL estimated with K importance samples (IWAE) and its perplexity, -ELBO with its
+reconstruction and KL parts, MI, active units, reconstruction BLEU, distinct-n and self-BLEU
+of variational and prior samples, and the alignment and uniformity of the model's sentence
+features on STS-B's test pairs (docs/score.md gives every formula). The library function is
+`vat.eval.vae_table.score_table`; `vat.load(MODEL).score(lines, samples=K)` gives the same
+numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vat.cli.common import Parser, add_common, add_model_option, read_text_lines, show_progress
+from vat.errors import VatError, run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vat.eval.vae_table import DEFAULT_SAMPLES, ScoreSettings
+
+    defaults = ScoreSettings()
+    p = Parser(
+        prog="vat score",
+        description="The text-VAE table (NLL by importance sampling, PPL, -ELBO, KL, MI, AU, "
+        "reconstruction BLEU, sample diversity, alignment and uniformity) of a model on a "
+        "text file, one sentence per line. See docs/score.md.",
+    )
+    add_model_option(p)
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        help="text file, one sentence per line (plain or .gz; '-' = stdin); empty lines skipped",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=DEFAULT_SAMPLES,
+        help=f"K importance samples per sentence for the NLL (default {DEFAULT_SAMPLES}, as He "
+        "et al. 2019); costs K decoder passes per sentence",
+    )
+    p.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=defaults.batch_size,
+        help=f"sentences per batch (default {defaults.batch_size})",
+    )
+    p.add_argument(
+        "--diversity-samples",
+        type=int,
+        default=defaults.diversity_samples,
+        help="variational samples per sentence (tau 1) for distinct-n and self-BLEU "
+        f"(default {defaults.diversity_samples}; 0 skips)",
+    )
+    p.add_argument(
+        "--prior-samples",
+        type=int,
+        default=defaults.prior_samples,
+        help=f"samples from the prior for distinct-n and self-BLEU (default "
+        f"{defaults.prior_samples}; 0 skips)",
+    )
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of every draw (default 0)")
+    rep = p.add_mutually_exclusive_group()
+    rep.add_argument(
+        "--sts-pairs",
+        metavar="FILE",
+        help="sentence pairs in STS-B's layout for alignment and uniformity (default: STS-B "
+        "test under --data-dir)",
+    )
+    rep.add_argument(
+        "--data-dir",
+        help="SentEval data/downstream folder whose STS-B test split gives the pairs (default "
+        "$VAT_SENTEVAL_DIR, else ../shared/data/senteval; skipped if it has none)",
+    )
+    rep.add_argument(
+        "--no-representation", action="store_true", help="leave out alignment and uniformity"
+    )
+    p.add_argument("--output", metavar="FILE", help="also write the table as JSON to FILE")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    add_common(p)
+    return p
+
+
+def _read(source: str) -> list[str]:
+    """Non-empty stripped lines of FILE (plain or gzip) or stdin."""
+    if source == "-":
+        return [s.strip() for s in read_text_lines(source, "FILE") if s.strip()]
+    from vat.data.corpus import read_lines
+    from vat.io import regular_file
+
+    path = Path(source)
+    if path.is_dir():
+        raise VatError(f"FILE {path} is a directory, expected a text file")
+    lines, _ = read_lines(regular_file(path, "FILE", allow_pipe=True), on_bad_bytes="error")
+    return lines
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from vat.errors import OptionError
+    from vat.eval.vae_table import ScoreSettings, representation_pairs, score_table
+    from vat.io import check_output_file, folder, regular_file, write_json_atomic
+    from vat.runtime import resolve_device
+    from vat.share.resolve import load_model
+
+    args = build_parser().parse_args(argv)
+    device = resolve_device(args.device)
+    output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
+    settings = ScoreSettings(  # its checks name Python arguments; run_cli shows their flags
+        samples=args.samples,
+        batch_size=args.batch_size,
+        diversity_samples=args.diversity_samples,
+        prior_samples=args.prior_samples,
+        seed=args.seed,
+        progress=show_progress(args),
+    )
+    if args.limit is not None and args.limit < 1:
+        raise OptionError("limit", f"must be at least 1, got {args.limit}")
+    # named inputs are checked before the model is read
+    if args.sts_pairs is not None:
+        regular_file(args.sts_pairs, "--sts-pairs")
+    if args.data_dir is not None:
+        folder(args.data_dir, "--data-dir")
+    sentences = _read(args.file)[: args.limit]
+    if not sentences:
+        raise VatError(f"FILE {args.file}: no non-empty line to score")
+    pairs = None if args.no_representation else representation_pairs(args.sts_pairs, args.data_dir)
+
+    loaded = load_model(args.model, device)
+    source = "stdin" if args.file == "-" else Path(args.file).name
+    table = score_table(loaded, sentences, settings, pairs, source=source)
+    if output is not None:
+        record = {"model_location": str(loaded.source.location), "file": args.file}
+        write_json_atomic(output, {**record, **table.to_dict()}, indent=2)
+    print(table.table())
+    if not args.quiet:
+        wrote = f"; wrote {output}" if output is not None else ""
+        print(f"\n{table.seconds['total']:.1f} s ({table.seconds['likelihood']:.1f} s for "
+              f"the K = {settings.samples} samples){wrote}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`vat score ...`."""
+    return run_cli(_main, argv)

@@ -1,0 +1,216 @@
+"""The likelihood columns of the text-VAE table: -ELBO, its parts, and the importance-weighted
+NLL (Burda, Grosse & Salakhutdinov 2016, "Importance Weighted Autoencoders"), for a VAT whose
+latent is every token's z_t (docs/score.md gives every formula).
+
+For a sentence x with T latent positions (its n subwords and </s>, PAPER.md), Z = (z_1..z_T),
+q(Z|x) = prod_t N(z_t; mu_t, diag exp(logvar_t)), p(Z) = N(0, s^2 I), and log p(x|Z) is the
+sum over the T target tokens w_1..w_n </s> of log p(w_t | w_<t, Z):
+
+    ELBO(x) = E_q[log p(x|Z)] - KL(q(Z|x) || p(Z))                      (KL in closed form)
+    L_K(x)  = log (1/K) sum_k p(x|Z_k) p(Z_k) / q(Z_k|x),  Z_k ~ q(Z|x)  (L_1 = ELBO in expectation)
+
+and ELBO <= E[L_K] <= E[L_{K+1}] <= log p(x), with L_K -> log p(x) as K grows (Burda et al.,
+Theorem 1). -L_K is the "NLL" of text-VAE tables (He et al. 2019; Li et al. 2020). Its cost
+is K decoder passes per sentence; the K draws go through the decoder in passes of at most
+`ROWS_PER_PASS` decoded tokens, so K = 1000 fits on a CPU for 64-subword lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from vat.model import VAT
+from vat.runtime import check_allocation, eval_mode
+from vat.train.losses import gaussian_kl
+
+LOG_2PI = math.log(2 * math.pi)
+
+ROWS_PER_PASS = 1 << 15
+"""Decoded tokens (sample x sentence x position rows) per decoder pass: 32,768 rows hold the
+decoder's widest activation (d_ff = 512) in 64 MiB of float32."""
+
+LOGIT_ELEMENTS = 1 << 24
+"""Logits per output-projection chunk: 64 MiB of float32 (2,048 rows at V = 8,192)."""
+
+
+# -- pure functions ------------------------------------------------------------------------------
+def gaussian_log_density(z: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """log N(z; mu, diag(exp(logvar))), summed over the last axis: (..., d) -> (...)."""
+    d = z.shape[-1]
+    return -0.5 * (d * LOG_2PI + logvar.sum(-1) + ((z - mu).square() * torch.exp(-logvar)).sum(-1))
+
+
+def prior_log_density(z: torch.Tensor, prior_std: float) -> torch.Tensor:
+    """log N(z; 0, s^2 I), summed over the last axis: (..., d) -> (...)."""
+    d, s2 = z.shape[-1], float(prior_std) ** 2
+    return -0.5 * (d * (LOG_2PI + math.log(s2)) + z.square().sum(-1) / s2)
+
+
+def log_mean_exp(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """log (1/n) sum_i exp(x_i) along `dim`, without overflow."""
+    return torch.logsumexp(x, dim) - math.log(x.shape[dim])
+
+
+def log_importance_weights(
+    log_px_given_z: torch.Tensor,  # (K, B) log p(x | Z_k)
+    eps: torch.Tensor,  # (K, B, T, d) the standard-normal draws: Z_k = mu + exp(logvar / 2) eps
+    mu: torch.Tensor,  # (B, T, d)
+    logvar: torch.Tensor,  # (B, T, d)
+    mask: torch.Tensor,  # (B, T) bool, True at real latent positions
+    prior_std: float,
+) -> torch.Tensor:
+    """log w_k = log p(x|Z_k) + log p(Z_k) - log q(Z_k|x), summed over real positions: (K, B).
+
+    log q is taken at the draw itself: (z - mu)^2 / var = eps^2 exactly, so q = p gives
+    log p(Z) - log q(Z|x) = 0 up to rounding, whatever the draw."""
+    z = mu + torch.exp(0.5 * logvar) * eps  # (K, B, T, d)
+    d = mu.shape[-1]
+    log_q = -0.5 * (d * LOG_2PI + logvar.sum(-1) + eps.square().sum(-1))  # (K, B, T)
+    log_p = prior_log_density(z, prior_std)  # (K, B, T)
+    return log_px_given_z + ((log_p - log_q) * mask).sum(-1)  # (K, B)
+
+
+def closed_form_kl(
+    mu: torch.Tensor, logvar: torch.Tensor, mask: torch.Tensor, prior_std: float
+) -> torch.Tensor:
+    """KL(q(Z|x) || p(Z)) per sentence, summed over real positions and dimensions: (B,)."""
+    return (gaussian_kl(mu, logvar, prior_std).sum(-1) * mask).sum(-1)
+
+
+# -- a model's bounds -----------------------------------------------------------------------------
+class Bounds(NamedTuple):
+    """Per sentence, in nats (each (B,) float64)."""
+
+    log_likelihood: torch.Tensor
+    """L_K: the importance-weighted lower bound on log p(x)."""
+    reconstruction: torch.Tensor
+    """Mean over the K draws of log p(x | Z_k): the ELBO's first term, estimated."""
+    kl: torch.Tensor
+    """KL(q(Z|x) || p(Z)) in closed form."""
+    mean_log_weight: torch.Tensor
+    """mean_k log w_k: the ELBO estimated from the same draws (<= L_K, by Jensen)."""
+    tokens: torch.Tensor
+    """Target tokens (subwords + </s>), long."""
+
+
+LogLikelihood = Callable[[torch.Tensor], torch.Tensor]
+"""z (N, T, d) -> log p(x | z) (N,) for N = draws x sentences, rows draw-major."""
+
+
+def samples_per_pass(batch_rows: int, samples: int, rows: int = ROWS_PER_PASS) -> int:
+    """How many of the K draws go through the decoder together for a batch of `batch_rows`
+    (sentences x positions): as many as fit in `rows`, at least 1."""
+    return max(1, min(samples, rows // max(1, batch_rows)))
+
+
+def importance_weighted_bounds(
+    log_likelihood: LogLikelihood,
+    mu: torch.Tensor,  # (B, T, d)
+    logvar: torch.Tensor,  # (B, T, d)
+    mask: torch.Tensor,  # (B, T) bool
+    prior_std: float,
+    samples: int,
+    per_pass: int,
+    generator: torch.Generator | None = None,
+) -> Bounds:
+    """L_K, the ELBO's parts and mean_k log w_k for a batch, drawing the K samples in passes
+    of `per_pass` draws (a running logsumexp: memory does not grow with K)."""
+    B = mu.shape[0]
+    mu, logvar = mu.double(), logvar.double()
+    lse = torch.full((B,), -math.inf, dtype=torch.float64, device=mu.device)
+    recon = torch.zeros(B, dtype=torch.float64, device=mu.device)
+    mean_log_w = torch.zeros_like(recon)
+    for start in range(0, samples, per_pass):
+        k = min(per_pass, samples - start)
+        # one draw per call, so the draws (and the bounds) do not depend on `per_pass`
+        eps = torch.stack(
+            [
+                torch.randn(mu.shape, generator=generator, device=mu.device, dtype=torch.float32)
+                for _ in range(k)
+            ]
+        ).double()  # (k, B, T, d)
+        z = mu + torch.exp(0.5 * logvar) * eps  # (k, B, T, d)
+        log_px = log_likelihood(z.flatten(0, 1).float()).double().view(k, B)  # (k, B)
+        log_w = log_importance_weights(log_px, eps, mu, logvar, mask, prior_std)  # (k, B)
+        lse = torch.logaddexp(lse, torch.logsumexp(log_w, 0))
+        recon += log_px.sum(0)
+        mean_log_w += log_w.sum(0)
+    return Bounds(
+        lse - math.log(samples),
+        recon / samples,
+        closed_form_kl(mu, logvar, mask, prior_std),
+        mean_log_w / samples,
+        mask.sum(-1),
+    )
+
+
+def decoder_log_likelihood(
+    model: VAT,
+    tgt_in: torch.Tensor,  # (B, T)
+    tgt_out: torch.Tensor,  # (B, T)
+    mask: torch.Tensor,  # (B, T) bool
+) -> LogLikelihood:
+    """z (N, T, d), N = draws x B rows draw-major -> log p(x | z) (N,) under the decoder,
+    teacher-forced, summed over the real target tokens. The output projection runs in
+    chunks of LOGIT_ELEMENTS: (N, T, V) logits never exist at once."""
+    V = model.config.vocab_size
+
+    def log_likelihood(z: torch.Tensor) -> torch.Tensor:
+        reps = z.shape[0] // tgt_in.shape[0]
+        m = mask.repeat(reps, 1)  # (N, T)
+        hidden = model.decode_hidden(tgt_in.repeat(reps, 1), z.to(_dtype(model)), m)  # (N, T, d)
+        h, y = hidden.flatten(0, 1), tgt_out.repeat(reps, 1).flatten()  # (N T, d), (N T,)
+        out = torch.empty(len(y), dtype=torch.float32, device=h.device)
+        step = max(1, LOGIT_ELEMENTS // V)
+        for i in range(0, len(y), step):
+            logits = model.lm_head(h[i : i + step]).float()  # (C, V)
+            picked = logits.gather(1, y[i : i + step, None]).squeeze(1)
+            out[i : i + step] = picked - logits.logsumexp(-1)  # (C,)
+        return (out.view_as(m) * m).sum(-1)  # (N,)
+
+    return log_likelihood
+
+
+def _dtype(model: VAT) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def pass_bytes(model: VAT, rows: int, length: int) -> float:
+    """The bytes one decoder pass of `rows` tokens holds at its widest, in float32 words: the
+    noise and latents (float64 draws, a float32 copy: 5 d), the hidden state, the
+    feed-forward activation, self-attention weights and one logit chunk."""
+    cfg = model.config
+    return 4.0 * (rows * (6 * cfg.d_model + cfg.d_ff + cfg.n_heads * length) + LOGIT_ELEMENTS)
+
+
+def model_bounds(
+    model: VAT,
+    batch: dict[str, torch.Tensor],
+    prior_std: float,
+    samples: int,
+    generator: torch.Generator | None = None,
+    rows: int = ROWS_PER_PASS,
+) -> Bounds:
+    """`importance_weighted_bounds` of a VAT on one `vat.tokenizer.make_batch` batch, in eval
+    mode (no dropout) without autograd; the memory of a pass is checked before it is taken."""
+    device = next(model.parameters()).device
+    src, tgt_in, tgt_out = (batch[k].to(device) for k in ("src", "tgt_in", "tgt_out"))
+    B, T = src.shape
+    per_pass = samples_per_pass(B * T, samples, rows)
+    check_allocation(pass_bytes(model, per_pass * B * T, T), "samples", device)
+    with eval_mode(model):
+        post = model.encode(src)  # mu, logvar (B, T, d)
+        return importance_weighted_bounds(
+            decoder_log_likelihood(model, tgt_in, tgt_out, post.mask),
+            post.mu.float(),
+            post.logvar.float(),
+            post.mask,
+            prior_std,
+            samples,
+            per_pass,
+            generator,
+        )

@@ -1,0 +1,419 @@
+"""The table text-VAE papers report, for a loaded VAT on any sentences (`vat score`,
+`vat.load(...).score`): the importance-weighted NLL and its perplexity, -ELBO with its
+reconstruction and KL parts, the mutual information I(x; z), active units, reconstruction
+BLEU, the diversity of variational and prior samples, and the alignment and uniformity of the
+model's sentence features. docs/score.md gives every formula and how each is adapted to a
+latent per token.
+
+The maths lives in pure functions beside it: `vat.eval.likelihood` (IWAE, ELBO),
+`vat.geometry.collapse` (MI, AU), `vat.eval.diversity` (distinct-n, self-BLEU),
+`vat.eval.representation` (alignment, uniformity); generation is `VATGenerator`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from vat.errors import OptionError, check_count
+from vat.eval.diversity import distinct_n, self_bleu
+from vat.eval.encoders import vat_encoder
+from vat.eval.likelihood import model_bounds
+from vat.eval.representation import POSITIVE_SCORE, alignment, uniformity
+from vat.eval.tasks.files import Pairs
+from vat.eval.tasks.registry import load_task
+from vat.eval.tasks.sts import read_stsb_file
+from vat.features import length_sorted_batches
+from vat.generate.generator import TruncationWarning, VATGenerator, reconstruction_score
+from vat.geometry.collapse import active_units, mutual_information
+from vat.geometry.probes import default_senteval_dir
+from vat.io import folder as existing_folder
+from vat.io import regular_file
+from vat.runtime import check_allocation, eval_mode
+from vat.share.loaded import LoadedVAT, check_loaded
+from vat.tokenizer import make_batch
+
+DEFAULT_SAMPLES = 500
+"""K importance samples per sentence: He et al. (2019) and Li et al. (2020) report the NLL
+with 500."""
+
+MI_BATCH = 512
+"""Tokens per batch of the MI estimate, whose aggregate posterior q(z) is the batch's: MI is
+at most log(MI_BATCH) = 6.24 nats; compare MI only at the same batch size."""
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """How `score_table` scores (the Python names of `vat score`'s options)."""
+
+    samples: int = DEFAULT_SAMPLES
+    """K importance samples per sentence for the NLL (K decoder passes per sentence)."""
+    batch_size: int = 32
+    """Sentences per encoder/decoder batch (length-sorted)."""
+    diversity_samples: int = 5
+    """M variational samples per sentence (tau 1, greedy decoding) for distinct-n and
+    self-BLEU; 0 skips them."""
+    prior_samples: int = 100
+    """P samples from the prior N(0, s^2 I) (lengths from the training histogram); 0 skips."""
+    seed: int = 0
+    """Seeds every draw: the same inputs and settings on the same device give the same table."""
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        check_count(self.samples, "samples")
+        check_count(self.batch_size, "batch_size")
+        for name in ("diversity_samples", "prior_samples"):
+            value = check_count(getattr(self, name), name, minimum=0)
+            if value == 1:
+                raise OptionError(
+                    name, "must be 0 (skip) or at least 2: self-BLEU compares samples"
+                )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise OptionError("seed", f"must be a whole number, got {self.seed!r}")
+
+
+@dataclass
+class RepresentationPairs:
+    """STS pairs for alignment (those scored POSITIVE_SCORE or more) and uniformity (every
+    distinct sentence), and where they came from."""
+
+    a: list[str]
+    b: list[str]
+    scores: np.ndarray
+    source: str
+
+    @classmethod
+    def from_pairs(cls, pairs: Pairs, source: str) -> RepresentationPairs:
+        # SentEval's loaders keep sentences as whitespace tokens
+        def text(x):
+            return x if isinstance(x, str) else " ".join(x)
+
+        return cls([text(x) for x in pairs.a], [text(x) for x in pairs.b], pairs.y, source)
+
+
+def representation_pairs(
+    sts_pairs: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None
+) -> RepresentationPairs | str:
+    """The pairs alignment and uniformity are measured on: `sts_pairs` (a file in STS-B's
+    layout), else STS-B's test split under `data_dir`; with neither, STS-B's test split under
+    the default SentEval folder ($VAT_SENTEVAL_DIR, else ../shared/data/senteval) if it is
+    there. Returns why not (a string) when that default is missing; a named file or folder
+    that is missing or malformed is an error."""
+    if sts_pairs is not None:
+        path = regular_file(Path(sts_pairs), "sts_pairs")
+        return RepresentationPairs.from_pairs(read_stsb_file(path), str(path))
+    folder = (
+        existing_folder(data_dir, "data_dir") if data_dir is not None else default_senteval_dir()
+    )
+    test = folder / "STS" / "STSBenchmark" / "sts-test.csv"
+    if data_dir is None and not test.is_file():
+        return f"no STS-B test split at {test}; give sts_pairs or data_dir"
+    pairs = load_task(folder, "STSBenchmark").splits["test"]
+    return RepresentationPairs.from_pairs(pairs, "STS-B test")  # type: ignore[arg-type]
+
+
+@dataclass
+class ScoreTable:
+    """One row of the text-VAE table (nats unless named otherwise; see docs/score.md)."""
+
+    model: str
+    data: dict[str, Any]
+    settings: dict[str, Any]
+    likelihood: dict[str, float]
+    latent: dict[str, Any]
+    reconstruction: dict[str, Any]
+    samples: dict[str, Any] = field(default_factory=dict)
+    representation: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        """The table as `vat score` prints it."""
+        return format_table(self)
+
+
+def score_table(
+    loaded: LoadedVAT,
+    sentences: Sequence[str],
+    settings: ScoreSettings | None = None,
+    pairs: RepresentationPairs | str | None = None,
+    source: str = "given sentences",
+) -> ScoreTable:
+    """Score `sentences` (non-empty strings) with `loaded`; `pairs` adds alignment and
+    uniformity (a string: why they are left out). `source` names the sentences in the
+    table."""
+    check_loaded(loaded, "score_table")
+    settings = settings if settings is not None else ScoreSettings()
+    sentences = _checked_sentences(sentences)
+    cfg = loaded.config  # the samples' latents, refused before any work if they cannot fit
+    latents = 4.0 * cfg.max_len * cfg.d_model
+    check_allocation(
+        latents * settings.diversity_samples * len(sentences), "diversity_samples", loaded.device
+    )
+    check_allocation(latents * settings.prior_samples, "prior_samples", loaded.device)
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    ids, truncated = _subwords(loaded, sentences)
+    lik, mu, logvar = _likelihood(loaded, ids, settings)
+    seconds["likelihood"] = time.perf_counter() - start
+
+    t = time.perf_counter()
+    latent = {
+        "mi": mutual_information(
+            mu, logvar, batch_size=MI_BATCH, max_tokens=None, seed=settings.seed
+        ),
+        "mi_batch_tokens": MI_BATCH,
+        "au": active_units(mu),
+        "dims": int(mu.shape[1]),
+        "latent_tokens": int(mu.shape[0]),
+    }
+    seconds["latent"] = time.perf_counter() - t
+
+    gen = VATGenerator.from_loaded(loaded, batch_size=max(settings.batch_size, 64))
+    gen.progress = settings.progress
+    t = time.perf_counter()
+    with warnings.catch_warnings():  # counted once above as `truncated`, not once per line
+        warnings.simplefilter("ignore", TruncationWarning)
+        recon = reconstruction_score(gen.reconstruct(sentences), sentences)
+        seconds["reconstruction"] = time.perf_counter() - t
+        t = time.perf_counter()
+        samples = _diversity(gen, sentences, settings)
+    seconds["samples"] = time.perf_counter() - t
+    t = time.perf_counter()
+    representation = _representation(loaded, pairs, settings.batch_size)
+    seconds["representation"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - start
+    return ScoreTable(
+        model=loaded.name,
+        data={
+            "source": source,
+            "sentences": len(sentences),
+            "target_tokens": lik["target_tokens"],
+            "truncated": truncated,
+            "max_len": int(loaded.config.max_len),
+        },
+        settings={
+            **{k: v for k, v in asdict(settings).items() if k != "progress"},
+            "prior_std": loaded.prior_std,
+        },
+        likelihood={k: v for k, v in lik.items() if k != "target_tokens"},
+        latent=latent,
+        reconstruction={
+            "bleu": recon.bleu,
+            "exact_match": recon.exact_match,
+            "decoding": "greedy from mu",
+            "bleu_metric": "torchmetrics SacreBLEUScore(tokenize='13a')",
+        },
+        samples=samples,
+        representation=representation,
+        seconds=seconds,
+    )
+
+
+def _checked_sentences(sentences: Sequence[str]) -> list[str]:
+    if isinstance(sentences, (str, bytes)) or sentences is None:
+        raise OptionError(
+            "sentences", f"expected a list of strings, got {type(sentences).__name__}"
+        )
+    out = list(sentences)
+    for i, s in enumerate(out, 1):
+        if not isinstance(s, str):
+            raise OptionError("sentences", f"item {i} is {type(s).__name__}, expected a string")
+        if not s.strip():
+            raise OptionError("sentences", f"item {i} is empty; every sentence needs a word")
+    if not out:
+        raise OptionError("sentences", "is empty; give at least one sentence")
+    return out
+
+
+def _subwords(loaded: LoadedVAT, sentences: list[str]) -> tuple[list[list[int]], int]:
+    """Subword ids cut to max_len - 1 (the </s> takes the last place), and how many were cut."""
+    keep = loaded.config.max_len - 1
+    ids = loaded.tokenizer.encode_batch(sentences)
+    return [x[:keep] for x in ids], sum(len(x) > keep for x in ids)
+
+
+def _likelihood(
+    loaded: LoadedVAT, ids: list[list[int]], settings: ScoreSettings
+) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+    """The likelihood columns, and every latent position's mu and logvar (for MI and AU)."""
+    n, K = len(ids), settings.samples
+    bounds = {k: np.zeros(n) for k in ("ll", "recon", "kl", "mean_log_w")}
+    tokens = np.zeros(n, dtype=np.int64)
+    mus, logvars = [], []
+    device = loaded.device
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
+    bar = tqdm(
+        total=n * K,
+        desc=f"scoring (K={K})",
+        unit="sample",
+        disable=not settings.progress,
+        leave=False,
+    )
+    with bar:
+        for index in length_sorted_batches([len(x) for x in ids], settings.batch_size):
+            batch = make_batch([ids[i] for i in index])
+            b = model_bounds(loaded.model, batch, loaded.prior_std, K, generator)
+            for key, value in zip(
+                bounds, (b.log_likelihood, b.reconstruction, b.kl, b.mean_log_weight)
+            ):
+                bounds[key][index] = value.cpu().numpy()
+            tokens[index] = b.tokens.cpu().numpy()
+            with eval_mode(loaded.model):
+                post = loaded.model.encode(batch["src"].to(device))
+            mus.append(post.mu[post.mask].float().cpu())
+            logvars.append(post.logvar[post.mask].float().cpu())
+            bar.update(len(index) * K)
+    total = int(tokens.sum())
+    nll = -bounds["ll"].sum()
+    neg_elbo = -(bounds["recon"] - bounds["kl"]).sum()
+    lik = {
+        "nll": nll / n,
+        "nll_per_token": nll / total,
+        "ppl": math.exp(nll / total),
+        "neg_elbo": neg_elbo / n,
+        "neg_elbo_per_token": neg_elbo / total,
+        "ppl_elbo": math.exp(neg_elbo / total),
+        "reconstruction": -bounds["recon"].sum() / n,
+        "reconstruction_per_token": -bounds["recon"].sum() / total,
+        "kl": bounds["kl"].sum() / n,
+        "kl_per_token": bounds["kl"].sum() / total,
+        "neg_elbo_same_draws": -bounds["mean_log_w"].sum() / n,
+        "target_tokens": total,
+    }
+    return lik, torch.cat(mus), torch.cat(logvars)
+
+
+def _diversity(gen: VATGenerator, sentences: list[str], settings: ScoreSettings) -> dict:
+    out: dict[str, Any] = {}
+    M, P = settings.diversity_samples, settings.prior_samples
+    if M:
+        groups = gen.sample(sentences, M, 1.0, seed=settings.seed)
+        out["variational"] = {
+            "per_sentence": M,
+            "tau": 1.0,
+            "distinct_1": float(np.mean([distinct_n(g, 1) for g in groups])),
+            "distinct_2": float(np.mean([distinct_n(g, 2) for g in groups])),
+            "self_bleu": float(np.mean([self_bleu(g) for g in groups])),
+            "same_as_input": float(
+                np.mean([[s == x for s in g] for g, x in zip(groups, sentences)])
+            ),
+        }
+    if P:
+        texts = [text for _, text in gen.prior(P, seed=settings.seed)]
+        out["prior"] = {
+            "samples": P,
+            "distinct_1": distinct_n(texts, 1),
+            "distinct_2": distinct_n(texts, 2),
+            "self_bleu": self_bleu(texts),
+        }
+    return out
+
+
+def _representation(
+    loaded: LoadedVAT, pairs: RepresentationPairs | str | None, batch_size: int
+) -> dict[str, Any]:
+    if pairs is None:
+        return {}
+    if isinstance(pairs, str):
+        return {"skipped": pairs}
+    encode = vat_encoder(loaded, batch_size=max(batch_size, 64))
+    fitted = getattr(encode, "fitted", None)
+    spec = str(fitted.spec) if fitted is not None else "mu/mean/none"
+    positive = pairs.scores >= POSITIVE_SCORE
+    if not positive.any():
+        raise OptionError(
+            "sts_pairs", f"{pairs.source} has no pair scored {POSITIVE_SCORE:g} or more"
+        )
+    distinct = sorted(set(pairs.a) | set(pairs.b))
+    fa = encode([a for a, p in zip(pairs.a, positive) if p])
+    fb = encode([b for b, p in zip(pairs.b, positive) if p])
+    return {
+        "features": spec,
+        "pairs": pairs.source,
+        "alignment": alignment(fa, fb),
+        "positive_pairs": int(positive.sum()),
+        "uniformity": uniformity(encode(distinct)),
+        "sentences": len(distinct),
+    }
+
+
+# -- the printed table ---------------------------------------------------------------------------
+def format_table(t: ScoreTable) -> str:
+    lik, lat, s = t.likelihood, t.latent, t.settings
+    K = s["samples"]
+    rows = [
+        f"{t.model} on {t.data['source']}: {t.data['sentences']} sentences, "
+        f"{t.data['target_tokens']} target tokens (subwords + </s>), K = {K}, seed {s['seed']}",
+        f"{'':<44}{'per sentence':>14}{'per token':>12}",
+        _row(f"NLL (importance-weighted, K={K})", lik["nll"], lik["nll_per_token"]),
+        _row("PPL = exp(NLL per token)", None, lik["ppl"]),
+        _row("-ELBO", lik["neg_elbo"], lik["neg_elbo_per_token"]),
+        _row(
+            "  reconstruction -E_q log p(x|z)",
+            lik["reconstruction"],
+            lik["reconstruction_per_token"],
+        ),
+        _row("  KL(q(z|x) || p(z)) (the rate)", lik["kl"], lik["kl_per_token"]),
+        _row(
+            f"MI I(x;z) (per token latent, {lat['mi_batch_tokens']}-token batches)", None, lat["mi"]
+        ),
+        f"{'AU active units (Cov > 0.01)':<44}{'':>14}{lat['au']:>9} / {lat['dims']}",
+        _row("reconstruction BLEU (greedy from mu)", None, t.reconstruction["bleu"]),
+    ]
+    v, p = t.samples.get("variational"), t.samples.get("prior")
+    if v or p:
+        rows.append(f"{'samples':<44}{'distinct-1':>14}{'distinct-2':>12}{'self-BLEU':>11}")
+    if v:
+        name = f"  variational (M={v['per_sentence']} each, tau 1)"
+        rows.append(
+            f"{name:<44}{v['distinct_1']:>14.3f}{v['distinct_2']:>12.3f}{v['self_bleu']:>11.1f}"
+        )
+    if p:
+        name = f"  prior N(0, {s['prior_std']:g}^2 I) (P={p['samples']})"
+        rows.append(
+            f"{name:<44}{p['distinct_1']:>14.3f}{p['distinct_2']:>12.3f}{p['self_bleu']:>11.1f}"
+        )
+    r = t.representation
+    if r.get("skipped"):
+        rows.append(f"alignment and uniformity: skipped ({r['skipped']})")
+    elif r:
+        rows.append(
+            f"features {r['features']} on {r['pairs']}: alignment {r['alignment']:.3f} "
+            f"({r['positive_pairs']} pairs scored >= {POSITIVE_SCORE:g}), uniformity "
+            f"{r['uniformity']:.3f} ({r['sentences']} sentences)"
+        )
+    if v and v["same_as_input"] >= 0.5:
+        rows.append(
+            f"note: {100 * v['same_as_input']:.0f}% of the variational samples repeat their "
+            f"input: the posterior is nearly deterministic at this rate "
+            f"({lik['kl_per_token']:.1f} nats per token)"
+        )
+    if t.data["truncated"]:
+        rows.append(
+            f"note: {t.data['truncated']} sentence(s) had more than max_len - 1 = "
+            f"{t.data['max_len'] - 1} subwords and were scored cut to that length"
+        )
+    return "\n".join(rows)
+
+
+def _row(label: str, per_sentence: float | None, per_token: float) -> str:
+    first = "" if per_sentence is None else _number(per_sentence, 2)
+    return f"{label:<44}{first:>14}{_number(per_token, 3):>12}"
+
+
+def _number(x: float, digits: int) -> str:
+    # a perplexity at tens of nats per token is astronomically large: print it as 1.2e+71
+    return f"{x:.3e}" if abs(x) >= 1e6 else f"{x:.{digits}f}"
