@@ -237,6 +237,7 @@ class PretrainedVAT:
         repo_id: str | None = None,
         fit_files: Sequence[str] | None = None,
         count_files: Sequence[str] | None = None,
+        space: bool = False,
     ) -> Path:
         """Export to a folder others load (`vat export`): config.json, model.safetensors,
         tokenizer.json, the sentence-transformers files and a model card, written atomically.
@@ -246,7 +247,9 @@ class PretrainedVAT:
         `fit_files` (`count_files`: token counts for SIF). `evaluate` (task names or groups of
         `vat evaluate`) scores the folder's vectors with the SentEval harness (data in
         `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores in config.json and the
-        card's model-index. `license`, `language` and `repo_id` go on the card.
+        card's model-index. `license`, `language` and `repo_id` go on the card. `space` also
+        writes the app.py and requirements.txt that make the folder a Hugging Face Space
+        running `vat explore`'s page (vat.share.space).
         """
         tasks = check_export(directory, overwrite=overwrite, evaluate=evaluate)
         fitted = export_features(
@@ -268,6 +271,7 @@ class PretrainedVAT:
             license=license,
             language=language,
             repo_id=repo_id,
+            space=bool(space),
         )
 
     def push_to_hub(
@@ -374,12 +378,20 @@ class PretrainedVAT:
         num_samples: int = 5,
         tau: float = 1.0,
         seed: int | None = 0,
+        source: str = "posterior",
         **options: Any,
     ) -> list[list[str]]:
         """num_samples decodings per sentence redrawing only the latents at `positions`
-        (Table 2)."""
+        (Table 2): from the posterior at temperature tau, or from the prior N(0, s^2 I)
+        (`source="prior"`)."""
         return self.generator.resample_token(
-            list(sentences), list(positions), num_samples, tau, self._options(options), seed
+            list(sentences),
+            list(positions),
+            num_samples,
+            tau,
+            self._options(options),
+            seed,
+            source=source,  # type: ignore[arg-type]
         )
 
     def interpolate(

@@ -5,6 +5,7 @@
     vat geometry --model runs/demo     latent geometry of a model or HF encoder
     vat score --model runs/demo FILE   the text-VAE table: NLL (IWAE), PPL, -ELBO, KL, MI, AU, ...
     vat generate reconstruct --model runs/demo "a sentence"
+    vat explore --model runs/demo      the latent space in the browser (needs [explore])
     vat sweep -c configs/sweeps/sweep.yaml
     vat export runs/demo model_dir     a shareable model folder
     vat features compare --model X ... score every sentence-feature spec on STS
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "geometry": ("vat.cli.geometry:main", "isotropy, self-similarity and collapse diagnostics"),
     "score": ("vat.cli.score:main", "the text-VAE table: NLL (IWAE), -ELBO, KL, MI, AU, BLEU"),
     "generate": ("vat.cli.generate:main", "reconstruct, sample, interpolate, decode the prior"),
+    "explore": ("vat.cli.explore:main", "the latent space of a model in the browser (gradio)"),
     "sweep": ("vat.cli.sweep:main", "train and measure one run per value of any config key"),
     "export": ("vat.cli.export:main", "export a checkpoint to a shareable model folder"),
     "features": ("vat.cli.features:main", "compare sentence-feature specs of a model"),

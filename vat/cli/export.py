@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vat.cli.common import MODEL_HELP, Parser
-from vat.errors import VatError, run_cli
+from vat.errors import OptionError, VatError, run_cli
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
 
@@ -82,6 +82,12 @@ def build_parser() -> Parser:
         "default: an exported MODEL's own, else vat.feature_spec.DEFAULT_EXPORT_SPEC); "
         "post-processing is fitted on the model's training sentences or --fit-files",
     )
+    p.add_argument(
+        "--space",
+        action="store_true",
+        help="also write app.py and requirements.txt, so that DIR runs as a Hugging Face "
+        "Space with the page of `vat explore` (`python DIR/app.py` serves it locally)",
+    )
     p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
     p.add_argument("--count-files", nargs="+", metavar="FILE", default=None)
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -111,6 +117,10 @@ def _main(argv: list[str]) -> int:
             "DIR (the folder to write) is required, unless MODEL is an exported folder "
             "to push with --push-to-hub"
         )
+    if args.space and output is None:
+        raise OptionError(
+            "space", "writes into DIR; give the folder to write (vat export MODEL DIR --space)"
+        )
     if output is not None:  # the output folder and task names, before the model is read
         check_export(output, overwrite=args.overwrite, evaluate=args.evaluate)
     model = load(model_arg, resolve_device(args.device))  # read once (and checked)
@@ -128,8 +138,12 @@ def _main(argv: list[str]) -> int:
             repo_id=args.push_to_hub,
             fit_files=args.fit_files,
             count_files=args.count_files,
+            space=args.space,
         )
-        print(f"wrote {out}")
+        print(
+            f"wrote {out}"
+            + (f" (a Space too: python {out}/app.py serves it)" if args.space else "")
+        )
     if args.push_to_hub:
         try:
             info = upload(out, args.push_to_hub, private=args.private or None)

@@ -136,6 +136,13 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated 0-based subword positions to resample, e.g. 1,3 "
         "(position = number of subwords is the </s> latent)",
     )
+    r.add_argument(
+        "--source",
+        choices=("posterior", "prior"),
+        default="posterior",
+        help="draw the chosen latents from their posterior at --tau (default) or from the "
+        "prior N(0, s^2 I)",
+    )
     i = sub.add_parser(
         "interpolate",
         parents=[common],

@@ -87,7 +87,9 @@ def _run_sample(
     if positions is None:
         results = gen.sample(texts, n, args.tau, opts, args.seed, labels=labels)
     else:
-        results = gen.resample_token(texts, positions, n, args.tau, opts, args.seed, labels=labels)
+        results = gen.resample_token(
+            texts, positions, n, args.tau, opts, args.seed, labels=labels, source=args.source
+        )
     by_line = dict(zip(keep, results))
     for i, src in enumerate(lines):
         samples = by_line.get(i)

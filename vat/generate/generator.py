@@ -24,9 +24,11 @@ from vat.features import iter_encoded_ids, length_sorted_batches
 from vat.generate.decoding import GREEDY, DecodeOptions, Hypothesis, decode_latents
 from vat.generate.latents import (
     InterpolationMethod,
+    ResampleSource,
     interpolate_latents,
     pad_latents,
     perturb_latents,
+    prior_at_positions,
     prior_latents,
     sample_lengths,
 )
@@ -235,12 +237,18 @@ class VATGenerator:
         seed: int | None = 0,
         positions: Sequence[int] | None = None,
         labels: Sequence[str] | None = None,
+        source: ResampleSource = "posterior",
     ) -> list[list[str]]:
         """num_samples variational samples per sentence: z_t = mu_t + tau * sigma_t * eps for
         every token (Table 1), or only at subword `positions` (0-based; position n_i is the </s>
-        latent) with z_t = mu_t elsewhere (Table 2, `resample_token`)."""
+        latent) with z_t = mu_t elsewhere (Table 2, `resample_token`). With source="prior"
+        the chosen latents are drawn from N(0, s^2 I) instead (tau is not used)."""
         n = check_count(num_samples, "num_samples")
         check_non_negative_finite(tau, "tau")
+        if source not in ("posterior", "prior"):
+            raise OptionError("source", f"must be 'posterior' or 'prior', got {source!r}")
+        if source == "prior" and positions is None:
+            raise OptionError("source", "'prior' redraws chosen positions; give positions")
         cfg = self.model.config  # every latent is (T <= max_len, d) float32
         check_allocation(
             4.0 * n * len(sentences) * cfg.max_len * cfg.d_model, "num_samples", self.device
@@ -264,7 +272,11 @@ class VATGenerator:
                 where = torch.zeros(n, mu.shape[0], dtype=torch.bool, device=mu.device)  # (n, T_i)
                 where[:, list(positions)] = True
             mu_n, lv_n = mu.expand(n, *mu.shape), logvar.expand(n, *logvar.shape)  # (n, T_i, d)
-            zs.extend(perturb_latents(mu_n, lv_n, tau, where, generator).unbind(0))
+            if source == "prior":
+                z = prior_at_positions(mu_n, where, self.prior_std, generator)  # (n, T_i, d)
+            else:
+                z = perturb_latents(mu_n, lv_n, tau, where, generator)  # (n, T_i, d)
+            zs.extend(z.unbind(0))
         texts = self._best_texts(zs, options, None if seed is None else seed + 1)
         return [texts[i * n : (i + 1) * n] for i in range(len(posts))]
 
@@ -277,13 +289,21 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         seed: int | None = 0,
         labels: Sequence[str] | None = None,
+        source: ResampleSource = "posterior",
     ) -> list[list[str]]:
         """num_samples samples per sentence that redraw only the latents at `positions`
-        (0-based)."""
+        (0-based): from the posterior at temperature tau, or from the prior (`source`)."""
         if not positions:
             raise OptionError("positions", "needs at least one token position")
         return self.sample(
-            sentences, num_samples, tau, options, seed, positions=positions, labels=labels
+            sentences,
+            num_samples,
+            tau,
+            options,
+            seed,
+            positions=positions,
+            labels=labels,
+            source=source,
         )
 
     def interpolate(

@@ -1,7 +1,9 @@
 """Latent maths for generation (pure functions over tensors).
 
 `perturb_latents` (z = mu + tau * sigma * eps everywhere or at chosen positions, PAPER.md
-Tables 1-2), `sample_lengths` / `prior_latents` (decoding the prior N(0, s^2 I)),
+Tables 1-2), `prior_at_positions` (chosen positions drawn from the prior instead),
+`token_statistics` (what each token's posterior carries: KL, sigma, |mu|),
+`sample_lengths` / `prior_latents` (decoding the prior N(0, s^2 I)),
 `interpolate_latents` (lerp or slerp between two sentences, Table 3) and `pad_latents`
 (stacking sequences of different lengths for `vat.generate.decoding`).
 """
@@ -15,8 +17,10 @@ from typing import Literal
 import torch
 
 from vat.errors import VatError
+from vat.train.losses import gaussian_kl  # the objective's own closed form
 
 InterpolationMethod = Literal["linear", "slerp"]
+ResampleSource = Literal["posterior", "prior"]
 
 
 def perturb_latents(
@@ -38,6 +42,30 @@ def perturb_latents(
     if positions is None:
         return z
     return torch.where(positions[..., None], z, mu)  # (..., T, d)
+
+
+def prior_at_positions(
+    mu: torch.Tensor,
+    positions: torch.Tensor,
+    prior_std: float,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """z_t ~ N(0, prior_std^2 I) where `positions` (..., T) is True, z_t = mu_t elsewhere.
+
+    What a token's latent encodes, seen against the prior rather than its posterior: the
+    decoder reads a latent that carries no information about x at those positions.
+    """
+    drawn = prior_std * torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+    return torch.where(positions[..., None], drawn, mu)  # (..., T, d)
+
+
+def token_statistics(
+    mu: torch.Tensor, logvar: torch.Tensor, prior_std: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per token of one posterior, mu and logvar (T, d): its KL to N(0, s^2 I) in nats (the
+    token's rate, PAPER.md eq. 6), its mean sigma over dimensions, and |mu_t|. Each (T,)."""
+    kl = gaussian_kl(mu, logvar, prior_std).sum(-1)  # (T,)
+    return kl, torch.exp(0.5 * logvar).mean(-1), mu.norm(dim=-1)
 
 
 def sample_lengths(

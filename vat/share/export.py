@@ -49,8 +49,10 @@ def export_model(
     license: str | None = None,
     language: str | None = None,
     repo_id: str | None = None,
+    space: bool = False,
 ) -> Path:
-    """Write `loaded` as an exported folder at `output_dir` (trainer state is dropped).
+    """Write `loaded` as an exported folder at `output_dir` (trainer state is dropped); with
+    `space`, also a Hugging Face Space running `vat explore`'s page (vat.share.space).
 
     `features` is the folder's fitted feature spec; `evaluation` its scores (`vat.eval.scores`
     entries, shown in config.json and the card's model-index). Without `evaluation`, an
@@ -68,4 +70,5 @@ def export_model(
         card=card,
         evaluation=evaluation,
         overwrite=overwrite,
+        space=space,
     )

@@ -37,6 +37,7 @@ from vat.model import VAT, VATConfig
 from vat.share.checkpoint import check_finite
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.model_card import model_card
+from vat.share.space import SPACE_FILES, space_settings, write_space_files
 from vat.tokenizer import VATTokenizer
 
 HUB_FORMAT_VERSION = 1
@@ -60,7 +61,7 @@ FILES = (
 )
 SHIPPED_NAME = "shipped.json"  # a shipped model's record and checksums (vat.share.pretrained)
 FEATURES_NAME = FOLDER_STATS_NAME  # present when the folder's feature spec needs statistics
-ALL_FILES = (*FILES, FEATURES_NAME)  # what the Hub upload and download carry
+ALL_FILES = (*FILES, FEATURES_NAME, *SPACE_FILES)  # what the Hub upload and download carry
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -72,10 +73,12 @@ def save_folder(
     card: dict[str, Any] | None = None,
     evaluation: list[dict[str, Any]] | None = None,
     overwrite: bool = False,
+    space: bool = False,
 ) -> Path:
     """Write `loaded` as an exported folder at `directory`, atomically (a temp folder beside
     it, renamed into place). An existing non-empty `directory` needs `overwrite`, and then
-    must be an earlier export (`check_output_dir`).
+    must be an earlier export (`check_output_dir`). With `space`, the folder is also a
+    Hugging Face Space running `vat explore`'s page (`vat.share.space`).
 
     `features` (a fitted vat.feature_spec spec) becomes the folder's feature spec and
     statistics; `card` ({license, language, name, repo_id}) and `evaluation` (a list of
@@ -88,8 +91,12 @@ def save_folder(
             extra["card"] = card
         if evaluation:
             extra["evaluation"] = evaluation
+        if space:
+            extra["space"] = space_settings()
         config = write_model_files(tmp, loaded, extra)
         write_sentence_transformers_files(tmp, features)
+        if space:
+            write_space_files(tmp)
         (tmp / CARD_NAME).write_text(
             model_card(config, loaded.tokenizer.vocab_size, features), encoding="utf-8"
         )

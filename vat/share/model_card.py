@@ -62,6 +62,7 @@ def card_data(config: dict[str, Any]) -> Any:
         pipeline_tag="sentence-similarity",
         model_name=name,
         eval_results=results or None,
+        **(config.get("space") or {}),  # sdk, sdk_version, app_file: the Space's settings
     )
 
 
@@ -175,6 +176,17 @@ def model_card(
         lines += [f"| {a} | {b} |" for a, b in m["rows"]]
     if features is not None:
         lines += ["", "## Sentence features", "", _features_paragraph(features)]
+    if config.get("space"):
+        lines += [
+            "",
+            "## Explore it in the browser",
+            "",
+            "This folder is also a Hugging Face Space (`app.py`, `requirements.txt`): the page "
+            "of `vat explore`, where you type a sentence and see its reconstruction, each "
+            "token's KL, resampled tokens, interpolations, samples and the model's facts. "
+            "Locally: `pip install -r requirements.txt && python app.py`, then open "
+            "http://127.0.0.1:7860.",
+        ]
     if shipped:
         lines += ["", *_shipped_lines(shipped)]
     lines.append("")

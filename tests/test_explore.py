@@ -1,0 +1,482 @@
+"""`vat explore` below the browser: the Explorer (every view in Python), its maths and marks,
+the page's rendering and error handling, the command's one-line errors, start-up on every
+kind of model, Ctrl-C, and `vat export --space`. tests/test_explore_browser.py drives the page
+in Chromium."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import export_folder
+
+import vat
+from vat.errors import OptionError, VatError
+from vat.explore import Explorer
+from vat.explore.explorer import MAX_CHARS, MAX_SAMPLES, MAX_STEPS, check_sentence
+from vat.explore.neighbours import NeighbourIndex
+from vat.explore.wording import mark_changes, path_changes
+from vat.generate.latents import prior_at_positions, token_statistics
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = "demo-wordnet-d64"
+SENTENCE = "A man is playing a guitar in the park."
+
+
+@pytest.fixture(scope="module")
+def demo() -> vat.api.PretrainedVAT:
+    return vat.load(DEMO, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def explorer(demo) -> Explorer:
+    lines = (ROOT / "data" / "demo_val.txt").read_text(encoding="utf-8").splitlines()[:200]
+    return Explorer(demo, lines, corpus_name="demo_val.txt")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_ckpt, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("explore-run") / "demo"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(tiny_ckpt, run / "checkpoints" / "last.ckpt")
+    return run
+
+
+# -- the maths and the marks ---------------------------------------------------------------------
+def test_token_statistics_match_torch_distributions():
+    torch.manual_seed(0)
+    mu, logvar, s = torch.randn(7, 5), torch.randn(7, 5) * 0.5, 0.4
+    kl, sigma, norm = token_statistics(mu, logvar, s)
+    q = torch.distributions.Normal(mu, torch.exp(0.5 * logvar))
+    p = torch.distributions.Normal(torch.zeros_like(mu), torch.full_like(mu, s))
+    torch.testing.assert_close(kl, torch.distributions.kl_divergence(q, p).sum(-1))
+    torch.testing.assert_close(sigma, torch.exp(0.5 * logvar).mean(-1))
+    torch.testing.assert_close(norm, torch.sqrt((mu**2).sum(-1)))
+    # at the prior itself a token carries nothing
+    kl0, _, _ = token_statistics(torch.zeros(3, 4), torch.full((3, 4), math.log(s**2)), s)
+    torch.testing.assert_close(kl0, torch.zeros(3), atol=1e-6, rtol=0)
+
+
+def test_prior_at_positions_keeps_the_rest_and_draws_the_prior():
+    g = torch.Generator().manual_seed(0)
+    mu = torch.randn(20000, 3, 4, generator=g)
+    where = torch.tensor([False, True, False]).expand(20000, 3)
+    z = prior_at_positions(mu, where, 0.4, torch.Generator().manual_seed(1))
+    assert torch.equal(z[:, [0, 2]], mu[:, [0, 2]])  # untouched, exactly
+    drawn = z[:, 1]  # N(0, 0.4^2): independent of mu
+    assert abs(float(drawn.mean())) < 0.01 and abs(float(drawn.std()) - 0.4) < 0.01
+    assert abs(float(torch.corrcoef(torch.stack([drawn[:, 0], mu[:, 1, 0]]))[0, 1])) < 0.03
+
+
+def test_mark_changes():
+    same = mark_changes("a man plays .", "a man plays .")
+    assert same.same and same.changed == [] and same.dropped == 0
+    sub = mark_changes("a man plays a guitar .", "a woman plays a guitar .")
+    assert sub.changed == ["woman"] and sub.dropped == 1
+    ins = mark_changes("a man plays .", "a tall man plays .")
+    assert ins.changed == ["tall"] and ins.dropped == 0  # only the inserted word
+    dele = mark_changes("a tall man plays .", "a man plays .")
+    assert dele.changed == [] and dele.dropped == 1 and not dele.same
+    assert [w for w, _ in sub.words] == "a woman plays a guitar .".split()
+    assert mark_changes("x", "").words == ()
+
+
+def test_path_changes_flag_first_appearances():
+    marks = path_changes(["a b", "a b", "a c", "a b", "d"])
+    assert [new for _, new in marks] == [True, False, True, False, True]
+    assert [m.changed for m, _ in marks] == [[], [], ["c"], ["b"], ["d"]]
+
+
+def test_neighbour_index_is_exact():
+    sentences = ["east", "north", "north-east", "zero", "west"]
+    vectors = np.array([[1, 0], [0, 2], [3, 3], [0, 0], [-1, 0]], dtype=np.float32)
+    index = NeighbourIndex(sentences, vectors)
+    found = index.search(np.array([2.0, 0.0]), k=3)
+    assert [n.sentence for n in found] == ["east", "north-east", "north"]
+    assert [n.line for n in found] == [1, 3, 2]
+    np.testing.assert_allclose([n.cosine for n in found], [1.0, 1 / math.sqrt(2), 0.0], atol=1e-6)
+    tie = index.search(np.array([0.0, -1.0]), k=5)  # east, zero, west: cosine 0, in line order
+    assert [n.sentence for n in tie] == ["east", "zero", "west", "north-east", "north"]
+    assert len(index.search(np.array([1.0, 1.0]), k=50)) == 5  # k above N: every line
+    with pytest.raises(OptionError, match="query: has 3 dimensions"):
+        index.search(np.ones(3))
+    with pytest.raises(OptionError, match="features: hold NaN"):
+        NeighbourIndex(["a"], np.array([[np.nan, 1.0]]))
+    with pytest.raises(OptionError, match="one row per sentence"):
+        NeighbourIndex(["a", "b"], np.ones((3, 2)))
+
+
+# -- the Explorer, view by view ------------------------------------------------------------------
+def test_encode_rows_are_the_posterior(explorer, demo):
+    enc = explorer.encode(SENTENCE)
+    ids = demo.tokenizer.encode(SENTENCE)
+    assert enc.subwords == len(ids) and len(enc.rows) == len(ids) + 1 and enc.cut_from is None
+    assert enc.rows[-1].subword == "</s>"
+    assert "".join(r.subword for r in enc.rows[:-1]) == SENTENCE  # byte-level subwords
+    ((mu, logvar),) = demo.generator.posteriors([SENTENCE])
+    kl, sigma, norm = token_statistics(mu, logvar, demo.prior_std)
+    np.testing.assert_allclose([r.kl for r in enc.rows], kl.numpy(), rtol=1e-6)
+    np.testing.assert_allclose([r.sigma for r in enc.rows], sigma.numpy(), rtol=1e-6)
+    np.testing.assert_allclose([r.mu_norm for r in enc.rows], norm.numpy(), rtol=1e-6)
+    assert enc.rate == pytest.approx(float(kl.sum()), rel=1e-6)
+    assert enc.reconstruction == demo.reconstruct([SENTENCE])[0]
+    assert (
+        explorer.encode(SENTENCE, beam=3).reconstruction == demo.reconstruct([SENTENCE], beam=3)[0]
+    )
+
+
+def test_encode_cuts_long_sentences_and_says_so(explorer, demo):
+    long = " ".join(["guitar"] * 80)
+    n = len(demo.tokenizer.encode(long))
+    enc = explorer.encode(long)
+    assert enc.cut_from == n > explorer.max_len
+    assert len(enc.rows) == explorer.max_len and enc.subwords == explorer.max_len - 1
+
+
+def test_resample_at_tau_0_is_the_reconstruction(explorer):
+    for position in (0, 3, 12):  # 12: the </s> latent
+        r = explorer.resample(SENTENCE, position, num_samples=4, tau=0.0, seed=3)
+        assert [m.text for m in r.decodings] == [r.reconstruction] * 4
+        assert all(m.same for m in r.decodings)
+
+
+def test_resample_is_the_python_api_and_marks_against_the_reconstruction(explorer, demo):
+    for source in ("posterior", "prior"):
+        r = explorer.resample(SENTENCE, 4, num_samples=6, tau=1.0, source=source, seed=5)
+        (texts,) = demo.resample_token([SENTENCE], [4], num_samples=6, tau=1.0, seed=5,
+                                       source=source)  # fmt: skip
+        assert [m.text for m in r.decodings] == texts
+        for m in r.decodings:
+            assert m == mark_changes(r.reconstruction, m.text)
+    prior = explorer.resample(SENTENCE, 8, num_samples=8, source="prior", seed=0)
+    assert any(not m.same for m in prior.decodings)  # the prior carries nothing of the word
+
+
+def test_interpolation_path_runs_between_the_reconstructions(explorer, demo):
+    other = "Two dogs run across the snowy field."
+    for method in ("linear", "slerp"):
+        path = explorer.interpolate(SENTENCE, other, steps=6, method=method)
+        assert [p.alpha for p in path] == pytest.approx([i / 5 for i in range(6)])
+        assert path[0].decoding.text == demo.reconstruct([SENTENCE])[0]
+        assert path[-1].decoding.text == demo.reconstruct([other])[0]
+        assert path[0].new and path[0].decoding.same
+        for a, b in zip(path, path[1:]):
+            assert b.decoding == mark_changes(a.decoding.text, b.decoding.text)
+
+
+def test_sample_prior_neighbours_and_facts(explorer, demo):
+    recon, marked = explorer.sample(SENTENCE, num_samples=3, tau=1.0, seed=2)
+    assert [m.text for m in marked] == demo.sample([SENTENCE], num_samples=3, tau=1.0, seed=2)[0]
+    assert explorer.prior(num_samples=3, length=9, seed=4) == demo.prior(3, length=9, seed=4)
+    assert [t for t, _ in explorer.prior(num_samples=4, length=0)] != [0] * 4  # 0: drawn
+    found = explorer.neighbours(explorer.index.sentences[17], k=3)
+    assert found[0].line == 18 and found[0].cosine == pytest.approx(1.0, abs=1e-5)
+    assert [n.cosine for n in found] == sorted((n.cosine for n in found), reverse=True)
+    facts = dict(explorer.facts().rows)
+    assert facts["prior"] == "N(0, s² I), s = 0.4"
+    assert facts["sentence features"] == "layer0/sif/none" == explorer.feature_spec
+    assert facts["neighbours corpus"] == "200 lines of demo_val.txt"
+    assert ("STS12", "test", "spearman", 50.9908) in explorer.facts().scores
+
+
+BAD = [
+    ("encode", dict(text=""), "sentence: is empty"),
+    ("encode", dict(text=" \t\n "), "sentence: is empty"),
+    (
+        "encode",
+        dict(text="x" * 10_000),
+        f"has 10,000 characters; a view takes at most {MAX_CHARS:,}",
+    ),
+    ("encode", dict(text="a\x07b"), r"control character \(U\+0007\) at character 2"),
+    ("encode", dict(text=None), "sentence: expected text, got NoneType"),
+    ("encode", dict(text=SENTENCE, beam=0), "beam: must be in 1..8"),
+    ("resample", dict(text=SENTENCE, position=13), r"position: must be in 0..12, got 13"),
+    ("resample", dict(text=SENTENCE, position=1.5), "position: must be a whole number"),
+    ("resample", dict(text=SENTENCE, position=1, num_samples=0), "num_samples: must be in 1..20"),
+    ("resample", dict(text=SENTENCE, position=1, num_samples=MAX_SAMPLES + 1), "num_samples"),
+    (
+        "resample",
+        dict(text=SENTENCE, position=1, tau=float("nan")),
+        r"tau: must be a number in 0..10",
+    ),
+    ("resample", dict(text=SENTENCE, position=1, tau=-1.0), r"tau: must be a number in 0..10"),
+    ("resample", dict(text=SENTENCE, position=1, tau=math.inf), "tau"),
+    ("resample", dict(text=SENTENCE, position=1, seed=-1), "seed: must be in 0..2147483647"),
+    ("resample", dict(text=SENTENCE, position=1, source="both"), "source: must be 'posterior'"),
+    ("interpolate", dict(a=SENTENCE, b="", steps=3), "other_sentence: is empty"),
+    ("interpolate", dict(a=SENTENCE, b="x", steps=1), f"steps: must be in 2..{MAX_STEPS}"),
+    ("interpolate", dict(a=SENTENCE, b="x", steps=MAX_STEPS + 1), "steps"),
+    ("interpolate", dict(a=SENTENCE, b="x", method="cubic"), "method: must be 'linear'"),
+    ("sample", dict(text=SENTENCE, tau=float("nan")), "tau"),
+    ("prior", dict(length=49), r"length: must be in 0..48"),
+    ("prior", dict(num_samples=float("inf")), "num_samples: must be a whole number"),
+    ("neighbours", dict(text=SENTENCE, k=0), r"k: must be in 1..50"),
+]
+
+
+@pytest.mark.parametrize("view,kwargs,message", BAD, ids=[f"{v}-{m[:24]}" for v, _, m in BAD])
+def test_bad_input_is_one_message_naming_the_field(explorer, view, kwargs, message):
+    with pytest.raises(OptionError, match=message):
+        _call(explorer, view, kwargs)
+
+
+def _call(explorer, view, kwargs):
+    kwargs = dict(kwargs)
+    if view in ("encode", "resample", "sample", "neighbours"):
+        return getattr(explorer, view)(kwargs.pop("text"), **kwargs)
+    if view == "interpolate":
+        return explorer.interpolate(kwargs.pop("a"), kwargs.pop("b"), **kwargs)
+    return getattr(explorer, view)(**kwargs)
+
+
+def test_no_corpus_and_control_whitespace(demo):
+    bare = Explorer(demo)
+    with pytest.raises(
+        OptionError, match="corpus: none was loaded: start vat explore with --corpus"
+    ):
+        bare.neighbours(SENTENCE)
+    assert check_sentence("  a\tb\r\nc  ") == "a b c"
+    assert bare.subwords("") == [] and bare.subwords("a\x00") == []
+    with pytest.raises(OptionError, match="model: Explorer takes a loaded model"):
+        Explorer("demo-wordnet-d64")
+    with pytest.raises(OptionError, match="corpus: holds no non-empty line"):
+        Explorer(demo, ["", "  "])
+
+
+# -- the page: rendering and errors (gradio is not needed for these) ----------------------------
+def test_page_escapes_text_and_keeps_serving_on_errors(explorer, capsys):
+    import html as html_lib
+
+    from vat.explore.page import encoding_html, guarded, neighbours_html, token_choices
+
+    evil = "<script>alert(1)</script> & co"
+    html = encoding_html(explorer, evil, 1)
+    assert "<script" not in html and "</script" not in html
+    assert html_lib.escape(explorer.encode(evil).reconstruction) in html
+    assert html.count("<tr data-position=") == len(
+        explorer.encode("<script>alert(1)</script> & co").rows
+    )
+    assert "&lt;/s&gt;" in html
+    view = guarded(neighbours_html)
+    assert 'class="vat-error"' in view(explorer, "", 5) and "sentence: is empty" in view(
+        explorer, "", 5
+    )
+
+    def broken(_explorer, _text):
+        raise RuntimeError("boom\nsecond line")
+
+    out = guarded(broken)(explorer, "x")
+    assert "internal error (RuntimeError): boom" in out and "second line" not in out
+    err = capsys.readouterr().err
+    assert err.strip() == "vat explore: broken failed: RuntimeError: boom"
+    assert "Traceback" not in err
+    choices = token_choices(explorer, SENTENCE)
+    assert choices[0] == "0: A" and choices[-1] == "12: </s>"
+
+
+# -- the command ---------------------------------------------------------------------------------
+def vat_cmd(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vat", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        **kw,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_command_errors_are_one_line(tmp_path, capsys):
+    from vat.cli.explore import main
+
+    def one_line(*args: str) -> str:
+        assert main(list(args)) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), lines
+        return lines[0]
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert one_line("--model", DEMO, "--port", str(port)) == (
+            f"error: --port: 127.0.0.1:{port} is in use (another vat explore?); pick another "
+            "with --port"
+        )
+    cases = [
+        (["--model", str(tmp_path / "nope")], "nope"),
+        (["--model", DEMO, "--corpus", str(tmp_path / "none.txt")], "--corpus"),
+        (["--model", DEMO, "--corpus-limit", "0"], "--corpus-limit: must be at least 1"),
+        (["--model", DEMO, "--port", "70000"], "--port: must be in 0..65535"),
+        (["--model", DEMO, "--host", "no.such.host.invalid"], "--host: 'no.such.host.invalid'"),
+        (["--model", DEMO, "--prot", "1"], "unrecognized arguments: --prot"),
+    ]
+    for args, message in cases:
+        assert message in one_line("--port", "0", *args)  # a later --port wins
+
+
+def test_missing_extra_is_one_line():
+    code = (  # gradio absent: an import of it fails as when the extra was not installed
+        "import sys; sys.modules['gradio'] = None; from vat.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, "explore", "--model", DEMO],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: vat explore needs gradio, which is not installed: "
+        'pip install "variational-auto-transformer[explore]"'
+    )
+
+
+def serve(model, tmp_path, corpus=None):
+    from vat.explore.page import build_page, launch
+
+    page = build_page(Explorer(vat.load(model, device="cpu"), corpus))
+    _, url, _ = launch(page, "127.0.0.1", free_port(), block=False)
+    return page, url
+
+
+@pytest.mark.slow
+def test_the_page_serves_every_kind_of_model(tiny_ckpt, run_dir, tmp_path):
+    from gradio_client import Client
+
+    exported = export_folder(tiny_ckpt, tmp_path / "exported")
+    for model in (tiny_ckpt, run_dir, exported):
+        page, url = serve(model, tmp_path, corpus=["a b c", "the cat sat"])
+        try:
+            client = Client(url, verbose=False)
+            html = client.predict("the cat sat", 1, api_name="/encode")
+            assert 'id="encode-rows"' in html and "vat-error" not in html
+            nb = client.predict("the cat sat", 2, api_name="/neighbours")
+            assert "the cat sat" in nb and 'id="neighbours-table"' in nb
+            bad = client.predict("", 1, api_name="/encode")  # the server keeps serving
+            assert "sentence: is empty" in bad
+            assert "vat-error" not in client.predict("a b", 1, api_name="/encode")
+        finally:
+            page.close()
+
+
+@pytest.mark.slow
+def test_command_prints_the_address_and_stops_on_ctrl_c(run_dir):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vat", "explore", "--model", str(run_dir), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"vat explore: http://127.0.0.1:{port}/"), line
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:
+            assert page.status == 200 and b"vat explore: demo" in page.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "vat explore: stopped" in err
+    assert "neighbours: no --corpus" in err  # the tiny model records no training text
+    from vat.cli.explore import check_port
+
+    assert check_port("127.0.0.1", port) == port  # free again: a restart may take it at once
+
+
+# -- vat export --space --------------------------------------------------------------------------
+@pytest.mark.slow
+def test_export_space_runs_the_page(tiny_ckpt, tmp_path, capsys):
+    from vat.cli.export import main as export
+
+    out = tmp_path / "space"
+    assert export([str(tiny_ckpt), str(out), "--space"]) == 0
+    assert {"app.py", "requirements.txt", "model.safetensors"} <= {p.name for p in out.iterdir()}
+    requirement = (out / "requirements.txt").read_text()
+    assert requirement.startswith("variational-auto-transformer[explore]>=")
+    card = (out / "README.md").read_text()
+    assert "\nsdk: gradio\n" in card and "\napp_file: app.py\n" in card
+    assert "## Explore it in the browser" in card
+    assert json.loads((out / "config.json").read_text())["space"]["sdk"] == "gradio"
+    assert export([str(tiny_ckpt), str(out), "--space", "--overwrite"]) == 0  # its own files
+    capsys.readouterr()
+    assert export([str(out), "--push-to-hub", "u/m", "--space"]) == 2
+    assert "--space: writes into DIR" in capsys.readouterr().err
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(out / "app.py")],
+        cwd=tmp_path,  # the app finds its model beside itself, from any folder
+        env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        from gradio_client import Client
+
+        deadline = time.time() + 60
+        while True:
+            try:
+                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+                break
+            except Exception:
+                assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+                time.sleep(0.5)
+        assert 'id="encode-rows"' in client.predict("the cat sat", 1, api_name="/encode")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_generate_resample_token_from_the_prior(demo):
+    r = vat_cmd("generate", "resample-token", "--model", DEMO, SENTENCE, "--positions", "8",
+                "--source", "prior", "-n", "3", "--seed", "0")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (texts,) = demo.resample_token([SENTENCE], [8], num_samples=3, seed=0, source="prior")
+    assert r.stdout.split("\n")[:3] == texts
+    with pytest.raises(VatError, match="source"):
+        demo.resample_token([SENTENCE], [8], source="nowhere")
+
+
+def test_default_corpus_is_the_recorded_training_text(tiny_ckpt, tmp_path, monkeypatch):
+    import argparse
+    import dataclasses
+
+    from vat.cli.explore import corpus_lines, training_text
+
+    folder = export_folder(tiny_ckpt, tmp_path / "model")
+    loaded = vat.load(folder, device="cpu").loaded
+    assert training_text(loaded) is None  # records none
+    named = dataclasses.replace(loaded, train_files=["train.txt"])
+    monkeypatch.chdir(tmp_path)
+    assert training_text(named) is None  # recorded, but not here
+    (folder / "train.txt").write_text("one line\n\ntwo line\nthree\n")
+    assert training_text(named) == folder / "train.txt"  # beside the model
+    args = argparse.Namespace(corpus=None, corpus_limit=2)
+    assert corpus_lines(args, named) == (["one line", "two line"], "train.txt", None)
+    absolute = dataclasses.replace(loaded, train_files=[str(folder / "train.txt")])
+    assert training_text(absolute) == folder / "train.txt"
+    lines, name, note = corpus_lines(args, dataclasses.replace(loaded, train_files=["gone.txt"]))
+    assert lines is None and "training text (gone.txt) is not readable here" in note

@@ -1,0 +1,239 @@
+"""`vat explore` end to end in a real browser: the command serves the shipped demo model (a
+trained tiny VAT) and headless Chromium drives every view through Playwright, checking what
+the page shows against the same calls in Python (`vat.explore.Explorer`).
+
+Playwright's own browser download cannot run on vat's machines, so the test uses Debian's
+`chromium` package through `executable_path` ($VAT_CHROMIUM, default /usr/bin/chromium);
+`.ci/run` installs it. Under CI=true a missing browser fails the test instead of skipping it.
+A screenshot of each view goes to $VAT_EXPLORE_SCREENSHOTS (docs/explore/ was made so), else
+to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+import vat
+from vat.explore import Explorer
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = "demo-wordnet-d64"
+CORPUS = ROOT / "data" / "demo_val.txt"
+CORPUS_LIMIT = 300
+SENTENCE = "A woman is slicing an onion in the kitchen."
+OTHER = "The children ran across the field after school."
+TIMEOUT_MS = 60_000
+
+pytestmark = pytest.mark.slow
+
+
+def chromium() -> str:
+    path = os.environ.get("VAT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Chromium at {path}: .ci/run installs Debian's chromium")
+        pytest.skip(f"no Chromium at {path} (apt-get install chromium, or set $VAT_CHROMIUM)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server():
+    """`vat explore` as a user starts it, on a free port, one torch thread."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vat",
+            "explore",
+            "--model",
+            DEMO,
+            "--corpus",
+            str(CORPUS),
+            "--corpus-limit",
+            str(CORPUS_LIMIT),
+            "--port",
+            str(port),
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    line = proc.stdout.readline()
+    if not line.startswith("vat explore: http://"):
+        proc.kill()
+        pytest.fail(f"vat explore did not start: {line!r} {proc.stderr.read()}")
+    yield line.split()[2]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def explorer() -> Explorer:
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()[:CORPUS_LIMIT]
+    return Explorer(vat.load(DEMO, device="cpu"), lines, corpus_name=CORPUS.name)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = os.environ.get("VAT_EXPLORE_SCREENSHOTS")
+    out = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_every_view_in_chromium(server, explorer, shots):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = chromium()
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_default_timeout(TIMEOUT_MS)
+            outside: list[str] = []  # nothing may leave the machine
+            page.on(
+                "request",
+                lambda r: (
+                    outside.append(r.url)
+                    if urlparse(r.url).hostname not in ("127.0.0.1", None, "")
+                    else None
+                ),
+            )
+            page.goto(server)
+            drive(page, sync_api.expect, explorer, shots)
+            assert outside == [], outside
+        finally:
+            browser.close()
+    for name in ("encode", "resample", "interpolate", "sample", "neighbours", "model", "error"):
+        png = shots / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def put(page, expect, selector: str, value: str) -> None:
+    """Type into a field of a tab once the tab has mounted it (its default value is shown):
+    a value typed before that is overwritten by the default."""
+    field = page.locator(selector)
+    expect(field).not_to_have_value("")
+    for _ in range(50):  # a tab shown for the first time may still reset it: type again
+        field.fill(value)
+        page.wait_for_timeout(100)
+        if field.input_value() == value:
+            break
+    expect(field).to_have_value(value)
+
+
+def drive(page, expect, explorer: Explorer, shots: Path) -> None:
+    # 1. encode and reconstruct: the example sentence on load, then a typed one
+    page.locator("#encode-rows").wait_for()
+    page.locator("#sentence textarea").fill(SENTENCE)
+    page.locator("#encode-run").click()
+    enc = explorer.encode(SENTENCE)
+    expect(page.locator("#encode-reconstruction")).to_have_text(enc.reconstruction)
+    rows = page.locator("#encode-rows tbody tr")
+    expect(rows).to_have_count(len(enc.rows))
+    for i in (0, len(enc.rows) // 2, len(enc.rows) - 1):
+        cells = rows.nth(i).locator("td").all_inner_texts()
+        assert cells[1].strip() == enc.rows[i].subword.strip()
+        assert cells[2] == f"{enc.rows[i].kl:.2f}"
+    expect(page.locator("#encode-rate")).to_contain_text(f"rate {enc.rate:,.1f} nats")
+    page.screenshot(path=str(shots / "encode.png"), full_page=True)
+
+    # 2. resample a token: tau 0 gives the reconstruction N times; tau 1 N marked decodings
+    page.get_by_role("tab", name="Resample a token").click()
+    position = 4
+    label = f"{position}: {enc.rows[position].subword.strip()}"
+    page.locator("#resample-token input").click()
+    page.get_by_role("option", name=label, exact=True).click()
+    put(page, expect, "#resample-n input", "6")
+    put(page, expect, "#resample-tau input", "0")
+    page.locator("#resample-run").click()
+    expect(page.locator("#resample-out")).to_contain_text("at tau 0,")
+    items = page.locator("#resample-decodings li")
+    expect(items).to_have_count(6)
+    for text in items.all_inner_texts():
+        assert text.replace("(same as the reconstruction)", "").strip() == enc.reconstruction
+    page.locator("#resample-source label").filter(has_text="prior").click()
+    put(page, expect, "#resample-tau input", "1")
+    page.locator("#resample-run").click()
+    expect(page.locator("#resample-out")).to_contain_text("from the prior")
+    expect(items).to_have_count(6)
+    want = explorer.resample(SENTENCE, position, 6, 1.0, source="prior", seed=0)
+    for li, m in zip(items.all(), want.decodings):
+        assert li.locator("mark").all_inner_texts() == m.changed
+    assert any(m.changed for m in want.decodings)  # the page marked something
+    page.screenshot(path=str(shots / "resample.png"), full_page=True)
+
+    # 3. interpolate: the path starts and ends at the two reconstructions
+    page.get_by_role("tab", name="Interpolate").click()
+    put(page, expect, "#other-sentence textarea", OTHER)
+    put(page, expect, "#interpolate-steps input", "6")
+    page.locator("#interpolate-run").click()
+    path = page.locator("#interpolate-path tbody tr")
+    expect(path).to_have_count(6)
+    texts = path.locator("td.path-text").all_inner_texts()
+    assert texts[0] == enc.reconstruction
+    assert texts[-1] == explorer.encode(OTHER).reconstruction
+    assert path.nth(0).locator(".vat-new").count() == 1
+    page.screenshot(path=str(shots / "interpolate.png"), full_page=True)
+
+    # 4. sample around the sentence and from the prior, at a fixed seed
+    page.get_by_role("tab", name="Sample", exact=True).click()
+    put(page, expect, "#sample-tau input", "2")
+    page.locator("#sample-run").click()
+    expect(page.locator("#sample-decodings li")).to_have_count(5)
+    put(page, expect, "#prior-length input", "12")
+    put(page, expect, "#prior-seed input", "3")
+    page.locator("#prior-run").click()
+    prior = page.locator("#prior-decodings li")
+    expect(prior).to_have_count(5)
+    want_prior = explorer.prior(num_samples=5, length=12, seed=3)
+    assert [t.split(":", 1)[1].strip() for t in prior.all_inner_texts()] == [
+        t for _, t in want_prior
+    ]
+    page.screenshot(path=str(shots / "sample.png"), full_page=True)
+
+    # 5. neighbours in the corpus, under the model's feature spec
+    page.get_by_role("tab", name="Neighbours").click()
+    put(page, expect, "#neighbours-k input", "4")
+    page.locator("#neighbours-run").click()
+    found = page.locator("#neighbours-table tbody tr")
+    expect(found).to_have_count(4)
+    want_nb = explorer.neighbours(SENTENCE, k=4)
+    for row, nb in zip(found.all(), want_nb):
+        cells = row.locator("td").all_inner_texts()
+        assert cells == [f"{nb.cosine:.4f}", nb.sentence, str(nb.line)]
+    expect(page.locator("#neighbours-out")).to_contain_text(explorer.feature_spec)
+    page.screenshot(path=str(shots / "neighbours.png"), full_page=True)
+
+    # 6. the model's facts
+    page.get_by_role("tab", name="Model").click()
+    expect(page.locator("#model-facts")).to_contain_text("s = 0.4")
+    expect(page.locator("#model-scores")).to_contain_text("STS12")
+    page.screenshot(path=str(shots / "model.png"), full_page=True)
+
+    # bad input: a message in the page, and the server keeps serving
+    page.get_by_role("tab", name="Encode and reconstruct").click()
+    page.locator("#sentence textarea").fill("   ")
+    page.locator("#encode-run").click()
+    expect(page.locator("#encode-out .vat-error")).to_have_text(
+        "sentence: is empty: type a sentence"
+    )
+    page.screenshot(path=str(shots / "error.png"), full_page=False)
+    page.locator("#sentence textarea").fill(OTHER)
+    page.locator("#encode-run").click()
+    expect(page.locator("#encode-reconstruction")).to_have_text(
+        explorer.encode(OTHER).reconstruction
+    )

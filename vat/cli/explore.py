@@ -1,0 +1,188 @@
+"""`vat explore`: the latent space of one model in the browser (docs/explore.md).
+
+    vat explore --model demo-wordnet-d64 --corpus data/demo_val.txt
+    vat explore --model runs/demo --port 8000
+
+A local web page (gradio) with six views: encode and reconstruct with per-token KL, resample
+one token's latent, interpolate, sample (posterior and prior), nearest neighbours in a corpus,
+and the model's facts. It binds to 127.0.0.1 and sends nothing off the machine unless asked
+(`--share`, `--analytics`). Every view is a method of `vat.explore.Explorer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from vat.cli.common import Parser, add_common, add_model_option, show_progress
+from vat.errors import OptionError, VatError, run_cli
+
+DEFAULT_PORT = 7860  # gradio's own default
+DEFAULT_CORPUS_LIMIT = 10_000
+EXTRA = 'pip install "variational-auto-transformer[explore]"'
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="vat explore",
+        description="The latent space of one model in the browser: reconstruct with per-token "
+        "KL, resample a token, interpolate, sample, neighbours, the model's facts. See "
+        "docs/explore.md.",
+    )
+    add_model_option(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to bind (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    p.add_argument(
+        "--corpus",
+        metavar="FILE",
+        help="text file (plain or .gz, one sentence per line) for the neighbours view "
+        "(default: the model's training text where it is recorded and readable)",
+    )
+    p.add_argument(
+        "--corpus-limit",
+        type=int,
+        default=DEFAULT_CORPUS_LIMIT,
+        help=f"encode at most the first N lines of the corpus (default {DEFAULT_CORPUS_LIMIT:,})",
+    )
+    p.add_argument(
+        "--share", action="store_true", help="also open a public gradio share link (off by default)"
+    )
+    p.add_argument(
+        "--analytics", action="store_true", help="allow gradio's usage analytics (off by default)"
+    )
+    add_common(p)
+    return p
+
+
+def check_port(host: str, port: int) -> int:
+    """The port to serve on: `port`, refused in one line when it cannot be bound, or a free
+    one for 0. Checked before the model is read, so a busy port costs no load time."""
+    if not 0 <= port <= 65535:
+        raise OptionError("port", f"must be in 0..65535, got {port}")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if os.name != "nt":  # as uvicorn binds: a port a stopped page left in TIME_WAIT
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # is free to serve
+            s.bind((host, port))
+            return s.getsockname()[1]
+    except socket.gaierror as e:
+        raise OptionError(
+            "host", f"{host!r} is not an address of this machine ({e.strerror})"
+        ) from None
+    except OSError as e:
+        if port and e.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+            raise OptionError(
+                "port", f"{host}:{port} is in use (another vat explore?); pick another with --port"
+            ) from None
+        raise OptionError("host", f"cannot bind {host}:{port} ({e.strerror})") from None
+
+
+def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None]:
+    """(lines, name, note): --corpus FILE's first --corpus-limit lines, else the model's
+    recorded training text if it can be read here, else None with a note saying why."""
+    from vat.data.corpus import LineReader
+    from vat.io import regular_file
+
+    if args.corpus is not None:
+        path = regular_file(args.corpus, "--corpus")
+    else:
+        path = training_text(loaded)
+        if path is None:
+            recorded = ", ".join(loaded.train_files) or "none"
+            return (
+                None,
+                None,
+                (
+                    f"neighbours: no --corpus, and the model's training text ({recorded}) is not "
+                    "readable here; give --corpus FILE"
+                ),
+            )
+    lines: list[str] = []
+    for chunk in LineReader(path, "skip"):
+        lines.extend(chunk)
+        if len(lines) >= args.corpus_limit:
+            break
+    lines = lines[: args.corpus_limit]
+    if not lines:
+        raise VatError(f"--corpus {path}: no non-empty line")
+    return lines, path.name, None
+
+
+def training_text(loaded) -> Path | None:
+    """The model's first recorded training file, as recorded or beside the model, if it is a
+    readable file here."""
+    if not loaded.train_files:
+        return None
+    recorded = Path(loaded.train_files[0])
+    homes = [Path.cwd()]
+    if loaded.source.kind != "hub":
+        homes += [loaded.path.parent if loaded.path.is_file() else loaded.path]
+    if loaded.source.run_dir:
+        homes.append(Path(loaded.source.run_dir))
+    for home in homes:
+        candidate = recorded if recorded.is_absolute() else home / recorded
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from vat.runtime import resolve_device
+
+    args = build_parser().parse_args(argv)
+    device = resolve_device(args.device)
+    if args.corpus_limit < 1:
+        raise OptionError("corpus_limit", f"must be at least 1, got {args.corpus_limit}")
+    if args.corpus is not None:
+        from vat.io import regular_file
+
+        regular_file(args.corpus, "--corpus")
+    port = check_port(args.host, args.port)
+    try:  # the optional extra, before the model is read
+        import gradio  # noqa: F401
+    except ImportError:
+        raise VatError(f"vat explore needs gradio, which is not installed: {EXTRA}") from None
+
+    import vat
+    from vat.explore import Explorer
+    from vat.explore.page import build_page, launch
+
+    started = time.perf_counter()
+    model = vat.load(args.model, device=device)
+    lines, name, note = corpus_lines(args, model.loaded)
+    if note and not args.quiet:
+        print(note, file=sys.stderr)
+    explorer = Explorer(model, lines, corpus_name=name, progress=show_progress(args))
+    page = build_page(explorer, analytics=args.analytics)
+    try:
+        _, url, share_url = launch(page, args.host, port, share=args.share, block=False)
+    except OSError as e:  # taken between the check and the bind
+        raise OptionError("port", f"cannot serve on {args.host}:{port} ({e})") from None
+    corpus = f", {len(lines):,} corpus lines" if lines else ""
+    print(f"vat explore: {url}  ({model.loaded.name}{corpus}; ready in "
+          f"{time.perf_counter() - started:.1f} s; Ctrl-C stops)", flush=True)  # fmt: skip
+    if share_url:
+        print(f"public share link: {share_url}", flush=True)
+    try:
+        while True:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        page.close()
+        if not args.quiet:
+            print("vat explore: stopped", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`vat explore ...`."""
+    return run_cli(_main, argv)

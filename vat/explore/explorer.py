@@ -1,0 +1,356 @@
+"""What each view of `vat explore` shows, as plain Python: the page is a thin layer over this.
+
+    import vat
+    from vat.explore import Explorer
+
+    corpus = open("data/demo_val.txt").read().splitlines()
+    ex = Explorer(vat.load("demo-wordnet-d64"), corpus=corpus)
+    enc = ex.encode("A man plays a guitar.")        # reconstruction, one TokenRow per latent
+    ex.resample("A man plays a guitar.", position=2, num_samples=5, tau=1.0)
+    ex.interpolate("A man plays a guitar.", "A dog runs.", steps=5)
+    ex.sample("A man plays a guitar.", num_samples=5, tau=1.0, seed=0)
+    ex.prior(num_samples=5, length=10, seed=0)
+    ex.neighbours("A man plays a guitar.", k=5)
+    ex.facts()                                      # the model card's facts
+
+Every input a page can send is checked here, and a bad one raises `vat.errors.OptionError`
+naming the field (the page shows its message and keeps serving). The maths is elsewhere:
+`vat.generate` (decoding, latents), `vat.generate.latents.token_statistics` (per-token KL,
+sigma, |mu|), `vat.explore.wording` (changed words), `vat.explore.neighbours` (cosines).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import unicodedata
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vat.errors import OptionError
+from vat.explore.neighbours import Neighbour, NeighbourIndex
+from vat.explore.wording import MarkedText, mark_changes, path_changes
+from vat.generate.generator import TruncationWarning
+from vat.generate.latents import token_statistics
+
+MAX_CHARS = 2000
+"""Longest sentence a view takes, in characters. The model reads at most max_len subwords
+(tens of words), so longer input is a paste gone wrong, not a sentence."""
+MAX_SAMPLES = 20
+"""Most decodings one view shows (resample, sample, prior)."""
+MAX_STEPS = 21
+"""Most points on an interpolation path, ends included."""
+MAX_BEAM = 8
+MAX_TAU = 10.0
+"""Largest temperature: at tau = 10 every latent is ten posterior sigmas from its mean, far
+past where decodings mean anything."""
+MAX_NEIGHBOURS = 50
+MAX_SEED = 2**31 - 1
+ALLOWED_CONTROLS = "\t\n\r"
+"""Whitespace controls a pasted sentence may carry: they become spaces."""
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """One latent z_t of a sentence: its subword and what its posterior carries."""
+
+    position: int
+    """0-based latent position (the last is the </s> latent)."""
+    subword: str
+    kl: float
+    """KL(q(z_t | x) || N(0, s^2 I)) in nats: the token's rate."""
+    sigma: float
+    """Mean posterior standard deviation over the d dimensions."""
+    mu_norm: float
+    """|mu_t|, the length of the posterior mean."""
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """A sentence as the model reads it, its reconstruction and its token latents."""
+
+    text: str
+    reconstruction: str
+    rows: tuple[TokenRow, ...]
+    subwords: int
+    """Subwords the model read (the </s> latent not counted)."""
+    cut_from: int | None
+    """The sentence's subword count when it was cut to the model's max_len, else None."""
+
+    @property
+    def rate(self) -> float:
+        """The sentence's total KL in nats."""
+        return float(sum(r.kl for r in self.rows))
+
+
+@dataclass(frozen=True)
+class Resampling:
+    reconstruction: str
+    subword: str
+    decodings: tuple[MarkedText, ...]
+    """Marked against the reconstruction."""
+
+
+@dataclass(frozen=True)
+class PathPoint:
+    alpha: float
+    decoding: MarkedText
+    """Marked against the point before it."""
+    new: bool
+    """True where this wording first appears on the path."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    rows: tuple[tuple[str, str], ...]
+    scores: tuple[tuple[str, str, str, float], ...]
+    """(task, split, metric, value) recorded with the model for its feature spec."""
+
+
+def check_sentence(text: object, name: str = "sentence") -> str:
+    """The sentence a view works on: a non-empty string of at most MAX_CHARS characters with
+    no control characters (tabs and line breaks become spaces), stripped."""
+    if not isinstance(text, str):
+        raise OptionError(name, f"expected text, got {type(text).__name__}")
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) == "Cc" and ch not in ALLOWED_CONTROLS:
+            raise OptionError(
+                name, f"has a control character (U+{ord(ch):04X}) at character {i + 1}"
+            )
+    text = " ".join(text.split())
+    if not text:
+        raise OptionError(name, "is empty: type a sentence")
+    if len(text) > MAX_CHARS:
+        raise OptionError(
+            name,
+            f"has {len(text):,} characters; a view takes at most {MAX_CHARS:,} (the model "
+            "reads one sentence)",
+        )
+    return text
+
+
+def check_whole(value: object, name: str, low: int, high: int) -> int:
+    """A whole number in [low, high] (a float with no fraction, as a page's number box sends,
+    is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise OptionError(name, f"must be a whole number in {low}..{high}, got {value!r}")
+    if isinstance(value, float | np.floating) and not (
+        math.isfinite(value) and value == int(value)
+    ):
+        raise OptionError(name, f"must be a whole number in {low}..{high}, got {value!r}")
+    if not low <= int(value) <= high:
+        raise OptionError(name, f"must be in {low}..{high}, got {int(value)}")
+    return int(value)
+
+
+def check_tau(value: object, name: str = "tau") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise OptionError(name, f"must be a number in 0..{MAX_TAU:g}, got {value!r}")
+    if not math.isfinite(value) or not 0 <= value <= MAX_TAU:
+        raise OptionError(name, f"must be a number in 0..{MAX_TAU:g}, got {value!r}")
+    return float(value)
+
+
+class Explorer:
+    """The views of `vat explore` over one loaded model (`vat.load(...)`), with an optional
+    corpus of sentences encoded once for the neighbours view."""
+
+    def __init__(
+        self,
+        model,
+        corpus: Sequence[str] | None = None,
+        *,
+        corpus_name: str | None = None,
+        progress: bool = False,
+    ) -> None:
+        from vat.api import require_loaded
+
+        require_loaded(model, "Explorer")
+        self.model = model
+        self.generator = model.generator
+        self.corpus_name = corpus_name
+        self.index: NeighbourIndex | None = None
+        self.index_seconds = 0.0
+        if corpus is not None:
+            lines = [" ".join(s.split()) for s in corpus]
+            lines = [s for s in lines if s]
+            if not lines:
+                raise OptionError("corpus", "holds no non-empty line")
+            start = time.perf_counter()
+            with warnings.catch_warnings():  # long corpus lines are cut like every input
+                warnings.simplefilter("ignore", TruncationWarning)
+                vectors = model.encode(lines, show_progress_bar=progress)
+            self.index = NeighbourIndex(lines, vectors)
+            self.index_seconds = time.perf_counter() - start
+
+    @property
+    def max_len(self) -> int:
+        return self.generator.max_len
+
+    @property
+    def feature_spec(self) -> str:
+        """The spec the neighbours view compares sentences with (what `encode` gives)."""
+        spec = self.model.loaded.feature_spec
+        return str(spec) if spec is not None else "mu/mean/none"
+
+    # -- 1. encode and reconstruct ---------------------------------------------------------
+    def subwords(self, text: str) -> list[str]:
+        """The labels of a sentence's latents as the model reads it ("</s>" last); [] for text
+        a view would refuse. For a page's token picker: cheap, no model call."""
+        try:
+            text = check_sentence(text)
+        except OptionError:
+            return []
+        ids = self.model.tokenizer.encode(text)[: self.max_len - 1]
+        return [self.model.tokenizer.token_text(i) for i in ids] + ["</s>"]
+
+    def encode(self, text: str, beam: int = 1) -> Encoding:
+        """The reconstruction (greedy, or beam search of width `beam`) and one TokenRow per
+        latent; a sentence longer than max_len - 1 subwords is cut (`cut_from` says so)."""
+        text = check_sentence(text)
+        beam = check_whole(beam, "beam", 1, MAX_BEAM)
+        n = len(self.model.tokenizer.encode(text))
+        with warnings.catch_warnings():  # the page says it was cut; no terminal line
+            warnings.simplefilter("ignore", TruncationWarning)
+            ((mu, logvar),) = self.generator.posteriors([text])  # (T, d) each
+            (recon,) = self.model.reconstruct([text], beam=beam)
+        kl, sigma, norm = token_statistics(mu.float(), logvar.float(), self.model.prior_std)
+        labels = self.subwords(text)
+        rows = tuple(
+            TokenRow(t, labels[t], float(kl[t]), float(sigma[t]), float(norm[t]))
+            for t in range(mu.shape[0])
+        )
+        kept = len(rows) - 1
+        return Encoding(text, recon, rows, kept, n if n > kept else None)
+
+    # -- 2. resample a token -----------------------------------------------------------------
+    def resample(
+        self,
+        text: str,
+        position: int,
+        num_samples: int = 5,
+        tau: float = 1.0,
+        source: str = "posterior",
+        seed: int = 0,
+    ) -> Resampling:
+        """num_samples greedy decodings in which only the latent at `position` is drawn again,
+        from its posterior at temperature tau or from the prior (`source`); each is marked
+        against the reconstruction."""
+        text = check_sentence(text)
+        labels = self.subwords(text)
+        position = check_whole(position, "position", 0, len(labels) - 1)
+        n = check_whole(num_samples, "num_samples", 1, MAX_SAMPLES)
+        tau = check_tau(tau)
+        seed = check_whole(seed, "seed", 0, MAX_SEED)
+        if source not in ("posterior", "prior"):
+            raise OptionError("source", f"must be 'posterior' or 'prior', got {source!r}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)
+            (recon,) = self.model.reconstruct([text])
+            (texts,) = self.model.resample_token(
+                [text], [position], num_samples=n, tau=tau, seed=seed, source=source
+            )
+        return Resampling(recon, labels[position], tuple(mark_changes(recon, t) for t in texts))
+
+    # -- 3. interpolate ------------------------------------------------------------------------
+    def interpolate(
+        self, a: str, b: str, steps: int = 7, method: str = "linear"
+    ) -> list[PathPoint]:
+        """The greedy decodings of `steps` evenly spaced points (ends included) between the two
+        sentences' token means, linear or spherical (`method`), each marked against the point
+        before it."""
+        a, b = check_sentence(a, "sentence"), check_sentence(b, "other_sentence")
+        steps = check_whole(steps, "steps", 2, MAX_STEPS)
+        if method not in ("linear", "slerp"):
+            raise OptionError("method", f"must be 'linear' or 'slerp', got {method!r}")
+        alphas = [i / (steps - 1) for i in range(steps)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)
+            texts = self.model.interpolate(a, b, alphas=alphas, method=method)
+        return [PathPoint(x, m, new) for x, (m, new) in zip(alphas, path_changes(texts))]
+
+    # -- 4. sample -------------------------------------------------------------------------------
+    def sample(
+        self, text: str, num_samples: int = 5, tau: float = 1.0, seed: int = 0
+    ) -> tuple[str, list[MarkedText]]:
+        """The reconstruction and num_samples variational samples (every z_t = mu_t + tau
+        sigma_t eps), each marked against it."""
+        text = check_sentence(text)
+        n = check_whole(num_samples, "num_samples", 1, MAX_SAMPLES)
+        tau = check_tau(tau)
+        seed = check_whole(seed, "seed", 0, MAX_SEED)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)
+            (recon,) = self.model.reconstruct([text])
+            (texts,) = self.model.sample([text], num_samples=n, tau=tau, seed=seed)
+        return recon, [mark_changes(recon, t) for t in texts]
+
+    def prior(
+        self, num_samples: int = 5, length: int | None = None, seed: int = 0
+    ) -> list[tuple[int, str]]:
+        """num_samples decodings of Z ~ N(0, s^2 I) with `length` latents (None or 0: lengths
+        drawn from the training length histogram); (latent length, text) pairs."""
+        n = check_whole(num_samples, "num_samples", 1, MAX_SAMPLES)
+        if length is not None:
+            length = check_whole(length, "length", 0, self.max_len) or None
+        seed = check_whole(seed, "seed", 0, MAX_SEED)
+        return self.model.prior(num_samples=n, length=length, seed=seed)
+
+    # -- 5. neighbours --------------------------------------------------------------------------
+    def neighbours(self, text: str, k: int = 5) -> list[Neighbour]:
+        """The k corpus sentences nearest to `text` by cosine of the model's sentence features
+        (`feature_spec`)."""
+        text = check_sentence(text)
+        k = check_whole(k, "k", 1, MAX_NEIGHBOURS)
+        if self.index is None:
+            raise OptionError("corpus", "none was loaded: start vat explore with --corpus FILE")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncationWarning)
+            query = self.model.encode([text])[0]
+        return self.index.search(query, k)
+
+    # -- 6. the model ----------------------------------------------------------------------------
+    def facts(self) -> ModelFacts:
+        """What the model card says of the model: where it came from, its shape, prior, rate,
+        training, feature spec, and the scores stored with it."""
+        loaded = self.model.loaded
+        cfg, training = loaded.config, loaded.training or {}
+        metrics = training.get("metrics") or {}
+        rows: list[tuple[str, str]] = [
+            ("model", f"{loaded.source.location} ({loaded.source.kind})"),
+            (
+                "architecture",
+                f"{cfg.n_encoder_layers} + {cfg.n_decoder_layers} layers, {cfg.n_heads} heads, "
+                f"d = {cfg.d_model}, feed-forward {cfg.d_ff}, max_len {cfg.max_len}",
+            ),
+            ("vocabulary", f"{cfg.vocab_size:,} subwords"),
+            ("prior", f"N(0, s² I), s = {loaded.prior_std:g}"),
+        ]
+        for key, label in (("val/kl", "rate (validation)"), ("train/kl", "rate (training)")):
+            if key in metrics:
+                rows.append((label, f"{metrics[key]:.2f} nats per token"))
+        for key, label in (
+            ("tokens_seen", "training tokens"),
+            ("sentences_seen", "training sentences"),
+            ("global_step", "optimizer steps"),
+        ):
+            if isinstance(training.get(key), int):
+                rows.append((label, f"{training[key]:,}"))
+        data = training.get("data") or {}
+        if data.get("train_files"):
+            rows.append(("training data", ", ".join(str(f) for f in data["train_files"])))
+        elif data.get("hf_dataset"):
+            rows.append(("training data", f"Hub dataset {data['hf_dataset']}"))
+        rows.append(("sentence features", self.feature_spec))
+        if self.index is not None:
+            rows.append(
+                ("neighbours corpus", f"{len(self.index):,} lines of {self.corpus_name or 'text'}")
+            )
+        scores = tuple(
+            (str(s["task"]), str(s["split"]), str(s["metric"]), float(s["value"]))
+            for s in loaded.evaluation
+        )
+        return ModelFacts(tuple(rows), scores)

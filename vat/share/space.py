@@ -1,0 +1,72 @@
+"""The files that make an exported folder a Hugging Face Space running `vat explore`'s page.
+
+`vat export MODEL DIR --space` (`save_pretrained(..., space=True)`) adds `app.py` and
+`requirements.txt`, and the card's metadata gains the Space settings (`sdk: gradio`,
+`app_file: app.py`), so the same folder is a model others load and, pushed to a Space repo, a
+page others open. `python app.py` in the folder serves the page locally.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+APP_NAME = "app.py"
+REQUIREMENTS_NAME = "requirements.txt"
+SPACE_FILES = (APP_NAME, REQUIREMENTS_NAME)
+
+APP = '''"""A Hugging Face Space for this exported VAT: the page of `vat explore` (docs/explore.md).
+
+Written by `vat export --space`. The model is this folder. On a Space, the Space runs this
+file; locally, `python app.py` serves the page on 127.0.0.1:7860 (GRADIO_SERVER_NAME and
+GRADIO_SERVER_PORT change that, as for any gradio app).
+"""
+
+import os
+from pathlib import Path
+
+import vat
+from vat.explore import Explorer
+from vat.explore.page import build_page, launch
+
+HERE = Path(__file__).resolve().parent
+demo = build_page(Explorer(vat.load(HERE)))
+
+if __name__ == "__main__":
+    launch(
+        demo,
+        host=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+    )
+'''
+
+
+def space_settings() -> dict[str, Any]:
+    """What config.json records of the Space, and the card's metadata says: the gradio
+    version the page was exported with (a Space installs that SDK)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        sdk_version = version("gradio")
+    except PackageNotFoundError:
+        sdk_version = None
+    settings = {"sdk": "gradio", "app_file": APP_NAME}
+    if sdk_version:
+        settings["sdk_version"] = sdk_version
+    return settings
+
+
+def requirements() -> str:
+    """requirements.txt: vat with its explore extra, at least the exporting version (the
+    installed distribution's; this module does not import the vat package above it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"variational-auto-transformer[explore]>={version('variational-auto-transformer')}\n"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "variational-auto-transformer[explore]\n"
+
+
+def write_space_files(folder: Path) -> None:
+    (folder / APP_NAME).write_text(APP, encoding="utf-8")
+    (folder / REQUIREMENTS_NAME).write_text(requirements(), encoding="utf-8")
