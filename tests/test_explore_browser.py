@@ -112,6 +112,7 @@ def test_every_view_in_chromium(server, explorer, shots):
                     else None
                 ),
             )
+            sync_api.expect.set_options(timeout=TIMEOUT_MS)  # a busy CI machine is slow
             page.goto(server)
             drive(page, sync_api.expect, explorer, shots)
             assert outside == [], outside
@@ -127,7 +128,7 @@ def put(page, expect, selector: str, value: str) -> None:
     a value typed before that is overwritten by the default."""
     field = page.locator(selector)
     expect(field).not_to_have_value("")
-    for _ in range(50):  # a tab shown for the first time may still reset it: type again
+    for _ in range(300):  # a tab shown for the first time may still reset it: type again
         field.fill(value)
         page.wait_for_timeout(100)
         if field.input_value() == value:
@@ -165,15 +166,16 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
     expect(items).to_have_count(6)
     for text in items.all_inner_texts():
         assert text.replace("(same as the reconstruction)", "").strip() == enc.reconstruction
-    page.locator("#resample-source label").filter(has_text="prior").click()
     put(page, expect, "#resample-tau input", "1")
-    page.locator("#resample-run").click()
-    expect(page.locator("#resample-out")).to_contain_text("from the prior")
-    expect(items).to_have_count(6)
-    want = explorer.resample(SENTENCE, position, 6, 1.0, source="prior", seed=0)
-    for li, m in zip(items.all(), want.decodings):
-        assert li.locator("mark").all_inner_texts() == m.changed
-    assert any(m.changed for m in want.decodings)  # the page marked something
+    for source, said in (("posterior", "at tau 1,"), ("prior", "from the prior")):
+        page.locator("#resample-source label").filter(has_text=source).click()
+        page.locator("#resample-run").click()
+        expect(page.locator("#resample-out")).to_contain_text(said)
+        expect(items).to_have_count(6)
+        want = explorer.resample(SENTENCE, position, 6, 1.0, source=source, seed=0)
+        for li, m in zip(items.all(), want.decodings):
+            assert li.locator("mark").all_inner_texts() == m.changed
+    assert any(m.changed for m in want.decodings)  # from the prior, the page marked words
     page.screenshot(path=str(shots / "resample.png"), full_page=True)
 
     # 3. interpolate: the path starts and ends at the two reconstructions
