@@ -25,7 +25,8 @@ import math
 import time
 import unicodedata
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +34,8 @@ import numpy as np
 from vat.errors import OptionError
 from vat.explore.neighbours import Neighbour, NeighbourIndex
 from vat.explore.wording import MarkedText, mark_changes, path_changes
-from vat.generate.generator import TruncationWarning
+from vat.generate.decoding import GREEDY
+from vat.generate.generator import DecodeOptions, TruncationWarning
 from vat.generate.latents import token_statistics
 
 MAX_CHARS = 2000
@@ -51,6 +53,14 @@ MAX_NEIGHBOURS = 50
 MAX_SEED = 2**31 - 1
 ALLOWED_CONTROLS = "\t\n\r"
 """Whitespace controls a pasted sentence may carry: they become spaces."""
+
+
+@contextmanager
+def quiet_truncation() -> Iterator[None]:
+    """No TruncationWarning on the terminal: a view says itself when a sentence was cut."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)
+        yield
 
 
 @dataclass(frozen=True)
@@ -180,8 +190,7 @@ class Explorer:
             if not lines:
                 raise OptionError("corpus", "holds no non-empty line")
             start = time.perf_counter()
-            with warnings.catch_warnings():  # long corpus lines are cut like every input
-                warnings.simplefilter("ignore", TruncationWarning)
+            with quiet_truncation():  # long corpus lines are cut like every input
                 vectors = model.encode(lines, show_progress_bar=progress)
             self.index = NeighbourIndex(lines, vectors)
             self.index_seconds = time.perf_counter() - start
@@ -204,27 +213,31 @@ class Explorer:
             text = check_sentence(text)
         except OptionError:
             return []
-        ids = self.model.tokenizer.encode(text)[: self.max_len - 1]
-        return [self.model.tokenizer.token_text(i) for i in ids] + ["</s>"]
+        return self._labels(self.model.tokenizer.encode(text))
+
+    def _labels(self, ids: list[int]) -> list[str]:
+        """The latents' labels for a sentence's subword ids, cut as the model cuts them."""
+        return [self.model.tokenizer.token_text(i) for i in ids[: self.max_len - 1]] + ["</s>"]
 
     def encode(self, text: str, beam: int = 1) -> Encoding:
         """The reconstruction (greedy, or beam search of width `beam`) and one TokenRow per
         latent; a sentence longer than max_len - 1 subwords is cut (`cut_from` says so)."""
         text = check_sentence(text)
         beam = check_whole(beam, "beam", 1, MAX_BEAM)
-        n = len(self.model.tokenizer.encode(text))
-        with warnings.catch_warnings():  # the page says it was cut; no terminal line
-            warnings.simplefilter("ignore", TruncationWarning)
+        ids = self.model.tokenizer.encode(text)
+        options = GREEDY if beam == 1 else DecodeOptions(strategy="beam", beam_size=beam)
+        with quiet_truncation():  # the page says it was cut; no terminal line
             ((mu, logvar),) = self.generator.posteriors([text])  # (T, d) each
-            (recon,) = self.model.reconstruct([text], beam=beam)
+        ((best, *_),) = self.generator.decode([mu], options)  # the reconstruction, from mu
         kl, sigma, norm = token_statistics(mu.float(), logvar.float(), self.model.prior_std)
-        labels = self.subwords(text)
+        labels = self._labels(ids)
         rows = tuple(
             TokenRow(t, labels[t], float(kl[t]), float(sigma[t]), float(norm[t]))
             for t in range(mu.shape[0])
         )
         kept = len(rows) - 1
-        return Encoding(text, recon, rows, kept, n if n > kept else None)
+        cut_from = len(ids) if len(ids) > kept else None
+        return Encoding(text, self.generator.text(best), rows, kept, cut_from)
 
     # -- 2. resample a token -----------------------------------------------------------------
     def resample(
@@ -247,8 +260,7 @@ class Explorer:
         seed = check_whole(seed, "seed", 0, MAX_SEED)
         if source not in ("posterior", "prior"):
             raise OptionError("source", f"must be 'posterior' or 'prior', got {source!r}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)
+        with quiet_truncation():
             (recon,) = self.model.reconstruct([text])
             (texts,) = self.model.resample_token(
                 [text], [position], num_samples=n, tau=tau, seed=seed, source=source
@@ -267,8 +279,7 @@ class Explorer:
         if method not in ("linear", "slerp"):
             raise OptionError("method", f"must be 'linear' or 'slerp', got {method!r}")
         alphas = [i / (steps - 1) for i in range(steps)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)
+        with quiet_truncation():
             texts = self.model.interpolate(a, b, alphas=alphas, method=method)
         return [PathPoint(x, m, new) for x, (m, new) in zip(alphas, path_changes(texts))]
 
@@ -282,8 +293,7 @@ class Explorer:
         n = check_whole(num_samples, "num_samples", 1, MAX_SAMPLES)
         tau = check_tau(tau)
         seed = check_whole(seed, "seed", 0, MAX_SEED)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)
+        with quiet_truncation():
             (recon,) = self.model.reconstruct([text])
             (texts,) = self.model.sample([text], num_samples=n, tau=tau, seed=seed)
         return recon, [mark_changes(recon, t) for t in texts]
@@ -307,8 +317,7 @@ class Explorer:
         k = check_whole(k, "k", 1, MAX_NEIGHBOURS)
         if self.index is None:
             raise OptionError("corpus", "none was loaded: start vat explore with --corpus FILE")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)
+        with quiet_truncation():
             query = self.model.encode([text])[0]
         return self.index.search(query, k)
 
