@@ -156,8 +156,13 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
     page.get_by_role("tab", name="Resample a token").click()
     position = 4
     label = f"{position}: {enc.rows[position].subword.strip()}"
-    page.locator("#resample-token input").click()
+    picker = page.locator("#resample-token input")
+    # the picker follows the typed sentence (its default: latent 1); pick only after that update,
+    # which a busy machine can deliver late enough to undo an earlier pick
+    expect(picker).to_have_value(f"1: {enc.rows[1].subword.strip()}")
+    picker.click()
     page.get_by_role("option", name=label, exact=True).click()
+    expect(picker).to_have_value(label)
     put(page, expect, "#resample-n input", "6")
     put(page, expect, "#resample-tau input", "0")
     page.locator("#resample-run").click()
@@ -171,10 +176,13 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
         page.locator("#resample-source label").filter(has_text=source).click()
         page.locator("#resample-run").click()
         expect(page.locator("#resample-out")).to_contain_text(said)
+        expect(page.locator("#resample-out")).to_contain_text(f"Latent {position} (")
         expect(items).to_have_count(6)
         want = explorer.resample(SENTENCE, position, 6, 1.0, source=source, seed=0)
-        for li, m in zip(items.all(), want.decodings):
-            assert li.locator("mark").all_inner_texts() == m.changed
+        # expect() waits out a list gradio is still replacing (its output shows "pending")
+        expect(items).to_contain_text([m.text for m in want.decodings])
+        for i, m in enumerate(want.decodings):
+            expect(items.nth(i).locator("mark")).to_have_text(m.changed)
     assert any(m.changed for m in want.decodings)  # from the prior, the page marked words
     page.screenshot(path=str(shots / "resample.png"), full_page=True)
 
