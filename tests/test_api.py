@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from helpers import export_folder
 
 import vat
@@ -121,3 +122,92 @@ def test_save_and_push_from_a_loaded_model(tiny_ckpt, tmp_path, tiny_sentences):
     assert uploaded.keys() == saved.keys() and all(
         torch.equal(uploaded[k], saved[k]) for k in saved
     )
+
+
+# -- issue 29: one rule for sentences, devices vat can run on, bounded tokenising -------------
+def test_one_rule_for_sentences_a_string_is_one_sentence(tiny_ckpt, tiny_sentences):
+    """A single string is ONE sentence everywhere (its result alone), and any iterable of
+    strings is a batch: tuples, generators (read once), numpy strings and arrays of them."""
+    model = vat.load(tiny_ckpt, device="cpu")
+    s = tiny_sentences[:3]
+    expected = model.encode(list(s))
+    for same in (tuple(s), (x for x in s), np.array(s), [np.str_(x) for x in s]):
+        np.testing.assert_array_equal(model.encode(same), expected)
+    alone = model.encode([s[0]])[0]
+    np.testing.assert_array_equal(model.encode(s[0]), alone)  # (d,)
+    np.testing.assert_array_equal(model.encode(np.str_(s[0])), alone)
+    assert model.encode(s[0], convert_to_numpy=False).shape == (32,)
+    # reconstruct("A man plays") gave one reconstruction per character (11)
+    one = model.reconstruct(s[0], max_len=6)
+    assert isinstance(one, str) and one == model.reconstruct([s[0]], max_len=6)[0]
+    assert model.reconstruct((x for x in s), max_len=6) == model.reconstruct(s, max_len=6)
+    samples = model.sample(s[0], num_samples=2, seed=1, max_len=6)
+    assert samples == model.sample([s[0]], num_samples=2, seed=1, max_len=6)[0]
+    assert len(samples) == 2 and all(isinstance(x, str) for x in samples)
+    assert (
+        model.resample_token(s[0], 0, num_samples=2, seed=1, max_len=6)
+        == (model.resample_token([s[0]], [0], num_samples=2, seed=1, max_len=6)[0])
+    )
+    assert model.interpolate(np.str_(s[0]), s[1], 0.5, max_len=6) == model.interpolate(
+        s[0], s[1], [0.5], max_len=6
+    )
+    quick = {"samples": 1, "diversity_samples": 0, "prior_samples": 0, "representation": False}
+    one, listed = model.score(s[0], **quick), model.score([s[0]], **quick)
+    assert one.data == listed.data and one.likelihood == listed.likelihood
+    assert one.reconstruction == listed.reconstruction
+    # numpy integers are whole numbers
+    assert model.prior(np.int64(2), length=np.int64(3), seed=np.int64(1), max_len=6) == (
+        model.prior(2, length=3, seed=1, max_len=6)
+    )
+
+
+def test_a_refused_device_leaves_the_model_where_it_was(tiny_ckpt, tiny_sentences):
+    from vat.errors import OptionError
+
+    model = vat.load(tiny_ckpt, device="cpu")
+    before = model.encode(tiny_sentences[:2])
+    for bad in ("meta", "xyz", "cuda:7" if torch.cuda.device_count() < 8 else "meta"):
+        with pytest.raises(OptionError, match=r"^device: ") as e:
+            model.encode(tiny_sentences[:2], device=bad)
+        assert "\n" not in str(e.value) and "--" not in str(e.value)
+        assert model.device.type == "cpu"  # the model stayed (encode(device="meta") moved it)
+        np.testing.assert_array_equal(model.encode(tiny_sentences[:2]), before)
+
+
+def test_cuda_devices_must_exist(monkeypatch):
+    """cuda:N is refused unless N < the number of GPUs, whatever this machine has (torch's
+    count is set here: the rule, not the hardware, is under test)."""
+    from vat.errors import OptionError
+    from vat.runtime import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda") == "cuda" and resolve_device("cuda:1") == "cuda:1"
+    assert resolve_device(torch.device("cuda:0")) == "cuda:0"
+    with pytest.raises(OptionError, match=r"^device: cuda:7 does not exist: .* 2 CUDA"):
+        resolve_device("cuda:7")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(OptionError, match="not available on this machine"):
+        resolve_device("cuda")
+    assert resolve_device(None) == resolve_device("auto") == "cpu"
+
+
+def test_a_10_mb_sentence_encodes_in_bounded_memory(tiny_ckpt):
+    """Text is cut to the characters its first max_len - 1 subwords can cover before it is
+    tokenised: a 10 MB line gave a Python list of 2 million ids (and 2 GB in the tokenizer)."""
+    import time
+    import tracemalloc
+
+    model = vat.load(tiny_ckpt, device="cpu")
+    line = "the cat sat on the mat " * 450_000  # 10.35 MB
+    tracemalloc.start()
+    start = time.perf_counter()
+    got = model.encode([line, "the cat sat on the mat"])
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert seconds < 5 and peak < 5_000_000, (seconds, peak)
+    # the same features as the first max_len - 1 subwords of the line give
+    keep = model.model.config.max_len - 1
+    head = model.tokenizer.decode(model.tokenizer.encode(line[:10_000])[:keep])
+    np.testing.assert_allclose(got[0], model.encode(head), rtol=1e-5, atol=1e-6)

@@ -79,7 +79,10 @@ def test_a_fresh_run_refuses_another_runs_checkpoint_folder(r1, tmp_path, cache,
     for extra in ((), ("--overwrite",)):
         code, err = train_main([*args, "--trainer.max_steps", "2", *extra], capsys)
         assert code == 2 and len(err) == 1, err
-        assert err[0].startswith(f"error: --checkpoint.dirpath {r1 / 'checkpoints'} already holds")
+        assert err[0].startswith(
+            f"error: --checkpoint.dirpath {r1 / 'checkpoints'} is the checkpoints folder of "
+            f"the run in {r1}"
+        )
         assert (r1 / "checkpoints" / "last.ckpt").read_bytes() == before
 
 

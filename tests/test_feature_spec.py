@@ -398,7 +398,7 @@ def test_compare_refuses_bad_outputs_and_counts_before_any_work(tmp_path, capsys
         (["--output-dir", str(tmp_path / "link")], "no such folder"),
         (["--output-dir", str(tmp_path / "new"), "--fit-sentences", "1"], "--fit-sentences"),
         (["--output-dir", str(tmp_path / "new"), "--batch-size", "0"], "--batch-size"),
-        (["--output-dir", str(tmp_path / "out")], "already exists; pass --overwrite"),
+        (["--output-dir", str(tmp_path / "out")], "(compare.csv); pass --overwrite"),
     ]
     for extra, needle in cases:
         assert main(["compare", "--model", str(tmp_path / "no.ckpt"), *extra]) == 2

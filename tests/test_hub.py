@@ -73,7 +73,8 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     assert training["global_step"] == raw["global_step"] == 2
     monitor = next(s for s in raw["callbacks"].values() if s.get("monitor"))
     assert training["metrics"]["val/loss"] == pytest.approx(float(monitor["current_score"]))
-    assert training["data"]["train_files"] == ["sentences.txt"]  # by name, not its local path
+    # absolute, so a fit finds it from any folder (issue 29); the card names only the file
+    assert training["data"]["train_files"] == [str(ROOT / "tests/assets/sentences.txt")]
     assert training["optim"]["lr"] == 0.001  # hyperparameters kept; optimizer *state* dropped
     assert "optimizer_states" not in json.dumps(config)
 
@@ -109,7 +110,7 @@ def test_export_is_atomic_and_never_overwrites_by_accident(tiny_ckpt, tmp_path, 
     out = tmp_path / "model"
     export_folder(tiny_ckpt, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    with pytest.raises(VatError, match="not empty; pass overwrite"):
+    with pytest.raises(VatError, match="^overwrite: output .* exists and is not empty; set it"):
         export_folder(tiny_ckpt, out)
 
     def broken_card(*args, **kwargs):
@@ -306,7 +307,7 @@ def test_export_command(tiny_ckpt, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
     assert main([str(tiny_ckpt), str(out)]) == 2  # exists: one line, exit 2, nothing replaced
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: output") and "--overwrite" in err and "\n" not in err
+    assert err.startswith("error: --overwrite: output") and "\n" not in err
     assert main([str(tiny_ckpt), str(out), "--overwrite"]) == 0
     assert main([str(tmp_path / "missing.ckpt"), str(tmp_path / "n")]) == 2
     assert "missing.ckpt does not exist" in capsys.readouterr().err
@@ -323,7 +324,7 @@ def test_card_comes_from_the_checkpoint_itself(trained, tmp_path):
 
     best = _best(trained)
     record = read_checkpoint(best)["vat"]["training"]
-    assert record["data"]["train_files"] == ["sentences.txt"]  # the name, not the local path
+    assert record["data"]["train_files"] == [str(ROOT / "tests/assets/sentences.txt")]
     assert record["tokens_seen"] > 0 and record["global_step"] == 2
     assert set(record["metrics"]) >= {"val/nll", "val/kl", "val/loss"}
     copied = tmp_path / "elsewhere" / best.name

@@ -207,7 +207,7 @@ def test_encode_follows_sentence_transformers(exported, tiny_sentences, capsys):
     assert "encoding" in capsys.readouterr().err  # the bar, on stderr
     model.encode(tiny_sentences)  # short input: no bar by default
     assert capsys.readouterr().err == ""
-    with pytest.raises(VatError, match="batch_size: must be >= 1"):
+    with pytest.raises(VatError, match="batch_size: must be at least 1"):
         model.encode(["a"], batch_size=0)
 
 

@@ -174,13 +174,16 @@ def test_bad_input(models, text_file, tmp_path, capsys):
 def test_api_refuses_bad_arguments_in_its_own_terms(models):
     model = vat.load(models["checkpoint"], device="cpu")
     for sentences, message in [
-        (None, "sentences: expected a list of strings"),
-        ("one string", "sentences: expected a list of strings"),
-        ([b"bytes"], "sentences: item 1 is bytes"),
+        (None, "sentences: expected a string or a list of strings, got None"),
+        (b"bytes", "sentences: expected a string or a list of strings, got bytes"),
+        (
+            [b"bytes"],
+            "sentences: expected a string or a list of strings, but sentences[0] is bytes",
+        ),
         (["ok", "  "], "sentences: item 2 is empty"),
         ([], "sentences: is empty"),
     ]:
-        with pytest.raises(OptionError, match=message.replace("(", r"\(")):
+        with pytest.raises(OptionError, match=message.replace("(", r"\(").replace("[", r"\[")):
             model.score(sentences, samples=1)
     for kwargs, name in [
         ({"samples": 0}, "samples"),

@@ -251,47 +251,7 @@ def test_retraining_the_demo_matches_the_shipped_model(tmp_path):
     assert abs(diff["val/nll"]) < 0.065, diff
 
 
-# -- the card says what the folder does (issue 29, section 2, for the specs a folder holds) ---
-def _card(spec: str, fit: dict | None = None, evaluation: bool = True) -> str:
-    from vat.feature_spec import FeatureSpec, FittedFeatures
-    from vat.share.model_card import model_card
-
-    config = {
-        "model_config": {"d_model": 8},
-        "prior_std": 0.4,
-        "training": {"data": {"train_files": ["/data/train.txt"]}, "metrics": {"val/ppl": 1.1}},
-        "evaluation": [{"task": "STS12", "type": "sentence-similarity", "metric": "spearman",
-                        "split": "test", "value": 50.0}] if evaluation else [],
-    }  # fmt: skip
-    return model_card(config, 10, FittedFeatures(FeatureSpec.parse(spec), {}, fit or {}))
-
-
-def test_card_names_the_spec_its_statistics_and_their_source():
-    plain = _card("mu/mean/none")
-    assert "the posterior means mu, averaged over the sentence's subwords" in plain
-    assert "It needs no fitted statistics." in plain and "SIF" not in plain
-    assert "sentence features (`mu/mean/none`)" in plain  # the evaluation says which vectors
-
-    sif = _card("layer0/sif/none")
-    assert "the encoder's input (subword embeddings plus positions)" in sif
-    assert "subword counts of the model's training text" in sif
-    assert "unlabeled sentences" not in sif and "mean pooling" not in sif
-    assert "vat gives exported folders this spec by default" in sif and "RESULTS.md" not in sif
-    counted = _card("mu/sif/none", {"count_files": ["/x/counts.txt"]})
-    assert "subword counts of counts.txt" in counted and "by default" not in counted
-
-    fit = {"sentences": 2000, "from": "named files", "files": ["/d/a.txt", "/d/b.txt"],
-           "seconds": 1.5}  # fmt: skip
-    white = _card("firstlast/mean/whiten16", fit)
-    assert "the average of the encoder's first and last layers" in white
-    assert "whitened to 16 dimensions" in white
-    assert "fitted on 2,000 unlabeled sentences (named files: a.txt, b.txt) in 1.5 s" in white
-    pc = _card("layer2/mean/pc1", fit)
-    assert "hidden states after layer 2" in pc and "top 1 principal components" in pc
-    # a perplexity given z is named for what it is
-    assert "not a language model's perplexity" in plain
-
-
+# -- the card says what the folder does (issue 29; each kind of spec: tests/test_model_card.py) -
 def test_card_follows_a_spec_changed_after_export(tiny_ckpt, tmp_path):
     """A folder whose spec is changed by hand and exported again says the new spec."""
     first = export_folder(tiny_ckpt, tmp_path / "a", features="mu/mean/none")

@@ -366,3 +366,49 @@ def test_tiny_values_are_passed_exactly_and_are_not_repeats(tmp_path, values):
     args = [sweep_config.point_args(p)[1] for p in cfg.points()]
     assert [float(a) for a in args] == values  # 3e-11 trained as 0.0 when rounded
     assert len({run_name(p) for p in cfg.points()}) == 2
+
+
+def _config_with_raw_sweep(tmp_path: Path, sweep_yaml: str) -> Path:
+    """_config, with the sweep written as raw YAML text (as a user types it)."""
+    path = _config(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    del data["sweep"]
+    path.write_text(yaml.safe_dump(data) + f"sweep: {sweep_yaml}\n")
+    return path
+
+
+def test_numbers_are_read_as_numbers_and_two_spellings_of_one_are_refused(tmp_path, capsys):
+    """Issue 29: YAML 1.1 reads 1e-1 as the string "1e-1", so [0.1, 1e-1] trained 0.1 twice
+    (free_bits_0.1 and free_bits_1e-1). A repeat is refused rather than dropped: in a list
+    typed by hand it is most likely a typo for a value the user wants on the frontier."""
+    cfg = SweepConfig.from_yaml(_config_with_raw_sweep(tmp_path, f"{{{KEY}: [1e-2, 1E-1, 2]}}"))
+    assert cfg.sweep[KEY] == [0.01, 0.1, 2]
+    assert [run_name(p) for p in cfg.points()] == ["free_bits_0.01", "free_bits_0.1", "free_bits_2"]
+    assert [sweep_config.point_args(p)[1] for p in cfg.points()] == ["0.01", "0.1", "2"]
+    path = _config_with_raw_sweep(tmp_path, f"{{{KEY}: [0.1, 1e-1]}}")
+    assert sweep_cli.main(["-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "repeat a value (0.1 and '1e-1' are both 0.1)" in err[0], err
+    assert sweep_cli.main(["-c", str(_config(tmp_path)), "--values", "1,1.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "repeat a value (1 and 1.0 are both 1.0)" in err[0], err
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_output_in_a_train_run_is_one_line(tmp_path, capsys):
+    """A sweep's folder that is a `vat train` run, or lies in that run's checkpoints (which
+    the run's --overwrite removes), is refused before anything is written."""
+    from vat.train.run_dir import write_manifest
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    write_manifest(run, {"--run_dir": run}, [])
+    cfg = str(_config(tmp_path))
+    for output, msg in [
+        (run, f"error: --output {run} is the folder of a vat train run"),
+        (run / "checkpoints" / "sw", f"error: --output {run / 'checkpoints' / 'sw'} lies inside"),
+    ]:
+        assert sweep_cli.main(["-c", cfg, "--output", str(output)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(msg), err
+    assert sorted(p.name for p in run.rglob("*")) == [".vat-run.json", "checkpoints"]

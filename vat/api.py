@@ -18,6 +18,15 @@ The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded
 representations use mu); generation is `vat.generate.generator.VATGenerator`, whose decoding
 options (strategy, beam, temperature, top_k, top_p, max_len, ...) every generation method
 takes as keywords.
+
+Arguments are checked before any work, and a bad one is a `vat.errors.OptionError` naming
+the Python argument (never a command-line flag). Sentences follow one rule everywhere
+(`vat.errors.check_sentences`, as sentence-transformers' `encode`): a list, tuple, generator
+(read once) or 1-D numpy array of strings is a batch, and a single string is ONE sentence
+whose result comes back alone: `encode("A dog runs.")` is one vector (d,),
+`reconstruct("A dog runs.")` one string, `sample("A dog runs.", num_samples=3)` a list of
+3 strings. Devices follow `vat.runtime.resolve_device`: "auto"/None, "cpu", "cuda",
+"cuda:N" that exists, "mps" where available.
 """
 
 from __future__ import annotations
@@ -33,7 +42,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from vat.errors import OptionError, VatError
+from vat.errors import (
+    OptionError,
+    VatError,
+    check_choice,
+    check_count,
+    check_optional_text,
+    check_path,
+    check_sentences,
+    one_line,
+)
 from vat.eval import engine
 from vat.eval.encoders import vat_encoder
 from vat.eval.scores import task_scores
@@ -46,7 +64,7 @@ from vat.eval.vae_table import (
     score_table,
 )
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.features import sentence_features
+from vat.features import POOLINGS, sentence_features
 from vat.features.encoder import (
     FeatureEncoder,
     chosen_spec,
@@ -59,7 +77,7 @@ from vat.runtime import resolve_device
 from vat.share.export import export_model
 from vat.share.folder import check_output_dir
 from vat.share.hub import upload
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 from vat.share.pretrained import (
     ShippedModel,
     check_shipping,
@@ -70,7 +88,38 @@ from vat.share.resolve import load_model
 
 
 def _device(device: str | torch.device | None) -> torch.device:
-    return torch.device(resolve_device(device, option="device"))  # the one "auto" rule
+    return torch.device(resolve_device(device, option="device"))  # the one device rule
+
+
+_sentences = check_sentences  # add_pretrained's argument `check_sentences` shadows the name
+
+
+def _check_features(features: object) -> None:
+    """A feature spec: None, a string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures."""
+    if features is not None and not isinstance(features, str | FeatureSpec | FittedFeatures):
+        raise OptionError(
+            "features",
+            f"expected a feature spec such as 'mu/sif/pc1', a FeatureSpec or a FittedFeatures, "
+            f"got {type(features).__name__} {features!r:.60}",
+        )
+
+
+def _vectors(x: Any, name: str) -> torch.Tensor:
+    """Vectors (d,) or (N, d) of finite-or-not numbers as a float tensor, else an OptionError."""
+    if torch.is_tensor(x):
+        t = x
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(x, dtype=np.float32))
+        except (TypeError, ValueError):
+            raise OptionError(
+                name, f"expected vectors (an array or tensor of numbers), got {type(x).__name__}"
+            ) from None
+    if t.dim() not in (1, 2) or t.shape[-1] == 0 or t.is_complex() or t.dtype == torch.bool:
+        raise OptionError(
+            name, f"expected vectors of shape (d,) or (N, d), got shape {tuple(t.shape)}"
+        )
+    return t.float()
 
 
 def load(
@@ -92,6 +141,11 @@ def load(
     """
     if model is None:
         raise OptionError("model", "is required (a .ckpt, a folder, a run folder or a Hub id)")
+    check_count(batch_size, "batch_size")
+    check_optional_text(revision, "revision")
+    check_path(cache_dir, "cache_dir", optional=True)
+    if token is not None and not isinstance(token, str | bool):
+        raise OptionError("token", f"must be a string, True, False or None, got {token!r:.60}")
     loaded = load_model(model, _device(device), revision=revision, token=token, cache_dir=cache_dir)
     return PretrainedVAT(loaded, batch_size=batch_size)
 
@@ -137,7 +191,16 @@ class PretrainedVAT:
         return self.loaded.device
 
     def to(self, device: str | torch.device) -> PretrainedVAT:
-        self.model.to(_device(device))
+        """Move the model to `device` (`vat.runtime.resolve_device`'s names). A move that
+        fails (a device out of memory) leaves the model where it was."""
+        target, before = _device(device), self.device
+        try:
+            self.model.to(target)
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
+            self.model.to(before)  # some tensors may have moved already
+            raise OptionError(
+                "device", f"cannot move the model to {target}: {one_line(e)}"
+            ) from None
         return self
 
     # -- features (sentence-transformers' encode and similarity) ---------------------------------
@@ -156,7 +219,8 @@ class PretrainedVAT:
         """Sentence features as `SentenceTransformer.encode` returns them: token means mu
         pooled with `pooling` (the names of `vat.features.Pooling`), or any feature spec.
 
-        A single string gives one vector (d,), a list an (N, d) float32 array;
+        A single string gives one vector (d,); a list (tuple, generator, numpy array of
+        strings) an (N, d) float32 array;
         `convert_to_tensor` gives a torch tensor on the model's device instead, and
         `convert_to_numpy=False` a list of 1-D tensors. `normalize_embeddings` scales each
         vector to unit length (a zero vector stays zero). `show_progress_bar` defaults to a
@@ -165,12 +229,10 @@ class PretrainedVAT:
         "mu/sif/pc1", "firstlast/mean/whiten"; or a FittedFeatures) and replaces `pooling`;
         an exported folder's own spec is the default.
         """
-        single = isinstance(sentences, str)
-        batch = [sentences] if single else list(sentences)
-        if not all(isinstance(x, str) for x in batch):
-            raise OptionError("sentences", "expected a string or a list of strings")
-        if batch_size < 1:
-            raise OptionError("batch_size", f"must be >= 1, got {batch_size}")
+        batch, single = check_sentences(sentences)
+        check_count(batch_size, "batch_size")
+        check_choice(pooling, "pooling", POOLINGS)
+        _check_features(features)
         if device is not None:
             self.to(device)
         if show_progress_bar is None:
@@ -181,19 +243,16 @@ class PretrainedVAT:
                 batch, batch_size=batch_size, progress=bool(show_progress_bar)
             )
         else:
-            try:
-                out = sentence_features(
-                    self.model, self.tokenizer, batch, pooling, batch_size, bool(show_progress_bar)
-                )
-            except ValueError as e:  # an unknown pooling name
-                raise OptionError("pooling", str(e)) from None
+            out = sentence_features(
+                self.model, self.tokenizer, batch, pooling, batch_size, bool(show_progress_bar)
+            )
         if normalize_embeddings:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.where(norms == 0, 1.0, norms)  # a zero vector stays zero
         if single:
             out = out[0]
-        if convert_to_tensor:
-            return torch.from_numpy(out).to(self.device)
+        if convert_to_tensor or (single and not convert_to_numpy):
+            return torch.from_numpy(out).to(self.device)  # one sentence: its vector (d,)
         if not convert_to_numpy:
             return list(torch.from_numpy(out).to(self.device).unbind(0))
         return out
@@ -202,8 +261,11 @@ class PretrainedVAT:
     def similarity(a: Any, b: Any) -> torch.Tensor:
         """Cosine similarity of every row of `a` with every row of `b` (vectors or (N, d)
         arrays / tensors), as sentence-transformers' `similarity` (cosine): (N, M) tensor."""
-        ta = torch.as_tensor(np.asarray(a) if not torch.is_tensor(a) else a).float()
-        tb = torch.as_tensor(np.asarray(b) if not torch.is_tensor(b) else b).float()
+        ta, tb = _vectors(a, "a"), _vectors(b, "b")
+        if ta.shape[-1] != tb.shape[-1]:
+            raise OptionError(
+                "b", f"vectors of width {tb.shape[-1]} against a's width {ta.shape[-1]}"
+            )
         ta, tb = ta.reshape(-1, ta.shape[-1]), tb.reshape(-1, tb.shape[-1])
         ta = torch.nn.functional.normalize(ta, dim=-1)
         tb = torch.nn.functional.normalize(tb.to(ta.device), dim=-1)
@@ -215,6 +277,7 @@ class PretrainedVAT:
         """A `vat.features.encoder.FeatureEncoder` for a spec (default: the folder's own, else
         mu/mean/none). Statistics come with the model or are fitted on its training sentences
         (`resolve_features`'s keywords: fit_files, count_files, n_fit, save, ...)."""
+        _check_features(features)
         if isinstance(features, FittedFeatures):
             return FeatureEncoder(self.loaded, features)
         key = (str(features), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
@@ -251,6 +314,14 @@ class PretrainedVAT:
         writes the app.py and requirements.txt that make the folder a Hugging Face Space
         running `vat explore`'s page (vat.share.space).
         """
+        check_path(directory, "directory")
+        check_path(data_dir, "data_dir", optional=True)
+        for name, value in (("license", license), ("language", language), ("repo_id", repo_id)):
+            check_optional_text(value, name)
+        if features is not None and not isinstance(features, str | FeatureSpec):
+            raise OptionError(
+                "features", f"expected a feature spec such as 'mu/sif/pc1', got {features!r:.60}"
+            )
         tasks = check_export(directory, overwrite=overwrite, evaluate=evaluate)
         fitted = export_features(
             self.loaded, features, fit_files=fit_files, count_files=count_files
@@ -286,6 +357,13 @@ class PretrainedVAT:
     ) -> Any:
         """Export to a temporary folder (with `save_pretrained`'s defaults and this repo id on
         the card) and upload it to the Hub repo `repo_id` (`vat.share.hub.upload`)."""
+        if not isinstance(repo_id, str) or not repo_id.strip():
+            raise OptionError(
+                "repo_id", f"expected a Hub repo id such as user/name, got {repo_id!r:.60}"
+            )
+        check_optional_text(revision, "revision")
+        if not isinstance(commit_message, str):
+            raise OptionError("commit_message", f"must be a string, got {commit_message!r:.60}")
         with tempfile.TemporaryDirectory(prefix="vat-push-") as tmp:
             folder = self.save_pretrained(Path(tmp) / "model", repo_id=repo_id)
             return upload(
@@ -322,7 +400,10 @@ class PretrainedVAT:
         STS-B's layout) or STS-B's test split under `data_dir` (default $VAT_SENTEVAL_DIR,
         skipped if absent). Costs K decoder passes per sentence. `.table()` prints it,
         `.to_dict()` gives the numbers; the same inputs and `seed` on the same device give
-        the same table as the command."""
+        the same table as the command. A single string is one sentence."""
+        sentences, _ = check_sentences(sentences)
+        check_path(sts_pairs, "sts_pairs", optional=True)
+        check_path(data_dir, "data_dir", optional=True)
         settings = ScoreSettings(
             samples=samples,
             batch_size=batch_size,
@@ -337,25 +418,30 @@ class PretrainedVAT:
     # -- generation (vat.generate.VATGenerator) ----------------------------------------------
     @staticmethod
     def _options(options: dict[str, Any]) -> DecodeOptions:
-        """DecodeOptions from the generation keywords; `beam` (as `--beam`) sets the beam
-        size and, above 1, beam search."""
+        """DecodeOptions from the generation keywords; `beam` (the command's name too) sets
+        the beam size and, above 1, beam search."""
         options = dict(options)
         if "beam_size" in options:  # DecodeOptions' field: the Python and CLI name is beam
-            raise OptionError("beam_size", "is not an option here; use beam (as --beam)")
+            raise OptionError("beam_size", "is not an option here; use beam")
+        known = [
+            "beam",
+            *(f.name for f in dataclasses.fields(DecodeOptions) if f.name != "beam_size"),
+        ]
+        for name in options:
+            if name not in known:
+                raise OptionError(
+                    name, f"unknown decoding option; the options are {', '.join(known)}"
+                )
         if "beam" in options:
-            options["beam_size"] = beam = options.pop("beam")
-            if isinstance(beam, int) and beam > 1:
+            options["beam_size"] = beam = check_count(options.pop("beam"), "beam")
+            if beam > 1:
                 options.setdefault("strategy", "beam")
-        try:
-            return DecodeOptions(**options)
-        except TypeError as e:
-            raise VatError(
-                f"unknown decoding option ({e}); see vat.generate.generator.DecodeOptions"
-            ) from None
+        return DecodeOptions(**options)
 
     def reconstruct(self, sentences: Sequence[str], **options: Any) -> list[str]:
-        """Decode each sentence from its token means Z = mu."""
-        return self.generator.reconstruct(list(sentences), self._options(options))
+        """Decode each sentence from its token means Z = mu: one string per sentence (a
+        single string gives one string)."""
+        return self.generator.reconstruct(sentences, self._options(options))
 
     def sample(
         self,
@@ -366,10 +452,9 @@ class PretrainedVAT:
         **options: Any,
     ) -> list[list[str]]:
         """num_samples decodings per sentence of z_t = mu_t + tau sigma_t eps at every token
-        (Table 1)."""
-        return self.generator.sample(
-            list(sentences), num_samples, tau, self._options(options), seed
-        )
+        (Table 1): a list of num_samples strings per sentence (a single string gives its
+        list alone). `seed` None draws fresh noise."""
+        return self.generator.sample(sentences, num_samples, tau, self._options(options), seed)
 
     def resample_token(
         self,
@@ -383,10 +468,11 @@ class PretrainedVAT:
     ) -> list[list[str]]:
         """num_samples decodings per sentence redrawing only the latents at `positions`
         (Table 2): from the posterior at temperature tau, or from the prior N(0, s^2 I)
-        (`source="prior"`)."""
+        (`source="prior"`). `positions` are 0-based subword positions (a single int is one);
+        a single string gives its list of samples alone."""
         return self.generator.resample_token(
-            list(sentences),
-            list(positions),
+            sentences,
+            positions,
             num_samples,
             tau,
             self._options(options),
@@ -402,7 +488,9 @@ class PretrainedVAT:
         method: str = "linear",
         **options: Any,
     ) -> list[str]:
-        """Decodings along the path between two sentences' token means (Table 3)."""
+        """Decodings along the path between two sentences' token means (Table 3): `a` and
+        `b` are one sentence each; one string per weight in `alphas` (finite numbers),
+        `method` "linear" or "slerp"."""
         return self.generator.interpolate(a, b, alphas, method, self._options(options))  # type: ignore[arg-type]
 
     def prior(
@@ -443,9 +531,14 @@ def check_export(
     the output folder (`vat.share.folder.check_output_dir`) and the task names of `evaluate`,
     which it returns expanded."""
     tasks: list[str] = []
+    if evaluate is not None and not isinstance(evaluate, str):
+        names, _ = _sentences(evaluate, "evaluate")  # a list of task names
+        evaluate = ",".join(names)
+    if evaluate is not None and not evaluate.strip(", "):
+        raise OptionError("evaluate", f"names no task, got {evaluate!r}")
     if evaluate:
         try:
-            tasks = expand_tasks(evaluate if isinstance(evaluate, str) else ",".join(evaluate))
+            tasks = expand_tasks(evaluate)
         except VatError as e:
             raise OptionError("evaluate", str(e)) from None
     check_output_dir(directory, overwrite)
@@ -504,16 +597,27 @@ def add_pretrained(
     `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
     vat/shipped/)."""
     require_loaded(model, "add_pretrained")
-    check_shipping(model.loaded, name, dtype, registry)  # before the measurement
     if summary is not None and (not isinstance(summary, str) or not summary.strip()):
         raise OptionError("summary", "must be one non-empty line saying what the model is")
+    for option, value in (
+        ("good_for", good_for),
+        ("not_for", not_for),
+        ("rebuild", rebuild),
+        ("check_from", check_from),
+    ):
+        check_optional_text(value, option)
+    if not isinstance(name, str):
+        raise OptionError("name", f"must be a string, got {type(name).__name__} {name!r:.60}")
+    check_path(registry, "registry", optional=True)
     if check_sentences is None:
         sentences, origin = list(CHECK_SENTENCES), "vat's built-in check sentences"
-    else:
-        sentences = [s for s in check_sentences if isinstance(s, str) and s.strip()]
+    else:  # a single string is one sentence (vat.errors.check_sentences)
+        given, _ = _sentences(check_sentences, "check_sentences")
+        sentences = [s for s in given if s.strip()]
         origin = check_from or "given sentences"
         if not sentences:
             raise OptionError("check_sentences", "holds no non-empty sentence to compare on")
+    check_shipping(model.loaded, name, dtype, registry)  # before the measurement
     info = {
         "summary": summary.strip() if summary else None,
         "good_for": good_for,
@@ -538,6 +642,12 @@ def precision_match(
     loaded) move `loaded`'s outputs on `sentences`: the folder's sentence features (largest
     absolute difference, lowest cosine), the token means mu (largest absolute difference),
     and how many greedy reconstructions stay identical."""
+    check_loaded(loaded, "precision_match")
+    check_choice(dtype, "dtype", ("float16", "bfloat16"))
+    sentences, _ = _sentences(sentences, "sentences")
+    if not sentences:
+        raise OptionError("sentences", "holds no sentence to compare on")
+    check_optional_text(origin, "origin")
     # the stored tensors (the state dict: not the buffers a model rebuilds, such as its
     # positions) rounded to `dtype` and loaded into float32, as a shipped model is loaded
     rounded = {

@@ -9,6 +9,7 @@ by the user's input (a missing file, a bad option, a corrupt checkpoint) reads a
 from __future__ import annotations
 
 import math
+import operator
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -118,6 +119,8 @@ def check_non_negative_finite(value: float, name: str, positive: bool = False) -
     """A finite number >= 0 (> 0 with `positive`), else an OptionError naming `name` (a
     Python argument; a command shows its flag)."""
     try:
+        if isinstance(value, bool | str | bytes):  # float("2") and float(True) are numbers
+            raise TypeError
         x = float(value)
     except (TypeError, ValueError):
         raise OptionError(name, f"must be a number, got {value!r}") from None
@@ -129,10 +132,155 @@ def check_non_negative_finite(value: float, name: str, positive: bool = False) -
 
 
 def check_count(value: int, name: str, minimum: int = 1) -> int:
-    """A whole number >= minimum (booleans and floats refused), else an OptionError naming
-    `name` (a Python argument, or a dotted config key such as model.optim.warmup_steps)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OptionError(name, f"must be a whole number >= {minimum}, got {value!r}")
-    if value < minimum:
+    """A whole number >= minimum (booleans and floats refused; numpy's integers are whole
+    numbers), else an OptionError naming `name` (a Python argument, or a dotted config key
+    such as model.optim.warmup_steps)."""
+    n = _whole(value)
+    if n is None:
+        raise OptionError(name, f"must be a whole number >= {minimum}, got {_shown(value)}")
+    if n < minimum:
         raise OptionError(name, f"must be at least {minimum}, got {value!r}")
+    return n
+
+
+def _whole(value) -> int | None:
+    """`value` as an int if it is a whole number (int, numpy integer; not bool), else None."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(value)  # int and numpy integers; 2.5, "3" and None are not
+    except TypeError:
+        return None
+
+
+def _shown(value) -> str:
+    """A value for a one-line message: its type and a short repr."""
+    if value is None:
+        return "None"
+    text = repr(value).replace("\n", " ")
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def check_number(
+    value: float,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> float:
+    """A finite real number (int, float, numpy scalars; not bool or str) within [low, high]
+    ((low, high] with `low_open`), else an OptionError naming `name`."""
+    ok = not isinstance(value, bool | str | bytes) and type(value).__name__ != "bool_"
+    try:
+        x = float(value) if ok else math.nan
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise OptionError(name, f"must be a number, got {_shown(value)}")
+    bounds = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
+    bounds += [f"<= {high:g}"] if high is not None else []
+    want = " ".join(["a finite number", " and ".join(bounds)]).strip()
+    if (
+        not math.isfinite(x)
+        or (low is not None and (x < low or (low_open and x == low)))
+        or (high is not None and x > high)
+    ):
+        raise OptionError(name, f"must be {want}, got {value!r}")
+    return x
+
+
+SEED_LIMIT = 2**63
+"""Seeds are whole numbers in [0, 2**63): what torch's and numpy's generators both take."""
+
+
+def check_seed(value: int | None, name: str = "seed") -> int | None:
+    """None (no fixed seed) or a whole number in [0, 2**63), else an OptionError."""
+    if value is None:
+        return None
+    n = _whole(value)
+    if n is None or not 0 <= n < SEED_LIMIT:
+        raise OptionError(
+            name, f"must be None or a whole number in [0, 2**63), got {_shown(value)}"
+        )
+    return n
+
+
+def check_choice(value: str, name: str, choices: Sequence[str]) -> str:
+    """One of `choices` (a str), else an OptionError listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise OptionError(name, f"must be one of {', '.join(choices)}, got {_shown(value)}")
+    return str(value)
+
+
+def check_optional_text(value: str | None, name: str) -> str | None:
+    """None or a str (numpy's str too), else an OptionError naming `name`."""
+    if value is None or isinstance(value, str):
+        return None if value is None else str(value)
+    raise OptionError(name, f"must be a string or None, got {_shown(value)}")
+
+
+# -- sentences: the one rule of every API function that takes text -------------------------
+TEXTS = "expected a string or a list of strings"
+
+
+def _bytes_hint(value) -> str:
+    return "; decode bytes first (data.decode('utf-8'))" if isinstance(value, bytes) else ""
+
+
+def check_sentence(value: str, name: str) -> str:
+    """One sentence: a str (numpy's np.str_ and a 0-d array of one string too), else an
+    OptionError naming `name` (a list, for a function that takes one sentence, is refused)."""
+    if _is_array(value) and value.ndim == 0:
+        value = value.tolist()
+    if isinstance(value, str):
+        return str(value)
+    hint = _bytes_hint(value)
+    if isinstance(value, list | tuple) or _is_array(value):
+        hint = "; this argument is one sentence, not a list"
+    raise OptionError(name, f"expected one sentence (a string), got {_shown(value)}{hint}")
+
+
+def _is_array(value) -> bool:
+    """A numpy array (or anything with ndim and tolist, such as a tensor), without numpy."""
+    return hasattr(value, "ndim") and hasattr(value, "tolist") and not isinstance(value, str)
+
+
+def check_sentences(value, name: str = "sentences") -> tuple[list[str], bool]:
+    """The one rule for every API argument that takes sentences (as sentence-transformers'
+    `encode`): a str is ONE sentence, and the function then returns that sentence's result
+    alone (`single` is True); a list, tuple, generator (read once) or 1-D numpy array of
+    strings is a batch. numpy's strings are strings. None, bytes, numbers, dicts and items
+    that are not strings are an OptionError naming `name`. Returns (sentences, single)."""
+    if isinstance(value, str):
+        return [str(value)], True
+    if _is_array(value):
+        if value.ndim == 0:
+            return [check_sentence(value, name)], True
+        if value.ndim != 1:
+            raise OptionError(name, f"{TEXTS}, got a {value.ndim}-D array")
+        value = value.tolist()
+    if value is None or isinstance(value, bytes | bytearray | memoryview | dict):
+        raise OptionError(name, f"{TEXTS}, got {_shown(value)}{_bytes_hint(value)}")
+    try:
+        items = list(value)
+    except TypeError:
+        raise OptionError(name, f"{TEXTS}, got {_shown(value)}") from None
+    for i, x in enumerate(items):
+        if not isinstance(x, str):
+            raise OptionError(name, f"{TEXTS}, but {name}[{i}] is {_shown(x)}{_bytes_hint(x)}")
+    return [str(x) for x in items], False
+
+
+def check_path(value, name: str, *, optional: bool = False):
+    """A path (str or os.PathLike; None when `optional`), not empty, else an OptionError
+    naming `name`. Returns it unchanged."""
+    if value is None and optional:
+        return None
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str):
+        raise OptionError(name, f"expected a path (str or pathlib.Path), got {_shown(value)}")
+    if not text.strip():  # Path("") is ".", which nobody means by an empty name
+        raise OptionError(name, "is empty; name a file or folder")
     return value

@@ -15,20 +15,24 @@ default and the paper's VAT-mean; `firstlast/sif/pc1`; `mu/mean/whiten64`):
 
 The statistics a spec needs (SIF weights, means, components, whitening matrices) are one
 safetensors file whose metadata holds the spec and how it was fitted (`FittedFeatures`).
+They are checked as model weights are (`FittedFeatures.check`, `stats_problem`): finite
+float values in the shapes the spec and the model imply, SIF weights in (0, 1].
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from vat.errors import VatError
-from vat.io import atomic_write
+from vat.errors import CheckpointError, VatError
+from vat.io import atomic_write, regular_file, writable_target
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 DEFAULT_SIF_A = 1e-3
@@ -67,8 +71,15 @@ class FeatureSpec:
                 f"feature post-processing must be none, pcK or whiten[K] (K >= 1), "
                 f"got {self.post!r}"
             )
-        if not (isinstance(self.sif_a, float | int) and self.sif_a > 0):
-            raise VatError(f"the SIF constant a must be > 0, got {self.sif_a!r}")
+        a = self.sif_a
+        # a / (a + p(w)) is a weight in (0, 1] only for a finite a > 0: inf or NaN would
+        # store NaN weights, 0 or less zero or negative ones
+        if (
+            isinstance(a, bool)
+            or not isinstance(a, float | int)
+            or not (math.isfinite(a) and a > 0)
+        ):
+            raise VatError(f"the SIF constant a must be a finite number > 0, got {a!r}")
 
     @classmethod
     def parse(cls, text: str | FeatureSpec | None) -> FeatureSpec:
@@ -134,27 +145,38 @@ class FeatureSpec:
 
 @dataclass
 class FittedFeatures:
-    """A spec with the arrays it needs; `fit` records how they were obtained (plain JSON)."""
+    """A spec with the arrays it needs; `fit` records how they were obtained (plain JSON).
+    `origin` is the file it was read from (`load`), named by every error about it."""
 
     spec: FeatureSpec
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
+    origin: str | None = field(default=None, compare=False)
 
-    def check(self, where: str = "feature statistics") -> FittedFeatures:
-        s = self.spec
-        need = (["sif_weights"] if s.weighting == "sif" else []) + (
-            ["mean", "components"] if s.pcs else ["mean", "matrix"] if s.post != "none" else []
-        )
-        missing = [k for k in need if k not in self.arrays]
-        if missing:
-            raise VatError(f"{where}: spec {s} needs {', '.join(missing)}, which it lacks")
-        return self
+    def check(
+        self, where: str | None = None, model_config: ModelSizes | None = None
+    ) -> FittedFeatures:
+        """Self, if its arrays are what `spec` (and, given, the model) needs, as model weights
+        are checked: the arrays the spec names, numpy floats, the shapes `fit_features`
+        makes, finite values, SIF weights in (0, 1]. Anything else is one VatError
+        (CheckpointError for a file) naming the file, or the spec for statistics built in
+        memory. `model_config` (a VATConfig) adds the model's sizes: sif_weights
+        (vocab_size,), mean (D,), components (K, D), matrix (D, K or D), D = d_model (every
+        source, mu, layerK and firstlast, is d_model wide)."""
+        problem = stats_problem(self.spec, self.arrays, self.fit, model_config)
+        if problem is None:
+            return self
+        if self.origin is not None:
+            raise CheckpointError(f"{self.origin}: {problem}")
+        raise VatError(f"{where or f'feature statistics for {self.spec}'}: {problem}")
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically. Refuses to replace a file that is not a vat feature file."""
+        """Write atomically. Refuses to replace a file that is not a vat feature file, and
+        statistics that fail `check` (NaN is never stored)."""
         from safetensors.numpy import save
 
-        path = Path(path)
+        path = writable_target(path, "feature statistics file")  # a FIFO would hang _is_ours
+        self.check()
         if path.exists() and not _is_ours(path):
             raise VatError(f"{path} exists and is not a vat feature file; not overwriting it")
         meta = {
@@ -171,25 +193,133 @@ class FittedFeatures:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> FittedFeatures:
+    def load(
+        cls, path: str | os.PathLike, model_config: ModelSizes | None = None
+    ) -> FittedFeatures:
+        """The statistics in `path`, checked (`check`; with `model_config`, against the
+        model's sizes too). Every problem is one CheckpointError naming the file; a FIFO or
+        folder is named as such before anything opens it (a FIFO would block the read)."""
         from safetensors import SafetensorError, safe_open
 
         path = Path(path)
-        if not path.is_file():
-            raise VatError(f"feature statistics file {path} does not exist")
+        if not (path.exists() or path.is_symlink()):
+            raise CheckpointError(f"feature statistics file {path} does not exist")
+        try:
+            regular_file(path, "feature statistics file")
+        except VatError as e:
+            raise CheckpointError(str(e)) from None
         try:
             with safe_open(str(path), framework="numpy") as f:
                 meta = f.metadata() or {}
                 arrays = {k: f.get_tensor(k) for k in f.keys() if k != "empty"}
-        except (SafetensorError, OSError, ValueError) as e:
-            raise VatError(f"{path} is not a readable safetensors file ({e})") from None
+        except (SafetensorError, OSError, ValueError, TypeError) as e:
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"{path} is not a readable safetensors file ({first})") from None
         if meta.get("format") != STATS_FORMAT:
-            raise VatError(f"{path} is not a vat feature file (no format={STATS_FORMAT})")
+            raise CheckpointError(f"{path} is not a vat feature file (no format={STATS_FORMAT})")
+        if not meta.get("spec"):
+            raise CheckpointError(f"{path}: its metadata names no feature spec")
+        try:
+            spec = FeatureSpec.parse(meta["spec"])
+        except VatError as e:
+            raise CheckpointError(f"{path}: its spec metadata is unusable ({e})") from None
         try:
             fit = json.loads(meta.get("fit", "{}"))
-        except json.JSONDecodeError:
-            raise VatError(f"{path}: its 'fit' metadata is not JSON") from None
-        return cls(FeatureSpec.parse(meta.get("spec")), arrays, fit).check(str(path))
+        except (json.JSONDecodeError, RecursionError):
+            fit = None
+        if not isinstance(fit, dict):
+            raise CheckpointError(f"{path}: its 'fit' metadata is not a JSON object") from None
+        # vat writes float32 (`save`); another dtype is not a file vat wrote as it is
+        for name, a in arrays.items():
+            if a.dtype != np.float32:
+                raise CheckpointError(
+                    f"{path}: {name} has dtype {a.dtype}, expected float32 (what vat writes)"
+                )
+        return cls(spec, arrays, fit, origin=str(path)).check(model_config=model_config)
+
+
+class ModelSizes(Protocol):
+    """What `FittedFeatures.check` needs of a model's config (a vat.model.VATConfig)."""
+
+    vocab_size: int
+    d_model: int
+
+
+def expected_shapes(
+    spec: FeatureSpec, vocab_size: int | None, width: int | None
+) -> dict[str, tuple[int | None, ...]]:
+    """{array name: shape} of the statistics `spec` needs, as `fit_features` makes them:
+    sif_weights (V,), and mean (D,) with components (K, D) for pcK or matrix (D, K or D) for
+    whiten[K]. None stands for a size not known here (no model given)."""
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    if spec.weighting == "sif":
+        shapes["sif_weights"] = (vocab_size,)
+    if spec.pcs:
+        shapes["mean"] = (width,)
+        shapes["components"] = (spec.pcs, width)
+    elif spec.post.startswith("whiten"):
+        shapes["mean"] = (width,)
+        shapes["matrix"] = (width, spec.whiten_dim or width)
+    return shapes
+
+
+def stats_problem(
+    spec: FeatureSpec,
+    arrays: dict[str, object],
+    fit: object = None,
+    model_config: ModelSizes | None = None,
+) -> str | None:
+    """What is wrong with `arrays` as the statistics of `spec` (for a model of
+    `model_config`'s sizes, when given), in a few words; None when nothing is."""
+    if fit is not None and not isinstance(fit, dict):
+        return f"'fit' is {type(fit).__name__}, expected a dict"
+    vocab = None if model_config is None else int(model_config.vocab_size)
+    width = None if model_config is None else int(model_config.d_model)
+    mean = arrays.get("mean")
+    if width is None and isinstance(mean, np.ndarray) and mean.ndim == 1:
+        width = int(mean.shape[0])  # no model: the other arrays must agree with the mean
+    want = expected_shapes(spec, vocab, width)
+    missing = [k for k in want if k not in arrays]
+    if missing:
+        return f"the spec {spec} needs {', '.join(missing)}, which it lacks"
+    by = f"the spec {spec} and this model need" if model_config is not None else None
+    for name, shape in want.items():
+        a = arrays[name]
+        if not isinstance(a, np.ndarray):
+            return f"{name} is {type(a).__name__}, expected a numpy array"
+        if a.dtype.kind != "f":
+            return f"{name} has dtype {a.dtype}, expected floating point (float32)"
+        if a.ndim != len(shape) or any(w is not None and g != w for g, w in zip(a.shape, shape)):
+            shown = "(" + ", ".join("?" if w is None else str(w) for w in shape)
+            shown += ",)" if len(shape) == 1 else ")"
+            needs = by or f"the spec {spec} needs"
+            return f"{name} has shape {tuple(a.shape)}, {needs} {shown}"
+    if width is not None and (spec.pcs or spec.whiten_dim or 0) > width:
+        k = spec.pcs or spec.whiten_dim
+        return f"the spec {spec} needs {k} dimensions of {width}-wide vectors, more than there are"
+    for name in want:
+        a = np.asarray(arrays[name])
+        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+        if nan or inf:
+            parts = [f"{what} at {n} {'entry' if n == 1 else 'entries'}"
+                     for what, n in (("NaN", nan), ("inf", inf)) if n]  # fmt: skip
+            return f"{name} has {' and '.join(parts)}"
+    sif = arrays.get("sif_weights") if "sif_weights" in want else None
+    if sif is not None:
+        bad = (sif <= 0) | (sif > 1)  # a / (a + p(w)) with a > 0, 0 <= p(w) <= 1
+        if bad.any():
+            n = int(bad.sum())
+            return (
+                f"sif_weights has {n} {'entry' if n == 1 else 'entries'} outside (0, 1] "
+                f"(e.g. {float(sif[bad][0]):g}); SIF weights a / (a + p(w)) lie in (0, 1]"
+            )
+    return None
+
+
+def is_feature_file(path: str | os.PathLike) -> bool:
+    """True for a regular file holding vat feature statistics (what `save` writes)."""
+    p = Path(path)
+    return p.is_file() and not p.is_symlink() and _is_ours(p)
 
 
 def _is_ours(path: Path) -> bool:
@@ -209,3 +339,23 @@ def stats_path_for(ckpt: str | os.PathLike, spec: FeatureSpec) -> Path:
     if p.is_dir():
         return p / f"features-{spec.slug}.safetensors"
     return p.with_name(f"{p.name}.features-{spec.slug}.safetensors")
+
+
+def check_token_counts(
+    value: object, where: str | os.PathLike, model_config: ModelSizes | None = None
+) -> np.ndarray | None:
+    """A model's recorded training token counts (the source of SIF weights) as a (V,) int64
+    array, None when none are recorded; anything but a list of at most vocab_size counts
+    (integers >= 0) is a CheckpointError naming `where`, as bad weights are."""
+    if value is None or (isinstance(value, list) and not value):
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**63 for c in value
+    ):
+        raise CheckpointError(f"{where}: 'token_counts' must be a list of counts (integers >= 0)")
+    if model_config is not None and len(value) > model_config.vocab_size:
+        raise CheckpointError(
+            f"{where}: 'token_counts' holds {len(value)} counts for a "
+            f"{model_config.vocab_size}-token model"
+        )
+    return np.asarray(value, dtype=np.int64)

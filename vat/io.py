@@ -84,27 +84,50 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
     return removed
 
 
-def write_error(path: str | os.PathLike, e: OSError) -> Exception:
-    """A one-line user error for a failed write (full disk, quota, read-only filesystem...)."""
+def write_error(path: str | os.PathLike, e: OSError, temp: str = "file") -> Exception:
+    """A one-line user error for a failed write (full disk, quota, read-only filesystem...);
+    `temp` is what was written first and removed (a temporary "file" or "folder")."""
     what = (
         "no space left on device"
         if e.errno in (errno.ENOSPC, errno.EDQUOT)
         else (e.strerror or str(e))
     )
     return VatError(
-        f"cannot write {path}: {what}; nothing was written there (the temporary file was removed)"
+        f"cannot write {path}: {what}; nothing was written there (the temporary {temp} was removed)"
     )
 
 
 def _filesystem_error(e: BaseException) -> OSError | None:
     """The OSError (with an errno) behind e: torch.save wraps its writer's OSError in a
-    RuntimeError ("unexpected pos"), so the cause chain is searched too."""
+    RuntimeError ("unexpected pos"), so the cause chain is searched too; safetensors (Rust)
+    raises a SafetensorError whose message alone carries it ("... (os error 28)")."""
     seen = 0
     while e is not None and seen < 8:
         if isinstance(e, OSError) and e.errno is not None:
             return e
+        code = (
+            re.search(r"\(os error (\d+)\)", str(e))
+            if type(e).__name__ == "SafetensorError"
+            else None
+        )
+        if code:
+            return OSError(int(code[1]), os.strerror(int(code[1])))
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
+
+
+def filesystem_write_error(
+    path: str | os.PathLike, e: BaseException, temp: str = "file"
+) -> Exception | None:
+    """The one-line error for a write to `path` that failed on the filesystem (full disk,
+    quota, read-only, I/O error), or None when `e` is not such a failure (or is already one
+    line naming the file: missing folder, permission)."""
+    os_error = _filesystem_error(e)
+    if os_error is None or isinstance(
+        os_error, FileNotFoundError | NotADirectoryError | PermissionError
+    ):
+        return None
+    return write_error(path, os_error, temp)
 
 
 def atomic_write(
@@ -134,12 +157,10 @@ def atomic_write(
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except Exception as e:
-        os_error = _filesystem_error(e)
-        if os_error is None or isinstance(
-            os_error, FileNotFoundError | NotADirectoryError | PermissionError
-        ):
+        error = filesystem_write_error(path, e)
+        if error is None:
             raise  # not the filesystem's, or already one line naming the file (USER_ERRORS)
-        raise write_error(path, os_error) from e
+        raise error from e
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

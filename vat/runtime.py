@@ -18,15 +18,53 @@ from vat.errors import OptionError, VatError
 
 
 def resolve_device(name: str | torch.device | None = "auto", option: str = "device") -> str:
-    """ "auto" (or None) is "cuda" when a CUDA GPU is visible, else "cpu"; any other name is
-    returned as given, after checking that a requested CUDA device exists. `option` is the
-    Python argument named in the error (a command shows it as its flag, `--device`)."""
-    if name is None or str(name) == "auto":
+    """The one device rule of every command and API call. "auto" (or None) is "cuda" when a
+    CUDA GPU is visible, else "cpu". Otherwise the name must be a device vat can run on, here:
+    "cpu"; "cuda" or "cuda:N" when CUDA is available and N < the number of GPUs; "mps" when
+    torch.backends.mps is available. "meta" (a device without data: nothing computes there)
+    and names torch does not know ("xyz") are refused. Errors are one line naming `option`,
+    the Python argument (a command shows it as its flag, `--device`)."""
+    if name is None or (isinstance(name, str) and name == "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
-    name = str(name)
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise OptionError(option, f"{name} asks for CUDA, which is not available on this machine")
-    return name
+    if not isinstance(name, str | torch.device):
+        raise OptionError(
+            option,
+            f"expected a device name such as auto, cpu, cuda or cuda:1, got "
+            f"{type(name).__name__} {name!r}",
+        )
+    text = str(name)
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):  # torch.device("xyz") is a RuntimeError
+        raise OptionError(
+            option, f"{text!r} is not a device name (expected auto, cpu, cuda or cuda:N)"
+        ) from None
+    if device.type == "cpu":
+        return text
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise OptionError(
+                option, f"{text} asks for CUDA, which is not available on this machine"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise OptionError(
+                option,
+                f"{text} does not exist: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}",
+            )
+        return text
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise OptionError(option, f"{text} (Apple's Metal) is not available on this machine")
+        return text
+    if device.type == "meta":
+        raise OptionError(
+            option, "meta is a device without data, so vat cannot run on it; use cpu or cuda"
+        )
+    raise OptionError(
+        option, f"{text} is not a device vat runs on (expected auto, cpu, cuda or cuda:N)"
+    )
 
 
 @contextmanager

@@ -8,6 +8,7 @@ exact match (PAPER.md, "Generation").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -19,6 +20,18 @@ from vat.errors import VatError
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+
+OTHER_CHARS_PER_TOKEN = 1000
+"""chars_per_token of a tokenizer that is not vat's byte-level BPE: a generous bound (no
+English word is near 1,000 characters), which still caps a 10 MB line at max_len * 2,000
+characters."""
+CLIP_MARGIN = 2
+"""clip keeps twice the characters the first max_tokens tokens can cover, so the cut lands at
+least that far again after the last token the model reads. A cut changes only the pre-token
+(a word, or a run of spaces) it falls in, since BPE never merges across pre-tokens; in text
+that word starts long after the tokens that are kept. Only one unbroken "word" of more than
+max_tokens * chars_per_token characters could tokenise differently near its start, and then
+only through a chain of overlapping merges from the cut all the way back."""
 
 
 class VATTokenizer:
@@ -95,12 +108,58 @@ class VATTokenizer:
 
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
-    def encode(self, text: str) -> list[int]:
-        """Subword ids of one sentence, without special tokens."""
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+    def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
+        """Subword ids of one sentence, without special tokens; with `max_tokens`, its first
+        max_tokens ids, read from at most max_chars(max_tokens) characters (`clip`)."""
+        if max_tokens is None:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(self.clip(text, max_tokens), add_special_tokens=False).ids[
+            :max_tokens
+        ]
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    def encode_batch(self, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Subword ids of each text; with `max_tokens`, the first max_tokens ids of each, read
+        from at most max_chars(max_tokens) characters (`clip`): a 10 MB line costs what a
+        short one does, and gives the ids the whole line gave."""
+        if max_tokens is not None:
+            texts = [self.clip(t, max_tokens) for t in texts]
+        ids = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        return ids if max_tokens is None else [x[:max_tokens] for x in ids]
+
+    @functools.cached_property
+    def chars_per_token(self) -> int:
+        """The most characters one token can stand for. vat's tokenizers are byte-level BPE
+        with no normalizer: every character of the text is at least one byte, every byte
+        belongs to exactly one token, and a token's vocabulary entry writes one symbol per
+        byte (ByteLevel's alphabet; special tokens are their own text). So no token covers
+        more characters than the longest vocabulary entry has symbols, and a text of n
+        tokens has at most n * chars_per_token characters. For any other tokenizer (one
+        <unk> can stand for a whole word; a normalizer can drop characters) there is no
+        such bound from the vocabulary: OTHER_CHARS_PER_TOKEN, far above any real word."""
+        t = self.tokenizer
+        byte_level = (
+            t.normalizer is None
+            and isinstance(t.pre_tokenizer, pre_tokenizers.ByteLevel)
+            and isinstance(t.model, models.BPE)
+        )
+        if not byte_level:
+            return OTHER_CHARS_PER_TOKEN
+        return max(len(token) for token in t.get_vocab(with_added_tokens=True))
+
+    def max_chars(self, max_tokens: int) -> int:
+        """How many characters of a text `clip` keeps for its first max_tokens tokens:
+        CLIP_MARGIN * max_tokens * chars_per_token. A text of at most max_tokens tokens has
+        at most max_tokens * chars_per_token characters (see chars_per_token), so it is
+        never cut and its ids are exactly those of the whole text; a longer text keeps at
+        least CLIP_MARGIN * max_tokens > max_tokens tokens, so its cut is still seen."""
+        return CLIP_MARGIN * max(int(max_tokens), 1) * self.chars_per_token
+
+    def clip(self, text: str, max_tokens: int) -> str:
+        """`text` cut to max_chars(max_tokens) characters before it is tokenised: the model
+        reads only its first max_tokens tokens, and tokenising a whole 10 MB line first
+        took 2 GB (issue 29)."""
+        limit = self.max_chars(max_tokens)
+        return text if len(text) <= limit else text[:limit]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ids, cut at the first </s> and without special tokens."""

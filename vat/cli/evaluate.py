@@ -288,6 +288,10 @@ def _main(argv: Sequence[str] | None) -> int:
         raise VatError("--features needs --model (a vat checkpoint or exported folder)")
     if args.features and args.finetune:
         raise VatError("--features applies to frozen features; --finetune uses --pooling")
+    if args.features:
+        from vat.features.encoder import check_pooling
+
+        check_pooling(args.pooling, args.features)  # a spec names its own weighting
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
     from vat.errors import check_count, check_non_negative_finite
@@ -298,6 +302,7 @@ def _main(argv: Sequence[str] | None) -> int:
     check_count(args.epochs, "epochs")
     check_non_negative_finite(args.lr, "lr", positive=True)
     tasks = expand_tasks(args.tasks)
+    resolve_device(args.device)  # meta, xyz, cuda:7 ... refused in one line before any work
     out = check_output_file(args.output, args.overwrite, "--output", ".json file")
     plot = check_output_file(args.plot, args.overwrite, "--plot", ".png file")
     if args.compare and plot is None:

@@ -96,15 +96,16 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
     if args.corpus is not None:
         path = regular_file(args.corpus, "--corpus")
     else:
-        path = training_text(loaded)
+        path, looked = _training_text(loaded)
         if path is None:
             recorded = ", ".join(loaded.train_files) or "none"
+            where = f" (looked for {' and '.join(looked)})" if looked else ""
             return (
                 None,
                 None,
                 (
                     f"neighbours: no --corpus, and the model's training text ({recorded}) is not "
-                    "readable here; give --corpus FILE"
+                    f"readable here{where}; give --corpus FILE"
                 ),
             )
     lines: list[str] = []
@@ -119,21 +120,23 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
 
 
 def training_text(loaded) -> Path | None:
-    """The model's first recorded training file, as recorded or beside the model, if it is a
-    readable file here."""
+    """The model's first recorded training file if it is a readable file here, found as
+    feature fitting finds it (vat.share.training_record.resolve_recorded_file: absolute as
+    recorded, relative in the model's own folders, never the current folder)."""
+    return _training_text(loaded)[0]
+
+
+def _training_text(loaded) -> tuple[Path | None, list[str]]:
+    from vat.share.training_record import resolve_recorded_file, training_file_homes
+
     if not loaded.train_files:
-        return None
-    recorded = Path(loaded.train_files[0])
-    homes = [Path.cwd()]
-    if loaded.source.kind != "hub":
-        homes += [loaded.path.parent if loaded.path.is_file() else loaded.path]
-    if loaded.source.run_dir:
-        homes.append(Path(loaded.source.run_dir))
-    for home in homes:
-        candidate = recorded if recorded.is_absolute() else home / recorded
-        if candidate.is_file():
-            return candidate
-    return None
+        return None, []
+    found, tried = resolve_recorded_file(
+        str(loaded.train_files[0]), training_file_homes(loaded.source)
+    )
+    if found is None or not found.is_file():  # a glob or a folder is no corpus to browse
+        return None, [str(t) for t in tried]
+    return found, []
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -5,7 +5,11 @@
 
 `compare` scores every combination of source x weighting x post-processing on the STS tasks
 present (STS12, STS-B dev and test; optionally the classification tasks for the best
-three), writing `compare.csv`, `compare.md` and `compare.png`. Every post-processing is
+three), writing `compare.csv`, `compare.md` and `compare.png`: the three are written into a
+temporary folder beside --output-dir, which then replaces it whole, so an interrupted run
+leaves the old set or the new one, never a mix. --output-dir is the command's own folder:
+one holding anything else (a run folder, the current folder) is refused. Every
+post-processing is
 fitted on a sample of the checkpoint's own training sentences (or --fit-files), never on
 the evaluation sentences; the fitting cost (seconds, sentences) is in the table.
 """
@@ -15,19 +19,22 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
+import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from vat.cli.common import add_model_option
-from vat.errors import VatError, check_count, run_cli
-from vat.io import check_output_file, folder
+from vat.errors import OptionError, VatError, check_count, run_cli
+from vat.io import folder, remove_stale_temps, temp_path
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 POSTS = ("none", "pc1", "whiten", "whiten-half")
+OUTPUT_NAMES = ("compare.csv", "compare.md", "compare.png")
 
 
 # -- vat evaluate's options ----------------------------------------------------------------
@@ -115,9 +122,12 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> dict:
         )
     else:
         from vat.feature_spec import FeatureSpec
-        from vat.features.encoder import training_files
+        from vat.features.encoder import stored_features, training_files
 
-        if FeatureSpec.parse(args.features).post != "none":
+        spec = FeatureSpec.parse(args.features)
+        # statistics stored with the model are used as they are (check_fitted guards them);
+        # only a fit still to come reads the training files
+        if spec.post != "none" and stored_features(loaded, spec) is None:
             check_not_evaluation_data(
                 training_files(loaded), args.data_dir, "the checkpoint's training files"
             )
@@ -231,12 +241,8 @@ def _main(argv: Sequence[str] | None) -> int:
     # every check before the minutes of encoding, not at the first write
     check_count(args.fit_sentences, "fit_sentences", minimum=2)  # a fit needs two rows
     check_count(args.batch_size, "batch_size")
-    out_dir = Path(args.output_dir)
-    if out_dir.is_symlink() or out_dir.exists():
-        folder(out_dir, "--output-dir")  # never a file, a FIFO or a dangling link
-    outputs = [out_dir / f"compare.{ext}" for ext in ("csv", "md", "png")]
-    for o in outputs:
-        check_output_file(o, args.overwrite, "--output-dir", "compare file")
+    check_count(args.seed, "seed", minimum=0)  # numpy's seeds are non-negative
+    out_dir = check_output_set(args.output_dir, args.overwrite)
     tasks = {}
     for t in ("STS12", "STSBenchmark"):
         try:
@@ -309,14 +315,80 @@ def _main(argv: Sequence[str] | None) -> int:
         "combos_encoded": len(combos),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
-    _write(rows, meta, outputs, atomic_write)
+    write_output_set(out_dir, lambda tmp: _write(rows, meta, tmp, atomic_write))
     if args.classification:  # the STS table is on disk first: classification takes longer
         print("vat: STS table written; classification tasks next", file=sys.stderr)
         _classification(rows, loaded, args, data_dir, sif, fit_x)
-        _write(rows, meta, outputs, atomic_write)
-    for o in outputs:
-        print(f"wrote {o}", file=sys.stderr)
+        write_output_set(out_dir, lambda tmp: _write(rows, meta, tmp, atomic_write))
+    for name in OUTPUT_NAMES:
+        print(f"wrote {Path(args.output_dir) / name}", file=sys.stderr)
     return 0
+
+
+# -- the output folder: written whole -------------------------------------------------------
+def check_output_set(directory: str, overwrite: bool) -> Path:
+    """The absolute --output-dir, refused before any work when it cannot be replaced whole:
+    not a folder (a file, a FIFO, a link: vat replaces links, never writes through them),
+    the current folder or one containing it (replacing it would pull the folder from under
+    this process and its shell), a folder holding anything but the compare files, or earlier
+    compare files without --overwrite."""
+    if not str(directory).strip():
+        raise OptionError("output_dir", "is empty; name a folder for the compare files")
+    shown = Path(directory)
+    if shown.exists() or shown.is_symlink():
+        folder(shown, "--output-dir")  # never a file, a FIFO, a device or a dangling link
+    if shown.is_symlink():  # the swap would replace the link itself, not the folder it names
+        raise VatError(f"--output-dir {shown} is a symbolic link; name the folder itself")
+    out = Path(os.path.abspath(shown))  # `..` and `a/..` by their folder
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise VatError(
+            f"--output-dir {shown} is the current folder or contains it, which the compare "
+            f"set cannot replace; name a new folder, e.g. {shown / 'feature-compare'}"
+        )
+    _check_own_files(out, shown)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        names = ", ".join(sorted(p.name for p in out.iterdir()))
+        raise VatError(
+            f"--output-dir {shown} already holds a compare set ({names}); pass --overwrite "
+            "to replace it"
+        )
+    return out
+
+
+def _check_own_files(out: Path, shown: Path) -> None:
+    """`out` holds nothing but plain compare files (what this command writes)."""
+    if not out.is_dir():
+        return
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name not in OUTPUT_NAMES or p.is_symlink() or not p.is_file()
+    )
+    if foreign:
+        raise VatError(
+            f"--output-dir {shown} holds files vat features compare did not write "
+            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); the set replaces "
+            f"the whole folder, so name a new one, e.g. {shown / 'feature-compare'}"
+        )
+
+
+def write_output_set(out: Path, write: Callable[[Path], None]) -> None:
+    """Write the compare set into a fresh temporary folder beside `out` and swap it in
+    whole (vat.share.folder.replace_dir); the temporary folder never outlives the call (an
+    interrupt included), and one left by a killed run is removed by the next."""
+    from vat.share.folder import replace_dir
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out.parent)  # temp folders of dead vat processes only
+    _check_own_files(out, out)  # again at the swap: nothing added meanwhile is removed
+    tmp = temp_path(out)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        replace_dir(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _classification(rows, loaded, args, data_dir, sif, fit_x) -> None:
@@ -367,7 +439,8 @@ def _classification(rows, loaded, args, data_dir, sif, fit_x) -> None:
             row[t] = res[t]["acc"]
 
 
-def _write(rows: list[dict], meta: dict, outputs: list[Path], atomic_write) -> None:
+def _write(rows: list[dict], meta: dict, where: Path, atomic_write) -> None:
+    outputs = [where / name for name in OUTPUT_NAMES]
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vat.cli.common import Parser, add_model_option
-from vat.errors import VatError, run_cli
+from vat.errors import VatError, check_count, run_cli
 from vat.io import folder
+from vat.runtime import resolve_device
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,23 +48,14 @@ def _main(argv: Sequence[str] | None) -> int:
     from mteb.cache import ResultCache
 
     from vat.api import load
-    from vat.integrations.mteb import VATMTEBEncoder, english_sts_tasks
+    from vat.integrations.mteb import VATMTEBEncoder, select_tasks
 
     args = _parser().parse_args(argv)
-    if args.batch_size < 1:
-        raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
+    check_count(args.batch_size, "batch_size")
+    args.device = resolve_device(args.device)  # one line for meta, xyz, cuda:7, ...
     if Path(args.output).exists() or Path(args.output).is_symlink():
         folder(args.output, "--output")  # MTEB writes a folder of result files
-    if args.tasks:  # task names are checked before the model loads
-        try:
-            tasks = list(
-                mteb.get_tasks(tasks=[t.strip() for t in args.tasks.split(",") if t.strip()])
-            )
-        except (KeyError, ValueError) as e:
-            first = str(e).strip().strip("'\"").splitlines()[0]
-            raise VatError(f"--tasks: {first[:300]}") from None
-    else:
-        tasks = english_sts_tasks()
+    tasks = select_tasks(args.tasks)  # checked before the model loads; "" and ",,," name none
     encoder = VATMTEBEncoder(
         args.model,
         model=load(args.model, device=args.device),  # read once

@@ -18,6 +18,7 @@ from vat.errors import VatError, run_cli
 from vat.experiments.config import SweepConfig
 from vat.experiments.sweep import Runner, run_sweep
 from vat.io import folder
+from vat.train.run_dir import MANIFEST_NAME, check_place
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -72,8 +73,17 @@ def _main(argv: Sequence[str] | None) -> int:
     cfg = SweepConfig.from_yaml(args.config)
     if args.output:
         cfg.out_dir = args.output
+    what = "--output" if args.output else f"{args.config}: out_dir"
+    if not str(cfg.out_dir).strip():
+        raise VatError(f"{what} is empty: name the sweep's output folder")
     if Path(cfg.out_dir).exists() or Path(cfg.out_dir).is_symlink():
-        folder(cfg.out_dir, "--output")  # the sweep's runs are folders inside it
+        folder(cfg.out_dir, what)  # the sweep's runs are folders inside it
+        if (Path(cfg.out_dir) / MANIFEST_NAME).is_file():
+            raise VatError(
+                f"{what} {cfg.out_dir} is the folder of a vat train run; a sweep writes its "
+                f"runs, table and plots into a folder of its own: choose another"
+            )
+    check_place(Path(cfg.out_dir), what)  # not inside a run's checkpoints/
     if args.values is not None:
         if len(cfg.sweep) != 1:
             raise VatError(

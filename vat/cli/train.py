@@ -21,12 +21,14 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
 from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, run_cli
 from vat.train import run_dir as rd
+from vat.train import settings
 from vat.train.checkpointing import (
     BEST_MONITORS,
     AtomicCheckpointIO,
@@ -111,11 +113,17 @@ class VATCLI(LightningCLI):
         self._config_filename = (
             f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
         )
+        self._fresh: rd.FreshStart | None = None
         if not sub:
             return
+        # settings Lightning would reject only once training started: before any file exists
+        settings.check_settings(self.config[sub].trainer, sub)
+        rd.check_folder_options(self.config[sub])
         read = self._checkpoint_io().read
         if sub == "fit":
-            self._config_filename = rd.prepare_fit(self.config[sub], read)
+            self._config_filename, self._fresh = rd.prepare_fit(self.config[sub], read)
+        else:
+            rd.check_lightning_files(self.config[sub])
         ckpt_path = self.config[sub].get("ckpt_path")
         if not (ckpt_path and Path(ckpt_path).is_file()):
             return
@@ -151,7 +159,8 @@ class VATCLI(LightningCLI):
             cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
         # Keep what a crash interrupted (saved when an exception escapes fit).
         self.trainer_defaults["callbacks"].append(ExceptionCheckpoint(cfg.checkpoint.dirpath))
-        self.trainer_defaults["callbacks"].append(best_checkpoint(cfg.best_monitor))
+        self._best = best_checkpoint(cfg.best_monitor)
+        self.trainer_defaults["callbacks"].append(self._best)
         self.save_config_kwargs["config_filename"] = getattr(
             self, "_config_filename", "config.yaml"
         )
@@ -160,8 +169,37 @@ class VATCLI(LightningCLI):
         if self.subcommand == "fit":
             # where the checkpoints are, the final val NLL / KL / BLEU, the next commands
             self.trainer_defaults["callbacks"].append(TrainingSummary())
+            self.trainer_defaults["callbacks"].append(rd.MarkTrained(run_dir))
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
             _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
+
+    def before_fit(self) -> None:
+        """The trainer settings checked against the data, then the fresh run begun (the old
+        files it replaces moved away, its manifest written): a refused start leaves an
+        earlier run whole and writes nothing of its own."""
+        cfg = self.config["fit"]
+        if rd.is_global_rank_zero() and not isinstance(
+            self.trainer.strategy.launcher, _MultiProcessingLauncher
+        ):  # (spawned processes would each get a pickled copy of the prepared data)
+            size = settings.epoch_size(self.datamodule, self.trainer)
+            settings.check_against_data(cfg.trainer, size)
+            if size.val == 0 or settings.validation_is_off(cfg.trainer):
+                self._no_best_checkpoint(cfg, size.val == 0)
+        if self._fresh is not None:
+            rd.begin_fresh(self._fresh)
+
+    def _no_best_checkpoint(self, cfg, no_val_data: bool) -> None:
+        """Without validation nothing is logged to --best_monitor: the best checkpoint is
+        dropped with a note (not Lightning's warning about a missing key at every save)."""
+        why = (
+            "the data holds no validation sentences"
+            if no_val_data
+            else "--trainer.limit_val_batches 0 turns validation off"
+        )
+        if cfg.best_monitor == "val/stsb_spearman":
+            raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
+        self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if c is not self._best]
+        print(f"vat: {why}: no best checkpoint on {cfg.best_monitor} is kept", file=sys.stderr)
 
 
 def _check_devices(accelerator, devices) -> None:
@@ -254,8 +292,10 @@ def _run(fn, args: list[str] | None) -> int:
 
     def call(argv: list[str]) -> int:
         reset_state()
+        ok = False
         try:
             fn(argv)
+            ok = True
         except SystemExit:
             if not was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
                 raise
@@ -272,7 +312,7 @@ def _run(fn, args: list[str] | None) -> int:
                 raise
             raise one_line from e
         finally:
-            rd.release_locks()
+            rd.release_locks(failed=not ok)  # a start refused before it began leaves no folder
         return 0
 
     return run_cli(call, args, extra_errors=TRAIN_ERRORS)

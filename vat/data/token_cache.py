@@ -138,7 +138,7 @@ def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
     try:
         info = json.loads(done.read_text())
         files, dtype = info["files"], np.dtype(info["dtype"])
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise CacheDamaged(f"done.json is unreadable ({type(e).__name__})") from None
     if info.get("format") != FORMAT:
         raise CacheDamaged(f"format {info.get('format')!r} is not {FORMAT!r}")

@@ -50,7 +50,7 @@ def load_results(path: str | Path) -> dict:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise VatError(f"--compare {path}: no such file") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise VatError(f"--compare {path}: not a results JSON file ({e})") from None
     if not isinstance(obj, dict) or not headline_scores(obj):
         raise VatError(f"--compare {path}: holds no task results in vat evaluate's layout")

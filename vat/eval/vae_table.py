@@ -241,7 +241,7 @@ def _checked_sentences(sentences: Sequence[str]) -> list[str]:
 def _subwords(loaded: LoadedVAT, sentences: list[str]) -> tuple[list[list[int]], int]:
     """Subword ids cut to max_len - 1 (the </s> takes the last place), and how many were cut."""
     keep = loaded.config.max_len - 1
-    ids = loaded.tokenizer.encode_batch(sentences)
+    ids = loaded.tokenizer.encode_batch(sentences, max_tokens=keep + 1)  # + 1: see the cut
     return [x[:keep] for x in ids], sum(len(x) > keep for x in ids)
 
 

@@ -162,8 +162,9 @@ class SweepConfig:
                     f"{where}: sweep values of {key} must be numbers, strings or booleans, "
                     f"got {values!r}"
                 )
-            if len({cli_value(v) for v in values}) != len(values):
-                raise VatError(f"{where}: sweep values of {key} repeat a value: {values!r}")
+            parsed = [as_number(v) for v in values]
+            _refuse_repeats(where, key, values, parsed)
+            self.sweep[key] = parsed
         leaves = [leaf(k) for k in self.sweep]
         if len(set(leaves)) != len(leaves):
             raise VatError(
@@ -177,6 +178,52 @@ class SweepConfig:
     def points(self) -> list[Point]:
         """Every combination of the swept values; the first key varies slowest."""
         return [dict(zip(self.sweep, combo)) for combo in itertools.product(*self.sweep.values())]
+
+
+# A number in YAML 1.2 (and JSON, and Python): PyYAML follows YAML 1.1, which wants a dot in a
+# float, so it reads 1e-1 as the string "1e-1", while `vat train` reads the same text as 0.1.
+_NUMBER = re.compile(r"[-+]?(\d[\d_]*)?(\.\d*)?([eE][-+]?\d+)?")
+
+
+def as_number(value: Any) -> Any:
+    """A string that spells a number (1e-1, 1E3, +2) as that number; anything else as is.
+    Sweep values are then compared, named and passed on as the numbers they are."""
+    if not isinstance(value, str) or not any(c.isdigit() for c in value):
+        return value
+    text = value.strip()
+    if not _NUMBER.fullmatch(text):
+        return value
+    try:
+        return int(text) if _NUMBER.fullmatch(text).group(2, 3) == (None, None) else float(text)
+    except ValueError:
+        return value
+
+
+def _same_key(value: Any) -> tuple[str, Any]:
+    """What makes two parsed sweep values the same value: 1 and 1.0 are (a float option reads
+    both as 1.0), True and 1 are not."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    return ("string", value)
+
+
+def _refuse_repeats(where: str, key: str, given: list[Any], parsed: list[Any]) -> None:
+    """Two spellings of one value ([0.1, 1e-1]) would train the same run twice: refused, not
+    deduplicated, since a repeat in a hand-written list is most likely a typo for another
+    value (1e-2?) that the user means to see on the frontier."""
+    first: dict[tuple[str, Any], Any] = {}
+    for raw, value in zip(given, parsed):
+        k = _same_key(value)
+        if k in first:
+            both = (
+                f"{first[k]!r} twice"
+                if first[k] == raw and type(first[k]) is type(raw)
+                else f"{first[k]!r} and {raw!r} are both {cli_value(value)}"
+            )
+            raise VatError(f"{where}: sweep values of {key} repeat a value ({both}): {given!r}")
+        first[k] = raw
 
 
 def leaf(key: str) -> str:

@@ -153,7 +153,7 @@ def _recorded_train_settings(run_dir: Path) -> dict[str, Any] | None:
             text = path.read_text(encoding="utf-8").strip()
             try:
                 found = json.loads(text) if text else {}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # nested too deeply to parse
                 found = {}
             got = found.get("train_settings") if isinstance(found, dict) else None
             return got if isinstance(got, dict) else {}
@@ -352,9 +352,10 @@ def _plain(x: Any) -> Any:
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
         raise VatError(
-            f"{path} is not valid JSON ({e}); delete it to redo that run's measurements"
+            f"{path} is not valid JSON ({why}); delete it to redo that run's measurements"
         ) from None
 
 

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
-from vat.errors import OptionError, VatError
+from vat.errors import OptionError, VatError, check_count
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.pooling import length_sorted_batches, pool
 from vat.features.postprocess import (
@@ -34,6 +34,7 @@ from vat.features.postprocess import (
 from vat.model import VAT
 from vat.runtime import eval_mode
 from vat.share.loaded import LoadedVAT, check_loaded
+from vat.share.training_record import recorded_training_files
 from vat.tokenizer import VATTokenizer, make_batch
 
 DEFAULT_FIT_SENTENCES = 20_000
@@ -140,7 +141,7 @@ def pool_batch(
 
 def tokenize(tokenizer: VATTokenizer, sentences: Sequence[str], max_len: int) -> list[list[int]]:
     """Subword ids cut to max_len - 1 (the cut of vat.features.iter_encoded)."""
-    return [s[: max_len - 1] for s in tokenizer.encode_batch(list(sentences))]
+    return tokenizer.encode_batch(list(sentences), max_tokens=max_len - 1)
 
 
 def pooled_features(
@@ -198,15 +199,15 @@ class FeatureEncoder:
 
     def __init__(self, loaded: LoadedVAT, fitted: FittedFeatures) -> None:
         model = check_loaded(loaded, "FeatureEncoder").model
-        self.model, self.tokenizer, self.fitted = model, loaded.tokenizer, fitted.check()
-        spec = fitted.spec
-        spec.layer(len(model.encoder))  # a layerK beyond the encoder fails here
-        sw = fitted.arrays.get("sif_weights")
-        if sw is not None and sw.shape[0] < model.config.vocab_size:
-            raise VatError(
-                f"feature statistics for {spec}: {sw.shape[0]} SIF weights for a "
-                f"{model.config.vocab_size}-token model"
-            )
+        if not isinstance(fitted, FittedFeatures):
+            raise OptionError("features", f"expected a FittedFeatures, got {type(fitted).__name__}")
+        # Every path to vectors (vat.load(...).encode, sentence-transformers, MTEB, vat
+        # evaluate, a FittedFeatures a user built) passes here: the statistics are checked
+        # against this model's sizes as its weights were (finite, shapes, dtype, SIF range).
+        fitted.check(model_config=model.config)
+        self.model, self.tokenizer, self.fitted = model, loaded.tokenizer, fitted
+        fitted.spec.layer(len(model.encoder))  # a layerK beyond the encoder fails here
+        sw = fitted.arrays.get("sif_weights") if fitted.spec.weighting == "sif" else None
         self._sif = None if sw is None else torch.as_tensor(sw, dtype=torch.float32)
 
     @property
@@ -215,8 +216,9 @@ class FeatureEncoder:
 
     @property
     def dim(self) -> int:
-        m = self.fitted.arrays.get("matrix")
-        return int(m.shape[1]) if m is not None else int(self.model.config.d_model)
+        if self.spec.post.startswith("whiten"):  # (D, K) checked in __init__
+            return int(self.fitted.arrays["matrix"].shape[1])
+        return int(self.model.config.d_model)
 
     def pool_ids(self, src_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, d) source + weighting of one padded batch (no post-processing)."""
@@ -243,44 +245,140 @@ class FeatureEncoder:
 
 
 # -- fitting -----------------------------------------------------------------------------------
+def text_files(value: object, name: str) -> list[str] | None:
+    """`value` (fit_files, count_files) as a list of paths; None passes through.
+
+    One path (a str, numpy string or PathLike) is one file, never its characters: no user
+    means a list of one-letter files, and `open`, pandas and datasets' data_files read one
+    path the same way. Bytes, None or non-path entries and an empty list are OptionErrors
+    naming `name`."""
+    if value is None:
+        return None
+    if isinstance(value, str | os.PathLike):
+        value = [value]
+    items = _entries(value, name, "paths of text files")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str | os.PathLike) or isinstance(item, bytes):
+            raise OptionError(name, f"entry {i} is {_kind(item)}; expected a path (str)")
+        text = os.fspath(item)
+        if not isinstance(text, str) or not text:  # a PathLike of bytes, or ""
+            raise OptionError(name, f"entry {i} is {text!r}; expected a path (str)")
+        out.append(str(text))  # numpy's str_ is a str subclass: plain str for the records
+    if not out:
+        raise OptionError(name, "is empty; give at least one text file")
+    return out
+
+
+def sentence_list(value: object, name: str) -> list[str] | None:
+    """`value` (fit_sentences) as a list of at least 2 str; None passes through. A bare
+    string is refused, not read as its characters (fitting on 8 letters is never meant)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise OptionError(name, "expected a list of sentences; got a string")
+    items = _entries(value, name, "sentences")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise OptionError(name, f"entry {i} is {_kind(item)}; expected a sentence (str)")
+    if len(items) < 2:
+        raise OptionError(name, f"fitting needs at least 2 sentences, got {len(items)}")
+    return [str(s) for s in items]
+
+
+def _entries(value: object, name: str, what: str) -> list:
+    """The items of a list, tuple, array or generator; bytes and mappings are refused."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise OptionError(name, f"expected a list of {what}; got bytes")
+    if isinstance(value, dict) or not isinstance(value, Iterable):
+        raise OptionError(name, f"expected a list of {what}; got {_kind(value)}")
+    return list(value)
+
+
+def _kind(x: object) -> str:
+    return "None" if x is None else f"{type(x).__name__} {x!r:.40}"
+
+
+class _named_errors:
+    """Errors of reading text files as OptionErrors naming the argument that named them (the
+    readers in vat.data.corpus prefix messages with it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, tb) -> None:
+        if error is None or isinstance(error, OptionError) or not isinstance(error, VatError):
+            return None
+        text = str(error).removeprefix(f"{self.name}: ")
+        raise OptionError(self.name, text) from None
+
+
 def count_tokens(
-    tokenizer: VATTokenizer, files: Sequence[str | os.PathLike], vocab_size: int
+    tokenizer: VATTokenizer,
+    files: Sequence[str | os.PathLike] | str | os.PathLike,
+    vocab_size: int,
+    name: str = "count_files",
 ) -> np.ndarray:
     """(vocab_size,) subword counts over text files (one sentence per line, plain or .gz)."""
 
     counts = np.zeros(vocab_size, dtype=np.int64)
-    paths = expand_files([str(f) for f in files], "--count-files")
-    for chunk in iter_files(paths, "skip", "--count-files"):
-        flat = np.fromiter(
-            (i for ids in tokenizer.encode_batch(chunk) for i in ids), dtype=np.int64
-        )
-        counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+    with _named_errors(name):
+        paths = expand_files(text_files(files, name) or [], name)
+        for chunk in iter_files(paths, "skip", name):
+            flat = np.fromiter(
+                (i for ids in tokenizer.encode_batch(chunk) for i in ids), dtype=np.int64
+            )
+            counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
     return counts
 
 
+def reservoir_sample(chunks: Iterable[Sequence[str]], n: int, seed: int = 0) -> list[str]:
+    """Up to n lines drawn uniformly without replacement from a stream of chunks of lines,
+    returned in stream order, holding n lines and one chunk at a time (Vitter's Algorithm R:
+    line i, counted from 0, replaces a uniform slot j of [0, i] when j < n, so after N lines
+    each is kept with probability n / N). The same seed gives the same sample."""
+    rng = np.random.default_rng(seed)
+    kept: list[tuple[int, str]] = []  # (line index, line), at most n
+    seen = 0
+    for chunk in chunks:
+        m = len(chunk)
+        fill = min(max(n - seen, 0), m)  # the first n lines fill the reservoir
+        kept.extend((seen + k, chunk[k]) for k in range(fill))
+        if fill < m:
+            # one draw per later line, vectorised over the chunk: j uniform in [0, i]
+            index = np.arange(seen + fill, seen + m)  # (m - fill,) global line indices
+            slots = rng.integers(0, index + 1)  # (m - fill,)
+            for k in np.flatnonzero(slots < n):  # in order: a later line overwrites an earlier
+                kept[slots[k]] = (int(index[k]), chunk[fill + k])
+        seen += m
+    kept.sort()
+    return [line for _, line in kept]
+
+
 def sample_lines(
-    files: Sequence[str | os.PathLike], n: int, seed: int = 0, option: str = "--fit-files"
+    files: Sequence[str | os.PathLike] | str | os.PathLike,
+    n: int,
+    seed: int = 0,
+    name: str = "fit_files",
 ) -> list[str]:
-    """Up to n lines drawn uniformly without replacement (in file order) from text files."""
+    """Up to n lines drawn uniformly without replacement (in file order) from text files, in
+    one pass holding n lines and one chunk (`reservoir_sample`): a 20M-line corpus costs no
+    more memory than a small one. Errors name the argument `name`."""
+    check_count(n, "n_fit", minimum=1)
+    check_count(seed, "seed", minimum=0)
+    with _named_errors(name):
+        paths = expand_files(text_files(files, name) or [], name)
+        return reservoir_sample(iter_files(paths, "skip", name), int(n), int(seed))
 
-    paths = expand_files([str(f) for f in files], option)
-    lines = [s for chunk in iter_files(paths, "skip", option) for s in chunk]
-    if len(lines) <= n:
-        return lines
-    keep = np.sort(np.random.default_rng(seed).choice(len(lines), size=n, replace=False))
-    return [lines[i] for i in keep]
 
-
-def training_files(loaded: LoadedVAT) -> list[str]:
-    """The training files the model records (a checkpoint's data hyperparameters, a folder's
-    training data); an error saying so when it records none."""
-    if not loaded.train_files:
-        raise OptionError(
-            "fit_files",
-            f"{loaded.path} names no training files to fit the features on; give text files "
-            "of unlabeled sentences (one per line)",
-        )
-    return list(loaded.train_files)
+def training_files(loaded: LoadedVAT, name: str = "fit_files") -> list[str]:
+    """The model's recorded training files, found as `recorded_training_files` finds them
+    (absolute; relative ones only in the model's own folders, never the current folder);
+    an OptionError naming `name`, saying where vat looked, when they are not here."""
+    return recorded_training_files(loaded, name)
 
 
 def fit_features(
@@ -297,9 +395,10 @@ def fit_features(
     arrays: dict[str, np.ndarray] = {}
     if spec.weighting == "sif":
         if token_counts is None:
-            raise VatError(
+            raise OptionError(
+                "count_files",
                 "sif weighting needs token frequencies: this model has none stored "
-                "(checkpoints from before issue 23); pass --count-files with its training text"
+                "(checkpoints from before issue 23); give its training text to count them",
             )
         counts = np.zeros(model.config.vocab_size, dtype=np.float64)
         counts[: min(len(token_counts), len(counts))] = token_counts[: len(counts)]
@@ -317,7 +416,22 @@ def fit_features(
         "sentences": len(sentences) if spec.post != "none" else 0,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    if "sif_weights" in arrays:
+        fit.setdefault("counts_from", "given")  # resolve_features names its source
     return FittedFeatures(spec, arrays, fit)
+
+
+def check_pooling(pooling: str, features: object) -> None:
+    """A feature spec names its own weighting, so `pooling` with `features` is refused unless
+    it is the default ("mean"), never silently ignored."""
+    if features is not None and pooling != "mean":
+        raise OptionError(
+            "pooling",
+            f"{pooling!r} cannot be combined with the feature spec "
+            f"{str(getattr(features, 'spec', features))!r}, which names its own weighting "
+            "(e.g. mu/sum/none is sum pooling of mu); leave pooling at 'mean' or give no "
+            "feature spec",
+        )
 
 
 def chosen_spec(
@@ -325,7 +439,9 @@ def chosen_spec(
 ) -> str | FeatureSpec | None:
     """The one rule of every loader for which vectors a model gives: `features` if given,
     else for mean pooling an exported folder's own spec (what its card names); None means
-    `pooling` of the token means mu (vat.features.pool)."""
+    `pooling` of the token means mu (vat.features.pool). Pooling other than the default with
+    `features` is refused (`check_pooling`)."""
+    check_pooling(pooling, features)
     if features is not None:
         return features
     return loaded.feature_spec if pooling == "mean" else None
@@ -336,12 +452,13 @@ def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | No
     wrote beside the model (`stats_path_for`) when an earlier fit stored them."""
     stats = loaded.feature_stats
     if stats is not None and stats.spec == spec:
-        return stats
+        return stats.check(model_config=loaded.config)
     home = loaded.source.writable_home
     if home is not None:
         path = stats_path_for(home, spec)
-        if path.is_file():
-            fitted = FittedFeatures.load(path)
+        # a FIFO or folder there is named (FittedFeatures.load), never skipped as "no file"
+        if path.exists() or path.is_symlink():
+            fitted = FittedFeatures.load(path, model_config=loaded.config)
             if fitted.spec == spec:
                 return fitted
     return None
@@ -351,10 +468,10 @@ def resolve_features(
     loaded: LoadedVAT,
     spec: str | FeatureSpec | None = None,
     *,
-    fit_files: Sequence[str] | None = None,
+    fit_files: Sequence[str] | str | os.PathLike | None = None,
     fit_sentences: Sequence[str] | None = None,
     fit_info: dict | None = None,
-    count_files: Sequence[str] | None = None,
+    count_files: Sequence[str] | str | os.PathLike | None = None,
     n_fit: int = DEFAULT_FIT_SENTENCES,
     seed: int = 0,
     save: bool = True,
@@ -369,15 +486,26 @@ def resolve_features(
     or by default on up to n_fit of the model's own training sentences, stored beside the
     model (unless `save` is off, or the model is a Hub download). Naming fit or count files
     always fits anew (and replaces only a file vat wrote).
+
+    `fit_files` and `count_files` are lists of paths (one path alone is one file);
+    `fit_sentences` a list of at least 2 sentences, never a bare string. The model's own
+    training files are found where it recorded them (`training_files`), never in the current
+    folder.
     """
     check_loaded(loaded, "resolve_features")
+    fit_files = text_files(fit_files, "fit_files")
+    count_files = text_files(count_files, "count_files")
+    fit_sentences = sentence_list(fit_sentences, "fit_sentences")
+    check_count(n_fit, "n_fit", minimum=2)  # a fit needs two rows
+    check_count(seed, "seed", minimum=0)  # numpy's seeds are non-negative
+    check_count(batch_size, "batch_size")
     if spec is None:
         spec = loaded.feature_spec or FeatureSpec()
     spec = FeatureSpec.parse(spec)
     spec.layer(len(loaded.model.encoder))
     if not spec.needs_fit:
         return FittedFeatures(spec)
-    explicit = bool(fit_files or fit_sentences or count_files)
+    explicit = fit_files is not None or fit_sentences is not None or count_files is not None
     if not explicit:
         found = stored_features(loaded, spec)
         if found is not None:
@@ -400,13 +528,16 @@ def resolve_features(
         if fit_sentences is not None:
             sentences = list(fit_sentences)
         else:
-            files = list(fit_files) if fit_files else training_files(loaded)
+            files = fit_files if fit_files else training_files(loaded)
             sentences = sample_lines(files, n_fit, seed)
             info.setdefault("files", files)
             info.setdefault("from", "named files" if fit_files else "training files")
         info["seed"] = seed
     if count_files:
-        info["count_files"] = [str(f) for f in count_files]
+        info["count_files"] = count_files
+    if counts is not None:  # where the SIF weights came from, for the model card
+        info["counts_from"] = "count_files" if count_files else "training"
+        info["count_tokens"] = int(np.asarray(counts).sum())
     fitted = fit_features(loaded.model, loaded.tokenizer, spec, sentences, counts, batch_size, info)
     home = loaded.source.writable_home
     if save and home is not None:
@@ -428,8 +559,8 @@ def export_features(
     loaded: LoadedVAT,
     features: str | FeatureSpec | None = None,
     *,
-    fit_files: Sequence[str] | None = None,
-    count_files: Sequence[str] | None = None,
+    fit_files: Sequence[str] | str | os.PathLike | None = None,
+    count_files: Sequence[str] | str | os.PathLike | None = None,
 ) -> FittedFeatures:
     """The feature spec an exported folder carries, with its statistics: `features` if given
     (fitted as `resolve_features` does, on `fit_files` or the model's training sentences,
@@ -437,14 +568,22 @@ def export_features(
     spec, else DEFAULT_EXPORT_SPEC. A default that cannot be fitted for this model (e.g. a
     checkpoint without token counts) falls back to the mean of mu with a warning; the folder
     and its card name the spec they hold. Nothing is stored beside the model: the folder
-    holds the statistics."""
+    holds the statistics. Files the caller named that cannot be read are an error, never a
+    fallback."""
+    fit_files = text_files(fit_files, "fit_files")
+    count_files = text_files(count_files, "count_files")
     spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
     try:
         return resolve_features(
             loaded, spec, fit_files=fit_files, count_files=count_files, save=False
         )
     except VatError as e:
-        if features is not None:
+        from vat.errors import CheckpointError
+
+        # damaged statistics (CheckpointError, naming their file) are an error, never a
+        # reason to fall back: only a default the model cannot fit falls back
+        named = features is not None or fit_files is not None or count_files is not None
+        if named or isinstance(e, CheckpointError):
             raise
         print(f"warning: exporting with mu/mean/none, not {spec} ({e})", file=sys.stderr)
         return FittedFeatures(FeatureSpec())

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from vat.errors import OptionError, check_choice, check_count, check_sentences
 from vat.model import VAT
 from vat.runtime import eval_mode
 from vat.tokenizer import VATTokenizer, make_batch
@@ -33,6 +34,7 @@ class EncodedBatch(NamedTuple):
 
 def length_sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[int]]:
     """Indices in batches of `size`, sorted by length so each batch holds little padding."""
+    size = check_count(size, "batch_size")  # the batch size of every caller
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     for start in range(0, len(order), size):
         yield order[start : start + size]
@@ -61,9 +63,12 @@ def iter_encoded(
     batch_size: int = 128,
     progress: bool = False,
 ) -> Iterator[EncodedBatch]:
-    """Encode sentences (cut to the model's max_len) in length-sorted batches."""
+    """Encode sentences (cut to the model's max_len) in length-sorted batches; a single
+    string is one sentence (vat.errors.check_sentences)."""
+    sentences, _ = check_sentences(sentences)
+    check_count(batch_size, "batch_size")
     max_len = model.config.max_len
-    ids = [s[: max_len - 1] for s in tokenizer.encode_batch(list(sentences))]
+    ids = tokenizer.encode_batch(list(sentences), max_tokens=max_len - 1)  # </s> takes one
     yield from iter_encoded_ids(model, ids, batch_size, progress)
 
 
@@ -97,7 +102,7 @@ def pool(
         return total
     if pooling == "mean":
         return total / n[:, None].to(mu.dtype)
-    raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    raise OptionError("pooling", f"must be one of {', '.join(POOLINGS)}, got {pooling!r}")
 
 
 def sentence_features(
@@ -108,12 +113,15 @@ def sentence_features(
     batch_size: int = 128,
     progress: bool = False,
 ) -> np.ndarray:
-    """(N, d) float32 pooled token means, in input order (`progress`: a bar on stderr)."""
+    """(N, d) float32 pooled token means, in input order (`progress`: a bar on stderr). A
+    single string is one sentence and gives its vector (d,) (vat.errors.check_sentences)."""
+    sentences, single = check_sentences(sentences)
+    check_choice(pooling, "pooling", POOLINGS)
     out = np.zeros((len(sentences), model.config.d_model), dtype=np.float32)
     for b in iter_encoded(model, tokenizer, sentences, batch_size, progress):
         lengths = torch.tensor([len(x) for x in b.ids], device=b.mu.device)
         out[b.index] = pool(b.mu, lengths, pooling, b.logvar).cpu().numpy()
-    return out
+    return out[0] if single else out
 
 
 @torch.no_grad()

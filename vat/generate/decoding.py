@@ -22,7 +22,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import nn
 
-from vat.errors import OptionError, VatError
+from vat.errors import OptionError, check_choice, check_count, check_number
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 Strategy = Literal["greedy", "beam", "sample"]
@@ -53,28 +53,22 @@ class DecodeOptions:
     """Reuse cached self-attention keys/values (O(T) per step); False re-runs the prefix."""
 
     def __post_init__(self) -> None:
-        if self.strategy not in ("greedy", "beam", "sample"):
-            raise VatError(
-                f"decoding strategy must be greedy, beam or sample, got {self.strategy!r}"
-            )
-        if self.beam_size < 1:
-            raise OptionError("beam", f"must be at least 1, got {self.beam_size}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise OptionError(
-                "temperature", f"must be a positive finite number, got {self.temperature}"
-            )
-        if not math.isfinite(self.length_penalty):
-            raise OptionError(
-                "length_penalty", f"must be a finite number, got {self.length_penalty}"
-            )
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            bad = "top_k" if self.top_k < 0 else "top_p"
-            raise OptionError(
-                bad,
-                f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k} and {self.top_p}",
-            )
-        if self.max_len is not None and self.max_len < 1:
-            raise OptionError("max_len", f"must be at least 1, got {self.max_len}")
+        """Every field checked by type and range, in the Python names users pass (`beam` is
+        beam_size's name in vat.load(...).reconstruct and `vat generate --beam`)."""
+        checked = {
+            "strategy": check_choice(self.strategy, "strategy", ("greedy", "beam", "sample")),
+            "beam_size": check_count(self.beam_size, "beam"),
+            "length_penalty": check_number(self.length_penalty, "length_penalty"),
+            "temperature": check_number(self.temperature, "temperature", low=0, low_open=True),
+            "top_k": check_count(self.top_k, "top_k", minimum=0),
+            "top_p": check_number(self.top_p, "top_p", low=0, high=1, low_open=True),
+            "max_len": None if self.max_len is None else check_count(self.max_len, "max_len"),
+            "min_len": check_count(self.min_len, "min_len", minimum=0),
+        }
+        if not isinstance(self.use_cache, bool):
+            raise OptionError("use_cache", f"must be True or False, got {self.use_cache!r}")
+        for name, value in checked.items():  # numpy scalars become plain int and float
+            object.__setattr__(self, name, value)
 
 
 GREEDY = DecodeOptions()
@@ -134,6 +128,16 @@ class _Stepper:
                     layer[key] = layer[key].index_select(0, rows)  # (N, H, L, hs)
 
 
+def _check_latents(z: torch.Tensor, z_mask: torch.Tensor) -> None:
+    """Latents (B, T, d) of floats and a boolean mask (B, T), else an OptionError."""
+    if not (torch.is_tensor(z) and z.dim() == 3 and z.is_floating_point()):
+        what = f"a {z.dim()}-D {z.dtype} tensor" if torch.is_tensor(z) else type(z).__name__
+        raise OptionError("z", f"expected latents as a float tensor (B, T, d), got {what}")
+    if not (torch.is_tensor(z_mask) and tuple(z_mask.shape) == tuple(z.shape[:2])):
+        shape = tuple(z_mask.shape) if torch.is_tensor(z_mask) else type(z_mask).__name__
+        raise OptionError("z_mask", f"expected a (B, T) = {tuple(z.shape[:2])} mask, got {shape}")
+
+
 def _resolve_max_len(model: nn.Module, max_len: int | None) -> int:
     limit = int(model.config.max_len)
     if max_len is None:
@@ -154,6 +158,8 @@ def _mask_specials(logp: torch.Tensor, step: int, min_len: int) -> torch.Tensor:
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Set every token outside the top-k and outside the top-p nucleus to -inf. (N, V)."""
+    top_k = check_count(top_k, "top_k", minimum=0)
+    top_p = check_number(top_p, "top_p", low=0, high=1, low_open=True)
     if top_k > 0 and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
         logits = logits.masked_fill(logits < kth, -math.inf)
@@ -233,7 +239,9 @@ def greedy_decode(
 
     Pure (no tokenizer, no Lightning); put the model in eval mode first (dropout).
     """
-    hyps = _autoregress(model, z, z_mask, max_len, min_len, use_cache, _argmax)
+    o = DecodeOptions(max_len=max_len, min_len=min_len, use_cache=use_cache)  # checked
+    _check_latents(z, z_mask)
+    hyps = _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, _argmax)
     return [h.ids for h in hyps]
 
 
@@ -252,12 +260,23 @@ def sample_decode(
 ) -> list[Hypothesis]:
     """Ancestral sampling with temperature, top-k and top-p. Scores are the model's own
     (temperature 1) log-probabilities of the sampled tokens."""
+    o = DecodeOptions(
+        "sample",
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        max_len=max_len,
+        min_len=min_len,
+        use_cache=use_cache,
+    )  # checked
+    temperature, top_k, top_p = o.temperature, o.top_k, o.top_p
+    _check_latents(z, z_mask)
 
     def choose(logp: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
         probs = filter_logits(logp / temperature, top_k, top_p).softmax(-1)  # (B, V)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _autoregress(model, z, z_mask, max_len, min_len, use_cache, choose)
+    return _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, choose)
 
 
 @torch.no_grad()
@@ -284,10 +303,19 @@ def beam_search(
     heuristic (as in Hugging Face transformers' default), since a longer beam's normaliser
     grows. Rows that never finish return their live beams (finished=False).
     """
+    o = DecodeOptions(
+        "beam",
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len=max_len,
+        min_len=min_len,
+        use_cache=use_cache,
+    )  # checked
+    _check_latents(z, z_mask)
     B, T, d = z.shape
-    K = beam_size
-    steps = _resolve_max_len(model, max_len)
-    n_best = K if n_best is None else min(n_best, K)
+    K, length_penalty, min_len, use_cache = o.beam_size, o.length_penalty, o.min_len, o.use_cache
+    steps = _resolve_max_len(model, o.max_len)
+    n_best = K if n_best is None else min(check_count(n_best, "n_best"), K)
     dev = z.device
     # Every beam of a sentence decodes the same Z: row b * K + k is beam k of sentence b.
     stepper = _Stepper(
@@ -361,6 +389,11 @@ def decode_latents(
 ) -> list[list[Hypothesis]]:
     """Decode latents z (B, T, d) with mask (B, T) by `options`: per row a list of hypotheses,
     best first (one for greedy and sample, beam_size for beam)."""
+    if not isinstance(options, DecodeOptions):
+        raise OptionError(
+            "options", f"expected a DecodeOptions, got {type(options).__name__} {options!r:.60}"
+        )
+    _check_latents(z, z_mask)
     o = options
     if o.strategy == "beam":
         return beam_search(

@@ -6,20 +6,33 @@ posterior, decode latents drawn from the prior N(0, s^2 I), and interpolate betw
 sentences (Table 3). Sentences are encoded and decoded in length-sorted batches; results come
 back in input order. Reconstruction quality: `corpus_bleu` and `reconstruction_score`.
 The command line is `vat generate` (vat/cli/generate.py).
+
+Sentences follow the one rule of vat's API (`vat.errors.check_sentences`): a list, tuple,
+generator (read once) or 1-D numpy array of strings is a batch, and a single string is ONE
+sentence, whose result comes back alone (reconstruct("A man plays.") is one string, not a
+list of one). None, bytes and non-string items are an OptionError naming the argument.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vat.errors import OptionError, VatError, check_count, check_non_negative_finite
+from vat.errors import (
+    OptionError,
+    check_choice,
+    check_count,
+    check_non_negative_finite,
+    check_number,
+    check_seed,
+    check_sentence,
+    check_sentences,
+)
 from vat.features import iter_encoded_ids, length_sorted_batches
 from vat.generate.decoding import GREEDY, DecodeOptions, Hypothesis, decode_latents
 from vat.generate.latents import (
@@ -71,6 +84,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     smoothing a small positive number."""
     from torchmetrics.text import SacreBLEUScore
 
+    hypotheses, references = _paired(hypotheses, references)
     if not hypotheses:
         return 0.0
     metric = SacreBLEUScore(tokenize="13a")
@@ -81,11 +95,41 @@ def reconstruction_score(
     hypotheses: Sequence[str], references: Sequence[str]
 ) -> ReconstructionScore:
     """Corpus BLEU and exact-match rate of reconstructions against their inputs."""
+    hypotheses, references = _paired(hypotheses, references)
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references))
     n = len(references)
     return ReconstructionScore(
         corpus_bleu(hypotheses, references), exact / n if n else 0.0, exact, n
     )
+
+
+def _paired(hypotheses, references) -> tuple[list[str], list[str]]:
+    """Hypotheses and references as lists of equal length (zip would drop the extra ones)."""
+    hyps, _ = check_sentences(hypotheses, "hypotheses")
+    refs, _ = check_sentences(references, "references")
+    if len(hyps) != len(refs):
+        raise OptionError(
+            "references", f"has {len(refs)} sentences for {len(hyps)} hypotheses; give one each"
+        )
+    return hyps, refs
+
+
+def _labels(labels: Sequence[str] | None, n: int) -> list[str] | None:
+    """`labels` (one name per sentence, for warnings) checked against the n sentences."""
+    if labels is None:
+        return None
+    names, _ = check_sentences(labels, "labels")
+    if len(names) != n:
+        raise OptionError("labels", f"has {len(names)} names for {n} sentences")
+    return names
+
+
+def _positions(positions: int | Sequence[int]) -> list[int]:
+    """Token positions: whole numbers (a single one is one position)."""
+    if positions is None or isinstance(positions, str | bytes):
+        raise OptionError("positions", f"expected a list of token positions, got {positions!r}")
+    items = [positions] if not isinstance(positions, Iterable) else list(positions)
+    return [check_count(p, "positions", minimum=0) for p in items]
 
 
 # --------------------------------------------------------------------------------------
@@ -110,10 +154,10 @@ class VATGenerator:
         progress: bool = False,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.prior_std = prior_std
+        self.prior_std = check_number(prior_std, "prior_std", low=0, low_open=True)
         self.length_histogram = list(length_histogram)
-        self.batch_size = batch_size
-        self.progress = progress
+        self.batch_size = check_count(batch_size, "batch_size")
+        self.progress = bool(progress)
         """Show progress bars (stderr) while encoding and decoding."""
 
     @classmethod
@@ -139,44 +183,61 @@ class VATGenerator:
 
     # -- encoding / decoding --------------------------------------------------------------
     def tokenize(
-        self, sentences: Sequence[str], labels: Sequence[str] | None = None
+        self, sentences: str | Sequence[str], labels: Sequence[str] | None = None
     ) -> list[list[int]]:
         """Subword ids, cut to max_len - 1 subwords (the </s> takes the last place) with a
-        TruncationWarning naming each cut sentence."""
-        ids = self.tokenizer.encode_batch(list(sentences))
+        TruncationWarning naming each cut sentence. A sentence is read only as far as its
+        kept subwords reach (`VATTokenizer.clip`); a single string gives its ids alone."""
+        texts, single = check_sentences(sentences)
+        labels = _labels(labels, len(texts))
         keep = self.max_len - 1
+        clipped = [self.tokenizer.clip(t, keep) for t in texts]
+        ids = self.tokenizer.encode_batch(clipped)
         for i, x in enumerate(ids):
             if len(x) > keep:
                 name = labels[i] if labels is not None else f"sentence {i + 1}"
+                # a clipped text was cut before tokenising: the whole has at least this many
+                count = f"at least {len(x)}" if len(clipped[i]) < len(texts[i]) else len(x)
                 warnings.warn(
-                    f"{name} has {len(x)} subwords, more than the model's max_len={self.max_len} "
-                    f"allows; truncated to its first {keep}",
+                    f"{name} has {count} subwords, more than the model's "
+                    f"max_len={self.max_len} allows; truncated to its first {keep}",
                     TruncationWarning,
                     stacklevel=3,
                 )
                 ids[i] = x[:keep]
-        return ids
+        return ids[0] if single else ids
 
     def posteriors(
         self, sentences: Sequence[str], labels: Sequence[str] | None = None
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1."""
-        ids = self.tokenize(sentences, labels)
+        """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1
+        (a single string: its pair alone)."""
+        texts, single = check_sentences(sentences)
+        ids = self.tokenize(texts, labels)
         out: list[tuple[torch.Tensor, torch.Tensor]] = [None] * len(ids)  # type: ignore[list-item]
         for b in iter_encoded_ids(self.model, ids, self.batch_size, self.progress):
             for row, i in enumerate(b.index):
                 T_i = len(ids[i]) + 1
                 out[i] = (b.mu[row, :T_i], b.logvar[row, :T_i])  # 2 x (T_i, d)
-        return out
+        return out[0] if single else out
 
     def decode(
         self, zs: Sequence[torch.Tensor], options: DecodeOptions = GREEDY, seed: int | None = None
     ) -> list[list[Hypothesis]]:
         """Decode latent sequences zs[i] (T_i, d), batched; hypotheses per item, best first."""
+        if not isinstance(options, DecodeOptions):
+            raise OptionError("options", f"expected a DecodeOptions, got {type(options).__name__}")
+        seed = check_seed(seed)
+        zs = list(zs)
+        d = self.model.config.d_model
+        for i, z in enumerate(zs):
+            if not (torch.is_tensor(z) and z.dim() == 2 and z.shape[1] == d and z.shape[0] >= 1):
+                shape = tuple(z.shape) if torch.is_tensor(z) else type(z).__name__
+                raise OptionError("zs", f"item {i} must be a (T, {d}) tensor, T >= 1, got {shape}")
         vocab = self.model.config.vocab_size
         if options.beam_size > vocab:  # a wider beam only repeats hypotheses, at beam x cost
-            raise VatError(
-                f"--beam {options.beam_size} is more than the model's vocabulary ({vocab} tokens)"
+            raise OptionError(
+                "beam", f"{options.beam_size} is more than the model's vocabulary ({vocab} tokens)"
             )
         generator = None
         if seed is not None:
@@ -203,6 +264,9 @@ class VATGenerator:
         return out
 
     def text(self, hyp: Hypothesis) -> str:
+        """The text of one hypothesis (from `decode` or `reconstruct_hypotheses`)."""
+        if not isinstance(hyp, Hypothesis):
+            raise OptionError("hyp", f"expected a Hypothesis, got {type(hyp).__name__}")
         return self.tokenizer.decode(hyp.ids)
 
     def _best_texts(
@@ -217,8 +281,11 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Decode each sentence's token means mu (PAPER.md: z_t = mu_t at test time)."""
-        return self.decode([mu for mu, _ in self.posteriors(sentences, labels)], options)
+        """Decode each sentence's token means mu (PAPER.md: z_t = mu_t at test time); a
+        single string gives its hypotheses alone."""
+        texts, single = check_sentences(sentences)
+        hyps = self.decode([mu for mu, _ in self.posteriors(texts, labels)], options)
+        return hyps[0] if single else hyps
 
     def reconstruct(
         self,
@@ -226,7 +293,10 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[str]:
-        return [self.text(h[0]) for h in self.reconstruct_hypotheses(sentences, options, labels)]
+        """The best decoding of each sentence's token means (a single string: one string)."""
+        texts, single = check_sentences(sentences)
+        out = [self.text(h[0]) for h in self.reconstruct_hypotheses(texts, options, labels)]
+        return out[0] if single else out
 
     def sample(
         self,
@@ -242,11 +312,15 @@ class VATGenerator:
         """num_samples variational samples per sentence: z_t = mu_t + tau * sigma_t * eps for
         every token (Table 1), or only at subword `positions` (0-based; position n_i is the </s>
         latent) with z_t = mu_t elsewhere (Table 2, `resample_token`). With source="prior"
-        the chosen latents are drawn from N(0, s^2 I) instead (tau is not used)."""
+        the chosen latents are drawn from N(0, s^2 I) instead (tau is not used). A single
+        string gives its num_samples texts alone."""
+        sentences, single = check_sentences(sentences)
         n = check_count(num_samples, "num_samples")
-        check_non_negative_finite(tau, "tau")
-        if source not in ("posterior", "prior"):
-            raise OptionError("source", f"must be 'posterior' or 'prior', got {source!r}")
+        tau = check_non_negative_finite(tau, "tau")
+        seed = check_seed(seed)
+        source = check_choice(source, "source", ("posterior", "prior"))
+        if positions is not None:
+            positions = _positions(positions)
         if source == "prior" and positions is None:
             raise OptionError("source", "'prior' redraws chosen positions; give positions")
         cfg = self.model.config  # every latent is (T <= max_len, d) float32
@@ -278,7 +352,8 @@ class VATGenerator:
                 z = perturb_latents(mu_n, lv_n, tau, where, generator)  # (n, T_i, d)
             zs.extend(z.unbind(0))
         texts = self._best_texts(zs, options, None if seed is None else seed + 1)
-        return [texts[i * n : (i + 1) * n] for i in range(len(posts))]
+        out = [texts[i * n : (i + 1) * n] for i in range(len(posts))]
+        return out[0] if single else out
 
     def resample_token(
         self,
@@ -292,7 +367,9 @@ class VATGenerator:
         source: ResampleSource = "posterior",
     ) -> list[list[str]]:
         """num_samples samples per sentence that redraw only the latents at `positions`
-        (0-based): from the posterior at temperature tau, or from the prior (`source`)."""
+        (0-based; a single int is one position): from the posterior at temperature tau, or
+        from the prior (`source`). A single string gives its num_samples texts alone."""
+        positions = _positions(positions)
         if not positions:
             raise OptionError("positions", "needs at least one token position")
         return self.sample(
@@ -316,10 +393,11 @@ class VATGenerator:
         labels: Sequence[str] | None = None,
     ) -> list[str]:
         """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of the two sentences' token means for
-        each alpha; see `interpolate_latents` for how unequal lengths are padded."""
-        for x in alphas:
-            if not math.isfinite(float(x)):
-                raise VatError(f"--alphas must be finite numbers, got {list(alphas)!r}")
+        each alpha (a single number is one alpha); see `interpolate_latents` for how unequal
+        lengths are padded. `a` and `b` are one sentence each."""
+        a, b = check_sentence(a, "a"), check_sentence(b, "b")
+        alphas = _alphas(alphas)
+        method = check_choice(method, "method", ("linear", "slerp"))
         (mu_a, _), (mu_b, _) = self.posteriors([a, b], labels)
         return self._best_texts(interpolate_latents(mu_a, mu_b, alphas, method), options, None)
 
@@ -335,14 +413,16 @@ class VATGenerator:
         with latent lengths T drawn from the training length histogram unless `length` fixes
         T. Returns (T, text) pairs."""
         n = check_count(num_samples, "num_samples")
+        seed = check_seed(seed)
         if prior_std is not None:
-            check_non_negative_finite(prior_std, "prior_std", positive=True)
+            prior_std = check_non_negative_finite(prior_std, "prior_std", positive=True)
         cfg = self.model.config
         check_allocation(4.0 * n * cfg.max_len * cfg.d_model, "num_samples", self.device)
-        if length is not None and not 1 <= length <= self.max_len:
+        if length is not None and not 1 <= check_count(length, "length") <= self.max_len:
             raise OptionError(
                 "length", f"must be in 1..{self.max_len} (the model's max_len), got {length}"
             )
+        length = None if length is None else int(length)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         lengths = (
             [length] * n
@@ -360,4 +440,15 @@ class VATGenerator:
         labels: Sequence[str] | None = None,
     ) -> ReconstructionScore:
         """mu-decoding reconstruction quality: corpus BLEU and exact match against the inputs."""
-        return reconstruction_score(self.reconstruct(sentences, options, labels), sentences)
+        texts, _ = check_sentences(sentences)
+        return reconstruction_score(self.reconstruct(texts, options, labels), texts)
+
+
+def _alphas(alphas: float | Sequence[float]) -> list[float]:
+    """Interpolation weights: finite numbers (a single number is one weight), at least one."""
+    if alphas is None or isinstance(alphas, str | bytes):
+        raise OptionError("alphas", f"expected a list of numbers, got {alphas!r}")
+    items = list(alphas) if isinstance(alphas, Iterable) else [alphas]
+    if not items:
+        raise OptionError("alphas", "needs at least one weight")
+    return [check_number(x, "alphas") for x in items]

@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from vat.errors import VatError
+from vat.errors import OptionError, VatError
 from vat.train.losses import gaussian_kl  # the objective's own closed form
 
 InterpolationMethod = Literal["linear", "slerp"]
@@ -125,7 +125,7 @@ def interpolate_latents(
     reaches the decoder there), and in between the extra positions fade in or out.
     """
     if method not in ("linear", "slerp"):
-        raise VatError(f"interpolation must be linear or slerp, got {method!r}")
+        raise OptionError("method", f"must be linear or slerp, got {method!r}")
     T1, T2 = z1.shape[0], z2.shape[0]
     T = max(T1, T2)
     p1 = torch.cat([z1, z1.new_zeros(T - T1, z1.shape[1])])  # (T, d)

@@ -17,6 +17,7 @@ work.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,17 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from vat.api import PretrainedVAT, load, require_loaded
-from vat.errors import VatError
+from vat.errors import (
+    OptionError,
+    VatError,
+    check_choice,
+    check_count,
+    check_optional_text,
+    check_sentences,
+    one_line,
+)
+from vat.features import POOLINGS
+from vat.features.encoder import check_pooling
 from vat.share.folder import CONFIG_NAME
 
 
@@ -47,6 +58,13 @@ class VATMTEBEncoder(AbsEncoder):
     ) -> None:
         """`model` is the loaded VAT (from `vat.load`, or a registered ModelMeta's); without
         it, `model_name` is loaded here, as mteb's loaders do (the one read)."""
+        check_count(batch_size, "batch_size")
+        check_choice(pooling, "pooling", POOLINGS)
+        check_optional_text(features, "features")
+        check_pooling(pooling, features)  # before the model loads, not at the first batch
+        check_optional_text(revision, "revision")
+        if model is not None:
+            require_loaded(model, "VATMTEBEncoder")
         self.model = model if model is not None else load(model_name, device=device)
         self.pooling, self.batch_size, self.normalize = pooling, batch_size, normalize
         self.features = features  # a feature spec (vat.feature_spec); None: the folder's own
@@ -95,6 +113,7 @@ def model_meta(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
     its loader around that same loaded model: so `meta.load_model()` and, once registered,
     `mteb.get_model(name)` give it without reading the folder again."""
     require_loaded(model, "model_meta")
+    check_optional_text(name, "name")
     source = model.loaded.source
     if source.kind == "checkpoint":
         raise VatError(
@@ -145,3 +164,30 @@ def english_sts_tasks() -> list:
     import mteb
 
     return [t for t in mteb.get_benchmark(ENGLISH_BENCHMARK).tasks if t.metadata.type == "STS"]
+
+
+def select_tasks(tasks: str | Sequence[str] | None = None) -> list:
+    """The MTEB tasks to run: None for the STS tasks of MTEB(eng, v2) (`english_sts_tasks`),
+    else task names, as a list or one comma-separated string ("STS12,STSBenchmark"). Names
+    that are blank, a string with no name in it ("", ",,,": mteb would read an empty list
+    as every task it has) and unknown names are an OptionError naming `tasks`."""
+    import mteb
+
+    if tasks is None:
+        return english_sts_tasks()
+    if isinstance(tasks, str):
+        names = [t.strip() for t in tasks.split(",")]
+        if not any(names):
+            raise OptionError("tasks", f"names no task, got {tasks!r}")
+        names = [t for t in names if t]  # "STS12," is STS12
+    else:
+        names, _ = check_sentences(tasks, "tasks")
+        names = [t.strip() for t in names]
+        if not names:
+            raise OptionError("tasks", "names no task, got an empty list")
+        if not all(names):
+            raise OptionError("tasks", f"has an empty task name, got {names!r:.80}")
+    try:
+        return list(mteb.get_tasks(tasks=names))
+    except (KeyError, ValueError) as e:
+        raise OptionError("tasks", one_line(e).strip("'\"")[:300]) from None

@@ -25,11 +25,13 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
 from vat.api import PretrainedVAT, require_loaded
-from vat.feature_spec import FittedFeatures
-from vat.features import pool
+from vat.errors import OptionError, check_choice, check_sentences
+from vat.feature_spec import FeatureSpec, FittedFeatures
+from vat.features import POOLINGS, pool
 from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
+from vat.runtime import resolve_device
 from vat.share.folder import ST_MODULE_CONFIG_NAME, write_feature_stats, write_model_files
-from vat.share.loaded import LoadedVAT
+from vat.share.loaded import LoadedVAT, check_loaded
 from vat.share.resolve import load_model
 from vat.tokenizer import make_batch
 
@@ -46,6 +48,9 @@ class VATSentenceEncoder(InputModule):
     ) -> None:
         """`features`: a fitted vat.feature_spec.FittedFeatures, or a spec whose statistics
         the loaded model has (an exported folder's own); None keeps `pooling` of mu."""
+        check_loaded(loaded, "VATSentenceEncoder")
+        check_choice(pooling, "pooling", POOLINGS)
+        _check_features(features)
         super().__init__()
         self.vat = loaded.model
         self.tokenizer = loaded.tokenizer.tokenizer  # a tokenizers.Tokenizer (InputModule)
@@ -69,9 +74,10 @@ class VATSentenceEncoder(InputModule):
     def preprocess(
         self, inputs: Sequence[str], prompt: str | None = None, **kwargs: Any
     ) -> dict[str, torch.Tensor]:
-        texts = [prompt + t for t in inputs] if prompt else list(inputs)
+        texts, _ = check_sentences(inputs, "inputs")
+        texts = [prompt + t for t in texts] if prompt else texts
         # the same cut as vat.features.iter_encoded: at most max_len - 1 subwords
-        ids = [x[: self.max_seq_length] for x in self.loaded.tokenizer.encode_batch(texts)]
+        ids = self.loaded.tokenizer.encode_batch(texts, max_tokens=self.max_seq_length)
         return {"input_ids": make_batch(ids)["src"], "lengths": torch.tensor([len(x) for x in ids])}
 
     def forward(self, features: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -126,9 +132,12 @@ class VATSentenceEncoder(InputModule):
             "local_files_only": local_files_only,
         }
         folder = cls.load_dir_path(model_name_or_path, **where)
+        # the folder is read once, as every --model is; its spec's statistics come with it,
+        # checked. Loading it first also checks sentence_vat_config.json (a FIFO there would
+        # block sentence-transformers' own read, a broken one would drop the folder's spec).
+        loaded = load_model(folder)
         config = cls.load_config(model_name_or_path, **where)
-        # the folder is read once, as every --model is; its spec's statistics come with it
-        return cls(load_model(folder), **config)
+        return cls(loaded, **{k: config[k] for k in cls.config_keys if k in config})
 
 
 def to_sentence_transformer(
@@ -142,6 +151,9 @@ def to_sentence_transformer(
     name. `features` is a feature spec (fitted as `model.encode(features=...)` fits it); an
     exported folder's own spec is the default."""
     require_loaded(model, "to_sentence_transformer")
+    check_choice(pooling, "pooling", POOLINGS)
+    _check_features(features)
+    device = None if device is None else resolve_device(device, "device")
     spec = chosen_spec(model.loaded, pooling, features)
     fitted = None if spec is None else model.feature_encoder(spec).fitted
     return SentenceTransformer(
@@ -149,3 +161,12 @@ def to_sentence_transformer(
         device=device,
         similarity_fn_name="cosine",
     )
+
+
+def _check_features(features: object) -> None:
+    """None, a feature spec string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures."""
+    if features is not None and not isinstance(features, str | FeatureSpec | FittedFeatures):
+        raise OptionError(
+            "features",
+            f"expected a feature spec such as 'mu/sif/pc1', got {type(features).__name__}",
+        )

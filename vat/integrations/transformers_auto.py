@@ -22,7 +22,8 @@ import importlib.util
 import sys
 from typing import Any
 
-from vat.features import sentence_features
+from vat.errors import check_choice, check_sentences
+from vat.features import POOLINGS, sentence_features
 from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
 from vat.model import VAT, VATConfig
 from vat.share.resolve import load_model
@@ -104,11 +105,16 @@ def _classes() -> tuple[type, type]:
 
         def encode(self, sentences: list[str], pooling: str = "mean"):
             """(N, k) sentence features, as vat.load(...).encode: the folder's feature spec
-            (what its card names) for mean pooling, else pooled token means mu."""
+            (what its card names) for mean pooling, else pooled token means mu. A single
+            string is one sentence and gives one vector (d,)."""
+            texts, single = check_sentences(sentences)  # a single string: one vector (d,)
+            check_choice(pooling, "pooling", POOLINGS)
             loaded = self.loaded
             spec = None if loaded is None else chosen_spec(loaded, pooling)
             if spec is not None:
-                return FeatureEncoder(loaded, resolve_features(loaded, spec, save=False))(sentences)
+                fitted = resolve_features(loaded, spec, save=False)
+                out = FeatureEncoder(loaded, fitted)(texts)
+                return out[0] if single else out
             return sentence_features(self.vat, self.tokenizer, sentences, pooling)
 
     return VATTransformersConfig, VATTransformersModel

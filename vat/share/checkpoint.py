@@ -15,6 +15,7 @@ prefix `model.` and whose `vat` entry carries everything needed to use it alone:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pickle
@@ -22,12 +23,13 @@ import re
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from vat.errors import CheckpointError, VatError
+from vat.feature_spec import check_token_counts
 from vat.io import atomic_write, regular_file
 from vat.model import VAT, VATConfig
+from vat.runtime import device_memory
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.training_record import training_facts
 from vat.tokenizer import VATTokenizer
@@ -142,6 +144,56 @@ def check_finite(path: str | os.PathLike, state: dict) -> None:
         )
 
 
+def check_weight_shapes(
+    path: str | os.PathLike, config: VATConfig, shapes: dict[str, tuple[int, ...]]
+) -> None:
+    """Before a model is built: the sizes its config records must be those of the stored
+    weights (`shapes`: name -> shape, from a checkpoint's state dict or a safetensors header),
+    so a tampered size (`n_encoder_layers: 1000000`, `vocab_size: 10**12`) is refused in one
+    line before anything is allocated. The one size no weight records, max_len, sets the
+    position table (max_len + 1, d_model), which must fit in memory."""
+    layers = {"encoder": config.n_encoder_layers, "decoder": config.n_decoder_layers}
+    stored = {part: 0 for part in layers}
+    for name in shapes:
+        m = re.match(r"(encoder|decoder)\.(\d+)\.", name)
+        if m:
+            stored[m[1]] = max(stored[m[1]], int(m[2]) + 1)
+    for part, n in layers.items():
+        if stored[part] != n:
+            raise CheckpointError(
+                f"{path}: its config says {n} {part} layers, its weights hold {stored[part]}"
+            )
+    # One layer of each stack, built on the meta device (no memory), gives every shape the
+    # config implies; layer i of a stack has layer 0's shapes.
+    one = VATConfig.from_dict({**config.to_dict(), "n_encoder_layers": 1, "n_decoder_layers": 1})
+    with torch.device("meta"):
+        small = VAT(dataclasses.replace(one, max_len=2)).state_dict()
+    expected: dict[str, tuple[int, ...]] = {}
+    for name, tensor in small.items():
+        m = re.match(r"(encoder|decoder)\.0\.(.*)", name)
+        names = [f"{m[1]}.{i}.{m[2]}" for i in range(layers[m[1]])] if m else [name]
+        expected.update(dict.fromkeys(names, tuple(tensor.shape)))
+    # tied embeddings are stored once (safetensors' save_model keeps one of the two names)
+    tied = {"embed.weight", "lm_head.weight"} if config.tie_embeddings else set()
+    for name, shape in expected.items():
+        got = shapes.get(name)
+        if got is None and not (name in tied and tied & shapes.keys()):
+            raise CheckpointError(f"{path}: its weights lack {name}, which its config implies")
+        if got is not None and tuple(got) != shape:
+            raise CheckpointError(
+                f"{path}: {name} has shape {tuple(got)}, its config implies {shape}"
+            )
+    unknown = sorted(set(shapes) - set(expected))
+    if unknown:
+        raise CheckpointError(f"{path}: its weights hold {unknown[0]}, which its config lacks")
+    table = 4.0 * (config.max_len + 1) * config.d_model  # float32 sinusoid table
+    if table > device_memory("cpu"):
+        raise CheckpointError(
+            f"{path}: its config's max_len {config.max_len} needs a position table of "
+            f"{table / 1e9:.1f} GB, more than this machine's memory"
+        )
+
+
 def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> LoadedVAT:
     """The model a training checkpoint holds, with what it records (one read of the file).
 
@@ -152,13 +204,13 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
     path = source.location
     ckpt = read_checkpoint(path)
     meta = _check_metadata(path, ckpt["vat"])
-    model, tokenizer = _model_and_tokenizer(path, meta)
     if not isinstance(ckpt["state_dict"], dict):
         raise CheckpointError(
             f"checkpoint {path}: 'state_dict' is a {type(ckpt['state_dict']).__name__}, "
             "expected a dict"
         )
     state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    model, tokenizer = _model_and_tokenizer(path, meta, state)
     check_finite(path, state)
     try:
         model.load_state_dict(state)
@@ -166,25 +218,35 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
         raise CheckpointError(
             f"{path}: weights do not match its model config ({_first_line(e)})"
         ) from None
-    counts = meta.get("token_counts")
-    files = (ckpt.get("datamodule_hyper_parameters") or {}).get("train_files") or []
+    counts = check_token_counts(meta.get("token_counts"), f"checkpoint {path}", model.config)
+    training = training_facts(ckpt, path)
+    files = (training.get("data") or {}).get("train_files") or []  # absolute since issue 29
     return LoadedVAT(
         model.to(device).eval(),
         tokenizer,
         float(meta["prior_std"]),
         list(meta.get("length_histogram", [])),
         source,
-        training=training_facts(ckpt, path),
-        token_counts=None if not counts else np.asarray(counts, dtype=np.int64),
+        training=training,
+        token_counts=counts,
         train_files=[str(f) for f in files] if isinstance(files, list | tuple) else [],
     )
 
 
-def _model_and_tokenizer(path: str | os.PathLike, meta: dict) -> tuple[VAT, VATTokenizer]:
+def _model_and_tokenizer(
+    path: str | os.PathLike, meta: dict, state: dict
+) -> tuple[VAT, VATTokenizer]:
     try:
         config = VATConfig.from_dict(meta["model_config"])
-        model = VAT(config)
     except (TypeError, ValueError, KeyError, RuntimeError, VatError) as e:
+        raise CheckpointError(
+            f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})"
+        ) from None
+    shapes = {k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v)}
+    check_weight_shapes(path, config, shapes)
+    try:
+        model = VAT(config)
+    except (TypeError, ValueError, RuntimeError, VatError) as e:
         raise CheckpointError(
             f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})"
         ) from None

@@ -2,7 +2,8 @@
 
 The card's settings come from the arguments, else from an exported source folder, else the
 defaults; recorded scores describe the folder's vectors, so an earlier export's scores are
-kept only while the folder keeps that export's feature spec. Fitting the folder's feature
+kept only while the folder keeps that export's vectors (its feature spec and statistics), and
+each names the spec it measured. Fitting the folder's feature
 spec and evaluating it are done above this floor (`vat.api.PretrainedVAT.save_pretrained`,
 which `vat export` calls); the folder format is `vat.share.folder`.
 """
@@ -13,10 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vat.feature_spec import FittedFeatures
+import numpy as np
+
+from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.share.folder import save_folder
 from vat.share.loaded import LoadedVAT, check_loaded
-from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
+from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE, scored_spec
 
 
 def card_settings(
@@ -39,6 +42,22 @@ def card_settings(
     return card
 
 
+def same_vectors(loaded: LoadedVAT, features: FittedFeatures | None) -> bool:
+    """True when `features` gives the vectors an exported source gives: its own spec with its
+    own statistics (a spec refitted on other sentences gives other vectors)."""
+    if features is None or features.spec != loaded.feature_spec:
+        return False
+    if not features.spec.needs_fit:
+        return True
+    held = loaded.feature_stats
+    return (
+        held is not None
+        and held.spec == features.spec
+        and held.arrays.keys() == features.arrays.keys()
+        and all(np.array_equal(held.arrays[k], v) for k, v in features.arrays.items())
+    )
+
+
 def export_model(
     loaded: LoadedVAT,
     output_dir: str | os.PathLike,
@@ -55,13 +74,19 @@ def export_model(
     `space`, also a Hugging Face Space running `vat explore`'s page (vat.share.space).
 
     `features` is the folder's fitted feature spec; `evaluation` its scores (`vat.eval.scores`
-    entries, shown in config.json and the card's model-index). Without `evaluation`, an
-    exported source's recorded scores are kept when `features` is that source's own spec.
+    entries, shown in config.json and the card's model-index), each recorded with the spec it
+    measured ("features"). Without `evaluation`, an exported source's recorded scores are
+    kept when `features` gives the source's vectors (`same_vectors`) and the scores measured
+    them.
     """
     check_loaded(loaded, "export_model")
+    spec = str(features.spec if features is not None else FeatureSpec())
     if evaluation is None:
-        same = features is not None and features.spec == loaded.feature_spec
-        evaluation = loaded.evaluation if same else []
+        kept = loaded.evaluation if same_vectors(loaded, features) else []
+        evaluation = [s for s in kept if scored_spec(s, loaded.feature_spec) == spec]
+    # each score names the spec it measured, so a card rendered after the folder's spec is
+    # changed (vat.share.folder.record_measurements) says which vectors they describe
+    evaluation = [{**s, "features": s.get("features") or spec} for s in evaluation]
     card = card_settings(loaded, output_dir, license=license, language=language, repo_id=repo_id)
     return save_folder(
         output_dir,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -27,16 +28,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from vat.errors import CheckpointError, VatError
-from vat.feature_spec import FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
-from vat.io import atomic_write, regular_file, write_json_atomic
+from vat.errors import CheckpointError, OptionError, VatError
+from vat.feature_spec import (
+    FOLDER_STATS_NAME,
+    FeatureSpec,
+    FittedFeatures,
+    check_token_counts,
+    is_feature_file,
+)
+from vat.io import atomic_write, filesystem_write_error, regular_file, write_json_atomic
 from vat.model import VAT, VATConfig
-from vat.share.checkpoint import check_finite
+from vat.share.checkpoint import check_finite, check_weight_shapes
 from vat.share.loaded import LoadedVAT, ModelSource
-from vat.share.model_card import model_card
+from vat.share.model_card import folder_features, model_card
 from vat.share.space import SPACE_FILES, space_settings, write_space_files
 from vat.tokenizer import VATTokenizer
 
@@ -174,6 +180,11 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give it a plain mkdir's mode
         replace_dir(tmp, out)
+    except Exception as e:
+        error = filesystem_write_error(out, e, temp="folder")  # a full disk: one line
+        if error is None:
+            raise
+        raise error from e
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -200,11 +211,7 @@ def replace_dir(tmp: Path, out: Path) -> None:
 def _check_earlier_export(out: Path) -> None:
     """overwrite replaces an earlier export and nothing else (issue 20): every entry of `out`
     must be a plain file vat's export writes, and its config.json must say it is one."""
-    foreign = sorted(
-        p.name
-        for p in out.iterdir()
-        if p.name not in ALL_FILES or p.is_symlink() or not p.is_file()
-    )
+    foreign = sorted(p.name for p in out.iterdir() if not _export_file(p))
     try:
         config = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
         marked = isinstance(config, dict) and config.get("format") == "vat-pretrained"
@@ -213,20 +220,41 @@ def _check_earlier_export(out: Path) -> None:
     if foreign or not marked:
         what = ", ".join(foreign[:3]) if foreign else f"no {CONFIG_NAME} written by vat export"
         raise VatError(
-            f"output {out} is not an earlier vat export ({what}); --overwrite replaces only "
+            f"output {out} is not an earlier vat export ({what}); overwrite replaces only "
             f"a folder vat exported, never other files: choose another folder"
         )
+
+
+def _export_file(p: Path) -> bool:
+    """A plain file an export wrote: one of ALL_FILES, or statistics vat fitted for another
+    spec and stored in the folder (`stats_path_for`: features-<spec>.safetensors, when
+    `vat.load(folder).encode(features=...)` fitted them)."""
+    if p.is_symlink() or not p.is_file():
+        return False
+    if p.name in ALL_FILES:
+        return True
+    return bool(re.fullmatch(r"features-[\w.-]+\.safetensors", p.name)) and is_feature_file(p)
 
 
 def check_output_dir(directory: str | os.PathLike, overwrite: bool) -> Path:
     """The folder to export into, refused before any work: a file, a non-empty folder
     without `overwrite`, or (with it) a folder that is not an earlier export."""
     out = Path(directory)
+    if str(directory) == "":
+        raise OptionError("directory", "is empty; name the folder to export into")
     if out.exists() and not out.is_dir():
         raise VatError(f"output {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        # replacing it would pull the folder out from under this process (and the shell that
+        # started it): `.`, `..`, the current folder by its absolute path, or an ancestor
         raise VatError(
-            f"output {out} exists and is not empty; pass overwrite (--overwrite) to replace it"
+            f"output {out} is the current folder or contains it; export into a new folder, "
+            f"e.g. {Path(directory) / 'model'}"
+        )
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise OptionError(
+            "overwrite",
+            f"output {out} exists and is not empty; set it to replace an earlier export there",
         )
     if out.is_dir() and any(out.iterdir()):
         _check_earlier_export(out)
@@ -255,10 +283,8 @@ def record_measurements(
         vocab = VATTokenizer.from_file(folder / TOKENIZER_NAME).vocab_size
     except (ValueError, OSError) as e:
         raise CheckpointError(f"{folder / TOKENIZER_NAME}: unusable tokenizer ({e})") from None
-    spec, stats = _folder_spec(folder), folder / FEATURES_NAME
-    features = None
-    if spec is not None:
-        features = FittedFeatures.load(stats) if spec.needs_fit else FittedFeatures(spec)
+    # the spec the folder gives now, with its statistics only when they are that spec's
+    features = folder_features(_folder_spec(folder), folder / FEATURES_NAME)
     write_json_atomic(folder / CONFIG_NAME, config)
     card = model_card(config, vocab, features)
     atomic_write(folder / CARD_NAME, lambda f: f.write(card))
@@ -289,16 +315,20 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
             f"{model_config.vocab_size}"
         )
     prior_std, hist = _check_folder_metadata(folder, config)
-    model = VAT(model_config)
     if (folder / WEIGHTS_NAME).exists():
         regular_file(folder / WEIGHTS_NAME, "model folder file")
-    _load_weights(model, folder / WEIGHTS_NAME)
+    model = _load_weights(model_config, folder / WEIGHTS_NAME)
     # the same checks as a .ckpt (vat.share.checkpoint.check_finite): NaN/inf weights are refused
     check_finite(folder / WEIGHTS_NAME, model.state_dict())
     training = config.get("training") if isinstance(config.get("training"), dict) else {}
     files = (training.get("data") or {}).get("train_files") or []
-    counts = config.get("token_counts")
+    counts = check_token_counts(config.get("token_counts"), folder / CONFIG_NAME, model_config)
+    spec = _folder_spec(folder)
     stats_file = folder / FEATURES_NAME
+    stats = None
+    if stats_file.exists() or stats_file.is_symlink():  # a FIFO or folder is named, not skipped
+        # checked as the weights are: finite, float32, the shapes of this model and its spec
+        stats = FittedFeatures.load(stats_file, model_config=model_config)
     return LoadedVAT(
         model.to(device).eval(),
         tokenizer,
@@ -306,10 +336,10 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
         hist,
         source,
         training=training,
-        token_counts=None if not counts else np.asarray(counts, dtype=np.int64),
+        token_counts=counts,
         train_files=[str(f) for f in files] if isinstance(files, list) else [],
-        feature_spec=_folder_spec(folder),
-        feature_stats=FittedFeatures.load(stats_file) if stats_file.is_file() else None,
+        feature_spec=spec,
+        feature_stats=stats,
         card=dict(config.get("card") or {}),
         evaluation=list(config.get("evaluation") or []),
     )
@@ -317,16 +347,51 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
 
 def _folder_spec(folder: Path) -> FeatureSpec | None:
     """The feature spec sentence_vat_config.json names (None: a folder from before specs,
-    whose vectors are the mean of mu)."""
+    whose vectors are the mean of mu). A file that cannot say (not a regular file, not a JSON
+    object, nested too deeply, a `features` that is no spec) is a CheckpointError naming it,
+    never read as "no spec": that would silently give mean-of-mu vectors and ignore the
+    folder's features.safetensors. So is a folder whose statistics no spec names."""
     path = folder / ST_MODULE_CONFIG_NAME
-    if not path.is_file():
+    stats = folder / FEATURES_NAME
+    has_stats = stats.exists() or stats.is_symlink()
+    if not (path.exists() or path.is_symlink()):
+        if has_stats:
+            raise CheckpointError(
+                f"{folder} holds {FEATURES_NAME} but no {ST_MODULE_CONFIG_NAME} naming its "
+                "feature spec; restore that file or export the folder again"
+            )
         return None
     try:
-        spec = json.loads(path.read_text(encoding="utf-8")).get("features")
-    except (json.JSONDecodeError, OSError, AttributeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path} is not a JSON object") from None
+        regular_file(path, "model folder file")  # a FIFO would block the read below
+        text = path.read_text(encoding="utf-8")
+        settings = json.loads(text) if text.strip() else None
+    except VatError as e:
+        raise CheckpointError(str(e)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is not valid JSON ({reason})") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise CheckpointError(f"{path} is not a module config (JSON nested too deeply)") from None
+    if not isinstance(settings, dict):
+        what = "empty" if settings is None else f"a JSON {type(settings).__name__}"
+        raise CheckpointError(
+            f"{path} is {what}; expected a JSON object naming the folder's feature spec "
+            '(e.g. {"pooling": "mean", "features": "layer0/sif/none"})'
+        )
+    spec = settings.get("features")
+    if spec is not None and not isinstance(spec, str):
+        raise CheckpointError(
+            f"{path}: 'features' must be a feature spec such as 'mu/sif/pc1', got {spec!r:.60}"
+        )
+    if not spec:
+        if has_stats:
+            raise CheckpointError(
+                f"{path} names no feature spec, but the folder holds {FEATURES_NAME}; "
+                "restore the spec there or export the folder again"
+            )
+        return None
     try:
-        return FeatureSpec.parse(spec) if spec else None
+        return FeatureSpec.parse(spec)
     except VatError as e:
         raise CheckpointError(f"{path}: {e}") from None
 
@@ -360,6 +425,8 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise CheckpointError(f"{path} is not a vat config (JSON nested too deeply)") from None
     if (
         not isinstance(config, dict)
         or config.get("model_type") != "vat"
@@ -375,16 +442,28 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
-def _load_weights(model: VAT, path: Path) -> None:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
+def _load_weights(config: VATConfig, path: Path) -> VAT:
+    """The model of `config` with the weights of `path`, one read of the file. config.json's
+    sizes are trusted only once the safetensors header agrees with them
+    (`check_weight_shapes`), so a tampered size is refused before the model is built."""
+    from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist; a vat folder needs {WEIGHTS_NAME}")
     try:
-        load_model(model, str(path), strict=True)  # re-ties the shared embedding / lm_head
-    except (RuntimeError, SafetensorError, OSError) as e:
+        with safe_open(str(path), framework="pt") as f:
+            check_weight_shapes(
+                path, config, {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            )
+            state = {k: f.get_tensor(k) for k in f.keys()}
+        model = VAT(config)
+        # Tied embeddings are stored under one of their two names (safetensors' save_model);
+        # both names are one Parameter, so loading either fills both. check_weight_shapes has
+        # made sure that nothing else is missing or extra.
+        model.load_state_dict(state, strict=False)
+    except (RuntimeError, SafetensorError, OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(
             f"{path}: weights do not match its config.json or are corrupt ({first[:200]})"
         ) from None
+    return model

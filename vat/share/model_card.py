@@ -7,6 +7,7 @@ Face Hub metadata header.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,18 @@ METRIC_NOTES = {
     "val/ppl": "exp(val/nll): the perplexity of x given its own latent z, not a language "
     "model's perplexity",
     "val/kl": "nats per token, KL(q(z | x) || p(z)): the rate",
-    "val/recon_bleu": "BLEU of greedy decoding from the posterior means mu",
+    "val/recon_bleu": "BLEU of the reconstructions decoded from the posterior means mu",
 }
 """What a metric means, said on the card: text-VAE readers take "ppl" for the model's own
 perplexity (issue 30), which the importance-weighted bound estimates, not this."""
 
 
-def card_data(config: dict[str, Any]) -> Any:
+def card_data(config: dict[str, Any], spec: FeatureSpec | None = None) -> Any:
     """The Hub metadata (huggingface_hub.ModelCardData) of a pretrained folder's config.json:
     license, language, datasets (Hub ids only), tags and a model-index of the recorded
-    evaluation (config["evaluation"], `vat.eval.scores` entries)."""
+    evaluation (config["evaluation"], `vat.eval.scores` entries) that scored the vectors of
+    `spec`, the folder's feature spec (`scored_spec`): the model-index claims them for the
+    model as it loads now."""
     from huggingface_hub import EvalResult, ModelCardData
 
     card = config.get("card") or {}
@@ -52,6 +55,7 @@ def card_data(config: dict[str, Any]) -> Any:
             metric_value=s["value"],
         )
         for s in config.get("evaluation") or []
+        if scored_spec(s, spec) == str(spec or FeatureSpec())
     ]
     return ModelCardData(
         license=card.get("license") or DEFAULT_LICENSE,
@@ -69,30 +73,34 @@ def card_data(config: dict[str, Any]) -> Any:
 def model_card(
     config: dict[str, Any],
     vocab_size: int,
-    features: FittedFeatures | None = None,
+    features: FittedFeatures | FeatureSpec | None = None,
     shipped: dict[str, Any] | None = None,
 ) -> str:
     """README.md of an exported folder (huggingface_hub.ModelCard): Hub metadata, install
     and usage, architecture, prior scale, rate, training data and tokens, metrics, and the
-    folder's feature spec (`features`); for a model that ships with vat (`shipped`, its
-    shipped.json record), what it is for, its weights' precision and how to rebuild it.
-    Every fact comes from config.json, which `vat export` fills from the model itself, from
-    `features` and from `shipped`."""
+    folder's feature spec; for a model that ships with vat (`shipped`, its shipped.json
+    record), what it is for, its weights' precision and how to rebuild it.
+
+    `features` is the folder's spec with the statistics it holds (`FittedFeatures`), a bare
+    `FeatureSpec` when the folder lacks that spec's statistics (`folder_features`), or None
+    for a folder from before specs (its vectors are the mean of mu). Every sentence is made
+    from config.json (which `vat export` fills from the model itself), `features` and
+    `shipped`: the card names no file the folder's users do not have."""
     from huggingface_hub import ModelCard
 
     mc, training = config["model_config"], config.get("training") or {}
     card = config.get("card") or {}
     data, metrics = training.get("data") or {}, training.get("metrics") or {}
     repo = shipped["name"] if shipped else card.get("repo_id") or "PATH_OR_REPO_ID"
-    spec = features.spec if features is not None else None
+    spec = features if isinstance(features, FeatureSpec | None) else features.spec
+    dim = vector_dim(spec, mc)
     lines = [
         "# Variational Auto-Transformer (VAT)" + (f": {shipped['name']}" if shipped else ""),
         "",
         "A token-level Variational Auto-Transformer trained with "
         "[vat](https://pypi.org/project/variational-auto-transformer/). Every token has a "
-        "Gaussian posterior q(z_t | x) = N(mu_t, diag(sigma_t^2)); its sentence features are "
-        + describe_features(spec)
-        + ".",
+        "Gaussian posterior q(z_t | x) = N(mu_t, diag(sigma_t^2)); its sentence features "
+        f"({dim} dimensions) are " + describe_features(spec) + ".",
         "",
     ]
     lines += _shipped_intro(shipped) if shipped else _install_lines()
@@ -103,13 +111,13 @@ def model_card(
         "import vat",
         "",
         f'model = vat.load("{repo}")',
-        'embeddings = model.encode(["A man plays a guitar.", "A dog runs."])  # (2, d)',
+        f'embeddings = model.encode(["A man plays a guitar.", "A dog runs."])  # (2, {dim})',
         "print(model.similarity(embeddings, embeddings))",
         'print(model.reconstruct(["A man plays a guitar."]))',
         "```",
         "",
     ]
-    lines += _integration_lines(repo, shipped is not None)
+    lines += _integration_lines(repo, shipped is not None, spec)
     lines += [
         "## Architecture",
         "",
@@ -133,8 +141,8 @@ def model_card(
         field = f", field {data['hf_text_field']}" if data.get("hf_text_field") else ""
         lines.append(f"- data: the Hub dataset `{data['hf_dataset']}`{cfg}{field}")
     elif data.get("train_files"):
-        names = ", ".join(Path(str(f)).name for f in data["train_files"])
-        lines.append(f"- data: {names}")
+        # file names only: config.json records where they were on the training machine
+        lines.append(f"- data: {_names(data['train_files'])}")
     for key, label in (
         ("tokens_seen", "training tokens"),
         ("sentences_seen", "training sentences"),
@@ -147,35 +155,27 @@ def model_card(
                 f"- {label}: {value:,}" if isinstance(value, int) else f"- {label}: {value}"
             )
     if "source_checkpoint" in training:
-        lines.append(f"- exported from: {training['source_checkpoint']}")
+        lines.append(f"- exported from: {Path(str(training['source_checkpoint'])).name}")
     if lines[-1] == "":
         lines.append("Not recorded.")
     lines += ["", "## Metrics", ""]
+    if metrics:
+        lines += [
+            "Recorded with the checkpoint during training (`val/`: the validation data, "
+            "`train/`: the training batches); they measure the model itself, not the sentence "
+            "features.",
+            "",
+        ]
     lines += [
         f"- {k}: {v:.4f}" + (f" ({METRIC_NOTES[k]})" if k in METRIC_NOTES else "")
         for k, v in metrics.items()
     ] or ["None recorded with the checkpoint."]
-    evaluation = config.get("evaluation") or []
-    if evaluation:
-        lines += [
-            "",
-            "## Evaluation",
-            "",
-            f"`vat evaluate` (SentEval's protocol) on this folder's sentence features "
-            f"(`{spec or 'mu/mean/none'}`); percent (Spearman x 100 for STS, accuracy for "
-            "classification).",
-            "",
-            "| task | split | metric | value |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {s['task']} | {s['split']} | {s['metric']} | {s['value']:.2f} |" for s in evaluation
-        ]
+    lines += _evaluation_lines(config.get("evaluation") or [], spec)
     for m in config.get("measurements") or []:  # vat.share.folder.record_measurements
         lines += ["", f"## {m['title']}", "", m["text"], "", "| measure | value |", "|---|---|"]
         lines += [f"| {a} | {b} |" for a, b in m["rows"]]
     if features is not None:
-        lines += ["", "## Sentence features", "", _features_paragraph(features)]
+        lines += ["", "## Sentence features", "", _features_paragraph(features, config, dim)]
     if config.get("space"):
         lines += [
             "",
@@ -190,8 +190,50 @@ def model_card(
     if shipped:
         lines += ["", *_shipped_lines(shipped)]
     lines.append("")
-    content = f"---\n{card_data(config).to_yaml()}\n---\n\n" + "\n".join(lines)
+    content = f"---\n{card_data(config, spec).to_yaml()}\n---\n\n" + "\n".join(lines)
     return str(ModelCard(content))
+
+
+def vector_dim(spec: FeatureSpec | None, model_config: dict[str, Any]) -> int:
+    """Width of the vectors of `spec` for a model of `model_config`: whitenK gives K, every
+    other spec the model width d (mu, each layer and their pooled means are d-dimensional)."""
+    return (spec.whiten_dim if spec is not None else None) or int(model_config["d_model"])
+
+
+def scored_spec(entry: dict[str, Any], spec: FeatureSpec | None) -> str:
+    """The feature spec a recorded score (`vat.eval.scores` entry) was measured with: its own
+    record ("features", written by `vat.share.export.export_model`), else, for scores from
+    before that record, the folder's spec `spec` (export kept them only with that spec)."""
+    return str(entry.get("features") or spec or FeatureSpec())
+
+
+def _evaluation_lines(evaluation: list[dict[str, Any]], spec: FeatureSpec | None) -> list[str]:
+    """The recorded scores, each under the spec it measured; scores of a spec the folder no
+    longer uses (its sentence_vat_config.json changed after export) are said to be that."""
+    if not evaluation:
+        return []
+    now = str(spec or FeatureSpec())
+    lines = ["", "## Evaluation", ""]
+    for scored in dict.fromkeys(scored_spec(s, spec) for s in evaluation):
+        rows = [s for s in evaluation if scored_spec(s, spec) == scored]
+        if scored == now:
+            lines.append(
+                f"`vat evaluate` (SentEval's protocol) on this folder's sentence features "
+                f"(`{scored}`); percent (Spearman x 100 for STS, accuracy for classification)."
+            )
+        else:
+            lines.append(
+                f"Recorded by `vat evaluate` (SentEval's protocol) for the feature spec "
+                f"`{scored}`, which this folder no longer uses (it now gives `{now}`, not "
+                "scored): they do not describe its vectors. Percent (Spearman x 100 for STS, "
+                "accuracy for classification)."
+            )
+        lines += ["", "| task | split | metric | value |", "|---|---|---|---|"]
+        lines += [
+            f"| {s['task']} | {s['split']} | {s['metric']} | {s['value']:.2f} |" for s in rows
+        ]
+        lines.append("")
+    return lines[:-1]
 
 
 def _install_lines() -> list[str]:
@@ -222,7 +264,7 @@ def _shipped_intro(shipped: dict[str, Any]) -> list[str]:
     ]
 
 
-def _integration_lines(repo: str, shipped: bool) -> list[str]:
+def _integration_lines(repo: str, shipped: bool, spec: FeatureSpec | None) -> list[str]:
     if shipped:
         # sentence-transformers and transformers know paths and Hub ids, not vat's shipped
         # names: the loaded model builds the SentenceTransformer, and its folder is a path.
@@ -240,8 +282,11 @@ def _integration_lines(repo: str, shipped: bool) -> list[str]:
             f'st = SentenceTransformer("{repo}", trust_remote_code=True)',
         ]
         auto = f'AutoModel.from_pretrained("{repo}")'
+    # vat.integrations.transformers_auto: encode follows the folder's spec (chosen_spec),
+    # forward gives the token means, as every transformers encoder gives its hidden states
+    vectors = f"the `{spec}` vectors" if spec is not None else "the mean of mu"
     return [
-        "With sentence-transformers:",
+        "With sentence-transformers (the same vectors as `model.encode`):",
         "",
         "```python",
         *st,
@@ -255,7 +300,12 @@ def _integration_lines(repo: str, shipped: bool) -> list[str]:
         "from transformers import AutoModel",
         "",
         f"model = {auto}",
+        f'embeddings = model.encode(["A man plays a guitar.", "A dog runs."])  # {vectors}',
         "```",
+        "",
+        "`model.encode` gives the same vectors as `vat.load(...).encode`; calling the model on "
+        "token ids (`model.tokenizer`, vat's own) gives each token's posterior mean mu as "
+        "`last_hidden_state`, not the sentence features.",
         "",
     ]
 
@@ -294,6 +344,14 @@ _WEIGHTINGS = {
     "start": "taken at the sentence's first subword",
     "precision": "averaged over the subwords with weights exp(-logvar) (precision weighting)",
 }
+# Why vat exports folders with DEFAULT_EXPORT_SPEC, said on the card itself: its readers have
+# the folder, not vat's repository (the measurements are vat's RESULTS.md, 2026-11-24).
+DEFAULT_SPEC_REASON = (
+    "vat gives exported folders this spec by default: among the specs `vat features compare` "
+    "scores, it had the best mean of STS12 and STS-B dev on both models vat compared them on "
+    "(11.2 and 5.4 Spearman points above the mean of mu), and it needs only the subword "
+    "counts of the training text, nothing fitted on sentences."
+)
 
 
 def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
@@ -303,49 +361,139 @@ def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
     source = _SOURCES.get(spec.source) or (
         f"the encoder's hidden states after layer {spec.source[len('layer') :]}"
     )
+    # vat.features.encoder.pool_features: (1/n) sum_t w_t x_t, not a weight-normalised mean
     weighting = _WEIGHTINGS.get(spec.weighting) or (
-        f"averaged over the subwords with SIF weights a / (a + p(w)), a = {spec.sif_a:g}"
+        f"each subword's vector times its SIF weight a / (a + p(w)) (p(w): the subword's "
+        f"frequency, a = {spec.sif_a:g}), averaged over the sentence's subwords"
     )
     post = ""
-    if spec.post.startswith("pc"):
-        post = f", minus their mean and top {spec.post[2:]} principal components"
+    if spec.pcs:
+        post = f", minus their mean and top {spec.pcs} principal components"
     elif spec.post.startswith("whiten"):
-        dims = spec.post[len("whiten") :]
+        dims = spec.whiten_dim
         post = ", whitened" + (f" to {dims} dimensions" if dims else "")
     return f"{source}, {weighting}{post}" + (f" (feature spec `{spec}`)" if named else "")
 
 
-def _features_paragraph(features: FittedFeatures) -> str:
-    """Which spec the folder's vectors use, and where each of its statistics came from."""
-    spec, fit = features.spec, features.fit
-    parts = [
-        f"`vat.load(...).encode`, sentence-transformers and MTEB use the feature spec "
-        f"`{spec}` (source/weighting/post-processing, see vat.feature_spec): "
-        f"{describe_features(spec, named=False)}."
-    ]
-    if spec.weighting == "sif":
-        counted = fit.get("count_files")
-        where = (
-            "subword counts of " + ", ".join(Path(str(f)).name for f in counted)
-            if counted
-            else "the subword counts of the model's training text, recorded during training"
-        )
-        parts.append(f"The SIF weights (`{FOLDER_STATS_NAME}`) come from {where}.")
-    if spec.post != "none":
-        files = fit.get("files") or []
-        names = f": {', '.join(Path(str(f)).name for f in files)}" if files else ""
-        parts.append(
-            f"The post-processing statistics (`{FOLDER_STATS_NAME}`) were fitted on "
-            f"{fit.get('sentences', 0):,} unlabeled sentences "
-            f"({fit.get('from', 'given sentences')}{names}) in {fit.get('seconds', '?')} s."
-        )
+def folder_features(
+    spec: FeatureSpec | None, stats_path: str | os.PathLike
+) -> FittedFeatures | FeatureSpec | None:
+    """What the card of a folder whose spec is `spec` (its sentence_vat_config.json) says:
+    the spec with the statistics `stats_path` (its features.safetensors) holds when they are
+    that spec's, else the bare spec (the folder lacks them: e.g. the spec was changed after
+    export); a spec that needs nothing needs no file."""
+    if spec is None:
+        return None
     if not spec.needs_fit:
-        parts.append("It needs no fitted statistics.")
+        return FittedFeatures(spec)
+    path = Path(stats_path)
+    if path.is_file():
+        held = FittedFeatures.load(path)
+        if held.spec == spec:
+            return held
+    return spec
+
+
+def _names(files: Any) -> str:
+    """Paths as file names: a folder's users get the names, not the exporting machine's
+    folders."""
+    return ", ".join(Path(str(f)).name for f in files)
+
+
+def _features_paragraph(
+    features: FittedFeatures | FeatureSpec, config: dict[str, Any], dim: int
+) -> str:
+    """Which spec the folder's vectors use, and where each of its statistics came from."""
+    spec = features if isinstance(features, FeatureSpec) else features.spec
+    parts = [
+        f"`vat.load(...).encode`, `AutoModel.from_pretrained(...).encode`, sentence-transformers "
+        f"and MTEB give {dim}-dimensional vectors with the feature spec `{spec}` "
+        f"(source/weighting/post-processing): {describe_features(spec, named=False)}."
+    ]
+    if not spec.needs_fit:
+        parts.append("It needs no fitted statistics: the vectors come from the weights alone.")
+    elif isinstance(features, FeatureSpec):
+        parts.append(_missing_statistics(spec, config))
+    else:
+        if spec.weighting == "sif":
+            parts.append(_sif_source(features.fit))
+        if spec.post != "none":
+            parts.append(_post_source(spec, features.fit))
     if spec == FeatureSpec.parse(DEFAULT_EXPORT_SPEC):
-        parts.append(
-            "vat gives exported folders this spec by default: among the specs `vat features "
-            "compare` scores, it had the best mean of STS12 and STS-B dev over vat's "
-            "CPU-trained models when the default was chosen (November 2026), and it needs "
-            "only subword counts, nothing fitted on sentences."
-        )
+        parts.append(DEFAULT_SPEC_REASON)
     return " ".join(parts)
+
+
+def _sif_source(fit: dict[str, Any]) -> str:
+    counted, source = fit.get("count_files"), fit.get("counts_from")
+    tokens = fit.get("count_tokens")
+    of = f" ({tokens:,} subwords)" if isinstance(tokens, int) and tokens > 0 else ""
+    if counted:
+        where = f"the subword counts of {_names(counted)}{of}"
+    elif source in (None, "training"):
+        # resolve_features takes the model's recorded counts unless count files are named
+        # (records from before counts_from was written all came that way)
+        where = f"the subword counts of the model's training text{of}, recorded during training"
+    else:
+        where = "subword counts that were given directly (their source is not recorded)"
+    return f"The SIF weights (`{FOLDER_STATS_NAME}`) come from {where}."
+
+
+def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
+    """Where a pcK / whitening fit came from: how many sentences, from which files (names)
+    or given directly, how long it took; a transductive fit is said to be one."""
+    what = "mean and principal components" if spec.pcs else "whitening mean and matrix"
+    n = fit.get("sentences")
+    count = (
+        f"{n:,} sentences"
+        if isinstance(n, int) and n > 0
+        else "sentences (how many is not recorded)"
+    )
+    files, origin = fit.get("files") or [], fit.get("from")
+    seed = f" (seed {fit['seed']})" if files and isinstance(fit.get("seed"), int) else ""
+    if origin == "training files":
+        where = f"sampled{seed} from the model's training files ({_names(files)})"
+    elif files:
+        where = f"sampled{seed} from {_names(files)}"
+    elif origin:
+        where = f"from {origin}"
+    else:
+        where = "given to the fit directly, not read from files"
+    took = fit.get("seconds")
+    took = f" in {took:g} s" if isinstance(took, int | float) and not isinstance(took, bool) else ""
+    text = f"The {what} (`{FOLDER_STATS_NAME}`) were fitted on {count} {where}{took}."
+    if fit.get("transductive"):
+        text += (
+            " It was fitted transductively (evaluation data allowed among those sentences), "
+            "so scores on that data may overstate what unseen text gets."
+        )
+    return text
+
+
+def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
+    """The sentence for a folder whose spec needs statistics it does not hold: what the
+    loaders do then (vat.features.encoder.resolve_features), from what the folder records."""
+    data = (config.get("training") or {}).get("data") or {}
+    files = data.get("train_files") or []
+    needs = []
+    if spec.weighting == "sif":
+        needs.append(
+            "its SIF weights come from the subword counts config.json records"
+            if config.get("token_counts")
+            else "its SIF weights need the training text's subword counts, which this folder "
+            "does not record (`count_files` of `vat.load(...).feature_encoder` counts them)"
+        )
+    if spec.post != "none":
+        needs.append(
+            f"its {spec.post} statistics are fitted on sentences sampled from the model's "
+            f"training files ({_names(files)}), found where training recorded them"
+            if files
+            else f"its {spec.post} statistics need sentences, and this folder records no "
+            "training files (`fit_files` of `vat.load(...).feature_encoder` names some)"
+        )
+    return (
+        f"This folder does not hold the statistics this spec needs (`{FOLDER_STATS_NAME}` is "
+        "absent or holds another spec's); vat fits them when the vectors are first asked for: "
+        + "; ".join(needs)
+        + "."
+    )

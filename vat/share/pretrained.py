@@ -80,7 +80,7 @@ class ShippedModel:
         """The folder's config.json (for listing; loading goes through vat.load)."""
         try:
             return json.loads((self.folder / CONFIG_NAME).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             raise CheckpointError(
                 f"shipped model {self.name}: unreadable {CONFIG_NAME} ({e}); reinstall vat"
             ) from None
@@ -168,7 +168,7 @@ def _read_entry(folder: Path) -> ShippedModel | None:
         return None
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e}); reinstall vat") from None
     if not isinstance(info, dict) or info.get("name") != folder.name:
         raise CheckpointError(f"{path} does not describe the model {folder.name!r}; reinstall vat")

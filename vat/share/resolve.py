@@ -25,6 +25,7 @@ vat.errors.run_cli).
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 from pathlib import Path
 
@@ -72,7 +73,10 @@ def resolve_model(
             name,
             f"expected a path, a shipped model's name or a Hub repo id, got {type(model).__name__}",
         )
+    if not text.strip():  # Path("") is ".", which nobody means by an empty name
+        raise OptionError(name, "is empty (expected a .ckpt, a folder, a run folder or a Hub id)")
     p = Path(text).expanduser()
+    _check_not_a_loop(p, name)
     shipped = _shipped(text, p, name) if isinstance(model, str) else None
     if shipped is not None:
         shipped.verify()  # SHA-256 of every file, before anything is read
@@ -106,6 +110,20 @@ def resolve_model(
         f"{model} does not exist (expected a .ckpt, an exported folder, a run folder, a "
         f"shipped model's name (vat pretrained) or a Hub repo id user/name){hint}",
     )
+
+
+def _check_not_a_loop(path: Path, name: str) -> None:
+    """A symbolic link loop (the path, or a folder on the way to it) is named as one: to
+    Path.exists() it is simply missing, and "does not exist" sends the user looking for a
+    file that is there."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            where = "is" if path.is_symlink() else "passes through"
+            raise OptionError(
+                name, f"{path} {where} a symbolic link loop (a link that leads back to itself)"
+            ) from None
 
 
 def _shipped(text: str, path: Path, name: str) -> ShippedModel | None:

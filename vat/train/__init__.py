@@ -11,6 +11,7 @@
 - `non_finite.py`   the non-finite guard's host side: stop, never save NaN weights
 - `step_logging.py` which steps log, and the scalars they log
 - `run_dir.py`      one run per folder: lock, --overwrite, what a resume may change
+- `settings.py`     trainer settings Lightning checks late, checked before a run starts
 - `checkpointing.py` every checkpoint callback: atomic saves, the final last.ckpt, the
                     checkpoint on an exception, the best-checkpoint policy
 """

@@ -7,6 +7,8 @@ training system (vat.train.system) reads it at logging steps and checkpoint save
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from vat.train.state import TrainState
@@ -42,4 +44,6 @@ def check_finite_weights(state_dict: dict, step: int, trainer) -> None:
 def last_checkpoint(trainer) -> str | None:
     saved = [getattr(cb, "last_model_path", "") for cb in trainer.checkpoint_callbacks]
     saved += [getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
-    return next((p for p in saved if p), None)  # last.ckpt first, else the best one
+    # last.ckpt first, else the best one; Lightning sets the path before the write that the
+    # guard refuses, so only a file that exists is a checkpoint to name
+    return next((p for p in saved if p and Path(p).is_file()), None)

@@ -10,6 +10,14 @@ Rules (README, "Resume" and "What happens when..."):
   20): each fresh run writes RUN_DIR/.vat-run.json, naming what the folder held before it
   began and the other folders it writes into; run-named files no manifest claims (a user's
   own config.yaml) are refused, never moved, and so is the command's own `-c` file.
+- A start that failed before its first training step (and saved no checkpoint) is not a run
+  (issue 29): its manifest says `"trained": false` until then, and the next fresh start
+  replaces its files without `--overwrite`. A fresh start is checked whole first (the
+  trainer settings against the data included) and only then moves an old run away
+  (`FreshStart`, `begin_fresh`); a start refused before that removes the folders it created.
+- Folders inside another run's checkpoints/ (or any name that run's --overwrite moves) are
+  refused, and so are symbolic links where Lightning writes files itself (hparams.yaml,
+  metrics.csv, events, config*.yaml): Lightning would write through them.
 - `--ckpt_path last` resumes from the newest of checkpoints/last.ckpt and on_exception.ckpt;
   with neither, an empty run directory starts fresh (so a requeued job can always pass it).
 - A resume may change how the run is driven (trainer.max_steps upwards, max_time, logging,
@@ -38,9 +46,11 @@ import shutil
 import stat
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from lightning.pytorch.callbacks import Callback
 
 from vat.errors import VatError
 from vat.io import remove_stale_temps, write_json_atomic
@@ -133,7 +143,12 @@ def lock_folder(folder: Path, option: str) -> None:
     _held_locks.append(fd)
 
 
-def release_locks() -> None:
+def release_locks(failed: bool = False) -> None:
+    """Drop this command's locks; after a failed start that never began (failed), first
+    remove the folders it created (remove_created)."""
+    if failed:
+        remove_created()
+    _created.clear()
     while _held_locks:
         os.close(_held_locks.pop())  # closing the descriptor drops the flock
 
@@ -180,9 +195,20 @@ def read_manifest(run_dir: Path) -> dict | None:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        m = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, ValueError):
         return None
+    try:
+        m = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        # vat writes it atomically: a file that is not JSON (or nests too deeply for Python's
+        # parser, a RecursionError) was changed by something else; it decides what
+        # --overwrite moves, so it is never guessed at
+        why = "nested too deeply" if isinstance(e, RecursionError) else "not valid JSON"
+        raise VatError(
+            f"{path} is damaged ({why}): it records which files of {run_dir} a vat run wrote; "
+            f"remove it (its run's files then count as not written by vat)"
+        ) from None
     if not isinstance(m, dict) or m.get("written_by") != "vat train":
         return None
     if not isinstance(m.get("preexisting"), list):
@@ -201,11 +227,57 @@ def write_manifest(run_dir: Path, write_dirs: dict[str, Path], preexisting: list
         run_dir / MANIFEST_NAME,
         {
             "written_by": "vat train",
-            "manifest_version": 1,
+            "manifest_version": 2,
             "preexisting": preexisting,
             "write_dirs": {k: str(v.resolve()) for k, v in write_dirs.items()},
+            # false until the first optimiser step: a start that failed before it (a setting
+            # Lightning rejects late, bad data, no memory) is not a run (issue 29)
+            "trained": False,
         },
     )
+
+
+def failed_start(run_dir: Path) -> bool:
+    """True when run_dir's files are those of a start that never finished a training step
+    (its manifest says so; manifests of older vats, without the key, count as runs)."""
+    m = read_manifest(run_dir)
+    return m is not None and m.get("trained") is False
+
+
+def mark_trained(run_dir: Path) -> None:
+    """Record in the manifest that this run has finished a training step (a manifest
+    damaged since the start is left for the next start to report, not raised mid-run)."""
+    try:
+        m = read_manifest(run_dir)
+    except VatError:
+        return
+    if m is not None and m.get("trained") is False:
+        write_json_atomic(Path(run_dir) / MANIFEST_NAME, {**m, "trained": True})
+
+
+class MarkTrained(Callback):
+    """Sets the manifest's "trained" (global rank 0) once the first optimiser step has passed
+    the non-finite guard: when the next batch starts, or training ends cleanly. A run whose
+    first step was NaN is still a failed start (and one that saved a checkpoint is a run
+    whatever the manifest says: prepare_fit)."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.run_dir = Path(run_dir)
+        self._done = False
+
+    def _mark(self, trainer) -> None:
+        if not self._done:
+            self._done = True
+            if trainer.is_global_zero:
+                mark_trained(self.run_dir)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step >= 1:
+            self._mark(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.global_step >= 1:
+            self._mark(trainer)
 
 
 def write_dirs(cfg, run_dir: Path, ckpt_dir: Path) -> dict[str, Path]:
@@ -239,7 +311,7 @@ def lock_write_dirs(run_dir: Path, dirs: dict[str, Path]) -> None:
         if d.resolve().is_relative_to(run_dir.resolve()):
             continue
         try:
-            d.mkdir(parents=True, exist_ok=True)
+            _make_dir(d)
         except OSError as e:
             raise VatError(f"{option} {d}: cannot create the folder ({e.strerror})") from None
         owners = [p for p in d.resolve().parents if (p / MANIFEST_NAME).is_file()][:1]
@@ -260,19 +332,33 @@ def check_write_dirs(run_dir: Path, dirs: dict[str, Path]) -> list[Path]:
     earlier run's checkpoints or events which this run directory's manifest does not claim;
     return those it does claim (replaced by --overwrite)."""
     manifest = read_manifest(run_dir) or {}
-    recorded = {Path(v) for v in (manifest.get("write_dirs") or {}).values()}
+    recorded_dirs = manifest.get("write_dirs")
+    if not isinstance(recorded_dirs, dict):
+        recorded_dirs = {}
+    recorded = {Path(v) for v in recorded_dirs.values()}
     claimed: list[Path] = []
     for option, d in dirs.items():
-        if _same(d, run_dir) or _same(d, run_dir / "checkpoints") or not d.is_dir():
+        if _same(d, run_dir / "checkpoints") or not d.is_dir():
             continue
-        found = sorted(
-            p
-            for p in d.iterdir()
-            if p.suffix == ".ckpt" or p.name.startswith("events.out.tfevents.")
-        )
+        if _same(d, run_dir):
+            if option != "--checkpoint.dirpath":
+                continue  # run_dir's own run files: previous_run_files judges them
+            # checkpoints written straight into run_dir: the run's only if its manifest says
+            # that run wrote its checkpoints there too
+            found = sorted(p for p in d.iterdir() if p.suffix == ".ckpt")
+            ours = recorded_dirs.get("--checkpoint.dirpath")
+            if found and ours is not None and Path(ours) == d.resolve():
+                claimed += found
+                continue
+        else:
+            found = sorted(
+                p
+                for p in d.iterdir()
+                if p.suffix == ".ckpt" or p.name.startswith("events.out.tfevents.")
+            )
         if not found:
             continue
-        if d.resolve() in recorded:
+        if not _same(d, run_dir) and d.resolve() in recorded:
             claimed += found
             continue
         raise VatError(
@@ -424,16 +510,37 @@ def config_filename(run_dir: Path, resuming: bool) -> str:
     return f"config-resume-{max(n, default=0) + 1}.yaml"
 
 
-def prepare_fit(cfg, read: Callable[[Path], dict] = read_checkpoint) -> str:
+@dataclass
+class FreshStart:
+    """A fresh run, checked by prepare_fit and begun by begin_fresh once the data is ready:
+    the old files it replaces (`old`, an earlier run's with --overwrite, or those of a start
+    that never trained a step) are moved only then, so a start refused before training
+    leaves the earlier run whole."""
+
+    run_dir: Path
+    dirs: dict[str, Path]
+    present: list[str]
+    old: list[Path]
+    replaces_failed_start: bool
+
+
+def prepare_fit(
+    cfg, read: Callable[[Path], dict] = read_checkpoint
+) -> tuple[str, FreshStart | None]:
     """Checks and prepares cfg.run_dir for `fit`; resolves cfg.ckpt_path ("last" -> a file or
-    None). Returns the name of the config file this start writes. `read` reads the checkpoint
-    a resume starts from (the command's one read, `AtomicCheckpointIO.read`)."""
+    None). Returns the name of the config file this start writes and, for a fresh run on
+    global rank 0, what begin_fresh does before training. `read` reads the checkpoint a
+    resume starts from (the command's one read, `AtomicCheckpointIO.read`)."""
     run_dir = Path(cfg.run_dir)
     ckpt_dir = Path(cfg.checkpoint.dirpath) if cfg.checkpoint.dirpath else run_dir / "checkpoints"
     rank_zero = is_global_rank_zero()
     dirs = write_dirs(cfg, run_dir, ckpt_dir)
+    if cfg.get("overwrite") and cfg.ckpt_path:
+        raise VatError("--overwrite starts a fresh run and cannot be combined with --ckpt_path")
     present = _present(run_dir)  # before this start creates anything (checkpoints/, .lock)
     if rank_zero:
+        check_places(run_dir, dirs)
+        refuse_linked_lightning_files(dirs)
         _check_writable(run_dir)
         lock_write_dirs(run_dir, dirs)
         _remove_old_trash(run_dir)
@@ -442,12 +549,10 @@ def prepare_fit(cfg, read: Callable[[Path], dict] = read_checkpoint) -> str:
             ckpt_dir,
         ):  # temps of killed writes; the lock says no vat run writes here
             remove_stale_temps(d, any_owner=True)
-    if cfg.get("overwrite") and cfg.ckpt_path:
-        raise VatError("--overwrite starts a fresh run and cannot be combined with --ckpt_path")
     if cfg.ckpt_path == "last":
         last = find_last(ckpt_dir)
         if last is None:
-            if rank_zero and _candidate_files(run_dir):
+            if rank_zero and _candidate_files(run_dir) and not _only_failed_start(run_dir):
                 raise VatError(
                     f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} "
                     f"holds an earlier run's files; start afresh with --overwrite "
@@ -460,7 +565,7 @@ def prepare_fit(cfg, read: Callable[[Path], dict] = read_checkpoint) -> str:
         cfg.ckpt_path = str(last) if last else None
     if cfg.ckpt_path is None:
         if not rank_zero:
-            return "config.yaml"
+            return "config.yaml", None
         foreign = foreign_files(run_dir)
         if foreign:
             raise VatError(
@@ -470,27 +575,165 @@ def prepare_fit(cfg, read: Callable[[Path], dict] = read_checkpoint) -> str:
                 f"another --run_dir"
             )
         old = previous_run_files(run_dir) + check_write_dirs(run_dir, dirs)
-        if old and not cfg.get("overwrite"):
+        # a start that never trained a step and saved no checkpoint is not a run
+        failed = (
+            bool(old)
+            and failed_start(run_dir)
+            and not any(p.name == "checkpoints" or p.suffix == ".ckpt" for p in old)
+        )
+        if old and not cfg.get("overwrite") and not failed:
             raise VatError(
                 f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); "
                 f"resume it with --ckpt_path last, or replace it with --overwrite"
             )
         if old:
             _check_inputs_kept(cfg, old)
-            clear_previous_run(run_dir, old)
-        cleared = {p.name for p in old if p.parent == run_dir}
-        write_manifest(run_dir, dirs, [n for n in present if n not in cleared])
-        return "config.yaml"
+        return "config.yaml", FreshStart(run_dir, dirs, present, old, failed)
     ckpt_path = Path(cfg.ckpt_path)
     if rank_zero and ckpt_path.is_file():
         check_resume(cfg, ckpt_path, read(ckpt_path))
         warn_trainer_changes(cfg, run_dir)
-    return config_filename(run_dir, resuming=True)
+    return config_filename(run_dir, resuming=True), None
+
+
+def _only_failed_start(run_dir: Path) -> bool:
+    """run_dir's run files are all those of a start that never trained a step (with no
+    checkpoint in its checkpoint folder: `--ckpt_path last` found none)."""
+    return failed_start(run_dir) and not foreign_files(run_dir)
+
+
+def begin_fresh(start: FreshStart) -> None:
+    """Move the files a fresh run replaces away and write its manifest: from here on the
+    folder is this run's (a start that fails before its first step still is not a run)."""
+    if start.old:
+        if start.replaces_failed_start:
+            names = ", ".join(p.name for p in start.old[:3])
+            print(
+                f"vat: {start.run_dir} held a start that failed before its first step "
+                f"({names}); replacing it",
+                file=sys.stderr,
+            )
+        clear_previous_run(start.run_dir, start.old)
+    cleared = {p.name for p in start.old if p.parent == start.run_dir}
+    write_manifest(start.run_dir, start.dirs, [n for n in start.present if n not in cleared])
+    _created.clear()  # the folders hold a run now: a later failure leaves them
+
+
+# -- where a run may write --------------------------------------------------------------------
+def _owning_run(path: Path, skip: Path | None = None) -> tuple[Path, str] | None:
+    """The nearest run folder (one with a manifest) strictly above `path`, other than `skip`,
+    and the first part of `path` below it."""
+    p = path.resolve()
+    for parent in p.parents:
+        if skip is not None and parent == skip.resolve():
+            return None  # inside this run's own folder
+        if (parent / MANIFEST_NAME).is_file():
+            return parent, p.relative_to(parent).parts[0]
+    return None
+
+
+def check_place(path: Path, what: str, own_run: Path | None = None) -> None:
+    """Refuse a folder that lies inside the files of another run (its checkpoints/, or any
+    name that run's --overwrite moves away): that run's next --overwrite would delete it."""
+    found = _owning_run(path, skip=own_run)
+    if found and any(r.fullmatch(found[1]) for r in _RUN_FILE_RES):
+        owner, top = found
+        where = (
+            f"is the {top} folder"
+            if path.resolve() == (owner / top).resolve()
+            else f"lies inside the {top} folder"
+        )
+        raise VatError(
+            f"{what} {path} {where} of the run in {owner}, which a --overwrite of that run "
+            f"removes: choose a folder outside it"
+        )
+
+
+def check_places(run_dir: Path, dirs: dict[str, Path]) -> None:
+    """Every folder this run writes into, checked by check_place (a folder inside this run's
+    own folder is its own business)."""
+    check_place(run_dir, "--run_dir")
+    for option, d in dirs.items():
+        if option != "--run_dir":
+            check_place(d, option, own_run=run_dir)
+
+
+# Files Lightning writes itself (its loggers' and LightningCLI's config), opening the path for
+# writing: a symbolic link there would be written through. vat's own files (tokenizer.json,
+# checkpoints, the manifest) are written atomically and replace a link instead.
+_LIGHTNING_FILE_RES = [
+    re.compile(p)
+    for p in (
+        r"hparams\.yaml",
+        r"metrics\.csv",
+        r"events\.out\.tfevents\..*",
+        r"config(-resume-\d+|-validate|-test)?\.yaml",
+    )
+]
+
+
+def refuse_linked_lightning_files(dirs: dict[str, Path]) -> None:
+    """A symbolic link where Lightning writes a file (hparams.yaml, metrics.csv, events, the
+    config) is refused in one line: Lightning would write into the link's target."""
+    for option, d in dirs.items():
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if p.is_symlink() and any(r.fullmatch(p.name) for r in _LIGHTNING_FILE_RES):
+                raise VatError(
+                    f"{option} {d}: {p.name} is a symbolic link; Lightning writes that file "
+                    f"itself and would write through the link into {os.readlink(p)}: remove it"
+                )
+
+
+def check_folder_options(cfg) -> None:
+    """An empty --run_dir or --checkpoint.dirpath is refused: Path("") is the current folder,
+    which the user did not name."""
+    ckpt = cfg.checkpoint.dirpath if hasattr(cfg, "checkpoint") else None
+    for option, value in (("--run_dir", cfg.run_dir), ("--checkpoint.dirpath", ckpt)):
+        if value is not None and not str(value).strip():
+            raise VatError(f"{option} is empty: name a folder (. for the current one)")
+
+
+def check_lightning_files(cfg) -> None:
+    """For `vat train validate|test`: refuse symbolic links where Lightning writes."""
+    if is_global_rank_zero():
+        run_dir = Path(cfg.run_dir)
+        ckpt = cfg.checkpoint.dirpath if hasattr(cfg, "checkpoint") else None
+        refuse_linked_lightning_files(
+            write_dirs(cfg, run_dir, Path(ckpt) if ckpt else run_dir / "checkpoints")
+        )
+
+
+# -- folders this command created -------------------------------------------------------------
+_created: list[Path] = []
+"""Folders this command created for a run that has not begun (begin_fresh): a start refused
+before it removes them again (with its .lock), so a refused command leaves no empty folder."""
+
+
+def _make_dir(d: Path) -> None:
+    missing = [p for p in (d, *d.parents) if not p.exists() and not p.is_symlink()]
+    d.mkdir(parents=True, exist_ok=True)
+    _created.extend(reversed(missing))  # outermost first
+
+
+def remove_created() -> None:
+    """After a failed start that never began: remove the folders it created, innermost first,
+    when they hold nothing but this command's lock file."""
+    for d in reversed(_created):
+        lock = d / LOCK_NAME
+        try:
+            if lock.is_file() and not lock.is_symlink() and len(list(d.iterdir())) == 1:
+                lock.unlink()
+            d.rmdir()
+        except OSError:
+            pass  # not empty: something else wrote there, so it stays
+    _created.clear()
 
 
 def _check_writable(run_dir: Path) -> None:
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        _make_dir(run_dir)
         probe = run_dir / f".write-test-{os.getpid()}"
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         probe.unlink()
