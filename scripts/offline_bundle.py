@@ -31,9 +31,11 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -115,8 +117,15 @@ def copy_data(data_dir: Path, dest: Path, patterns: list[str]) -> list[dict]:
                 if not src.is_file():
                     continue
                 rel = src.relative_to(data_dir)
-                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dest / rel)
+                target = dest / rel
+                for parent in reversed(target.relative_to(dest).parents[:-1]):
+                    check_folder(dest / parent, "DIR")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                # a copy beside it, renamed over it: a link there is replaced, never written
+                # through
+                tmp = target.with_name(f".{target.name}.tmp")
+                shutil.copy2(src, tmp)
+                os.replace(tmp, target)
                 files.append({"path": str(rel), "bytes": src.stat().st_size})
     return files
 
@@ -131,23 +140,72 @@ def suite_data_patterns() -> list[str]:
     return data_patterns()
 
 
+def check_folder(path: Path, what: str) -> None:
+    """A folder the bundle writes into: absent, or a real folder; never a symbolic link (the
+    bundle would write through it into someone else's files) or a link loop."""
+    if path.is_symlink():
+        target = (
+            "a symbolic link loop" if not path.exists() else f"a symbolic link to {path.resolve()}"
+        )
+        raise BundleError(
+            f"{what} {path} is {target}; the bundle never writes through a link: "
+            "choose a new folder"
+        )
+    if path.exists() and not path.is_dir():
+        raise BundleError(f"{what} {path} exists and is not a folder; choose a new folder")
+
+
+def earlier_manifest(out: Path) -> dict:
+    """The bundle.json of an earlier bundle in `out` ({} for a new folder): what this script
+    wrote there, and so all it may replace."""
+    if not out.exists() or not any(out.iterdir()):
+        return {}
+    if not (out / MANIFEST).is_file():
+        raise BundleError(f"DIR {out} exists and is not an offline bundle; choose a new folder")
+    return check_manifest(out / MANIFEST)
+
+
 def build(args: argparse.Namespace) -> int:
     out = Path(args.dir)
-    if out.exists() and (
-        not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())
-    ):
-        raise BundleError(f"DIR {out} exists and is not an offline bundle; choose a new folder")
+    check_folder(out, "DIR")
     packages = args.packages.split()
     platforms = args.platform or list(DEFAULT_PLATFORMS)
+    earlier = earlier_manifest(out)
+    for sub in ("wheels", "data"):
+        check_folder(out / sub, "DIR")
     out.mkdir(parents=True, exist_ok=True)
     wheels_dir = out / "wheels"
-    for old in wheels_dir.glob("*.whl"):  # an earlier bundle's wheels (this script wrote them)
-        old.unlink()
-    if packages:
-        download_wheels(packages, args.python, platforms, wheels_dir)
+    ours = {w["file"] for w in earlier.get("wheels", [])}
+    # Download into a folder of our own first: a wheel of the same name already in wheels/
+    # (the user's) would otherwise be taken for the download (pip reuses it).
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".wheels-"))
+    try:
+        if packages:
+            download_wheels(packages, args.python, platforms, staging)
+        new = sorted(staging.glob("*.whl"))
+        foreign = [w.name for w in new if (wheels_dir / w.name).exists() and w.name not in ours]
+        if foreign:
+            raise BundleError(
+                f"{wheels_dir / foreign[0]} is not one of this bundle's wheels ({MANIFEST} does "
+                "not list it); move it away or choose a new folder"
+            )
+        wheels_dir.mkdir(exist_ok=True)
+        for name in ours:  # an earlier bundle's wheels: only those its manifest lists
+            old = wheels_dir / name
+            if old.is_file() or old.is_symlink():
+                old.unlink()  # a link itself, never its target
+        for w in new:
+            os.replace(w, wheels_dir / w.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     wheels = [
-        {"file": w.name, "sha256": sha256(w), "bytes": w.stat().st_size, "imports": import_names(w)}
-        for w in sorted(wheels_dir.glob("*.whl"))
+        {
+            "file": w.name,
+            "sha256": sha256(wheels_dir / w.name),
+            "bytes": (wheels_dir / w.name).stat().st_size,
+            "imports": import_names(wheels_dir / w.name),
+        }
+        for w in new
     ]
     data: list[dict] = []
     if not args.no_data:
@@ -178,15 +236,58 @@ def build(args: argparse.Namespace) -> int:
 
 
 # -- installing (standard library and pip only) --------------------------------------------
+def check_manifest(mpath: Path) -> dict:
+    """bundle.json, checked field by field before anything uses it: its file names stay
+    inside the bundle and its import names are module names (they are run as `import NAME`)."""
+
+    def bad(field: str, expected: str) -> BundleError:
+        return BundleError(f"{mpath}: '{field}' must be {expected}; rebuild the bundle")
+
+    try:
+        m = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise BundleError(f"{mpath} is not valid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(m, dict):
+        raise BundleError(f"{mpath} is a JSON {type(m).__name__}, not a bundle manifest")
+    if not isinstance(m.get("python"), str) or not PYTHON_VERSION.fullmatch(m["python"]):
+        raise bad("python", "a Python version such as 3.12")
+    for key in ("wheels", "data"):
+        if not isinstance(m.get(key), list) or not all(isinstance(x, dict) for x in m[key]):
+            raise bad(key, "a list of objects")
+    for i, w in enumerate(m["wheels"]):
+        name = w.get("file")
+        if not isinstance(name, str) or not name.endswith(".whl") or Path(name).name != name:
+            raise bad(f"wheels[{i}].file", "a wheel's file name (no folder)")
+        if not isinstance(w.get("sha256"), str) or len(w["sha256"]) != 64:
+            raise bad(f"wheels[{i}].sha256", "a SHA-256 in hex")
+        imports = w.get("imports")
+        if not isinstance(imports, list) or not all(
+            isinstance(x, str) and all(p.isidentifier() for p in x.split(".")) for x in imports
+        ):
+            raise bad(f"wheels[{i}].imports", "a list of module names")
+    for i, f in enumerate(m["data"]):
+        rel = f.get("path")
+        if (
+            not isinstance(rel, str)
+            or not rel
+            or Path(rel).is_absolute()
+            or ".." in Path(rel).parts
+        ):
+            raise bad(f"data[{i}].path", "a path inside the bundle's data/")
+        size = f.get("bytes")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise bad(f"data[{i}].bytes", "a size in bytes")
+    return m
+
+
 def install(args: argparse.Namespace) -> int:
     bundle = Path(args.dir)
+    if bundle.is_symlink() and not bundle.exists():
+        raise BundleError(f"--install {bundle} is a symbolic link loop or a dangling link")
     mpath = bundle / MANIFEST
     if not mpath.is_file():
         raise BundleError(f"--install {bundle}: no {MANIFEST} (not an offline bundle)")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BundleError(f"{mpath} is not valid JSON ({e})") from None
+    manifest = check_manifest(mpath)
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if manifest["python"] != here:
         raise BundleError(
@@ -239,6 +340,16 @@ def install(args: argparse.Namespace) -> int:
     return 0
 
 
+PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
+
+
+def python_version(text: str) -> str:
+    """--python: the node's CPython version, MAJOR.MINOR (pip download --python-version)."""
+    if not PYTHON_VERSION.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a Python version such as 3.12, got {text!r}")
+    return text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/offline_bundle.sh",
@@ -248,7 +359,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("dir", metavar="DIR", help="the bundle folder")
     p.add_argument("--install", action="store_true", help="install from DIR with no index")
     p.add_argument("--target", help="--install: into this folder (pip --target)")
-    p.add_argument("--python", default="3.12", help="the node's Python, e.g. 3.12 (default)")
+    p.add_argument(
+        "--python",
+        default="3.12",
+        type=python_version,
+        help="the node's Python, e.g. 3.12 (default)",
+    )
     p.add_argument(
         "--platform",
         action="append",

@@ -445,3 +445,64 @@ def test_gpu_mode_commands_parse(tmp_path, data_dir, capsys):
     assert printed["trainer"]["precision"] == "bf16-mixed"
     assert printed["trainer"]["max_steps"] == 10_000
     assert printed["checkpoint"]["every_n_train_steps"] == 1_000
+
+
+def _broken(path, *keys, value):
+    def damage(state):
+        obj = state
+        for k in path:
+            obj = obj[k]
+        obj[keys[0]] = value
+        return state
+
+    return damage
+
+
+BROKEN_REPORTS = {
+    "calls a string": (_broken((), "calls", value="x"), "'report.calls' must be a list"),
+    "a stage a number": (
+        _broken(("stages",), "reference", value=3),
+        "'report.stages.reference' must be an object",
+    ),
+    "a stage without status": (
+        lambda s: (s["stages"]["reference"].pop("status"), s)[1],
+        "'report.stages.reference.status' must be present",
+    ),
+    "a status unknown": (
+        _broken(("stages", "reference"), "status", value="weird"),
+        "'stages.reference.status' must be one of pending",
+    ),
+    "seconds NaN": (
+        _broken(("stages", "reference"), "seconds", value=float("nan")),
+        "must be a finite number",
+    ),
+    "seconds text": (
+        _broken(("stages", "reference"), "seconds", value="3"),
+        "must be a finite number",
+    ),
+    "trained text": (
+        _broken(("reference",), "trained", value="yes"),
+        "'report.reference.trained' must be true or false",
+    ),
+    "a call without start": (
+        _broken((), "calls", value=[{"command": "x", "allotted_s": {}, "used_s": {}}]),
+        "'calls[0].started' must be a str",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_REPORTS)
+def test_a_report_with_broken_fields_is_one_line(tmp_path, case):
+    """Issue 29: a gpu_report.json of the right schema whose fields are broken is one line
+    naming the file and the field (before: a KeyError or TypeError traceback mid-call)."""
+    damage, needle = BROKEN_REPORTS[case]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(damage(new_state(smoke=True))))
+    with pytest.raises(VatError) as e:
+        load_state(out, smoke=True)
+    assert needle in str(e.value) and str(out / "gpu_report.json") in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+    # the sound report loads
+    (out / "gpu_report.json").write_text(json.dumps(new_state(smoke=True)))
+    assert load_state(out, smoke=True) == new_state(smoke=True)

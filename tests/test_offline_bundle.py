@@ -94,3 +94,93 @@ def test_a_missing_or_altered_wheel_or_another_python_is_one_line(bundle, tmp_pa
     r = _run(["--no-data", "--packages", "", str(tmp_path / "mine")])
     assert r.returncode == 2 and "is not an offline bundle; choose a new folder" in r.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+# -- issue 29: never delete or write through what the bundle did not write -----------------
+def _manifest(wheels=(), python=PY, data=()):
+    return {"python": python, "wheels": list(wheels), "data": list(data), "packages": []}
+
+
+def _wheel_entry(name, imports=("old",)):
+    return {"file": name, "sha256": "0" * 64, "bytes": 1, "imports": list(imports)}
+
+
+def test_a_rebuild_replaces_only_the_wheels_its_manifest_lists(tmp_path):
+    out = tmp_path / "offline"
+    (out / "wheels").mkdir(parents=True)
+    ours, mine = "old-1.0-py3-none-any.whl", "mine-1.0-py3-none-any.whl"
+    (out / "wheels" / ours).write_bytes(b"x")
+    (out / "wheels" / mine).write_bytes(b"the user's own wheel")
+    (out / "bundle.json").write_text(json.dumps(_manifest([_wheel_entry(ours)])))
+    r = _run(["--python", PY, "--packages", "", "--no-data", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [mine]  # before: deleted too
+    assert (out / "wheels" / mine).read_bytes() == b"the user's own wheel"
+    assert json.loads((out / "bundle.json").read_text())["wheels"] == []
+    assert sorted(p.name for p in out.iterdir()) == ["bundle.json", "wheels"]  # no temp folder
+
+
+@pytest.mark.parametrize("sub", ["wheels", "data"])
+def test_a_symlinked_subfolder_is_refused_and_its_target_untouched(tmp_path, sub):
+    out, theirs = tmp_path / "offline", tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "a-1.0-py3-none-any.whl").write_bytes(b"keep")
+    out.mkdir()
+    (out / "bundle.json").write_text(
+        json.dumps(_manifest([_wheel_entry("a-1.0-py3-none-any.whl")]))
+    )
+    (out / sub).symlink_to(theirs)
+    r = _run(["--python", PY, "--packages", "", "--no-data", str(out)])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"DIR {out / sub} is a symbolic link to {theirs}" in r.stderr
+    assert (theirs / "a-1.0-py3-none-any.whl").read_bytes() == b"keep"
+
+
+def test_a_symlink_loop_or_a_bad_python_is_one_line(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for args, needle in (
+        (["--packages", "", "--no-data", str(loop)], f"DIR {loop} is a symbolic link loop"),
+        (["--install", str(loop)], f"--install {loop} is a symbolic link loop"),
+        (["--python", "abc", "--no-data", str(tmp_path / "new")], "expected a Python version"),
+        (["--python", "3.12; rm", str(tmp_path / "new")], "expected a Python version"),
+    ):
+        r = _run(args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+    assert not (tmp_path / "new").exists()
+
+
+BAD_MANIFESTS = {
+    "a list": ([], "is a JSON list, not a bundle manifest"),
+    "not JSON": ("{", "is not valid JSON"),
+    "nested too deeply": ("[" * 100_000, "is not valid JSON"),
+    "no python": ({"wheels": [], "data": []}, "'python' must be"),
+    "wheels a string": (_manifest(wheels="x"), "'wheels' must be a list of objects"),
+    "no data": ({"python": PY, "wheels": []}, "'data' must be a list of objects"),
+    "a wheel outside": (_manifest([_wheel_entry("../x.whl")]), "'wheels[0].file' must be"),
+    "a code import": (
+        _manifest([_wheel_entry("x.whl", ["os; os.system('touch hacked')"])]),
+        "'wheels[0].imports' must be a list of module names",
+    ),
+    "a data path outside": (
+        _manifest(data=[{"path": "../../etc/passwd", "bytes": 1}]),
+        "'data[0].path' must be a path inside",
+    ),
+    "a size that is text": (
+        _manifest(data=[{"path": "a.txt", "bytes": "1"}]),
+        "'data[0].bytes' must be a size",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_MANIFESTS)
+def test_a_malformed_manifest_is_one_line_before_anything_runs(tmp_path, case):
+    content, needle = BAD_MANIFESTS[case]
+    out = tmp_path / "offline"
+    out.mkdir()
+    text = content if isinstance(content, str) else json.dumps(content)
+    (out / "bundle.json").write_text(text)
+    r = _run(["--install", str(out)])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {out / 'bundle.json'}") and needle in r.stderr, r.stderr
+    assert not (tmp_path / "hacked").exists() and not Path("hacked").exists()

@@ -14,6 +14,7 @@ children save their state, the report is written, exit code 130."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -86,7 +87,55 @@ def load_state(out: Path, smoke: bool) -> dict[str, Any]:
             f"{path} holds a {state.get('mode')} report and this is a {mode} call; "
             "use another OUT_DIR"
         )
+    check_fields(new_state(smoke), state, path)
     return state
+
+
+STATUSES = ("pending", "done", "partial", "skipped", "failed")
+CALL_FIELDS = {"started": str, "command": str, "allotted_s": dict, "used_s": dict}
+
+
+def check_fields(template: Any, state: Any, path: Path) -> None:
+    """A report of the right schema whose fields are broken (a string where the stages are, a
+    NaN in a stage's seconds, a call without its start) is one line naming the file and the
+    field, before any stage reads it: every field a new report has must be there with its
+    type, every stage's status one of STATUSES, every call a record of one. (Fields a stage
+    adds later are that stage's to read.)"""
+
+    def bad(field: str, expected: str) -> VatError:
+        return VatError(f"{path}: '{field}' must be {expected}; use another OUT_DIR")
+
+    def walk(t: Any, v: Any, field: str) -> None:
+        if t is None:
+            return  # filled in by a stage: any value
+        if isinstance(t, dict):
+            if not isinstance(v, dict):
+                raise bad(field, "an object")
+            for key, sub in t.items():
+                if key not in v:
+                    raise bad(f"{field}.{key}", "present")
+                walk(sub, v[key], f"{field}.{key}")
+        elif isinstance(t, bool):
+            if not isinstance(v, bool):
+                raise bad(field, "true or false")
+        elif isinstance(t, int | float):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise bad(field, "a finite number")
+        elif not isinstance(v, type(t)):
+            raise bad(field, f"a {type(t).__name__}")
+
+    walk(template, state, "report")
+    for name, stage in state["stages"].items():
+        if stage["status"] not in STATUSES:
+            raise bad(f"stages.{name}.status", f"one of {', '.join(STATUSES)}")
+        if not all(isinstance(n, str) for n in stage["notes"]):
+            raise bad(f"stages.{name}.notes", "a list of strings")
+    for i, call in enumerate(state["calls"]):
+        if not isinstance(call, dict):
+            raise bad(f"calls[{i}]", "an object")
+        for key, kind in CALL_FIELDS.items():
+            if not isinstance(call.get(key), kind):
+                raise bad(f"calls[{i}].{key}", f"a {kind.__name__}")
 
 
 class Budget:
