@@ -104,7 +104,9 @@ def download_wheels(packages: list[str], python: str, platforms: list[str], dest
         )
 
 
-def copy_data(data_dir: Path, dest: Path, patterns: list[str]) -> list[dict]:
+def data_files(data_dir: Path, patterns: list[str]) -> list[tuple[Path, Path]]:
+    """(source, path under data/) of every file the suite reads, found before anything is
+    written: a missing one stops the build with the bundle as it was."""
     files = []
     for pattern in patterns:
         matches = sorted(glob.glob(str(data_dir / pattern)))
@@ -114,20 +116,50 @@ def copy_data(data_dir: Path, dest: Path, patterns: list[str]) -> list[dict]:
             )
         for m in map(Path, matches):
             for src in sorted(m.rglob("*")) if m.is_dir() else [m]:
-                if not src.is_file():
-                    continue
-                rel = src.relative_to(data_dir)
-                target = dest / rel
-                for parent in reversed(target.relative_to(dest).parents[:-1]):
-                    check_folder(dest / parent, "DIR")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                # a copy beside it, renamed over it: a link there is replaced, never written
-                # through
-                tmp = target.with_name(f".{target.name}.tmp")
-                shutil.copy2(src, tmp)
-                os.replace(tmp, target)
-                files.append({"path": str(rel), "bytes": src.stat().st_size})
+                if src.is_file():
+                    files.append((src, src.relative_to(data_dir)))
     return files
+
+
+def check_data_targets(dest: Path, files: list[tuple[Path, Path]], ours: set[str]) -> None:
+    """Before anything is written: every folder on the way to a data file is a real folder
+    (or absent), and every file the build would replace is one the earlier bundle.json lists
+    (a user's file at that path is theirs, never overwritten)."""
+    for _, rel in files:
+        target = dest / rel
+        for parent in reversed(target.relative_to(dest).parents[:-1]):
+            check_folder(dest / parent, "DIR")
+        if (target.exists() or target.is_symlink()) and str(rel) not in ours:
+            raise BundleError(
+                f"{target} is not one of this bundle's data files ({MANIFEST} does not list "
+                "it); move it away or choose a new folder"
+            )
+        if target.is_dir():
+            raise BundleError(f"{target} is a folder where the bundle puts a data file; "
+                              "move it away or choose a new folder")  # fmt: skip
+
+
+def replace_file(src: Path, target: Path) -> None:
+    """A copy under a fresh temporary name beside `target`, renamed over it: a link at
+    `target` is replaced, never written through, and no other file is touched."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def copy_data(dest: Path, files: list[tuple[Path, Path]]) -> list[dict]:
+    out = []
+    for src, rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(src, target)
+        out.append({"path": str(rel), "bytes": target.stat().st_size})
+    return out
 
 
 def suite_data_patterns() -> list[str]:
@@ -165,15 +197,65 @@ def earlier_manifest(out: Path) -> dict:
     return check_manifest(out / MANIFEST)
 
 
+PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([=<>!~]=?[^\s;]+)?")
+"""A requirement as --packages takes it (NAME, NAME==VER): never a pip option or a file."""
+
+
 def build(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     check_folder(out, "DIR")
     packages = args.packages.split()
+    for spec in packages:
+        if not PACKAGE.fullmatch(spec):
+            raise BundleError(f"--packages: {spec!r} is not a package (NAME==VER)")
     platforms = args.platform or list(DEFAULT_PLATFORMS)
     earlier = earlier_manifest(out)
     for sub in ("wheels", "data"):
         check_folder(out / sub, "DIR")
+    files: list[tuple[Path, Path]] = []
+    if not args.no_data:
+        data_dir = Path(
+            args.data_dir or os.environ.get("VAT_DATA_DIR") or ROOT.parent / "shared" / "data"
+        )
+        files = data_files(data_dir.resolve(), suite_data_patterns())
+        check_data_targets(out / "data", files, {f["path"] for f in earlier.get("data", [])})
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        wheels = replace_wheels(out, earlier, packages, args.python, platforms)
+    except BaseException:
+        if created:  # a folder this call made, holding nothing of anyone's: gone again
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    data = copy_data(out / "data", files)
+    total = sum(w["bytes"] for w in wheels) + sum(f["bytes"] for f in data)
+    manifest = {
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": args.python,
+        "platforms": platforms,
+        "packages": packages,
+        "wheels": wheels,
+        "data": data,
+        "total_bytes": total,
+    }
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{MANIFEST}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, out / MANIFEST)  # a link there is replaced, never written through
+    if total > MAX_BYTES:
+        raise BundleError(f"bundle {out} is {total / 2**20:.1f} MiB, over the 60 MiB limit")
+    print(
+        f"wrote {out}: {len(wheels)} wheels for Python {args.python}, {len(data)} data files, "
+        f"{total / 2**20:.1f} MiB. On the node: scripts/offline_bundle.sh --install {out}"
+    )
+    return 0
+
+
+def replace_wheels(
+    out: Path, earlier: dict, packages: list[str], python: str, platforms: list[str]
+) -> list[dict]:
+    """Download `packages` into out/wheels/, replacing only the wheels the earlier manifest
+    lists; the manifest entries of what was downloaded."""
     wheels_dir = out / "wheels"
     ours = {w["file"] for w in earlier.get("wheels", [])}
     # Download into a folder of our own first: a wheel of the same name already in wheels/
@@ -181,9 +263,14 @@ def build(args: argparse.Namespace) -> int:
     staging = Path(tempfile.mkdtemp(dir=out, prefix=".wheels-"))
     try:
         if packages:
-            download_wheels(packages, args.python, platforms, staging)
+            download_wheels(packages, python, platforms, staging)
         new = sorted(staging.glob("*.whl"))
-        foreign = [w.name for w in new if (wheels_dir / w.name).exists() and w.name not in ours]
+        foreign = [
+            w.name
+            for w in new
+            if ((wheels_dir / w.name).exists() or (wheels_dir / w.name).is_symlink())
+            and w.name not in ours
+        ]
         if foreign:
             raise BundleError(
                 f"{wheels_dir / foreign[0]} is not one of this bundle's wheels ({MANIFEST} does "
@@ -198,7 +285,7 @@ def build(args: argparse.Namespace) -> int:
             os.replace(w, wheels_dir / w.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    wheels = [
+    return [
         {
             "file": w.name,
             "sha256": sha256(wheels_dir / w.name),
@@ -207,32 +294,6 @@ def build(args: argparse.Namespace) -> int:
         }
         for w in new
     ]
-    data: list[dict] = []
-    if not args.no_data:
-        data_dir = Path(
-            args.data_dir or os.environ.get("VAT_DATA_DIR") or ROOT.parent / "shared" / "data"
-        )
-        data = copy_data(data_dir.resolve(), out / "data", suite_data_patterns())
-    total = sum(w["bytes"] for w in wheels) + sum(f["bytes"] for f in data)
-    manifest = {
-        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "python": args.python,
-        "platforms": platforms,
-        "packages": packages,
-        "wheels": wheels,
-        "data": data,
-        "total_bytes": total,
-    }
-    tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
-    if total > MAX_BYTES:
-        raise BundleError(f"bundle {out} is {total / 2**20:.1f} MiB, over the 60 MiB limit")
-    print(
-        f"wrote {out}: {len(wheels)} wheels for Python {args.python}, {len(data)} data files, "
-        f"{total / 2**20:.1f} MiB. On the node: scripts/offline_bundle.sh --install {out}"
-    )
-    return 0
 
 
 # -- installing (standard library and pip only) --------------------------------------------
@@ -288,6 +349,10 @@ def install(args: argparse.Namespace) -> int:
     if not mpath.is_file():
         raise BundleError(f"--install {bundle}: no {MANIFEST} (not an offline bundle)")
     manifest = check_manifest(mpath)
+    for sub in ("wheels", "data"):  # read through a link is fine; a loop reads nothing
+        if (bundle / sub).is_symlink() and not (bundle / sub).exists():
+            raise BundleError(f"--install {bundle}: {sub}/ is a symbolic link loop or a "
+                              "dangling link; rebuild the bundle")  # fmt: skip
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if manifest["python"] != here:
         raise BundleError(

@@ -155,3 +155,28 @@ def export_folder(model: str | os.PathLike, out: str | os.PathLike, **options) -
     import vat
 
     return vat.load(model, device="cpu").save_pretrained(out, **options)
+
+
+def checkpoint_with_counts(tiny_ckpt: Path, root: Path, lines: list[str]):
+    """The tiny checkpoint as `vat train` would have written it on `lines`: their subword
+    counts in its `vat` entry and their file as its training file (root/train.txt), saved as
+    root/run/model.ckpt. Returns (checkpoint, training file, the counts)."""
+    import numpy as np
+
+    from vat.share.checkpoint import read_checkpoint, vat_metadata
+
+    train = root / "train.txt"
+    train.write_text("\n".join(lines) + "\n")
+    ckpt = read_checkpoint(tiny_ckpt)
+    loaded = load_model(tiny_ckpt)
+    counts = np.zeros(loaded.tokenizer.vocab_size, dtype=np.int64)
+    for ids in loaded.tokenizer.encode_batch(lines):
+        np.add.at(counts, ids, 1)
+    ckpt["vat"] = vat_metadata(
+        loaded.model, loaded.tokenizer, 0.4, [0, 1], token_counts=counts.tolist()
+    )
+    ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
+    path = root / "run" / "model.ckpt"
+    path.parent.mkdir()
+    torch.save(ckpt, path)
+    return path, train, counts

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from eval_helpers import write_sts
-from helpers import export_folder
+from helpers import checkpoint_with_counts, export_folder
 
 import vat
 from vat.errors import VatError
@@ -30,7 +30,7 @@ from vat.features.postprocess import (
     fit_whitening,
     sif_weights,
 )
-from vat.share.checkpoint import read_checkpoint, vat_metadata
+from vat.share.checkpoint import read_checkpoint
 from vat.share.resolve import load_model
 from vat.tokenizer import make_batch
 
@@ -144,21 +144,8 @@ def trained_files(tmp_path_factory, tiny_ckpt, tiny_sentences):
     """The tiny checkpoint with training files in its data hyperparameters and token counts
     in its `vat` entry (as `vat train` writes them), and an STS folder (STS12 + STS-B)."""
     root = tmp_path_factory.mktemp("features")
-    train = root / "train.txt"
     lines = tiny_sentences + [s.lower() + " again" for s in tiny_sentences]
-    train.write_text("\n".join(lines) + "\n")
-    ckpt = read_checkpoint(tiny_ckpt)
-    loaded = vat.load(tiny_ckpt, device="cpu").loaded
-    counts = np.zeros(loaded.tokenizer.vocab_size, dtype=np.int64)
-    for ids in loaded.tokenizer.encode_batch(lines):
-        np.add.at(counts, ids, 1)
-    ckpt["vat"] = vat_metadata(
-        loaded.model, loaded.tokenizer, 0.4, [0, 1], token_counts=counts.tolist()
-    )
-    ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
-    path = root / "run" / "model.ckpt"
-    path.parent.mkdir()
-    torch.save(ckpt, path)
+    path, train, counts = checkpoint_with_counts(tiny_ckpt, root, lines)
     data = root / "senteval"
     write_sts(data, "STS12", n=12)
     import random

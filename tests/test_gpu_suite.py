@@ -24,13 +24,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the
 
 from bench.gpu_suite.__main__ import main
 from bench.gpu_suite.call import OUT_FILES
-from bench.gpu_suite.frontier_eval import pick_best
-from bench.gpu_suite.frontier_train import check_frontier_files, frontier_size, train_cmd
+from bench.gpu_suite.frontier_eval import measured, pick_best
+from bench.gpu_suite.frontier_train import (
+    check_frontier_files,
+    frontier_size,
+    run_name,
+    train_cmd,
+)
 from bench.gpu_suite.plan import gpu_plan, smoke_plan
 from bench.gpu_suite.reference import reference_budget
 from bench.gpu_suite.reference import train_cmd as reference_cmd
+from bench.gpu_suite.report import render_markdown
 from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
-from bench.gpu_suite.throughput import compile_diagnosis, judge_targets, variant_cmd
+from bench.gpu_suite.throughput import (
+    compile_diagnosis,
+    judge_targets,
+    throughput_rows,
+    variant_cmd,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,6 +242,7 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     r2 = subprocess.run([*sh, str(out)], env=env, text=True, capture_output=True)
     assert r2.returncode == 0, r2.stderr[-2000:]
     rep = json.loads((out / "gpu_report.json").read_text())
+    assert load_state(out, smoke=True) == rep  # every field as schema.py says (issue 29)
 
     assert _schema(rep) == _schema(new_state(smoke=False)) | {
         "facts": _schema(rep["facts"], 1),
@@ -354,7 +366,8 @@ def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(tmp_path, d
     state["stages"]["frontier_train"]["status"] = "done"
     state["stages"]["frontier_eval"]["status"] = "partial"
     state["frontier"].update(values=[5.0, 20.0], steps=4)
-    state["frontier"]["runs"] = {"target_kl_5.0": {"trained": True, "eval": {"run": "x"}}}
+    evaluated = _eval("target_kl_5.0", 5.0)
+    state["frontier"]["runs"] = {"target_kl_5.0": {"trained": True, "eval": evaluated}}
     out.mkdir()
     (out / "gpu_report.json").write_text(json.dumps(state))
     suite = Suite(out, smoke_plan(), data_dir, Budget(1), None)
@@ -366,7 +379,7 @@ def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(tmp_path, d
     assert st["frontier_train"]["notes"][-1].endswith(
         "checkpoints of target_kl_20.0 are gone: retraining"
     )
-    assert suite.state["frontier"]["runs"]["target_kl_5.0"]["eval"] == {"run": "x"}
+    assert suite.state["frontier"]["runs"]["target_kl_5.0"]["eval"] == evaluated
     # with the lost run's checkpoints present, nothing changes
     state["stages"]["frontier_train"]["status"] = "done"
     (out / "gpu_report.json").write_text(json.dumps(state))
@@ -470,7 +483,7 @@ BROKEN_REPORTS = {
     ),
     "a status unknown": (
         _broken(("stages", "reference"), "status", value="weird"),
-        "'stages.reference.status' must be one of pending",
+        "'report.stages.reference.status' must be one of pending",
     ),
     "seconds NaN": (
         _broken(("stages", "reference"), "seconds", value=float("nan")),
@@ -486,7 +499,7 @@ BROKEN_REPORTS = {
     ),
     "a call without start": (
         _broken((), "calls", value=[{"command": "x", "allotted_s": {}, "used_s": {}}]),
-        "'calls[0].started' must be a str",
+        "'report.calls[0].started' must be present",
     ),
 }
 
@@ -506,3 +519,187 @@ def test_a_report_with_broken_fields_is_one_line(tmp_path, case):
     # the sound report loads
     (out / "gpu_report.json").write_text(json.dumps(new_state(smoke=True)))
     assert load_state(out, smoke=True) == new_state(smoke=True)
+
+
+# -- the fields the stages add (issue 29): a finished report, then one field broken ---------
+def _eval(run, target_kl, stsb=0.25):
+    """A run's evaluation record as frontier_eval.evaluate_run writes it."""
+    sts = {"sts12": 0.4, "stsb": stsb}
+    return {
+        "run": run, "target_kl": target_kl, "step": 8, "checkpoint": f"/x/{run}/last.ckpt",
+        "val_kl": 2.3, "val_nll": 5.5, "active_units": 8, "kl_per_token_probe": 1.9,
+        "sts": {"mean": dict(sts), "precision": dict(sts)}, "extra_sts": {}, "bleu": 0.0,
+        "bleu_lines": 24, "bleu_short": 0.0, "bleu_long": None, "lines_long": 9,
+    }  # fmt: skip
+
+
+def _finished_report():
+    """A smoke report after every stage, made by the suite's own functions where it has
+    them (the sizing, the throughput rows and targets, the best run)."""
+    state = new_state(smoke=True)
+    state["calls"] = [{"started": "t", "command": "gpu_suite --smoke out", "allotted_s":
+                       {"facts": 30.0}, "used_s": {"facts": 0.5}, "exit": 0}]  # fmt: skip
+    for st in state["stages"].values():
+        st.update(status="done", seconds=5.0, notes=["[t] done"])
+    state["facts"] = {"device": "cpu", "torch": "2", "cuda": None, "cudnn": None,
+                      "bf16_matmul_tflops": 0.2, "bf16_matmul": "256x256"}  # fmt: skip
+
+    def loop(tok_s):
+        return {"tokens_per_s": tok_s, "mfu": 0.02, "hours_for_3e9_tokens": 3e9 / tok_s / 3600,
+                "recompiles": [0], "compiled_graphs": [0],
+                "first_recompile_reasons": []}  # fmt: skip
+
+    voc = {"vocab_size": 320, "compile": False, "fused_cross_entropy": False,
+           "timed_nonpad_tokens": 3630, "ratio_vat_over_plain": 0.5, "vat": loop(5e4),
+           "plain": loop(1e5)}  # fmt: skip
+    t = state["throughput"]
+    t["variants"] = {"smoke_eager": {"status": "done", "seconds": 8,
+                                     "result": {"timed_steps": 2, "vocabs": [voc]}}}  # fmt: skip
+    t["rows"] = throughput_rows(t["variants"])
+    t["targets"], t["compile_diagnosis"] = judge_targets(t["rows"]), compile_diagnosis(t["rows"])
+    ref = state["reference"]
+    ref.update(reference_budget(state, smoke_plan()))
+    ref["launches"] = [{"started": "t", "seconds": 6.6, "steps": ref["steps"],
+                        "step": ref["steps"], "overhead_s": 6.5, "status": "trained"}]  # fmt: skip
+    ref.update(trained=True, eval=_eval("reference", 20.0), bleu_reached=False)
+    ref["export"] = {"name": "m", "folder": "/x/m", "file": "reference.tar",
+                     "folder_in_tar": "m", "bytes": 92160, "within_16_mib": True,
+                     "registry_command": "vat pretrained add /x/m --name m",
+                     "registry_command_from_tar": "tar xf reference.tar"}  # fmt: skip
+    fr = state["frontier"]
+    fr.update(values=[5.0, 20.0], steps=8, steps_from="measured")
+    fr["runs"] = {run_name(v): {"seconds": 10.0, "trained": True,
+                                "eval": _eval(run_name(v), v, stsb=v / 100)}
+                  for v in fr["values"]}  # fmt: skip
+    fr["best"] = pick_best([r["eval"] for r in fr["runs"].values()])
+    for kind, b in fr["best"]["export"].items():
+        state["artefacts"][kind] = {**b, "file": f"{kind}.tar", "bytes": 92160,
+                                    "folder_in_tar": f"{kind}_{b['run']}",
+                                    "within_16_mib": True}  # fmt: skip
+    return state
+
+
+BROKEN_STAGE_FIELDS = {
+    # (path in the report, value (None: deleted), the field and what it must be)
+    "peak text": (("facts", "bf16_matmul_tflops"), "abc",
+                  "'report.facts.bf16_matmul_tflops' must be a finite number >= 0"),
+    "a finished variant without result": (
+        ("throughput", "variants", "smoke_eager", "result"), None,
+        "'report.throughput.variants.smoke_eager.result' must be present for a finished"),
+    "tokens/s text": (("throughput", "rows", 0, "tokens_per_s"), "x",
+                      "'report.throughput.rows[0].tokens_per_s' must be a finite number > 0"),
+    "a target reached text": (("throughput", "targets", "vat_over_plain", "reached"), "a",
+                              "'report.throughput.targets.vat_over_plain.reached' must be true"),
+    "reference steps text": (("reference", "steps"), "4",
+                             "'report.reference.steps' must be a whole number >= 1"),
+    "reference basis unknown": (("reference", "basis"), "weird",
+                                "'report.reference.basis' must be one of floor, time_share"),
+    "launch seconds negative": (("reference", "launches", 0, "seconds"), -3.0,
+                                "'report.reference.launches[0].seconds' must be a finite "
+                                "number >= 0"),
+    "a pooling missing": (("reference", "eval", "sts", "mean"), None,
+                          "'report.reference.eval.sts.mean' must be present"),
+    "BLEU NaN": (("reference", "eval", "bleu"), float("nan"),
+                 "'report.reference.eval.bleu' must be a finite number in [0, 100]"),
+    "export bytes text": (("reference", "export", "bytes"), "x",
+                          "'report.reference.export.bytes' must be a whole number >= 0"),
+    "a run's KL text": (("frontier", "runs", "target_kl_5.0", "eval", "val_kl"), "x",
+                        "'report.frontier.runs.target_kl_5.0.eval.val_kl' must be a finite "
+                        "number >= 0"),
+    "a Spearman of 7": (("frontier", "runs", "target_kl_5.0", "eval", "sts", "mean", "stsb"),
+                        7, "'report.frontier.runs.target_kl_5.0.eval.sts.mean.stsb' must be "
+                        "a finite number in [-1, 1]"),
+    "the best an unknown run": (("frontier", "best", "export", "best_sts", "run"), "nope",
+                                "'report.frontier.best.export' must be runs the frontier "
+                                "evaluated"),
+    "a target KL text": (("frontier", "values", 0), "x",
+                         "'report.frontier.values[0]' must be a finite number >= 0"),
+    "artefact bytes text": (("artefacts", "best_sts", "bytes"), "x",
+                            "'report.artefacts.best_sts.bytes' must be a whole number >= 0"),
+    "used seconds text": (("calls", 0, "used_s", "facts"), "x",
+                          "'report.calls[0].used_s.facts' must be a finite number >= 0"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BROKEN_STAGE_FIELDS)
+def test_a_report_with_a_broken_stage_field_is_one_line(tmp_path, case):
+    """Issue 29: the fields the stages add were not checked: a text where the reference's
+    steps are, a run without its mean pooling, a NaN BLEU, a best run that was never
+    evaluated, ... loaded, then stopped the next call with a TypeError or KeyError in
+    gpu_report.md, or in the stage that read them (or were rendered as if measured). Now
+    each is one line naming the file and the field, before any stage runs."""
+    path, value, needle = BROKEN_STAGE_FIELDS[case]
+    state = _finished_report()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    assert load_state(out, smoke=True) == state  # the sound report loads, and renders
+    assert "| target_kl_5.0 | 5 | 8 |" in render_markdown(state)
+    obj = state
+    for key in path[:-1]:
+        obj = obj[key]
+    if value is None:
+        del obj[path[-1]]
+    else:
+        obj[path[-1]] = value
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    with pytest.raises(VatError) as e:
+        load_state(out, smoke=True)
+    msg = str(e.value)
+    assert msg.startswith(f"{out / 'gpu_report.json'}: {needle}"), msg
+    assert msg.endswith("; use another OUT_DIR") and "\n" not in msg
+
+
+def test_a_report_that_is_not_a_file_or_too_deep_is_one_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    report = out / "gpu_report.json"
+    report.mkdir()  # before: IsADirectoryError
+    with pytest.raises(VatError, match=r"gpu_report.json is not a file; use another OUT_DIR"):
+        load_state(out, smoke=True)
+    report.rmdir()
+    os.mkfifo(report)  # before: the call blocked reading it
+    with pytest.raises(VatError, match=r"gpu_report.json is not a file"):
+        load_state(out, smoke=True)
+    report.unlink()
+    report.write_text("[" * 100_000)  # before: RecursionError
+    with pytest.raises(VatError, match=r"gpu_report.json is not a gpu_report.json"):
+        load_state(out, smoke=True)
+
+
+def test_a_score_that_came_out_nan_is_kept_as_null_and_ranked_last(tmp_path):
+    """A constant encoder's Spearman is NaN (vat.eval.sts): the suite wrote it into the report
+    as NaN, which the next call's check would refuse, and pick_best compared it (or a null)
+    with numbers. Now it is recorded as null, ranked below every number, shown as n/a."""
+    assert measured(float("nan")) is None and measured(None) is None
+    assert measured(0.25) == 0.25 and measured(1) == 1.0
+    state = _finished_report()
+    flat = _eval("target_kl_5.0", 5.0, stsb=None)
+    state["frontier"]["runs"]["target_kl_5.0"]["eval"] = flat
+    best = pick_best([r["eval"] for r in state["frontier"]["runs"].values()])
+    assert best["export"]["best_sts"]["run"] == "target_kl_20.0"  # the run with a number
+    flat["bleu"] = 99.0  # the only run at the BLEU bar, its STS-B not a number
+    best = pick_best([r["eval"] for r in state["frontier"]["runs"].values()])
+    assert best["verdict"].startswith("target_kl_5.0: STS-B n/a (mean pooling) at BLEU 99.00")
+    state["frontier"]["best"] = best
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    assert load_state(out, smoke=True) == state
+    assert "| target_kl_5.0 | 5 | 8 | 2.30 | 5.500 | 8 | 99.00 |" in render_markdown(state)
+
+
+def test_a_broken_run_record_fails_its_stage_in_one_line(tmp_path):
+    """A run's suite_eval.json (read back by frontier_eval) is checked as the report's
+    records are: a text KL was taken into the report, and broke the next call's check."""
+    from bench.gpu_suite.frontier_eval import read_record
+
+    rec = tmp_path / "suite_eval.json"
+    rec.write_text(json.dumps(_eval("target_kl_5.0", 5.0)))
+    assert read_record(rec) == _eval("target_kl_5.0", 5.0)
+    rec.write_text(json.dumps({**_eval("target_kl_5.0", 5.0), "val_kl": "x"}))
+    with pytest.raises(VatError) as e:
+        read_record(rec)
+    assert str(e.value) == (
+        f"{rec}: 'record.val_kl' must be a finite number >= 0; delete it to evaluate the run again"
+    )

@@ -38,6 +38,7 @@ from bench.gpu_suite.plan import (
 )
 from bench.gpu_suite.runs import checkpoint_step, prepare_data
 from bench.gpu_suite.state import STAGES, Budget, Suite, new_state, stage_allot
+from vat.errors import VatError
 
 ROOT = Path(__file__).resolve().parents[1]
 SH = str(ROOT / "bench" / "gpu_suite.sh")
@@ -168,10 +169,12 @@ def test_the_best_runs_feature_specs_wait_for_the_clock(tmp_path, data_dir):
     state = new_state(smoke=True)
     state["stages"]["frontier_train"]["status"] = "done"
     state["frontier"].update(values=[5.0, 20.0], steps=8)
-    for name, stsb in (("target_kl_5.0", 0.3), ("target_kl_20.0", 0.4)):
+    for name, stsb, kl in (("target_kl_5.0", 0.3, 5.0), ("target_kl_20.0", 0.4, 20.0)):
         sts = {"sts12": 0.3, "stsb": stsb}
         rec = {"run": name, "bleu": 50.0, "sts": {"mean": sts, "precision": sts}, "extra_sts": {},
-               "checkpoint": str(tmp_path / "gone.ckpt")}  # fmt: skip
+               "checkpoint": str(tmp_path / "gone.ckpt"), "target_kl": kl, "step": 8,
+               "val_kl": 2.0, "val_nll": 5.0, "active_units": 8, "bleu_lines": 24,
+               "bleu_short": 50.0, "bleu_long": None, "lines_long": 0}  # fmt: skip
         state["frontier"]["runs"][name] = {"trained": True, "eval": rec}
     out = tmp_path / "out"
     out.mkdir()
@@ -241,15 +244,17 @@ def test_seed_carries_a_returned_report_to_a_fresh_machine_only(tmp_path, fresh)
     starts from the returned report, a warm one keeps its own."""
     seed, out = tmp_path / "back", tmp_path / "out"
     seed.mkdir()
-    (seed / "gpu_report.json").write_text('{"returned": true}')
+    returned = new_state(smoke=True)
+    returned["stages"]["facts"]["notes"] = ["returned"]
+    (seed / "gpu_report.json").write_text(json.dumps(returned))
     (seed / "reference.tar").write_bytes(b"tar")
     (seed / "unrelated.txt").write_text("x")
     if not fresh:
         out.mkdir()
         (out / "gpu_report.json").write_text('{"warm": true}')
-    said = seed_out_dir(out, seed)
+    said = seed_out_dir(out, seed, smoke=True)
     if fresh:
-        assert json.loads((out / "gpu_report.json").read_text()) == {"returned": True}
+        assert json.loads((out / "gpu_report.json").read_text()) == returned
         assert (out / "reference.tar").read_bytes() == b"tar" and not (
             out / "unrelated.txt"
         ).exists()
@@ -257,4 +262,29 @@ def test_seed_carries_a_returned_report_to_a_fresh_machine_only(tmp_path, fresh)
     else:
         assert json.loads((out / "gpu_report.json").read_text()) == {"warm": True}
         assert not (out / "reference.tar").exists() and "ignored" in said
-    assert "no gpu_report.json there" in seed_out_dir(tmp_path / "o2", tmp_path / "missing")
+    missing = seed_out_dir(tmp_path / "o2", tmp_path / "missing", smoke=True)
+    assert "no gpu_report.json there" in missing
+
+
+def test_a_seed_report_this_call_cannot_continue_is_one_line_before_any_copy(tmp_path):
+    """Issue 29: a returned report of the other mode, or with a broken field, was copied into
+    the fresh OUT_DIR and stopped the call there (or mid-way, with a traceback); now it is
+    one line naming the seed's file and the field, and OUT_DIR stays empty."""
+    seed, out = tmp_path / "back", tmp_path / "out"
+    seed.mkdir()
+    (seed / "reference.tar").write_bytes(b"tar")
+    report = new_state(smoke=True)
+    report["reference"]["launches"] = [
+        {"started": "t", "seconds": -3.0, "steps": 4, "step": 4, "overhead_s": None,
+         "status": "trained"}
+    ]  # fmt: skip
+    for state, smoke, needle in (
+        (report, True, "'report.reference.launches[0].seconds' must be a finite number >= 0"),
+        (new_state(smoke=True), False, "holds a smoke report and this is a gpu call"),
+    ):
+        (seed / "gpu_report.json").write_text(json.dumps(state))
+        with pytest.raises(VatError) as e:
+            seed_out_dir(out, seed, smoke=smoke)
+        assert str(e.value).startswith(str(seed / "gpu_report.json")) and needle in str(e.value)
+        assert str(e.value).endswith("use another --seed, or none to start afresh")
+        assert not out.exists()

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from helpers import export_folder
+from helpers import checkpoint_with_counts, export_folder
 
 import vat
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
 from vat.features.encoder import resolve_features
-from vat.share.checkpoint import read_checkpoint, vat_metadata
 from vat.share.export import export_model
 from vat.share.folder import record_measurements
 from vat.share.model_card import (
@@ -48,23 +46,10 @@ def trained(tmp_path_factory, tiny_ckpt, tiny_sentences):
     """The tiny checkpoint as `vat train` leaves it: token counts in its `vat` entry and its
     training file recorded (absolute), plus a second text file to fit or count on."""
     root = tmp_path_factory.mktemp("card")
-    train = root / "train.txt"
     lines = tiny_sentences + [s.lower() + " again" for s in tiny_sentences]
-    train.write_text("\n".join(lines) + "\n")
+    path, train, counts = checkpoint_with_counts(tiny_ckpt, root, lines)
     other = root / "other.txt"
     other.write_text("\n".join(s.upper() for s in lines[:20]) + "\n")
-    ckpt = read_checkpoint(tiny_ckpt)
-    loaded = vat.load(tiny_ckpt, device="cpu").loaded
-    counts = np.zeros(loaded.tokenizer.vocab_size, dtype=np.int64)
-    for ids in loaded.tokenizer.encode_batch(lines):
-        np.add.at(counts, ids, 1)
-    ckpt["vat"] = vat_metadata(
-        loaded.model, loaded.tokenizer, 0.4, [0, 1], token_counts=counts.tolist()
-    )
-    ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
-    path = root / "run" / "model.ckpt"
-    path.parent.mkdir()
-    torch.save(ckpt, path)
     return path, train, other, lines
 
 

@@ -184,3 +184,93 @@ def test_a_malformed_manifest_is_one_line_before_anything_runs(tmp_path, case):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith(f"error: {out / 'bundle.json'}") and needle in r.stderr, r.stderr
     assert not (tmp_path / "hacked").exists() and not Path("hacked").exists()
+
+
+def _fake_data(root: Path) -> Path:
+    """One small file per pattern the suite reads (bench/gpu_suite/plan.py's data_patterns),
+    so that a build copies data in milliseconds."""
+    for rel in (
+        "corpus/wmt_newstest_en/newstest_en.2008.txt.gz",
+        "corpus/wmt_newstest_en/newstest_en.2010.txt.gz",
+        "corpus/tatoeba_en.txt.gz",
+        "corpus/multi30k_en.txt.gz",
+        "corpus/wmt_newstest_deen/newstest2018.de-en.en",
+        "corpus/wmt_newstest_deen/newstest2019.de-en.en",
+        "senteval/STS/STS12-en-test/a.txt",
+        "senteval/STS/STSBenchmark/b.csv",
+    ):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"new {rel}\n")
+    return root
+
+
+def test_a_rebuild_never_overwrites_a_data_file_it_did_not_write(tmp_path):
+    data = _fake_data(tmp_path / "shared")
+    out, mine = tmp_path / "offline", tmp_path / "mine.txt"
+    r = _run(["--python", PY, "--packages", "", "--data-dir", str(data), str(out)])
+    assert r.returncode == 0, r.stderr
+    # a link named as the build's temporary copy was once named: never written through
+    mine.write_text("the user's")
+    corpus = out / "data" / "corpus"
+    (corpus / ".tatoeba_en.txt.gz.tmp").symlink_to(mine)
+    r = _run(["--python", PY, "--packages", "", "--data-dir", str(data), str(out)])
+    assert r.returncode == 0, r.stderr
+    assert mine.read_text() == "the user's"  # before: the new data written into it
+    assert (corpus / "tatoeba_en.txt.gz").read_text() == "new corpus/tatoeba_en.txt.gz\n"
+    # a file at a data path that the manifest does not list is the user's: refused, untouched
+    m = json.loads((out / "bundle.json").read_text())
+    m["data"] = [f for f in m["data"] if f["path"] != "corpus/tatoeba_en.txt.gz"]
+    ours = "old-1.0-py3-none-any.whl"
+    (out / "wheels" / ours).write_bytes(b"ours")
+    m["wheels"] = [_wheel_entry(ours)]
+    (out / "bundle.json").write_text(json.dumps(m))
+    (corpus / "tatoeba_en.txt.gz").write_text("the user's data")
+    r = _run(["--python", PY, "--packages", "", "--data-dir", str(data), str(out)])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(
+        f"error: {corpus / 'tatoeba_en.txt.gz'} is not one of this bundle's data files"
+    )
+    assert (corpus / "tatoeba_en.txt.gz").read_text() == "the user's data"  # before: replaced
+    assert (out / "wheels" / ours).read_bytes() == b"ours"  # refused before anything changed
+    assert json.loads((out / "bundle.json").read_text()) == m
+
+
+def test_a_package_that_is_a_pip_option_or_a_failed_download_leaves_nothing(tmp_path):
+    out = tmp_path / "new"
+    no_index = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_CONFIG_FILE": os.devnull}
+    no_index["PIP_RETRIES"] = "0"
+    for packages, needle in (
+        ("-r /etc/passwd", "error: --packages: '-r' is not a package (NAME==VER)"),
+        ("dill --index-url=http://x", "'--index-url=http://x' is not a package"),
+        ("no-such-package-vat==0.0.1", "pip could not download a wheel for Python"),
+    ):
+        r = _run(["--python", PY, "--packages", packages, "--no-data", str(out)], env=no_index)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert needle in r.stderr and "root:" not in r.stderr  # before: /etc/passwd's line
+        assert not out.exists()  # before: an empty folder was left
+
+
+def test_a_python_that_is_not_an_interpreter_is_one_line(tmp_path):
+    for python in ("abc", os.devnull, "false"):
+        r = _run(["--install", str(tmp_path)], python=python)
+        assert r.returncode == 2, r  # before: exit 127 and bash's own message
+        assert r.stderr == (
+            f"error: PYTHON={python} is not a Python 3.10+ interpreter here (set PYTHON to one, "
+            "e.g. python3)\n"
+        )
+
+
+@pytest.mark.parametrize("sub", ["wheels", "data"])
+def test_a_bundle_subfolder_that_is_a_link_loop_is_one_line_at_install(tmp_path, sub):
+    out = tmp_path / "offline"
+    out.mkdir()
+    wheel = "a-1.0-py3-none-any.whl"
+    (out / "bundle.json").write_text(
+        json.dumps(_manifest([_wheel_entry(wheel)], data=[{"path": "a.txt", "bytes": 1}]))
+    )
+    (out / sub).symlink_to(out / sub)
+    r = _run(["--install", str(out)])
+    assert r.returncode == 2 and r.stderr == (  # before: "... is missing", as if deleted
+        f"error: --install {out}: {sub}/ is a symbolic link loop or a dangling link; rebuild "
+        "the bundle\n"
+    )

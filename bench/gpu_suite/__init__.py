@@ -24,8 +24,9 @@ their arithmetic; the three-call recipe for a lent GPU; the data and packages it
 call.py (what a stage works with: OUT_DIR, its work folder, the state, notes), children.py
 (child processes, stopped for time), runs.py (the training runs: started afresh, resumed or
 found finished), state.py (the stage list, the state in OUT_DIR/gpu_report.json, the
-budget, the runner), report.py (gpu_report.md and the plot), __main__.py (the command line,
-its exit codes and recipes). bench/gpu_suite.sh runs this folder, and for one call of a lent
-machine also installs the bundle, stops the suite before the call's limit and copies its
-files out (--bundle, --call-limit-s, --copy-to).
+budget, the runner), schema.py (what each field of the report holds: a report read back is
+checked against it before any stage runs), report.py (gpu_report.md and the plot),
+__main__.py (the command line, its exit codes and recipes). bench/gpu_suite.sh runs this
+folder, and for one call of a lent machine also installs the bundle, stops the suite before
+the call's limit and copies its files out (--bundle, --call-limit-s, --copy-to).
 """

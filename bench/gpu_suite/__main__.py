@@ -42,7 +42,7 @@ from bench.gpu_suite.plan import (  # noqa: E402
     gpu_plan,
     smoke_plan,
 )
-from bench.gpu_suite.state import STAGES, Budget, Suite  # noqa: E402
+from bench.gpu_suite.state import STAGES, Budget, Suite, read_report  # noqa: E402
 from vat.errors import VatError, run_cli  # noqa: E402
 
 
@@ -89,14 +89,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def seed_out_dir(out: Path, seed: Path) -> str:
+def seed_out_dir(out: Path, seed: Path, smoke: bool) -> str:
     """Copy the suite's files from `seed` into `out` when `out` holds no report; says what
-    it did (for stderr)."""
+    it did (for stderr). A seed report that this call could not continue (another mode, a
+    broken field) is one line before anything is copied."""
     if (out / REPORT).exists():
         return f"--seed {seed}: ignored, {out} has its own report (this machine kept it)"
     files = [seed / f for f in OUT_FILES if (seed / f).is_file()]
     if not (seed / REPORT).is_file():
         return f"--seed {seed}: no {REPORT} there; starting afresh"
+    read_report(seed / REPORT, smoke, "use another --seed, or none to start afresh")
     out.mkdir(parents=True, exist_ok=True)
     for f in files:
         shutil.copy2(f, out / f.name)
@@ -134,7 +136,7 @@ def _main(argv: Sequence[str]) -> int:
             )
     check_data(data_dir)
     if args.seed:
-        print(f"gpu_suite: {seed_out_dir(out, Path(args.seed))}", file=sys.stderr)
+        print(f"gpu_suite: {seed_out_dir(out, Path(args.seed), args.smoke)}", file=sys.stderr)
     budget = Budget(args.budget_min)
     out.mkdir(parents=True, exist_ok=True)
     suite = Suite(out.resolve(), smoke_plan() if args.smoke else gpu_plan(), data_dir, budget,

@@ -16,6 +16,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ def run(call: Call, allot: float) -> str:
         name = run_name(v)
         rec_path = runs_dir / name / "suite_eval.json"
         if rec_path.is_file():
-            fr["runs"].setdefault(name, {})["eval"] = json.loads(rec_path.read_text())
+            fr["runs"].setdefault(name, {})["eval"] = read_record(rec_path)
             continue
         if "eval" in fr["runs"].get(name, {}):  # evaluated on a machine since given back
             continue
@@ -82,6 +83,19 @@ def run(call: Call, allot: float) -> str:
             return "partial"
         _evaluate_best_extra(call, best["run"], runs_dir)
     return "done"
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A run's suite_eval.json, checked as the report's records are (schema.EVAL): a broken
+    one fails the stage with one line, not a traceback in a later one."""
+    from bench.gpu_suite import schema
+
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        schema.EVAL.check(record, "record")
+    except (ValueError, RecursionError, schema.Broken) as e:
+        raise VatError(f"{path}: {e}; delete it to evaluate the run again") from None
+    return record
 
 
 def _evaluate_best_extra(call: Call, name: str, runs_dir: Path) -> None:
@@ -144,9 +158,16 @@ def _evaluate_sts(ckpt: Path, data_dir: Path, opts: list[str], out: Path) -> dic
         raise VatError(f"vat evaluate {' '.join(argv)} failed (exit {rc})")
     res = json.loads(out.read_text(encoding="utf-8"))
     return {
-        "sts12": float(res["STS12"]["all"]["spearman"]["mean"]),
-        "stsb": float(res["STSBenchmark-cosine"]["test"]["spearman"]),
+        "sts12": measured(res["STS12"]["all"]["spearman"]["mean"]),
+        "stsb": measured(res["STSBenchmark-cosine"]["test"]["spearman"]),
     }
+
+
+def measured(x: Any) -> float | None:
+    """A measurement as the report keeps it: a float, or None when there is none or it is
+    NaN (a Spearman of an encoder that returns one vector for every sentence), so that the
+    report stays JSON that the next call accepts (schema.py) and ranks it last."""
+    return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
 def _bleu(ckpt: Path, data_dir: Path, limit: int | None, out: Path) -> dict[str, Any]:
@@ -183,10 +204,10 @@ def evaluate_run(
         "target_kl": value,
         "step": rec["step"],
         "checkpoint": str(ckpt),
-        "val_kl": rec["val_kl"],
-        "val_nll": rec["val_nll"],
+        "val_kl": measured(rec["val_kl"]),
+        "val_nll": measured(rec["val_nll"]),
         "active_units": rec["geometry_active_units"],
-        "kl_per_token_probe": rec["geometry_kl_per_token"],
+        "kl_per_token_probe": measured(rec["geometry_kl_per_token"]),
         "sts": {},
         "extra_sts": {},
     }
@@ -195,16 +216,25 @@ def evaluate_run(
     b = _bleu(ckpt, data_dir, plan.bleu_limit, run_dir / "bleu_newstest2019.json")
     record["bleu"] = b["bleu"]
     record["bleu_lines"] = b["n"]
-    record["bleu_short"] = b["short"].get("bleu")
-    record["bleu_long"] = b["long"].get("bleu")
+    record["bleu_short"] = measured(b["short"].get("bleu"))
+    record["bleu_long"] = measured(b["long"].get("bleu"))
     record["lines_long"] = b["long"]["n"]
     return record
 
 
-def stsb(record: dict[str, Any]) -> tuple[float, str]:
-    """A run's best STS-B Spearman over the poolings measured, and that pooling."""
-    best = max(record["sts"].items(), key=lambda kv: kv[1]["stsb"])
+def stsb(record: dict[str, Any]) -> tuple[float | None, str]:
+    """A run's best STS-B Spearman over the poolings measured, and that pooling (None when
+    none came out a number)."""
+    best = max(record["sts"].items(), key=lambda kv: _rank(kv[1]["stsb"]))
     return best[1]["stsb"], best[0]
+
+
+def _rank(score: float | None) -> float:
+    return -math.inf if score is None else score
+
+
+def _percent(score: float | None) -> str:
+    return "n/a" if score is None else f"{100 * score:.2f}"
 
 
 def pick_best(records: Sequence[dict[str, Any]], bleu_min: float = BLEU_MIN) -> dict[str, Any]:
@@ -213,8 +243,8 @@ def pick_best(records: Sequence[dict[str, Any]], bleu_min: float = BLEU_MIN) -> 
     if not records:
         return {"bleu_min": bleu_min, "best_sts_at_bleu_min": None, "export": {}}
     good = [r for r in records if r["bleu"] >= bleu_min]
-    best_good = max(good, key=lambda r: stsb(r)[0]) if good else None
-    best_sts = best_good or max(records, key=lambda r: stsb(r)[0])
+    best_good = max(good, key=lambda r: _rank(stsb(r)[0])) if good else None
+    best_sts = best_good or max(records, key=lambda r: _rank(stsb(r)[0]))
     best_bleu = max(records, key=lambda r: r["bleu"])
 
     def brief(r: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +253,7 @@ def pick_best(records: Sequence[dict[str, Any]], bleu_min: float = BLEU_MIN) -> 
 
     if best_good:
         verdict = (
-            f"{best_good['run']}: STS-B {100 * stsb(best_good)[0]:.2f} ({stsb(best_good)[1]} "
+            f"{best_good['run']}: STS-B {_percent(stsb(best_good)[0])} ({stsb(best_good)[1]} "
             f"pooling) at BLEU {best_good['bleu']:.2f}, the best STS-B of the "
             f"{len(good)} runs with BLEU >= {bleu_min:g}"
         )

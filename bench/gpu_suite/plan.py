@@ -15,8 +15,6 @@ from typing import Any
 
 import yaml
 
-from vat.errors import VatError
-
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the suite runs from it (nothing installed)."""
 BASE_CONFIG = ROOT / "configs" / "corpus_gpu.yaml"
@@ -50,12 +48,20 @@ STS_DIRS = ("senteval/STS/STS12-en-test", "senteval/STS/STSBenchmark")
 SHARED_PREFIX = "../shared/data/"
 
 
+def _error(message: str) -> Exception:
+    """A vat.errors.VatError, the class imported only when raised: scripts/offline_bundle.py reads
+    data_patterns() and importing vat (torch) would cost it seconds per build."""
+    from vat.errors import VatError as _VatError
+
+    return _VatError(message)
+
+
 def _config_data_patterns(path: Path) -> list[str]:
     data = yaml.safe_load(path.read_text(encoding="utf-8")).get("data", {})
     out = []
     for p in [*data.get("train_files", []), *data.get("val_files", [])]:
         if not p.startswith(SHARED_PREFIX):
-            raise VatError(f"{path}: data file {p} is not under {SHARED_PREFIX}")
+            raise _error(f"{path}: data file {p} is not under {SHARED_PREFIX}")
         out.append(p[len(SHARED_PREFIX) :])
     return out
 
@@ -70,7 +76,7 @@ def check_data(data_dir: Path) -> None:
     """One-line error naming the first data file the suite needs and does not find."""
     for pattern in data_patterns():
         if not glob.glob(str(data_dir / pattern)):
-            raise VatError(
+            raise _error(
                 f"--data-dir {data_dir}: {pattern} is missing (the suite reads the shared data "
                 "from --data-dir, $VAT_DATA_DIR or ../shared/data; on an offline node install "
                 "the bundle: scripts/offline_bundle.sh --install DIR)"
@@ -80,7 +86,7 @@ def check_data(data_dir: Path) -> None:
 def check_packages(names: Sequence[str] = REQUIRED_PACKAGES) -> None:
     for name in names:
         if importlib.util.find_spec(name) is None:
-            raise VatError(
+            raise _error(
                 f"Python package {name!r} is missing (on an offline node install the bundle: "
                 "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')"
             )

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_suite.call import MAX_OUT_FILE, Call, now_iso, pack, tokens_text
-from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run
+from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.report import fmt
@@ -198,7 +198,8 @@ def export(call: Call, ckpt: Path) -> dict[str, Any]:
     if rc != 0:
         raise VatError(f"vat export {' '.join(argv)} failed (exit {rc})")
     ref = call.state["reference"]
-    scores = {s["task"]: s["value"] / 100 for s in _folder_config(folder).get("evaluation", [])}
+    evaluation = _folder_config(folder).get("evaluation", [])
+    scores = {s["task"]: measured(s["value"] / 100) for s in evaluation}
     ref["eval"]["extra_sts"]["default_spec"] = {
         # the folder's own features: vat export's default spec, as --features gives it
         "options": ["--features", DEFAULT_EXPORT_SPEC],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,11 @@ def plot_frontier(records: Sequence[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("reconstruction BLEU (greedy mu-decoding)")
     ax2 = ax.twinx()
     for pooling, style in (("mean", "s--"), ("precision", "^--")):
-        ys = [100 * r["sts"][pooling]["stsb"] for r in recs if pooling in r["sts"]]
+        ys = [  # NaN: a gap in the line where a run's Spearman was not a number (None)
+            100 * (r["sts"][pooling]["stsb"] if r["sts"][pooling]["stsb"] is not None else nan)
+            for r in recs
+            if pooling in r["sts"]
+        ]
         if len(ys) == len(recs):
             ax2.plot(x, ys, style, color="tab:red", label=f"STS-B ({pooling} pooling)")
     ax2.set_ylabel("STS-B Spearman x 100")

@@ -14,7 +14,6 @@ children save their state, the report is written, exit code 130."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from bench.gpu_suite import (
     frontier_eval,
     frontier_train,
     reference,
+    schema,
     throughput,
 )
 from bench.gpu_suite.call import REPORT, Call, now_iso
@@ -73,69 +73,32 @@ def new_state(smoke: bool) -> dict[str, Any]:
 
 def load_state(out: Path, smoke: bool) -> dict[str, Any]:
     path = out / REPORT
-    if not path.exists():
+    if not (path.exists() or path.is_symlink()):
         return new_state(smoke)
+    return read_report(path, smoke, "use another OUT_DIR")
+
+
+def read_report(path: Path, smoke: bool, fix: str) -> dict[str, Any]:
+    """A report an earlier call wrote, every field checked (schema.py) before any stage reads
+    it: anything else is one line naming `path` and the field, ending with `fix`."""
+    if not path.is_file():  # a folder, a FIFO (would block), a dangling link or a loop
+        raise VatError(f"{path} is not a file; {fix}")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise VatError(f"{path} is not a gpu_report.json ({e}); use another OUT_DIR") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise VatError(f"{path} is not a gpu_report.json ({e}); {fix}") from None
     if not isinstance(state, dict) or state.get("schema") != SCHEMA:
-        raise VatError(f"{path}: not a schema-{SCHEMA} gpu_report.json; use another OUT_DIR")
+        raise VatError(f"{path}: not a schema-{SCHEMA} gpu_report.json; {fix}")
     mode = "smoke" if smoke else "gpu"
     if state.get("mode") != mode:
         raise VatError(
-            f"{path} holds a {state.get('mode')} report and this is a {mode} call; "
-            "use another OUT_DIR"
+            f"{path} holds a {state.get('mode')} report and this is a {mode} call; {fix}"
         )
-    check_fields(new_state(smoke), state, path)
+    try:
+        schema.report_spec(list(STAGES)).check(state, "report")
+    except schema.Broken as e:
+        raise VatError(f"{path}: {e}; {fix}") from None
     return state
-
-
-STATUSES = ("pending", "done", "partial", "skipped", "failed")
-CALL_FIELDS = {"started": str, "command": str, "allotted_s": dict, "used_s": dict}
-
-
-def check_fields(template: Any, state: Any, path: Path) -> None:
-    """A report of the right schema whose fields are broken (a string where the stages are, a
-    NaN in a stage's seconds, a call without its start) is one line naming the file and the
-    field, before any stage reads it: every field a new report has must be there with its
-    type, every stage's status one of STATUSES, every call a record of one. (Fields a stage
-    adds later are that stage's to read.)"""
-
-    def bad(field: str, expected: str) -> VatError:
-        return VatError(f"{path}: '{field}' must be {expected}; use another OUT_DIR")
-
-    def walk(t: Any, v: Any, field: str) -> None:
-        if t is None:
-            return  # filled in by a stage: any value
-        if isinstance(t, dict):
-            if not isinstance(v, dict):
-                raise bad(field, "an object")
-            for key, sub in t.items():
-                if key not in v:
-                    raise bad(f"{field}.{key}", "present")
-                walk(sub, v[key], f"{field}.{key}")
-        elif isinstance(t, bool):
-            if not isinstance(v, bool):
-                raise bad(field, "true or false")
-        elif isinstance(t, int | float):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise bad(field, "a finite number")
-        elif not isinstance(v, type(t)):
-            raise bad(field, f"a {type(t).__name__}")
-
-    walk(template, state, "report")
-    for name, stage in state["stages"].items():
-        if stage["status"] not in STATUSES:
-            raise bad(f"stages.{name}.status", f"one of {', '.join(STATUSES)}")
-        if not all(isinstance(n, str) for n in stage["notes"]):
-            raise bad(f"stages.{name}.notes", "a list of strings")
-    for i, call in enumerate(state["calls"]):
-        if not isinstance(call, dict):
-            raise bad(f"calls[{i}]", "an object")
-        for key, kind in CALL_FIELDS.items():
-            if not isinstance(call.get(key), kind):
-                raise bad(f"calls[{i}].{key}", f"a {kind.__name__}")
 
 
 class Budget:
