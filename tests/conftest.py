@@ -141,3 +141,14 @@ def fast_compile(monkeypatch):
     import vat.train.objective
 
     monkeypatch.setattr(vat.train.objective, "COMPILE_BACKEND", "aot_eager")
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory, tiny_ckpt) -> Path:
+    """The tiny checkpoint exported (vat export, default spec). Tests that damage it copy it
+    first (`helpers.copy_folder`)."""
+    from helpers import export_folder
+
+    out = tmp_path_factory.mktemp("export") / "model"
+    export_folder(tiny_ckpt, out)
+    return out

@@ -157,10 +157,16 @@ def export_folder(model: str | os.PathLike, out: str | os.PathLike, **options) -
     return vat.load(model, device="cpu").save_pretrained(out, **options)
 
 
-def checkpoint_with_counts(tiny_ckpt: Path, root: Path, lines: list[str]):
+def checkpoint_with_counts(
+    tiny_ckpt: Path,
+    root: Path,
+    lines: list[str],
+    path: Path | None = None,
+    length_histogram: tuple[int, ...] = (0, 1),
+):
     """The tiny checkpoint as `vat train` would have written it on `lines`: their subword
     counts in its `vat` entry and their file as its training file (root/train.txt), saved as
-    root/run/model.ckpt. Returns (checkpoint, training file, the counts)."""
+    `path` (default root/run/model.ckpt). Returns (checkpoint, training file, the counts)."""
     import numpy as np
 
     from vat.share.checkpoint import read_checkpoint, vat_metadata
@@ -173,10 +179,17 @@ def checkpoint_with_counts(tiny_ckpt: Path, root: Path, lines: list[str]):
     for ids in loaded.tokenizer.encode_batch(lines):
         np.add.at(counts, ids, 1)
     ckpt["vat"] = vat_metadata(
-        loaded.model, loaded.tokenizer, 0.4, [0, 1], token_counts=counts.tolist()
+        loaded.model, loaded.tokenizer, 0.4, list(length_histogram), token_counts=counts.tolist()
     )
     ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
-    path = root / "run" / "model.ckpt"
-    path.parent.mkdir()
+    path = path or root / "run" / "model.ckpt"
+    path.parent.mkdir(parents=True)
     torch.save(ckpt, path)
     return path, train, counts
+
+
+def copy_folder(folder: Path, tmp_path: Path) -> Path:
+    """A copy of `folder` as tmp_path/model, to damage without touching the original."""
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / "model"))

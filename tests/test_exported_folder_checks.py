@@ -8,28 +8,13 @@ import json
 import os
 
 import pytest
-from helpers import export_folder
+from helpers import copy_folder
 from safetensors.torch import load_file, save_file
 
 import vat
 from vat.data.datamodule import VATDataModule
 from vat.share import folder as fmt
 from vat.share.checkpoint import CheckpointError
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory, tiny_ckpt):
-    out = tmp_path_factory.mktemp("export") / "model"
-    export_folder(tiny_ckpt, out)
-    return out
-
-
-def _copy(exported, tmp_path):
-    import shutil
-
-    dst = tmp_path / "model"
-    shutil.copytree(exported, dst)
-    return dst
 
 
 def _with_inf_weight(folder):
@@ -62,8 +47,8 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("case", DAMAGES)
-def test_vat_load_checks_a_folder_like_a_checkpoint(exported, tmp_path, case):
-    folder = _copy(exported, tmp_path)
+def test_vat_load_checks_a_folder_like_a_checkpoint(tiny_export, tmp_path, case):
+    folder = copy_folder(tiny_export, tmp_path)
     needle = DAMAGES[case](folder)
     with pytest.raises(CheckpointError) as e:
         vat.load(str(folder))
@@ -71,10 +56,10 @@ def test_vat_load_checks_a_folder_like_a_checkpoint(exported, tmp_path, case):
 
 
 @pytest.mark.parametrize("case", ["inf weights", "prior_std nan"])
-def test_generate_refuses_a_damaged_folder_in_one_line(exported, tmp_path, case, capsys):
+def test_generate_refuses_a_damaged_folder_in_one_line(tiny_export, tmp_path, case, capsys):
     from vat.cli.generate import main as generate
 
-    folder = _copy(exported, tmp_path)
+    folder = copy_folder(tiny_export, tmp_path)
     needle = DAMAGES[case](folder)
     for argv in (
         ["reconstruct", "--ckpt", str(folder), "a sentence"],
@@ -109,7 +94,7 @@ def test_the_cache_sees_an_edit_that_keeps_size_and_mtime(tmp_path, tiny_sentenc
     assert len(list((tmp_path / "cache").glob("data-*"))) == 2  # a second cache, not the old one
 
 
-def test_a_tampered_modules_json_runs_nothing_without_trust_remote_code(exported, tmp_path):
+def test_a_tampered_modules_json_runs_nothing_without_trust_remote_code(tiny_export, tmp_path):
     """docs/sharing.md: `trust_remote_code=True` trusts the folder (a modules.json naming
     evil.Evil runs evil.py from it); without the flag sentence-transformers refuses it, and
     vat's to_sentence_transformer builds the model from the installed class around what
@@ -118,7 +103,7 @@ def test_a_tampered_modules_json_runs_nothing_without_trust_remote_code(exported
 
     from vat.integrations.sentence_transformers import to_sentence_transformer
 
-    folder = _copy(exported, tmp_path)
+    folder = copy_folder(tiny_export, tmp_path)
     marker = tmp_path / "ran"
     (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Evil: pass\n")
     modules = json.loads((folder / fmt.ST_MODULES_NAME).read_text())

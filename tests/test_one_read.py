@@ -17,10 +17,10 @@ import safetensors
 import safetensors.torch
 import torch
 from eval_helpers import write_mini_senteval
-from helpers import export_folder
+from helpers import checkpoint_with_counts, export_folder
 
 import vat
-from vat.share.checkpoint import read_checkpoint, vat_metadata
+from vat.share.checkpoint import read_checkpoint
 from vat.share.pretrained import PACKAGE_SHIPPED_DIR
 from vat.share.resolve import load_model
 
@@ -56,22 +56,11 @@ def models(tmp_path_factory, tiny_ckpt, tiny_sentences):
     """The three local kinds of model argument, with what `vat train` records (token counts,
     training files): {kind: (argument, files that make up the model)}, and the data."""
     root = tmp_path_factory.mktemp("one_read")
-    train = root / "train.txt"
     lines = tiny_sentences + [s.lower() + " again" for s in tiny_sentences]
-    train.write_text("\n".join(lines) + "\n")
-    ckpt = read_checkpoint(tiny_ckpt)
-    loaded = load_model(tiny_ckpt)
-    counts = np.zeros(loaded.tokenizer.vocab_size, dtype=np.int64)
-    for ids in loaded.tokenizer.encode_batch(lines):
-        np.add.at(counts, ids, 1)
-    ckpt["vat"] = vat_metadata(
-        loaded.model, loaded.tokenizer, 0.4, [0, 1, 2, 3], token_counts=counts.tolist()
-    )
-    ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
     run = root / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    last = run / "checkpoints" / "last.ckpt"
-    torch.save(ckpt, last)
+    last, train, _ = checkpoint_with_counts(
+        tiny_ckpt, root, lines, run / "checkpoints" / "last.ckpt", (0, 1, 2, 3)
+    )
     single = root / "model.ckpt"
     shutil.copy(last, single)
     with warnings.catch_warnings():

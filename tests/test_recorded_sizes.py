@@ -7,29 +7,17 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 import time
 
 import pytest
 import torch
-from helpers import export_folder
+from helpers import copy_folder
 
 import vat
 from vat.errors import CheckpointError, VatError
 from vat.model import VATConfig
 from vat.share import folder as fmt
 from vat.share.checkpoint import check_weight_shapes
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory, tiny_ckpt):
-    out = tmp_path_factory.mktemp("export") / "model"
-    export_folder(tiny_ckpt, out)
-    return out
-
-
-def _copy(exported, tmp_path):
-    return shutil.copytree(exported, tmp_path / "model")
 
 
 def _set_config(folder, **changes):
@@ -50,8 +38,8 @@ TAMPERED = {
 
 
 @pytest.mark.parametrize("case", TAMPERED)
-def test_config_sizes_are_checked_against_the_weights_before_building(exported, tmp_path, case):
-    folder = _copy(exported, tmp_path)
+def test_config_sizes_are_checked_against_the_weights_before_building(tiny_export, tmp_path, case):
+    folder = copy_folder(tiny_export, tmp_path)
     changes, needle = TAMPERED[case]
     _set_config(folder, **changes)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -96,19 +84,21 @@ def test_the_shape_check_accepts_every_true_model_and_names_a_stray_tensor():
             check_weight_shapes("w", cfg, missing)
 
 
-def test_deeply_nested_config_json_is_one_line(exported, tmp_path):
-    folder = _copy(exported, tmp_path)
+def test_deeply_nested_config_json_is_one_line(tiny_export, tmp_path):
+    folder = copy_folder(tiny_export, tmp_path)
     (folder / fmt.CONFIG_NAME).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(CheckpointError) as e:
         vat.load(str(folder))
     assert "nested too deeply" in str(e.value) and fmt.CONFIG_NAME in str(e.value)
 
 
-def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(exported, tmp_path, monkeypatch):
+def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(
+    tiny_export, tmp_path, monkeypatch
+):
     import safetensors.torch
     from safetensors import SafetensorError
 
-    model = vat.load(str(exported))
+    model = vat.load(str(tiny_export))
 
     def full_disk(*args, **kwargs):  # what safetensors raises on ENOSPC (seen on a tmpfs)
         raise SafetensorError(
@@ -128,7 +118,7 @@ def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(exported, tmp
 
 @pytest.mark.parametrize("where", [".", "..", "cwd absolute"])
 def test_an_export_never_replaces_the_current_folder_or_its_parent(
-    exported, tmp_path, monkeypatch, capsys, where
+    tiny_export, tmp_path, monkeypatch, capsys, where
 ):
     from vat.cli.export import main as export
 
@@ -136,7 +126,7 @@ def test_an_export_never_replaces_the_current_folder_or_its_parent(
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     target = str(cwd) if where == "cwd absolute" else where
-    code = export([str(exported), target, "--overwrite"])
+    code = export([str(tiny_export), target, "--overwrite"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "is the current folder or contains it" in err[0], err
@@ -144,13 +134,15 @@ def test_an_export_never_replaces_the_current_folder_or_its_parent(
     assert list(cwd.iterdir()) == []
 
 
-def test_an_export_into_a_new_folder_inside_the_current_one_works(exported, tmp_path, monkeypatch):
+def test_an_export_into_a_new_folder_inside_the_current_one_works(
+    tiny_export, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
-    vat.load(str(exported)).save_pretrained("model", features="mu/mean/none")
+    vat.load(str(tiny_export)).save_pretrained("model", features="mu/mean/none")
     assert (tmp_path / "model" / fmt.CONFIG_NAME).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     with pytest.raises(VatError, match="^overwrite: output model exists and is not empty"):
-        vat.load(str(exported)).save_pretrained("model")
+        vat.load(str(tiny_export)).save_pretrained("model")
 
 
 @pytest.mark.parametrize(

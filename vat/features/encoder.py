@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
-from vat.errors import OptionError, VatError, check_count
+from vat.errors import CheckpointError, OptionError, VatError, check_count
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.pooling import length_sorted_batches, pool
 from vat.features.postprocess import (
@@ -578,8 +578,6 @@ def export_features(
             loaded, spec, fit_files=fit_files, count_files=count_files, save=False
         )
     except VatError as e:
-        from vat.errors import CheckpointError
-
         # damaged statistics (CheckpointError, naming their file) are an error, never a
         # reason to fall back: only a default the model cannot fit falls back
         named = features is not None or fit_files is not None or count_files is not None
