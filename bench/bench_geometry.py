@@ -1,6 +1,6 @@
 """How long does the geometry callback take on the whole STS12 probe, next to a validation run?
 
-    python bench/bench_geometry.py --senteval-dir ../shared/data/senteval \\
+    python bench/bench_geometry.py --data-dir ../shared/data/senteval \\
         --val-file ../shared/data/corpus/wmt_newstest_deen/newstest2018.de-en.en
 
 Times, for a paper-shaped VAT (d 128, 4+4 layers, 8 heads, ff 512; random weights unless
@@ -69,7 +69,12 @@ def validation_run(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--senteval-dir", default=str(ROOT.parent / "shared" / "data" / "senteval"))
+    p.add_argument(  # --data-dir as in every vat command (docs/cli.md); --senteval-dir before
+        "--data-dir",
+        "--senteval-dir",
+        dest="senteval_dir",
+        default=str(ROOT.parent / "shared" / "data" / "senteval"),
+    )
     p.add_argument(
         "--val-file",
         default=str(ROOT.parent / "shared/data/corpus/wmt_newstest_deen/newstest2018.de-en.en"),

@@ -132,17 +132,21 @@ FOLDER_OPTIONS = {
         "score",
         ["--ckpt", "{ckpt}", PROBE, "--data-dir", "{bad}", "--samples", "2", "--no-progress"],
     ),
-    "mteb --output": (
+    "mteb --output-dir": (
         "mteb",
-        ["--model", "{ckpt}", "--output", "{bad}", "--tasks", "STSBenchmark"],
+        ["--model", "{ckpt}", "--output-dir", "{bad}", "--tasks", "STSBenchmark"],
     ),
     "export DIR": ("export", ["{ckpt}", "{bad}"]),
     "evaluate --data-dir": ("evaluate", ["--ckpt", "{ckpt}", "--data-dir", "{bad}", *EVAL]),
-    "geometry --senteval-dir": (
+    "geometry --data-dir": (
         "geometry",
-        ["--ckpt", "{ckpt}", "--senteval-dir", "{bad}", "--output", "{tmp}/g.json"],
+        ["--ckpt", "{ckpt}", "--data-dir", "{bad}", "--output", "{tmp}/g.json"],
     ),
-    "sweep --output": ("sweep", ["-c", SWEEP, "--output", "{bad}"]),
+    "geometry --plot-dir": (
+        "geometry",
+        ["--ckpt", "{ckpt}", "--probe", PROBE, "--plot-dir", "{bad}", "--output", "{tmp}/g.json"],
+    ),
+    "sweep --output-dir": ("sweep", ["-c", SWEEP, "--output-dir", "{bad}"]),
     "train --checkpoint.dirpath": (
         "train",
         [
@@ -359,7 +363,7 @@ DEVICE_OPTIONS = {
         "--no-progress",
     ],
     "geometry": ["--ckpt", "{ckpt}", "--probe", PROBE, "--output", "{tmp}/g.json"],
-    "mteb": ["--model", "{ckpt}", "--tasks", "STSBenchmark", "--output", "{tmp}/mteb"],
+    "mteb": ["--model", "{ckpt}", "--tasks", "STSBenchmark", "--output-dir", "{tmp}/mteb"],
     "generate": ["reconstruct", "--ckpt", "{ckpt}", "--no-progress", "a"],
     "score": ["--ckpt", "{ckpt}", PROBE, "--samples", "2", "--no-progress", "--no-representation"],
     "explore": ["--model", "{ckpt}", "--no-progress"],
@@ -370,7 +374,7 @@ for _cmd, _argv in DEVICE_OPTIONS.items():
 # a task list that names no task selected every MTEB task (",,,"), or the defaults ("")
 NUMBER_OPTIONS["mteb --tasks"] = (
     "mteb",
-    ["--model", "{ckpt}", "--output", "{tmp}/mteb", "--tasks", "{v}"],
+    ["--model", "{ckpt}", "--output-dir", "{tmp}/mteb", "--tasks", "{v}"],
     [",,,", "", " , "],
 )
 CASES = [
@@ -574,7 +578,8 @@ API_CASES = {
         lambda m: m.encode(["a"], pooling="nope"),
         "pooling",
     ),
-    "PretrainedVAT.encode: pooling None": (lambda m: m.encode(["a"], pooling=None), "pooling"),
+    # pooling=None is the default (the model's own vectors); a non-string is refused
+    "PretrainedVAT.encode: pooling int": (lambda m: m.encode(["a"], pooling=3), "pooling"),
     "PretrainedVAT.encode: features int": (lambda m: m.encode(["a"], features=3), "features"),
     "PretrainedVAT.encode: features list": (
         lambda m: m.encode(["a"], features=["mu/mean/none"]),
@@ -1008,8 +1013,8 @@ API_CASES = {
         "features",
     ),
     "VATSentenceEncoder: a path": (lambda m: _st("VATSentenceEncoder")("runs/x"), "model"),
-    "VATSentenceEncoder: pooling None": (
-        lambda m: _st("VATSentenceEncoder")(m.loaded, pooling=None),
+    "VATSentenceEncoder: pooling int": (
+        lambda m: _st("VATSentenceEncoder")(m.loaded, pooling=3),
         "pooling",
     ),
     "VATSentenceEncoder.preprocess: inputs None": (
@@ -1042,6 +1047,10 @@ API_CASES = {
     "select_tasks: an empty name": (lambda m: _mteb("select_tasks")(["STS12", " "]), "tasks"),
     "select_tasks: unknown": (lambda m: _mteb("select_tasks")("NoSuchTask"), "tasks"),
     "select_tasks: bytes": (lambda m: _mteb("select_tasks")(b"STS12"), "tasks"),
+    "evaluate: output_dir empty": (lambda m: _mteb("evaluate")(None, ["STS12"], ""), "output_dir"),
+    "evaluate: unknown task": (lambda m: _mteb("evaluate")(None, "NoSuchTask", "out"), "tasks"),
+    "hub_unreachable: timeout 0": (lambda m: _mteb("hub_unreachable")(0), "timeout"),
+    "hub_unreachable: timeout str": (lambda m: _mteb("hub_unreachable")("3"), "timeout"),
     "VATTransformersModel.from_pretrained: empty": (
         lambda m: type(_auto_model(m)).from_pretrained(""),
         "pretrained_model_name_or_path",

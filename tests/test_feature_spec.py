@@ -288,11 +288,13 @@ def test_compare_scores_every_spec_and_agrees_with_evaluate(trained_files, tmp_p
     # sources mu, layer0-2, firstlast; mu has 5 weightings, the others 4; 4 post-processings
     assert len(rows) == (5 + 4 * 4) * 4
     assert (out / "compare.png").stat().st_size > 1000 and (out / "compare.md").is_file()
-    base = next(r for r in rows if r["spec"] == "mu/mean/none")
+    # `vat evaluate`'s default for a checkpoint with counts: the spec its export gets
+    base = next(r for r in rows if r["spec"] == "layer0/sif/none")
     res = tmp_path / "eval.json"
     assert evaluate_main(["--ckpt", str(ckpt), "--tasks", "STS12,STSBenchmark", "--data-dir",
                           str(data), "--output", str(res), *FAST]) == 0  # fmt: skip
     got = json.loads(res.read_text())
+    assert got["_meta"]["features"] == "layer0/sif/none"
     assert float(base["STS12"]) == pytest.approx(
         100 * got["STS12"]["all"]["spearman"]["mean"], abs=0.01
     )
@@ -322,7 +324,7 @@ def test_compare_classification_columns_match_evaluate(trained_files, tmp_path):
     assert len(with_cls) == 4 and any(r["spec"] == "mu/mean/none" for r in with_cls)
     res = tmp_path / "eval.json"
     assert evaluate_main(["--ckpt", str(ckpt), "--tasks", "MR,TREC", "--data-dir", str(data),
-                          "--output", str(res), *FAST]) == 0  # fmt: skip
+                          "--output", str(res), "--pooling", "mean", *FAST]) == 0  # fmt: skip
     got = json.loads(res.read_text())
     base = next(r for r in rows if r["spec"] == "mu/mean/none")
     for t in ("MR", "TREC"):

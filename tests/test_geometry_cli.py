@@ -104,14 +104,14 @@ def test_output_is_never_overwritten_without_flag(tmp_path, tiny_ckpt, probe, ca
         ),
         (["--ckpt", "{ckpt}", "--min-count", "1"], "--min-count must be >= 2"),
         (["--ckpt", "{ckpt}", "--probe", "{tmp}/nope.txt"], "No such file or directory"),
-        (["--ckpt", "{ckpt}", "--senteval-dir", "{tmp}"], "no STS12 files"),
+        (["--ckpt", "{ckpt}", "--data-dir", "{tmp}"], "no STS12 files"),
         (["--hf-model", "{tmp}/no_model"], "directory does not exist"),
         (["--hf-model", "{tmp}"], "no config.json"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, tiny_ckpt, probe, capsys, args, message):
     argv = [a.format(tmp=tmp_path, ckpt=tiny_ckpt) for a in args]
-    if "--probe" not in argv and "--senteval-dir" not in argv:
+    if "--probe" not in argv and "--data-dir" not in argv:
         argv += ["--probe", str(probe)]
     rc, _, err = cli(argv + ["--output", str(tmp_path / "g.json"), "--no-progress"], capsys)
     assert rc == 2

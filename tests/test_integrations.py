@@ -149,7 +149,7 @@ def test_mteb_command_offline_is_one_line(exported, tmp_path, monkeypatch, capsy
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     rc = main(
-        ["--model", str(exported), "--tasks", "STSBenchmark", "--output", str(tmp_path / "res")]
+        ["--model", str(exported), "--tasks", "STSBenchmark", "--output-dir", str(tmp_path / "res")]
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert (

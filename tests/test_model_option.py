@@ -211,10 +211,13 @@ def test_encode_follows_sentence_transformers(exported, tiny_sentences, capsys):
         model.encode(["a"], batch_size=0)
 
 
-def test_plot_and_plots_are_one_option_in_evaluate_and_geometry():
+def test_plot_is_a_png_and_plot_dir_a_folder_in_evaluate_and_geometry():
+    """docs/cli.md: --plot FILE is a PNG, --plot-dir DIR a folder; --plots is the older
+    spelling of each command's option (with a warning, tests/test_cli_vocabulary.py)."""
     from vat.cli.evaluate import build_parser as evaluate_parser
     from vat.cli.geometry import build_parser as geometry_parser
 
     for flag in ("--plot", "--plots"):
         assert evaluate_parser().parse_args(["--model", "m", flag, "a.png"]).plot == "a.png"
-        assert geometry_parser().parse_args(["--model", "m", flag, "dir"]).plots == "dir"
+    for flag in ("--plot-dir", "--plots"):
+        assert geometry_parser().parse_args(["--model", "m", flag, "dir"]).plot_dir == "dir"

@@ -1,4 +1,4 @@
-"""vat.geometry.plots: geometry figures as PNGs (geometry CLI --plots) and TensorBoard
+"""vat.geometry.plots: geometry figures as PNGs (geometry CLI --plot-dir) and TensorBoard
 images (callback)."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_save_writes_non_trivial_pngs(tmp_path):
 
 def test_geometry_cli_plots(tmp_path, tiny_ckpt, probe_file, capsys):
     def geometry(output: str, plots) -> int:
-        extra = ["--min-count", "2", "--plots", str(plots)]
+        extra = ["--min-count", "2", "--plot-dir", str(plots)]
         return run_cli(_main, geometry_args(tiny_ckpt, probe_file, tmp_path / output, *extra))
 
     plots = tmp_path / "plots"
@@ -79,7 +79,7 @@ def test_geometry_cli_plots(tmp_path, tiny_ckpt, probe_file, capsys):
 
     (tmp_path / "file").write_text("x")
     rc = geometry("g2.json", tmp_path / "file")
-    assert rc == 2 and "--plots" in capsys.readouterr().err
+    assert rc == 2 and "--plot-dir" in capsys.readouterr().err
 
 
 def test_callback_logs_images(tmp_path, tiny_ckpt, tiny_sentences, probe_file):

@@ -3,6 +3,7 @@ exported folder, the same numbers from both, the representation columns, and bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -204,15 +205,27 @@ def test_api_refuses_bad_arguments_in_its_own_terms(models):
     assert np.isfinite(got.likelihood["nll"])
 
 
-def test_a_nearly_deterministic_posterior_is_said():
-    # the shipped demo holds about 160 nats per token: its samples repeat the input
-    table = vat.load("demo-wordnet-d64", device="cpu").score(
-        ["He held out his hand.", "Give me any peaches you don't want."],
-        samples=2,
-        diversity_samples=3,
-        prior_samples=0,
-        representation=False,
+def test_a_nearly_deterministic_posterior_is_said_by_the_one_rule():
+    """vat score's note is vat.generate.variation's rule: the shipped demo (held at 25 nats
+    per token) gets none; the same weights with the posterior narrowed 1000-fold do."""
+    sentences = ["He held out his hand.", "Give me any peaches you don't want."]
+    settings = dict(samples=2, diversity_samples=4, prior_samples=0, representation=False)
+    model = vat.load("demo-wordnet-d64", device="cpu")
+    table = model.score(sentences, **settings)
+    v = table.samples["variational"]
+    assert v["agreement_samples"] == 4 * sum(
+        m.strip() == x for m, x in zip(model.reconstruct(sentences), sentences)
     )
-    assert table.samples["variational"]["same_as_input"] >= 0.5
-    assert "the posterior is nearly deterministic at this rate" in table.table()
-    assert table.likelihood["kl_per_token"] > 50
+    assert v["nearly_deterministic"] is False
+    assert "nearly deterministic" not in table.table()
+    net = model.loaded.model
+    wide = net.config
+    net.config = dataclasses.replace(wide, logvar_min=-32.0, logvar_max=-30.0)  # sigma ~ 1e-7
+    try:
+        narrow = model.score(sentences, **settings)
+    finally:
+        net.config = wide
+    n = narrow.samples["variational"]
+    assert n["nearly_deterministic"] is True
+    assert n["agreement_identical"] == n["agreement_samples"] >= 4
+    assert "note: the posterior is nearly deterministic: " in narrow.table()

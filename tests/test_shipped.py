@@ -315,3 +315,17 @@ def test_add_refuses_a_registry_that_is_a_file_and_an_empty_check_file(tiny_ckpt
     argv = ["pretrained", "add", str(folder), "--name", "t", "--check-file", str(empty)]
     err = _one_line_error(capsys, [*argv, "--registry", str(tmp_path / "r")])
     assert "--check-file" in err and "no non-empty line" in err and not (tmp_path / "r").exists()
+
+
+def test_shipped_models_record_their_training_files_by_name_only(tmp_path):
+    """A shipped model goes to every machine: the builder's paths stay behind (an export
+    records them absolute, for fitting where it was trained)."""
+    from vat.share.pretrained import _training_files_as_names, shipped_models
+
+    for entry in shipped_models():
+        files = entry.config["training"]["data"]["train_files"]
+        assert files and all("/" not in f and "\\" not in f for f in files), (entry.name, files)
+    config = {"training": {"data": {"train_files": ["/home/u/data/a.txt.gz", "b.txt"]}}}
+    assert _training_files_as_names(config) is True
+    assert config["training"]["data"]["train_files"] == ["a.txt.gz", "b.txt"]
+    assert _training_files_as_names(config) is False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,71 @@ def test_sweep_writes_table_plots_and_hparams(swept):
         "free_bits_0.0",
         "free_bits_0.5",
     ]
+
+
+def test_a_run_is_quiet_and_the_sweep_ends_with_its_table(tmp_path, capfd, caplog):
+    """Issue 30: each run reprinted `vat train`'s model summary, end-of-fit summary and
+    `next:` hints, and no results table came at the end. Now one line starts a run, one
+    finishes it with its measurements, and stdout is the table sweep.md holds."""
+    extra = ["--trainer.max_steps", "2", "--data.cache_dir", str(tmp_path / "cache")]
+    extra += ["--trainer.enable_model_summary", "true"]  # asked for, still not per run
+    cfg = _config(tmp_path, sweep={KEY: [0.5]}, extra_args=extra, bleu_file=None)
+    assert sweep_cli.main(["-c", str(cfg), "--no-progress"]) == 0
+    out, err = capfd.readouterr()
+    rec = json.loads((tmp_path / "sweep" / "free_bits_0.5" / "record.json").read_text())
+    assert out == (tmp_path / "sweep" / "sweep.md").read_text()
+    assert out.splitlines() == [
+        f"| {KEY} | steps | val KL (nats/token) | val NLL | active units |",
+        "|---:|---:|---:|---:|---:|",
+        f"| 0.5 | 2 | {rec['val_kl']:.2f} | {rec['val_nll']:.3f} | "
+        f"{rec['geometry_active_units']} |",
+    ]
+    for noise in ("next:", "vat evaluate", "Params", "Seed set", "GPU available", "stopped"):
+        assert noise not in err + caplog.text, noise  # a run's summary, hints, info lines
+    lines = [ln.removeprefix("[sweep] ") for ln in err.splitlines() if ln.startswith("[sweep]")]
+    assert lines[0].startswith(f"free_bits_0.5: training ({KEY} 0.5; run 1 of 1) in ")
+    assert lines[1] == "free_bits_0.5: measuring"
+    assert re.fullmatch(
+        rf"free_bits_0\.5: finished in \d+:\d\d: 2 steps, val KL {rec['val_kl']:.2f} "
+        rf"nats/token, val NLL {rec['val_nll']:.3f}",
+        lines[2],
+    ), lines[2]
+    assert lines[3].startswith("wrote ") and len(lines) == 4
+
+
+def test_the_table_shows_the_headline_columns_closed_form():
+    records = [
+        {KEY: 0.05, "step": 600, "val_kl": 1.0599, "val_nll": 4.87488, "bleu": 0.0,
+         "stsb_spearman": 0.123456, "sts12_spearman": None, "geometry_active_units": 3},
+        {KEY: 1.0, "step": 600, "val_kl": 16.4263, "val_nll": 4.8619, "bleu": None,
+         "stsb_spearman": 0.17, "sts12_spearman": 0.2, "geometry_active_units": 20},
+    ]  # fmt: skip
+    assert frontier.markdown_table(records, [KEY]).splitlines() == [
+        f"| {KEY} | steps | val KL (nats/token) | val NLL | BLEU | STS-B | STS12 | active units |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| 0.05 | 600 | 1.06 | 4.875 | 0.0 | 12.35 | - | 3 |",
+        "| 1.0 | 600 | 16.43 | 4.862 | - | 17.00 | 20.00 | 20 |",
+    ]
+    assert frontier.headline(records[0]) == (
+        "val KL 1.06 nats/token, val NLL 4.875, BLEU 0.0, STS-B 12.35"
+    )
+
+
+def test_readme_and_docs_suggest_the_sweep_that_works():
+    """Issue 30: README suggested frontier_cpu.yaml, whose every point scored BLEU 0.0, and
+    docs/sweep.md's table left out frontier_cpu_target_kl.yaml."""
+    readme = (ROOT / "README.md").read_text()
+    (row,) = [ln for ln in readme.splitlines() if ln.startswith("| sweep any config key")]
+    assert "vat sweep -c configs/sweeps/frontier_cpu_target_kl.yaml" in row
+    assert "frontier_cpu.yaml" not in row
+    docs = (ROOT / "docs" / "sweep.md").read_text()
+    first = next(ln for ln in docs.splitlines() if "vat sweep -c" in ln)
+    assert "configs/sweeps/frontier_cpu_target_kl.yaml" in first
+    rows = {ln.split("|")[1].strip() for ln in docs.splitlines() if ln.startswith("| `")}
+    for path in (ROOT / "configs" / "sweeps").glob("*.yaml"):
+        assert f"`{path.name}`" in rows, path.name  # every shipped sweep has a row
+    (cpu,) = [ln for ln in docs.splitlines() if ln.startswith("| `frontier_cpu.yaml`")]
+    assert "BLEU 0.0 at every point" in cpu  # says what it shows
 
 
 def test_measure_run_reads_the_checkpoint_once(swept, monkeypatch):
@@ -405,10 +471,13 @@ def test_output_in_a_train_run_is_one_line(tmp_path, capsys):
     write_manifest(run, {"--run_dir": run}, [])
     cfg = str(_config(tmp_path))
     for output, msg in [
-        (run, f"error: --output {run} is the folder of a vat train run"),
-        (run / "checkpoints" / "sw", f"error: --output {run / 'checkpoints' / 'sw'} lies inside"),
+        (run, f"error: --output-dir {run} is the folder of a vat train run"),
+        (
+            run / "checkpoints" / "sw",
+            f"error: --output-dir {run / 'checkpoints' / 'sw'} lies inside",
+        ),
     ]:
-        assert sweep_cli.main(["-c", cfg, "--output", str(output)]) == 2
+        assert sweep_cli.main(["-c", cfg, "--output-dir", str(output)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(msg), err
     assert sorted(p.name for p in run.rglob("*")) == [".vat-run.json", "checkpoints"]

@@ -247,9 +247,27 @@ def test_progress_bar_counts_steps_not_epochs(tmp_path, capsys):
         return vat_train([*fit_args(tmp_path / run, tmp_path / f"cache-{run}")[1:], *bar, *extra])
 
     code = with_bar("run", "--trainer.max_steps", "3")
-    out, err = capsys.readouterr()  # Lightning's bars write to stdout, tqdm's to stderr
-    assert code == 0 and "training" in out and "3/3" in out and "Epoch" not in out
-    assert "vat: tokenizing" in err
+    out, err = capsys.readouterr()  # every bar on stderr: stdout is for results
+    assert code == 0 and "training" in err and "3/3" in err and "Epoch" not in err
+    assert "vat: tokenizing" in err and "training:" not in out
     code = with_bar("run2", "--no-progress")
     out, err = capsys.readouterr()
-    assert code == 0 and "training" not in out and "vat: tokenizing" not in err
+    assert code == 0 and "training:" not in out + err and "vat: tokenizing" not in err
+
+
+def test_a_callback_error_inside_the_config_is_one_line(tmp_path, capsys):
+    """jsonargparse wraps a callback's own VatError ("Does not validate against any of the
+    Union subtypes", a traceback); `vat train` shows the VatError itself, as one line."""
+    from vat.cli.train import vat_train
+
+    missing = tmp_path / "missing.txt"
+    code = vat_train(
+        [
+            "-c", TINY, "--run_dir", str(tmp_path / "r"),
+            "--trainer.callbacks", "vat.callbacks.SamplesCallback",
+            "--trainer.callbacks.sentences_file", str(missing),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"error: SamplesCallback: sentences_file {missing} does not exist"], err

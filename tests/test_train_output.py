@@ -14,21 +14,24 @@ def test_one_bar_and_the_summary(tmp_path, capsys):
 
     run = tmp_path / "run"
     assert main(fit_args(run, tmp_path / "cache", "--trainer.enable_progress_bar", "true")) == 0
-    out = capsys.readouterr().out
-    # the one bar: steps of max_steps with loss, KL nats/token and tokens/s; nothing else
-    assert "training: 100%" in out and "2/2" in out and "step/s" in out
-    writes = out.replace("\n", "\r").split("\r")
+    out, err = capsys.readouterr()
+    # the one bar (on stderr, stdout is for results): steps of max_steps with loss, KL
+    # nats/token and tokens/s; nothing else
+    assert "training: 100%" in err and "2/2" in err and "step/s" in err
+    assert "training:" not in out
+    writes = err.replace("\n", "\r").split("\r")
     (final,) = [w for w in writes if "training: 100%" in w]  # the last step: written once
     assert "loss=" in final and "nats/tok" in final and "tok/s=" in final
     for noise in ("Training:", "Validation", "Sanity Checking", "Epoch 0"):
-        assert noise not in out, noise
+        assert noise not in out + err, noise
     # the summary, with the real paths and numbers
     (best,) = (run / "checkpoints").glob("best-*.ckpt")
     lines = out[out.index("vat: 2 steps in") :].splitlines()
     assert lines[1].startswith(f"vat: best checkpoint {best} (val/loss ")
     assert lines[2] == f"vat: last checkpoint {run / 'checkpoints' / 'last.ckpt'}"
     nll = scalars(run)["val/nll"][-1][1]
-    assert lines[3].startswith(f"vat: final validation: NLL {nll:.4f} nats/token, KL ")
+    assert lines[3].startswith(f"vat: final validation: NLL given z {nll:.4f} nats/token ")
+    assert "(reconstruction perplexity " in lines[3] and "), KL " in lines[3]
     assert "BLEU not measured" in lines[3]
     assert lines[4:] == [
         "next:",

@@ -13,11 +13,13 @@
     model.save_pretrained("my-vat", evaluate="STS12,STSBenchmark")
 
 The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded.LoadedVAT`
-(`model.loaded`), and everything below works on that object. Features follow a feature spec
-(`vat.feature_spec`; an exported folder's own by default, else the mean of mu, PAPER.md:
-representations use mu); generation is `vat.generate.generator.VATGenerator`, whose decoding
-options (strategy, beam, temperature, top_k, top_p, max_len, ...) every generation method
-takes as keywords.
+(`model.loaded`), and everything below works on that object. Sentence vectors follow the
+model's feature spec (`vat.feature_spec`), by one rule for every loader
+(`vat.features.encoder.default_features`, docs/features.md): an exported folder's own; for a
+training run or checkpoint the spec its export gets (DEFAULT_EXPORT_SPEC, from the token
+counts it records); the mean of mu, with a warning, where no counts are recorded.
+Generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam,
+temperature, top_k, top_p, max_len, ...) every generation method takes as keywords.
 
 Arguments are checked before any work, and a bad one is a `vat.errors.OptionError` naming
 the Python argument (never a command-line flag). Sentences follow one rule everywhere
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -55,7 +58,7 @@ from vat.errors import (
 from vat.eval import engine
 from vat.eval.encoders import vat_encoder
 from vat.eval.scores import task_scores
-from vat.eval.tasks.registry import expand_tasks
+from vat.eval.tasks.registry import choose_tasks, expand_tasks
 from vat.eval.vae_table import (
     DEFAULT_SAMPLES,
     ScoreSettings,
@@ -66,8 +69,10 @@ from vat.eval.vae_table import (
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, sentence_features
 from vat.features.encoder import (
+    DefaultFeatures,
     FeatureEncoder,
-    chosen_spec,
+    check_pooling,
+    default_features,
     export_features,
     resolve_features,
 )
@@ -162,6 +167,7 @@ class PretrainedVAT:
         self.loaded = loaded
         self.generator = VATGenerator.from_loaded(loaded, batch_size=batch_size)
         self._feature_encoders: dict[tuple, FeatureEncoder] = {}
+        self._default_features: DefaultFeatures | None = None
 
     @property
     def model(self):
@@ -182,9 +188,18 @@ class PretrainedVAT:
 
     @property
     def embedding_dim(self) -> int:
-        """Width of the sentence features `encode` gives by default (the folder's spec)."""
-        own = self.loaded.feature_spec
-        return self.feature_encoder().dim if own is not None else self.dim
+        """Width of the sentence features `encode` gives by default (`default_features`)."""
+        return self.feature_encoder().dim
+
+    @property
+    def default_features(self) -> DefaultFeatures:
+        """Which vectors `encode` gives when no spec or pooling is named, and why (the one rule
+        of every loader, `vat.features.encoder.default_features`): `.spec`, `.why`,
+        `.fallback` (True: the mean of mu, because the default spec could not be had).
+        Resolved once per loaded model; a fallback is said once on stderr."""
+        if self._default_features is None:
+            self._default_features = default_features(self.loaded)
+        return self._default_features
 
     @property
     def device(self) -> torch.device:
@@ -213,11 +228,14 @@ class PretrainedVAT:
         convert_to_tensor: bool = False,
         device: str | torch.device | None = None,
         normalize_embeddings: bool = False,
-        pooling: str = "mean",
+        pooling: str | None = None,
         features: str | FeatureSpec | FittedFeatures | None = None,
     ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
-        """Sentence features as `SentenceTransformer.encode` returns them: token means mu
-        pooled with `pooling` (the names of `vat.features.Pooling`), or any feature spec.
+        """Sentence features as `SentenceTransformer.encode` returns them: by default the
+        model's own (`default_features`: an exported folder's spec, else for a checkpoint the
+        spec its export gets), the same vectors AutoModel, sentence-transformers, MTEB and
+        `vat evaluate` give; or token means mu pooled with `pooling` (the names of
+        `vat.features.Pooling`), or any feature spec (`features`).
 
         A single string gives one vector (d,); a list (tuple, generator, numpy array of
         strings) an (N, d) float32 array;
@@ -226,25 +244,25 @@ class PretrainedVAT:
         vector to unit length (a zero vector stays zero). `show_progress_bar` defaults to a
         bar from PROGRESS_BAR_MIN_SENTENCES sentences on. `device` moves the model first
         (default: where it is). `features` is a feature spec (`vat.feature_spec`, e.g.
-        "mu/sif/pc1", "firstlast/mean/whiten"; or a FittedFeatures) and replaces `pooling`;
-        an exported folder's own spec is the default.
+        "mu/sif/pc1", "firstlast/mean/whiten"; or a FittedFeatures); name one of the two.
         """
         batch, single = check_sentences(sentences)
         check_count(batch_size, "batch_size")
-        check_choice(pooling, "pooling", POOLINGS)
+        if pooling is not None:
+            check_choice(pooling, "pooling", POOLINGS)
         _check_features(features)
         if device is not None:
             self.to(device)
         if show_progress_bar is None:
             show_progress_bar = len(batch) >= PROGRESS_BAR_MIN_SENTENCES
-        spec = chosen_spec(self.loaded, pooling, features)
-        if spec is not None:
-            out = self.feature_encoder(spec)(
-                batch, batch_size=batch_size, progress=bool(show_progress_bar)
-            )
-        else:
+        check_pooling(pooling, features)
+        if features is None and pooling is not None:  # the token means mu, pooled as asked
             out = sentence_features(
                 self.model, self.tokenizer, batch, pooling, batch_size, bool(show_progress_bar)
+            )
+        else:  # the spec named, else the model's own (default_features, the one rule)
+            out = self.feature_encoder(features)(
+                batch, batch_size=batch_size, progress=bool(show_progress_bar)
             )
         if normalize_embeddings:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
@@ -274,11 +292,14 @@ class PretrainedVAT:
     def feature_encoder(
         self, features: str | FeatureSpec | FittedFeatures | None = None, **fit_options: Any
     ) -> FeatureEncoder:
-        """A `vat.features.encoder.FeatureEncoder` for a spec (default: the folder's own, else
-        mu/mean/none). Statistics come with the model or are fitted on its training sentences
+        """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own,
+        `default_features`). Statistics come with the model or are fitted on its training sentences
         (`resolve_features`'s keywords: fit_files, count_files, n_fit, save, ...)."""
         _check_features(features)
         if isinstance(features, FittedFeatures):
+            return FeatureEncoder(self.loaded, features)
+        if features is None and not fit_options:
+            features = self.default_features.fitted  # resolved once, said once
             return FeatureEncoder(self.loaded, features)
         key = (str(features), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
         if key not in self._feature_encoders:
@@ -301,6 +322,7 @@ class PretrainedVAT:
         fit_files: Sequence[str] | None = None,
         count_files: Sequence[str] | None = None,
         space: bool = False,
+        show_progress_bar: bool = False,
     ) -> Path:
         """Export to a folder others load (`vat export`): config.json, model.safetensors,
         tokenizer.json, the sentence-transformers files and a model card, written atomically.
@@ -312,7 +334,8 @@ class PretrainedVAT:
         `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores in config.json and the
         card's model-index. `license`, `language` and `repo_id` go on the card. `space` also
         writes the app.py and requirements.txt that make the folder a Hugging Face Space
-        running `vat explore`'s page (vat.share.space).
+        running `vat explore`'s page (vat.share.space). `show_progress_bar`: say each stage
+        (fitting the features, evaluating) and show the evaluation's bars, on stderr.
         """
         check_path(directory, "directory")
         check_path(data_dir, "data_dir", optional=True)
@@ -323,6 +346,9 @@ class PretrainedVAT:
                 "features", f"expected a feature spec such as 'mu/sif/pc1', got {features!r:.60}"
             )
         tasks = check_export(directory, overwrite=overwrite, evaluate=evaluate)
+        if show_progress_bar and (features is None or FeatureSpec.parse(features).needs_fit):
+            what = features if features is not None else "the model's default spec"
+            print(f"vat: fitting the folder's sentence features ({what})", file=sys.stderr)
         fitted = export_features(
             self.loaded, features, fit_files=fit_files, count_files=count_files
         )
@@ -330,7 +356,23 @@ class PretrainedVAT:
         if tasks:
             encoder = vat_encoder(self.loaded, features=fitted)
             folder = data_dir if data_dir is not None else default_senteval_dir()
-            settings = engine.EvalSettings(device=str(self.device), progress=False)
+            # a group (sts, all) means its members present under the folder, as in evaluate
+            choice = choose_tasks(evaluate if isinstance(evaluate, str) else tasks, folder)
+            if choice.absent:
+                print(
+                    f"warning: skipping {', '.join(choice.absent)}: no data under {folder}; "
+                    f"evaluating {', '.join(choice.tasks)}",
+                    file=sys.stderr,
+                )
+            tasks = choice.tasks
+            if show_progress_bar:
+                print(
+                    f"vat: evaluating {', '.join(tasks)} on the sentence features {fitted.spec}",
+                    file=sys.stderr,
+                )
+            settings = engine.EvalSettings(
+                device=str(self.device), progress=bool(show_progress_bar)
+            )
             results, _ = engine.evaluate(encoder, tasks, folder, settings)
             evaluation = list(task_scores(results, tasks).values())
         return export_model(
@@ -657,7 +699,7 @@ def precision_match(
     half_model = type(loaded.model)(loaded.config).to(loaded.device)
     half_model.load_state_dict(rounded)
     half = dataclasses.replace(loaded, model=half_model.eval())
-    fitted = loaded.own_features or FittedFeatures(loaded.feature_spec or FeatureSpec())
+    fitted = default_features(loaded, quiet=True).fitted  # the vectors encode gives
     full_features = FeatureEncoder(loaded, fitted)(sentences, progress=False)
     half_features = FeatureEncoder(half, fitted)(sentences, progress=False)
     norms = np.linalg.norm(full_features, axis=1) * np.linalg.norm(half_features, axis=1)

@@ -8,6 +8,7 @@ by the user's input (a missing file, a bad option, a corrupt checkpoint) reads a
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
 import os
@@ -207,10 +208,24 @@ def check_seed(value: int | None, name: str = "seed") -> int | None:
     return n
 
 
+def did_you_mean(word: object, choices: Sequence[str]) -> str:
+    """The tail ` (did you mean X?)` naming the choice nearest to a mistyped `word` (difflib's
+    ratio, case ignored), else "": what every unknown-name error of a closed vocabulary adds."""
+    if not isinstance(word, str) or not word.strip():
+        return ""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.strip().lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
+
+
 def check_choice(value: str, name: str, choices: Sequence[str]) -> str:
-    """One of `choices` (a str), else an OptionError listing them."""
+    """One of `choices` (a str), else an OptionError listing them (and the nearest one)."""
     if not isinstance(value, str) or value not in choices:
-        raise OptionError(name, f"must be one of {', '.join(choices)}, got {_shown(value)}")
+        raise OptionError(
+            name,
+            f"must be one of {', '.join(choices)}, got {_shown(value)}"
+            + did_you_mean(value, choices),
+        )
     return str(value)
 
 

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vat.errors import CheckpointError, VatError
+from vat.errors import CheckpointError, VatError, did_you_mean
 from vat.io import atomic_write, regular_file, writable_target
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
@@ -58,18 +58,19 @@ class FeatureSpec:
         if not (self.source in ("mu", "firstlast") or re.fullmatch(r"layer\d+", self.source)):
             raise VatError(
                 f"feature source must be mu, layerK (K = 0..layers) or firstlast, "
-                f"got {self.source!r}"
+                f"got {self.source!r}{did_you_mean(self.source, ('mu', 'layer0', 'firstlast'))}"
             )
         if self.weighting not in WEIGHTINGS:
             raise VatError(
-                f"feature weighting must be one of {', '.join(WEIGHTINGS)}, got {self.weighting!r}"
+                f"feature weighting must be one of {', '.join(WEIGHTINGS)}, got "
+                f"{self.weighting!r}{did_you_mean(self.weighting, WEIGHTINGS)}"
             )
         if self.weighting == "precision" and self.source != "mu":
             raise VatError("precision weighting uses the variances of mu: it needs source mu")
         if not re.fullmatch(r"none|pc[1-9]\d*|whiten(?:[1-9]\d*)?", self.post):
             raise VatError(
                 f"feature post-processing must be none, pcK or whiten[K] (K >= 1), "
-                f"got {self.post!r}"
+                f"got {self.post!r}{did_you_mean(self.post, ('none', 'pc1', 'whiten'))}"
             )
         a = self.sif_a
         # a / (a + p(w)) is a weight in (0, 1] only for a finite a > 0: inf or NaN would

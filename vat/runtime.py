@@ -67,6 +67,51 @@ def resolve_device(name: str | torch.device | None = "auto", option: str = "devi
     )
 
 
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int | None, str]:
+    """How many intra-op threads torch uses for a training command, and why (issue 30).
+
+    `requested` is `--threads N`; `env` the value of $OMP_NUM_THREADS; `cuda` whether a CUDA
+    GPU is visible. Returns (threads, reason) where None threads means "leave torch's
+    default". The rule, first match wins:
+    1. `--threads N` (N >= 1);
+    2. $OMP_NUM_THREADS, as OpenMP programs honour it (torch already applied it);
+    3. with a CUDA GPU, torch's default: the CPU only feeds the GPU;
+    4. on the CPU, one thread. vat's models (d 64-128) multiply matrices too small for thread
+       hand-offs to pay on a quiet machine, and on a shared one torch's default (one thread
+       per core) spin-waits in OpenMP barriers whenever another process holds a core: the
+       demo ran 2.9 steps/s with 2 threads against 10.9 with one beside other jobs
+       (bench/bench_threads.py, BENCHMARKS.md "CPU threads").
+    """
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+            raise OptionError("threads", f"expected a whole number >= 1, got {requested!r}")
+        return requested, "--threads"
+    if env is not None and env.strip():
+        try:
+            n = int(env)
+        except ValueError:
+            raise VatError(f"${THREADS_ENV}={env!r} is not a whole number") from None
+        if n < 1:
+            raise VatError(f"${THREADS_ENV}={env!r}: expected a whole number >= 1")
+        return n, f"${THREADS_ENV}"
+    if cuda:
+        return None, "torch's default beside a GPU"
+    return 1, "vat's default on the CPU"
+
+
+def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
+    """Apply `cpu_threads` to this process. Returns (threads set, or None where torch's
+    default stays; reason). Processes that DDP starts re-run the command and so the rule; the
+    environment is left alone (in-process callers such as the sweep share it)."""
+    n, why = cpu_threads(requested, os.environ.get(THREADS_ENV), torch.cuda.is_available())
+    if n is not None and n != torch.get_num_threads():
+        torch.set_num_threads(n)
+    return n, why
+
+
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode (no dropout) and no autograd for the block. Afterwards every submodule gets

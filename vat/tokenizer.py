@@ -9,13 +9,15 @@ exact match (PAPER.md, "Generation").
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from vat.errors import VatError
+from vat.errors import OptionError, VatError, check_count, check_sentences
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
@@ -56,7 +58,10 @@ class VATTokenizer:
         length: int | None = None,
     ) -> VATTokenizer:
         """Train byte-level BPE on an iterator of sentences; `progress` shows the trainer's
-        own progress bars (`length`: the number of sentences, for the bar's total)."""
+        own progress bars (`length`: the number of sentences, for the bar's total) when both
+        streams are a terminal: the trainer draws its bars on stderr (hidden when stderr is
+        not a terminal) but ends each stage with an empty line on stdout, which would land
+        in redirected results."""
         tok = Tokenizer(models.BPE(unk_token=UNK))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -65,7 +70,7 @@ class VATTokenizer:
             min_frequency=min_frequency,
             special_tokens=SPECIAL_TOKENS,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=progress,
+            show_progress=progress and sys.stdout.isatty() and sys.stderr.isatty(),
         )
         tok.train_from_iterator(_batched(texts), trainer=trainer, length=length)
         return cls(tok)
@@ -161,6 +166,69 @@ class VATTokenizer:
         limit = self.max_chars(max_tokens)
         return text if len(text) <= limit else text[:limit]
 
+    # -- called the Hugging Face way ------------------------------------------------------
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        *,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        add_special_tokens: bool = True,
+        return_attention_mask: bool = True,
+    ) -> TokenizerOutput:
+        """`tok("A sentence")` / `tok(["a", "b"], padding=True, return_tensors="pt")` as a
+        transformers tokenizer's call: `input_ids` and `attention_mask` (1 for a token, 0 for
+        padding). With `add_special_tokens` (default) the ids are the encoder's input,
+        make_batch's `src`: w_1..w_n </s>, padded on the right with <pad>, so
+        `model(**tok(texts, padding=True, return_tensors="pt"))` reads what training read.
+
+        padding: False / "do_not_pad", True / "longest", or "max_length" (to `max_length`).
+        truncation: True / "longest_first" keeps the first `max_length` ids, </s> counted
+        (make_batch's max_len). return_tensors: None (lists), "pt" or "np"; one string
+        then gives a batch of one, and texts of different lengths need padding (as in
+        transformers)."""
+        texts, single = check_sentences(text, "text")
+        pad = _PADDING.get(padding) if isinstance(padding, bool | str) else None
+        if pad is None:
+            raise OptionError("padding", f"must be one of {_choices(_PADDING)}, got {padding!r}")
+        cut = _TRUNCATION.get(truncation) if isinstance(truncation, bool | str | None) else None
+        if cut is None:
+            raise OptionError(
+                "truncation", f"must be one of {_choices(_TRUNCATION)}, got {truncation!r}"
+            )
+        if return_tensors not in (None, "pt", "np"):
+            raise OptionError(
+                "return_tensors", f"must be None, 'pt' or 'np', got {return_tensors!r}"
+            )
+        special = int(bool(add_special_tokens))  # the </s> each sequence ends with
+        if max_length is not None:
+            check_count(max_length, "max_length", minimum=1 + special)
+        elif pad == "max_length" or cut == "cut":
+            raise OptionError(
+                "max_length", f"is needed with padding={padding!r} / truncation={truncation!r}"
+            )
+        keep = max_length - special if cut == "cut" else None
+        ids = [x + [EOS_ID] * special for x in self.encode_batch(texts, keep)]
+        width = {"no": 0, "max_length": max_length}.get(pad, max(map(len, ids), default=0))
+        mask = [[1] * len(x) + [0] * max(width - len(x), 0) for x in ids]
+        ids = [x + [PAD_ID] * max(width - len(x), 0) for x in ids]
+        out = TokenizerOutput(input_ids=ids, attention_mask=mask)
+        if not return_attention_mask:
+            del out["attention_mask"]
+        if return_tensors is None:
+            return TokenizerOutput({k: v[0] for k, v in out.items()}) if single else out
+        if len({len(x) for x in ids}) > 1:
+            raise OptionError(
+                "padding",
+                f"return_tensors={return_tensors!r} needs equal lengths: give padding=True "
+                "for texts of different lengths",
+            )
+        if return_tensors == "pt":
+            return TokenizerOutput({k: torch.tensor(v, dtype=torch.long) for k, v in out.items()})
+        return TokenizerOutput({k: np.asarray(v, dtype=np.int64) for k, v in out.items()})
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ids, cut at the first </s> and without special tokens."""
         ids = list(ids)
@@ -177,6 +245,34 @@ class VATTokenizer:
     def token_text(self, i: int) -> str:
         """Readable text of one subword (byte-level symbols decoded), for projector labels."""
         return self.tokenizer.decode([i]) if i >= len(SPECIAL_TOKENS) else self.id_to_token(i)
+
+
+# transformers' spellings of the call's options -> what they do here
+_PADDING = {False: "no", "do_not_pad": "no", True: "longest", "longest": "longest"}
+_PADDING.update({"max_length": "max_length"})
+_TRUNCATION = {None: "no", False: "no", "do_not_truncate": "no"}
+_TRUNCATION.update({True: "cut", "longest_first": "cut", "only_first": "cut"})
+
+
+def _choices(table: dict) -> str:
+    return ", ".join(repr(k) for k in table)
+
+
+class TokenizerOutput(dict):
+    """What calling a VATTokenizer gives, as transformers' BatchEncoding does: a dict
+    (`input_ids`, `attention_mask`) whose keys are also attributes, with `.to(device)` for
+    its tensors."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to(self, device: str | torch.device) -> TokenizerOutput:
+        return TokenizerOutput(
+            {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.items()}
+        )
 
 
 def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:

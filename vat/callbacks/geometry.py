@@ -86,7 +86,7 @@ class GeometryMetrics(_ProbeCallback):
     only): KL per latent dimension (`geometry/kl_per_dim`) and the variance of mu per
     dimension (`geometry/mu_variance_per_dim`, the active-units statistic). Images
     (TensorBoard, with matplotlib): `geometry/plots/{spectrum,kl_per_dim,active_units}`, the
-    figures of `vat.geometry.plots` that the geometry CLI writes with --plots.
+    figures of `vat.geometry.plots` that the geometry CLI writes with --plot-dir.
     """
 
     def __init__(
@@ -113,6 +113,7 @@ class GeometryMetrics(_ProbeCallback):
         super().__init__(every_n_validations, probe_file, senteval_dir, max_sentences)
         self.min_count = min_count
         self.batch_size = batch_size
+        self._plots_warned = False  # the images skipped for want of matplotlib: said once
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         start = time.perf_counter()
@@ -145,15 +146,21 @@ class GeometryMetrics(_ProbeCallback):
             )
             self._log_figures(writer, mu, report, step)
 
-    @staticmethod
-    def _log_figures(writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
-        """The geometry CLI's --plots figures as TensorBoard images (skipped without matplotlib)."""
+    def _log_figures(self, writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
+        """vat geometry's --plot-dir figures as TensorBoard images (skipped without matplotlib)."""
 
         try:
             figures = geometry_figures(
                 covariance_eigenvalues(mu), report.kl_per_dim, report.active_unit_variances
             )
-        except VatError:  # matplotlib is missing
+        except VatError as e:  # matplotlib is missing (vat.io.figure_class says which extra)
+            if not self._plots_warned:  # once per run, not at every validation
+                rank_zero_warn(
+                    "GeometryMetrics: the TensorBoard images geometry/plots/{spectrum,"
+                    f"kl_per_dim,active_units}} are skipped ({e}); the geometry/* scalars "
+                    "and histograms are still logged"
+                )
+                self._plots_warned = True
             return
         for name, fig in figures.items():
             writer.add_image(

@@ -8,6 +8,9 @@ With no step budget it is Lightning's own bar.
 It is the only bar of a run: validation and the sanity check run without one (their results
 show in the postfix and in TensorBoard). The postfix is the loss, the rate (KL in nats per
 token) and the throughput in tokens per second; tqdm adds steps/s and the time left.
+
+Every bar goes to stderr, like every other bar of vat (encoding, evaluation, the sweep):
+stdout carries only results (Lightning's own bars write to stdout).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ class StepProgressBar(TQDMProgressBar):
     def init_train_tqdm(self) -> Tqdm:
         """Created with its step budget, so its first line is already the final layout."""
         total = self._budget(self.trainer) if self._trainer is not None else None
-        if total is None:
-            return super().init_train_tqdm()
+        if total is None:  # no step budget: Lightning's epoch bar
+            return self._stderr_bar(self.train_description, smoothing=0)
         return Tqdm(
             desc="training",
             total=total,
@@ -36,7 +39,7 @@ class StepProgressBar(TQDMProgressBar):
             disable=self.is_disabled,
             leave=True,
             dynamic_ncols=True,
-            file=sys.stdout,
+            file=sys.stderr,
             smoothing=0,
             bar_format=self.BAR_FORMAT,
         )
@@ -46,6 +49,26 @@ class StepProgressBar(TQDMProgressBar):
 
     def init_validation_tqdm(self):
         return Tqdm(disable=True)
+
+    def init_test_tqdm(self) -> Tqdm:
+        """`vat train test`: Lightning's bar, on stderr."""
+        return self._stderr_bar("Testing")
+
+    def init_predict_tqdm(self) -> Tqdm:
+        return self._stderr_bar(self.predict_description, smoothing=0)
+
+    def _stderr_bar(self, desc: str, **kwargs: Any) -> Tqdm:
+        """Lightning's bar of the same name (its init_*_tqdm), on stderr instead of stdout."""
+        return Tqdm(
+            desc=desc,
+            position=(2 * self.process_position),
+            disable=self.is_disabled,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stderr,
+            bar_format=self.BAR_FORMAT,
+            **kwargs,
+        )
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict:
         """loss, KL nats per token and tokens/s (the last logged values)."""

@@ -25,6 +25,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.callbacks.base import EveryNValidations, markdown_table, tensorboard_writer
+from vat.data.corpus import read_sentence_file
 from vat.errors import VatError
 from vat.generate.generator import DecodeOptions, VATGenerator, corpus_bleu
 from vat.tokenizer import VATTokenizer
@@ -109,7 +110,8 @@ class SamplesCallback(EveryNValidations):
         """The fixed sentence set, chosen once so BLEU is comparable across runs."""
         if self._sentences is None:
             if self.sentences_file is not None:
-                lines = Path(self.sentences_file).read_text(encoding="utf-8").splitlines()
+                data = read_sentence_file(self.sentences_file)  # plain or .gz, as training
+                lines = data.decode("utf-8").splitlines()
                 self._sentences = [s for s in lines if s.strip()][: self.num_sentences]
             else:
                 self._sentences = [s for s in self._from_val_data(trainer, tokenizer) if s.strip()]

@@ -3,23 +3,33 @@
     vat: 2000 steps in 3:05 (10.8 steps/s, 41,236 tokens/s)
     vat: best checkpoint runs/demo/checkpoints/best-step0002000.ckpt (val/loss 3.1234)
     vat: last checkpoint runs/demo/checkpoints/last.ckpt
-    vat: final validation: NLL 2.9012 nats/token, KL 11.234 nats/token, BLEU 71.20
+    vat: final validation: NLL given z 2.9012 nats/token (reconstruction perplexity 18.19),
+         KL 11.2340 nats/token, BLEU 71.20                                      (one line)
+    vat: note: the posterior is nearly deterministic: ... (only when it is; vat.generate.variation)
     next:
       vat evaluate --model runs/demo --tasks sts
       vat generate reconstruct --model runs/demo "A man is playing a guitar."
       vat export runs/demo my-vat --evaluate STS12,STSBenchmark
 
 `--model runs/demo` (a run folder) means its best checkpoint (vat.share.resolve).
+
+The NLL and perplexity are of x given a latent z drawn from its own posterior q(z | x): how
+well the decoder reconstructs, not a language model's perplexity (issue 30; `vat score`
+estimates that one).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
+
+from vat.generate.generator import TruncationWarning, VATGenerator
+from vat.generate.variation import SampleAgreement, deterministic_note, measure_agreement
 
 
 class TrainingSummary(pl.Callback):
@@ -35,10 +45,38 @@ class TrainingSummary(pl.Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.interrupted:
             return
-        print("\n".join(summary_lines(trainer, self._start)), flush=True)
+        agreement = posterior_agreement(trainer, pl_module)
+        print("\n".join(summary_lines(trainer, self._start, agreement)), flush=True)
 
 
-def summary_lines(trainer: pl.Trainer, start: tuple[float, int] | None) -> list[str]:
+def posterior_agreement(
+    trainer: pl.Trainer, pl_module: pl.LightningModule, sentences: int = 32, samples: int = 4
+) -> SampleAgreement | None:
+    """`vat.generate.variation.measure_agreement` of the trained model on the first
+    `sentences` validation sentences (a second or two), or None without a VAT system or
+    validation data."""
+    model, tokenizer = getattr(pl_module, "model", None), getattr(pl_module, "tokenizer", None)
+    loaders = trainer.val_dataloaders
+    if model is None or tokenizer is None or not loaders:
+        return None
+    loader = loaders[0] if isinstance(loaders, list | tuple) else loaders
+    batch = next(iter(loader), None)
+    if batch is None:
+        return None
+    texts = [t for t in tokenizer.decode_batch(batch["src"][:sentences].tolist()) if t.strip()]
+    if not texts:
+        return None
+    gen = VATGenerator(model, tokenizer, prior_std=float(pl_module.prior_std))
+    with warnings.catch_warnings():  # validation sentences already fit max_len
+        warnings.simplefilter("ignore", TruncationWarning)
+        return measure_agreement(gen, texts, samples)
+
+
+def summary_lines(
+    trainer: pl.Trainer,
+    start: tuple[float, int] | None,
+    agreement: SampleAgreement | None = None,
+) -> list[str]:
     lines = []
     logged = trainer.callback_metrics
     if start is not None:
@@ -60,19 +98,25 @@ def summary_lines(trainer: pl.Trainer, start: tuple[float, int] | None) -> list[
         lines.append(f"vat: best checkpoint {best[0]}{score}")
     if last is not None:
         lines.append(f"vat: last checkpoint {last}")
+    # The logged keys stay val/nll and val/ppl (checkpoint monitors and TensorBoard curves
+    # name them); the words say what they measure.
     parts = [
         f"{label} {float(logged[key]):.4f}{unit}"
         for key, label, unit in (
-            ("val/nll", "NLL", " nats/token"),
+            ("val/nll", "NLL given z", " nats/token"),
             ("val/kl", "KL", " nats/token"),
             ("val/recon_bleu", "BLEU", ""),
         )
         if key in logged
     ]
+    if "val/nll" in logged and "val/ppl" in logged:
+        parts[0] += f" (reconstruction perplexity {float(logged['val/ppl']):.4g})"
     if "val/recon_bleu" not in logged:
         parts.append("BLEU not measured (add the vat.callbacks.SamplesCallback callback)")
     if parts:
         lines.append("vat: final validation: " + ", ".join(parts))
+    if agreement is not None and agreement.nearly_deterministic:
+        lines.append(f"vat: note: {deterministic_note(agreement, 1.0)}")
     where = best[0] if best is not None else last
     if where is not None:
         run = Path(where).parent.parent  # RUN/checkpoints/x.ckpt

@@ -1,32 +1,97 @@
 """What every `vat` command shares: the one-line-error parser, option types, input reading.
 
-Option names are the same everywhere: `--model` (alias `--ckpt`), `--output`, `--device auto`,
-`--debug`, `--no-progress`, `--quiet`.
+Option names are one vocabulary (docs/cli.md): `--model` (alias `--ckpt`), `--output FILE`
+(always a file), `--output-dir DIR` (a folder a command writes), `--plot FILE` (a PNG),
+`--plot-dir DIR` (a folder of PNGs), `--data-dir DIR` (SentEval's data), `--device auto`,
+`--debug`, `--no-progress`, `--quiet`. An older spelling users already type stays as a
+renamed option (`add_renamed`): it works, with one warning line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from vat.errors import VatError
+from vat.errors import VatError, did_you_mean
 
 
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (`error: ...`, exit 2) like every other error,
-    instead of the whole usage block. Subparsers made from it behave the same. No prefix
-    matching (`allow_abbrev=False`): `--num-sample` is an error, not `--num-samples`."""
+    instead of the whole usage block, with the nearest valid name for a mistyped choice or
+    option. Subparsers made from it behave the same. No prefix matching
+    (`allow_abbrev=False`): `--num-sample` is an error, not `--num-samples`."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        raise VatError(f"{message} (see {self.prog} --help)")
+        raise VatError(f"{message}{self._did_you_mean(message)} (see {self.prog} --help)")
+
+    def _did_you_mean(self, message: str) -> str:
+        # argparse's own wording (3.11-3.13): "invalid choice: 'x' (choose from 'a', 'b')" and
+        # "unrecognized arguments: --x 1 ..."
+        choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if choice:
+            return did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
+        unknown = re.match(r"unrecognized arguments: (-\S+)", message)
+        if unknown:
+            return did_you_mean(unknown[1].split("=")[0], option_strings(self))
+        return ""
+
+
+def option_strings(p: argparse.ArgumentParser) -> list[str]:
+    """Every option string of `p` and of its subcommands' parsers."""
+    out = []
+    for action in p._actions:  # argparse keeps no public list of a parser's options
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += option_strings(sub)
+        elif action.help != argparse.SUPPRESS:
+            out += [o for o in action.option_strings if o.startswith("--")]
+    return out
+
+
+class _Renamed(argparse.Action):
+    """An older spelling of an option: stores into the new option's dest, with one warning line
+    on stderr naming both spellings."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        warn_renamed(parser.prog, option_string, self.new)
+        setattr(namespace, self.dest, values)
+
+
+def warn_renamed(prog: str, old: str | None, new: str) -> None:
+    print(
+        f"warning: {prog}: {old} is now {new} (docs/cli.md); the old spelling still works",
+        file=sys.stderr,
+    )
+
+
+def add_renamed(p, old: str, option: argparse.Action) -> None:
+    """`old` as an older spelling of `option` (what `add_argument` returned): same value, same
+    dest, hidden from --help, and a one-line warning when used. `p` is the parser or group
+    `option` was added to (so a mutually exclusive group excludes both spellings)."""
+    p.add_argument(
+        old,
+        action=_Renamed,
+        new=option.option_strings[0],
+        dest=option.dest,
+        nargs=option.nargs,
+        type=option.type,
+        metavar=option.metavar,
+        default=argparse.SUPPRESS,  # the new option's default stands
+        help=argparse.SUPPRESS,
+    )
 
 
 def add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
@@ -116,10 +181,12 @@ def split_lines(text: str) -> list[str]:
 
 
 def read_text_lines(source: str, option: str = "--input") -> list[str]:
-    """Lines of a UTF-8 text file ('-' = stdin); bad bytes are a one-line error naming the line."""
+    """Lines of a UTF-8 text file, plain or .gz as training reads them ('-' = stdin); bad
+    bytes are a one-line error naming the line."""
     if source == "-":
         data, name = sys.stdin.buffer.read(), "stdin"
     else:
+        from vat.data.corpus import read_sentence_file
         from vat.io import regular_file
 
         path = Path(source)
@@ -128,7 +195,7 @@ def read_text_lines(source: str, option: str = "--input") -> list[str]:
         # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
         # (it blocks until a writer appears) or a device (/dev/zero never ends)
         regular_file(path, option, allow_pipe=True)
-        data, name = path.read_bytes(), f"{option} {path}"
+        data, name = read_sentence_file(path), f"{option} {path}"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from vat.cli.common import Parser
-from vat.errors import VatError, run_cli
+from vat.errors import OptionError, VatError, did_you_mean, run_cli
 
 
 def config_dir() -> Path:
@@ -32,9 +32,11 @@ def find_config(name: str) -> Path | None:
     return packaged_configs().get(key)
 
 
-def resolve_config_args(argv: Sequence[str]) -> list[str]:
+def resolve_config_args(argv: Sequence[str], kind: str | None = "train") -> list[str]:
     """Replace the value of each `-c` / `--config` that is not a file by the packaged config
-    of that name, so that `vat train -c demo` works from any folder."""
+    of that name, so that `vat train -c demo` works from any folder. A value that is neither
+    is one line listing the packaged configs of `kind` with the nearest name (`existing`);
+    kind None leaves it to the command, which checks its usage first (vat sweep)."""
     out = list(argv)
     for i, arg in enumerate(out):
         flag, eq, value = arg.partition("=")
@@ -53,7 +55,47 @@ def resolve_config_args(argv: Sequence[str]) -> list[str]:
             from vat.io import regular_file
 
             regular_file(value, flag)  # a FIFO would block the parser, /dev/zero fill memory
+        elif kind is not None and not _is_inline_config(value):
+            existing(value, kind, flag)
     return out
+
+
+def existing(value: str, kind: str, flag: str = "-c") -> str:
+    """`value` when it is a file (or a link to check later), else one line naming `flag`:
+    no such config, the packaged ones of `kind` ("train", or "sweep": those under sweeps/)
+    and the nearest name."""
+    if Path(value).exists() or Path(value).is_symlink():
+        return value
+    raise OptionError(flag, _no_config(value, kind))
+
+
+def _is_inline_config(value: str) -> bool:
+    """jsonargparse also takes a config's text as the -c value (`-c '{"seed_everything": 1}'`)."""
+    text = value.strip()
+    return "\n" in text or text.startswith(("{", "[")) or ": " in text
+
+
+def _no_config(value: str, kind: str) -> str:
+    """Why `value` is no config: the packaged ones of `kind` and the one nearest to it (by
+    its packaged name, "demo" for demoo.yaml, or a YAML file beside the one named)."""
+    sweeps = kind == "sweep"
+    names = [n for n in packaged_configs() if n.startswith("sweeps/") == sweeps]
+    # a sweep may be named without its folder: "sweep" is nearest to sweeps/sweep
+    spellings = {**{n.rsplit("/", 1)[-1]: n for n in names}, **{n: n for n in names}}
+    key = value.removesuffix(".yaml").removeprefix("configs/")
+    hint = did_you_mean(key, list(spellings))
+    if hint:
+        near = hint[len(" (did you mean ") : -len("?)")]
+        hint = f" (did you mean {spellings[near]}?)"
+    parent = Path(value).parent
+    if not hint and str(parent) != "." and parent.is_dir():
+        beside = [str(p) for p in sorted(parent.glob("*.y*ml"))[:200]]
+        hint = did_you_mean(value, beside)
+    listed = ", ".join(names) or "none"
+    return (
+        f"{value} is no file and no packaged config{hint}; the packaged {kind} configs: "
+        f"{listed} (vat config shows them)"
+    )
 
 
 def _summary(path: Path) -> str:
@@ -85,8 +127,8 @@ def _main(argv: list[str]) -> int:
     path = find_config(args.name)
     if path is None:
         raise VatError(
-            f"no packaged config {args.name!r}; expected one of {', '.join(configs)} "
-            "(see vat config)"
+            f"no packaged config {args.name!r}{did_you_mean(args.name, list(configs))}; "
+            f"expected one of {', '.join(configs)} (see vat config)"
         )
     if args.path:
         print(path)

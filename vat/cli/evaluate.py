@@ -19,9 +19,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, add_model_option, show_progress
-from vat.errors import VatError, run_cli
-from vat.eval.tasks.registry import ALL_TASKS, TASK_GROUPS, expand_tasks
+from vat.cli.common import Parser, add_common, add_model_option, add_renamed, show_progress
+from vat.errors import OptionError, VatError, run_cli
+from vat.eval.tasks.files import MissingTaskData
+from vat.eval.tasks.registry import (
+    ALL_TASKS,
+    TASK_GROUPS,
+    TaskChoice,
+    choose_tasks,
+    expand_tasks,
+)
 from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir
 from vat.io import check_output_file, figure_class, write_json_atomic
 from vat.runtime import resolve_device
@@ -51,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="local Hugging Face encoder directory (needs transformers)",
     )
     p.add_argument(
-        "--tasks", default="all", help="comma-separated task names and/or groups sts, transfer, all"
+        "--tasks",
+        default="all",
+        help="comma-separated task names (any case; STS-B, SICK-R, SICK-E as the tables print "
+        "them) and/or groups sts, transfer, all. A group runs its tasks present under "
+        "--data-dir and names the missing ones on stderr; a task named on its own must be "
+        "there (see --skip-missing)",
     )
     p.add_argument(
         "--data-dir",
@@ -63,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument(
         "--pooling",
-        default="mean",
-        help="vat: mean | sum | start (the paper's VAT-mean/-sum/-start) | precision (mu weighted "
-        "by exp(-logvar)); HF: mean | cls",
+        default=None,
+        help="vat: pool the token means mu: mean | sum | start (the paper's VAT-mean/-sum/-start) "
+        "| precision (mu weighted by exp(-logvar)); default: the model's own vectors (its "
+        "feature spec, docs/features.md). HF: mean (default) | cls",
     )
     p.add_argument(
         "--preset",
@@ -95,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--skip-missing",
         action="store_true",
-        help="skip tasks whose data is missing (with a warning) instead of failing",
+        help="also skip tasks named on their own whose data is missing or unreadable (one "
+        "warning line) instead of failing",
     )
     p.add_argument(
         "--finetune",
@@ -114,15 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     from vat.cli.features import add_feature_options
 
     add_feature_options(p)
-    p.add_argument(
+    plot = p.add_argument(
         "--plot",
-        "--plots",
         dest="plot",
         metavar="PNG",
         help="write a bar chart of the scores per task (with --compare: "
-        "beside earlier runs), atomically; needs matplotlib (--plots is an alias, as in "
-        "vat geometry)",
+        "beside earlier runs) to this PNG file, atomically; needs matplotlib",
     )
+    add_renamed(p, "--plots", plot)  # an older spelling (docs/cli.md)
     p.add_argument(
         "--compare",
         nargs="+",
@@ -234,7 +247,7 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _make_encoder(args: argparse.Namespace, loaded):
+def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
     from vat.eval import encoders
 
     device = resolve_device(args.device)
@@ -245,20 +258,43 @@ def _make_encoder(args: argparse.Namespace, loaded):
             loaded,
             batch_size=args.batch_size,
             features=args.features,
-            fit_options=fit_options(args, expand_tasks(args.tasks), loaded),
+            fit_options=fit_options(args, tasks, loaded),
         )
         check_fitted(enc.fitted, args)
         return enc, f"vat:{args.model}"
-    if loaded is not None:
+    if loaded is not None:  # the model's own vectors, or --pooling of mu (one rule)
         return encoders.vat_encoder(loaded, args.pooling, args.batch_size), f"vat:{args.model}"
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
     return encoders.hf_encoder(
-        args.hf_model, args.pooling, args.batch_size, device
+        args.hf_model, args.pooling or "mean", args.batch_size, device
     ), f"hf:{args.hf_model}"
 
 
+def _tasks_to_run(choice: TaskChoice, data_dir: str, skip_missing: bool) -> list[str]:
+    """The tasks to run (vat.eval.tasks.choose_tasks): a group's members present; a task named
+    on its own and missing is an error naming --skip-missing, or with it skipped. What is left
+    out is one warning line naming the tasks and the folder looked in (so the printed `next:`
+    command `--tasks sts` runs on a partial copy of SentEval)."""
+    if choice.named_absent and not skip_missing:
+        return choice.tasks  # the first one fails as it loads, naming --skip-missing
+    skipped = choice.absent + choice.named_absent
+    tasks = [t for t in choice.tasks if t not in skipped]
+    if skipped:
+        print(
+            f"warning: skipping {', '.join(skipped)}: no data under {data_dir} (SentEval's "
+            f"layout, docs/evaluate.md); running {', '.join(tasks)}",
+            file=sys.stderr,
+        )
+    return tasks
+
+
+def _skip_missing_hint(e: MissingTaskData) -> VatError:
+    return VatError(f"{e}; --skip-missing runs the tasks that are present")
+
+
 def _available(tasks: list[str], data_dir: str) -> list[str]:
+    """--skip-missing: tasks whose files do not load are skipped too, one warning each."""
     from vat.eval.tasks.registry import load_task
 
     keep = []
@@ -301,7 +337,11 @@ def _main(argv: Sequence[str] | None) -> int:
     check_count(args.nhid, "nhid")
     check_count(args.epochs, "epochs")
     check_non_negative_finite(args.lr, "lr", positive=True)
-    tasks = expand_tasks(args.tasks)
+    try:
+        expand_tasks(args.tasks)  # names checked (any case, did you mean) before any work
+    except VatError as e:
+        raise OptionError("tasks", str(e)) from None
+    choice = choose_tasks(args.tasks, args.data_dir)
     resolve_device(args.device)  # meta, xyz, cuda:7 ... refused in one line before any work
     out = check_output_file(args.output, args.overwrite, "--output", ".json file")
     plot = check_output_file(args.plot, args.overwrite, "--plot", ".png file")
@@ -312,13 +352,14 @@ def _main(argv: Sequence[str] | None) -> int:
 
         figure_class()  # one line now, not after the evaluation, if matplotlib is missing
         earlier = {f: load_results(f) for f in args.compare}
-    if args.skip_missing:
-        tasks = _available(tasks, args.data_dir)
     loaded = None
     if args.model:  # read once; everything below takes the loaded model
         from vat.share.resolve import load_model
 
         loaded = load_model(args.model, resolve_device(args.device))
+    tasks = _tasks_to_run(choice, args.data_dir, args.skip_missing)
+    if args.skip_missing:  # tasks whose files do not load are skipped too
+        tasks = _available(tasks, args.data_dir)
     t0 = time.perf_counter()
     meta = {
         "tasks": tasks,
@@ -332,16 +373,19 @@ def _main(argv: Sequence[str] | None) -> int:
         settings = FinetuneSettings(
             epochs=args.epochs,
             lr=args.lr,
-            pooling=args.pooling,
+            pooling=args.pooling or "mean",
             seed=args.seed,
             device=resolve_device(args.device),
             progress=show_progress(args),
         )
-        results, seconds = finetune_tasks(loaded, tasks, args.data_dir, settings)
+        try:
+            results, seconds = finetune_tasks(loaded, tasks, args.data_dir, settings)
+        except MissingTaskData as e:
+            raise _skip_missing_hint(e) from None
         meta.update(
             mode="finetune",
             encoder=f"vat:{args.model}",
-            pooling=args.pooling,
+            pooling=settings.pooling,
             epochs=args.epochs,
             lr=args.lr,
             batch_size=settings.batch_size,
@@ -351,7 +395,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         from vat.eval.engine import EvalSettings, evaluate
 
-        encoder, name = _make_encoder(args, loaded)
+        encoder, name = _make_encoder(args, loaded, tasks)
         settings = EvalSettings(
             preset=args.preset,
             classifier=args.classifier,
@@ -362,21 +406,28 @@ def _main(argv: Sequence[str] | None) -> int:
             device=resolve_device(args.device),
             progress=show_progress(args),
         )
-        results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
+        try:
+            results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
+        except MissingTaskData as e:
+            raise _skip_missing_hint(e) from None
         meta.update(
             mode="features",
             encoder=name,
-            pooling=args.pooling if not args.encoder else None,
+            pooling=(args.pooling or "mean") if args.hf_model else args.model and args.pooling,
+            # every vat table and results file names the vectors it scored (features.md)
             **(
-                {"features": str(encoder.fitted.spec), "features_fit": encoder.fitted.fit}
-                if hasattr(encoder, "fitted")
+                {"features": encoder.features, "features_why": encoder.why}
+                if hasattr(encoder, "features")
                 else {}
             ),
+            **({"features_fit": encoder.fitted.fit} if hasattr(encoder, "fitted") else {}),
             preset=args.preset,
             classifier=asdict(settings.classifier_config()),
             relatedness=args.relatedness,
         )
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
+    if "features" in meta:  # the table's title names the vectors it scored
+        print(f"{meta['encoder']}: features {meta['features']} ({meta['features_why']})")
     print(format_table(results) if not args.finetune else _format_finetune(results))
     if out is not None:
         from vat.eval.scores import task_scores  # one unit (percent), the requested names

@@ -11,14 +11,23 @@ tokenizer.json, a README.md model card and the sentence-transformers files) load
 `vat.load(DIR)`, every `--model`, and `SentenceTransformer(DIR, trust_remote_code=True)`;
 see `vat.share.folder` and docs/sharing.md. The model is read once (`vat.load`), and the
 command is `vat.load(MODEL).save_pretrained(DIR, ...)` (fit the folder's feature spec,
-evaluate it, write the folder and its card), then an upload.
+evaluate it, write the folder and its card), then an upload. With --evaluate it says on
+stderr what it is doing (fitting the features, evaluating each task) and prints the scores
+it recorded as a table on stdout:
+
+    | task | split | metric | value |
+    |---|---|---|---:|
+    | STS12 | test | spearman | 50.99 |
+    | STSBenchmark | test | spearman | 49.40 |
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
-from vat.cli.common import MODEL_HELP, Parser
+from vat.cli.common import MODEL_HELP, Parser, add_common, show_progress
 from vat.errors import OptionError, VatError, run_cli
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
@@ -72,9 +81,6 @@ def build_parser() -> Parser:
         "(default $VAT_SENTEVAL_DIR, else ../shared/data/senteval)",
     )
     p.add_argument(
-        "--device", default="auto", help="with --evaluate: cpu, cuda, ... (default auto)"
-    )
-    p.add_argument(
         "--features",
         metavar="SPEC",
         default=None,
@@ -90,8 +96,24 @@ def build_parser() -> Parser:
     )
     p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
     p.add_argument("--count-files", nargs="+", metavar="FILE", default=None)
-    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    add_common(p)  # --device (where --evaluate runs), --debug, --no-progress, --quiet
     return p
+
+
+def scores_table(folder: Path) -> str:
+    """The scores an export recorded (config.json's "evaluation", `vat.eval.scores` entries):
+    one row per task, percent (Spearman x 100 for STS, accuracy for classification), under
+    the feature spec they scored."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    scores = config.get("evaluation") or []
+    specs = ", ".join(dict.fromkeys(str(s.get("features", "?")) for s in scores))
+    lines = [
+        f"scores of {folder}'s sentence features ({specs}), percent:",
+        "| task | split | metric | value |",
+        "|---|---|---|---:|",
+    ]
+    lines += [f"| {s['task']} | {s['split']} | {s['metric']} | {s['value']:.2f} |" for s in scores]
+    return "\n".join(lines)
 
 
 def _model_and_output(args) -> tuple[str, str | None]:
@@ -139,11 +161,16 @@ def _main(argv: list[str]) -> int:
             fit_files=args.fit_files,
             count_files=args.count_files,
             space=args.space,
+            # the long work (fitting a named spec, evaluating) says what it does
+            show_progress_bar=show_progress(args)
+            and (args.evaluate is not None or args.features is not None),
         )
         print(
             f"wrote {out}"
             + (f" (a Space too: python {out}/app.py serves it)" if args.space else "")
         )
+        if args.evaluate is not None:
+            print(scores_table(Path(out)))
     if args.push_to_hub:
         try:
             info = upload(out, args.push_to_hub, private=args.private or None)

@@ -5,7 +5,8 @@
 
 `compare` scores every combination of source x weighting x post-processing on the STS tasks
 present (STS12, STS-B dev and test; optionally the classification tasks for the best
-three), writing `compare.csv`, `compare.md` and `compare.png`: the three are written into a
+three), writing `compare.csv`, `compare.md` and `compare.png` and printing the table of
+`compare.md` on stdout at the end (notes and bars go to stderr): the three are written into a
 temporary folder beside --output-dir, which then replaces it whole, so an interrupted run
 leaves the old set or the new one, never a mix. --output-dir is the command's own folder:
 one holding anything else (a run folder, the current folder) is refused. Every
@@ -322,6 +323,7 @@ def _main(argv: Sequence[str] | None) -> int:
         write_output_set(out_dir, lambda tmp: _write(rows, meta, tmp, atomic_write))
     for name in OUTPUT_NAMES:
         print(f"wrote {Path(args.output_dir) / name}", file=sys.stderr)
+    print(compare_markdown(rows, meta))  # the result, on stdout: the table compare.md holds
     return 0
 
 
@@ -450,6 +452,17 @@ def _write(rows: list[dict], meta: dict, where: Path, atomic_write) -> None:
     for r in rows:
         w.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
     atomic_write(outputs[0], lambda f: f.write(buf.getvalue()))
+    md = compare_markdown(rows, meta)
+    atomic_write(outputs[1], lambda f: f.write(md + "\n"))
+    _plot(rows, outputs[2])
+
+
+def compare_markdown(rows: list[dict], meta: dict) -> str:
+    """compare.md: a sentence on how it was measured, then one row per spec, best first
+    (STS12's five sets are in compare.csv only)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
     show = [c for c in cols if not c.startswith("STS12.")]
     md = [
         f"Feature specs of `{meta['model']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
@@ -466,8 +479,7 @@ def _write(rows: list[dict], meta: dict, where: Path, atomic_write) -> None:
             (f"{r[c]:.2f}" if isinstance(r.get(c), float) else str(r.get(c, ""))) for c in show
         ]
         md.append("| " + " | ".join(cells) + " |")
-    atomic_write(outputs[1], lambda f: f.write("\n".join(md) + "\n"))
-    _plot(rows, outputs[2])
+    return "\n".join(md)
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -95,7 +95,9 @@ def _parser() -> argparse.ArgumentParser:
 
     inputs = Parser(add_help=False)
     inputs.add_argument("sentences", nargs="*", help="sentences to process (or use --input)")
-    inputs.add_argument("--input", help="text file, one sentence per line ('-' = stdin)")
+    inputs.add_argument(
+        "--input", help="text file, one sentence per line (plain or .gz; '-' = stdin)"
+    )
 
     variational = Parser(add_help=False)
     variational.add_argument(
@@ -150,7 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     i.add_argument("sentences", nargs="*", help="two sentences (or use --input)")
     i.add_argument(
-        "--input", help="file of sentence pairs, one pair per line separated by a tab ('-' = stdin)"
+        "--input",
+        help="file of sentence pairs, one pair per line separated by a tab (plain or .gz; "
+        "'-' = stdin)",
     )
     i.add_argument(
         "--alphas",

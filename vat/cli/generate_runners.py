@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
 from vat.cli.common import read_text_lines
 from vat.errors import VatError
 from vat.generate.decoding import DecodeOptions
-from vat.generate.generator import VATGenerator, reconstruction_score
+from vat.generate.generator import TruncationWarning, VATGenerator, reconstruction_score
 from vat.generate.latents import InterpolationMethod
+from vat.generate.variation import deterministic_note, sample_agreement
 from vat.tokenizer import EOS_ID
 
 
@@ -90,6 +92,7 @@ def _run_sample(
         results = gen.resample_token(
             texts, positions, n, args.tau, opts, args.seed, labels=labels, source=args.source
         )
+    _note_if_deterministic(gen, args, opts, texts, results, labels)
     by_line = dict(zip(keep, results))
     for i, src in enumerate(lines):
         samples = by_line.get(i)
@@ -105,6 +108,29 @@ def _run_sample(
                 gen.tokenizer.token_text(ids[p]) if p < len(ids) else None for p in positions
             ]
         _emit(out, args.json, record, samples)
+
+
+def _note_if_deterministic(
+    gen: VATGenerator,
+    args: argparse.Namespace,
+    opts: DecodeOptions,
+    texts: Sequence[str],
+    results: Sequence[Sequence[str]],
+    labels: Sequence[str],
+) -> None:
+    """One stderr note when the samples repeat the mu-decoding (vat.generate.variation; issue
+    30: the demo's five samples were its input five times, with nothing said). Not for token
+    sampling (its variation is not the latent's), tau 0 (z = mu) or latents from the prior."""
+    if args.quiet or opts.strategy == "sample" or args.tau == 0:
+        return
+    if getattr(args, "source", "posterior") != "posterior":
+        return
+    with warnings.catch_warnings():  # the sampling call already warned about cut sentences
+        warnings.simplefilter("ignore", TruncationWarning)
+        means = gen.reconstruct(list(texts), opts, labels=labels)
+    agreement = sample_agreement(results, means, texts)
+    if agreement.nearly_deterministic:
+        print(f"note: {deterministic_note(agreement, args.tau)}", file=sys.stderr)
 
 
 def _run_interpolate(

@@ -1,15 +1,17 @@
 """`vat geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
 
     vat geometry --model runs/vat/checkpoints/last.ckpt --output geometry.json \\
-        --plots geometry-plots    # + spectrum.png, kl_per_dim.png, active_units.png
-    vat geometry --hf-model DIR --layer 3 --senteval-dir ../shared/data/senteval \\
+        --plot-dir geometry-plots    # + spectrum.png, kl_per_dim.png, active_units.png
+    vat geometry --hf-model DIR --layer 3 --data-dir ../shared/data/senteval \\
         --output minilm_layer3.json
 
 Encodes the probe (`vat.geometry.probes`; default: STS12 from $VAT_SENTEVAL_DIR, else
 ../shared/data/senteval), computes every metric of
 `vat.geometry.metrics` on the token vectors (a VAT's posterior means mu; a Hugging Face model's
 hidden states at --layer, special tokens excluded), prints a table and writes JSON
-atomically. An existing output file is only replaced with --overwrite.
+atomically. An existing output file is only replaced with --overwrite. Option names follow
+docs/cli.md: `--senteval-dir` and `--plots` are older spellings of `--data-dir` and
+`--plot-dir`; `--plot` names one PNG file in every command, and geometry draws three.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, add_model_option, show_progress
+from vat.cli.common import (
+    Parser,
+    add_common,
+    add_model_option,
+    add_renamed,
+    show_progress,
+    warn_renamed,
+)
 from vat.errors import VatError, run_cli
 from vat.geometry.metrics import METRICS, GeometryReport, geometry_report
 from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
@@ -51,11 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--probe", help="text file of probe sentences (one a line; tab-separated fields split)"
     )
-    probe.add_argument(
-        "--senteval-dir",
+    data_dir = probe.add_argument(
+        "--data-dir",
         help="SentEval data/downstream folder; its STS12 sentences are the probe "
         f"(default: ${SENTEVAL_ENV}, else ../shared/data/senteval)",
     )
+    add_renamed(probe, "--senteval-dir", data_dir)
     p.add_argument(
         "--max-sentences", type=int, default=None, help="use only the first N probe sentences"
     )
@@ -80,22 +90,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="JSON file to write (default: only print the table)")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     add_common(p)
-    p.add_argument(
-        "--plot",
-        "--plots",
-        dest="plots",
+    plot_dir = p.add_argument(
+        "--plot-dir",
         default=None,
         metavar="DIR",
-        help="also write PNGs (covariance spectrum, KL per dimension, active units) into DIR "
-        "(--plots is an alias)",
+        help="also write PNGs (spectrum.png, kl_per_dim.png, active_units.png: covariance "
+        "spectrum, KL per dimension, active units) into the folder DIR",
     )
+    add_renamed(p, "--plots", plot_dir)
+    p.add_argument("--plot", action=_PlotFile, nargs=None, help=argparse.SUPPRESS)
     return p
+
+
+class _PlotFile(argparse.Action):
+    """`--plot` names one PNG file in every vat command; geometry draws three figures. So
+    `--plot X.png` is a one-line error naming --plot-dir (never a folder named X.png), and
+    `--plot DIR`, the spelling docs gave before, is an older spelling of --plot-dir."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if Path(values).suffix.lower() == ".png":
+            raise VatError(
+                f"--plot {values}: vat geometry draws three figures (spectrum, KL per "
+                "dimension, active units), not one PNG; name a folder for them with "
+                "--plot-dir DIR"
+            )
+        warn_renamed(parser.prog, option_string, "--plot-dir")
+        namespace.plot_dir = values
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.device = resolve_device(args.device)
     output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
+    if args.plot_dir is not None:  # before the encoding, not after it
+        from vat.io import figure_class, folder
+
+        if Path(args.plot_dir).exists() or Path(args.plot_dir).is_symlink():
+            folder(args.plot_dir, "--plot-dir")
+        figure_class()  # one line now if matplotlib is missing
     if args.layer is not None and args.hf_model is None:
         raise VatError("--layer applies to --hf-model only (a vat checkpoint has one latent layer)")
     if args.top_types < 0:
@@ -113,11 +145,11 @@ def _main(argv: Sequence[str] | None) -> int:
         from vat.share.resolve import load_model
 
         loaded = load_model(args.model, args.device)
-    senteval = args.senteval_dir
+    senteval = args.data_dir
     if senteval is not None:
         from vat.io import folder
 
-        folder(senteval, "--senteval-dir")
+        folder(senteval, "--data-dir")
     if args.probe is None and senteval is None:
         senteval = str(default_senteval_dir())
     try:
@@ -159,12 +191,12 @@ def _main(argv: Sequence[str] | None) -> int:
     }
     if output is not None:
         write_json_atomic(output, result, indent=2)
-    if args.plots is not None:
+    if args.plot_dir is not None:
         from vat.geometry.metrics import covariance_eigenvalues
         from vat.geometry.plots import save_geometry_plots
 
         written = save_geometry_plots(
-            args.plots,
+            args.plot_dir,
             covariance_eigenvalues(vectors),
             report.kl_per_dim,
             report.active_unit_variances,

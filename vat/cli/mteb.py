@@ -9,8 +9,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_model_option
-from vat.errors import VatError, check_count, run_cli
+from vat.cli.common import Parser, add_model_option, add_renamed
+from vat.errors import check_count, run_cli
 from vat.io import folder
 from vat.runtime import resolve_device
 
@@ -27,34 +27,38 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))",
     )
     p.add_argument(
-        "--pooling", default="mean", help="pooling of the token means (vat.features.Pooling)"
+        "--pooling",
+        default=None,
+        help="pool the token means mu: mean | sum | start | precision (default: the model's "
+        "own vectors, docs/features.md)",
     )
     p.add_argument(
         "--features",
         default=None,
-        help="feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; default: the model's own)",
+        help="feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; default: the model's own, "
+        "docs/features.md)",
     )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument(
         "--device", default=None, help="torch device (default: cuda if available, else cpu)"
     )
-    p.add_argument("--output", default="mteb-results", help="folder for MTEB's result files")
+    output_dir = p.add_argument(
+        "--output-dir", default="mteb-results", help="folder for MTEB's result files"
+    )
+    add_renamed(p, "--output", output_dir)  # an older spelling (docs/cli.md)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    import mteb
-    from mteb.cache import ResultCache
-
     from vat.api import load
-    from vat.integrations.mteb import VATMTEBEncoder, select_tasks
+    from vat.integrations.mteb import VATMTEBEncoder, evaluate, select_tasks
 
     args = _parser().parse_args(argv)
     check_count(args.batch_size, "batch_size")
     args.device = resolve_device(args.device)  # one line for meta, xyz, cuda:7, ...
-    if Path(args.output).exists() or Path(args.output).is_symlink():
-        folder(args.output, "--output")  # MTEB writes a folder of result files
+    if Path(args.output_dir).exists() or Path(args.output_dir).is_symlink():
+        folder(args.output_dir, "--output-dir")  # MTEB writes a folder of result files
     tasks = select_tasks(args.tasks)  # checked before the model loads; "" and ",,," name none
     encoder = VATMTEBEncoder(
         args.model,
@@ -64,18 +68,12 @@ def _main(argv: Sequence[str] | None) -> int:
         batch_size=args.batch_size,
         features=args.features,
     )
-    try:
-        result = mteb.evaluate(
-            encoder, tasks, cache=ResultCache(args.output), overwrite_strategy="always"
-        )
-    except ConnectionError as e:  # the task data comes from the Hub
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise VatError(
-            f"cannot fetch MTEB task data from the Hugging Face Hub ({first[:200]})"
-        ) from None
+    # the task data comes from the Hub: offline at once when it cannot be reached
+    result = evaluate(encoder, tasks, args.output_dir)
+    print(f"{args.model}: features {encoder.spec} ({encoder.why})")
     for task_result in result.task_results:
         print(f"{task_result.task_name:<24} {task_result.get_score():.4f}")
-    print(f"results in {args.output}")
+    print(f"results in {args.output_dir}")
     return 0
 
 

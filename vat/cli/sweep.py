@@ -13,19 +13,15 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from vat.cli.config import resolve_config_args
+from vat.cli.common import Parser, add_renamed
+from vat.cli.config import existing, resolve_config_args
 from vat.errors import VatError, run_cli
 from vat.experiments.config import SweepConfig
+from vat.experiments.frontier import markdown_table
 from vat.experiments.sweep import Runner, run_sweep
 from vat.io import folder
+from vat.runtime import apply_cpu_threads
 from vat.train.run_dir import MANIFEST_NAME, check_place
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (exit 2 through run_cli), not argparse's usage block."""
-
-    def error(self, message: str):
-        raise VatError(f"{message} (see {self.prog} --help)")
 
 
 def _values(text: str) -> list[Any]:
@@ -39,11 +35,10 @@ def _values(text: str) -> list[Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
-        prog="vat sweep", description=__doc__.split("\n\n")[0], allow_abbrev=False
-    )  # no prefix matching, as in every vat parser
+    p = Parser(prog="vat sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/)")
-    p.add_argument("--output", help="output folder (overrides out_dir)")
+    output_dir = p.add_argument("--output-dir", help="output folder (overrides out_dir)")
+    add_renamed(p, "--output", output_dir)  # an older spelling (docs/cli.md)
     p.add_argument(
         "--values",
         type=_values,
@@ -57,7 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar over the runs")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no [sweep] log lines")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no [sweep] log lines (the results table still prints)",
+    )
     p.add_argument("--run", action="append", help=argparse.SUPPRESS)  # the child processes' point
     p.add_argument(
         "--no-summary", action="store_true", help=argparse.SUPPRESS
@@ -70,10 +69,10 @@ def _main(argv: Sequence[str] | None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    cfg = SweepConfig.from_yaml(args.config)
-    if args.output:
-        cfg.out_dir = args.output
-    what = "--output" if args.output else f"{args.config}: out_dir"
+    cfg = SweepConfig.from_yaml(existing(args.config, "sweep"))  # else: the nearest config
+    if args.output_dir:
+        cfg.out_dir = args.output_dir
+    what = "--output-dir" if args.output_dir else f"{args.config}: out_dir"
     if not str(cfg.out_dir).strip():
         raise VatError(f"{what} is empty: name the sweep's output folder")
     if Path(cfg.out_dir).exists() or Path(cfg.out_dir).is_symlink():
@@ -95,7 +94,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, opt) is not None:
             setattr(cfg, opt, getattr(args, opt))
     cfg.validate("--values/--jobs/--device")
-    run_sweep(
+    apply_cpu_threads()  # each run trains in this process: vat train's CPU thread rule
+    records = run_sweep(
         _runner(),
         cfg,
         log=(lambda m: None)
@@ -106,6 +106,8 @@ def _main(argv: Sequence[str] | None) -> int:
         only=args.run,
         progress=not (args.quiet or args.no_progress or args.run),
     )
+    if not args.no_summary:  # the results, on stdout (the table sweep.md holds)
+        print(markdown_table(records, cfg.keys), flush=True)
     return 0
 
 
@@ -122,6 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     symlink loop is a one-line error too."""
 
     def run(args: Sequence[str] | None) -> int:
-        return _main(None if args is None else resolve_config_args(list(args)))
+        return _main(None if args is None else resolve_config_args(list(args), kind=None))
 
     return run_cli(run, argv)

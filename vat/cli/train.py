@@ -23,10 +23,12 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
+from vat.callbacks.model_summary import ModelSummary
 from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, run_cli
+from vat.runtime import apply_cpu_threads
 from vat.train import run_dir as rd
 from vat.train import settings
 from vat.train.checkpointing import (
@@ -166,6 +168,8 @@ class VATCLI(LightningCLI):
         )
         if cfg.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
+        if cfg.trainer.enable_model_summary is not False:  # on stderr, no unmeasured "FLOPs 0"
+            self.trainer_defaults["callbacks"].append(ModelSummary())
         if self.subcommand == "fit":
             # where the checkpoints are, the final val NLL / KL / BLEU, the next commands
             self.trainer_defaults["callbacks"].append(TrainingSummary())
@@ -187,6 +191,8 @@ class VATCLI(LightningCLI):
                 self._no_best_checkpoint(cfg, size.val == 0)
         if self._fresh is not None:
             rd.begin_fresh(self._fresh)
+        if _THREADS_NOTE and rd.is_global_rank_zero():  # said once the run starts, not before
+            print(_THREADS_NOTE.pop(), file=sys.stderr)  # an error (which stays one line)
 
     def _no_best_checkpoint(self, cfg, no_val_data: bool) -> None:
         """Without validation nothing is logged to --best_monitor: the best checkpoint is
@@ -250,10 +256,12 @@ def _quiet_warnings() -> None:
 
 
 class _NoTips(logging.Filter):
-    """Drops Lightning's "💡 Tip: ..." messages (litlogger, litmodels)."""
+    """Drops Lightning's "💡 Tip: ..." messages (litlogger, litmodels), and its note that
+    vat's own model summary replaces the default one (vat.callbacks.model_summary)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in str(record.msg)
+        msg = str(record.msg)
+        return "Tip:" not in msg and "Skipping setting a default `ModelSummary`" not in msg
 
 
 def main(args: list[str] | None = None) -> int:
@@ -307,6 +315,9 @@ def _run(fn, args: list[str] | None) -> int:
         except Exception as e:  # outside failures with a known way out (vat.train.outside_failures)
             from vat.train.outside_failures import outside_failure
 
+            ours = _vat_error_inside(e)
+            if ours is not None:  # jsonargparse wraps a callback's own error in a ValueError
+                raise ours from e
             one_line = outside_failure(e)
             if one_line is None:
                 raise
@@ -316,6 +327,20 @@ def _run(fn, args: list[str] | None) -> int:
         return 0
 
     return run_cli(call, args, extra_errors=TRAIN_ERRORS)
+
+
+def _vat_error_inside(e: BaseException) -> VatError | None:
+    """The VatError a library wrapped on its way out (jsonargparse turns an error raised while
+    it instantiates a callback from the config into "Does not validate against any of the
+    Union subtypes" with the VatError as its cause), or None."""
+    seen: set[int] = set()
+    cause: BaseException | None = e.__cause__ or e.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, VatError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def prepare_data(args: list[str]) -> int:
@@ -333,18 +358,65 @@ def _raise(e: BaseException) -> None:
     raise e
 
 
+def _threads_option(args: list[str]) -> tuple[list[str], int | None]:
+    """`--threads N` / `--threads=N` taken out of the arguments (vat's option, not
+    LightningCLI's): (the other arguments, N or None)."""
+    rest, value, i = [], None, 0
+    while i < len(args):
+        a = args[i]
+        if a == "--threads" or a.startswith("--threads="):
+            if a == "--threads":
+                if i + 1 >= len(args):
+                    raise VatError("--threads needs a value, a whole number >= 1")
+                text, i = args[i + 1], i + 2
+            else:
+                text, i = a.split("=", 1)[1], i + 1
+            try:
+                value = int(text)
+            except ValueError:
+                raise VatError(f"--threads {text!r}: expected a whole number >= 1") from None
+            if value < 1:
+                raise VatError(f"--threads {text}: expected a whole number >= 1")
+            continue
+        rest.append(a)
+        i += 1
+    return rest, value
+
+
+_THREADS_NOTE: list[str] = []
+"""The thread line `before_fit` prints once training starts (empty: nothing to say)."""
+
+
+def _use_threads(requested: int | None, quiet: bool) -> None:
+    """The CPU thread rule (vat.runtime.cpu_threads) applied at once (before torch works),
+    and its line kept for the start of training."""
+    n, why = apply_cpu_threads(requested)
+    _THREADS_NOTE.clear()
+    if n is None or quiet:
+        return
+    change = "" if why == "--threads" else "; --threads N to change"
+    _THREADS_NOTE.append(f"vat: training on {n} CPU thread{'s' if n != 1 else ''} ({why}{change})")
+
+
 def vat_train(argv: list[str]) -> int:
     """`vat train ARGS` = `vat train fit ARGS` (`vat train validate|test ...` also work).
 
-    `-c NAME` may name a packaged config (`vat config`); `--no-progress` and `--quiet` are the
+    `-c NAME` may name a packaged config (`vat config`); `--threads N` sets the CPU threads
+    (default: vat.runtime.cpu_threads's rule); `--no-progress` and `--quiet` are the
     options every vat command shares: no progress bars (training's, and the data module's
     while it tokenizes) and, quiet, no model summary either.
     """
     from vat.cli.config import resolve_config_args
 
+    def prepared(argv: list[str]) -> list[str]:
+        args, threads = _threads_option(resolve_config_args(argv))
+        if not ("--help" in args or "-h" in args):
+            _use_threads(threads, quiet="--quiet" in args)
+        return args
+
     failed: list[VatError] = []  # a -c that is a FIFO, a device, a folder or a symlink loop
     try:
-        args = resolve_config_args(argv)
+        args = prepared(argv)
     except VatError as e:
         failed.append(e)
     if failed:

@@ -1,5 +1,9 @@
 """Reading sentences: text files (plain or .gz) or a `datasets` dataset, streamed in chunks.
 
+Every reader of a sentence file takes a gzip file by its `.gz` name (`open_sentence_file`):
+training's corpus, `vat generate --input`, `vat score FILE`, `vat explore --corpus`, a probe
+file, a samples file.
+
 Everything here yields sentences in chunks of a few thousand lines, so preparing a corpus
 holds one chunk of text in memory at a time whatever the corpus size (issue 15, item 5).
 Only `\\n` (and `\\r\\n`) ends a line: bytes are split on b"\\n" before decoding, so form
@@ -46,6 +50,24 @@ def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
     return files
 
 
+def open_sentence_file(path: Path):
+    """A sentence file opened for reading bytes: gzip-decompressed when its name ends in .gz
+    (the one rule of every reader of sentences), else as it is."""
+    return gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")
+
+
+def read_sentence_file(path: str | os.PathLike) -> bytes:
+    """All bytes of a sentence file (decompressed when it is a .gz); a damaged gzip file is
+    one VatError naming it. For readers that keep every line, empty ones too (vat generate
+    writes one output line per input line)."""
+    path = Path(path)
+    try:
+        with open_sentence_file(path) as f:
+            return f.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
+
+
 class LineReader:
     """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip).
 
@@ -60,10 +82,9 @@ class LineReader:
 
     def __iter__(self) -> Iterator[list[str]]:
         path = self.path
-        opener = gzip.open if path.suffix == ".gz" else open
         lineno = 0
         try:
-            with opener(path, "rb") as f:
+            with open_sentence_file(path) as f:
                 if b"\x00" in f.read(8192):
                     raise VatError(
                         f"{path} looks like a binary file (NUL bytes), "

@@ -15,11 +15,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vat.errors import VatError
+from vat.errors import VatError, did_you_mean
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
-from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
+from vat.features.encoder import (
+    FeatureEncoder,
+    check_pooling,
+    default_features,
+    resolve_features,
+    spec_name,
+)
 from vat.share.loaded import LoadedVAT, check_loaded
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -29,26 +35,34 @@ HF_POOLINGS = ("mean", "cls")
 
 def vat_encoder(
     loaded: LoadedVAT,
-    pooling: str = "mean",
+    pooling: str | None = None,
     batch_size: int = 128,
     features: str | FittedFeatures | None = None,
     fit_options: dict | None = None,
 ) -> Encoder:
-    """Pooled token means mu of a loaded VAT: the paper's VAT-mean, VAT-sum, VAT-start, or
-    `precision` (mu weighted by exp(-logvar), see vat.features.pool). A feature spec
-    (`features`, vat.feature_spec; or one already fitted) replaces `pooling`; its statistics
-    are found or fitted by `vat.features.encoder.resolve_features` with `fit_options`. An
-    exported folder's own spec is the default for mean pooling, so its scores are the
-    vectors vat.load, sentence-transformers and MTEB give for it."""
+    """The sentence vectors of a loaded VAT. By default the model's own
+    (`vat.features.encoder.default_features`, the one rule of every loader), so its scores
+    are those of the vectors vat.load, AutoModel, sentence-transformers and MTEB give. A
+    `pooling` of the token means mu (the paper's VAT-mean, VAT-sum, VAT-start, or
+    `precision`: mu weighted by exp(-logvar), see vat.features.pool), or a feature spec
+    (`features`, vat.feature_spec; or one already fitted, its statistics found or fitted by
+    `resolve_features` with `fit_options`) replaces it.
+
+    The encoder names what it gives: `.features` (the spec, e.g. "layer0/sif/none"; pooling
+    P of mu is "mu/P/none") and `.why` (how it was chosen), for every table and results file.
+    """
     check_loaded(loaded, "vat_encoder")
-    features = chosen_spec(loaded, pooling, features)  # None: a .ckpt, a folder before specs
-    if features is not None:
-        return _spec_encoder(loaded, features, batch_size, fit_options or {})
-    if pooling not in VAT_POOLINGS:
+    if pooling is not None and pooling not in VAT_POOLINGS:
         raise VatError(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
-            f"got {pooling!r}"
+            f"got {pooling!r}{did_you_mean(pooling, VAT_POOLINGS)}"
         )
+    check_pooling(pooling, features)
+    if features is None and pooling is None:
+        chosen = default_features(loaded)
+        return _spec_encoder(loaded, chosen.fitted, batch_size, {}, chosen.why)
+    if features is not None:
+        return _spec_encoder(loaded, features, batch_size, fit_options or {}, "as named")
 
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(
@@ -56,11 +70,17 @@ def vat_encoder(
         )
 
     encode.__name__ = f"vat[{loaded.name}, {pooling}]"
+    encode.features = spec_name(None, pooling)  # type: ignore[attr-defined]
+    encode.why = f"{pooling} pooling of mu, as named"  # type: ignore[attr-defined]
     return encode
 
 
 def _spec_encoder(
-    loaded: LoadedVAT, features: str | FittedFeatures, batch_size: int, fit_options: dict
+    loaded: LoadedVAT,
+    features: str | FittedFeatures,
+    batch_size: int,
+    fit_options: dict,
+    why: str,
 ) -> Encoder:
     fitted = (
         features
@@ -74,6 +94,8 @@ def _spec_encoder(
 
     encode.__name__ = f"vat[{loaded.name}, {fitted.spec}]"
     encode.fitted = fitted  # type: ignore[attr-defined]  (what the run reports)
+    encode.features = str(fitted.spec)  # type: ignore[attr-defined]
+    encode.why = why  # type: ignore[attr-defined]
     return encode
 
 
@@ -133,6 +155,7 @@ def hf_encoder(
     if pooling not in HF_POOLINGS:
         raise VatError(
             f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
+            + did_you_mean(pooling, HF_POOLINGS)
         )
 
     load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
@@ -147,9 +170,10 @@ def hf_encoder(
 
 
 def senteval_batcher(
-    loaded: LoadedVAT, pooling: str = "mean", batch_size: int = 128
+    loaded: LoadedVAT, pooling: str | None = None, batch_size: int = 128
 ) -> Callable[[object, list], np.ndarray]:
-    """A SentEval `batcher(params, batch)` for a loaded VAT.
+    """A SentEval `batcher(params, batch)` for a loaded VAT: its own vectors (`vat_encoder`),
+    or `pooling` of mu.
 
     SentEval passes each batch as a list of token lists (sometimes strings); an empty
     sentence becomes '.', as in SentEval's own examples. Use it with the original toolkit:
@@ -159,7 +183,7 @@ def senteval_batcher(
         from vat.eval.encoders import senteval_batcher
         model = vat.load("last.ckpt")
         se = senteval.engine.SE({"task_path": "data", "usepytorch": True, "kfold": 5},
-                                senteval_batcher(model.loaded, "mean"))
+                                senteval_batcher(model.loaded))
         se.eval(["STS12", "MR"])
     """
     encode = vat_encoder(loaded, pooling, batch_size)

@@ -35,7 +35,7 @@ from vat.eval.sts import (
     sts_results,
 )
 from vat.eval.tasks.files import Pairs, Singles, TaskData
-from vat.eval.tasks.registry import expand_tasks, load_task
+from vat.eval.tasks.registry import choose_tasks, load_task
 from vat.runtime import resolve_device
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -241,8 +241,10 @@ def evaluate(
 ) -> tuple[dict, dict[str, dict[str, float]]]:
     """Evaluate `encoder` on SentEval tasks (names or groups 'sts', 'transfer', 'all').
 
-    Every task's data is loaded (and checked) before any encoding starts, so a missing file
-    fails fast. Returns (results in SentEval's layout, {task: {"encode": s, "total": s}}).
+    A group runs its members whose folder is under `data_dir` (`choose_tasks`); a task named
+    on its own must be there. Every task's data is loaded (and checked) before any encoding
+    starts, so a missing file fails fast.
+    Returns (results in SentEval's layout, {task: {"encode": s, "total": s}}).
     """
     settings = settings or EvalSettings()
     if settings.relatedness not in RELATEDNESS_MODES:
@@ -250,7 +252,7 @@ def evaluate(
             f"relatedness mode must be one of {', '.join(RELATEDNESS_MODES)}, "
             f"got {settings.relatedness!r}"
         )
-    names = expand_tasks(list(tasks) if not isinstance(tasks, str) else tasks)
+    names = choose_tasks(list(tasks) if not isinstance(tasks, str) else tasks, data_dir).tasks
     loaded = [load_task(data_dir, t) for t in names]
     feats = FeatureCache(encoder, settings.batch_size, settings.progress)
     results: dict = {}

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vat.errors import VatError
+from vat.errors import VatError, did_you_mean
 from vat.eval.tasks.files import Pairs, Singles, TaskData
-from vat.eval.tasks.registry import expand_tasks, load_task
+from vat.eval.tasks.registry import choose_tasks, load_task
 from vat.features import POOLINGS, pool
 from vat.share.loaded import LoadedVAT, check_loaded
 from vat.tokenizer import EOS_ID, make_batch
@@ -125,7 +125,7 @@ def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings)
     if settings.pooling not in POOLINGS:
         raise VatError(
             f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, "
-            f"got {settings.pooling!r}"
+            f"got {settings.pooling!r}{did_you_mean(settings.pooling, POOLINGS)}"
         )
     torch.manual_seed(settings.seed)
     model = copy.deepcopy(loaded.model).to(settings.device)
@@ -177,7 +177,7 @@ def finetune_tasks(
 ) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
     check_loaded(loaded, "finetune_tasks")
-    names = expand_tasks(tasks)
+    names = choose_tasks(tasks, data_dir).tasks  # a group: its members present
     bad = [t for t in names if t not in FINETUNE_TASKS]
     if bad:
         raise VatError(f"fine-tuning covers {', '.join(FINETUNE_TASKS)}; not {', '.join(bad)}")

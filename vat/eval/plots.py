@@ -32,12 +32,14 @@ def headline_scores(results: Mapping) -> dict[str, float]:
 
 
 def run_label(results: Mapping, fallback: str) -> str:
-    """'encoder (pooling)' from a results file's _meta, else `fallback`."""
+    """'encoder (feature spec)' from a results file's _meta (older files, which name no spec
+    for a checkpoint's mean of mu: 'encoder (pooling)'), else `fallback`."""
     meta = results.get("_meta", {})
     enc = str(meta.get("encoder") or fallback)
     enc = enc.split(":", 1)[-1] if enc.startswith(("vat:", "hf:", "callable:")) else enc
     name = Path(enc).name if "/" in enc else enc
-    return f"{name} ({meta['pooling']})" if meta.get("pooling") else name
+    what = meta.get("features") or meta.get("pooling")
+    return f"{name} ({what})" if what else name
 
 
 def load_results(path: str | Path) -> dict:

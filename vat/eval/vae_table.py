@@ -35,6 +35,7 @@ from vat.eval.tasks.registry import load_task
 from vat.eval.tasks.sts import read_stsb_file
 from vat.features import length_sorted_batches
 from vat.generate.generator import TruncationWarning, VATGenerator, reconstruction_score
+from vat.generate.variation import SampleAgreement, deterministic_note, sample_agreement
 from vat.geometry.collapse import active_units, mutual_information
 from vat.geometry.probes import default_senteval_dir
 from vat.io import folder as existing_folder
@@ -186,10 +187,11 @@ def score_table(
     t = time.perf_counter()
     with warnings.catch_warnings():  # counted once above as `truncated`, not once per line
         warnings.simplefilter("ignore", TruncationWarning)
-        recon = reconstruction_score(gen.reconstruct(sentences), sentences)
+        means = gen.reconstruct(sentences)
+        recon = reconstruction_score(means, sentences)
         seconds["reconstruction"] = time.perf_counter() - t
         t = time.perf_counter()
-        samples = _diversity(gen, sentences, settings)
+        samples = _diversity(gen, sentences, means, settings)
     seconds["samples"] = time.perf_counter() - t
     t = time.perf_counter()
     representation = _representation(loaded, pairs, settings.batch_size)
@@ -282,10 +284,10 @@ def _likelihood(
     lik = {
         "nll": nll / n,
         "nll_per_token": nll / total,
-        "ppl": math.exp(nll / total),
+        "ppl": _perplexity(nll / total),
         "neg_elbo": neg_elbo / n,
         "neg_elbo_per_token": neg_elbo / total,
-        "ppl_elbo": math.exp(neg_elbo / total),
+        "ppl_elbo": _perplexity(neg_elbo / total),
         "reconstruction": -bounds["recon"].sum() / n,
         "reconstruction_per_token": -bounds["recon"].sum() / total,
         "kl": bounds["kl"].sum() / n,
@@ -296,12 +298,26 @@ def _likelihood(
     return lik, torch.cat(mus), torch.cat(logvars)
 
 
-def _diversity(gen: VATGenerator, sentences: list[str], settings: ScoreSettings) -> dict:
+def _perplexity(nats_per_token: float) -> float:
+    """exp(nats per token), inf past float range: a posterior narrowed to a point has a KL, and
+    so a -ELBO, of thousands of nats per token, where math.exp raises OverflowError."""
+    return math.exp(nats_per_token) if nats_per_token < 709.0 else math.inf
+
+
+def _diversity(
+    gen: VATGenerator, sentences: list[str], means: list[str], settings: ScoreSettings
+) -> dict:
+    """Sample diversity; `means` are the mu-decodings of `sentences`, for the one
+    near-deterministic rule (vat.generate.variation)."""
     out: dict[str, Any] = {}
     M, P = settings.diversity_samples, settings.prior_samples
     if M:
         groups = gen.sample(sentences, M, 1.0, seed=settings.seed)
+        agreement = sample_agreement(groups, means, sentences)
         out["variational"] = {
+            "agreement_identical": agreement.identical,
+            "agreement_samples": agreement.total,
+            "nearly_deterministic": agreement.nearly_deterministic,
             "per_sentence": M,
             "tau": 1.0,
             "distinct_1": float(np.mean([distinct_n(g, 1) for g in groups])),
@@ -329,9 +345,8 @@ def _representation(
         return {}
     if isinstance(pairs, str):
         return {"skipped": pairs}
-    encode = vat_encoder(loaded, batch_size=max(batch_size, 64))
-    fitted = getattr(encode, "fitted", None)
-    spec = str(fitted.spec) if fitted is not None else "mu/mean/none"
+    encode = vat_encoder(loaded, batch_size=max(batch_size, 64))  # the model's own vectors
+    spec = encode.features  # type: ignore[attr-defined]
     positive = pairs.scores >= POSITIVE_SCORE
     if not positive.any():
         raise OptionError(
@@ -395,11 +410,11 @@ def format_table(t: ScoreTable) -> str:
             f"({r['positive_pairs']} pairs scored >= {POSITIVE_SCORE:g}), uniformity "
             f"{r['uniformity']:.3f} ({r['sentences']} sentences)"
         )
-    if v and v["same_as_input"] >= 0.5:
+    if v and v.get("nearly_deterministic"):  # the one rule, vat.generate.variation
+        agreement = SampleAgreement(v["agreement_identical"], v["agreement_samples"])
         rows.append(
-            f"note: {100 * v['same_as_input']:.0f}% of the variational samples repeat their "
-            f"input: the posterior is nearly deterministic at this rate "
-            f"({lik['kl_per_token']:.1f} nats per token)"
+            f"note: {deterministic_note(agreement, v['tau'])} "
+            f"(this model: {lik['kl_per_token']:.1f} nats per token)"
         )
     if t.data["truncated"]:
         rows.append(

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from vat.errors import VatError
+from vat.errors import VatError, did_you_mean
 from vat.io import regular_file
 
 Point = dict[str, Any]
@@ -125,10 +125,19 @@ class SweepConfig:
             raise VatError(
                 f"{where}: bleu_lines must be a whole number >= 1, got {self.bleu_lines!r}"
             )
+        if isinstance(self.sts_tasks, list):  # any case, or as tables print them (STS-B)
+            by_lower = {**{t.lower(): t for t in STS_TASKS}, "sts-b": "STSBenchmark"}
+            by_lower["sick-r"] = "SICKRelatedness"
+            self.sts_tasks = [by_lower.get(str(t).lower(), t) for t in self.sts_tasks]
         if not isinstance(self.sts_tasks, list) or any(t not in STS_TASKS for t in self.sts_tasks):
+            bad = (
+                [t for t in self.sts_tasks if t not in STS_TASKS]
+                if isinstance(self.sts_tasks, list)
+                else [None]
+            )
             raise VatError(
                 f"{where}: sts_tasks must be a list drawn from {', '.join(STS_TASKS)}, "
-                f"got {self.sts_tasks!r}"
+                f"got {self.sts_tasks!r}{did_you_mean(bad[0], STS_TASKS)}"
             )
         if self.senteval_dir is not None and not Path(self.senteval_dir).is_dir():
             raise VatError(f"{where}: senteval_dir {self.senteval_dir} is not a folder")

@@ -1,6 +1,8 @@
 """The sweep's outputs: the table (CSV, JSON), the plots and a TensorBoard hparams view.
 
 - `sweep.csv` / `sweep.json`: one row per point, every record field except the curves;
+- `sweep.md`: the headline columns of that table (the swept values, steps, val KL and NLL,
+  BLEU, STS x 100, active units), which `vat sweep` also prints when it ends;
 - `frontier.png`: the rate frontier (issue 13): x = validation KL in nats per token, y =
   reconstruction BLEU (left axis) and STS Spearman x 100 (right axis), each point labelled;
 - `fig3a_similarities.png`, `fig3b_losses.png`: geometry and losses against the swept key
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vat.experiments.config import leaf, point_label
+from vat.experiments.config import cli_value, leaf, point_label
 from vat.experiments.measure import GEOMETRY_FIELDS, VAL_TAGS, sts_column
 from vat.io import atomic_write, figure_class, save_png, write_json_atomic
 
@@ -36,8 +38,9 @@ def table_columns(records: Sequence[Record]) -> list[str]:
     return cols
 
 
-def write_table(records: Sequence[Record], out: Path) -> None:
-    """sweep.csv and sweep.json in `out` (each written atomically)."""
+def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> str:
+    """sweep.csv, sweep.json and sweep.md in `out` (each written atomically); returns the
+    markdown table (`markdown_table`), which the command prints."""
     cols = table_columns(records)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
@@ -46,6 +49,67 @@ def write_table(records: Sequence[Record], out: Path) -> None:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
     atomic_write(out / "sweep.csv", lambda f: f.write(buf.getvalue()))
     write_json_atomic(out / "sweep.json", {"columns": cols, "runs": list(records)})
+    table = markdown_table(records, keys)
+    atomic_write(out / "sweep.md", lambda f: f.write(table + "\n"))
+    return table
+
+
+HEADLINE = (
+    ("step", "steps", "{:d}", 1),
+    ("val_kl", "val KL (nats/token)", "{:.2f}", 1),
+    ("val_nll", "val NLL", "{:.3f}", 1),
+    ("bleu", "BLEU", "{:.1f}", 1),
+    *(
+        (sts_column(t), label, "{:.2f}", 100)
+        for t, label in (
+            ("STSBenchmark", "STS-B"),
+            *((f"STS1{i}", f"STS1{i}") for i in range(2, 7)),
+            ("SICKRelatedness", "SICK-R"),
+        )
+    ),
+    ("geometry_active_units", "active units", "{:d}", 1),
+)
+"""The columns a reader compares across a sweep: record field, header, format, scale (STS is
+stored as a fraction and shown x 100, as in RESULTS.md)."""
+
+
+def _cell(value: Any, fmt: str, scale: float) -> str:
+    if not _number(value):
+        return "-"
+    return fmt.format(int(value) if fmt == "{:d}" else value * scale)
+
+
+def _headline_columns(records: Sequence[Record]) -> list[tuple[str, str, str, float]]:
+    """HEADLINE's columns that some record measured (an STS task not asked for is left out)."""
+    return [c for c in HEADLINE if any(r.get(c[0]) is not None for r in records)]
+
+
+def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
+    """One row per run: the swept key(s) and the headline measurements (`HEADLINE`); "-"
+    where a value was not measured. sweep.csv holds every column."""
+    cols = _headline_columns(records)
+    header = [*keys, *(c[1] for c in cols)]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" for _ in header) + "|",
+    ]
+    for r in records:
+        cells = [cli_value(r.get(k)) for k in keys] + [_cell(r.get(c[0]), c[2], c[3]) for c in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def headline(record: Record) -> str:
+    """A run's headline measurements on one line: `val KL 1.06 nats/token, val NLL 4.875,
+    BLEU 0.0, STS-B 12.34` (the columns of `markdown_table` it has)."""
+    parts = []
+    for field, label, fmt, scale in _headline_columns([record]):
+        if field in ("step", "geometry_active_units"):
+            continue  # said elsewhere on the line / in the table
+        label = label.replace(" (nats/token)", "")
+        unit = " nats/token" if field == "val_kl" else ""
+        parts.append(f"{label} {_cell(record[field], fmt, scale)}{unit}")
+    return ", ".join(parts)
 
 
 # -- plots --------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Sweep any train-config key: train one run per value, measure each, chart the frontier.
 
-    vat sweep -c configs/sweeps/frontier_cpu.yaml [--output DIR]
+    vat sweep -c configs/sweeps/frontier_cpu_target_kl.yaml [--output-dir DIR]
         [--values 0.1,0.2] [--jobs N] [--device auto] [--debug]
 
 (the command line is `vat.cli.sweep`; this module is the library it drives)
@@ -12,6 +12,11 @@ and budget plus that point's `--<key> <value>` into `out_dir/<leaf>_<value>/` (t
 latent geometry, STS and mu-decoding BLEU in `record.json` (`vat.experiments.measure`).
 Finally it writes the table, the frontier and other plots, and a TensorBoard hparams view
 (`vat.experiments.frontier`).
+
+A sweep speaks for its runs: each run trains without its own end-of-fit summary, `next:`
+hints and Lightning's info lines (`quiet_training`); the sweep logs one line when a run
+starts and one with its headline measurements when it is done, and the command prints the
+results table (`frontier.markdown_table`, also written as sweep.md) at the end.
 
 With `jobs > 1` the runs train and are measured in that many child processes at once (one
 per point, each logging to its run's `sweep.log`) after the parent has built the tokenizer
@@ -28,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -42,7 +48,7 @@ from vat.data.file_digest import file_digest
 from vat.errors import VatError
 from vat.eval.tasks.registry import load_task
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
-from vat.experiments.frontier import plot_all, write_hparams, write_table
+from vat.experiments.frontier import headline, plot_all, write_hparams, write_table
 from vat.experiments.measure import measure_run
 from vat.io import write_json_atomic
 
@@ -100,14 +106,38 @@ def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
         )
 
 
+LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+"""Where Lightning's info lines come from ("Seed set to 7", "GPU available", its model summary,
+"`Trainer.fit` stopped")."""
+
+
+@contextlib.contextmanager
+def quiet_training():
+    """One run of a sweep without what `vat train` prints for a user who trains one model:
+    its end-of-fit summary and `next:` hints (stdout; the sweep's record and table hold the
+    numbers) and Lightning's info lines, the model summary among them, once per run.
+    Warnings, errors and progress bars (stderr) still show."""
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> None:
-    """Train (or finish training) the model of one point in run_dir."""
+    """Train (or finish training) the model of one point in run_dir (`quiet_training`)."""
     if (run_dir / TRAINED_MARKER).exists():
         return
     args = train_args(cfg, point, run_dir)
     if (run_dir / "checkpoints" / "last.ckpt").is_file():
         args += ["--ckpt_path", "last"]
-    code = runner.run_train(args)
+    with quiet_training():
+        code = runner.run_train(args)
     name = run_name(point)
     if code != 0:
         raise VatError(
@@ -177,7 +207,7 @@ def check_not_stale(cfg: SweepConfig, points: Sequence[Point]) -> None:
             why = f"train arguments {then.get('train_args')} then, {now['train_args']} now"
         raise VatError(
             f"sweep run {run_name(point)} in {run_dir} was trained with other settings ({why}); "
-            f"a frontier must not mix them: choose another --output, or remove that run folder "
+            f"a frontier must not mix them: choose another --output-dir, or remove that run folder "
             f"to train it again"
         )
 
@@ -231,14 +261,17 @@ def run_sweep(
             raise VatError("jobs > 1 needs the sweep YAML's path to start the child processes")
         run_parallel(runner, cfg, config_path, pending, log)
     records = []
-    for point in tqdm(points, desc="sweep", unit="run", disable=not progress, file=sys.stderr):
+    bar = tqdm(points, desc="sweep", unit="run", disable=not progress, file=sys.stderr)
+    for i, point in enumerate(bar, 1):
         name, run_dir = run_name(point), out / run_name(point)
         rec_path = run_dir / "record.json"
         if _measured(cfg, run_dir):
             log(f"{name}: done, skipping ({rec_path})")
             records.append(_load_json(rec_path))
             continue
-        log(f"{name}: training in {run_dir}")
+        t0 = time.perf_counter()
+        values = ", ".join(f"{k} {cli_value(v)}" for k, v in point.items())
+        log(f"{name}: training ({values}; run {i} of {len(points)}) in {run_dir}")
         train_run(runner, cfg, point, run_dir)
         log(f"{name}: measuring")
         record = measure_run(cfg, point, run_dir)
@@ -246,15 +279,28 @@ def run_sweep(
         record["measure_settings"] = measure_settings(cfg)
         write_json_atomic(rec_path, record)
         records.append(record)
+        log(f"{name}: finished in {_clock(time.perf_counter() - t0)}: {_steps(record)}")
     if summary:
-        write_table(records, out)
+        write_table(records, cfg.keys, out)
         plots = plot_all(records, cfg.keys, out)
         write_hparams(records, cfg.keys, out)
         log(
-            f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {', '.join(p.name for p in plots)} "
-            f"and {out / 'hparams'} (tensorboard --logdir {out / 'hparams'})"
+            f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {out / 'sweep.md'}, "
+            f"{', '.join(p.name for p in plots)} and {out / 'hparams'} "
+            f"(tensorboard --logdir {out / 'hparams'})"
         )
     return records
+
+
+def _steps(record: dict[str, Any]) -> str:
+    """`600 steps, val KL 1.06 nats/token, ...`: a finished run's line."""
+    return ", ".join(x for x in (f"{record.get('step')} steps", headline(record)) if x)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:
@@ -300,7 +346,7 @@ def run_parallel(
                 *runner.child,
                 "-c",
                 config_path,
-                "--output",
+                "--output-dir",
                 str(out),
                 "--device",
                 cfg.device,
@@ -324,7 +370,9 @@ def run_parallel(
             running.remove(item)
             logf.close()
             if proc.returncode == 0:
-                log(f"{name}: finished")
+                rec_path = out / name / "record.json"
+                done = f": {_steps(_load_json(rec_path))}" if rec_path.is_file() else ""
+                log(f"{name}: finished{done}")
             else:
                 failed.append((name, out / name / "sweep.log"))
                 log(f"{name}: failed (exit {proc.returncode}; see {out / name / 'sweep.log'})")
@@ -361,6 +409,7 @@ def _load_json(path: Path) -> dict[str, Any]:
 
 __all__ = [
     "TRAINED_MARKER",
+    "quiet_training",
     "Runner",
     "check_point",
     "prepare_data",

@@ -202,8 +202,7 @@ class Explorer:
     @property
     def feature_spec(self) -> str:
         """The spec the neighbours view compares sentences with (what `encode` gives)."""
-        spec = self.model.loaded.feature_spec
-        return str(spec) if spec is not None else "mu/mean/none"
+        return str(self.model.default_features.spec)  # the one rule of every loader
 
     # -- 1. encode and reconstruct ---------------------------------------------------------
     def subwords(self, text: str) -> list[str]:

@@ -7,6 +7,15 @@ weighting of one padded batch) then `FeatureEncoder.post` (the fitted post-proce
 float64 numpy). `resolve_features` finds a spec's statistics (an exported folder's own, the
 file beside a checkpoint) or fits them. Fitting reads only the sentences it is given: by
 default a sample of the model's own training files, never evaluation data.
+
+Which vectors a model gives when nobody names a spec is one rule, `default_features`
+(docs/features.md, "Which vectors a model gives"): a model's sentence vectors follow its
+feature spec. An exported folder's is its own (sentence_vat_config.json). A training run or
+checkpoint (or a folder from before specs) has the spec `vat export` would give it,
+DEFAULT_EXPORT_SPEC, whose SIF weights come from the training token counts the checkpoint
+records, so a model and its export give the same vectors. Where that spec cannot be had (no
+recorded counts), the vectors are the mean of mu, and `DefaultFeatures.why` says so. Naming
+a spec (`features`) or a pooling of mu (`pooling`) replaces the rule.
 """
 
 from __future__ import annotations
@@ -15,13 +24,14 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
-from vat.errors import CheckpointError, OptionError, VatError, check_count
+from vat.errors import CheckpointError, OptionError, VatError, check_count, one_line
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.pooling import length_sorted_batches, pool
 from vat.features.postprocess import (
@@ -421,30 +431,104 @@ def fit_features(
     return FittedFeatures(spec, arrays, fit)
 
 
-def check_pooling(pooling: str, features: object) -> None:
-    """A feature spec names its own weighting, so `pooling` with `features` is refused unless
-    it is the default ("mean"), never silently ignored."""
-    if features is not None and pooling != "mean":
+def check_pooling(pooling: str | None, features: object) -> None:
+    """A feature spec names its own weighting, so `pooling` with `features` is refused, never
+    silently ignored. "mean" is let through: it was the default of every `pooling` argument
+    and is what old sentence_vat_config.json files hold beside their spec."""
+    if features is not None and pooling not in (None, "mean"):
         raise OptionError(
             "pooling",
             f"{pooling!r} cannot be combined with the feature spec "
             f"{str(getattr(features, 'spec', features))!r}, which names its own weighting "
-            "(e.g. mu/sum/none is sum pooling of mu); leave pooling at 'mean' or give no "
-            "feature spec",
+            "(e.g. mu/sum/none is sum pooling of mu); give one of the two",
         )
 
 
+@dataclass(frozen=True)
+class DefaultFeatures:
+    """The vectors a model gives when nobody names a spec (`default_features`), and why."""
+
+    fitted: FittedFeatures
+    why: str
+    """Why this spec, in a few words (for tables, results files and warnings)."""
+    fallback: bool = False
+    """True when the rule's spec could not be had and the vectors are the mean of mu."""
+
+    @property
+    def spec(self) -> FeatureSpec:
+        return self.fitted.spec
+
+
+def default_features(loaded: LoadedVAT, quiet: bool = False) -> DefaultFeatures:
+    """THE rule of every loader (vat.load(...).encode, AutoModel, sentence-transformers, MTEB,
+    `vat evaluate`, `vat score`, `vat export`) for which vectors a model gives by default:
+
+    - an exported folder's own spec (sentence_vat_config.json), with its statistics;
+    - else (a training run or checkpoint, a folder from before specs) the spec `vat export`
+      gives it, DEFAULT_EXPORT_SPEC: layer0/sif/none needs only SIF weights, made from the
+      training token counts the checkpoint records (no sentences are fitted, nothing is
+      written), so `vat.load(run)` and `vat.load(export of run)` give the same vectors;
+    - where that spec cannot be had (no recorded counts), the mean of mu, said on stderr
+      unless `quiet` (and always in `why`).
+
+    Damaged statistics (a CheckpointError naming their file) are an error, never a reason to
+    fall back."""
+    check_loaded(loaded, "default_features")
+    own = loaded.feature_spec
+    if own is not None:
+        return DefaultFeatures(resolve_features(loaded, own), "the folder's own spec")
+    spec = FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
+    problem = None
+    if spec.weighting == "sif" and loaded.token_counts is None:
+        if stored_features(loaded, spec) is None:
+            problem = (
+                "no training token counts are recorded, which its SIF weights need "
+                "(count_files: the training text to count them in)"
+            )
+    if problem is None:
+        try:
+            fitted = resolve_features(loaded, spec, save=False, quiet=True)
+        except CheckpointError:
+            raise
+        except VatError as e:
+            problem = one_line(e)
+        else:
+            why = "vat's default for a checkpoint; SIF weights from its recorded token counts"
+            return DefaultFeatures(fitted, why)
+    why = f"the mean of mu, not {spec}: {problem}"
+    if not quiet:
+        print(f"warning: {loaded.name}: sentence vectors are {why}", file=sys.stderr)
+    return DefaultFeatures(FittedFeatures(FeatureSpec()), why, fallback=True)
+
+
 def chosen_spec(
-    loaded: LoadedVAT, pooling: str = "mean", features: str | FeatureSpec | None = None
-) -> str | FeatureSpec | None:
-    """The one rule of every loader for which vectors a model gives: `features` if given,
-    else for mean pooling an exported folder's own spec (what its card names); None means
-    `pooling` of the token means mu (vat.features.pool). Pooling other than the default with
-    `features` is refused (`check_pooling`)."""
+    loaded: LoadedVAT,
+    pooling: str | None = None,
+    features: str | FeatureSpec | FittedFeatures | None = None,
+    quiet: bool = False,
+) -> str | FeatureSpec | FittedFeatures | None:
+    """Which vectors a caller gets: `features` if given; else for an explicit `pooling`,
+    None, meaning that pooling of the token means mu (vat.features.pool); else the model's
+    own (`default_features`, the one rule). `pooling` other than "mean" with `features` is
+    refused (`check_pooling`)."""
     check_pooling(pooling, features)
     if features is not None:
         return features
-    return loaded.feature_spec if pooling == "mean" else None
+    if pooling is not None:
+        return None
+    return default_features(loaded, quiet=quiet).fitted
+
+
+def spec_name(
+    features: str | FeatureSpec | FittedFeatures | None, pooling: str | None = None
+) -> str:
+    """The spec a choice of `chosen_spec` stands for, as tables and results files name it:
+    pooling P of mu is the spec mu/P/none."""
+    if isinstance(features, FittedFeatures):
+        return str(features.spec)
+    if features is None:
+        return str(FeatureSpec("mu", pooling or "mean"))
+    return str(FeatureSpec.parse(features))
 
 
 def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
@@ -478,8 +562,9 @@ def resolve_features(
     batch_size: int = 128,
     quiet: bool = False,
 ) -> FittedFeatures:
-    """The fitted statistics of `spec` for `loaded` (default spec: an exported folder's own,
-    else mu/mean/none).
+    """The fitted statistics of `spec` for `loaded`. Without `spec`: the model's own
+    (`default_features`, the one rule), or, when files to fit or count are named, an exported
+    folder's own spec else DEFAULT_EXPORT_SPEC fitted on them.
 
     In order: a spec with nothing to fit; statistics the model already has
     (`stored_features`); else a fit on `fit_sentences`, on up to n_fit lines of `fit_files`,
@@ -500,7 +585,9 @@ def resolve_features(
     check_count(seed, "seed", minimum=0)  # numpy's seeds are non-negative
     check_count(batch_size, "batch_size")
     if spec is None:
-        spec = loaded.feature_spec or FeatureSpec()
+        if fit_files is None and fit_sentences is None and count_files is None:
+            return default_features(loaded, quiet=quiet).fitted
+        spec = loaded.feature_spec or DEFAULT_EXPORT_SPEC
     spec = FeatureSpec.parse(spec)
     spec.layer(len(loaded.model.encoder))
     if not spec.needs_fit:
@@ -564,24 +651,20 @@ def export_features(
 ) -> FittedFeatures:
     """The feature spec an exported folder carries, with its statistics: `features` if given
     (fitted as `resolve_features` does, on `fit_files` or the model's training sentences,
-    with token counts from `count_files` or the model's own), else an exported source's own
-    spec, else DEFAULT_EXPORT_SPEC. A default that cannot be fitted for this model (e.g. a
-    checkpoint without token counts) falls back to the mean of mu with a warning; the folder
-    and its card name the spec they hold. Nothing is stored beside the model: the folder
-    holds the statistics. Files the caller named that cannot be read are an error, never a
+    with token counts from `count_files` or the model's own), else the model's own vectors
+    (`default_features`, the one rule: an exported source's own spec, else
+    DEFAULT_EXPORT_SPEC, else the mean of mu with a warning), so the folder gives the
+    vectors its source gave. Nothing is stored beside the model: the folder holds the
+    statistics. Files the caller named that cannot be read are an error, never a
     fallback."""
     fit_files = text_files(fit_files, "fit_files")
     count_files = text_files(count_files, "count_files")
-    spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
-    try:
+    if features is not None or fit_files is not None or count_files is not None:
+        spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
         return resolve_features(
             loaded, spec, fit_files=fit_files, count_files=count_files, save=False
         )
-    except VatError as e:
-        # damaged statistics (CheckpointError, naming their file) are an error, never a
-        # reason to fall back: only a default the model cannot fit falls back
-        named = features is not None or fit_files is not None or count_files is not None
-        if named or isinstance(e, CheckpointError):
-            raise
-        print(f"warning: exporting with mu/mean/none, not {spec} ({e})", file=sys.stderr)
-        return FittedFeatures(FeatureSpec())
+    chosen = default_features(loaded, quiet=True)
+    if chosen.fallback:
+        print(f"warning: exporting {chosen.why}", file=sys.stderr)
+    return chosen.fitted

@@ -114,6 +114,27 @@ def _paired(hypotheses, references) -> tuple[list[str], list[str]]:
     return hyps, refs
 
 
+def truncation_message(names: Sequence[str], counts: Sequence[str], n: int, max_len: int) -> str:
+    """The one TruncationWarning of a call: `line 7 has 160 subwords, more than the model's
+    max_len=128 allows; truncated to its first 127`, or for several cut sentences `45 of 500
+    sentences have more subwords than the model's max_len=128 allows and were truncated to
+    their first 127 (line 3, line 9, line 12, line 20, line 31, ...)`."""
+    if len(names) == 1:
+        return (
+            f"{names[0]} has {counts[0]} subwords, more than the model's max_len={max_len} "
+            f"allows; truncated to its first {max_len - 1}"
+        )
+    shown = ", ".join(names[:TRUNCATION_NAMES]) + (", ..." if len(names) > TRUNCATION_NAMES else "")
+    return (
+        f"{len(names)} of {n} sentences have more subwords than the model's max_len={max_len} "
+        f"allows and were truncated to their first {max_len - 1} ({shown})"
+    )
+
+
+TRUNCATION_NAMES = 5
+"""How many cut sentences a truncation warning names."""
+
+
 def _labels(labels: Sequence[str] | None, n: int) -> list[str] | None:
     """`labels` (one name per sentence, for warnings) checked against the n sentences."""
     if labels is None:
@@ -185,26 +206,28 @@ class VATGenerator:
     def tokenize(
         self, sentences: str | Sequence[str], labels: Sequence[str] | None = None
     ) -> list[list[int]]:
-        """Subword ids, cut to max_len - 1 subwords (the </s> takes the last place) with a
-        TruncationWarning naming each cut sentence. A sentence is read only as far as its
-        kept subwords reach (`VATTokenizer.clip`); a single string gives its ids alone."""
+        """Subword ids, cut to max_len - 1 subwords (the </s> takes the last place) with one
+        TruncationWarning per call: naming the cut sentence, or counting the cut sentences
+        and naming the first few (a file with 45 long lines gets one line, not 45). A
+        sentence is read only as far as its kept subwords reach (`VATTokenizer.clip`); a
+        single string gives its ids alone."""
         texts, single = check_sentences(sentences)
         labels = _labels(labels, len(texts))
         keep = self.max_len - 1
         clipped = [self.tokenizer.clip(t, keep) for t in texts]
         ids = self.tokenizer.encode_batch(clipped)
-        for i, x in enumerate(ids):
-            if len(x) > keep:
-                name = labels[i] if labels is not None else f"sentence {i + 1}"
-                # a clipped text was cut before tokenising: the whole has at least this many
-                count = f"at least {len(x)}" if len(clipped[i]) < len(texts[i]) else len(x)
-                warnings.warn(
-                    f"{name} has {count} subwords, more than the model's "
-                    f"max_len={self.max_len} allows; truncated to its first {keep}",
-                    TruncationWarning,
-                    stacklevel=3,
-                )
-                ids[i] = x[:keep]
+        cut = [i for i, x in enumerate(ids) if len(x) > keep]
+        if cut:
+            names = [labels[i] if labels is not None else f"sentence {i + 1}" for i in cut]
+            # a clipped text was cut before tokenising: the whole has at least this many
+            counts = [
+                f"at least {len(ids[i])}" if len(clipped[i]) < len(texts[i]) else str(len(ids[i]))
+                for i in cut
+            ]
+            message = truncation_message(names, counts, len(texts), self.max_len)
+            warnings.warn(message, TruncationWarning, stacklevel=3)
+        for i in cut:
+            ids[i] = ids[i][:keep]
         return ids[0] if single else ids
 
     def posteriors(

@@ -2,7 +2,7 @@
 
 Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (drawn on the Agg
 canvas, so no display is needed), plus `save_geometry_plots` to write PNGs. The
-geometry CLI writes them with `--plots DIR`; `vat.callbacks.GeometryMetrics` logs the same
+geometry CLI writes them with `--plot-dir DIR`; `vat.callbacks.GeometryMetrics` logs the same
 figures as TensorBoard images. Needs matplotlib
 (`pip install "variational-auto-transformer[plots]"`).
 """
@@ -104,7 +104,7 @@ def save_geometry_plots(
     """`geometry_figures` as DIR/<name>.png; returns the paths written."""
     out = Path(directory)
     if out.exists() and not out.is_dir():
-        raise VatError(f"--plots {out} is a file, expected a directory")
+        raise VatError(f"{out} is a file, expected a folder for the geometry plots")
     return [
         save_png(fig, out / f"{name}.png")
         for name, fig in geometry_figures(eigenvalues, kl_per_dim, variances).items()

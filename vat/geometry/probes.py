@@ -44,9 +44,12 @@ def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
 
 
 def read_sentences(path: str | os.PathLike) -> list[str]:
-    """Sentences of a text file: one per line; a tab-separated line gives one per field
-    (so STS input files, two sentences a line, read as they are). Blank fields are skipped."""
-    text = Path(path).expanduser().read_text(encoding="utf-8")
+    """Sentences of a text file (plain or .gz): one per line; a tab-separated line gives one
+    per field (so STS input files, two sentences a line, read as they are). Blank fields are
+    skipped."""
+    from vat.data.corpus import read_sentence_file
+
+    text = read_sentence_file(Path(path).expanduser()).decode("utf-8")
     return [f.strip() for line in text.splitlines() for f in line.split("\t") if f.strip()]
 
 

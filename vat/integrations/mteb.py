@@ -6,18 +6,23 @@ BatchedInput, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs)` ret
 `similarity_pairwise` (from mteb's `AbsEncoder`, with the model meta's similarity set to
 cosine, the score vat's own STS harness uses).
 
-    vat mteb --model EXPORTED_DIR_OR_CKPT --output mteb-results
+    vat mteb --model EXPORTED_DIR_OR_CKPT --output-dir mteb-results
 
 (the command, `vat.cli.mteb`) runs the STS tasks of MTEB's English benchmark (the task
 data is downloaded from the Hugging Face Hub, or read from a local HF datasets cache) and
-prints each task's main score (cosine Spearman). `register_model(vat.load(DIR))` puts a vat
-folder in mteb's model registry, so that `mteb.get_model(DIR)` / `mteb.get_model_meta(DIR)`
-work.
+prints each task's main score (cosine Spearman). `evaluate` asks the Hub once first: when
+it cannot be reached, the tasks run offline (cached data only), and a task whose data is not
+cached fails at once instead of after datasets' ~20 s of retried requests.
+`register_model(vat.load(DIR))` puts a vat folder in mteb's model registry, so that
+`mteb.get_model(DIR)` / `mteb.get_model_meta(DIR)` work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +35,9 @@ from vat.errors import (
     VatError,
     check_choice,
     check_count,
+    check_number,
     check_optional_text,
+    check_path,
     check_sentences,
     one_line,
 )
@@ -40,8 +47,10 @@ from vat.share.folder import CONFIG_NAME
 
 
 class VATMTEBEncoder(AbsEncoder):
-    """The sentence features of a VAT (`vat.load(...).encode`: the folder's feature spec, else
-    pooled token means mu) as an MTEB encoder."""
+    """The sentence features of a VAT as an MTEB encoder: `vat.load(...).encode`'s, the
+    model's own by the one rule of every loader (vat.features.encoder.default_features), or
+    the `features` or `pooling` named. `.features` names the spec it gives, `.why` how it
+    was chosen (the command prints both)."""
 
     def __init__(
         self,
@@ -50,7 +59,7 @@ class VATMTEBEncoder(AbsEncoder):
         *,
         model: PretrainedVAT | None = None,
         device: str | None = None,
-        pooling: str = "mean",
+        pooling: str | None = None,
         batch_size: int = 64,
         normalize: bool = False,
         features: str | None = None,
@@ -59,7 +68,8 @@ class VATMTEBEncoder(AbsEncoder):
         """`model` is the loaded VAT (from `vat.load`, or a registered ModelMeta's); without
         it, `model_name` is loaded here, as mteb's loaders do (the one read)."""
         check_count(batch_size, "batch_size")
-        check_choice(pooling, "pooling", POOLINGS)
+        if pooling is not None:
+            check_choice(pooling, "pooling", POOLINGS)
         check_optional_text(features, "features")
         check_pooling(pooling, features)  # before the model loads, not at the first batch
         check_optional_text(revision, "revision")
@@ -67,16 +77,25 @@ class VATMTEBEncoder(AbsEncoder):
             require_loaded(model, "VATMTEBEncoder")
         self.model = model if model is not None else load(model_name, device=device)
         self.pooling, self.batch_size, self.normalize = pooling, batch_size, normalize
-        self.features = features  # a feature spec (vat.feature_spec); None: the folder's own
+        self.features = features  # a feature spec (vat.feature_spec); None: the model's own
+        if features is None and pooling is not None:  # the token means mu, pooled as named
+            self.spec, self.why, dim = f"mu/{pooling}/none", "as named", self.model.dim
+        elif features is None:
+            chosen = self.model.default_features
+            self.spec, self.why = str(chosen.spec), chosen.why
+            dim = self.model.feature_encoder().dim
+        else:
+            encoder = self.model.feature_encoder(features)
+            self.spec, self.why, dim = str(encoder.spec), "as named", encoder.dim
         n_params = sum(p.numel() for p in self.model.model.parameters())
         name = self.model.loaded.name
         self.mteb_model_meta = ModelMeta.create_empty(
             {
                 "name": f"vat/{name}" if "/" not in name else name,
                 "revision": revision or "local",
-                "embed_dim": self.model.feature_encoder(features).dim
-                if features is not None
-                else self.model.embedding_dim,
+                "embed_dim": dim,
+                # mteb's field for settings an experiment varies: result files name the spec
+                "experiment_kwargs": {"features": self.spec},
                 "max_tokens": int(self.model.model.config.max_len),
                 "n_parameters": int(n_params),
                 "similarity_fn_name": ScoringFunction.COSINE,
@@ -191,3 +210,81 @@ def select_tasks(tasks: str | Sequence[str] | None = None) -> list:
         return list(mteb.get_tasks(tasks=names))
     except (KeyError, ValueError) as e:
         raise OptionError("tasks", one_line(e).strip("'\"")[:300]) from None
+
+
+# -- running tasks: the Hub asked once, offline at once when it cannot be reached ----------
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face Hub cannot be reached now ("offline mode": HF_HUB_OFFLINE is set,
+    or the error of one HEAD request to its endpoint, waiting `timeout` seconds at most);
+    None when it answers. Any HTTP answer counts: only reaching it matters."""
+    from huggingface_hub import constants, get_session
+
+    check_number(timeout, "timeout", low=0, low_open=True)
+    if constants.is_offline_mode():
+        return "offline mode: HF_HUB_OFFLINE is set"
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout, follow_redirects=False)
+    except Exception as e:  # httpx's ConnectError, a timeout, a proxy error: not reachable
+        return f"{constants.ENDPOINT}: {type(e).__name__}: {one_line(e)[:120]}"
+    return None
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """huggingface_hub and datasets in offline mode for the block (cached data only, no
+    request is sent), as HF_HUB_OFFLINE=1 at start-up does; the settings are restored after.
+    datasets reads the variable once, at import, into its own config, so both are set."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    saved_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    saved = (constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
+    saved_datasets = datasets.config.HF_DATASETS_OFFLINE
+    os.environ.update({k: "1" for k in saved_env})
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    datasets.config.HF_DATASETS_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+        datasets.config.HF_DATASETS_OFFLINE = saved_datasets
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike) -> Any:
+    """`mteb.evaluate(encoder, tasks)` with its result files in `output_dir` (replaced), and
+    its ModelResult; `tasks` are mteb tasks, or what `select_tasks` takes. The Hub is
+    asked once first (`hub_unreachable`): when it cannot be reached the tasks run offline
+    (`_hub_offline`), so cached task data still works and a task whose data is not cached
+    is one VatError at once, not ~20 s of retries first."""
+    import datasets.config
+    import mteb
+    from mteb.cache import ResultCache
+
+    check_path(output_dir, "output_dir")
+    if not isinstance(tasks, list | tuple) or any(isinstance(t, str) for t in tasks):
+        tasks = select_tasks(tasks)  # names (or None: the English STS tasks), checked
+    unreachable = hub_unreachable()
+    with _hub_offline() if unreachable else contextlib.nullcontext():
+        try:
+            return mteb.evaluate(
+                encoder, list(tasks), cache=ResultCache(output_dir), overwrite_strategy="always"
+            )
+        except ConnectionError as e:  # datasets' OfflineModeIsEnabled, or the network
+            first = one_line(e)[:200]
+            if unreachable is None:
+                raise VatError(
+                    f"cannot fetch MTEB task data from the Hugging Face Hub ({first})"
+                ) from None
+            named = re.search(r"'([\w.-]+/[\w.-]+)'", first)  # "Couldn't reach 'mteb/x' ..."
+            data = named[1] if named else "the task data"
+            raise VatError(
+                f"cannot fetch MTEB task data: the Hugging Face Hub cannot be reached "
+                f"({unreachable}) and {data} is not in the datasets cache "
+                f"{datasets.config.HF_DATASETS_CACHE}; run once with network, or set HF_HOME "
+                "to a cache that has it"
+            ) from None

@@ -11,7 +11,9 @@ works. sentence-transformers >= 6 imports a module class outside its own namespa
 a `file.Class` whose file.py in the folder then runs (docs/sharing.md). For folders you did
 not write, `to_sentence_transformer(path)` builds the same model from the installed class
 and reads no modules.json.
-Embeddings are `vat.load(path).encode(...)`'s: pooled token means mu (`vat.features.pool`).
+Embeddings are `vat.load(path).encode(...)`'s: the model's own vectors by the one rule of every
+loader (`vat.features.encoder.default_features`: the folder's feature spec, which
+sentence_vat_config.json names), or a pooling of the token means mu when one is named.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ from vat.api import PretrainedVAT, require_loaded
 from vat.errors import OptionError, check_choice, check_sentences
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, pool
-from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
+from vat.features.encoder import (
+    FeatureEncoder,
+    check_pooling,
+    default_features,
+    resolve_features,
+    spec_name,
+)
 from vat.runtime import resolve_device
 from vat.share.folder import ST_MODULE_CONFIG_NAME, write_feature_stats, write_model_files
 from vat.share.loaded import LoadedVAT, check_loaded
@@ -41,31 +49,39 @@ class VATSentenceEncoder(InputModule):
     `sentence_embedding` (B, d); `token_embeddings` (B, T, d) holds mu itself."""
 
     config_file_name = ST_MODULE_CONFIG_NAME  # config.json is the VAT's own (vat.share.folder)
-    config_keys = ["pooling", "features"]
+    config_keys = ["features"]  # the one thing sentence_vat_config.json says: the spec
 
     def __init__(
-        self, loaded: LoadedVAT, pooling: str = "mean", features: str | FittedFeatures | None = None
+        self,
+        loaded: LoadedVAT,
+        pooling: str | None = None,
+        features: str | FittedFeatures | None = None,
     ) -> None:
         """`features`: a fitted vat.feature_spec.FittedFeatures, or a spec whose statistics
-        the loaded model has (an exported folder's own); None keeps `pooling` of mu."""
+        the loaded model has or can make; `pooling`: that pooling of the token means mu;
+        neither: the model's own vectors (`default_features`, as vat.load(...).encode)."""
         check_loaded(loaded, "VATSentenceEncoder")
-        check_choice(pooling, "pooling", POOLINGS)
+        if pooling is not None:
+            check_choice(pooling, "pooling", POOLINGS)
         _check_features(features)
+        check_pooling(pooling, features)
         super().__init__()
         self.vat = loaded.model
         self.tokenizer = loaded.tokenizer.tokenizer  # a tokenizers.Tokenizer (InputModule)
         self.loaded = loaded
         self.pooling = pooling
         self.feature_encoder = None
-        self.features = None
-        if features is not None:
-            fitted = (
-                features
-                if isinstance(features, FittedFeatures)
-                else resolve_features(loaded, features, save=False)
-            )
-            self.feature_encoder = FeatureEncoder(loaded, fitted)
-            self.features = str(fitted.spec)
+        if features is None and pooling is not None:  # pooling of mu, as named
+            self.features = spec_name(None, pooling)
+            return
+        if features is None:
+            fitted = default_features(loaded).fitted
+        elif isinstance(features, FittedFeatures):
+            fitted = features
+        else:
+            fitted = resolve_features(loaded, features, save=False)
+        self.feature_encoder = FeatureEncoder(loaded, fitted)
+        self.features = str(fitted.spec)
 
     @property
     def max_seq_length(self) -> int:
@@ -108,7 +124,7 @@ class VATSentenceEncoder(InputModule):
     ) -> None:
         # sentence-transformers writes its own README.md and modules.json
         write_model_files(Path(output_path), self.loaded)
-        self.save_config(output_path)  # sentence_vat_config.json: pooling and the spec
+        self.save_config(output_path)  # sentence_vat_config.json: the spec
         if self.feature_encoder is not None:
             write_feature_stats(Path(output_path), self.feature_encoder.fitted)
 
@@ -132,30 +148,31 @@ class VATSentenceEncoder(InputModule):
             "local_files_only": local_files_only,
         }
         folder = cls.load_dir_path(model_name_or_path, **where)
-        # the folder is read once, as every --model is; its spec's statistics come with it,
-        # checked. Loading it first also checks sentence_vat_config.json (a FIFO there would
-        # block sentence-transformers' own read, a broken one would drop the folder's spec).
-        loaded = load_model(folder)
-        config = cls.load_config(model_name_or_path, **where)
-        return cls(loaded, **{k: config[k] for k in cls.config_keys if k in config})
+        # the folder is read once, as every --model is, sentence_vat_config.json included
+        # (vat.share.folder reads its spec, and the `pooling` of older files); its spec's
+        # statistics come with it, checked. Its vectors then follow the one rule, as
+        # vat.load(folder).encode's do.
+        return cls(load_model(folder))
 
 
 def to_sentence_transformer(
     model: PretrainedVAT,
-    pooling: str = "mean",
+    pooling: str | None = None,
     device: str | None = None,
     features: Any = None,
 ) -> SentenceTransformer:
     """A SentenceTransformer around a loaded VAT (`vat.load(...)`: a .ckpt, an exported folder
     or a Hub id), with no trust_remote_code needed: the module is built here, not imported by
-    name. `features` is a feature spec (fitted as `model.encode(features=...)` fits it); an
-    exported folder's own spec is the default."""
+    name. It gives `model.encode`'s vectors: the model's own by default, else `features` (a
+    feature spec, fitted as `model.encode(features=...)` fits it) or `pooling` of mu."""
     require_loaded(model, "to_sentence_transformer")
-    check_choice(pooling, "pooling", POOLINGS)
+    if pooling is not None:
+        check_choice(pooling, "pooling", POOLINGS)
     _check_features(features)
+    check_pooling(pooling, features)
     device = None if device is None else resolve_device(device, "device")
-    spec = chosen_spec(model.loaded, pooling, features)
-    fitted = None if spec is None else model.feature_encoder(spec).fitted
+    pooled = features is None and pooling is not None  # pooling of mu, as named
+    fitted = None if pooled else model.feature_encoder(features).fitted
     return SentenceTransformer(
         modules=[VATSentenceEncoder(model.loaded, pooling, fitted)],
         device=device,

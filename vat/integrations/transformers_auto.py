@@ -12,7 +12,8 @@ when it is (an import hook; `import vat` itself never imports transformers, whic
 heavy and optional). The folder is read once through vat.share.resolve (safetensors, tied
 embedding, the checks every --model gets); the folder's tokenizer is `model.tokenizer` (a
 VATTokenizer: vat's special-token layout, which AutoTokenizer does not know), and
-`model.encode` gives the vectors the folder's card names (its feature spec).
+`model.encode` gives the vectors `vat.load(...).encode` gives (the folder's card names its
+spec; the one rule is vat.features.encoder.default_features).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from vat.errors import check_choice, check_sentences
 from vat.features import POOLINGS, sentence_features
-from vat.features.encoder import FeatureEncoder, chosen_spec, resolve_features
+from vat.features.encoder import FeatureEncoder, default_features
 from vat.model import VAT, VATConfig
 from vat.share.resolve import load_model
 
@@ -78,6 +79,7 @@ def _classes() -> tuple[type, type]:
             )
             self.tokenizer = loaded.tokenizer if loaded is not None else None
             self.loaded = loaded
+            self._features: Any = None  # the FeatureEncoder of encode, made at its first call
 
         @classmethod
         def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -103,21 +105,28 @@ def _classes() -> tuple[type, type]:
             post = self.vat.encode(input_ids)
             return BaseModelOutput(last_hidden_state=post.mu)
 
-        def encode(self, sentences: list[str], pooling: str = "mean"):
-            """(N, k) sentence features, as vat.load(...).encode: the folder's feature spec
-            (what its card names) for mean pooling, else pooled token means mu. A single
-            string is one sentence and gives one vector (d,)."""
+        def encode(self, sentences: list[str], pooling: str | None = None):
+            """(N, k) sentence features, as vat.load(...).encode gives them: the model's own
+            (vat.features.encoder.default_features: the folder's feature spec, what its card
+            names), or, with `pooling`, that pooling of the token means mu. A single string
+            is one sentence and gives one vector."""
             texts, single = check_sentences(sentences)  # a single string: one vector (d,)
-            check_choice(pooling, "pooling", POOLINGS)
-            loaded = self.loaded
-            spec = None if loaded is None else chosen_spec(loaded, pooling)
-            if spec is not None:
-                fitted = resolve_features(loaded, spec, save=False)
-                out = FeatureEncoder(loaded, fitted)(texts)
-                return out[0] if single else out
-            return sentence_features(self.vat, self.tokenizer, sentences, pooling)
+            if pooling is not None:
+                check_choice(pooling, "pooling", POOLINGS)
+            if pooling is not None or self.loaded is None:  # built from a config: no spec
+                return _one(
+                    sentence_features(self.vat, self.tokenizer, texts, pooling or "mean"), single
+                )
+            if self._features is None:  # resolved once per model, as vat.load's
+                fitted = default_features(self.loaded).fitted
+                self._features = FeatureEncoder(self.loaded, fitted)
+            return _one(self._features(texts), single)
 
     return VATTransformersConfig, VATTransformersModel
+
+
+def _one(out: Any, single: bool) -> Any:
+    return out[0] if single else out
 
 
 class _RegisterOnImport(importlib.abc.MetaPathFinder):

@@ -7,7 +7,8 @@
     README.md                   the model card (vat.share.model_card)
     modules.json, sentence_vat_config.json, config_sentence_transformers.json
                                 what sentence-transformers reads; sentence_vat_config.json
-                                names the folder's feature spec (vat.feature_spec)
+                                names the folder's feature spec (vat.feature_spec), the
+                                one thing it says: {"features": "layer0/sif/none"}
     features.safetensors        that spec's fitted statistics, when it needs any
 
 Nothing here runs pickled code: the weights are safetensors and the metadata JSON. A folder is
@@ -137,11 +138,10 @@ def write_model_files(
     return config
 
 
-def write_sentence_transformers_files(
-    folder: Path, features: FittedFeatures | None, pooling: str = "mean"
-) -> None:
-    """modules.json (one module: vat's VATSentenceEncoder), its settings (the pooling and the
-    folder's feature spec), config_sentence_transformers.json (cosine similarity), and the
+def write_sentence_transformers_files(folder: Path, features: FittedFeatures | None) -> None:
+    """modules.json (one module: vat's VATSentenceEncoder), its settings (the folder's feature
+    spec, and nothing else: the spec names its own weighting, so a `pooling` beside it could
+    only contradict it), config_sentence_transformers.json (cosine similarity), and the
     spec's statistics, so that `SentenceTransformer(folder, trust_remote_code=True)` loads
     the folder and gives the vectors its card names."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE_TYPE}]
@@ -151,7 +151,7 @@ def write_sentence_transformers_files(
         "prompts": {},
         "default_prompt_name": None,
     }
-    module_config: dict[str, Any] = {"pooling": pooling}
+    module_config: dict[str, Any] = {}
     if features is not None:
         module_config["features"] = str(features.spec)
     for name, obj in (
@@ -347,10 +347,14 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
 
 def _folder_spec(folder: Path) -> FeatureSpec | None:
     """The feature spec sentence_vat_config.json names (None: a folder from before specs,
-    whose vectors are the mean of mu). A file that cannot say (not a regular file, not a JSON
-    object, nested too deeply, a `features` that is no spec) is a CheckpointError naming it,
-    never read as "no spec": that would silently give mean-of-mu vectors and ignore the
-    folder's features.safetensors. So is a folder whose statistics no spec names."""
+    whose vectors follow the one rule, vat.features.encoder.default_features). Files written
+    before it said one thing also hold a `pooling`: "mean" beside a spec or alone was the
+    default and says nothing; another pooling without a spec (a sentence-transformers
+    module saved with it) is the spec mu/POOLING/none. A file that cannot say (not a regular
+    file, not a JSON object, nested too deeply, a `features` that is no spec) is a
+    CheckpointError naming it, never read as "no spec": that would silently give other
+    vectors and ignore the folder's features.safetensors. So is a folder whose statistics
+    no spec names."""
     path = folder / ST_MODULE_CONFIG_NAME
     stats = folder / FEATURES_NAME
     has_stats = stats.exists() or stats.is_symlink()
@@ -376,9 +380,14 @@ def _folder_spec(folder: Path) -> FeatureSpec | None:
         what = "empty" if settings is None else f"a JSON {type(settings).__name__}"
         raise CheckpointError(
             f"{path} is {what}; expected a JSON object naming the folder's feature spec "
-            '(e.g. {"pooling": "mean", "features": "layer0/sif/none"})'
+            '(e.g. {"features": "layer0/sif/none"})'
         )
     spec = settings.get("features")
+    pooling = settings.get("pooling")
+    if spec is None and pooling not in (None, "mean"):  # an older file: pooling of mu
+        if not isinstance(pooling, str):
+            raise CheckpointError(f"{path}: 'pooling' must be a string, got {pooling!r:.60}")
+        spec = f"mu/{pooling}/none"
     if spec is not None and not isinstance(spec, str):
         raise CheckpointError(
             f"{path}: 'features' must be a feature spec such as 'mu/sif/pc1', got {spec!r:.60}"

@@ -49,9 +49,26 @@ def download(
         )
     except (OSError, ValueError) as e:  # network, offline mode, missing repo, a malformed id
         raise VatError(
-            f"cannot download {repo_id} from the Hugging Face Hub ({_first_line(e)})"
+            f"cannot download {repo_id} from the Hugging Face Hub ({_download_failure(e)})"
         ) from None
     return Path(folder)
+
+
+def _download_failure(e: BaseException) -> str:
+    """Why a download failed, in a few words: offline mode, an unreachable Hub (the network
+    error huggingface_hub wraps), a missing repo, else the error's first line."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError
+
+    if constants.HF_HUB_OFFLINE or isinstance(e, OfflineModeIsEnabled):
+        return "offline (HF_HUB_OFFLINE is set) and not in the Hub cache"
+    if isinstance(e, RepositoryNotFoundError):
+        return "no such repo, or a private one without a token"
+    cause = e.__cause__ or e.__context__
+    if cause is not None and type(e).__name__ == "LocalEntryNotFoundError":
+        # snapshot_download found no cached copy after a network error: name that error
+        return f"the Hub cannot be reached: {type(cause).__name__}: {_first_line(cause)}"
+    return _first_line(e)
 
 
 def upload(

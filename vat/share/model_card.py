@@ -22,14 +22,17 @@ DEFAULT_LANGUAGE = "en"
 
 
 METRIC_NOTES = {
-    "val/nll": "nats per target token of -log p(x | z), z drawn from the posterior q(z | x)",
-    "val/ppl": "exp(val/nll): the perplexity of x given its own latent z, not a language "
-    "model's perplexity",
+    "val/nll": "reconstruction NLL (given z): nats per target token of -log p(x | z), z drawn "
+    "from the posterior q(z | x)",
+    "val/ppl": "reconstruction perplexity (given z): exp(val/nll), the perplexity of x given "
+    "its own latent z drawn from q(z | x); not a language model's perplexity of x, which "
+    "`vat score` estimates",
     "val/kl": "nats per token, KL(q(z | x) || p(z)): the rate",
     "val/recon_bleu": "BLEU of the reconstructions decoded from the posterior means mu",
 }
 """What a metric means, said on the card: text-VAE readers take "ppl" for the model's own
-perplexity (issue 30), which the importance-weighted bound estimates, not this."""
+perplexity (issue 30), which the importance-weighted bound estimates, not this. The key
+stays `val/ppl` (checkpoint monitors and TensorBoard curves name them)."""
 
 
 def card_data(config: dict[str, Any], spec: FeatureSpec | None = None) -> Any:

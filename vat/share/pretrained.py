@@ -239,6 +239,21 @@ def check_shipping(
     return root
 
 
+def _training_files_as_names(config: dict[str, Any]) -> bool:
+    """Record a shipped model's training files by name only (True if any changed). An export
+    records them absolute, for fitting on the machine that trained it; a shipped model goes to
+    every machine, where the builder's path means nothing, or worse, names another file (its
+    fits then say where they looked: vat.share.training_record.recorded_training_files)."""
+    data = (config.get("training") or {}).get("data")
+    files = data.get("train_files") if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        return False
+    names = [Path(str(f)).name for f in files]
+    changed = names != files
+    data["train_files"] = names
+    return changed
+
+
 def write_shipped(
     loaded: LoadedVAT,
     name: str,
@@ -280,6 +295,8 @@ def write_shipped(
             shutil.copyfile(p, tmp / p.name)
         save_model(half, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         config = json.loads((tmp / CONFIG_NAME).read_text(encoding="utf-8"))
+        if _training_files_as_names(config):  # the builder's paths do not ship
+            (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
         record.setdefault("summary", default_summary(config))
         card = model_card(config, loaded.tokenizer.vocab_size, loaded.own_features, record)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")

@@ -14,7 +14,13 @@ Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load`
 How they are told apart: `vat:NAME` is always a shipped model; a path that exists is a path;
 a bare NAME (no slash) that is a shipped model and no path is that model, and one that is
 both is refused (write ./NAME or vat:NAME); only a name that is no path and looks like
-`user/name` (one slash, which a shipped name never has) is a Hub id.
+`user/name` (one slash, which a shipped name never has) is a Hub id, unless its first part
+is a local folder (`runs/dmeo` where runs/ exists is a mistyped path, not a Hub repo of the
+user "runs"). A name that is no model says so, with the nearest existing run, folder,
+checkpoint or shipped model (`runs/dmeo does not exist (did you mean runs/demo?)`), and a
+Hub id that cannot be downloaded says first that no such folder exists here. A file that is
+text (a config.json, results.json, a .yaml or .txt) is named for what it is, not read as a
+corrupt checkpoint.
 
 `resolve_model` says which (downloading a Hub repo, checking a shipped model's SHA-256 sums);
 `load_model` reads it, once, into a `vat.share.loaded.LoadedVAT` that travels on. Errors
@@ -31,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from vat.errors import OptionError
+from vat.errors import OptionError, VatError
 from vat.share.checkpoint import load_checkpoint
 from vat.share.folder import CONFIG_NAME, load_folder
 from vat.share.hub import download, looks_like_repo_id
@@ -82,6 +88,7 @@ def resolve_model(
         shipped.verify()  # SHA-256 of every file, before anything is read
         return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
     if p.is_file():
+        _check_not_text(p, name)
         return ModelSource("checkpoint", str(p))
     if p.is_dir():
         if (p / CONFIG_NAME).is_file():
@@ -100,16 +107,122 @@ def resolve_model(
         )
     if p.exists():
         raise OptionError(name, f"{p} is neither a file nor a folder")
-    if looks_like_repo_id(str(model)):
-        folder = download(str(model), revision=revision, token=token, cache_dir=cache_dir)
-        return ModelSource("hub", str(model), folder=str(folder))
-    close = difflib.get_close_matches(text, [m.name for m in shipped_models()], n=1)
-    hint = f"; did you mean the shipped model {close[0]}?" if close else ""
-    raise OptionError(
-        name,
-        f"{model} does not exist (expected a .ckpt, an exported folder, a run folder, a "
-        f"shipped model's name (vat pretrained) or a Hub repo id user/name){hint}",
-    )
+    if looks_like_repo_id(text) and not _meant_as_path(text):
+        try:
+            folder = download(text, revision=revision, token=token, cache_dir=cache_dir)
+        except VatError as e:  # offline, unreachable, no such repo: the path reading first
+            raise OptionError(
+                name, f"{text} does not exist here{_did_you_mean(text)}, and {e}"
+            ) from None
+        return ModelSource("hub", text, folder=str(folder))
+    raise OptionError(name, f"{text} does not exist{_did_you_mean(text)}; expected {ACCEPTED}")
+
+
+ACCEPTED = (
+    "a run folder, a .ckpt checkpoint, an exported folder, a shipped model's name "
+    "(vat pretrained) or a Hub repo id user/name"
+)
+"""What a model argument accepts, as every error about one says it."""
+
+
+def _meant_as_path(text: str) -> bool:
+    """A user/name whose first part is a local folder or file is a mistyped path (runs/dmeo
+    beside runs/), never sent to the Hub: a download error would send the user looking for a
+    network problem. (A Hub repo of a user with a local folder of that name is then reached
+    from another folder.)"""
+    first = Path(text).parts[0]
+    return Path(first).exists() or Path(first).is_symlink()
+
+
+def _did_you_mean(text: str) -> str:
+    """The " (did you mean X?)" of the existing model path nearest to `text` (each missing
+    part replaced by its closest sibling, the last by a run folder, an exported folder or a
+    .ckpt), else of the nearest shipped model's name; "" when nothing is close."""
+    near = nearest_model_path(text)
+    if near is None and "/" not in text:
+        close = difflib.get_close_matches(text, [m.name for m in shipped_models()], n=1)
+        near = f"the shipped model {close[0]}" if close else None
+    return f" (did you mean {near}?)" if near else ""
+
+
+def nearest_model_path(text: str, limit: int = 2000) -> str | None:
+    """The existing model path closest to the mistyped `text` (difflib on each part that
+    does not exist, among the first `limit` entries of its folder), spelled as `text` is
+    (relative stays relative), or None."""
+    p = Path(text).expanduser()
+    base = Path(p.anchor) if p.is_absolute() else Path()
+    parts = p.parts[1:] if p.is_absolute() else p.parts
+    if not parts:
+        return None
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if (base / part).exists() and not last:
+            base = base / part
+            continue
+        try:
+            with os.scandir(base) as entries:
+                names = [
+                    e.name
+                    for _, e in zip(range(limit), entries, strict=False)
+                    if (_is_model_path(Path(e.path)) if last else e.is_dir())
+                ]
+        except OSError:
+            return None
+        close = difflib.get_close_matches(part, names, n=1, cutoff=0.6)
+        if not close:
+            return None
+        base = base / close[0]
+    if base == p:
+        return None
+    return f"./{base}" if text.startswith("./") else str(base)
+
+
+def _is_model_path(p: Path) -> bool:
+    """A .ckpt file, an exported folder or a run folder: what a suggestion may name."""
+    try:
+        if p.is_dir():
+            return (p / CONFIG_NAME).is_file() or (p / "checkpoints").is_dir()
+        return p.suffix == ".ckpt" and p.is_file()
+    except OSError:
+        return False
+
+
+# What a torch checkpoint starts with: a zip archive (torch.save's format since 1.6) or a
+# pickle (the legacy format; protocol 2+ opens with 0x80).
+_CHECKPOINT_MAGIC = (b"PK\x03\x04", b"\x80")
+
+
+def _check_not_text(p: Path, name: str) -> None:
+    """A text file (a config.json, results.json, a .yaml, a .txt, a Git LFS pointer) is no
+    checkpoint: say what it is, instead of torch.load's "Unsupported operand 123" (the byte
+    '{'). Binary files go on to torch.load, which names a damaged checkpoint."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return  # load_checkpoint names the unreadable file
+    if not head or head.startswith(_CHECKPOINT_MAGIC) or b"\x00" in head:
+        return
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:  # not a character cut at the 4096th byte: binary
+            return
+        text = head[: e.start].decode("utf-8")
+    what = _text_kind(p, text.lstrip())
+    owner = next((d for d in (p.parent, p.parent.parent) if _is_model_path(d)), None)
+    hint = f" (did you mean the folder {owner}?)" if owner is not None else ""
+    raise OptionError(name, f"{p} is {what}, not a model{hint}; expected {ACCEPTED}")
+
+
+def _text_kind(p: Path, text: str) -> str:
+    if text.startswith("version https://git-lfs"):
+        return "a Git LFS pointer (the file itself was not fetched: git lfs pull)"
+    if p.suffix.lower() == ".json" or text.startswith(("{", "[")):
+        return "a JSON file"
+    if p.suffix.lower() in (".yaml", ".yml"):
+        return "a YAML file"
+    return "a text file"
 
 
 def _check_not_a_loop(path: Path, name: str) -> None:

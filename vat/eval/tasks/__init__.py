@@ -1,6 +1,6 @@
 """SentEval's tasks read from SentEval's own file layout.
 
-- `registry.py`        task names and groups, `expand_tasks`, `load_task`
+- `registry.py`        task names and groups, `expand_tasks`, `choose_tasks`, `load_task`
 - `files.py`           the containers (Pairs, Singles, TaskData) and file reading helpers
 - `sts.py`             STS12-16, STSBenchmark, SICK
 - `classification.py`  MR, CR, SUBJ, MPQA, SST2/5, TREC, MRPC
@@ -13,6 +13,8 @@ from vat.eval.tasks.registry import (
     STS_TASKS,
     TASK_GROUPS,
     TRANSFER_TASKS,
+    TaskChoice,
+    choose_tasks,
     expand_tasks,
     load_task,
 )
@@ -25,7 +27,9 @@ __all__ = [
     "TRANSFER_TASKS",
     "Pairs",
     "Singles",
+    "TaskChoice",
     "TaskData",
+    "choose_tasks",
     "expand_tasks",
     "load_task",
 ]

@@ -99,11 +99,16 @@ class TaskData:
 # ----------------------------------------------------------------------------- file reading
 
 
+class MissingTaskData(VatError):
+    """A task's folder or file is absent from the data dir (not a malformed file): a command
+    may offer to skip the task."""
+
+
 def need_file(path: Path, task: str, data_dir: Path) -> Path:
     if not path.is_file():
         what = "folder" if not path.parent.is_dir() else "file"
         missing = path.parent if what == "folder" else path
-        raise VatError(
+        raise MissingTaskData(
             f"{task}: missing {what} {missing} "
             f"(expected SentEval layout under {data_dir}: {LAYOUT[task]}; "
             "fetch it with scripts/get_senteval_data.sh from the vat source repository)"
