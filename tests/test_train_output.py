@@ -5,7 +5,9 @@ numbers and the next commands (vat.callbacks.progress, vat.callbacks.summary).""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+from conftest import ROOT
 from helpers import fit_args, scalars
 
 
@@ -54,3 +56,17 @@ def test_lightning_tips_are_dropped():
 
     assert not logger.filter(record("💡 Tip: For seamless cloud logging, try litlogger"))
     assert logger.filter(record("GPU available: False, used: False"))
+
+
+def test_the_summary_names_both_checkpoints_as_the_run_was_named(tmp_path, monkeypatch, capsys):
+    """`--run_dir runs/demo` gives `runs/demo/checkpoints/...` for the best and the last
+    checkpoint alike (Lightning made the last one absolute)."""
+    from vat.cli.train import main
+
+    data = f"[{ROOT / 'tests' / 'assets' / 'sentences.txt'}]"  # tiny.yaml's, from the checkout
+    monkeypatch.chdir(tmp_path)
+    assert main(fit_args(Path("run"), Path("cache"), "--data.train_files", data)) == 0
+    out = capsys.readouterr().out.splitlines()
+    (best,) = [line for line in out if line.startswith("vat: best checkpoint ")]
+    assert best.startswith("vat: best checkpoint run/checkpoints/best-step")
+    assert "vat: last checkpoint run/checkpoints/last.ckpt" in out

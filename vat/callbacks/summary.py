@@ -20,6 +20,7 @@ estimates that one).
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -95,9 +96,9 @@ def summary_lines(
             last = cb.last_model_path
     if best is not None:
         score = f" ({best[1]} {float(best[2]):.4f})" if best[2] is not None else ""
-        lines.append(f"vat: best checkpoint {best[0]}{score}")
+        lines.append(f"vat: best checkpoint {_shown(best[0])}{score}")
     if last is not None:
-        lines.append(f"vat: last checkpoint {last}")
+        lines.append(f"vat: last checkpoint {_shown(last)}")
     # The logged keys stay val/nll and val/ppl (checkpoint monitors and TensorBoard curves
     # name them); the words say what they measure.
     parts = [
@@ -133,3 +134,11 @@ def _clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _shown(path: str) -> str:
+    """A checkpoint path as the user named the run: relative to the current folder when
+    inside it (Lightning keeps the best path as configured but makes the last one absolute)."""
+    here = Path.cwd().resolve()
+    full = Path(path).resolve()
+    return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)
