@@ -237,10 +237,14 @@ def test_trained_run_without_record_is_measured_not_retrained(swept):
     assert _events(out) == events
 
 
-def test_interrupted_training_resumes_from_last_checkpoint(swept, monkeypatch):
-    """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last."""
+def test_interrupted_training_resumes_from_last_checkpoint(tmp_path, monkeypatch):
+    """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last.
+    (A sweep of its own: resuming changes the run, and the tests sharing `swept` may run after
+    this one on the same pytest-xdist worker.)"""
     import vat.cli.train
 
+    swept = tmp_path
+    assert sweep_cli.main(["-c", str(_config(swept, sweep={KEY: [0.0]}))]) == 0
     out = swept / "sweep"
     run = out / "free_bits_0.0"
     (run / "record.json").unlink()
