@@ -90,16 +90,22 @@ def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int
             raise OptionError("threads", f"expected a whole number >= 1, got {requested!r}")
         return requested, "--threads"
     if env is not None and env.strip():
-        try:
-            n = int(env)
-        except ValueError:
-            raise VatError(f"${THREADS_ENV}={env!r} is not a whole number") from None
-        if n < 1:
-            raise VatError(f"${THREADS_ENV}={env!r}: expected a whole number >= 1")
-        return n, f"${THREADS_ENV}"
+        return thread_count(env, f"${THREADS_ENV}"), f"${THREADS_ENV}"
     if cuda:
         return None, "torch's default beside a GPU"
     return 1, "vat's default on the CPU"
+
+
+def thread_count(text: str, what: str) -> int:
+    """`text` read as a thread count, a whole number >= 1; else one line naming `what` (the
+    option or the environment variable it came from)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise VatError(f"{what} {text!r}: expected a whole number >= 1")
+    return n
 
 
 def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:

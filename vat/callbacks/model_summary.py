@@ -26,23 +26,9 @@ class ModelSummary(LightningModelSummary):
     """Lightning's ModelSummary without the FLOPs it did not measure."""
 
     @staticmethod
-    def summarize(
-        summary_data: list[tuple[str, list[str]]],
-        total_parameters: int,
-        trainable_parameters: int,
-        model_size: float,
-        total_training_modes: dict[str, int],
-        total_flops: int,
-        **summarize_kwargs: Any,
-    ) -> None:
-        table = summary_table(
-            summary_data,
-            total_parameters,
-            trainable_parameters,
-            model_size,
-            total_training_modes,
-            total_flops,
-        )
+    def summarize(*table_args: Any, total_flops: int = 0, **summarize_kwargs: Any) -> None:
+        """Lightning calls this with `summary_table`'s arguments (and its own keywords)."""
+        table = summary_table(*table_args, total_flops=total_flops)
         lightning_summary.log.info("\n" + table)
 
 

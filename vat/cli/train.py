@@ -28,7 +28,7 @@ from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, run_cli
-from vat.runtime import apply_cpu_threads
+from vat.runtime import apply_cpu_threads, thread_count
 from vat.train import run_dir as rd
 from vat.train import settings
 from vat.train.checkpointing import (
@@ -371,12 +371,7 @@ def _threads_option(args: list[str]) -> tuple[list[str], int | None]:
                 text, i = args[i + 1], i + 2
             else:
                 text, i = a.split("=", 1)[1], i + 1
-            try:
-                value = int(text)
-            except ValueError:
-                raise VatError(f"--threads {text!r}: expected a whole number >= 1") from None
-            if value < 1:
-                raise VatError(f"--threads {text}: expected a whole number >= 1")
+            value = thread_count(text, "--threads")
             continue
         rest.append(a)
         i += 1
