@@ -208,14 +208,20 @@ def check_seed(value: int | None, name: str = "seed") -> int | None:
     return n
 
 
-def did_you_mean(word: object, choices: Sequence[str]) -> str:
-    """The tail ` (did you mean X?)` naming the choice nearest to a mistyped `word` (difflib's
-    ratio, case ignored), else "": what every unknown-name error of a closed vocabulary adds."""
+def nearest(word: object, choices: Sequence[str]) -> str | None:
+    """The choice nearest to a mistyped `word` (difflib's ratio, case ignored), else None."""
     if not isinstance(word, str) or not word.strip():
-        return ""
+        return None
     by_lower = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(word.strip().lower(), list(by_lower), n=1, cutoff=0.6)
-    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
+    return by_lower[close[0]] if close else None
+
+
+def did_you_mean(word: object, choices: Sequence[str]) -> str:
+    """The tail ` (did you mean X?)` naming `nearest(word, choices)`, else "": what every
+    unknown-name error of a closed vocabulary adds."""
+    near = nearest(word, choices)
+    return f" (did you mean {near}?)" if near else ""
 
 
 def check_choice(value: str, name: str, choices: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from vat.cli.common import Parser
-from vat.errors import OptionError, VatError, did_you_mean, run_cli
+from vat.errors import OptionError, VatError, did_you_mean, nearest, run_cli
 
 
 def config_dir() -> Path:
@@ -83,10 +83,8 @@ def _no_config(value: str, kind: str) -> str:
     # a sweep may be named without its folder: "sweep" is nearest to sweeps/sweep
     spellings = {**{n.rsplit("/", 1)[-1]: n for n in names}, **{n: n for n in names}}
     key = value.removesuffix(".yaml").removeprefix("configs/")
-    hint = did_you_mean(key, list(spellings))
-    if hint:
-        near = hint[len(" (did you mean ") : -len("?)")]
-        hint = f" (did you mean {spellings[near]}?)"
+    near = nearest(key, list(spellings))
+    hint = f" (did you mean {spellings[near]}?)" if near else ""
     parent = Path(value).parent
     if not hint and str(parent) != "." and parent.is_dir():
         beside = [str(p) for p in sorted(parent.glob("*.y*ml"))[:200]]

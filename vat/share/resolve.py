@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from vat.errors import OptionError, VatError
+from vat.errors import OptionError, VatError, nearest
 from vat.share.checkpoint import load_checkpoint
 from vat.share.folder import CONFIG_NAME, load_folder
 from vat.share.hub import download, looks_like_repo_id
@@ -140,8 +140,8 @@ def _did_you_mean(text: str) -> str:
     .ckpt), else of the nearest shipped model's name; "" when nothing is close."""
     near = nearest_model_path(text)
     if near is None and "/" not in text:
-        close = difflib.get_close_matches(text, [m.name for m in shipped_models()], n=1)
-        near = f"the shipped model {close[0]}" if close else None
+        close = nearest(text, [m.name for m in shipped_models()])
+        near = f"the shipped model {close}" if close else None
     return f" (did you mean {near}?)" if near else ""
 
 
