@@ -346,6 +346,12 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
 
     feats = vat.load(str(folder)).encode(["A man plays a guitar."])
     assert tuple(feats.shape) == (1, 16)
+    # the runs' TensorBoard curves travel back in the logs (the run folders stay behind)
+    with tarfile.open(out / "logs.tar.gz") as tf:
+        curves = {Path(n).parent.as_posix() for n in tf.getnames() if "tfevents" in n}
+    assert curves == {"logs/tensorboard/reference"} | {
+        f"logs/tensorboard/frontier/{r}" for r in fr["runs"]
+    }
 
 
 def test_a_missing_package_is_one_line(tmp_path, monkeypatch, capsys):
@@ -703,3 +709,95 @@ def test_a_broken_run_record_fails_its_stage_in_one_line(tmp_path):
     assert str(e.value) == (
         f"{rec}: 'record.val_kl' must be a finite number >= 0; delete it to evaluate the run again"
     )
+
+
+# -- the short plan (15 minutes of a lent GPU): the reference in one launch ------------------
+def test_short_plan_runs_the_reference_in_one_launch_and_fits_fifteen_minutes():
+    """plan.RECIPE_SHORT: two calls inside the lease's 15 minutes (start, overheads and the
+    gap counted), call 1 inside the 10-minute command limit less the guard, the reference's
+    share the whole of call 1, and the 8k eager variant first (it fits call 2)."""
+    from bench.gpu_suite.plan import (
+        CALL_GUARD_S,
+        CALL_LIMIT_S,
+        DEVICE_S_SHORT,
+        RECIPE_SHORT,
+        make_plan,
+        recipe_command,
+        recipe_device_s,
+        short_gpu_plan,
+    )
+
+    plan = short_gpu_plan()
+    assert plan.reference_launches == 1 and gpu_plan().reference_launches == 2
+    assert [v.name for v in plan.variants] == ["8k_eager", "8k_compiled"]
+    assert plan.shares_s["reference"] == 60 * RECIPE_SHORT[0].budget_min
+    assert recipe_device_s(RECIPE_SHORT) == 120 + 2 * 40 + 60 * (8.75 + 2) + 25 == 870
+    assert recipe_device_s(RECIPE_SHORT) <= DEVICE_S_SHORT - 30
+    assert 15 + 60 * RECIPE_SHORT[0].budget_min + 10 <= CALL_LIMIT_S - CALL_GUARD_S
+    assert RECIPE_SHORT[0].stages == ("reference",)
+    assert "--plan short --budget-min 8.75 --stages reference runs/gpu" in recipe_command(
+        RECIPE_SHORT[0], "short"
+    )
+    assert "--plan" not in recipe_command(RECIPE_SHORT[0])
+    assert make_plan("short", smoke=True).reference_launches == 1
+    assert make_plan("full", smoke=True).reference_launches == 2
+
+
+def test_one_launch_budget_is_a_ceiling_of_steps():
+    """The short plan trains the reference for its time: the steps are only a ceiling (the
+    recipe's 9,400, or the 600M-token floor at the measured tokens per step)."""
+    from bench.gpu_suite.plan import short_gpu_plan
+
+    plan = short_gpu_plan()
+    state = new_state(smoke=False)
+    b = reference_budget(state, plan)
+    assert (b["steps"], b["tokens"], b["basis"]) == (9_400, None, "time")
+    _measured(state, 1_200_000)  # 60,000 tokens a step: 600M tokens = 10,000 steps
+    b = reference_budget(state, plan)
+    assert (b["steps"], b["tokens"], b["basis"]) == (10_000, None, "time")
+    assert b["why"].startswith("one launch trained until the stage's time is spent, at most 10,000")
+    every = reference_cmd(Path("c.yaml"), Path("r"), 10_000, one_launch=True)
+    assert every[every.index("--trainer.val_check_interval") + 1] == "500"
+    once = reference_cmd(Path("c.yaml"), Path("r"), 10_000)
+    assert once[once.index("--trainer.val_check_interval") + 1] == "10000"
+
+
+@pytest.mark.slow
+def test_one_launch_stopped_for_time_is_evaluated_and_exported(tmp_path, data_dir, monkeypatch):
+    """The short plan's reference: a launch stopped for time (SIGINT: Lightning saves
+    on_exception.ckpt, not last.ckpt) is not left for a later launch but evaluated as it
+    stands, on the checkpoint it saved, its tokens read from that checkpoint; a call whose
+    time ends before the export leaves it for the next, which does not train again."""
+    from bench.gpu_suite import reference
+    from bench.gpu_suite.plan import make_plan
+    from vat.share.checkpoint import read_checkpoint
+
+    plan = make_plan("short", smoke=True)
+    plan.reference_steps_default = plan.max_steps = 1_000_000  # only the time stops it
+    plan.eval_run_s, plan.export_s, plan.stop_grace_s = 2.0, 2.0, 10.0
+    monkeypatch.setattr(reference, "ONE_LAUNCH_MARGIN_S", 0.0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "out"
+    suite = Suite(out, plan, data_dir, Budget(5), None)
+    suite.write_config()
+    first = reference.run(suite, 40.0)
+    ref = suite.state["reference"]
+    # a slow machine may leave the evaluation or the export to the next call, never training
+    assert first == "done" or (first == "partial" and ref["trained"])
+    (launch,) = ref["launches"]
+    assert launch["status"] == "interrupted" and 0 < launch["step"] < 1_000_000
+    assert ref["trained"] and ref["basis"] == "time"
+    if first == "partial":
+        assert reference.run(suite, 60.0) == "done"
+    ckpts = out / "work" / "reference" / "checkpoints"
+    last = read_checkpoint(ckpts / "last.ckpt")
+    assert last["global_step"] == launch["step"] == ref["eval"]["step"]
+    assert ref["tokens"] == last["vat"]["training"]["tokens_seen"] > 0
+    assert launch["logged_tokens_per_s"] is None or launch["logged_tokens_per_s"] > 0
+    assert any("stopped for time at step" in n for n in suite.state["stages"]["reference"]["notes"])
+    assert (out / "reference.tar").is_file()
+    ref["export"] = None  # a call that ran out of time before the export: the next exports
+    (out / "reference.tar").unlink()
+    assert reference.run(suite, 60.0) == "done"
+    assert len(ref["launches"]) == 1 and (out / "reference.tar").is_file()  # no second launch
+    assert "at most 1,000,000 steps" in render_markdown(suite.state)

@@ -11,8 +11,9 @@ orchestrates):
 2. throughput.py: vat's loop against a plain loop (bench/bench_train_side_by_side.py), bf16,
    8k and 32k vocabulary, compiled and eager, fused cross-entropy off and on at 32k.
 3. reference.py: one model alone with the recipe that reached BLEU 99 before
-   (configs/reference_gpu.yaml), at least 600M tokens or the stage's share; evaluated,
-   exported as a folder ready for `vat pretrained add`.
+   (configs/reference_gpu.yaml), at least 600M tokens or the stage's share (the short plan,
+   `--plan short`: one launch trained for its call's time); evaluated, exported as a folder
+   ready for `vat pretrained add`.
 4. frontier_train.py: one `vat train` per `model.loss.target_kl` value, all at once, as many
    as get a useful token budget.
 5. frontier_eval.py: each run's KL, NLL, active units, STS12 and STS-B, newstest2019 BLEU;
@@ -20,13 +21,15 @@ orchestrates):
 6. artefacts.py: the frontier's best-STS and best-BLEU runs exported, one .tar each.
 
 Around them: plan.py (what each mode runs: the GPU suite or --smoke; the time shares and
-their arithmetic; the three-call recipe for a lent GPU; the data and packages it needs),
+their arithmetic; the recipes for a lent GPU, three calls in 30 minutes and two in 15; the
+data and packages it needs),
 call.py (what a stage works with: OUT_DIR, its work folder, the state, notes), children.py
 (child processes, stopped for time), runs.py (the training runs: started afresh, resumed or
 found finished), state.py (the stage list, the state in OUT_DIR/gpu_report.json, the
 budget, the runner), schema.py (what each field of the report holds: a report read back is
-checked against it before any stage runs), report.py (gpu_report.md and the plot),
-__main__.py (the command line, its exit codes and recipes). bench/gpu_suite.sh runs this
+checked against it before any stage runs), report.py (gpu_report.md, the plot, and the
+logs with each run's TensorBoard curves), __main__.py (the command line, its exit codes and
+recipes). bench/gpu_suite.sh runs this
 folder, and for one call of a lent machine also installs the bundle, stops the suite before
 the call's limit and copies its files out (--bundle, --call-limit-s, --copy-to).
 """

@@ -4,7 +4,8 @@ Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed fir
 
 - one call, a cluster user with 25 minutes:  bench/gpu_suite.sh --budget-min 24 results/gpu
 - a lent GPU with 10-minute commands and 30 minutes in all: plan.RECIPE's three calls back
-  to back (plan.recipe_command prints each; the arithmetic is in plan.py).
+  to back (plan.recipe_command prints each; the arithmetic is in plan.py);
+- with 15 minutes in all: plan.RECIPE_SHORT's two calls, `--plan short`.
 
 `--seed DIR`: a folder holding the files an earlier call returned (gpu_report.json, the
 .tar files), copied into OUT_DIR only when OUT_DIR has no report (a machine that went cold
@@ -36,11 +37,11 @@ if not __package__:
 
 from bench.gpu_suite.call import OUT_FILES, REPORT  # noqa: E402
 from bench.gpu_suite.plan import (  # noqa: E402
+    PLANS,
     ROOT,
     check_data,
     check_packages,
-    gpu_plan,
-    smoke_plan,
+    make_plan,
 )
 from bench.gpu_suite.state import STAGES, Budget, Suite, read_report  # noqa: E402
 from vat.errors import VatError, run_cli  # noqa: E402
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
         "--stages",
         default=",".join(STAGES),
         help=f"comma-separated stages to run (default all): {','.join(STAGES)}",
+    )
+    p.add_argument(
+        "--plan",
+        choices=sorted(PLANS),
+        default="full",
+        help="the stages' time shares: full (default; 30 minutes of a lent GPU in three calls, "
+        "or one 24-minute call) or short (15 minutes of a lent GPU: the reference alone in one "
+        "launch, then facts and the 8k throughput; plan.RECIPE_SHORT)",
     )
     p.add_argument("--smoke", action="store_true", help="every stage on CPU with tiny shapes")
     p.add_argument(
@@ -139,7 +148,7 @@ def _main(argv: Sequence[str]) -> int:
         print(f"gpu_suite: {seed_out_dir(out, Path(args.seed), args.smoke)}", file=sys.stderr)
     budget = Budget(args.budget_min)
     out.mkdir(parents=True, exist_ok=True)
-    suite = Suite(out.resolve(), smoke_plan() if args.smoke else gpu_plan(), data_dir, budget,
+    suite = Suite(out.resolve(), make_plan(args.plan, args.smoke), data_dir, budget,
                   args.frontier_steps)  # fmt: skip
     # SIGINT at Python's default even if the suite inherited it ignored (a background job of
     # a shell without job control): stopping the suite must stop its children cleanly

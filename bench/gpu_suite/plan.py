@@ -220,6 +220,41 @@ def gpu_plan() -> Plan:
     )
 
 
+def short_gpu_plan() -> Plan:
+    """The plan for a lent GPU with 15 minutes of device time (RECIPE_SHORT): the reference
+    first and alone, in one launch trained until its call's time is spent (a second launch
+    would pay the start-up and the compile again), then the device facts and the 8k
+    throughput side by side, eager first (its compiled twin needs about 210 s: data, two
+    compiles, 180 steps a loop; the reference's own log gives vat's compiled 8k tokens/s).
+    The frontier has no time here: a later session with 30 minutes runs it (RECIPE)."""
+    p = gpu_plan()
+    by_name = {v.name: v for v in p.variants}
+    p.variants = [by_name["8k_eager"], by_name["8k_compiled"]]
+    p.variants_not_run = {
+        "32k": "--plan short: the 32k variants are not run (15 minutes of device time go to "
+        "the reference model first); the full plan runs them",
+    }
+    p.shares_s = {**p.shares_s, "throughput": 100, "reference": 60 * RECIPE_SHORT[0].budget_min}
+    p.reference_launches = 1
+    return p
+
+
+PLANS = {"full": gpu_plan, "short": short_gpu_plan}
+"""`bench/gpu_suite.sh --plan NAME`: the full plan (30 minutes of device time, or a cluster
+user's 25-minute allocation) or the short one (15 minutes of device time)."""
+
+
+def make_plan(name: str, smoke: bool) -> Plan:
+    """PLANS[name], or with --smoke the CPU plan run the same way (the short plan's one
+    launch of the reference), so that the smoke suite checks the code a lent GPU runs."""
+    if not smoke:
+        return PLANS[name]()
+    p = smoke_plan()
+    if name == "short":
+        p.reference_launches = 1
+    return p
+
+
 def smoke_plan() -> Plan:
     """Every stage on CPU with tiny shapes: the same code paths and the same report schema."""
     return Plan(
@@ -361,6 +396,27 @@ RECIPE = (
         "150 s + artefacts 30 s",
     ),
 )
+RECIPE_SHORT = (
+    RecipeCall(
+        8.75,
+        ("reference",),
+        "the reference alone: the data prepared, one launch trained until 75 s + the stop "
+        "grace before the call's end (steps at most the 650M-token recipe's 9,400), "
+        "evaluated (45 s) and exported (30 s)",
+    ),
+    RecipeCall(
+        2.0,
+        ("facts", "throughput"),
+        "facts 30 s + the 8k throughput, eager first (90 s)",
+    ),
+)
+"""The recipe for a lent GPU with 15 minutes of device time (today's lease), with the short
+plan (`--plan short`). Device time: 120 s start + 2 x 40 s overhead + (525 + 120) s of suite
+budget + 25 s gap = 870 s of 900. Call 1 is the longest the 10-minute limit allows: 15 s
+install + 525 s + 10 s <= 600 s less the 40-s guard. If call 1 leaves the reference
+unfinished (its report says `partial`), call 2 runs `--stages reference` instead."""
+DEVICE_S_SHORT = 15 * 60
+
 RECIPE_OUT_DIR = "runs/gpu"
 RECIPE_SEED_DIR = "runs/gpu_back"
 """Here, the files the last call returned are copied into this ignored folder, carried on
@@ -370,12 +426,13 @@ went cold)."""
 RECIPE_CARRY = ("offline", RECIPE_SEED_DIR)
 
 
-def recipe_command(call: RecipeCall) -> str:
+def recipe_command(call: RecipeCall, plan: str = "full") -> str:
     """One call's command line, as the README gives it."""
     stages = f" --stages {','.join(call.stages)}" if call.stages else ""
+    which = "" if plan == "full" else f" --plan {plan}"
     return (
         f'bench/gpu_suite.sh --bundle offline --seed {RECIPE_SEED_DIR} --copy-to "$OUT" '
-        f"--call-limit-s {CALL_LIMIT_S} --budget-min {call.budget_min:g}{stages} "
+        f"--call-limit-s {CALL_LIMIT_S}{which} --budget-min {call.budget_min:g}{stages} "
         f"{RECIPE_OUT_DIR}"
     )
 

@@ -24,6 +24,8 @@ import contextlib
 import io
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,6 +46,10 @@ from vat.share.folder import record_measurements
 TARGET_KL = 20.0
 """The rate the reference is held at (nats per token): the BLEU-99 run had 21-27."""
 EXPORT_TASKS = "STS12,STSBenchmark"
+VAL_EVERY_ONE_LAUNCH = 500
+ONE_LAUNCH_MARGIN_S = 20.0
+"""One launch (the short plan) stops training this long before the evaluation and the
+export's estimates would end the stage: their estimates are not measurements."""
 RUN = "reference"
 
 
@@ -75,18 +81,30 @@ def run(call: Call, allot: float) -> str:
         if ref["steps"] is None:
             ref.update(reference_budget(call.state, plan))
             call.note("reference", f"{ref['steps']:,} steps: {ref['why']}")
-        r = TrainRun(RUN, run_dir, train_cmd(call.reference_config, run_dir, ref["steps"]),
-                     ref["steps"], call.logs / "train_reference.log")  # fmt: skip
+        one = plan.reference_launches == 1
+        cmd = train_cmd(call.reference_config, run_dir, ref["steps"], one)
+        r = TrainRun(RUN, run_dir, cmd, ref["steps"], call.logs / "train_reference.log")
         step_before = (ref["launches"][-1]["step"] if ref["launches"] else None) or 0
-        o = train(call, "reference", [r], end)[RUN]
+        # one launch: it trains until the evaluation and the export are what is left
+        train_end = end - (plan.eval_run_s + plan.export_s + ONE_LAUNCH_MARGIN_S if one else 0)
+        o = train(call, "reference", [r], train_end)[RUN]
         if o.launched:
-            ref["launches"].append(_launch_record(call.state, plan, o, step_before))
+            ref["launches"].append(_launch_record(call.state, plan, o, step_before, run_dir))
         if o.status == "failed":
             call.note("reference", f"failed ({o.note})")
             return "failed"
-        if o.status == "interrupted":
+        if o.status == "interrupted" and not (one and o.step):
             return "partial"
+        if o.status == "interrupted":
+            _last_is_the_stop(run_dir)
+            call.note(
+                "reference",
+                f"stopped for time at step {o.step:,} of at most "
+                f"{ref['steps']:,} (one launch): evaluated as it stands",
+            )
         ref["trained"] = True
+        if one:
+            ref["tokens"] = _tokens_seen(run_dir)
         call.save()
     if ref["eval"] is None:
         if end - time.monotonic() < plan.eval_run_s:
@@ -117,6 +135,14 @@ def reference_budget(state: dict[str, Any], plan: Plan) -> dict[str, Any]:
     stop (the recipe's first call ends it)."""
     m = measured_throughput(state, plan)
     floor = plan.reference_min_tokens
+    if plan.reference_launches == 1:
+        # one launch trained for its time (the short plan): the steps are only a ceiling
+        steps = math.ceil(floor / m[2]) if m else plan.reference_steps_default
+        return {"steps": steps, "tokens": None, "basis": "time", "floor_tokens": floor,
+                "why": f"one launch trained until the stage's time is spent, at most {steps:,} "
+                "steps (the recipe's; the 8k throughput when measured sizes the "
+                f"{tokens_text(floor)}-token floor); its tokens are read from its "
+                "checkpoint"}  # fmt: skip
     if m is None:
         steps = plan.reference_steps_default
         return {"steps": steps, "tokens": None, "basis": "default", "floor_tokens": floor,
@@ -150,7 +176,7 @@ def reference_budget(state: dict[str, Any], plan: Plan) -> dict[str, Any]:
 
 
 def _launch_record(
-    state: dict[str, Any], plan: Plan, o: Outcome, step_before: int
+    state: dict[str, Any], plan: Plan, o: Outcome, step_before: int, run_dir: Path
 ) -> dict[str, Any]:
     """One launch: its seconds, the steps it trained, and its overhead (seconds not spent on
     steps at the measured tokens/s: start-up, compile, validation, stop), which sizes later
@@ -161,19 +187,65 @@ def _launch_record(
     if m is not None and trained:
         overhead = round(max(o.seconds - trained * m[2] / m[1], 0.0), 1)
     return {"started": now_iso(), "seconds": round(o.seconds, 1), "steps": trained,
-            "step": o.step, "overhead_s": overhead, "status": o.status}  # fmt: skip
+            "step": o.step, "overhead_s": overhead, "status": o.status,
+            "logged_tokens_per_s": logged_tokens_per_s(run_dir, step_before)}  # fmt: skip
 
 
-def train_cmd(config: Path, run_dir: Path, steps: int) -> list[str]:
+def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:
+    """The median of the run's logged train/tokens_per_s over this launch's second half
+    (after its compile and warm-up): vat's loop speed in the reference's own recipe."""
+    from vat.experiments.measure import read_scalars
+
+    try:
+        curve = [(s, v) for s, v in read_scalars(run_dir).get("train/tokens_per_s", [])
+                 if s > step_before]  # fmt: skip
+    except Exception:  # an unreadable log is a missing figure, not a failed stage
+        return None
+    values = sorted(v for _, v in curve[len(curve) // 2 :])
+    return round(values[len(values) // 2], 1) if values else None
+
+
+def train_cmd(config: Path, run_dir: Path, steps: int, one_launch: bool = False) -> list[str]:
+    # one validation, at the end; a launch stopped for time (the short plan) validates every
+    # 500 steps, so that its validation KL and NLL exist when it stops
+    every = min(steps, VAL_EVERY_ONE_LAUNCH) if one_launch else steps
     return [
         sys.executable, "-m", "vat", "train", "-c", str(config), "--run_dir", str(run_dir),
         "--trainer.max_steps", str(steps),
         "--trainer.max_time", "null",
-        "--trainer.val_check_interval", str(steps),  # one validation, at the end
+        "--trainer.val_check_interval", str(every),
         # a SIGKILL (not the SIGINT a stop sends, which saves) loses at most a tenth
         "--checkpoint.every_n_train_steps", str(max(1, steps // 10)),
         "--ckpt_path", "last",
     ]  # fmt: skip
+
+
+def _last_is_the_stop(run_dir: Path) -> None:
+    """A run stopped by a signal saved its state as on_exception.ckpt (Lightning's
+    OnExceptionCheckpoint), which `--ckpt_path last` resumes (find_last) but which the
+    evaluation and the export, reading checkpoints/last.ckpt, would miss: when it is the
+    newer, it becomes last.ckpt (copied, then renamed into place)."""
+    from vat.train.run_dir import find_last
+
+    ckpts = run_dir / "checkpoints"
+    newest = find_last(ckpts)
+    if newest is None or newest.name == "last.ckpt":
+        return
+    tmp = ckpts / ".last.ckpt.tmp"
+    shutil.copy2(newest, tmp)
+    os.replace(tmp, ckpts / "last.ckpt")
+
+
+def _tokens_seen(run_dir: Path) -> int | None:
+    """The non-pad tokens the run's last checkpoint has trained on (its training record)."""
+    from vat.share.checkpoint import read_checkpoint
+
+    try:
+        ckpt = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    except VatError:
+        return None
+    tokens = ((ckpt.get("vat") or {}).get("training") or {}).get("tokens_seen")
+    return int(tokens) if tokens is not None else None
 
 
 def suggested_name(plan: Plan) -> str:

@@ -6,6 +6,7 @@ anywhere leaves a report of what it did."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from math import nan
 from pathlib import Path
@@ -26,7 +27,25 @@ def write_outputs(call: Call) -> None:
             call.state["frontier"]["plot"] = "not drawn: matplotlib is not installed"
             call.save()
     if call.logs.is_dir():
+        copy_event_files(call.work, call.logs / "tensorboard")
         pack(call.out / "logs.tar.gz", call.logs, arcname="logs", gz=True)
+
+
+def copy_event_files(work: Path, dest: Path) -> None:
+    """Each run's TensorBoard event files (the reference's, every frontier run's) into the
+    packed logs: a run's loss, KL, tokens/s and compiled-graph curves say where its launch
+    spent its time, and the run folders stay on a machine that is given back (2026-11-26:
+    a launch of 274 s trained about 100 s at its logged speed, and nothing said where the
+    rest went)."""
+    for events in sorted(work.glob("**/events.out.tfevents.*")):
+        rel = events.relative_to(work)
+        if rel.parts[0] in ("export", "cache", "throughput", dest.parent.name):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        shutil.copyfile(events, tmp)
+        os.replace(tmp, target)
 
 
 def atomic_text(path: Path, text: str) -> None:
@@ -91,15 +110,20 @@ def render_reference(ref: dict[str, Any]) -> list[str]:
     tokens = f"{tokens_text(ref['tokens'])} non-pad tokens" if ref["tokens"] else "no token count"
     basis = {"floor": f"the {tokens_text(ref['floor_tokens'])}-token floor",
              "time_share": "the stage's time share (less than the floor)",
-             "default": "the default steps (no throughput measured)"}[ref["basis"]]  # fmt: skip
+             "default": "the default steps (no throughput measured)",
+             "time": "one launch, trained for the stage's time"}[ref["basis"]]  # fmt: skip
+    at_most = "at most " if ref["basis"] == "time" else ""
     lines += [
-        f"`{ref['config']}`, {ref['key']} {ref['target_kl']:g}: **{ref['steps']:,} steps, "
+        f"`{ref['config']}`, {ref['key']} {ref['target_kl']:g}: **{at_most}{ref['steps']:,} steps, "
         f"{tokens}: {basis}** ({ref['why']}).",
         "",
     ]
     for i, la in enumerate(ref["launches"], 1):
+        logged = la.get("logged_tokens_per_s")
+        speed = f"; vat's log: {logged:,.0f} tokens/s" if logged is not None else ""
+        overhead = fmt(la["overhead_s"], ".0f")
         lines.append(f"- launch {i}: {la['steps']:,} steps in {la['seconds']:.0f} s "
-                     f"(overhead {fmt(la['overhead_s'], '.0f')} s), {la['status']}")  # fmt: skip
+                     f"(overhead {overhead} s{speed}), {la['status']}")  # fmt: skip
     e = ref["eval"]
     if e is None:
         return [*lines, "", "Not evaluated yet."]

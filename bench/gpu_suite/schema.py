@@ -285,7 +285,10 @@ LAUNCH = Obj(
         "step": Null(COUNT),
         "overhead_s": Null(SECONDS),
         "status": OneOf("trained", "interrupted", "failed"),
-    }
+    },
+    # vat's own train/tokens_per_s over the launch's second half (its log): vat's loop speed
+    # with the reference's recipe (compiled, bf16) when the throughput stage has not run
+    {"logged_tokens_per_s": Null(NON_NEGATIVE)},
 )
 EXPORTED = Obj(
     {
@@ -306,7 +309,7 @@ REFERENCE = Obj(
         "target_kl": NON_NEGATIVE,
         "steps": Null(Num(1, whole=True)),
         "tokens": Null(NON_NEGATIVE),
-        "basis": Null(OneOf("floor", "time_share", "default")),
+        "basis": Null(OneOf("floor", "time_share", "default", "time")),
         "floor_tokens": Null(NON_NEGATIVE),
         "why": Null(STR),
         "launches": List(LAUNCH),
@@ -317,7 +320,7 @@ REFERENCE = Obj(
         "export": Null(EXPORTED),
     },
     rules=[
-        ("basis", "set once the steps are (floor, time_share or default)",
+        ("basis", "set once the steps are (floor, time_share, default or time)",
          lambda r: r["steps"] is None or r["basis"] is not None),
         ("why", "set once the steps are", lambda r: r["steps"] is None or r["why"] is not None),
     ],
