@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import yaml
 
 from bench.gpu_suite.plan import BASE_CONFIG, REFERENCE_CONFIG, SHARED_PREFIX, Plan
-from vat.io import write_json_atomic
+from vat.io import atomic_write, write_json_atomic
 
 REPORT = "gpu_report.json"
 OUT_FILES = (
@@ -50,6 +51,17 @@ def pack(dest: Path, folder: Path, arcname: str, gz: bool = False) -> None:
     with tarfile.open(tmp, "w:gz" if gz else "w") as tf:
         tf.add(folder, arcname=arcname)
     os.replace(tmp, dest)
+
+
+def copy_atomic(src: Path, dest: Path) -> None:
+    """`src` copied to `dest` through vat.io.atomic_write (a fresh temporary file renamed
+    into place: a link at `dest` is replaced, never written through)."""
+
+    def write(f) -> None:
+        with open(src, "rb") as s:
+            shutil.copyfileobj(s, f)
+
+    atomic_write(dest, write, binary=True)
 
 
 class Call:

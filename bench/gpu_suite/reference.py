@@ -24,14 +24,12 @@ import contextlib
 import io
 import json
 import math
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_suite.call import MAX_OUT_FILE, Call, now_iso, pack, tokens_text
+from bench.gpu_suite.call import MAX_OUT_FILE, Call, copy_atomic, now_iso, pack, tokens_text
 from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
 from bench.gpu_suite.plan import Plan
@@ -227,13 +225,9 @@ def _last_is_the_stop(run_dir: Path) -> None:
     newer, it becomes last.ckpt (copied, then renamed into place)."""
     from vat.train.run_dir import find_last
 
-    ckpts = run_dir / "checkpoints"
-    newest = find_last(ckpts)
-    if newest is None or newest.name == "last.ckpt":
-        return
-    tmp = ckpts / ".last.ckpt.tmp"
-    shutil.copy2(newest, tmp)
-    os.replace(tmp, ckpts / "last.ckpt")
+    newest = find_last(run_dir / "checkpoints")
+    if newest is not None and newest.name != "last.ckpt":
+        copy_atomic(newest, newest.with_name("last.ckpt"))
 
 
 def _tokens_seen(run_dir: Path) -> int | None:

@@ -6,13 +6,12 @@ anywhere leaves a report of what it did."""
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from math import nan
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_suite.call import Call, pack, tokens_text
+from bench.gpu_suite.call import Call, copy_atomic, pack, tokens_text
 from bench.gpu_suite.frontier_eval import BLEU_MIN
 
 
@@ -39,13 +38,9 @@ def copy_event_files(work: Path, dest: Path) -> None:
     rest went)."""
     for events in sorted(work.glob("**/events.out.tfevents.*")):
         rel = events.relative_to(work)
-        if rel.parts[0] in ("export", "cache", "throughput", dest.parent.name):
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        shutil.copyfile(events, tmp)
-        os.replace(tmp, target)
+        if events.is_relative_to(dest) or rel.parts[0] in ("export", "cache", "throughput"):
+            continue  # an earlier call's copy, or no training run's
+        copy_atomic(events, dest / rel)
 
 
 def atomic_text(path: Path, text: str) -> None:
