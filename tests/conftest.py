@@ -8,6 +8,7 @@ under CI=true, where missing data is a failure (CI must never silently skip them
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,15 @@ ASSETS = Path(__file__).parent / "assets"
 # test starts gets one OpenMP thread too, unless the test sets its own. Two threads per
 # process on two busy cores spin against each other (BENCHMARKS.md: about 10x slower).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A suite started as a background job of a script inherits SIGINT ignored, and so would every
+# `vat train` it starts: those would then ignore Ctrl-C as vat must (vat.train.interrupt), and
+# the tests that press Ctrl-C could not. The commands a test runs get a terminal's SIGINT.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: the commands inherit what is there
+        pass
 
 
 @pytest.fixture(autouse=True)

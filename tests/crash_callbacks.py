@@ -2,6 +2,7 @@
 
 import os
 import signal
+import signal as signal_module
 
 import lightning as L
 import torch
@@ -50,12 +51,13 @@ class InterruptDuringSave(L.Callback):
     """Ctrl-C (SIGINT) in the middle of writing the checkpoint of step `step`.
 
     From that step on, torch.save (as called by vat's atomic checkpoint writer) writes a few
-    bytes, then the process signals itself; the KeyboardInterrupt lands inside the write.
-    Saves after the interrupt (Lightning ignores SIGINT while shutting down) complete.
+    bytes, then the process signals itself. With `hard` (a second Ctrl-C, or Python's own
+    handler) the KeyboardInterrupt lands inside the write; otherwise vat's handler takes the
+    signal as a first Ctrl-C and the write goes on. Saves after the interrupt complete.
     """
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, hard: bool = True) -> None:
+        self.step, self.hard = step, hard
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step != self.step:
@@ -65,13 +67,14 @@ class InterruptDuringSave(L.Callback):
         import vat.share.checkpoint
 
         real_save = torch.save
-        # A background job may inherit SIGINT ignored; a terminal's Ctrl-C is not.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.hard:  # (a background job may inherit SIGINT ignored; a terminal's is not)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
         def interrupted_save(obj, f, *args, **kwargs):
+            vat.share.checkpoint.torch = torch  # one Ctrl-C, in this write only
             f.write(b"PK\x03\x04 partial checkpoint")
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.5)  # the KeyboardInterrupt is raised here, mid-write
+            time.sleep(0.5)  # a hard interrupt's KeyboardInterrupt is raised here, mid-write
             f.seek(0)
             f.truncate()
             real_save(obj, f, *args, **kwargs)
@@ -128,3 +131,59 @@ class KillRankAtStep(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SignalAt(L.Callback):
+    """Send this process a real signal (SIGINT by default: a Ctrl-C) during training step
+    `step`, at `phase`:
+
+    - "batch_end": when the step has ended (its on_train_batch_end);
+    - "mid_step": between the backward pass and the optimizer step of the step;
+    - "validation": at the first batch of the validation that step runs.
+
+    `times` signals at once (2: a second Ctrl-C right after the first)."""
+
+    def __init__(self, step: int, phase: str = "batch_end", signal: str = "SIGINT", times: int = 1):
+        self.step, self.phase, self.times = step, phase, times
+        self.signum = getattr(signal_module, signal)
+
+    def _fire(self) -> None:
+        for _ in range(self.times):
+            os.kill(os.getpid(), self.signum)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.phase == "batch_end" and trainer.global_step == self.step:
+            self._fire()
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if self.phase == "mid_step" and trainer.global_step == self.step - 1:
+            self._fire()
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.phase == "validation" and trainer.global_step == self.step and batch_idx == 0:
+            if not trainer.sanity_checking:
+                self._fire()
+
+
+class SlowSteps(L.Callback):
+    """Sleep `seconds` after every training step: a run slow enough for a progress bar's
+    steps/s to mean something, or for another process to signal it mid-run."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import time
+
+        time.sleep(self.seconds)
+
+
+class RaiseAtStep(L.Callback):
+    """Raise a RuntimeError (a bug, not a user error) at the end of training step `step`."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"a failure at step {self.step}")

@@ -53,16 +53,17 @@ def run_python(
     )
 
 
+def train_env() -> dict[str, str]:
+    """The environment of a `vat train` subprocess: tests/ importable (crash_callbacks.py)."""
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+
+
 def train_subprocess(
     args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240
 ) -> subprocess.CompletedProcess:
     """`python -m vat train ARGS` in a fresh interpreter (tests/ importable, for the
     callbacks of crash_callbacks.py)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
-        "PYTHONWARNINGS": "ignore",
-    }
+    env = {**train_env(), "PYTHONWARNINGS": "ignore"}
     env.update(env_extra or {})
     return run_python(["-m", "vat", "train", *args], env, cwd, timeout)
 

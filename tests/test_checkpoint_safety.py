@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -165,3 +166,45 @@ def test_corrupt_checkpoint_error_gives_no_advice_to_disable_weights_only(tmp_pa
     msg = str(e.value)
     assert msg.startswith(f"checkpoint {garbage} is truncated, corrupt or not a torch checkpoint (")
     assert "weights_only" not in msg and "Re-running" not in msg and "\n" not in msg
+
+
+def test_training_loads_every_checkpoint_weights_only_and_says_nothing_else(
+    tmp_path, monkeypatch, capsys
+):
+    """A fit, an error that saves on_exception.ckpt, a resume from it and a validate: every
+    torch.load that vat or Lightning makes is weights-only, and Lightning's "`weights_only`
+    was not set, defaulting to `False`" (about what it saves) never shows."""
+    import logging
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))  # crash_callbacks, for the config
+    loads: list[object] = []
+    real_load = torch.load
+
+    def recording_load(*args, **kwargs):
+        loads.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording_load)
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("lightning.pytorch").addHandler(handler)
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    raise_at_2 = ["--trainer.callbacks+=crash_callbacks.RaiseAtStep", "--trainer.callbacks.step=2"]
+    try:
+        with pytest.raises(RuntimeError, match="a failure at step 2"):
+            train_main(fit_args(run, cache, "--trainer.max_steps", "3", *raise_at_2), capsys)
+        assert (run / "checkpoints" / "on_exception.ckpt").is_file()
+        code, err = train_main(
+            fit_args(run, cache, "--trainer.max_steps", "3", "--ckpt_path", "last"), capsys
+        )
+        assert code == 0, err[-3:]
+        assert any("on_exception.ckpt, saved where an error stopped training" in ln for ln in err)
+        validate = ["validate", *fit_args(run, cache, "--ckpt_path", "last")[1:]]
+        code, err = train_main(validate, capsys)
+        assert code == 0, err[-3:]
+    finally:
+        logging.getLogger("lightning.pytorch").removeHandler(handler)
+    assert len(loads) >= 2 and all(w is True for w in loads), loads
+    assert not [m for m in said if "weights_only" in m]

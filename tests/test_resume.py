@@ -1,11 +1,22 @@
-"""Crash safety: SIGKILL mid-epoch then `--ckpt_path last` equals an uninterrupted run;
-non-finite losses stop the run without touching the last good checkpoint."""
+"""Crash safety: SIGKILL mid-epoch, a Ctrl-C (SIGINT) or SIGTERM anywhere, then
+`--ckpt_path last` equals an uninterrupted run (weights, optimizer, step, checkpoint names,
+TensorBoard curves); non-finite losses stop the run without touching the last good
+checkpoint."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
-from helpers import fit_args, train_subprocess
+from conftest import ROOT
+from helpers import fit_args, train_env, train_subprocess
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 # 12 training sentences / batch 4 = 3 steps per epoch; 8 steps cross two epoch boundaries.
 COMMON = [
@@ -36,8 +47,10 @@ def reference(tmp_path_factory):
     return base / "ref" / "checkpoints" / "last.ckpt", base / "cache"
 
 
-def _resume_matches_reference(run, cache, reference_ckpt) -> None:
-    r = train_subprocess(fit_args(run, cache, *COMMON, "--ckpt_path", "last"))
+def _resume_matches_reference(
+    run, cache, reference_ckpt, *extra: str
+) -> subprocess.CompletedProcess:
+    r = train_subprocess(fit_args(run, cache, *COMMON, "--ckpt_path", "last", *extra))
     assert r.returncode == 0, r.stderr[-2000:]
     ref_w, ref_opt, ref_step = _weights(reference_ckpt)
     got_w, got_opt, got_step = _weights(run / "checkpoints" / "last.ckpt")
@@ -49,6 +62,7 @@ def _resume_matches_reference(run, cache, reference_ckpt) -> None:
     for i in ref_opt:
         for k in ref_opt[i]:
             assert torch.equal(ref_opt[i][k], got_opt[i][k]), (i, k)
+    return r
 
 
 @pytest.mark.slow
@@ -95,3 +109,135 @@ def test_non_finite_loss_stops_with_message_and_keeps_good_checkpoint(tmp_path):
     state, _, step = _weights(run / "checkpoints" / "last.ckpt")
     assert step == 2
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+
+
+# -- Ctrl-C and SIGTERM: the first signal stops at the end of a step and saves last.ckpt ------
+# Throughput and time depend on the machine; every other curve must match point for point.
+_TIMED = re.compile(r"train/(tokens_per_s|model_tflops)")
+
+
+def _curves(run) -> dict[str, list[tuple[int, float]]]:
+    """Every TensorBoard scalar of a run, all event files read as written (no purge of the
+    points a restart would orphan, so a point logged twice shows twice)."""
+    ea = EventAccumulator(str(run), purge_orphaned_data=False)
+    ea.Reload()
+    return {
+        t: sorted((e.step, e.value) for e in ea.Scalars(t))
+        for t in ea.Tags()["scalars"]
+        if not _TIMED.fullmatch(t)
+    }
+
+
+def _checkpoint_names(run) -> set[str]:
+    return {p.name for p in (run / "checkpoints").glob("*.ckpt")}
+
+
+def _signal_at(step: int, phase: str, sig: str = "SIGINT", times: int = 1) -> list[str]:
+    return [
+        "--trainer.callbacks+=crash_callbacks.SignalAt",
+        f"--trainer.callbacks.step={step}",
+        f"--trainer.callbacks.phase={phase}",
+        f"--trainer.callbacks.signal={sig}",
+        f"--trainer.callbacks.times={times}",
+    ]
+
+
+def _interrupt(
+    run, cache, step: int, phase: str, sig: str = "SIGINT", resume: bool = True, stops_after=None
+):
+    """A run (or a resume) that gets `sig` at `phase` of step `step`, and the stop it makes:
+    after that step, or (a signal during a validation) after the next one."""
+    stops_after = step if stops_after is None else stops_after
+    args = [*COMMON, *(["--ckpt_path", "last"] if resume else []), *_signal_at(step, phase, sig)]
+    r = train_subprocess(fit_args(run, cache, *args))
+    code = {"SIGINT": 130, "SIGTERM": 143}[sig]
+    name = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}[sig]
+    assert r.returncode == code, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    last = run / "checkpoints" / "last.ckpt"
+    assert lines[-1] == (
+        f"vat: stopped by {name} after step {stops_after}; {last} holds it: resume with the "
+        f"same command plus --ckpt_path last"
+    )
+    assert f"vat: {name}: stopping at the end of a step, with last.ckpt saved there" in lines[-2]
+    assert _weights(run / "checkpoints" / "last.ckpt")[2] == stops_after
+    assert not (run / "checkpoints" / "on_exception.ckpt").exists()
+
+
+@pytest.fixture(scope="module")
+def reference_run(reference):
+    ref_ckpt, cache = reference
+    run = ref_ckpt.parent.parent
+    return run, _checkpoint_names(run), _curves(run)
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_step_in_validation_and_sigterm_at_a_checkpoint_resume_exactly(
+    tmp_path, reference, reference_run
+):
+    """Three stops in one run, each resumed with --ckpt_path last: Ctrl-C in the middle of
+    step 3 (the last batch of the first epoch), Ctrl-C during the validation of step 4 (which
+    runs whole; the stop comes after step 5), and SIGTERM at the end of step 6 (a validation, a
+    checkpoint and an epoch end at once). The run ends as the uninterrupted one did, bit for
+    bit: weights, optimizer state, step, checkpoint names and every TensorBoard point."""
+    ref_ckpt, cache = reference
+    ref_run, ref_names, ref_curves = reference_run
+    run = tmp_path / "run"
+    _interrupt(run, cache, 3, "mid_step", resume=False)
+    _interrupt(run, cache, 4, "validation", stops_after=5)
+    _interrupt(run, cache, 6, "batch_end", sig="SIGTERM")
+    # the last resume with a progress bar, slowed to at most 5 steps/s (0.2 s a step)
+    slow = ["--trainer.callbacks+=crash_callbacks.SlowSteps", "--trainer.callbacks.seconds=0.2"]
+    r = _resume_matches_reference(
+        run, cache, ref_ckpt, "--trainer.enable_progress_bar", "true", *slow
+    )
+    assert _checkpoint_names(run) == ref_names
+    assert _curves(run) == ref_curves
+    # steps/s counts the 2 steps run by this process, not the 8 of the whole run
+    rates = [float(m) for m in re.findall(r"8/8 \[[^\]]*?([0-9.]+)step/s", r.stderr)]
+    assert rates and rates[-1] <= 5.0, r.stderr[-1500:]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_and_saves_nothing(tmp_path, reference):
+    """Two Ctrl-Cs at the end of step 5: the second stops at once; last.ckpt keeps step 4 (the
+    last whole state, an every-2-steps checkpoint, whose resume is the SIGKILL test's) and no
+    on_exception.ckpt offers the half-stopped one."""
+    _, cache = reference
+    run = tmp_path / "run"
+    r = train_subprocess(fit_args(run, cache, *COMMON, *_signal_at(5, "batch_end", times=2)))
+    assert r.returncode == 130, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == "error: interrupted"
+    assert "Traceback" not in r.stderr
+    assert _weights(run / "checkpoints" / "last.ckpt")[2] == 4
+    assert not (run / "checkpoints" / "on_exception.ckpt").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_from_a_terminal_at_any_moment_resumes_exactly(tmp_path, reference, reference_run):
+    """A real Ctrl-C as a terminal sends it, to the whole process group (the training process
+    and its data loader worker), at whatever moment the run has reached once its first
+    checkpoint (step 2) exists (steps slowed to 0.05 s). The worker ignores it and the run stops
+    cleanly; the resume is exact."""
+    ref_ckpt, cache = reference
+    _, ref_names, ref_curves = reference_run
+    run = tmp_path / "run"
+    slow = ["--trainer.callbacks+=crash_callbacks.SlowSteps", "--trainer.callbacks.seconds=0.05"]
+    workers = ["--data.num_workers", "1"]
+    args = [sys.executable, "-m", "vat", "train", *fit_args(run, cache, *COMMON, *slow, *workers)]
+    env = {**train_env(), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoints" / "last.ckpt").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]  # steps 3 to 8 take >= 0.3 s: it came in time
+    assert "Traceback" not in err and not (run / "checkpoints" / "on_exception.ckpt").exists()
+    assert re.search(r"vat: stopped by Ctrl-C after step \d", err.strip().splitlines()[-1])
+    _resume_matches_reference(run, cache, ref_ckpt)
+    assert _checkpoint_names(run) == ref_names and _curves(run) == ref_curves

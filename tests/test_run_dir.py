@@ -240,6 +240,8 @@ def test_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path, trained, monk
 
 @pytest.mark.slow
 def test_sigint_while_writing_a_checkpoint(run_copy):
+    """A KeyboardInterrupt inside the write of step 3's checkpoint (a second Ctrl-C): last.ckpt
+    stays whole at step 2, and nothing half-done is offered as a resume point."""
     run, cache = run_copy
     before = (run / "checkpoints" / "last.ckpt").read_bytes()
     r = train_subprocess(
@@ -258,7 +260,27 @@ def test_sigint_while_writing_a_checkpoint(run_copy):
     assert (
         last.read_bytes() == before and _step(last) == 2
     )  # the interrupted save of step 3 left it whole
-    assert _step(run / "checkpoints" / "on_exception.ckpt") == 3
+    assert not (run / "checkpoints" / "on_exception.ckpt").exists()
+    assert not [p.name for p in (run / "checkpoints").iterdir() if ".tmp-" in p.name]
+
+
+@pytest.mark.slow
+def test_first_ctrl_c_during_a_checkpoint_write_lets_it_finish(run_copy):
+    """The first Ctrl-C while step 3's checkpoint is written (the checkpoint callbacks run
+    after the others, so the step's stop decision has passed): the write finishes, training
+    stops after the next step, and last.ckpt holds step 4."""
+    run, cache = run_copy
+    r = train_subprocess(
+        [
+            *fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5"),
+            "--trainer.callbacks+=crash_callbacks.InterruptDuringSave",
+            "--trainer.callbacks.step=3",
+            "--trainer.callbacks.hard=false",
+        ]
+    )
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("vat: stopped by Ctrl-C after step 4;")
+    assert _step(run / "checkpoints" / "last.ckpt") == 4
     assert not [p.name for p in (run / "checkpoints").iterdir() if ".tmp-" in p.name]
 
 

@@ -485,3 +485,26 @@ def test_output_in_a_train_run_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(msg), err
     assert sorted(p.name for p in run.rglob("*")) == [".vat-run.json", "checkpoints"]
+
+
+@pytest.mark.parametrize("code", [130, 143])
+def test_a_run_stopped_by_ctrl_c_stops_the_sweep_as_interrupted(tmp_path, code, capsys):
+    """A point's `vat train` stopped by Ctrl-C (130) or SIGTERM (143) saved its state at a
+    step: the sweep stops as interrupted (the same command resumes it), not as a failure."""
+    calls: list[list[str]] = []
+
+    def train(argv: list[str]) -> int:
+        calls.append(argv)
+        return code
+
+    runner = sweep.Runner(train=train, prepare=lambda argv: 0, child=("vat", "sweep"))
+    cfg = SweepConfig(
+        train_config=str(ROOT / "configs" / "demo.yaml"),
+        sweep={"model.loss.prior_std": [0.4]},
+        out_dir=str(tmp_path / "sweep"),
+    )
+    point = cfg.points()[0]
+    with pytest.raises(KeyboardInterrupt):
+        sweep.train_run(runner, cfg, point, tmp_path / "sweep" / run_name(point))
+    assert len(calls) == 1
+    assert "the same sweep command resumes it" in capsys.readouterr().err

@@ -219,10 +219,11 @@ def train_cmd(config: Path, run_dir: Path, steps: int, one_launch: bool = False)
 
 
 def _last_is_the_stop(run_dir: Path) -> None:
-    """A run stopped by a signal saved its state as on_exception.ckpt (Lightning's
-    OnExceptionCheckpoint), which `--ckpt_path last` resumes (find_last) but which the
-    evaluation and the export, reading checkpoints/last.ckpt, would miss: when it is the
-    newer, it becomes last.ckpt (copied, then renamed into place)."""
+    """A run stopped by a signal writes last.ckpt at the end of the step it was in
+    (vat.train.interrupt); an older vat, and an error, left on_exception.ckpt instead, which
+    `--ckpt_path last` resumes (find_last) but which the evaluation and the export, reading
+    checkpoints/last.ckpt, would miss: when it is the newer, it becomes last.ckpt (copied,
+    then renamed into place)."""
     from vat.train.run_dir import find_last
 
     newest = find_last(run_dir / "checkpoints")

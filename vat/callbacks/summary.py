@@ -50,6 +50,12 @@ class TrainingSummary(pl.Callback):
         print("\n".join(summary_lines(trainer, self._start, agreement)), flush=True)
 
 
+def _has_samples_callback(trainer: pl.Trainer) -> bool:
+    from vat.callbacks.samples import SamplesCallback
+
+    return any(isinstance(c, SamplesCallback) for c in getattr(trainer, "callbacks", []))
+
+
 def posterior_agreement(
     trainer: pl.Trainer, pl_module: pl.LightningModule, sentences: int = 32, samples: int = 4
 ) -> SampleAgreement | None:
@@ -112,7 +118,14 @@ def summary_lines(
     ]
     if "val/nll" in logged and "val/ppl" in logged:
         parts[0] += f" (reconstruction perplexity {float(logged['val/ppl']):.4g})"
-    if "val/recon_bleu" not in logged:
+    if "val/nll" not in logged:  # no validation data, validation off, or a run too short
+        limit = getattr(trainer, "limit_val_batches", 1.0)
+        if limit and getattr(trainer, "num_val_batches", None) and trainer.global_step:
+            lines.append(
+                f"vat: no validation ran: the run ended before the first "
+                f"(--trainer.val_check_interval {trainer.val_check_interval})"
+            )
+    elif "val/recon_bleu" not in logged and not _has_samples_callback(trainer):
         parts.append("BLEU not measured (add the vat.callbacks.SamplesCallback callback)")
     if parts:
         lines.append("vat: final validation: " + ", ".join(parts))

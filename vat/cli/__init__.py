@@ -20,11 +20,15 @@ with exit code 2 (130 on Ctrl-C); `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
-from vat.errors import VatError, run_cli
+from vat.errors import VatError, debug_requested, did_you_mean, run_cli
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("vat.cli.train:vat_train", "train a VAT (LightningCLI; see `vat train --help`)"),
@@ -73,7 +77,8 @@ def _no_command(argv: list[str]) -> int:
         print(f"vat {__version__}")
         return 0
     raise VatError(
-        f"unknown command {name!r}; expected one of {', '.join(COMMANDS)} (see vat --help)"
+        f"unknown command {name!r}{did_you_mean(name, list(COMMANDS))}; expected one of "
+        f"{', '.join(COMMANDS)} (see vat --help)"
     )
 
 
@@ -83,5 +88,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         # --debug belongs to the command, which strips and honours it itself.
-        return int(command(argv[0])(argv[1:]) or 0)
+        with one_line_warnings(enabled=not debug_requested(argv)):
+            return int(command(argv[0])(argv[1:]) or 0)
     return run_cli(_no_command, argv)
+
+
+@contextlib.contextmanager
+def one_line_warnings(enabled: bool = True):
+    """vat's own warnings (raised from a file of the vat package, Lightning's rank_zero_warn
+    included) print as one line, `warning: MESSAGE`, instead of Python's
+    `/path/vat/data/corpus.py:147: UserWarning: MESSAGE` and the source line under it; other
+    packages' warnings keep Python's form. `--debug` keeps Python's form for all."""
+    previous = warnings.showwarning
+    package = str(Path(__file__).resolve().parents[1]) + os.sep
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not str(filename).startswith(package):
+            return previous(message, category, filename, lineno, file, line)
+        text = " ".join(str(message).split())
+        print(f"warning: {text.removeprefix('vat: ')}", file=file or sys.stderr)
+
+    if enabled:
+        warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous

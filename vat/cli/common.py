@@ -180,22 +180,27 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def read_text_bytes(source: str, option: str = "--input") -> tuple[bytes, str]:
+    """(the bytes of a text file, plain or .gz as training reads them, or of stdin for '-';
+    how errors name it)."""
+    if source == "-":
+        return sys.stdin.buffer.read(), "stdin"
+    from vat.data.corpus import read_sentence_file
+    from vat.io import regular_file
+
+    path = Path(source)
+    if path.is_dir():
+        raise VatError(f"{option} {path} is a directory, expected a text file")
+    # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
+    # (it blocks until a writer appears) or a device (/dev/zero never ends)
+    regular_file(path, option, allow_pipe=True)
+    return read_sentence_file(path), f"{option} {path}"
+
+
 def read_text_lines(source: str, option: str = "--input") -> list[str]:
     """Lines of a UTF-8 text file, plain or .gz as training reads them ('-' = stdin); bad
     bytes are a one-line error naming the line."""
-    if source == "-":
-        data, name = sys.stdin.buffer.read(), "stdin"
-    else:
-        from vat.data.corpus import read_sentence_file
-        from vat.io import regular_file
-
-        path = Path(source)
-        if path.is_dir():
-            raise VatError(f"{option} {path} is a directory, expected a text file")
-        # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
-        # (it blocks until a writer appears) or a device (/dev/zero never ends)
-        regular_file(path, option, allow_pipe=True)
-        data, name = read_sentence_file(path), f"{option} {path}"
+    data, name = read_text_bytes(source, option)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -26,7 +26,11 @@ def _read_lines(args: argparse.Namespace) -> list[str]:
         if not args.sentences:
             raise VatError("no input: give sentences as arguments or --input FILE")
         return list(args.sentences)
-    return read_text_lines(args.input)
+    lines = read_text_lines(args.input)
+    if not any(s.strip() for s in lines):  # an exit 0 with no output reads as success
+        where = "- (stdin)" if args.input == "-" else args.input
+        raise VatError(f"--input {where} holds no sentence (no non-empty line): nothing to decode")
+    return lines
 
 
 def _non_empty(lines: Sequence[str], what: str = "line", quiet: bool = False) -> list[int]:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, add_model_option, read_text_lines, show_progress
+from vat.cli.common import Parser, add_common, add_model_option, read_text_bytes, show_progress
 from vat.errors import VatError, run_cli
 
 
@@ -82,24 +82,33 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--no-representation", action="store_true", help="leave out alignment and uniformity"
     )
+    p.add_argument(
+        "--on-bad-bytes",
+        choices=("error", "skip"),
+        default="error",
+        help="a line that is not UTF-8: an error naming it (default), or skip it and say how "
+        "many were skipped",
+    )
     p.add_argument("--output", metavar="FILE", help="also write the table as JSON to FILE")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     add_common(p)
     return p
 
 
-def _read(source: str) -> list[str]:
-    """Non-empty stripped lines of FILE (plain or gzip) or stdin."""
-    if source == "-":
-        return [s.strip() for s in read_text_lines(source, "FILE") if s.strip()]
-    from vat.data.corpus import read_lines
-    from vat.io import regular_file
+def _read(source: str, on_bad_bytes: str, quiet: bool) -> list[str]:
+    """Non-empty stripped lines of FILE (plain or gzip) or stdin; lines that are not UTF-8
+    are an error or skipped (--on-bad-bytes), and the skipped ones counted on stderr."""
+    from vat.data.corpus import check_text, decode_each
 
-    path = Path(source)
-    if path.is_dir():
-        raise VatError(f"FILE {path} is a directory, expected a text file")
-    lines, _ = read_lines(regular_file(path, "FILE", allow_pipe=True), on_bad_bytes="error")
-    return lines
+    data, where = read_text_bytes(source, "FILE")
+    where = where.removeprefix("FILE ")  # errors name the file as FILE:LINE
+    check_text(data, where)
+    hint = "--on-bad-bytes skip skips such lines"
+    lines, bad = decode_each(data.split(b"\n"), 1, where, on_bad_bytes, hint)
+    if bad and not quiet:
+        what = f"{bad} line{'s' if bad != 1 else ''} with bytes that are not UTF-8"
+        print(f"vat: {where}: skipped {what}", file=sys.stderr)
+    return [s for s in (line.strip() for line in lines) if s]
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -127,7 +136,7 @@ def _main(argv: Sequence[str] | None) -> int:
         regular_file(args.sts_pairs, "--sts-pairs")
     if args.data_dir is not None:
         folder(args.data_dir, "--data-dir")
-    sentences = _read(args.file)[: args.limit]
+    sentences = _read(args.file, args.on_bad_bytes, args.quiet)[: args.limit]
     if not sentences:
         raise VatError(f"FILE {args.file}: no non-empty line to score")
     pairs = None if args.no_representation else representation_pairs(args.sts_pairs, args.data_dir)

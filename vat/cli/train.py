@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import errno
 import logging
+import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -26,8 +28,10 @@ from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 from vat.callbacks.model_summary import ModelSummary
 from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
+from vat.cli.config_paths import check_input_paths, checkout_root
+from vat.cli.whole_numbers import read_whole_numbers_as_int
 from vat.data.datamodule import VATDataModule
-from vat.errors import VatError, run_cli
+from vat.errors import VatError, nearest, run_cli
 from vat.runtime import apply_cpu_threads, thread_count
 from vat.train import run_dir as rd
 from vat.train import settings
@@ -41,6 +45,7 @@ from vat.train.checkpointing import (
     reset_state,
     was_interrupted,
 )
+from vat.train.interrupt import EXIT_CODES, StopOnSignal
 from vat.train.non_finite import NonFiniteLossError
 from vat.train.system import VATSystem
 
@@ -55,7 +60,30 @@ class _OneLineErrorParser(LightningArgumentParser):
 
     def error(self, message: str, ex: Exception | None = None):  # noqa: D401
         lines = [ln.strip(" -") for ln in str(message).splitlines() if ln.strip(" -")]
-        self.exit(2, f"error: {'; '.join(lines[:3])}\n")
+        self.exit(2, f"error: {'; '.join(lines[:3])}{self._did_you_mean(str(message))}\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """` (did you mean --trainer.max_steps?)` for the first unknown option or config key
+        of jsonargparse's message that is near a real one."""
+        flag = "unrecognized arguments:" in message  # else a config file's key
+        unknown = (
+            re.findall(r"(?:^|\s)--([\w.]+)", message.split("unrecognized arguments:")[-1])
+            if flag
+            else re.findall(r"does not accept option '([\w.]+)'", message)
+        )
+        near = nearest(unknown[0], sorted(_option_names(self))) if unknown else None
+        return f" (did you mean {'--' if flag else ''}{near}?)" if near else ""
+
+
+def _option_names(parser) -> set[str]:
+    """Every option of `parser` and of its subcommands' parsers, without the leading --."""
+    names: set[str] = set()
+    for action in parser._actions:
+        names.update(o.lstrip("-") for o in action.option_strings if o.startswith("--"))
+        for sub in (getattr(action, "choices", None) or {}).values():
+            if hasattr(sub, "_actions"):
+                names |= _option_names(sub)
+    return names
 
 
 class VATCLI(LightningCLI):
@@ -99,6 +127,8 @@ class VATCLI(LightningCLI):
         )
         parser.link_arguments("data.vocab_size", "model.arch.vocab_size")
         parser.link_arguments("data.max_len", "model.arch.max_len")
+        # `--trainer.limit_val_batches 8` is 8 batches, not 8.0, whatever was imported first
+        read_whole_numbers_as_int(parser)
 
     def _checkpoint_io(self) -> AtomicCheckpointIO:
         return next(
@@ -120,7 +150,10 @@ class VATCLI(LightningCLI):
             return
         # settings Lightning would reject only once training started: before any file exists
         settings.check_settings(self.config[sub].trainer, sub)
+        _check_devices(self.config[sub].trainer.accelerator, self.config[sub].trainer.devices)
         rd.check_folder_options(self.config[sub])
+        given = [Path(str(c)) for c in (self.config[sub].get("config") or [])]
+        check_input_paths(self.config[sub], given, checkout_root())
         read = self._checkpoint_io().read
         if sub == "fit":
             self._config_filename, self._fresh = rd.prepare_fit(self.config[sub], read)
@@ -173,9 +206,11 @@ class VATCLI(LightningCLI):
         if self.subcommand == "fit":
             # where the checkpoints are, the final val NLL / KL / BLEU, the next commands
             self.trainer_defaults["callbacks"].append(TrainingSummary())
+            # Ctrl-C / SIGTERM: stop at the end of a step, with last.ckpt saved there
+            _STOPS.append(StopOnSignal())
+            self.trainer_defaults["callbacks"].append(_STOPS[-1])
             self.trainer_defaults["callbacks"].append(rd.MarkTrained(run_dir))
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
-            _check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
 
     def before_fit(self) -> None:
         """The trainer settings checked against the data, then the fresh run begun (the old
@@ -209,16 +244,37 @@ class VATCLI(LightningCLI):
 
 
 def _check_devices(accelerator, devices) -> None:
+    """A GPU asked for where there is none, or more than there are: one line about what was
+    asked, before anything is built (Lightning says it 13 s later, blaming --trainer.devices).
+    Several processes on the CPU: one line saying what that does."""
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"built for CUDA {torch.version.cuda}"
+        )
+        raise VatError(
+            f"--trainer.accelerator {accelerator}: no GPU is visible to torch {torch.__version__} "
+            f"({build}); use --trainer.accelerator cpu, or auto to take a GPU when there is one"
+        )
     if not isinstance(devices, int) or devices <= 0:
         return
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+    if gpu:
         have = torch.cuda.device_count()
         if devices > have:
             raise VatError(
                 f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)"
             )
+    elif devices > 1 and rd.is_global_rank_zero():
+        print(
+            f"vat: --trainer.devices {devices} on the CPU runs {devices} training processes "
+            f"(DDP over gloo) that share this machine's {os.cpu_count()} cores and split "
+            f"every batch; on one machine that is rarely faster than one process",
+            file=sys.stderr,
+        )
 
 
 def trainer_defaults() -> dict:
@@ -293,13 +349,20 @@ TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
+_STOPS: list[StopOnSignal] = []
+"""The Ctrl-C / SIGTERM callback of the fit in progress (vat.train.interrupt)."""
+
+
 def _run(fn, args: list[str] | None) -> int:
     """Run fn(args) through the one error wrapper (vat.errors.run_cli). A full disk is one
-    line too; Ctrl-C (which Lightning turns into SystemExit during fit) is one line and exit
-    130. The run directory's lock is released on return."""
+    line too. The first Ctrl-C or SIGTERM during training stops it at the end of a step, saves
+    last.ckpt and exits with 130 or 143 (vat.train.interrupt says so in one line); one before
+    training or a second one is "error: interrupted", exit 130. The run directory's lock is
+    released on return."""
 
     def call(argv: list[str]) -> int:
         reset_state()
+        _STOPS.clear()
         ok = False
         try:
             fn(argv)
@@ -307,6 +370,10 @@ def _run(fn, args: list[str] | None) -> int:
         except SystemExit:
             if not was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
                 raise
+            stopped = _STOPS[-1].stopped if _STOPS else None
+            if stopped is not None:  # stopped at a whole step, last.ckpt saved: said already
+                ok = True
+                return EXIT_CODES[stopped]
             raise KeyboardInterrupt from None
         except OSError as e:
             if isinstance(e, VatError) or e.errno not in _DISK_FULL:

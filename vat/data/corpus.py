@@ -68,16 +68,56 @@ def read_sentence_file(path: str | os.PathLike) -> bytes:
         raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
 
 
+TRAINING_SKIP_HINT = "set data.on_bad_bytes: skip to skip such lines"
+"""How a training config skips lines that are not UTF-8 (each command names its own way)."""
+
+
+def check_text(head: bytes, where: object) -> None:
+    """A file whose first bytes (`head`) hold a NUL is binary, not sentences: one VatError."""
+    if b"\x00" in head[:8192]:
+        raise VatError(
+            f"{where} looks like a binary file (NUL bytes), expected UTF-8 text, one sentence "
+            "per line"
+        )
+
+
+def decode_each(
+    raw: Sequence[bytes],
+    first_line: int,
+    where: object,
+    on_bad_bytes: Literal["skip", "error"],
+    skip_hint: str = TRAINING_SKIP_HINT,
+) -> tuple[list[str], int]:
+    """`raw` lines decoded one by one: (the UTF-8 ones, how many were not). A line that is
+    not UTF-8 is skipped ("skip") or an error naming `where`, its line number (the first of
+    `raw` is `first_line`) and `skip_hint`, the way to skip such lines ("error")."""
+    out, bad = [], 0
+    for i, line in enumerate(raw, first_line):
+        try:
+            out.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            if on_bad_bytes == "error":
+                raise VatError(f"{where}:{i}: bytes that are not UTF-8 ({skip_hint})") from None
+            bad += 1
+    return out, bad
+
+
 class LineReader:
     """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip).
 
     A line that is not valid UTF-8 is skipped and counted in `bad` (on_bad_bytes="skip") or
-    is an error naming the file and line (on_bad_bytes="error").
+    is an error naming the file and line (on_bad_bytes="error") and `skip_hint`.
     """
 
-    def __init__(self, path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_bad_bytes: Literal["skip", "error"] = "skip",
+        skip_hint: str = TRAINING_SKIP_HINT,
+    ) -> None:
         self.path = path
         self.on_bad_bytes = on_bad_bytes
+        self.skip_hint = skip_hint
         self.bad = 0
 
     def __iter__(self) -> Iterator[list[str]]:
@@ -85,11 +125,7 @@ class LineReader:
         lineno = 0
         try:
             with open_sentence_file(path) as f:
-                if b"\x00" in f.read(8192):
-                    raise VatError(
-                        f"{path} looks like a binary file (NUL bytes), "
-                        "expected UTF-8 text, one sentence per line"
-                    )
+                check_text(f.read(8192), path)
                 f.seek(0)
                 while raw := f.readlines(CHUNK_BYTES):
                     try:
@@ -105,17 +141,8 @@ class LineReader:
             raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
 
     def _decode_lines(self, raw: list[bytes], lineno: int) -> list[str]:
-        out = []
-        for i, line in enumerate(raw, lineno + 1):
-            try:
-                out.append(line.decode("utf-8"))
-            except UnicodeDecodeError:
-                if self.on_bad_bytes == "error":
-                    raise VatError(
-                        f"{self.path}:{i}: bytes that are not UTF-8 "
-                        "(set data.on_bad_bytes: skip to skip such lines)"
-                    ) from None
-                self.bad += 1
+        out, bad = decode_each(raw, lineno + 1, self.path, self.on_bad_bytes, self.skip_hint)
+        self.bad += bad
         return out
 
 
@@ -144,7 +171,8 @@ def iter_files(
             # feature encoder and vat.load read text files through this module too
             from lightning.pytorch.utilities import rank_zero_warn
 
-            rank_zero_warn(f"{p}: skipped {reader.bad} lines with bytes that are not UTF-8")
+            lines = "line" if reader.bad == 1 else "lines"
+            rank_zero_warn(f"{p}: skipped {reader.bad} {lines} with bytes that are not UTF-8")
         if not got:
             raise VatError(f"{option}: {p} has no non-empty lines, expected one sentence per line")
 

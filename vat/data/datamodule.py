@@ -15,6 +15,7 @@ file atomically; `setup` on every rank only reads (and checks) the caches.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -375,6 +376,7 @@ class VATDataModule(L.LightningDataModule):
             pin_memory=self._pin_memory(),
             generator=torch.Generator().manual_seed(h.seed),
             persistent_workers=h.num_workers > 0,
+            worker_init_fn=ignore_ctrl_c if h.num_workers > 0 else None,
         )
         if split == "train":
             return ResumableDataLoader(ds, sampler, **kwargs)
@@ -399,3 +401,11 @@ class VATDataModule(L.LightningDataModule):
         if "test" not in self.splits:
             raise VatError("`vat train test` needs data.test_files or data.hf_test_split")
         return self._loader("test", shuffle=False)
+
+
+def ignore_ctrl_c(worker_id: int) -> None:
+    """A data loader worker ignores Ctrl-C: a terminal's Ctrl-C reaches every process of the
+    group, and a worker that died of it fails the training process at once (torch's SIGCHLD
+    check), while the first Ctrl-C means "finish this step and save" (vat.train.interrupt).
+    SIGTERM stays: torch ends its workers with it when the loader shuts down."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -366,6 +366,14 @@ def _representation(
 
 
 # -- the printed table ---------------------------------------------------------------------------
+PPL_NOTE = (
+    "note: PPL bounds the likelihood of a model with a latent per token and includes what those "
+    "latents cost (the rate, KL above): it is not comparable to a language model's perplexity"
+)
+"""Said under every table: the demo's PPL of about 1e9 reads as broken to anyone who knows
+language-model perplexities."""
+
+
 def format_table(t: ScoreTable) -> str:
     lik, lat, s = t.likelihood, t.latent, t.settings
     K = s["samples"]
@@ -416,6 +424,7 @@ def format_table(t: ScoreTable) -> str:
             f"note: {deterministic_note(agreement, v['tau'])} "
             f"(this model: {lik['kl_per_token']:.1f} nats per token)"
         )
+    rows.append(PPL_NOTE)
     if t.data["truncated"]:
         rows.append(
             f"note: {t.data['truncated']} sentence(s) had more than max_len - 1 = "

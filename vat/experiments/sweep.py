@@ -129,6 +129,10 @@ def quiet_training():
             lg.setLevel(level)
 
 
+STOPPED_BY_SIGNAL = (130, 143)
+"""`vat train`'s exit codes after a Ctrl-C or SIGTERM stopped it at the end of a step."""
+
+
 def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> None:
     """Train (or finish training) the model of one point in run_dir (`quiet_training`)."""
     if (run_dir / TRAINED_MARKER).exists():
@@ -139,6 +143,13 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
     with quiet_training():
         code = runner.run_train(args)
     name = run_name(point)
+    if code in STOPPED_BY_SIGNAL:  # Ctrl-C / SIGTERM: the run stopped at a step and saved
+        print(
+            f"vat sweep: {name} stopped with its state in {run_dir / 'checkpoints' / 'last.ckpt'};"
+            f" the same sweep command resumes it",
+            file=sys.stderr,
+        )
+        raise KeyboardInterrupt
     if code != 0:
         raise VatError(
             f"training {name} failed (exit {code}; see the message above), run dir {run_dir}"

@@ -135,14 +135,22 @@ def _meant_as_path(text: str) -> bool:
 
 
 def _did_you_mean(text: str) -> str:
-    """The " (did you mean X?)" of the existing model path nearest to `text` (each missing
-    part replaced by its closest sibling, the last by a run folder, an exported folder or a
-    .ckpt), else of the nearest shipped model's name; "" when nothing is close."""
+    """The " (did you mean X?)" of whichever is nearer to `text`: the existing model path
+    (each missing part replaced by its closest sibling, the last by a run folder, an exported
+    folder or a .ckpt) or, for a bare name, the shipped model's name (a tie goes to the
+    shipped model: `demo-wordnet` means demo-wordnet-d64, not a demo-export folder that
+    happens to sit in the current folder); "" when nothing is close."""
     near = nearest_model_path(text)
-    if near is None and "/" not in text:
+    if "/" not in text:
         close = nearest(text, [m.name for m in shipped_models()])
-        near = f"the shipped model {close}" if close else None
+        if close is not None and (near is None or _likeness(text, close) >= _likeness(text, near)):
+            near = f"the shipped model {close}"
     return f" (did you mean {near}?)" if near else ""
+
+
+def _likeness(a: str, b: str) -> float:
+    """difflib's ratio of two names, case ignored (what `vat.errors.nearest` ranks by)."""
+    return difflib.SequenceMatcher(None, a.lower(), Path(b).name.lower()).ratio()
 
 
 def nearest_model_path(text: str, limit: int = 2000) -> str | None:

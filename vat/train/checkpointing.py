@@ -4,7 +4,8 @@
 - `FinalLastCheckpoint` (`--checkpoint.*`): last.ckpt always holds the final step, also
   after a stop requested mid-epoch.
 - `best_checkpoint(monitor)`: the best checkpoint on `--best_monitor` (BEST_MONITORS).
-- `ExceptionCheckpoint`: on_exception.ckpt when an error or Ctrl-C ends training.
+- `ExceptionCheckpoint`: on_exception.ckpt when an error ends training (a Ctrl-C or SIGTERM
+  stops at a whole step instead and saves last.ckpt: `vat.train.interrupt`).
 Nothing non-finite is ever saved: `vat.train.non_finite` (the guard, with
 `last_checkpoint(trainer)` for its messages) runs in the system's `on_save_checkpoint`.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vat.errors import VatError
 from vat.share.checkpoint import atomic_torch_save, read_checkpoint
@@ -99,9 +101,21 @@ class FinalLastCheckpoint(ModelCheckpoint):
         super().on_train_end(trainer, pl_module)
         self._save_final(trainer)
 
+    def save_now(self, trainer) -> str:
+        """Write last.ckpt from the trainer's state as it is now, even when this step was saved
+        before: a stop after a step's validation (vat.train.interrupt) must keep what that
+        validation changed (the best checkpoint's record), which the `every_n_train_steps`
+        save of the same step, taken before it, does not hold. Returns its path."""
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        return self.last_model_path
+
 
 class ExceptionCheckpoint(Callback):
-    """Saves DIR/on_exception.ckpt when an exception (or Ctrl-C) ends training after it began.
+    """Saves DIR/on_exception.ckpt when an exception ends training after it began.
+
+    Not on Ctrl-C or SIGTERM: the first one stops at the end of a step and saves last.ckpt
+    (vat.train.interrupt.StopOnSignal), and a second one stops at once, where the state is
+    not whole (a half-done step resumed from differs from the run it interrupted).
 
     Not a subclass of Lightning's OnExceptionCheckpoint on purpose: with one of those,
     Lightning turns `fit(ckpt_path=None)` into `ckpt_path="last"`, so a fresh run silently
@@ -114,20 +128,26 @@ class ExceptionCheckpoint(Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, NonFiniteLossError):
             return  # the weights may be non-finite: the last good checkpoint stays the latest
-        if isinstance(exception, KeyboardInterrupt):
+        if isinstance(exception, KeyboardInterrupt | SIGTERMException):
             _state["interrupted"] = True
+            return  # a signal: StopOnSignal saved the whole state, or nothing is whole
         if trainer.global_step == 0 or getattr(pl_module, "tokenizer", None) is None:
             return  # nothing trained yet: an error while reading data or building the model
         if isinstance(exception, VatError) and str(exception).startswith("cannot write "):
             return  # the disk is full or read-only: a second write would fail the same way
         try:
-            trainer.save_checkpoint(self.ckpt_path)
+            # Lightning's `weights_only` here says what is saved (False: the whole training
+            # state, to resume from); unset, it logs "`weights_only` was not set, defaulting
+            # to `False`", which reads like an unsafe load. Every load is weights-only
+            # (AtomicCheckpointIO.load_checkpoint, tests/test_checkpoint_safety.py).
+            trainer.save_checkpoint(self.ckpt_path, weights_only=False)
         except (VatError, NonFiniteLossError):
             pass  # the original exception is the one the user must see
 
 
 def was_interrupted() -> bool:
-    """True once a Ctrl-C ended training (Lightning then exits with SystemExit(1))."""
+    """True once a Ctrl-C or SIGTERM ended training (Lightning then exits with SystemExit:
+    SystemExit(1) after a KeyboardInterrupt, SIGTERMException after a stop at a whole step)."""
     return _state["interrupted"]
 
 

@@ -18,7 +18,8 @@ Rules (README, "Resume" and "What happens when..."):
 - Folders inside another run's checkpoints/ (or any name that run's --overwrite moves) are
   refused, and so are symbolic links where Lightning writes files itself (hparams.yaml,
   metrics.csv, events, config*.yaml): Lightning would write through them.
-- `--ckpt_path last` resumes from the newest of checkpoints/last.ckpt and on_exception.ckpt;
+- `--ckpt_path last` resumes from the newest of checkpoints/last.ckpt and on_exception.ckpt
+  (saved where an error stopped training, and said so when resumed from);
   with neither, an empty run directory starts fresh (so a requeued job can always pass it).
 - A resume may change how the run is driven (trainer.max_steps upwards, max_time, logging,
   validation and checkpoint frequency, callbacks, progress bars, devices, data.num_workers,
@@ -593,6 +594,13 @@ def prepare_fit(
     if rank_zero and ckpt_path.is_file():
         check_resume(cfg, ckpt_path, read(ckpt_path))
         warn_trainer_changes(cfg, run_dir)
+        if ckpt_path.name == "on_exception.ckpt":
+            print(
+                f"vat: resuming from {ckpt_path}, saved where an error stopped training, perhaps "
+                f"inside a step: not bitwise the run it would have been (resumes from last.ckpt, "
+                f"and from a Ctrl-C stop, are)",
+                file=sys.stderr,
+            )
     return config_filename(run_dir, resuming=True), None
 
 

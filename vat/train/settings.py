@@ -48,11 +48,18 @@ def validation_is_off(trainer) -> bool:
     return _get(trainer, "limit_val_batches", 1.0) == 0
 
 
+def _whole(v) -> str:
+    """The hint for a float above 1 that is a whole number: 8.0 is not 8 batches."""
+    if isinstance(v, float) and v > 1.0 and v.is_integer():
+        return f" (write {int(v)} for {int(v)} batches)"
+    return ""
+
+
 def _check_limit(trainer, split: str) -> None:
     name = f"limit_{split}_batches"
     v = _get(trainer, name, 1.0)
     if not _is_count(v) or v < 0 or (isinstance(v, float) and v > 1.0):
-        raise VatError(f"--trainer.{name} {v!r}: must be {_FRACTION}")
+        raise VatError(f"--trainer.{name} {v!r}: must be {_FRACTION}{_whole(v)}")
 
 
 def _check_val_interval(trainer) -> None:
@@ -62,7 +69,7 @@ def _check_val_interval(trainer) -> None:
     if not _is_count(v) or v <= 0 or (isinstance(v, float) and v > 1.0):
         raise VatError(
             f"--trainer.val_check_interval {v!r}: must be {_FRACTION} between two "
-            f"validations; to turn validation off, set --trainer.limit_val_batches 0"
+            f"validations{_whole(v)}; to turn validation off, set --trainer.limit_val_batches 0"
         )
     every = trainer.get("check_val_every_n_epoch", 1) if hasattr(trainer, "get") else 1
     if every is None and isinstance(v, float):

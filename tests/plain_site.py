@@ -1,0 +1,81 @@
+"""What a plain install (`pip install torch -e .`, no extras) can import, inside the test
+environment: a folder of links to the installed distributions vat's own requirements pull
+in, and nothing else.
+
+The test environment holds the dev extras (transformers, matplotlib, gradio, ...), and their
+presence changes what imports do: Lightning imports some of them when they are installed,
+and that once hid a bug that every plain install hit (tests/test_whole_numbers.py). A Python
+started with `-S` (no site-packages) and PYTHONPATH = this folder + the checkout imports what a
+plain install imports: the same packages at the same versions, and no others. Metadata
+(importlib.metadata, which Lightning's availability checks read) comes with the links too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from conftest import ROOT
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+DISTRIBUTION = "variational-auto-transformer"
+
+
+def plain_requirements(root: str = DISTRIBUTION) -> set[str]:
+    """The distributions a plain install of `root` installs: its requirements without its
+    own extras, with the extras those requirements name (jsonargparse[signatures]), and
+    theirs, recursively (canonical names)."""
+    seen: set[tuple[str, str]] = set()
+    todo = [(root, "")]
+    while todo:
+        name, extra = todo.pop()
+        name = canonicalize_name(name)
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # an optional platform dependency that is not installed here
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+                continue  # another extra's requirement, or another platform's
+            todo += [(req.name, ""), *((req.name, e) for e in req.extras)]
+    return {name for name, _ in seen}
+
+
+def make_plain_site(folder: Path) -> Path:
+    """Links in `folder` to every top-level file and folder (modules, packages, .libs,
+    .dist-info) of the plain requirements' distributions, except vat's own (the checkout
+    goes on PYTHONPATH instead); returns `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in plain_requirements() - {DISTRIBUTION}:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        base = Path(dist.locate_file(""))
+        for top in {Path(str(f)).parts[0] for f in dist.files or []}:
+            if top in ("..", "__pycache__") or top.endswith(".pth"):
+                continue  # scripts in bin/, and start-up hooks a -S interpreter never reads
+            link = folder / top
+            if not link.exists() and (base / top).exists():
+                link.symlink_to(base / top)
+    return folder
+
+
+def plain_env(folder: Path) -> dict[str, str]:
+    """The environment of a `-S` interpreter that sees only the plain site and the checkout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(folder)])
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def plain_python() -> list[str]:
+    """The command line of that interpreter (append `-c CODE` or `-m MODULE ...`)."""
+    return [sys.executable, "-S"]

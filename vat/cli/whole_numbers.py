@@ -1,0 +1,58 @@
+"""`vat train` reads a whole number as the int the user wrote, whatever was imported first.
+
+Lightning declares `limit_val_batches: Optional[Union[int, float]]` (also limit_train/test/
+predict_batches and gradient_clip_val): an int counts batches, a float is a fraction of the
+epoch, so `8` and `8.0` mean different things. jsonargparse tries a union's types in the order
+of the annotation's `__args__`, and that order is not always the one written: typing caches
+unions, and `Union[int, float] == Union[float, int]`, so `Optional[Union[int, float]]`
+returns whichever of the two was built first while the cache still held it. On a plain
+install `lightning_fabric` builds `Optional[Union[float, int]]` first (Fabric.clip_gradients),
+the Trainer's annotation comes back float-first, `8` is read as `8.0` and refused; with more
+packages installed the cache (an LRU of 128 entries) happened to evict that entry in between,
+so the same command worked. The fix cannot depend on import order, so the parser's types are
+put right after it is built: in every union that holds both int and float, int is tried
+first. A whole number then stays an int (`8`, `1`: batches) and a number with a point stays a
+float (`0.5`, `1.0`: a fraction), which is what Lightning documents for each form.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Union
+
+
+def int_before_float(typehint: Any) -> Any:
+    """`typehint` with int moved before float when it is a union holding both, float first;
+    any other type hint unchanged (the same object).
+
+    The union is rebuilt from its flat subtypes: typing's cache is keyed on that tuple, and
+    tuples of plain types compare in order, so the result keeps the order given here."""
+    origin = typing.get_origin(typehint)
+    if origin is not Union and origin is not types.UnionType:
+        return typehint
+    args = typing.get_args(typehint)
+    if int not in args or float not in args or args.index(int) < args.index(float):
+        return typehint
+    reordered = [a for a in args if a is not int]
+    reordered.insert(reordered.index(float), int)
+    return Union[tuple(reordered)]  # noqa: UP007 (typing.Union, as Lightning declares it)
+
+
+def read_whole_numbers_as_int(parser) -> int:
+    """Apply `int_before_float` to every typed argument of a jsonargparse parser (built by
+    LightningCLI); returns how many were changed.
+
+    jsonargparse keeps an argument's type on its action as `_typehint` (private, but the one
+    place the order lives; tests/test_whole_numbers.py parses through it in a subprocess that
+    imports what a plain install imports, so a change in jsonargparse fails a test)."""
+    changed = 0
+    for action in parser._actions:
+        hint = getattr(action, "_typehint", None)
+        if hint is None:
+            continue
+        fixed = int_before_float(hint)
+        if fixed is not hint:
+            action._typehint = fixed
+            changed += 1
+    return changed
