@@ -141,13 +141,28 @@ class SignalAt(L.Callback):
     - "mid_step": between the backward pass and the optimizer step of the step;
     - "validation": at the first batch of the validation that step runs.
 
-    `times` signals at once (2: a second Ctrl-C right after the first)."""
+    `times` signals at once (2: a second Ctrl-C right after the first). Under DDP, `rank`
+    names the one process that gets it (`kill -INT PID`), else every process does (a
+    terminal's Ctrl-C)."""
 
-    def __init__(self, step: int, phase: str = "batch_end", signal: str = "SIGINT", times: int = 1):
-        self.step, self.phase, self.times = step, phase, times
+    def __init__(
+        self,
+        step: int,
+        phase: str = "batch_end",
+        signal: str = "SIGINT",
+        times: int = 1,
+        rank: int | None = None,
+    ):
+        self.step, self.phase, self.times, self.rank = step, phase, times, rank
         self.signum = getattr(signal_module, signal)
+        self._trainer = None
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        self._trainer = trainer
 
     def _fire(self) -> None:
+        if self.rank is not None and self._trainer.global_rank != self.rank:
+            return
         for _ in range(self.times):
             os.kill(os.getpid(), self.signum)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from helpers import DDP_TWO_CPU, fit_args, scalars, train_subprocess
 
 # dropout 0 and z = mu make both runs noise-free, so they differ only by floating-point
@@ -49,3 +50,23 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     assert (two / "checkpoints" / "last.ckpt").is_file() and (two / "tokenizer.json").is_file()
     assert len(list((tmp_path / "cache2").glob("tokenizer-*.json"))) == 1
     assert not list((tmp_path / "cache2").glob(".*tmp*"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_one_ddp_process_stops_both_after_the_same_step(tmp_path):
+    """`kill -INT` to rank 0 alone at step 3: the processes agree at the next logging step
+    (every step here), both stop after it, last.ckpt holds it, and nothing hangs."""
+    run = tmp_path / "run"
+    sig = ["--trainer.callbacks+=crash_callbacks.SignalAt", "--trainer.callbacks.step=3",
+           "--trainer.callbacks.rank=0"]  # fmt: skip
+    r = train_subprocess(
+        fit_args(run, tmp_path / "cache", *DDP_TWO_CPU, "--trainer.max_steps", "8", *sig),
+        timeout=180,
+    )
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"vat: stopped by Ctrl-C after step 3; {run / 'checkpoints' / 'last.ckpt'} holds it: "
+        f"resume with the same command plus --ckpt_path last"
+    )
+    assert "error: interrupted" not in r.stderr and "Traceback" not in r.stderr
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3

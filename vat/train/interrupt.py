@@ -34,7 +34,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
-EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}
+_ANOTHER = "a signal to another process"
+EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143, _ANOTHER: 130}
 """The exit code of a run stopped by each signal (128 + the signal, the shell's convention)."""
 
 
@@ -90,6 +91,7 @@ class StopOnSignal(Callback):
         if self.stopping or not _at_optimizer_step(trainer) or not self._agreed(trainer):
             return
         self.stopping = True
+        self.requested = self.requested or _ANOTHER  # under DDP: a signal to another process
         # The loops as they stand when a step has ended: the state Lightning resumes from at
         # a step's end (its every_n_train_steps checkpoints are taken here), whatever the
         # rest of the step (a validation, an epoch's end) does before the stop.
