@@ -156,7 +156,8 @@ def test_readme_gives_the_recipe_of_plan_py():
     section = readme[start : readme.index("\n## ", start + 10)]
     for i, call in enumerate(RECIPE, 1):
         assert recipe_command(call) in section, f"call {i}"
-    assert f"carry {json.dumps(list(RECIPE_CARRY))}" in section
+    copied = " and ".join(f"{d}/" for d in RECIPE_CARRY)
+    assert f"with {copied} copied to the node" in section
     assert RECIPE_CARRY == ("offline", RECIPE_SEED_DIR) and RECIPE_OUT_DIR not in RECIPE_CARRY
     assert f"{recipe_device_s():,.0f} s" in section
     for line in section.splitlines():  # the old recipe's `; find ... $OUT` hid the exit code
