@@ -100,8 +100,8 @@ def _read(source: str, on_bad_bytes: str, quiet: bool) -> list[str]:
     are an error or skipped (--on-bad-bytes), and the skipped ones counted on stderr."""
     from vat.data.corpus import check_text, decode_each
 
-    data, where = read_text_bytes(source, "FILE")
-    where = where.removeprefix("FILE ")  # errors name the file as FILE:LINE
+    data, _ = read_text_bytes(source, "FILE")
+    where = "stdin" if source == "-" else source  # errors name it as FILE:LINE
     check_text(data, where)
     hint = "--on-bad-bytes skip skips such lines"
     lines, bad = decode_each(data.split(b"\n"), 1, where, on_bad_bytes, hint)

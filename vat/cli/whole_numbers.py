@@ -39,20 +39,14 @@ def int_before_float(typehint: Any) -> Any:
     return Union[tuple(reordered)]  # noqa: UP007 (typing.Union, as Lightning declares it)
 
 
-def read_whole_numbers_as_int(parser) -> int:
+def read_whole_numbers_as_int(parser) -> None:
     """Apply `int_before_float` to every typed argument of a jsonargparse parser (built by
-    LightningCLI); returns how many were changed.
+    LightningCLI).
 
     jsonargparse keeps an argument's type on its action as `_typehint` (private, but the one
     place the order lives; tests/test_whole_numbers.py parses through it in a subprocess that
     imports what a plain install imports, so a change in jsonargparse fails a test)."""
-    changed = 0
     for action in parser._actions:
         hint = getattr(action, "_typehint", None)
-        if hint is None:
-            continue
-        fixed = int_before_float(hint)
-        if fixed is not hint:
-            action._typehint = fixed
-            changed += 1
-    return changed
+        if hint is not None:
+            action._typehint = int_before_float(hint)

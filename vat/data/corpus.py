@@ -106,18 +106,12 @@ class LineReader:
     """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip).
 
     A line that is not valid UTF-8 is skipped and counted in `bad` (on_bad_bytes="skip") or
-    is an error naming the file and line (on_bad_bytes="error") and `skip_hint`.
+    is an error naming the file and line (on_bad_bytes="error").
     """
 
-    def __init__(
-        self,
-        path: Path,
-        on_bad_bytes: Literal["skip", "error"] = "skip",
-        skip_hint: str = TRAINING_SKIP_HINT,
-    ) -> None:
+    def __init__(self, path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> None:
         self.path = path
         self.on_bad_bytes = on_bad_bytes
-        self.skip_hint = skip_hint
         self.bad = 0
 
     def __iter__(self) -> Iterator[list[str]]:
@@ -141,7 +135,7 @@ class LineReader:
             raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
 
     def _decode_lines(self, raw: list[bytes], lineno: int) -> list[str]:
-        out, bad = decode_each(raw, lineno + 1, self.path, self.on_bad_bytes, self.skip_hint)
+        out, bad = decode_each(raw, lineno + 1, self.path, self.on_bad_bytes)
         self.bad += bad
         return out
 

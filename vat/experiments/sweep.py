@@ -51,6 +51,7 @@ from vat.experiments.config import Point, SweepConfig, cli_value, point_args, ru
 from vat.experiments.frontier import headline, plot_all, write_hparams, write_table
 from vat.experiments.measure import measure_run
 from vat.io import write_json_atomic
+from vat.train.interrupt import EXIT_CODES
 
 TRAINED_MARKER = ".trained"
 """Written into a run directory once its training has finished."""
@@ -129,10 +130,6 @@ def quiet_training():
             lg.setLevel(level)
 
 
-STOPPED_BY_SIGNAL = (130, 143)
-"""`vat train`'s exit codes after a Ctrl-C or SIGTERM stopped it at the end of a step."""
-
-
 def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> None:
     """Train (or finish training) the model of one point in run_dir (`quiet_training`)."""
     if (run_dir / TRAINED_MARKER).exists():
@@ -143,7 +140,7 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
     with quiet_training():
         code = runner.run_train(args)
     name = run_name(point)
-    if code in STOPPED_BY_SIGNAL:  # Ctrl-C / SIGTERM: the run stopped at a step and saved
+    if code in EXIT_CODES.values():  # Ctrl-C / SIGTERM: the run stopped at a step and saved
         print(
             f"vat sweep: {name} stopped with its state in {run_dir / 'checkpoints' / 'last.ckpt'};"
             f" the same sweep command resumes it",
