@@ -33,8 +33,9 @@ from vat.cli.whole_numbers import read_whole_numbers_as_int
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, nearest, run_cli
 from vat.runtime import apply_cpu_threads, thread_count
+from vat.tokenizer import VATTokenizer
+from vat.train import init_from, settings
 from vat.train import run_dir as rd
-from vat.train import settings
 from vat.train.checkpointing import (
     BEST_MONITORS,
     AtomicCheckpointIO,
@@ -113,6 +114,15 @@ class VATCLI(LightningCLI):
             "val/stsb_spearman (similarity; needs the vat.callbacks.sts.STSBSpearman callback), "
             "or val/loss (rises with the KL weight).",
         )
+        parser.add_argument(
+            "--init_from",
+            "--init-from",
+            type=str | None,
+            default=None,
+            help="Start from a trained model's weights and tokenizer (a shipped name, an "
+            "exported folder, a run folder, a .ckpt or a Hub id): its architecture is taken, "
+            "the optimiser and schedules start fresh (vat/train/init_from.py).",
+        )
         parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -155,6 +165,14 @@ class VATCLI(LightningCLI):
         given = [Path(str(c)) for c in (self.config[sub].get("config") or [])]
         check_input_paths(self.config[sub], given, checkout_root())
         read = self._checkpoint_io().read
+        self._init: init_from.Source | None = None
+        if self.config[sub].get("init_from"):
+            if sub != "fit":
+                raise VatError(
+                    f"--init-from starts a training run (vat train fit), not `vat train {sub}`; "
+                    "to measure a model, give it as --ckpt_path"
+                )
+            self._init = self._continue_from(self.config[sub], read)
         if sub == "fit":
             self._config_filename, self._fresh = rd.prepare_fit(self.config[sub], read)
         else:
@@ -173,6 +191,33 @@ class VATCLI(LightningCLI):
         except SystemExit:
             sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
             raise
+
+    def _continue_from(self, cfg, read) -> init_from.Source:
+        """--init-from MODEL: the run's config given the model's shape (vat.train.init_from).
+        A resume of the continued run takes it from its own checkpoint instead, and a
+        checkpoint of this very run is resumed, not continued."""
+        from vat.share.resolve import load_model
+
+        defaults = self._subcommand_parsers["fit"].get_defaults()
+        ckpt_dir = Path(cfg.checkpoint.dirpath or Path(cfg.run_dir) / "checkpoints")
+        resume = rd.find_last(ckpt_dir) if cfg.ckpt_path == "last" else cfg.ckpt_path
+        if resume is None or not Path(resume).is_file():
+            loaded = load_model(cfg.init_from, "cpu", name="init_from")
+            resume = init_from.same_run_checkpoint(loaded, cfg.run_dir, str(ckpt_dir))
+            if resume is None:
+                source = init_from.from_loaded(loaded, str(cfg.init_from))
+                init_from.apply_to_config(cfg, defaults, source)
+                return source
+            cfg.ckpt_path = str(resume)
+            if rd.is_global_rank_zero():
+                init_from.say(
+                    f"vat: --init-from {cfg.init_from} is a checkpoint of this run (--run_dir "
+                    f"{cfg.run_dir}): resuming it, with its optimiser, schedules and rate "
+                    "controller (as --ckpt_path does)"
+                )
+        source = init_from.from_checkpoint(read(Path(resume)), Path(resume))
+        init_from.apply_to_config(cfg, defaults, source)
+        return source
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -210,6 +255,9 @@ class VATCLI(LightningCLI):
             _STOPS.append(StopOnSignal())
             self.trainer_defaults["callbacks"].append(_STOPS[-1])
             self.trainer_defaults["callbacks"].append(rd.MarkTrained(run_dir))
+            if getattr(self, "_init", None) is not None and cfg.ckpt_path is None:
+                # a continued run's curves start at its model's own numbers on this data
+                self.trainer_defaults["callbacks"].append(init_from.ValidateFirst())
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
 
     def before_fit(self) -> None:
@@ -217,6 +265,13 @@ class VATCLI(LightningCLI):
         files it replaces moved away, its manifest written): a refused start leaves an
         earlier run whole and writes nothing of its own."""
         cfg = self.config["fit"]
+        start = getattr(self, "_init", None)
+        if start is not None:  # --init-from: the model's tokenizer, and its weights when fresh
+            self.datamodule.use_tokenizer(VATTokenizer.from_str(start.tokenizer))
+            if cfg.ckpt_path is not None:
+                start = None  # a resume: the checkpoint holds weights, state and record
+            else:
+                self.model.start_from(start.loaded.model, start.record)
         if rd.is_global_rank_zero() and not isinstance(
             self.trainer.strategy.launcher, _MultiProcessingLauncher
         ):  # (spawned processes would each get a pickled copy of the prepared data)
@@ -228,19 +283,8 @@ class VATCLI(LightningCLI):
             rd.begin_fresh(self._fresh)
         if _THREADS_NOTE and rd.is_global_rank_zero():  # said once the run starts, not before
             print(_THREADS_NOTE.pop(), file=sys.stderr)  # an error (which stays one line)
-
-    def _no_best_checkpoint(self, cfg, no_val_data: bool) -> None:
-        """Without validation nothing is logged to --best_monitor: the best checkpoint is
-        dropped with a note (not Lightning's warning about a missing key at every save)."""
-        why = (
-            "the data holds no validation sentences"
-            if no_val_data
-            else "--trainer.limit_val_batches 0 turns validation off"
-        )
-        if cfg.best_monitor == "val/stsb_spearman":
-            raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
-        self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if c is not self._best]
-        print(f"vat: {why}: no best checkpoint on {cfg.best_monitor} is kept", file=sys.stderr)
+        if start is not None and rd.is_global_rank_zero():
+            init_from.say(init_from.start_line(start))
 
 
 def _check_devices(accelerator, devices) -> None:
@@ -460,6 +504,14 @@ def _use_threads(requested: int | None, quiet: bool) -> None:
     _THREADS_NOTE.append(f"vat: training on {n} CPU thread{'s' if n != 1 else ''} ({why}{change})")
 
 
+def _underscored(arg: str) -> str:
+    """`--init-from` (vat's spelling, as every other command's options) is LightningCLI's
+    `--init_from`, whose options are spelled with underscores (--run_dir, --ckpt_path)."""
+    if arg == "--init-from" or arg.startswith("--init-from="):
+        return "--init_from" + arg[len("--init-from") :]
+    return arg
+
+
 def vat_train(argv: list[str]) -> int:
     """`vat train ARGS` = `vat train fit ARGS` (`vat train validate|test ...` also work).
 
@@ -489,6 +541,7 @@ def vat_train(argv: list[str]) -> int:
     if "--quiet" in args:
         extra.append("--trainer.enable_model_summary=false")
     args = [a for a in args if a not in ("--no-progress", "--quiet")]
+    args = [_underscored(a) for a in args]
     if not args or args[0] not in VATCLI.subcommands():
         args = ["fit", *args]
     return main([*args, *extra])

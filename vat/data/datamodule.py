@@ -132,6 +132,7 @@ class VATDataModule(L.LightningDataModule):
         validate_data_options(locals())
         self.save_hyperparameters()
         self.tokenizer: VATTokenizer | None = None
+        self._given_tokenizer: VATTokenizer | None = None
         self.splits: dict[str, TokenizedDataset] = {}
         self.length_histogram: list[int] = []
         self.token_counts: list[int] = []  # training subword counts (SIF weights, issue 23)
@@ -243,9 +244,16 @@ class VATDataModule(L.LightningDataModule):
         key = hash16(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2")
         return self._cache() / f"data-{key}"
 
+    def use_tokenizer(self, tokenizer: VATTokenizer) -> None:
+        """Tokenize with this tokenizer (a model's own, `vat train --init-from`) instead of
+        loading data.tokenizer_path or training one; the cache is keyed by it as by any."""
+        self._given_tokenizer = tokenizer
+
     def _load_or_train_tokenizer(self) -> VATTokenizer:
         h = self.hparams
-        if h.tokenizer_path:
+        if self._given_tokenizer is not None:
+            tok = self._given_tokenizer
+        elif h.tokenizer_path:
             regular_file(h.tokenizer_path, "data.tokenizer_path")  # not a FIFO or a device
             try:
                 tok = VATTokenizer.from_file(h.tokenizer_path)

@@ -113,6 +113,8 @@ class VATSystem(L.LightningModule):
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
         self._val_batches = 0
+        self.init_record: dict | None = None
+        """Where a continued run started (vat.train.init_from), kept in its checkpoints."""
 
     @classmethod
     def load_from_checkpoint(
@@ -387,7 +389,7 @@ class VATSystem(L.LightningModule):
         trainer = self._trainer
         dm = getattr(trainer, "datamodule", None) if trainer is not None else None
         progress = self.train_state.progress.tolist()  # steps, sentences, tokens (a save: sync ok)
-        return training_record(
+        record = training_record(
             global_step=self.global_step,
             epoch=self.current_epoch,
             tokens_seen=progress[2],
@@ -395,6 +397,23 @@ class VATSystem(L.LightningModule):
             data_hparams=getattr(dm, "hparams", None),
             callback_metrics=dict(trainer.callback_metrics) if trainer is not None else {},
         )
+        if self.init_record is not None:  # a continued run: the tokens behind the whole model
+            record["init_from"] = dict(self.init_record)
+            record["tokens_total"] = record["tokens_seen"] + int(
+                self.init_record.get("tokens_total") or 0
+            )
+        return record
+
+    @torch.no_grad()
+    def start_from(self, model: VAT, record: dict) -> None:
+        """Copy a trained model's weights into this fresh one (vat.train.init_from); the
+        optimiser and schedules are built later from nothing, as for any fresh run."""
+        theirs, ours = model.config.to_dict(), self.arch.to_dict()
+        theirs.pop("dropout"), ours.pop("dropout")  # a training setting, not the weights'
+        if theirs != ours:
+            raise VatError(f"the model to start from is not this run's shape: {theirs} != {ours}")
+        self.model.load_state_dict(model.state_dict())
+        self.init_record = dict(record)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         meta = checkpoint.get("vat")
@@ -413,6 +432,9 @@ class VATSystem(L.LightningModule):
         rng = checkpoint.get("vat_rng", {}).get("torch")
         if rng is not None:
             self._rng_to_restore = rng
+        started = (meta.get("training") or {}).get("init_from")
+        if isinstance(started, dict):  # a resumed continued run keeps where it started
+            self.init_record = dict(started)
         state = checkpoint.get("vat_train_state")
         if state is not None:  # older checkpoints: counters start at 0
             self.train_state.load_state(state)
