@@ -168,20 +168,20 @@ def test_keys_left_at_their_defaults_take_the_models_values(source, tmp_path):
 
 
 def test_a_shipped_model_continues_without_writing_into_the_registry(tmp_path):
-    """The shipped demo model on the test sentences: its first validation is its own float16
-    weights' (read as float32), and nothing in the package changes."""
+    """The packaged continue_cpu config (no shape of its own) continues the shipped demo model
+    on the bundled sentences, with the model's tokenizer, and nothing in the package
+    changes."""
     from vat.share.pretrained import named_shipped
+    from vat.tokenizer import VATTokenizer
 
     entry = named_shipped("demo-wordnet-d64")
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in entry.folder.iterdir()}
-    cfg = yaml.safe_load(Path(TINY).read_text())
-    del cfg["model"]["arch"], cfg["data"]["vocab_size"], cfg["data"]["max_len"]
-    cfg["data"]["train_files"] = [str(ROOT / f) for f in cfg["data"]["train_files"]]
-    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(cfg))
     run = tmp_path / "run"
     code, err = _train(
-        ["fit", "-c", str(tmp_path / "plain.yaml"), "--run_dir", str(run)]
+        ["fit", "-c", str(ROOT / "vat" / "configs" / "continue_cpu.yaml"), "--run_dir", str(run)]
         + ["--data.cache_dir", str(tmp_path / "cache"), "--init-from", "demo-wordnet-d64"]
+        + ["--trainer.max_steps", "2", "--trainer.limit_val_batches", "1"]
+        + ["--data.train_files", f"[{ROOT / 'data' / 'demo_val.txt'}]"]
     )
     assert code == 0, err
     after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in entry.folder.iterdir()}
@@ -190,10 +190,10 @@ def test_a_shipped_model_continues_without_writing_into_the_registry(tmp_path):
     ckpt = read_checkpoint(run / "checkpoints" / "last.ckpt")
     assert ckpt["vat"]["training"]["init_from"]["model"] == "demo-wordnet-d64"
     assert ckpt["vat"]["training"]["init_from"]["kind"] == "shipped"
-    from vat.tokenizer import VATTokenizer
-
     shipped_tok = VATTokenizer.from_file(entry.folder / "tokenizer.json").to_str()
     assert ckpt["vat"]["tokenizer"] == shipped_tok  # no BPE was trained on the new lines
+    # the demo model reconstructs its own validation lines: BLEU from the first validation
+    assert scalars(run)["val/recon_bleu"][0][0] == 0
 
 
 def test_a_hub_id_continues_from_the_hub_cache(source, tmp_path, monkeypatch):
