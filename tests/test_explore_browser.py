@@ -1,6 +1,12 @@
-"""`vat explore` end to end in a real browser: the command serves the shipped demo model (a
-trained tiny VAT) and headless Chromium drives every view through Playwright, checking what
-the page shows against the same calls in Python (`vat.explore.Explorer`).
+"""`vat explore` end to end in a real browser: the command serves a shipped model and headless
+Chromium drives every view through Playwright, checking what the page shows against the same
+calls in Python (`vat.explore.Explorer`).
+
+The model is wmt-tatoeba-en-d128, the one docs/explore.md shows; $VAT_EXPLORE_MODEL names
+another (demo-wordnet-d64 has sentences of its own in SCENES; any other model, a run folder
+say, gets the demo's). The neighbours corpus is data/demo_val.txt, its first 300 lines;
+$VAT_EXPLORE_CORPUS and $VAT_EXPLORE_CORPUS_LIMIT name another file and count (docs/explore.md
+gives the ones its screenshots used).
 
 Playwright's own browser download cannot run on vat's machines, so the test uses Debian's
 `chromium` package through `executable_path` ($VAT_CHROMIUM, default /usr/bin/chromium);
@@ -17,21 +23,56 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 import vat
+from vat.data.corpus import LineReader
 from vat.explore import Explorer
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = "demo-wordnet-d64"
-CORPUS = ROOT / "data" / "demo_val.txt"
-CORPUS_LIMIT = 300
-SENTENCE = "A woman is slicing an onion in the kitchen."
-OTHER = "The children ran across the field after school."
 TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What the test types into the page for one model."""
+
+    sentence: str
+    other: str  # the interpolation's other end
+    position: int  # the latent the resample view draws again
+    draws: tuple[tuple[str, float], ...]  # the resample view's (source, tau); the shot: the last
+    steps: int  # interpolation points, ends included
+    sample_tau: float
+
+
+SCENES = {
+    # "small" drawn from its posterior at tau 3 decodes as other words (at tau 1 all six draws
+    # give the reconstruction: a narrow posterior); the path's midpoint mixes the two sentences
+    "wmt-tatoeba-en-d128": Scene(
+        "My sister lives in a small house near the sea.",
+        "My brother works in a big office in the city.",
+        5,
+        (("prior", 1.0), ("posterior", 3.0)),
+        7,
+        1.5,
+    ),
+    "demo-wordnet-d64": Scene(
+        "A woman is slicing an onion in the kitchen.",
+        "The children ran across the field after school.",
+        4,
+        (("posterior", 1.0), ("prior", 1.0)),
+        6,
+        2.0,
+    ),
+}
+MODEL = os.environ.get("VAT_EXPLORE_MODEL") or "wmt-tatoeba-en-d128"
+SCENE = SCENES.get(MODEL, SCENES["demo-wordnet-d64"])
+CORPUS = Path(os.environ.get("VAT_EXPLORE_CORPUS") or ROOT / "data" / "demo_val.txt")
+CORPUS_LIMIT = int(os.environ.get("VAT_EXPLORE_CORPUS_LIMIT") or 300)
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +99,7 @@ def server():
             "vat",
             "explore",
             "--model",
-            DEMO,
+            MODEL,
             "--corpus",
             str(CORPUS),
             "--corpus-limit",
@@ -83,8 +124,13 @@ def server():
 
 @pytest.fixture(scope="module")
 def explorer() -> Explorer:
-    lines = CORPUS.read_text(encoding="utf-8").splitlines()[:CORPUS_LIMIT]
-    return Explorer(vat.load(DEMO, device="cpu"), lines, corpus_name=CORPUS.name)
+    lines: list[str] = []  # read as vat.cli.explore.corpus_lines reads them (plain or .gz)
+    for chunk in LineReader(CORPUS, "skip"):
+        lines.extend(chunk)
+        if len(lines) >= CORPUS_LIMIT:
+            break
+    lines = lines[:CORPUS_LIMIT]
+    return Explorer(vat.load(MODEL, device="cpu"), lines, corpus_name=CORPUS.name)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +167,20 @@ def test_every_view_in_chromium(server, explorer, shots):
     for name in ("encode", "resample", "interpolate", "sample", "neighbours", "model", "error"):
         png = shots / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        if os.environ.get("VAT_EXPLORE_SCREENSHOTS"):
+            shrink(png)
+
+
+def shrink(png: Path) -> None:
+    """128 colours, no dithering: about a third of the bytes and the same to the eye, so the
+    screenshots in docs/explore/ stay small."""
+    from PIL import Image
+
+    with Image.open(png) as im:
+        small = im.convert("RGB").quantize(
+            colors=128, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+        )
+    small.save(png, optimize=True)
 
 
 def put(page, expect, selector: str, value: str) -> None:
@@ -139,9 +199,10 @@ def put(page, expect, selector: str, value: str) -> None:
 def drive(page, expect, explorer: Explorer, shots: Path) -> None:
     # 1. encode and reconstruct: the example sentence on load, then a typed one
     page.locator("#encode-rows").wait_for()
-    page.locator("#sentence textarea").fill(SENTENCE)
+    sentence, other = SCENE.sentence, SCENE.other
+    page.locator("#sentence textarea").fill(sentence)
     page.locator("#encode-run").click()
-    enc = explorer.encode(SENTENCE)
+    enc = explorer.encode(sentence)
     expect(page.locator("#encode-reconstruction")).to_have_text(enc.reconstruction)
     rows = page.locator("#encode-rows tbody tr")
     expect(rows).to_have_count(len(enc.rows))
@@ -152,9 +213,9 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
     expect(page.locator("#encode-rate")).to_contain_text(f"rate {enc.rate:,.1f} nats")
     page.screenshot(path=str(shots / "encode.png"), full_page=True)
 
-    # 2. resample a token: tau 0 gives the reconstruction N times; tau 1 N marked decodings
+    # 2. resample a token: tau 0 gives the reconstruction N times; then the scene's draws
     page.get_by_role("tab", name="Resample a token").click()
-    position = 4
+    position = SCENE.position
     label = f"{position}: {enc.rows[position].subword.strip()}"
     picker = page.locator("#resample-token input")
     # the picker follows the typed sentence (its default: latent 1); pick only after that update,
@@ -171,39 +232,43 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
     expect(items).to_have_count(6)
     for text in items.all_inner_texts():
         assert text.replace("(same as the reconstruction)", "").strip() == enc.reconstruction
-    put(page, expect, "#resample-tau input", "1")
-    for source, said in (("posterior", "at tau 1,"), ("prior", "from the prior")):
+    for source, tau in SCENE.draws:
+        put(page, expect, "#resample-tau input", f"{tau:g}")
         page.locator("#resample-source label").filter(has_text=source).click()
         page.locator("#resample-run").click()
+        said = f"at tau {tau:g}," if source == "posterior" else "from the prior"
         expect(page.locator("#resample-out")).to_contain_text(said)
         expect(page.locator("#resample-out")).to_contain_text(f"Latent {position} (")
         expect(items).to_have_count(6)
-        want = explorer.resample(SENTENCE, position, 6, 1.0, source=source, seed=0)
+        want = explorer.resample(sentence, position, 6, tau, source=source, seed=0)
         # expect() waits out a list gradio is still replacing (its output shows "pending")
         expect(items).to_contain_text([m.text for m in want.decodings])
         for i, m in enumerate(want.decodings):
             expect(items.nth(i).locator("mark")).to_have_text(m.changed)
-    assert any(m.changed for m in want.decodings)  # from the prior, the page marked words
+    assert any(m.changed for m in want.decodings)  # the last draw marked words in the page
     page.screenshot(path=str(shots / "resample.png"), full_page=True)
 
     # 3. interpolate: the path starts and ends at the two reconstructions
     page.get_by_role("tab", name="Interpolate").click()
-    put(page, expect, "#other-sentence textarea", OTHER)
-    put(page, expect, "#interpolate-steps input", "6")
+    put(page, expect, "#other-sentence textarea", other)
+    put(page, expect, "#interpolate-steps input", str(SCENE.steps))
     page.locator("#interpolate-run").click()
     path = page.locator("#interpolate-path tbody tr")
-    expect(path).to_have_count(6)
+    expect(path).to_have_count(SCENE.steps)
     texts = path.locator("td.path-text").all_inner_texts()
     assert texts[0] == enc.reconstruction
-    assert texts[-1] == explorer.encode(OTHER).reconstruction
+    assert texts == [p.decoding.text for p in explorer.interpolate(sentence, other, SCENE.steps)]
+    assert texts[-1] == explorer.encode(other).reconstruction
     assert path.nth(0).locator(".vat-new").count() == 1
     page.screenshot(path=str(shots / "interpolate.png"), full_page=True)
 
     # 4. sample around the sentence and from the prior, at a fixed seed
     page.get_by_role("tab", name="Sample", exact=True).click()
-    put(page, expect, "#sample-tau input", "2")
+    put(page, expect, "#sample-tau input", f"{SCENE.sample_tau:g}")
     page.locator("#sample-run").click()
     expect(page.locator("#sample-decodings li")).to_have_count(5)
+    _, want_sample = explorer.sample(sentence, num_samples=5, tau=SCENE.sample_tau, seed=0)
+    expect(page.locator("#sample-decodings li")).to_contain_text([m.text for m in want_sample])
     put(page, expect, "#prior-length input", "12")
     put(page, expect, "#prior-seed input", "3")
     page.locator("#prior-run").click()
@@ -221,7 +286,7 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
     page.locator("#neighbours-run").click()
     found = page.locator("#neighbours-table tbody tr")
     expect(found).to_have_count(4)
-    want_nb = explorer.neighbours(SENTENCE, k=4)
+    want_nb = explorer.neighbours(sentence, k=4)
     for row, nb in zip(found.all(), want_nb):
         cells = row.locator("td").all_inner_texts()
         assert cells == [f"{nb.cosine:.4f}", nb.sentence, str(nb.line)]
@@ -242,8 +307,8 @@ def drive(page, expect, explorer: Explorer, shots: Path) -> None:
         "sentence: is empty: type a sentence"
     )
     page.screenshot(path=str(shots / "error.png"), full_page=False)
-    page.locator("#sentence textarea").fill(OTHER)
+    page.locator("#sentence textarea").fill(other)
     page.locator("#encode-run").click()
     expect(page.locator("#encode-reconstruction")).to_have_text(
-        explorer.encode(OTHER).reconstruction
+        explorer.encode(other).reconstruction
     )
