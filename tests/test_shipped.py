@@ -117,9 +117,24 @@ def test_every_shipped_model_is_intact_and_within_the_stated_tolerance(entry):
     info, card = entry.info, (entry.folder / "README.md").read_text()
     match = info["fp32_match"]
     # the tolerance docs/sharing.md states for shipped half-precision weights
-    assert match["sentences"] >= 16 and match["same_reconstructions"] == match["sentences"]
+    assert match["sentences"] >= 16 and match["same_reconstructions"] >= 0.99 * match["sentences"]
     assert match["max_abs_feature"] < 1e-3 and match["min_cosine"] > 0.9999
     assert f"stored in {info['dtype']}" in card and info["summary"] in card
+    same = (
+        f"{match['same_reconstructions']} of {match['sentences']} greedy reconstructions identical"
+    )
+    assert same in card
+
+
+@pytest.mark.parametrize("entry", shipped_models(PACKAGE_SHIPPED_DIR), ids=lambda e: e.name)
+def test_every_shipped_card_is_what_its_folder_renders(entry, offline):
+    """The card is made from the folder's own files, so it says what the folder holds; a
+    change to vat.share.model_card shows here until the registry is written again."""
+    from vat.share.model_card import model_card
+
+    loaded = vat.load(entry.name, device="cpu").loaded
+    card = model_card(entry.config, loaded.tokenizer.vocab_size, loaded.own_features, entry.info)
+    assert card == (entry.folder / "README.md").read_text()
 
 
 def test_demo_model_card_is_true():
@@ -201,7 +216,8 @@ def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys)
     full = vat.load(folder, device="cpu").encode(lines)
     half = vat.load("tiny-test", device="cpu").encode(lines)
     match = entry.info["fp32_match"]
-    assert match["sentences"] == 3 and match["from"] == str(sentences)
+    # the card names the check file as the training records name files: no path of this machine
+    assert match["sentences"] == 3 and match["from"] == "check.txt"
     assert abs(match["max_abs_feature"] - float(np.abs(full - half).max())) < 1e-7
     assert 0 < match["max_abs_feature"] < 1e-2  # float16 rounding moved them, a little
     card = (entry.folder / "README.md").read_text()
@@ -317,15 +333,98 @@ def test_add_refuses_a_registry_that_is_a_file_and_an_empty_check_file(tiny_ckpt
     assert "--check-file" in err and "no non-empty line" in err and not (tmp_path / "r").exists()
 
 
-def test_shipped_models_record_their_training_files_by_name_only(tmp_path):
-    """A shipped model goes to every machine: the builder's paths stay behind (an export
-    records them absolute, for fitting where it was trained)."""
-    from vat.share.pretrained import _training_files_as_names, shipped_models
+def _machine_paths_in(folder) -> list[tuple[str, str, str]]:
+    """(file, key, text) of every string in a shipped folder that names a place on the
+    machine that wrote it (vat.share.training_record.machine_path): each JSON file's strings
+    (tokenizer.json's vocabulary aside: subwords such as "..", "~" and "/" are no paths),
+    each line of the card, the safetensors files' metadata."""
+    from safetensors import safe_open
 
-    for entry in shipped_models():
-        files = entry.config["training"]["data"]["train_files"]
-        assert files and all("/" not in f and "\\" not in f for f in files), (entry.name, files)
-    config = {"training": {"data": {"train_files": ["/home/u/data/a.txt.gz", "b.txt"]}}}
-    assert _training_files_as_names(config) is True
-    assert config["training"]["data"]["train_files"] == ["a.txt.gz", "b.txt"]
-    assert _training_files_as_names(config) is False
+    from vat.share.training_record import machine_path, machine_paths
+
+    hits = []
+    for f in sorted(folder.iterdir()):
+        if f.suffix == ".safetensors":
+            with safe_open(str(f), "np") as st:
+                values = st.metadata() or {}
+        elif f.suffix == ".json":
+            values = json.loads(f.read_text(encoding="utf-8"))
+            if f.name == "tokenizer.json":
+                values = {k: v for k, v in values.items() if k not in ("model", "added_tokens")}
+        else:  # the card, and any other text file
+            values = f.read_text(encoding="utf-8").splitlines()
+        hits += [(f.name, key, text) for key, text in machine_paths(values)]
+        assert machine_path(json.dumps(values)) is None or hits, f  # nothing escapes the walk
+    return hits
+
+
+def test_no_file_in_the_registry_names_a_place_on_the_builders_machine(tmp_path):
+    """A shipped model goes to every machine: absolute paths, `~` and `../` escapes stay
+    behind (issue 40); training files are named by their path inside the data folder."""
+    folders = [e.folder for e in shipped_models(PACKAGE_SHIPPED_DIR)]
+    assert len(folders) >= 2
+    for folder in folders:
+        assert _machine_paths_in(folder) == [], folder.name
+    wmt = json.loads((PACKAGE_SHIPPED_DIR / WMT / "config.json").read_text())["training"]["data"]
+    assert wmt["train_files"][0] == "corpus/wmt_newstest_en/newstest_en.2008.txt.gz"
+    # the old forms are found: the hand-written ../shared/data paths, the node's absolute ones
+    old = tmp_path / WMT
+    shutil.copytree(PACKAGE_SHIPPED_DIR / WMT, old)
+    config = json.loads((old / "config.json").read_text())
+    config["training"]["data"]["train_files"][0] = (
+        "../shared/data/corpus/wmt_newstest_en/newstest_en.200[89].txt.gz"
+    )
+    config["training"]["data"]["train_files"][1] = "/scratch/node/data/corpus/tatoeba_en.txt.gz"
+    (old / "config.json").write_text(json.dumps(config))
+    (old / "README.md").write_text("- data: trained on `/scratch/node/data/multi30k_en.txt.gz`\n")
+    assert _machine_paths_in(old) == [
+        ("README.md", "[0]", "- data: trained on `/scratch/node/data/multi30k_en.txt.gz`"),
+        (
+            "config.json",
+            "training.data.train_files[0]",
+            config["training"]["data"]["train_files"][0],
+        ),
+        (
+            "config.json",
+            "training.data.train_files[1]",
+            "/scratch/node/data/corpus/tatoeba_en.txt.gz",
+        ),
+    ]
+
+
+# -- the first GPU-trained model (issue 40) ------------------------------------------------
+WMT = "wmt-tatoeba-en-d128"
+
+
+def test_the_gpu_model_is_listed_and_its_card_is_true(offline, capsys):
+    assert vat_main(["pretrained"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(WMT))
+    for fact in ("4+4 layers, d 128, 8192 BPE", "28.0 nats/token", "newstest_en.2008.txt.gz",
+                 "10 more files (238M tokens)", "STS12 52.8, STSBenchmark 56.0",
+                 "6.2 MiB float16"):  # fmt: skip
+        assert fact in row, (fact, row)
+    card = (PACKAGE_SHIPPED_DIR / WMT / "README.md").read_text()
+    # the device the run's own README names, not the suite's "n/a" (its facts stage did not run)
+    assert "on one NVIDIA H200, torch 2.11.0+cu130, lightning 2.6.6" in card and "n/a" not in card
+    for text in ("| newstest2019 BLEU, greedy mu-decoding, all 2000 lines | 85.90 |",
+                 "| BLEU, the 52 longer lines | 35.07 |", "## Measured with the shipped float16",
+                 "| newstest2019 BLEU, greedy mu-decoding, all 2000 lines | 86.07 |",
+                 "1983 of 2000 greedy reconstructions", "--stages reference"):  # fmt: skip
+        assert text in card, text
+
+
+def test_the_gpu_model_scores_its_card_on_sts12_with_the_shipped_weights(
+    offline, capsys, senteval_dir, tmp_path
+):
+    """`vat evaluate` on CPU with the float16 weights gives the card's STS12 to its rounding
+    (the cheaper of its two STS tasks: about 15 s on 2 quiet cores)."""
+    out = tmp_path / "eval.json"
+    argv = ["evaluate", "--model", WMT, "--tasks", "STS12", "--data-dir", str(senteval_dir)]
+    assert vat_main([*argv, "--quiet", "--output", str(out)]) == 0
+    capsys.readouterr()
+    recorded = json.loads((PACKAGE_SHIPPED_DIR / WMT / "config.json").read_text())["evaluation"]
+    card = next(e["value"] for e in recorded if e["task"] == "STS12")
+    got = json.loads(out.read_text())["_scores"]["STS12"]["value"]
+    assert f"{got:.2f}" == f"{card:.2f}" == "52.78", (got, card)
+    assert vat_main(["generate", "reconstruct", "--model", WMT, "A man plays a guitar."]) == 0
+    assert capsys.readouterr().out == "A man plays a guitar.\n"

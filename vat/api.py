@@ -323,6 +323,7 @@ class PretrainedVAT:
         count_files: Sequence[str] | None = None,
         space: bool = False,
         show_progress_bar: bool = False,
+        train_data_dir: str | os.PathLike | None = None,
     ) -> Path:
         """Export to a folder others load (`vat export`): config.json, model.safetensors,
         tokenizer.json, the sentence-transformers files and a model card, written atomically.
@@ -336,9 +337,13 @@ class PretrainedVAT:
         writes the app.py and requirements.txt that make the folder a Hugging Face Space
         running `vat explore`'s page (vat.share.space). `show_progress_bar`: say each stage
         (fitting the features, evaluating) and show the evaluation's bars, on stderr.
+        `train_data_dir` is the data folder where the model's portable training records are
+        found (default $VAT_DATA_DIR, vat.share.training_record); with `repo_id` the folder
+        records its training files only in that portable form (it is going to the Hub).
         """
         check_path(directory, "directory")
         check_path(data_dir, "data_dir", optional=True)
+        check_path(train_data_dir, "train_data_dir", optional=True)
         for name, value in (("license", license), ("language", language), ("repo_id", repo_id)):
             check_optional_text(value, name)
         if features is not None and not isinstance(features, str | FeatureSpec):
@@ -350,7 +355,11 @@ class PretrainedVAT:
             what = features if features is not None else "the model's default spec"
             print(f"vat: fitting the folder's sentence features ({what})", file=sys.stderr)
         fitted = export_features(
-            self.loaded, features, fit_files=fit_files, count_files=count_files
+            self.loaded,
+            features,
+            fit_files=fit_files,
+            count_files=count_files,
+            train_data_dir=train_data_dir,
         )
         evaluation = None
         if tasks:
@@ -385,6 +394,7 @@ class PretrainedVAT:
             language=language,
             repo_id=repo_id,
             space=bool(space),
+            train_data_dir=train_data_dir,
         )
 
     def push_to_hub(
@@ -629,6 +639,7 @@ def add_pretrained(
     check_from: str | None = None,
     registry: str | os.PathLike | None = None,
     overwrite: bool = False,
+    train_data_dir: str | os.PathLike | None = None,
 ) -> ShippedModel:
     """Add an exported folder (`vat.load(DIR)`) to the models that ship with vat, as `name`
     (`vat pretrained add DIR --name NAME`): its weights stored in `dtype` ("float16" or
@@ -637,7 +648,9 @@ def add_pretrained(
     here on `check_sentences` (named `check_from` in the card; default CHECK_SENTENCES).
     Without `summary`, the card's first line states the model's shape, data and rate.
     `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
-    vat/shipped/)."""
+    vat/shipped/). The entry names its training files only by their path inside the data
+    folder `train_data_dir` (default $VAT_DATA_DIR) or by name, and nothing it writes may name
+    a place on this machine (`vat.share.pretrained.write_shipped`)."""
     require_loaded(model, "add_pretrained")
     if summary is not None and (not isinstance(summary, str) or not summary.strip()):
         raise OptionError("summary", "must be one non-empty line saying what the model is")
@@ -651,6 +664,7 @@ def add_pretrained(
     if not isinstance(name, str):
         raise OptionError("name", f"must be a string, got {type(name).__name__} {name!r:.60}")
     check_path(registry, "registry", optional=True)
+    check_path(train_data_dir, "train_data_dir", optional=True)
     if check_sentences is None:
         sentences, origin = list(CHECK_SENTENCES), "vat's built-in check sentences"
     else:  # a single string is one sentence (vat.errors.check_sentences)
@@ -659,14 +673,16 @@ def add_pretrained(
         origin = check_from or "given sentences"
         if not sentences:
             raise OptionError("check_sentences", "holds no non-empty sentence to compare on")
-    check_shipping(model.loaded, name, dtype, registry)  # before the measurement
     info = {
         "summary": summary.strip() if summary else None,
         "good_for": good_for,
         "not_for": not_for,
         "rebuild": rebuild,
-        "fp32_match": precision_match(model.loaded, dtype, sentences, origin),
+        "fp32_match": {"from": origin},
     }
+    # before the measurement (minutes for a long check file)
+    check_shipping(model.loaded, name, dtype, registry, info, train_data_dir)
+    info["fp32_match"] = precision_match(model.loaded, dtype, sentences, origin)
     return write_shipped(
         model.loaded,
         name,
@@ -674,6 +690,7 @@ def add_pretrained(
         dtype=dtype,
         registry=None if registry is None else Path(registry),
         overwrite=overwrite,
+        train_data_dir=train_data_dir,
     )
 
 

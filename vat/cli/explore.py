@@ -96,10 +96,10 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
     if args.corpus is not None:
         path = regular_file(args.corpus, "--corpus")
     else:
-        path, looked = _training_text(loaded)
+        path, why = _training_text(loaded)
         if path is None:
             recorded = ", ".join(loaded.train_files) or "none"
-            where = f" (looked for {' and '.join(looked)})" if looked else ""
+            where = f" ({why})" if why else ""
             return (
                 None,
                 None,
@@ -121,22 +121,27 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
 
 def training_text(loaded) -> Path | None:
     """The model's first recorded training file if it is a readable file here, found as
-    feature fitting finds it (vat.share.training_record.resolve_recorded_file: absolute as
-    recorded, relative in the model's own folders, never the current folder)."""
+    feature fitting finds it (vat.share.training_record.recorded_training_files: absolute as
+    recorded, a portable record in the data folder $VAT_DATA_DIR with its size and digest
+    checked, else in the model's own folders, never the current folder)."""
     return _training_text(loaded)[0]
 
 
-def _training_text(loaded) -> tuple[Path | None, list[str]]:
-    from vat.share.training_record import resolve_recorded_file, training_file_homes
+def _training_text(loaded) -> tuple[Path | None, str]:
+    """(the file, "") or (None, why it is not readable here: where vat looked)."""
+    from vat.share.training_record import MissingTrainingFile, recorded_training_files
 
     if not loaded.train_files:
-        return None, []
-    found, tried = resolve_recorded_file(
-        str(loaded.train_files[0]), training_file_homes(loaded.source)
-    )
-    if found is None or not found.is_file():  # a glob or a folder is no corpus to browse
-        return None, [str(t) for t in tried]
-    return found, []
+        return None, ""
+    try:
+        (found,) = recorded_training_files(loaded, limit=1)
+    except MissingTrainingFile as e:
+        return None, f"looked for {' and '.join(str(t) for t in e.tried)}"
+    except OptionError as e:  # another file where the record points: not the model's text
+        return None, e.problem
+    if not Path(found).is_file():  # a glob or a folder is no corpus to browse
+        return None, f"looked for {found}"
+    return Path(found), ""
 
 
 def _main(argv: Sequence[str] | None) -> int:

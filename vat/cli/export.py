@@ -27,7 +27,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import MODEL_HELP, Parser, add_common, show_progress
+from vat.cli.common import MODEL_HELP, Parser, add_common, add_train_data_dir, show_progress
 from vat.errors import OptionError, VatError, run_cli
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
@@ -96,6 +96,7 @@ def build_parser() -> Parser:
     )
     p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
     p.add_argument("--count-files", nargs="+", metavar="FILE", default=None)
+    add_train_data_dir(p)
     add_common(p)  # --device (where --evaluate runs), --debug, --no-progress, --quiet
     return p
 
@@ -132,7 +133,7 @@ def _main(argv: list[str]) -> int:
     from vat.api import check_export, load
     from vat.runtime import resolve_device
     from vat.share.folder import is_model_folder
-    from vat.share.hub import upload
+    from vat.share.hub import check_pushable, upload
 
     if output is None and not (args.push_to_hub and is_model_folder(model_arg)):
         raise VatError(
@@ -160,6 +161,7 @@ def _main(argv: list[str]) -> int:
             repo_id=args.push_to_hub,
             fit_files=args.fit_files,
             count_files=args.count_files,
+            train_data_dir=args.train_data_dir,
             space=args.space,
             # the long work (fitting a named spec, evaluating) says what it does
             show_progress_bar=show_progress(args)
@@ -172,6 +174,7 @@ def _main(argv: list[str]) -> int:
         if args.evaluate is not None:
             print(scores_table(Path(out)))
     if args.push_to_hub:
+        check_pushable(out, args.push_to_hub)  # its own line, not "retry the upload"
         try:
             info = upload(out, args.push_to_hub, private=args.private or None)
         except VatError as e:

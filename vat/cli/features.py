@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vat.cli.common import add_model_option
+from vat.cli.common import add_model_option, add_train_data_dir
 from vat.errors import OptionError, VatError, check_count, run_cli
 from vat.io import folder, remove_stale_temps, temp_path
 
@@ -77,6 +77,7 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
         help="allow fitting on the evaluation data: on --fit-files inside --data-dir, or, "
         "without --fit-files, on the sentences of the tasks being evaluated (not stored)",
     )
+    add_train_data_dir(g)
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -105,6 +106,8 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> dict:
     if args.fit_sentences < 2:
         raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
     opts: dict = {"n_fit": args.fit_sentences, "quiet": getattr(args, "quiet", False)}
+    if args.train_data_dir is not None:
+        opts["train_data_dir"] = args.train_data_dir
     if args.count_files:
         opts["count_files"] = args.count_files
     if args.fit_files:
@@ -130,7 +133,9 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> dict:
         # only a fit still to come reads the training files
         if spec.post != "none" and stored_features(loaded, spec) is None:
             check_not_evaluation_data(
-                training_files(loaded), args.data_dir, "the checkpoint's training files"
+                training_files(loaded, "fit_files", args.train_data_dir),
+                args.data_dir,
+                "the checkpoint's training files",
             )
     return opts
 
@@ -184,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-files", nargs="+", default=None, metavar="FILE")
     p.add_argument("--fit-sentences", type=int, default=20_000, metavar="N")
     p.add_argument("--count-files", nargs="+", default=None, metavar="FILE")
+    add_train_data_dir(p)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--seed", type=int, default=0, help="seed of the fitting sample")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -256,7 +262,7 @@ def _main(argv: Sequence[str] | None) -> int:
     model, tok = loaded.model, loaded.tokenizer
     n_layers, d = len(model.encoder), model.config.d_model
 
-    fit_files = args.fit_files or training_files(loaded)
+    fit_files = args.fit_files or training_files(loaded, "fit_files", args.train_data_dir)
     check_not_evaluation_data(fit_files, data_dir, "fit files")
     t0 = time.perf_counter()
     fit_sents = sample_lines(fit_files, args.fit_sentences, args.seed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from vat.cli.common import Parser, read_text_lines
+from vat.cli.common import Parser, add_train_data_dir, read_text_lines
 from vat.errors import OptionError, VatError, run_cli
 
 
@@ -67,6 +67,7 @@ def build_parser() -> Parser:
         help="the registry folder (default: the installed package's vat/shipped, or "
         "$VAT_SHIPPED_DIR)",
     )
+    add_train_data_dir(add)  # the records it ships name files by their path inside it
     add.add_argument("--overwrite", action="store_true", help="replace a shipped model")
     add.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
@@ -107,6 +108,7 @@ def _show(name: str) -> int:
 def _add(args) -> int:
     from vat.api import add_pretrained, load
     from vat.share.folder import is_model_folder
+    from vat.share.training_record import portable_name
 
     if not is_model_folder(args.folder):
         raise VatError(
@@ -127,9 +129,13 @@ def _add(args) -> int:
         rebuild=args.rebuild,
         dtype=args.dtype,
         check_sentences=sentences,
-        check_from=args.check_file,
+        # the card names the file as the training records do: no path of this machine
+        check_from=None
+        if args.check_file is None
+        else portable_name(args.check_file, args.train_data_dir),
         registry=args.registry,
         overwrite=args.overwrite,
+        train_data_dir=args.train_data_dir,
     )
     m = entry.info["fp32_match"]
     print(

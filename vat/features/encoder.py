@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.data.corpus import expand_files, iter_files
-from vat.errors import CheckpointError, OptionError, VatError, check_count, one_line
+from vat.errors import CheckpointError, OptionError, VatError, check_count, check_path, one_line
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
 from vat.features.pooling import length_sorted_batches, pool
 from vat.features.postprocess import (
@@ -384,11 +384,15 @@ def sample_lines(
         return reservoir_sample(iter_files(paths, "skip", name), int(n), int(seed))
 
 
-def training_files(loaded: LoadedVAT, name: str = "fit_files") -> list[str]:
+def training_files(
+    loaded: LoadedVAT, name: str = "fit_files", train_data_dir: str | os.PathLike | None = None
+) -> list[str]:
     """The model's recorded training files, found as `recorded_training_files` finds them
-    (absolute; relative ones only in the model's own folders, never the current folder);
-    an OptionError naming `name`, saying where vat looked, when they are not here."""
-    return recorded_training_files(loaded, name)
+    (absolute ones as recorded; portable records inside the data folder `train_data_dir`,
+    default $VAT_DATA_DIR, their size and digest checked; relative ones only in the model's
+    own folders, never the current folder); an OptionError naming `name`, saying where vat
+    looked, when they are not here."""
+    return recorded_training_files(loaded, name, train_data_dir)
 
 
 def fit_features(
@@ -561,6 +565,7 @@ def resolve_features(
     save: bool = True,
     batch_size: int = 128,
     quiet: bool = False,
+    train_data_dir: str | os.PathLike | None = None,
 ) -> FittedFeatures:
     """The fitted statistics of `spec` for `loaded`. Without `spec`: the model's own
     (`default_features`, the one rule), or, when files to fit or count are named, an exported
@@ -574,10 +579,12 @@ def resolve_features(
 
     `fit_files` and `count_files` are lists of paths (one path alone is one file);
     `fit_sentences` a list of at least 2 sentences, never a bare string. The model's own
-    training files are found where it recorded them (`training_files`), never in the current
+    training files are found where it recorded them (`training_files`; portable records
+    inside the data folder `train_data_dir`, default $VAT_DATA_DIR), never in the current
     folder.
     """
     check_loaded(loaded, "resolve_features")
+    check_path(train_data_dir, "train_data_dir", optional=True)
     fit_files = text_files(fit_files, "fit_files")
     count_files = text_files(count_files, "count_files")
     fit_sentences = sentence_list(fit_sentences, "fit_sentences")
@@ -615,7 +622,7 @@ def resolve_features(
         if fit_sentences is not None:
             sentences = list(fit_sentences)
         else:
-            files = fit_files if fit_files else training_files(loaded)
+            files = fit_files if fit_files else training_files(loaded, "fit_files", train_data_dir)
             sentences = sample_lines(files, n_fit, seed)
             info.setdefault("files", files)
             info.setdefault("from", "named files" if fit_files else "training files")
@@ -648,6 +655,7 @@ def export_features(
     *,
     fit_files: Sequence[str] | str | os.PathLike | None = None,
     count_files: Sequence[str] | str | os.PathLike | None = None,
+    train_data_dir: str | os.PathLike | None = None,
 ) -> FittedFeatures:
     """The feature spec an exported folder carries, with its statistics: `features` if given
     (fitted as `resolve_features` does, on `fit_files` or the model's training sentences,
@@ -656,13 +664,18 @@ def export_features(
     DEFAULT_EXPORT_SPEC, else the mean of mu with a warning), so the folder gives the
     vectors its source gave. Nothing is stored beside the model: the folder holds the
     statistics. Files the caller named that cannot be read are an error, never a
-    fallback."""
+    fallback. `train_data_dir`: where portable training records are found (resolve_features)."""
     fit_files = text_files(fit_files, "fit_files")
     count_files = text_files(count_files, "count_files")
     if features is not None or fit_files is not None or count_files is not None:
         spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
         return resolve_features(
-            loaded, spec, fit_files=fit_files, count_files=count_files, save=False
+            loaded,
+            spec,
+            fit_files=fit_files,
+            count_files=count_files,
+            save=False,
+            train_data_dir=train_data_dir,
         )
     chosen = default_features(loaded, quiet=True)
     if chosen.fallback:

@@ -12,7 +12,8 @@
                         SHA-256 checks, writing an entry with half-precision weights
 - `export.py`           a loaded model into an exported folder, with its card settings
 - `model_card.py`       the folder's README.md
-- `training_record.py`  what a checkpoint records of its own training (the card's facts)
+- `training_record.py`  what a checkpoint records of its own training (the card's facts),
+                        its training files' portable records and where they are found again
 
 Nothing here fits features, evaluates or generates: those take a LoadedVAT, one floor up.
 """

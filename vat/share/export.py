@@ -3,13 +3,16 @@
 The card's settings come from the arguments, else from an exported source folder, else the
 defaults; recorded scores describe the folder's vectors, so an earlier export's scores are
 kept only while the folder keeps that export's vectors (its feature spec and statistics), and
-each names the spec it measured. Fitting the folder's feature
+each names the spec it measured. A folder written for the Hub (a repo id given) records its
+training files only in their portable form (`vat.share.training_record.portable_training`):
+the training machine's paths stay on it. Fitting the folder's feature
 spec and evaluating it are done above this floor (`vat.api.PretrainedVAT.save_pretrained`,
 which `vat export` calls); the folder format is `vat.share.folder`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.share.folder import save_folder
 from vat.share.loaded import LoadedVAT, check_loaded
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE, scored_spec
+from vat.share.training_record import check_portable, portable_fit, portable_training
 
 
 def card_settings(
@@ -69,9 +73,12 @@ def export_model(
     language: str | None = None,
     repo_id: str | None = None,
     space: bool = False,
+    train_data_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Write `loaded` as an exported folder at `output_dir` (trainer state is dropped); with
-    `space`, also a Hugging Face Space running `vat explore`'s page (vat.share.space).
+    `space`, also a Hugging Face Space running `vat explore`'s page (vat.share.space). With
+    `repo_id` (the folder is going to the Hub) its training record is `portable_training`'s
+    (paths inside the data folder `train_data_dir`, default $VAT_DATA_DIR, else names).
 
     `features` is the folder's fitted feature spec; `evaluation` its scores (`vat.eval.scores`
     entries, shown in config.json and the card's model-index), each recorded with the spec it
@@ -88,6 +95,19 @@ def export_model(
     # changed (vat.share.folder.record_measurements) says which vectors they describe
     evaluation = [{**s, "features": s.get("features") or spec} for s in evaluation]
     card = card_settings(loaded, output_dir, license=license, language=language, repo_id=repo_id)
+    if repo_id:
+        # the same weights and files; only the record of the training data changes
+        loaded = dataclasses.replace(
+            loaded, training=portable_training(loaded.training, train_data_dir)
+        )
+        if features is not None:  # where a fit's files were, named as the records are
+            features = dataclasses.replace(features, fit=portable_fit(features.fit, train_data_dir))
+        # before writing: what config.json and the statistics would carry to the Hub
+        config = {"training": loaded.training, "card": card, "evaluation": evaluation}
+        fit = {"fit": features.fit} if features is not None else {}
+        check_portable(
+            {"config.json": config, "features.safetensors": fit}, f"cannot export for {repo_id}"
+        )
     return save_folder(
         output_dir,
         loaded,

@@ -2,7 +2,10 @@
 
 Downloads go through `huggingface_hub.snapshot_download` into the Hub cache, uploads through
 `huggingface_hub.HfApi.upload_folder`; both carry the exported folder's files only
-(`vat.share.folder.ALL_FILES`). `vat.share.resolve` decides when a model argument is a repo id.
+(`vat.share.folder.ALL_FILES`). An upload is refused while the folder names a place on this
+machine (`check_pushable`: an export for the Hub records its training files only by their
+path inside the data folder or by name). `vat.share.resolve` decides when a model argument
+is a repo id.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from vat.errors import VatError
-from vat.share.folder import ALL_FILES
+from vat.feature_spec import FittedFeatures
+from vat.share.folder import ALL_FILES, CONFIG_NAME, FEATURES_NAME, read_config
+from vat.share.training_record import check_portable
 
 
 def looks_like_repo_id(text: str) -> bool:
@@ -71,6 +76,21 @@ def _download_failure(e: BaseException) -> str:
     return _first_line(e)
 
 
+def check_pushable(folder: str | os.PathLike, repo_id: str) -> None:
+    """One line naming the file and key when what an upload would carry names a place on
+    this machine: config.json's values (an export made without a repo id keeps the training
+    machine's absolute paths, for fitting there) and the feature statistics' fit record."""
+    folder = Path(folder)
+    values: dict[str, Any] = {CONFIG_NAME: read_config(folder)}
+    if (folder / FEATURES_NAME).is_file():
+        values[FEATURES_NAME] = {"fit": FittedFeatures.load(folder / FEATURES_NAME).fit}
+    check_portable(
+        values,
+        f"cannot push {folder} to {repo_id}",
+        "export it again for the Hub (an export given the repo id records only those)",
+    )
+
+
 def upload(
     folder: str | os.PathLike,
     repo_id: str,
@@ -82,8 +102,11 @@ def upload(
     api: Any = None,
 ) -> Any:
     """Upload an exported folder to the Hub repo `repo_id` (created if missing); returns the
-    `huggingface_hub.CommitInfo`. `api` defaults to `huggingface_hub.HfApi(token=token)`."""
+    `huggingface_hub.CommitInfo`. `api` defaults to `huggingface_hub.HfApi(token=token)`.
+    A folder that names a place on this machine is refused first (`check_pushable`)."""
     from huggingface_hub import HfApi
+
+    check_pushable(folder, repo_id)
 
     api = api if api is not None else HfApi(token=token)
     try:

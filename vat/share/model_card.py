@@ -145,9 +145,9 @@ def model_card(
         lines.append(f"- data: the Hub dataset `{data['hf_dataset']}`{cfg}{field}")
     elif data.get("train_files"):
         # file names only: config.json records where they were on the training machine
-        lines.append(f"- data: {_names(data['train_files'])}")
+        lines.append(f"- data: {_names(data['train_files'])}{_records_note(data)}")
+    lines += _token_lines(training)
     for key, label in (
-        ("tokens_seen", "training tokens"),
         ("sentences_seen", "training sentences"),
         ("global_step", "optimizer steps"),
         ("epoch", "epoch"),
@@ -395,6 +395,54 @@ def folder_features(
         if held.spec == spec:
             return held
     return spec
+
+
+def _records_note(data: dict[str, Any]) -> str:
+    """What config.json holds of the files besides their names (vat.share.training_record's
+    portable records), so a reader knows a fit on them checks it is the same text."""
+    records = data.get("train_file_records")
+    if not isinstance(records, list) or not records:
+        return ""
+    sizes = [r.get("bytes") for r in records if isinstance(r, dict)]
+    total = (
+        f", {sum(sizes) / 2**20:.1f} MiB"
+        if sizes and all(isinstance(b, int) and not isinstance(b, bool) for b in sizes)
+        else ""
+    )
+    return (
+        f" ({len(records)} files{total}; config.json records each by its path inside the data "
+        "folder, else its name, with its size and digest, which vat checks before fitting on "
+        "them)"
+    )
+
+
+def _token_lines(training: dict[str, Any]) -> list[str]:
+    """The training tokens; for a run that started from another model (`init_from`, written
+    by `vat train --init-from`), this run's tokens plus those behind the model it started
+    from, = the total (`tokens_total`), and where it started."""
+    seen, total = training.get("tokens_seen"), training.get("tokens_total")
+    start = training.get("init_from")
+    if not isinstance(seen, int):
+        return []
+    if not isinstance(start, dict):
+        return [f"- training tokens: {seen:,}"]
+    model = start.get("model") or "another model"
+    if isinstance(total, int) and not isinstance(total, bool):
+        tokens = f"{seen:,} (this run) + {total - seen:,} (started from {model}) = {total:,}"
+    else:
+        tokens = f"{seen:,} (this run; started from {model}, whose earlier tokens are not recorded)"
+    kind = {
+        "shipped": "a model that ships with vat",
+        "folder": "an exported folder",
+        "checkpoint": "a training checkpoint",
+        "hub": "a Hugging Face Hub model",
+    }.get(str(start.get("kind")), "")
+    step = start.get("global_step")
+    parts = [kind] if kind else []
+    if isinstance(step, int) and not isinstance(step, bool):
+        parts.append(f"at its step {step:,}")
+    what = f" ({', '.join(parts)})" if parts else ""
+    return [f"- training tokens: {tokens}", f"- started from: {model}{what}"]
 
 
 def _names(files: Any) -> str:

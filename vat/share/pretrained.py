@@ -23,6 +23,7 @@ $VAT_SHIPPED_DIR points the registry at another folder (tests; a site's own mode
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,9 +37,17 @@ from typing import Any
 import torch
 
 from vat.errors import CheckpointError, OptionError, VatError
-from vat.share.folder import CARD_NAME, CONFIG_NAME, SHIPPED_NAME, WEIGHTS_NAME, replace_dir
+from vat.share.folder import (
+    CARD_NAME,
+    CONFIG_NAME,
+    FEATURES_NAME,
+    SHIPPED_NAME,
+    WEIGHTS_NAME,
+    replace_dir,
+)
 from vat.share.loaded import LoadedVAT, check_loaded
 from vat.share.model_card import model_card
+from vat.share.training_record import check_portable, portable_fit, portable_training
 
 SHIPPED_DIR_ENV = "VAT_SHIPPED_DIR"
 PACKAGE_SHIPPED_DIR = Path(__file__).resolve().parents[1] / "shipped"
@@ -123,13 +132,18 @@ def listing_facts(config: dict[str, Any], size_bytes: int, dtype: str) -> dict[s
     training = config.get("training") or {}
     metrics = training.get("metrics") or {}
     data = training.get("data") or {}
-    names = [Path(str(f)).name for f in data.get("train_files") or []]
+    names = list(dict.fromkeys(Path(str(f)).name for f in data.get("train_files") or []))
     if data.get("hf_dataset"):
         names = [str(data["hf_dataset"])]
-    tokens = training.get("tokens_seen")
+    if len(names) > 3:  # one line per model: the first two and a count
+        names = [*names[:2], f"{len(names) - 2} more files"]
+    # a continued run (vat train --init-from): the tokens behind the whole model
+    tokens = training.get("tokens_total", training.get("tokens_seen"))
     trained = ", ".join(names) or "not recorded"
-    if isinstance(tokens, int):
-        trained += f" ({tokens / 1e6:.3g}M tokens)"
+    start = training.get("init_from")
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        since = f", from {start.get('model')}" if isinstance(start, dict) else ""
+        trained += f" ({tokens / 1e6:.3g}M tokens{since})"
     kl = metrics.get("val/kl", metrics.get("train/kl"))
     scores = ", ".join(
         f"{e.get('task')} {e.get('value', float('nan')):.1f}"
@@ -217,11 +231,18 @@ def named_shipped(text: str, option: str = "name") -> ShippedModel:
 
 
 def check_shipping(
-    loaded: LoadedVAT, name: str, dtype: str, registry: str | os.PathLike | None
+    loaded: LoadedVAT,
+    name: str,
+    dtype: str,
+    registry: str | os.PathLike | None,
+    info: dict[str, Any] | None = None,
+    train_data_dir: str | os.PathLike | None = None,
 ) -> Path:
     """What `write_shipped` refuses, checked before any work: a path instead of a loaded
     model, a training checkpoint (a shipped model is an exported folder), a bad name or
-    dtype, a registry that exists and is no folder. Returns the registry folder
+    dtype, a registry that exists and is no folder, and anything that would name a place on
+    this machine (`check_portable`: the folder's config.json made portable, its statistics'
+    fit record, and `info`, shipped.json's texts). Returns the registry folder
     ($VAT_SHIPPED_DIR or the package's by default)."""
     check_loaded(loaded, "write_shipped")
     check_name(name)
@@ -236,22 +257,39 @@ def check_shipping(
     root = shipped_dir() if registry is None else Path(registry)
     if (root.exists() or root.is_symlink()) and not root.is_dir():
         raise OptionError("registry", f"{root} exists and is not a folder")
+    config = _shipped_config(loaded.source.path / CONFIG_NAME, train_data_dir)
+    stats = _shipped_stats(loaded, train_data_dir)
+    check_portable(
+        {
+            CONFIG_NAME: config,
+            SHIPPED_NAME: info or {},
+            FEATURES_NAME: {"fit": stats.fit} if stats is not None else {},
+        },
+        f"cannot add {name} to the shipped models",
+        "rewrite it in the exported folder (or the text given) first",
+    )
     return root
 
 
-def _training_files_as_names(config: dict[str, Any]) -> bool:
-    """Record a shipped model's training files by name only (True if any changed). An export
-    records them absolute, for fitting on the machine that trained it; a shipped model goes to
-    every machine, where the builder's path means nothing, or worse, names another file (its
-    fits then say where they looked: vat.share.training_record.recorded_training_files)."""
-    data = (config.get("training") or {}).get("data")
-    files = data.get("train_files") if isinstance(data, dict) else None
-    if not isinstance(files, list):
-        return False
-    names = [Path(str(f)).name for f in files]
-    changed = names != files
-    data["train_files"] = names
-    return changed
+def _shipped_config(path: Path, train_data_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """An exported folder's config.json as it ships: its training record made portable (a
+    shipped model goes to every machine: the builder's paths stay behind, where an export
+    keeps them absolute for fitting; the portable records go)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}: unreadable ({e})") from None
+    config["training"] = portable_training(config.get("training") or {}, train_data_dir)
+    return config
+
+
+def _shipped_stats(loaded: LoadedVAT, train_data_dir: str | os.PathLike | None):
+    """The folder's feature statistics with their fit record as it ships (the files a fit
+    read named as the training records name them), or None."""
+    stats = loaded.feature_stats
+    if stats is not None and portable_fit(stats.fit, train_data_dir) != stats.fit:
+        stats = dataclasses.replace(stats, fit=portable_fit(stats.fit, train_data_dir))
+    return stats
 
 
 def write_shipped(
@@ -262,17 +300,22 @@ def write_shipped(
     dtype: str = "float16",
     registry: Path | None = None,
     overwrite: bool = False,
+    train_data_dir: str | os.PathLike | None = None,
 ) -> ShippedModel:
     """Write the exported folder `loaded` was read from into the registry as `name`: its
     files as they are, but the weights in `dtype` (the loaded model's floating tensors cast;
-    tied tensors stay one tensor), a card (README.md) that says what the shipped model is
-    (`info`: summary, good_for, not_for, rebuild, fp32_match), and shipped.json (`info`, the
-    dtype and every file's SHA-256). Written into a temp folder and renamed into place; an
-    existing entry needs `overwrite` and must itself be a shipped model (vat replaces only
-    what it wrote)."""
+    tied tensors stay one tensor), config.json's training record in its portable form
+    (`vat.share.training_record.portable_training`: training files by their path inside the
+    data folder `train_data_dir`, default $VAT_DATA_DIR, else by name), a card (README.md)
+    that says what the shipped model is (`info`: summary, good_for, not_for, rebuild,
+    fp32_match), and shipped.json (`info`, the dtype and every file's SHA-256). Nothing that
+    names a place on this machine is written (`check_portable`: one line naming the key).
+    Written into a temp folder and renamed into place; an existing entry needs `overwrite`
+    and must itself be a shipped model (vat replaces only what it wrote)."""
     from safetensors.torch import save_model
 
-    root = check_shipping(loaded, name, dtype, registry)
+    record = {"format": SHIPPED_FORMAT, "name": name, **info, "dtype": dtype}
+    root = check_shipping(loaded, name, dtype, registry, record, train_data_dir)
     out = root / name
     if out.exists() and not overwrite:
         raise VatError(
@@ -284,7 +327,6 @@ def write_shipped(
     for key, tensor in half.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise VatError(f"{key} does not fit in {dtype} (inf after the cast): use bfloat16")
-    record = {"format": SHIPPED_FORMAT, "name": name, **info, "dtype": dtype}
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.tmp-"))
     try:
@@ -294,11 +336,16 @@ def write_shipped(
                 continue
             shutil.copyfile(p, tmp / p.name)
         save_model(half, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        config = json.loads((tmp / CONFIG_NAME).read_text(encoding="utf-8"))
-        if _training_files_as_names(config):  # the builder's paths do not ship
-            (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+        config = _shipped_config(tmp / CONFIG_NAME, train_data_dir)
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
         record.setdefault("summary", default_summary(config))
-        card = model_card(config, loaded.tokenizer.vocab_size, loaded.own_features, record)
+        stats = _shipped_stats(loaded, train_data_dir)
+        if stats is not loaded.feature_stats:
+            stats.save(tmp / FEATURES_NAME)
+        own = loaded.own_features
+        if own is not None and own is loaded.feature_stats:
+            own = stats  # with the fit record as it ships
+        card = model_card(config, loaded.tokenizer.vocab_size, own, record)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")
         record["sha256"] = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
         (tmp / SHIPPED_NAME).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

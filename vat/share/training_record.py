@@ -12,25 +12,44 @@ how well it did:
      "data": {"train_files": ["/data/demo_en.txt.gz"], "hf_dataset": None, ...},
      "metrics": {"val/nll": 2.31, "val/kl": 11.9, "val/recon_bleu": 71.2, ...}}
 
-Training files are recorded by their absolute path (made absolute in the folder `vat train`
-ran in, where it read them), so every reader finds them from any folder; a Hub dataset is
-recorded by its id. `recorded_training_files` is the one way to find them again: an absolute
-path as it is, a relative one (records from before issue 29) only in the model's own folders,
-never in the current folder, where an unrelated file of the same name could be fitted on.
+Training files are recorded twice (issue 40). `train_files` holds them by their absolute path
+(made absolute in the folder `vat train` ran in), for the training machine itself; a Hub
+dataset is recorded by its id. `train_file_records` holds each file the patterns matched as
+it can be found on another machine: its path inside the data folder ($VAT_DATA_DIR, else
+../shared/data: the folder the tests, the offline bundle and the GPU suite copy with the same
+layout) when it lies there, else its name alone, with its size and digest
+(`vat.data.file_digest`), so that a file found elsewhere is known to be the one trained on:
+
+    "train_files": ["/home/u/shared/data/corpus/newstest_en.201[0-7].txt.gz"],
+    "train_file_records": [{"path": "corpus/newstest_en.2010.txt.gz", "bytes": 125409,
+                            "digest": "0c5e..."}, ...]
+
+`recorded_training_files` is the one way to find them again: the absolute paths when they are
+all here; else each record, under the data folder (its size and digest checked, a mismatch
+refused), else in the model's own folders; records from before issue 40 (plain strings) by
+the older rules: an absolute path as it is, a relative one (records from before issue 29)
+only in the model's own folders, never in the current folder, where an unrelated file of the
+same name could be fitted on.
+
+`portable_training` is what leaves the machine (`vat pretrained add`, a Hub push): the
+records alone, and `machine_paths` finds any string that still names a place on it.
 """
 
 from __future__ import annotations
 
+import copy
 import glob
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vat.errors import OptionError
+from vat.data.file_digest import file_digest
+from vat.errors import CheckpointError, OptionError, VatError
 
 if TYPE_CHECKING:
     from vat.share.loaded import LoadedVAT, ModelSource
@@ -46,12 +65,66 @@ CARD_METRICS = (
     "train/kl",
 )
 DATA_KEYS = ("train_files", "hf_dataset", "hf_config", "hf_text_field", "max_len")
+RECORDS_KEY = "train_file_records"
+"""data[RECORDS_KEY]: each training file as another machine finds it (module docstring)."""
+DATA_DIR_ENV = "VAT_DATA_DIR"
+DATA_DIR_DEFAULT = Path("..", "shared", "data")
+"""The data folder when $VAT_DATA_DIR is unset, relative to the working directory (as
+$VAT_SENTEVAL_DIR's default, vat.geometry.probes, which is its `senteval/` subfolder)."""
 
 
-def data_record(hparams: Any) -> dict[str, Any]:
-    """The training data of a DataModule's hyperparameters: absolute file paths (or globs) and
-    a Hub id. Called in the training process, whose current folder is the one the paths were
-    typed relative to."""
+def default_data_dir() -> Path:
+    """The data folder: $VAT_DATA_DIR, else ../shared/data (relative to the working folder)."""
+    return Path(os.environ.get(DATA_DIR_ENV) or DATA_DIR_DEFAULT).expanduser()
+
+
+def _data_dir(train_data_dir: str | os.PathLike | None) -> Path:
+    return default_data_dir() if train_data_dir is None else Path(train_data_dir).expanduser()
+
+
+def _inside(path: str | os.PathLike, folder: Path) -> str | None:
+    """`path` relative to `folder` in POSIX form when it lies inside it (links resolved on both
+    sides, so a data folder reached through a link still counts), else None."""
+    try:
+        rel = Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else None
+
+
+def file_record(path: str | os.PathLike, data_dir: Path) -> dict[str, Any]:
+    """One training file as another machine finds it: {"path": its path inside `data_dir`}
+    or {"name": its name} when it lies elsewhere, with "bytes" and "digest" (BLAKE2b-128 of
+    the bytes as stored, vat.data.file_digest) when it can be read."""
+    rel = _inside(path, data_dir)
+    record: dict[str, Any] = {"path": rel} if rel else {"name": Path(path).name}
+    try:
+        record["bytes"] = os.stat(path).st_size
+        record["digest"] = file_digest(path)
+    except OSError:  # gone since it was read: the place is still worth recording
+        record.pop("bytes", None)
+    return record
+
+
+def file_records(patterns: Sequence[str], data_dir: Path) -> list[dict[str, Any]]:
+    """`file_record` of every file the paths or globs name (in their order, a glob's matches
+    sorted, as vat.data.corpus.expand_files reads them); a pattern matching nothing is
+    recorded by its name, so that the record still lists every source."""
+    out = []
+    for pattern in patterns:
+        pattern = os.path.expanduser(str(pattern))
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = [m for m in matches if os.path.isfile(m)]
+        out += [file_record(m, data_dir) for m in matches] or [{"name": Path(pattern).name}]
+    return out
+
+
+def data_record(hparams: Any, train_data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The training data of a DataModule's hyperparameters: absolute file paths (or globs), a
+    Hub id, and the files' portable records (`file_records`, against the data folder
+    `train_data_dir`, default $VAT_DATA_DIR). Called in the training process, whose current
+    folder is the one the paths were typed relative to. The digests cost one read of each
+    file per process (vat.data.file_digest remembers them; the token cache has read them)."""
     if hparams is None:
         return {}
     out: dict[str, Any] = {}
@@ -62,6 +135,8 @@ def data_record(hparams: Any) -> dict[str, Any]:
         if key == "train_files":
             value = [os.path.abspath(os.path.expanduser(str(f))) for f in value]
         out[key] = value if isinstance(value, int | str | list) else str(value)
+    if out.get("train_files"):
+        out[RECORDS_KEY] = file_records(out["train_files"], _data_dir(train_data_dir))
     return out
 
 
@@ -145,17 +220,19 @@ def _all_absolute(files: Any) -> bool:
     )
 
 
-# -- finding the recorded training files again (issue 29) -----------------------------------------
+# -- finding the recorded training files again (issues 29, 40) ------------------------------
 class MissingTrainingFile(OptionError):
     """A recorded training file that is not on this machine; `tried` lists where vat looked."""
 
-    def __init__(self, name: str, recorded: str, tried: list[Path], model: str) -> None:
+    def __init__(
+        self, name: str, recorded: str, tried: list[Path], model: str, hint: str = ""
+    ) -> None:
         self.recorded, self.tried = recorded, tried
         super().__init__(
             name,
             f"{model} records the training file {recorded!r}, which is not here: looked for "
-            f"{' and '.join(str(t) for t in tried)}; give text files of unlabeled sentences "
-            "(one per line) instead",
+            f"{' and '.join(str(t) for t in tried)}; {hint}give text files of unlabeled "
+            "sentences (one per line) instead",
         )
 
 
@@ -189,24 +266,218 @@ def resolve_recorded_file(recorded: str, homes: Sequence[Path]) -> tuple[Path | 
     return None, tried
 
 
-def recorded_training_files(loaded: LoadedVAT, name: str = "fit_files") -> list[str]:
-    """The model's recorded training files as paths here (`resolve_recorded_file`); an
-    OptionError naming the argument `name` that replaces them when the model records none,
-    and a MissingTrainingFile saying where vat looked when one is not here."""
-    if not loaded.train_files:
+def training_file_records(training: dict[str, Any], model: str = "the model") -> list[dict]:
+    """The portable records of a training record (`file_records`; [] for records from before
+    issue 40), each checked: a dict naming a "path" inside the data folder (relative, never
+    climbing out of it) or a bare "name", with an int size and a str digest when present. A
+    malformed one is a CheckpointError naming its key: config.json can be edited by hand."""
+    data = training.get("data") if isinstance(training, dict) else None
+    records = data.get(RECORDS_KEY) if isinstance(data, dict) else None
+    if records is None:
+        return []
+    key = f"{model}: training.data.{RECORDS_KEY}"
+    if not isinstance(records, list):
+        raise CheckpointError(f"{key} is a {type(records).__name__}, expected a list")
+    for i, r in enumerate(records):
+        where = r.get("path") if isinstance(r, dict) else None
+        name = r.get("name") if isinstance(r, dict) else None
+        ok = isinstance(r, dict) and (
+            (isinstance(where, str) and machine_path(where) is None and where.strip("/") != "")
+            or (isinstance(name, str) and name and "/" not in name and name != "..")
+        )
+        ok = ok and all(
+            isinstance(r.get(k, t()), t) and not isinstance(r.get(k), bool)
+            for k, t in (("bytes", int), ("digest", str))
+        )
+        if not ok:
+            raise CheckpointError(
+                f'{key}[{i}] is {r!r:.80}: expected {{"path": a path inside the data '
+                'folder} or {"name": a file name}, with "bytes" (int) and "digest" (str)'
+            )
+    return records
+
+
+def _check_record(found: Path, record: dict, model: str, name: str, hint: str) -> None:
+    """The file found for `record` is the one trained on: its size, then its digest (a read
+    of the file, which a fit reads anyway), when recorded."""
+    label = record.get("path") or record["name"]
+    size = os.stat(found).st_size
+    if "bytes" in record and size != record["bytes"]:
+        why = f"{size:,} bytes where the model's file had {record['bytes']:,}"
+    elif "digest" in record and file_digest(found) != record["digest"]:
+        why = "the same size but other bytes (its digest differs from the recorded one)"
+    else:
+        return
+    raise OptionError(
+        name,
+        f"{found} is not the training file {label!r} that {model} records: it has {why}; "
+        f"{hint}give text files of unlabeled sentences (one per line) instead",
+    )
+
+
+def _locate_record(
+    record: dict, loaded: LoadedVAT, data_dir: Path, homes: list[Path], name: str
+) -> Path:
+    """Where `record` is here: inside the data folder, else (the older rules) in the model's
+    own folders; a file found is checked against the record's size and digest."""
+    model = str(loaded.path)
+    label = record.get("path") or record["name"]
+    tried: list[Path] = []
+    if "path" in record:
+        candidate = Path(os.path.abspath(data_dir)) / record["path"]
+        tried.append(candidate)
+        found = candidate if os.path.lexists(candidate) else None
+    else:
+        found = None
+    if found is None:
+        found, more = resolve_recorded_file(label, homes)
+        tried += more
+    hint = (
+        f"the data folder is {os.path.abspath(data_dir)}: point $VAT_DATA_DIR at the one that "
+        f"holds {label}, or "
+        if "path" in record
+        else ""
+    )
+    if found is None:
+        raise MissingTrainingFile(name, label, tried, model, hint)
+    if found.is_file():  # a folder or a FIFO is named by vat.data.corpus.expand_files
+        _check_record(found, record, model, name, hint)
+    return found
+
+
+def recorded_training_files(
+    loaded: LoadedVAT,
+    name: str = "fit_files",
+    train_data_dir: str | os.PathLike | None = None,
+    limit: int | None = None,
+) -> list[str]:
+    """The model's recorded training files as paths here: the recorded absolute paths when
+    every one is here (the training machine); else each portable record (issue 40) inside
+    the data folder `train_data_dir` (default $VAT_DATA_DIR, else ../shared/data) or the
+    model's own folders, checked against its size and digest; records without them by the
+    older rules (`resolve_recorded_file`). An OptionError naming the argument `name` that
+    replaces them when the model records none, a MissingTrainingFile saying where vat
+    looked when one is not here, an OptionError when a file found is another one. `limit`:
+    only the first so many (vat explore browses one)."""
+    records = training_file_records(loaded.training, str(loaded.path))
+    if not loaded.train_files and not records:
         raise OptionError(
             name,
             f"{loaded.path} names no training files to fit the features on; give text files "
             "of unlabeled sentences (one per line)",
         )
     homes = training_file_homes(loaded.source)
+    absolute = [f for f in loaded.train_files if os.path.isabs(os.path.expanduser(str(f)))]
+    if records:
+        here = [resolve_recorded_file(str(f), [])[0] for f in absolute]
+        if not absolute or not all(here):
+            data_dir = _data_dir(train_data_dir)
+            chosen = records[:limit] if limit else records
+            return [str(_locate_record(r, loaded, data_dir, homes, name)) for r in chosen]
     out = []
-    for recorded in loaded.train_files:
+    for recorded in loaded.train_files[:limit] if limit else loaded.train_files:
         found, tried = resolve_recorded_file(str(recorded), homes)
         if found is None:
             raise MissingTrainingFile(name, str(recorded), tried, str(loaded.path))
         out.append(str(found))
     return out
+
+
+# -- what leaves the machine: portable records only (issue 40) ------------------------------
+def portable_name(path: str | os.PathLike, train_data_dir: str | os.PathLike | None = None) -> str:
+    """How a file is named in what leaves this machine: its path inside the data folder when
+    it lies there, else its name."""
+    return _inside(os.path.expanduser(str(path)), _data_dir(train_data_dir)) or Path(path).name
+
+
+def portable_training(
+    training: dict[str, Any], train_data_dir: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """A copy of a training record (config.json's "training") that names no place on this
+    machine: `train_files` becomes the portable records' paths and names (records from before
+    issue 40 are made here: each file the recorded paths find now, under the data folder
+    `train_data_dir`, else its name), and a path given as the model training started from
+    (init_from.model) its name. Everything else is kept; `machine_paths` finds what remains."""
+    out = copy.deepcopy(training) if isinstance(training, dict) else {}
+    data = out.get("data")
+    if isinstance(data, dict) and (data.get("train_files") or data.get(RECORDS_KEY)):
+        records = training_file_records(out)
+        if not records:
+            records = []
+            for f in data.get("train_files") or []:
+                f = os.path.expanduser(str(f))
+                if os.path.isabs(f):
+                    records += file_records([f], _data_dir(train_data_dir))
+                else:  # relative to folders this machine had: its name is what travels
+                    records.append({"name": Path(f).name})
+        data[RECORDS_KEY] = records
+        data["train_files"] = [r.get("path") or r["name"] for r in records]
+    start = out.get("init_from")
+    if isinstance(start, dict) and isinstance(start.get("model"), str):
+        if machine_path(start["model"]) is not None:
+            start["model"] = Path(os.path.expanduser(start["model"])).name
+    return out
+
+
+def portable_fit(fit: dict[str, Any], train_data_dir: str | os.PathLike | None = None) -> dict:
+    """A copy of feature statistics' fit record (vat.feature_spec.FittedFeatures.fit) whose
+    file lists ("files", "count_files") name each file as `portable_name` does."""
+    out = dict(fit)
+    for key in ("files", "count_files"):
+        if isinstance(out.get(key), list):
+            out[key] = [portable_name(f, train_data_dir) for f in out[key]]
+    return out
+
+
+# An absolute POSIX path, a Windows drive or UNC path, a home folder (~, ~user/...), or a
+# path that climbs out of its folder (.., ../x, x/../y): each means something only on the
+# machine that wrote it. A word is what whitespace and "=" separate, less the punctuation that
+# wraps paths in prose ("`/x`", "(/x),", "a=/x"), so "nats/token", "28.00 / 0.770" or "</s>"
+# are not paths and a glob keeps its brackets.
+_WRAPPING = "`'\"()[]{},;:"
+_MACHINE = re.compile(r"^(/[^/\s]|[A-Za-z]:[\\/]|\\\\|~([\w.-]*/|$))|(^|[/\\])\.\.([/\\]|$)")
+
+
+def machine_path(text: str) -> str | None:
+    """The first word of `text` that names a place on the machine that wrote it (an
+    absolute path, a `~` home path, or a `../` escape), else None."""
+    for token in text.split():
+        for word in token.split("="):
+            word = word.strip(_WRAPPING)
+            if word and _MACHINE.search(word):
+                return word
+    return None
+
+
+def machine_paths(obj: Any, key: str = "") -> list[tuple[str, str]]:
+    """(key, string) of every string in a JSON-like value that `machine_path` flags; keys
+    read as in the file ("training.data.train_files[0]")."""
+    if isinstance(obj, str):
+        return [(key, obj)] if machine_path(obj) else []
+    if isinstance(obj, dict):
+        return [
+            hit for k, v in obj.items() for hit in machine_paths(v, f"{key}.{k}" if key else str(k))
+        ]
+    if isinstance(obj, list | tuple):
+        return [hit for i, v in enumerate(obj) for hit in machine_paths(v, f"{key}[{i}]")]
+    return []
+
+
+def check_portable(values: dict[str, Any], doing: str, remedy: str = "") -> None:
+    """Refuse, in one line naming the file and key, a value of what is about to leave this
+    machine (config.json, shipped.json's texts, the feature statistics' fit record) that
+    names a place on it. `values`: file label -> its JSON-like contents; `doing` starts the
+    message ("cannot push ..."), `remedy` ends it."""
+    for label, obj in values.items():
+        hits = machine_paths(obj)
+        if hits:
+            key, text = hits[0]
+            more = f" (and {len(hits) - 1} more such values)" if len(hits) > 1 else ""
+            raise VatError(
+                f"{doing}: {label} {key} names a place on this machine "
+                f"({machine_path(text)!r}){more}; a shared model names its files by their "
+                "path inside the data folder or by name" + (f"; {remedy}" if remedy else "")
+            )
 
 
 def _run_data(config_yaml: Path) -> dict[str, Any]:
