@@ -16,8 +16,9 @@
 #   --call-limit-s N    the call is killed after N s: stop the suite (SIGINT: its runs save
 #                       their state, the report is written) 40 s before, SIGKILL 28 s later
 #   --copy-to DIR       then, whatever happened, copy OUT_DIR's files (the report, the .tar
-#                       files, the logs) into DIR and add this call's exit code to the
-#                       copied gpu_report.md
+#                       files, the logs, the reference's checkpoint parts when this call
+#                       trained it) into DIR and add this call's exit code to the copied
+#                       gpu_report.md
 # The exit code is the suite's (0, 1 a stage failed, 2 a prerequisite or the bundle, 130 a
 # signal), or 124 when --call-limit-s stopped it.
 set -uo pipefail  # not -e: the files are copied whatever the suite's exit

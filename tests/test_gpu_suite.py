@@ -8,9 +8,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -331,7 +333,9 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert recs[0]["val_kl"] < recs[1]["val_kl"] - 1.0 and recs[0]["val_nll"] > recs[1]["val_nll"]
 
     files = sorted(p.name for p in out.iterdir() if p.is_file())
-    assert files == sorted(OUT_FILES) and len(files) <= 8
+    # the reference trained in this call: its checkpoint travels back too (issue 40)
+    parts = [p["name"] for p in ref["checkpoint_parts"]["parts"]]
+    assert files == sorted([*OUT_FILES, *parts]) and len(files) <= 8
     assert all((out / f).stat().st_size <= 16 * 2**20 for f in files)
     md = (out / "gpu_report.md").read_text()
     assert "| target_kl_5.0 | 5 | 8 |" in md and fr["best"]["verdict"] in md
@@ -352,6 +356,124 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert curves == {"logs/tensorboard/reference"} | {
         f"logs/tensorboard/frontier/{r}" for r in fr["runs"]
     }
+    _continue_on_another_machine(tmp_path, out, data_dir, env, registry)
+
+
+def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
+    """Issue 40: the next call, on another machine, continues the reference instead of
+    restarting it. Seeded with only the files the first call returned (what --copy-to
+    copies), in another OUT_DIR, the data folder at another path and the first call's model
+    shipped under the reference's name: it resumes the reference exactly (the same weights
+    and tokens as one uninterrupted run of both calls' steps), adds its tokens and says so,
+    and compares its BLEU with the shipped model's. With the checkpoint's part damaged, a
+    call continues from the returned reference.tar's weights (said), its tokens counted on."""
+    from bench.gpu_suite import reference
+    from bench.gpu_suite.__main__ import seed_out_dir
+    from bench.gpu_suite.carry import part_files
+    from bench.gpu_suite.children import child_env
+    from bench.gpu_suite.plan import make_plan
+    from vat.share.checkpoint import read_checkpoint
+
+    back = tmp_path / "back"  # what bench/gpu_suite.sh --copy-to returns: OUT_DIR's files
+    back.mkdir()
+    for f in out.iterdir():
+        if f.is_file():
+            shutil.copy(f, back / f.name)
+    ref1 = json.loads((back / "gpu_report.json").read_text())["reference"]
+    n1, t1 = ref1["eval"]["step"], ref1["tokens_total"]
+    assert ref1["checkpoint_parts"]["step"] == n1 and t1 == ref1["launches"][-1]["tokens_total"]
+    assert ref1["device"] == {"device": "CPU", "torch": torch.__version__,
+                              "cuda": torch.version.cuda}  # fmt: skip
+    node_data = tmp_path / "node" / "data"  # the bundle's data folder sits elsewhere there
+    node_data.parent.mkdir()
+    node_data.symlink_to(data_dir)
+    env2 = {**env, "VAT_DATA_DIR": str(node_data), "VAT_SHIPPED_DIR": str(registry)}
+    out2, back2 = tmp_path / "node" / "runs" / "gpu", tmp_path / "back2"
+    sh = [str(ROOT / "bench" / "gpu_suite.sh"), "--seed", str(back), "--copy-to", str(back2)]
+    sh += ["--smoke", "--plan", "short", "--stages", "reference", str(out2)]
+    r = subprocess.run(sh, env=env2, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep2 = json.loads((back2 / "gpu_report.json").read_text())
+    ref2, md2 = rep2["reference"], (back2 / "gpu_report.md").read_text()
+    launch = ref2["launches"][-1]
+    said = f"resumed exactly from step {n1:,} (the checkpoint an earlier call returned, joined"
+    assert launch["how"] == "resumed" and launch["start"].startswith(said) and said in md2
+    assert ref2["round"] == 2 and ref2["rounds"] == [
+        {"round": 1, "step": n1, "tokens_total": t1, "bleu": ref1["eval"]["bleu"],
+         "ended": ref2["rounds"][0]["ended"]}
+    ]  # fmt: skip
+    n2 = launch["steps"]
+    assert n2 > 0 and ref2["eval"]["step"] == launch["step"] == n1 + n2
+    ckpt = read_checkpoint(out2 / "work" / "reference" / "checkpoints" / "last.ckpt")
+    # one run of n1 + n2 steps, uninterrupted, from the same config on this machine (beside
+    # the damaged variant below, which waits on its own child)
+    alone = tmp_path / "uninterrupted"
+    cmd = reference.train_cmd(out2 / "work" / "reference_config.yaml", alone, n1 + n2)
+    plan = make_plan("short", smoke=True)
+    log = open(tmp_path / "uninterrupted.log", "w")  # noqa: SIM115 (closed after the wait)
+    whole_run = subprocess.Popen(cmd, cwd=out2 / "work", env=child_env(plan), stdout=log,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
+    tokens = ckpt["vat"]["training"]["tokens_seen"]
+    assert ref2["tokens_total"] == tokens > t1
+    assert f"**{tokens:,} non-pad tokens behind the model**" in md2
+    # the BLEU it must beat: the shipped model's, the first call's export (24 lines each)
+    a, old, new = ref2["export"], round(ref1["eval"]["bleu"], 2), ref2["eval"]["bleu"]
+    assert a["shipped_bleu"] == old and a["compare"] in md2
+    if round(new, 2) > old:
+        assert a["registry_command"].endswith("--name wmt-tatoeba-en-d16 --overwrite")
+    else:
+        assert a["registry_command"] is None and a["compare"].endswith("the shipped model stays")
+    card = json.loads((Path(a["folder"]) / "config.json").read_text())["measurements"][0]["text"]
+    assert f"on CPU, torch {torch.__version__}, CUDA " in card and f"{tokens:,} non-pad" in card
+    # what comes back: this call's checkpoint parts too, within 8 files of at most 16 MiB
+    returned = {f.name: f.stat().st_size for f in back2.iterdir()}
+    assert {p["name"] for p in ref2["checkpoint_parts"]["parts"]} <= set(returned)
+    assert len(returned) <= 8 and max(returned.values()) <= 16 * 2**20
+
+    # the part damaged on the way: the same call continues from the returned weights
+    back3, out3 = tmp_path / "back3", tmp_path / "node3"
+    shutil.copytree(back, back3)
+    (part,) = part_files(back3)
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 1
+    part.write_bytes(bytes(data))
+    seed_out_dir(out3, back3, smoke=True)
+    suite = Suite(out3, plan, node_data, Budget(5), None)
+    suite.write_config()
+    assert reference.begin_round(suite)  # what a call that names --stages reference does
+    assert reference.ensure_trained(suite, time.monotonic() + 300) is None
+    ref3 = suite.state["reference"]
+    launch = ref3["launches"][-1]
+    said = "continued from the weights of reference.tar (wmt-tatoeba-en-d16, "
+    assert launch["how"] == "init_from" and launch["start"].startswith(said)
+    assert launch["start"].endswith("(optimizer fresh)") and said in render_markdown(suite.state)
+    notes = suite.state["stages"]["reference"]["notes"]
+    damaged = "cannot be resumed: reference.ckpt.part1 fails its SHA-256 check"
+    assert any(damaged in n for n in notes)
+    trained = read_checkpoint(out3 / "work" / "reference" / "checkpoints" / "last.ckpt")
+    record = trained["vat"]["training"]
+    assert record["init_from"]["global_step"] == n1 and record["init_from"]["tokens_total"] == t1
+    assert trained["global_step"] == launch["steps"] == launch["step"] > 0  # a fresh run
+    assert ref3["tokens_total"] == record["tokens_total"] == record["tokens_seen"] + t1
+    assert suite.parts_written and ref3["checkpoint_parts"]["step"] == trained["global_step"]
+    # the exact resume: the weights and tokens of the uninterrupted run
+    rc = whole_run.wait(timeout=600)
+    log.close()
+    assert rc == 0, (tmp_path / "uninterrupted.log").read_text()[-2000:]
+    whole = read_checkpoint(alone / "checkpoints" / "last.ckpt")
+    assert whole["global_step"] == ckpt["global_step"] == n1 + n2
+    assert whole["vat"]["training"]["tokens_seen"] == tokens
+    assert all(torch.equal(whole["state_dict"][k], v) for k, v in ckpt["state_dict"].items())
+    # the part left behind: the same start, said so
+    part.unlink()
+    seed_out_dir(tmp_path / "node4", back3, smoke=True)
+    suite = Suite(tmp_path / "node4", plan, node_data, Budget(5), None)
+    suite.write_config()
+    assert reference.begin_round(suite)
+    start = reference.choose_start(suite, suite.work / "reference")
+    assert start.how == "init_from" and start.text.startswith(said)
+    missing = "cannot be resumed: reference.ckpt.part1 is missing"
+    assert missing in suite.state["stages"]["reference"]["notes"][-1]
 
 
 def test_a_missing_package_is_one_line(tmp_path, monkeypatch, capsys):

@@ -26,13 +26,16 @@ from bench.gpu_suite.plan import (
     CALL_GUARD_S,
     CALL_LIMIT_S,
     CALL_OVERHEAD_S,
+    CONTINUE_OVERHEAD_S,
     DEVICE_S,
     DEVICE_S_SHORT,
     RECIPE,
     RECIPE_CARRY,
+    RECIPE_CONTINUE,
     RECIPE_OUT_DIR,
     RECIPE_SEED_DIR,
     RECIPE_SHORT,
+    continue_budget_min,
     gpu_plan,
     recipe_command,
     recipe_device_s,
@@ -166,6 +169,16 @@ def test_readme_gives_the_recipe_of_plan_py():
     for i, call in enumerate(RECIPE_SHORT, 1):
         assert recipe_command(call, "short") in section, f"short call {i}"
     assert f"= {recipe_device_s(RECIPE_SHORT):,.0f} s of the {DEVICE_S_SHORT:,} s" in section
+    # issue 40: the call that continues the reference, for any command limit M
+    cont = section[section.index("**Continuing the reference") :]
+    cont = cont[: cont.index("\n**An allocation")]
+    assert f"# each call, with {copied} copied to the node:\n" in cont
+    assert recipe_command(RECIPE_CONTINUE, "short") in cont
+    assert continue_budget_min(CALL_LIMIT_S) == RECIPE_CONTINUE.budget_min
+    assert f"M - {CONTINUE_OVERHEAD_S / 60:g}" in cont and "`--call-limit-s` is M x 60" in cont
+    for said in ("resumed exactly from step N", "(optimizer fresh)", "*from nothing*",
+                 "`reference.ckpt.part1`", "--overwrite"):  # fmt: skip
+        assert said in cont, said
 
 
 def test_the_best_runs_feature_specs_wait_for_the_clock(tmp_path, data_dir):

@@ -13,7 +13,10 @@ orchestrates):
 3. reference.py: one model alone with the recipe that reached BLEU 99 before
    (configs/reference_gpu.yaml), at least 600M tokens or the stage's share (the short plan,
    `--plan short`: one launch trained for its call's time); evaluated, exported as a folder
-   ready for `vat pretrained add`.
+   ready for `vat pretrained add`. Continued, never restarted (issue 40): each launch resumes
+   the newest checkpoint (this machine's, or the one the last call returned in parts) or
+   continues from the newest weights, and a call that names it in --stages trains a
+   finished reference further.
 4. frontier_train.py: one `vat train` per `model.loss.target_kl` value, all at once, as many
    as get a useful token budget.
 5. frontier_eval.py: each run's KL, NLL, active units, STS12 and STS-B, newstest2019 BLEU;
@@ -23,7 +26,9 @@ orchestrates):
 Around them: plan.py (what each mode runs: the GPU suite or --smoke; the time shares and
 their arithmetic; the recipes for a lent GPU, three calls in 30 minutes and two in 15; the
 data and packages it needs),
-call.py (what a stage works with: OUT_DIR, its work folder, the state, notes), children.py
+call.py (what a stage works with: OUT_DIR, its work folder, the state, notes), carry.py (the
+reference's checkpoint split into parts that come back from a call, and joined on the next
+machine), children.py
 (child processes, stopped for time), runs.py (the training runs: started afresh, resumed or
 found finished), state.py (the stage list, the state in OUT_DIR/gpu_report.json, the
 budget, the runner), schema.py (what each field of the report holds: a report read back is

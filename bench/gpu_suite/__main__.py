@@ -8,9 +8,13 @@ Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed fir
 - with 15 minutes in all: plan.RECIPE_SHORT's two calls, `--plan short`.
 
 `--seed DIR`: a folder holding the files an earlier call returned (gpu_report.json, the
-.tar files), copied into OUT_DIR only when OUT_DIR has no report (a machine that went cold
-between calls); a warm machine's own OUT_DIR wins. (The lost checkpoints are noticed: the
-reference and the frontier train again.)
+.tar files, the reference's checkpoint parts), copied into OUT_DIR only when OUT_DIR has no
+report (a machine that went cold between calls); a warm machine's own OUT_DIR wins. (The lost
+checkpoints are noticed: the reference resumes from its returned parts, or continues from
+the newest weights; the frontier trains again.)
+
+`--stages` naming `reference` when it is finished trains it further (another round:
+reference.begin_round); the default, every stage, leaves a finished reference as it is.
 
 Exit codes: 0 when every stage that ran finished or was skipped for time, 1 when a stage
 failed (named on stderr and in the report), 2 with one line when a prerequisite is missing
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -35,7 +38,8 @@ if not __package__:
     # goes there instead, so that bench.gpu_suite and vat import from it
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.gpu_suite.call import OUT_FILES, REPORT  # noqa: E402
+from bench.gpu_suite.call import OUT_FILES, REPORT, copy_atomic  # noqa: E402
+from bench.gpu_suite.carry import part_files  # noqa: E402
 from bench.gpu_suite.plan import (  # noqa: E402
     PLANS,
     ROOT,
@@ -63,8 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--stages",
-        default=",".join(STAGES),
-        help=f"comma-separated stages to run (default all): {','.join(STAGES)}",
+        default=None,
+        help=f"comma-separated stages to run (default all): {','.join(STAGES)}; naming "
+        "`reference` trains a finished reference further (another round)",
     )
     p.add_argument(
         "--plan",
@@ -104,13 +109,13 @@ def seed_out_dir(out: Path, seed: Path, smoke: bool) -> str:
     broken field) is one line before anything is copied."""
     if (out / REPORT).exists():
         return f"--seed {seed}: ignored, {out} has its own report (this machine kept it)"
-    files = [seed / f for f in OUT_FILES if (seed / f).is_file()]
+    files = [seed / f for f in OUT_FILES if (seed / f).is_file()] + part_files(seed)
     if not (seed / REPORT).is_file():
         return f"--seed {seed}: no {REPORT} there; starting afresh"
     read_report(seed / REPORT, smoke, "use another --seed, or none to start afresh")
     out.mkdir(parents=True, exist_ok=True)
     for f in files:
-        shutil.copy2(f, out / f.name)
+        copy_atomic(f, out / f.name)
     return f"--seed {seed}: copied {', '.join(f.name for f in files)} into {out} (a fresh machine)"
 
 
@@ -120,7 +125,8 @@ def _on_sigterm(signum, frame) -> None:
 
 def _main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    named = args.stages is not None  # a finished reference trains on only when named
+    stages = [s.strip() for s in (args.stages or ",".join(STAGES)).split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown or not stages:
         raise VatError(f"--stages: unknown {', '.join(unknown) or '(none)'}; choose from "
@@ -156,12 +162,15 @@ def _main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        rc = suite.run(stages)
+        rc = suite.run(stages, again=named)
     finally:
         for s, h in handlers.items():
             if h is not None:  # None: a handler not set from Python, left as it is
                 signal.signal(s, h)
-    extra = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in OUT_FILES)
+    parts = {p.name for p in part_files(out)}
+    extra = sorted(
+        p.name for p in out.iterdir() if p.is_file() and p.name not in {*OUT_FILES, *parts}
+    )
     if extra:
         print(f"gpu_suite: note: OUT_DIR also holds {', '.join(extra)}", file=sys.stderr)
     print(f"wrote {out / REPORT} and {out / 'gpu_report.md'}", file=sys.stderr)

@@ -1,9 +1,10 @@
 """What a stage works with: one call of the suite on OUT_DIR.
 
-OUT_DIR holds at most 8 files (OUT_FILES: the report, its Markdown, the plot, three exported
-models, the logs), each under 16 MiB; the runs, caches and logs live in OUT_DIR/work/. The
-state (the report, a dict) is saved as OUT_DIR/gpu_report.json as the stages go (after each
-stage, throughput variant and evaluated run), so that the next call continues from there."""
+OUT_DIR holds at most 8 files, each under 16 MiB: OUT_FILES (the report, its Markdown, the
+plot, three exported models, the logs) and, after a call that trained the reference, its
+checkpoint in parts (carry.py); the runs, caches and logs live in OUT_DIR/work/. The state
+(the report, a dict) is saved as OUT_DIR/gpu_report.json as the stages go (after each stage,
+throughput variant and evaluated run), so that the next call continues from there."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from bench.gpu_suite.plan import BASE_CONFIG, REFERENCE_CONFIG, SHARED_PREFIX, Plan
+from vat.errors import VatError
 from vat.io import atomic_write, write_json_atomic
 
 REPORT = "gpu_report.json"
@@ -30,8 +32,24 @@ OUT_FILES = (
     "reference.tar",
     "logs.tar.gz",
 )
-"""Everything the suite writes at OUT_DIR's top level (at most 8 files, each <= 16 MiB)."""
+"""Everything the suite writes at OUT_DIR's top level (each <= 16 MiB), besides the reference's
+checkpoint parts (carry.py: reference.ckpt.part1, ...), which only a call that trained the
+reference leaves there: at most 8 files in all."""
 MAX_OUT_FILE = 16 * 2**20
+MAX_OUT_FILES = 8
+MAX_OUT_BYTES = 64 * 2**20
+"""What comes back from one call at most: 8 files of at most MAX_OUT_FILE, 64 MiB in all (the
+copy-back of the allocations the recipes are sized for)."""
+RETURNED = "returned"
+"""OUT_DIR/work/returned/: files an earlier call wrote and returned, moved out of OUT_DIR's
+top level when this call's own files need the room (make_room)."""
+DATA_LINK = "data"
+"""OUT_DIR/work/data: a link to this machine's data folder. `vat train --ckpt_path last`
+refuses a resume whose data.train_files differ from the checkpoint's (vat.train.run_dir
+.check_resume), and the data folder's absolute path differs between machines (the bundle's
+offline/data sits wherever the checkout was copied): the reference's config names its files
+through this link, relative to OUT_DIR/work, so that its checkpoint resumes on any machine.
+(The exported folder's card then names them as data/corpus/..., no machine's path.)"""
 
 
 def now_iso() -> str:
@@ -76,21 +94,42 @@ class Call:
         self.logs = self.work / "logs"
         self.config = self.work / "suite_config.yaml"
         self.reference_config = self.work / "reference_config.yaml"
+        """The reference's config: its data files named relative to OUT_DIR/work, where its
+        runs start, through the link DATA_LINK: its checkpoint resumes on another machine."""
         self.steps_override = steps
+        self.parts_written = False
+        """Whether this call wrote the reference's checkpoint parts into OUT_DIR (carry.py):
+        a call returns them only then (Suite.run removes the others at its end), so that a
+        call that trains no reference returns at most OUT_FILES (8 files at most come back,
+        and the frontier's call already fills 7)."""
 
     def write_config(self) -> None:
         """The train configs the stages use, with the data folder's paths and the mode's
         overrides: configs/corpus_gpu.yaml (throughput, frontier) and
         configs/reference_gpu.yaml (the reference)."""
         self.work.mkdir(parents=True, exist_ok=True)
-        for base, dest in ((BASE_CONFIG, self.config), (REFERENCE_CONFIG, self.reference_config)):
-            self._write_config(base, dest)
+        self._link_data()
+        self._write_config(BASE_CONFIG, self.config, self.data_dir)
+        self._write_config(REFERENCE_CONFIG, self.reference_config, Path(DATA_LINK))
 
-    def _write_config(self, base: Path, dest: Path) -> None:
+    def _link_data(self) -> None:
+        """work/data -> this machine's data folder (replaced atomically when it points
+        elsewhere: a seeded OUT_DIR, or a data folder that moved)."""
+        link = self.work / DATA_LINK
+        if link.exists() and not link.is_symlink():
+            raise VatError(f"{link} is not the suite's link to the data folder; move it away")
+        if link.is_symlink() and Path(os.readlink(link)) == self.data_dir:
+            return
+        tmp = link.with_name(f".{DATA_LINK}.tmp{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        os.symlink(self.data_dir, tmp)
+        os.replace(tmp, link)
+
+    def _write_config(self, base: Path, dest: Path, data_dir: Path) -> None:
         cfg = yaml.safe_load(base.read_text(encoding="utf-8"))
         data = cfg["data"]
         for key in ("train_files", "val_files"):
-            data[key] = [str(self.data_dir / p[len(SHARED_PREFIX) :]) for p in data[key]]
+            data[key] = [str(data_dir / p[len(SHARED_PREFIX) :]) for p in data[key]]
         data["cache_dir"] = str(self.work / "cache")
         cfg["trainer"].pop("callbacks", None)  # samples and geometry: measured after training
         cfg["trainer"]["enable_progress_bar"] = False
@@ -102,6 +141,26 @@ class Call:
             node[leaf] = value
         text = f"# Written by bench/gpu_suite from configs/{base.name}\n"
         dest.write_text(text + yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+
+    def make_room(self, since: float) -> list[str]:
+        """Within MAX_OUT_FILES and MAX_OUT_BYTES at OUT_DIR's top level, by moving files
+        written before `since` (a time.time() value: an earlier call's, which that call
+        returned) into work/returned/, largest first; the names moved. A call that trains
+        the reference adds its checkpoint's parts (34 MiB for d128) to an OUT_DIR that may
+        already hold the frontier's artefacts, returned by the call that made them."""
+        files = [p for p in self.out.iterdir() if p.is_file() and not p.name.startswith(".")]
+        older = sorted((p for p in files if p.stat().st_mtime < since),
+                       key=lambda p: p.stat().st_size, reverse=True)  # fmt: skip
+        moved = []
+        while older and (
+            len(files) > MAX_OUT_FILES or sum(p.stat().st_size for p in files) > MAX_OUT_BYTES
+        ):
+            p = older.pop(0)
+            (self.work / RETURNED).mkdir(parents=True, exist_ok=True)
+            os.replace(p, self.work / RETURNED / p.name)
+            files.remove(p)
+            moved.append(p.name)
+        return moved
 
     def save(self) -> None:
         write_json_atomic(self.out / REPORT, self.state)

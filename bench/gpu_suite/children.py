@@ -35,8 +35,9 @@ def _child_setup() -> None:  # runs in the child between fork and exec
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def spawn(cmd: list[str], log: Path, plan: Plan) -> subprocess.Popen:
-    """Start one child, its output appended to `log` (after the command line)."""
+def spawn(cmd: list[str], log: Path, plan: Plan, cwd: Path | None = None) -> subprocess.Popen:
+    """Start one child, its output appended to `log` (after the command line), in `cwd`
+    (default: the checkout)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"$ {' '.join(cmd)}\n")
@@ -45,7 +46,7 @@ def spawn(cmd: list[str], log: Path, plan: Plan) -> subprocess.Popen:
             cmd,
             stdout=f,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=cwd or ROOT,
             env=child_env(plan),
             preexec_fn=_child_setup,  # safe here: the suite starts no threads
         )

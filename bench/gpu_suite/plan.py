@@ -416,6 +416,21 @@ budget + 25 s gap = 870 s of 900. Call 1 is the longest the 10-minute limit allo
 install + 525 s + 10 s <= 600 s less the 40-s guard. If call 1 leaves the reference
 unfinished (its report says `partial`), call 2 runs `--stages reference` instead."""
 DEVICE_S_SHORT = 15 * 60
+RECIPE_CONTINUE = RECIPE_SHORT[0]
+"""The call that continues the reference (issue 40), repeated as the allocation allows, on
+whatever node each call gets: it resumes the checkpoint the last call returned (or continues
+from the newest weights), trains for the call's time, evaluates and exports (README,
+"Continuing the reference")."""
+CONTINUE_OVERHEAD_S = 75
+"""A continuation call's seconds outside the suite's budget: the bundle installed (about
+15 s), CALL_GUARD_S before the limit, the files copied (about 10 s) and 10 s to spare; with
+the 600-s limit, RECIPE_CONTINUE's 8.75 minutes."""
+
+
+def continue_budget_min(limit_s: float) -> float:
+    """--budget-min of a continuation call under a limit of `limit_s` per command."""
+    return (limit_s - CONTINUE_OVERHEAD_S) / 60
+
 
 RECIPE_OUT_DIR = "runs/gpu"
 RECIPE_SEED_DIR = "runs/gpu_back"

@@ -8,15 +8,27 @@ exported as a folder ready to become a shipped model.
   throughput allows less; the report says which.
 - Resumable across calls like the frontier (runs.py): the recipe's first call starts it and
   stops it with its state saved, the second resumes it.
+- Continued, never restarted (issue 40): each launch starts from the newest reference it has
+  (choose_start): its own checkpoint on this machine, else the checkpoint an earlier call
+  returned in parts (carry.py) joined into its run folder, both resumed exactly (`--ckpt_path
+  last`, the optimizer's state included); else the newest weights, with `vat train
+  --init-from` (the optimizer fresh): the exported folder in the returned reference.tar, or
+  the shipped model of its name and shape (not in --smoke); else from nothing. A call whose
+  `--stages` names the reference and finds it finished starts another round (begin_round):
+  it trains it further for the call's time, evaluates and exports it again. Each launch
+  records which start it had and the tokens behind the model (tokens_total).
 - Evaluated like a frontier run (frontier_eval.evaluate_run: validation KL and NLL, active
   units, STS12 and STS-B with mean and precision pooling, newstest2019 BLEU with the long
   lines apart), and the folder's own features (the default spec) through `vat export
   --evaluate STS12,STSBenchmark`, which also puts those scores on the card.
 - Exported (`vat export`, as artefacts.py does) to OUT_DIR/work/export/NAME and packed as
-  OUT_DIR/reference.tar; the card gets a section with the suite's measurements; the report
-  prints the line that adds it to the registry: `vat pretrained add FOLDER --name NAME`.
+  OUT_DIR/reference.tar; the card gets a section with the suite's measurements (the device
+  and torch the stage ran on, recorded by the stage itself); the report prints the line that
+  adds it to the registry, `vat pretrained add FOLDER --name NAME`, or, when vat ships a model
+  of that name, the line that replaces it (`--overwrite`) if newstest2019 BLEU improved on the
+  BLEU its card records (or says why it cannot compare).
 
-The run trains in OUT_DIR/work/reference/."""
+The run trains in OUT_DIR/work/reference/, started in OUT_DIR/work (call.DATA_LINK)."""
 
 from __future__ import annotations
 
@@ -24,17 +36,32 @@ import contextlib
 import io
 import json
 import math
+import re
+import shutil
 import sys
+import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_suite.call import MAX_OUT_FILE, Call, copy_atomic, now_iso, pack, tokens_text
+import yaml
+
+from bench.gpu_suite import carry
+from bench.gpu_suite.call import (
+    MAX_OUT_FILE,
+    RETURNED,
+    Call,
+    copy_atomic,
+    now_iso,
+    pack,
+    tokens_text,
+)
 from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.report import fmt
-from bench.gpu_suite.runs import Outcome, TrainRun, prepare_data, train
+from bench.gpu_suite.runs import Outcome, TrainRun, checkpoint_step, prepare_data, train
 from bench.gpu_suite.throughput import measured_throughput
 from vat.errors import VatError
 from vat.feature_spec import DEFAULT_EXPORT_SPEC
@@ -49,6 +76,11 @@ ONE_LAUNCH_MARGIN_S = 20.0
 """One launch (the short plan) stops training this long before the evaluation and the
 export's estimates would end the stage: their estimates are not measurements."""
 RUN = "reference"
+START = "start"
+"""OUT_DIR/work/start/: the returned reference.tar unpacked, when a launch continues from it."""
+BLEU_ROW = "newstest2019 BLEU, greedy mu-decoding, all {n} lines"
+"""The card's BLEU row (_add_to_card); a shipped model's is read back by the same words."""
+BLEU_ROW_RE = re.compile(re.escape(BLEU_ROW).replace(r"\{n\}", r"(\d+)"))
 
 
 def new_reference() -> dict[str, Any]:
@@ -67,43 +99,38 @@ def new_reference() -> dict[str, Any]:
         "bleu_min": BLEU_MIN,
         "bleu_reached": None,
         "export": None,
+        "round": 1,
+        "rounds": [],
+        "from_step": 0,
+        "tokens_total": None,
+        "device": None,
+        "checkpoint_parts": None,
     }
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where one launch of the reference starts (choose_start)."""
+
+    how: str
+    """"resumed" (exactly: weights, optimizer, schedules, data order), "init_from" (the
+    weights only, `vat train --init-from`) or "scratch"."""
+    text: str
+    """What the report says about it."""
+    step: int = 0
+    """The step the launch starts from (a fresh run's 0)."""
+    init_from: str | None = None
+    carried: bool = False
+    """Resumed from the parts an earlier call returned (on this machine for the first time)."""
 
 
 def run(call: Call, allot: float) -> str:
     end = time.monotonic() + allot  # everything below counts, the data preparation included
     ref, plan = call.state["reference"], call.plan
     run_dir = call.work / RUN
-    if not ref["trained"]:
-        prepare_data(call, call.reference_config)
-        if ref["steps"] is None:
-            ref.update(reference_budget(call.state, plan))
-            call.note("reference", f"{ref['steps']:,} steps: {ref['why']}")
-        one = plan.reference_launches == 1
-        cmd = train_cmd(call.reference_config, run_dir, ref["steps"], one)
-        r = TrainRun(RUN, run_dir, cmd, ref["steps"], call.logs / "train_reference.log")
-        step_before = (ref["launches"][-1]["step"] if ref["launches"] else None) or 0
-        # one launch: it trains until the evaluation and the export are what is left
-        train_end = end - (plan.eval_run_s + plan.export_s + ONE_LAUNCH_MARGIN_S if one else 0)
-        o = train(call, "reference", [r], train_end)[RUN]
-        if o.launched:
-            ref["launches"].append(_launch_record(call.state, plan, o, step_before, run_dir))
-        if o.status == "failed":
-            call.note("reference", f"failed ({o.note})")
-            return "failed"
-        if o.status == "interrupted" and not (one and o.step):
-            return "partial"
-        if o.status == "interrupted":
-            _last_is_the_stop(run_dir)
-            call.note(
-                "reference",
-                f"stopped for time at step {o.step:,} of at most "
-                f"{ref['steps']:,} (one launch): evaluated as it stands",
-            )
-        ref["trained"] = True
-        if one:
-            ref["tokens"] = _tokens_seen(run_dir)
-        call.save()
+    status = ensure_trained(call, end)
+    if status is not None:
+        return status
     if ref["eval"] is None:
         if end - time.monotonic() < plan.eval_run_s:
             call.note("reference", "trained; its evaluation is left for the next call")
@@ -121,24 +148,298 @@ def run(call: Call, allot: float) -> str:
             return "partial"
         ref["export"] = export(call, run_dir / "checkpoints" / "last.ckpt")
         a = ref["export"]
-        call.note("reference", f"{a['file']}: {a['bytes'] / 2**20:.1f} MiB; "
-                               f"{a['registry_command']}")  # fmt: skip
+        call.note("reference", f"{a['file']}: {a['bytes'] / 2**20:.1f} MiB; {a['compare']}")
     return "done"
 
 
-def reference_budget(state: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """The reference's steps: plan.reference_min_tokens non-pad tokens (the floor), or what
-    the measured tokens/s trains in the stage's share (the time share) when that is less.
-    The share pays plan.reference_launches start-ups, one evaluation, the export and one
-    stop (the recipe's first call ends it)."""
+def ensure_trained(call: Call, end: float) -> str | None:
+    """The reference trained (by `end`, a time.monotonic() value) and its checkpoint in its
+    run folder: None, or the stage's status when it is not. A reference trained on a machine
+    since given back gets its checkpoint from the parts its call returned, or is trained
+    again from the newest reference there is."""
+    ref = call.state["reference"]
+    run_dir = call.work / RUN
+    ref["device"] = device_record(call.plan)  # the card's "on DEVICE, torch X": this machine's
+    if ref["trained"] and (ref["export"] is not None or checkpoint_step(run_dir) is not None):
+        return None
+    start = choose_start(call, run_dir)
+    if ref["trained"] and start.how == "resumed":
+        _last_is_the_stop(run_dir)
+        call.note("reference", f"trained on a machine since given back: {start.text}, for "
+                               "its evaluation and export")  # fmt: skip
+        return None
+    if ref["trained"]:
+        call.note("reference", "trained on a machine since given back, its checkpoint lost: "
+                               "trained again")  # fmt: skip
+        ref.update(trained=False, eval=None, bleu_reached=None)
+    return _train(call, run_dir, end, start)
+
+
+def _train(call: Call, run_dir: Path, end: float, start: Start, parts: bool = True) -> str | None:
+    """One launch from `start`, trained to the round's steps or for the stage's time; None
+    when the reference is trained (or stopped for time, one launch: evaluated as it stands),
+    else the stage's status. A resume of a returned checkpoint that fails before training a
+    step (a vat that refuses it here) falls back once to the newest weights."""
+    ref, plan = call.state["reference"], call.plan
+    one = plan.reference_launches == 1 or ref.get("round", 1) > 1
+    if start.how == "scratch":  # a continued run tokenizes with its model's own tokenizer
+        prepare_data(call, call.reference_config, call.work)
+    if ref["steps"] is None or (start.how != "resumed" and ref.get("from_step")):
+        ref.update(reference_budget(call.state, plan, one=one, base=start.step))
+        ref["from_step"] = start.step
+        call.note("reference", f"{ref['steps']:,} steps: {ref['why']}")
+    cmd = train_cmd(call.reference_config, run_dir, ref["steps"], one, start.init_from)
+    r = TrainRun(RUN, run_dir, cmd, ref["steps"], call.logs / "train_reference.log", call.work)
+    # one launch: it trains until the evaluation and the export are what is left
+    train_end = end - (plan.eval_run_s + plan.export_s + ONE_LAUNCH_MARGIN_S if one else 0)
+    call.note("reference", f"launch {len(ref['launches']) + 1}: {start.text}")
+    try:
+        o = train(call, "reference", [r], train_end)[RUN]
+    except KeyboardInterrupt:  # the call's limit: the run saved its state; it travels back
+        _carry_checkpoint(call, run_dir, start)
+        raise
+    if o.launched:
+        ref["launches"].append(_launch_record(call.state, plan, o, start, run_dir))
+    _carry_checkpoint(call, run_dir, start)
+    if o.status == "failed" and start.carried and (o.step or 0) <= start.step and parts:
+        call.note("reference", f"the returned checkpoint did not resume here ({o.note}); "
+                               "continuing from the newest weights instead")  # fmt: skip
+        shutil.rmtree(run_dir)
+        return _train(call, run_dir, end, choose_start(call, run_dir, parts=False), parts=False)
+    if o.status == "failed":
+        call.note("reference", f"failed ({o.note})")
+        return "failed"
+    if o.status == "interrupted" and not (one and (o.step or 0) > start.step):
+        return "partial"
+    if o.status == "interrupted":
+        _last_is_the_stop(run_dir)
+        call.note(
+            "reference",
+            f"stopped for time at step {o.step:,} of at most "
+            f"{ref['steps']:,} (one launch): evaluated as it stands",
+        )
+    ref["trained"] = True
+    if one:
+        ref["tokens"] = _training(run_dir).get("tokens_seen")
+    call.save()
+    return None
+
+
+def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
+    """The newest reference this call has (module docstring): this machine's checkpoint or
+    the returned one (`parts`: joined from OUT_DIR's parts), both resumed exactly; else the
+    newest weights (newest_weights); else from nothing."""
+    from vat.train.run_dir import find_last
+
+    ref = call.state["reference"]
+    step = checkpoint_step(run_dir)
+    if step is not None:
+        # --init-from the run's own checkpoint resumes it (vat.train.init_from), with the
+        # tokenizer the checkpoint holds rather than a BPE trained again on this machine
+        own = find_last(run_dir / "checkpoints")
+        return Start("resumed", f"{_resumed(step, own)} (its checkpoint here)", step, str(own))
+    manifest = ref.get("checkpoint_parts")
+    if parts and manifest:
+        if run_dir.exists():  # a start that saved no checkpoint: nothing of it to keep
+            shutil.rmtree(run_dir)
+        dest = run_dir / "checkpoints" / manifest["file"]
+        why = carry.join(call.out, manifest, dest)
+        step = checkpoint_step(run_dir) if why is None else None
+        if why is None and step is None:
+            why = "the joined file does not read as a vat checkpoint"
+        if why is None:
+            n = len(manifest["parts"])
+            return Start("resumed", f"{_resumed(step, dest)} (the checkpoint an earlier call "
+                         f"returned, joined from {n} part{'s' * (n > 1)})", step, str(dest),
+                         carried=True)  # fmt: skip
+        shutil.rmtree(run_dir, ignore_errors=True)
+        call.note("reference", f"the returned checkpoint (step {manifest['step']:,}) cannot be "
+                               f"resumed: {why}")  # fmt: skip
+    weights = newest_weights(call)
+    if weights is not None:
+        return weights
+    return Start("scratch", "from nothing")
+
+
+def _resumed(step: int, ckpt: Path) -> str:
+    """How a resume from `ckpt` is said: exactly from last.ckpt (saved at the end of a step,
+    by a stop too), not from the on_exception.ckpt an error left (perhaps inside a step)."""
+    if ckpt.name == "last.ckpt":
+        return f"resumed exactly from step {step:,}"
+    return f"resumed from step {step:,} ({ckpt.name}, saved where an error stopped it)"
+
+
+def newest_weights(call: Call) -> Start | None:
+    """A fresh run from the newest weights at hand (`--init-from`, the optimizer fresh): the
+    exported folder in OUT_DIR/reference.tar (an earlier round's, returned by its call), or
+    the shipped model of the reference's name and shape (not in --smoke: its shapes are
+    tiny); of the two, the one with more tokens behind it (the returned folder on a tie: it
+    holds fp32 weights, a shipped model fp16)."""
+    found = []
+    tar = call.out / "reference.tar"
+    if not tar.is_file():  # moved aside to make room for a later call's files
+        tar = call.work / RETURNED / "reference.tar"
+    if tar.is_file():
+        folder, config = _unpack(call, tar)
+        if folder is not None:
+            tokens = tokens_behind(config)
+            label = f"{tar.name} ({folder.name}, {tokens_text(tokens)} tokens behind it)"
+            found.append((tokens or 0, 1, label, str(folder)))
+    if not call.plan.smoke:
+        shipped = shipped_candidate(call)
+        if shipped is not None:
+            name, tokens = shipped
+            label = f"the shipped {name} ({tokens_text(tokens)} tokens behind it)"
+            found.append((tokens or 0, 0, label, name))
+    if not found:
+        return None
+    _, _, label, source = max(found)
+    return Start("init_from", f"continued from the weights of {label} (optimizer fresh)", 0,
+                 source)  # fmt: skip
+
+
+def _unpack(call: Call, tar: Path) -> tuple[Path | None, dict[str, Any]]:
+    """reference.tar's folder under OUT_DIR/work/start/ and its config.json, or (None, {})
+    (said) when it holds no readable exported folder."""
+    dest = call.work / START
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        with tarfile.open(tar) as tf:
+            tops = {Path(m.name).parts[0] for m in tf.getmembers() if Path(m.name).parts}
+            tf.extractall(dest, filter="data")  # no absolute paths, links out or devices
+        folder = dest / tops.pop() if len(tops) == 1 else None
+        config = json.loads((folder / "config.json").read_text("utf-8")) if folder else None
+    except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
+        call.note("reference", f"{tar.name} holds no readable exported folder ({e}): not "
+                               "continued from it")  # fmt: skip
+        return None, {}
+    if not isinstance(config, dict):
+        call.note("reference", f"{tar.name} holds no exported folder: not continued from it")
+        return None, {}
+    return folder, config
+
+
+def shipped_candidate(call: Call) -> tuple[str, int | None] | None:
+    """(name, tokens behind it) of the shipped model named as the reference is, when vat
+    ships one of the reference config's shape; None otherwise (a model of another shape is
+    said: `vat train --init-from` would refuse it)."""
+    from vat.share.pretrained import shipped_model
+
+    name = suggested_name(call.plan)
+    try:
+        entry = shipped_model(name)
+        config = entry.config if entry is not None else None
+    except VatError as e:
+        call.note("reference", f"the shipped {name} cannot be read ({e}): not continued from it")
+        return None
+    if config is None:
+        return None
+    differs = shape_difference(call.reference_config, config)
+    if differs:
+        call.note("reference", f"the shipped {name} is not this config's shape ({differs}): "
+                               "not continued from it")  # fmt: skip
+        return None
+    return name, tokens_behind(config)
+
+
+def shape_difference(config_path: Path, model: dict[str, Any]) -> str | None:
+    """The first architecture key the train config sets otherwise than the model's
+    config.json (what `vat train --init-from` would refuse), as "key: MODEL there, CONFIG
+    here"; None when the model fits the config."""
+    cfg = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    mc = model.get("model_config") or {}
+    arch = {k: v for k, v in (cfg["model"].get("arch") or {}).items() if k != "dropout"}
+    arch["vocab_size"] = cfg["data"]["vocab_size"]
+    for key, value in arch.items():
+        if key in mc and mc[key] != value:
+            return f"{key}: {mc[key]} there, {value} here"
+    max_len = cfg["data"].get("max_len")
+    if max_len is not None and mc.get("max_len") is not None and mc["max_len"] < max_len:
+        return f"max_len: {mc['max_len']} there, {max_len} here"
+    prior = (cfg["model"].get("loss") or {}).get("prior_std")
+    if prior is not None and model.get("prior_std") is not None:
+        if not math.isclose(float(model["prior_std"]), float(prior), rel_tol=1e-6):
+            return f"prior_std: {model['prior_std']} there, {prior} here"
+    return None
+
+
+def tokens_behind(config: dict[str, Any]) -> int | None:
+    """The non-pad tokens behind an exported model (its config.json training record): the
+    total of a continued run, else its own."""
+    t = config.get("training") or {}
+    value = t.get("tokens_total", t.get("tokens_seen"))
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def begin_round(call: Call) -> bool:
+    """A call whose --stages names the reference finds it finished: it trains it further
+    (another round: one launch for the call's time, from the newest reference), evaluates
+    and exports it again. The finished round is kept in `rounds`; True when one began."""
+    ref, st = call.state["reference"], call.state["stages"]["reference"]
+    if st["status"] != "done" or ref["export"] is None or ref["eval"] is None:
+        return False
+    n, e = ref.get("round", 1), ref["eval"]
+    total = ref.get("tokens_total") or ref.get("tokens")
+    ref.setdefault("rounds", []).append({"round": n, "step": e["step"], "tokens_total": total,
+                                         "bleu": e["bleu"], "ended": now_iso()})  # fmt: skip
+    ref.update(round=n + 1, steps=None, tokens=None, basis=None, floor_tokens=None, why=None,
+               trained=False, eval=None, bleu_reached=None, export=None, from_step=0)  # fmt: skip
+    st.update(status="pending", seconds=0.0)  # the stage's share is per round
+    call.note("reference", f"finished at step {e['step']:,} (BLEU {e['bleu']:.2f}, "
+                           f"{tokens_text(total)} tokens): round {n + 1} trains it further "
+                           "(--stages names the reference)")  # fmt: skip
+    return True
+
+
+def device_record(plan: Plan) -> dict[str, Any]:
+    """The device, torch and CUDA this stage runs on (the card names them; the facts stage
+    may not have run in this call: the 2026-11-27 card said "on n/a, torch n/a")."""
+    import torch
+
+    gpu = not plan.smoke and torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name() if gpu else "CPU",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
+def _carry_checkpoint(call: Call, run_dir: Path, start: Start) -> None:
+    """The run's newest checkpoint into OUT_DIR as parts (carry.py), their manifest and the
+    tokens behind the model into the report: after every launch that trained, so that the
+    call's returned files continue the reference on any machine."""
+    from vat.train.run_dir import find_last
+
+    ref = call.state["reference"]
+    last = find_last(run_dir / "checkpoints")
+    step = checkpoint_step(run_dir)
+    if last is None or step is None or (start.how == "resumed" and step <= start.step):
+        return  # nothing trained here: the returned parts, if any, still hold it
+    ref["checkpoint_parts"] = carry.split(last, call.out, step)
+    call.parts_written = True
+    t = _training(run_dir, last.name)
+    ref["tokens_total"] = t.get("tokens_total", t.get("tokens_seen"))
+    call.save()
+
+
+def reference_budget(
+    state: dict[str, Any], plan: Plan, one: bool | None = None, base: int = 0
+) -> dict[str, Any]:
+    """The reference's steps (the run's trainer.max_steps): plan.reference_min_tokens non-pad
+    tokens (the floor), or what the measured tokens/s trains in the stage's share (the time
+    share) when that is less. The share pays plan.reference_launches start-ups, one
+    evaluation, the export and one stop (the recipe's first call ends it). One launch (the
+    short plan, a later round: `one`) trains for its time, the steps only a ceiling, counted
+    on from `base`, the step it resumes."""
     m = measured_throughput(state, plan)
     floor = plan.reference_min_tokens
-    if plan.reference_launches == 1:
+    if one if one is not None else plan.reference_launches == 1:
         # one launch trained for its time (the short plan): the steps are only a ceiling
-        steps = math.ceil(floor / m[2]) if m else plan.reference_steps_default
-        return {"steps": steps, "tokens": None, "basis": "time", "floor_tokens": floor,
-                "why": f"one launch trained until the stage's time is spent, at most {steps:,} "
-                "steps (the recipe's; the 8k throughput when measured sizes the "
+        ceiling = math.ceil(floor / m[2]) if m else plan.reference_steps_default
+        more = f" more than the {base:,} it resumes" if base else ""
+        return {"steps": base + ceiling, "tokens": None, "basis": "time", "floor_tokens": floor,
+                "why": f"one launch trained until the stage's time is spent, at most {ceiling:,} "
+                f"steps{more} (the recipe's; the 8k throughput when measured sizes the "
                 f"{tokens_text(floor)}-token floor); its tokens are read from its "
                 "checkpoint"}  # fmt: skip
     if m is None:
@@ -174,19 +475,24 @@ def reference_budget(state: dict[str, Any], plan: Plan) -> dict[str, Any]:
 
 
 def _launch_record(
-    state: dict[str, Any], plan: Plan, o: Outcome, step_before: int, run_dir: Path
+    state: dict[str, Any], plan: Plan, o: Outcome, start: Start, run_dir: Path
 ) -> dict[str, Any]:
-    """One launch: its seconds, the steps it trained, and its overhead (seconds not spent on
-    steps at the measured tokens/s: start-up, compile, validation, stop), which sizes later
-    launches (runs.launch_overhead_s)."""
-    trained = max((o.step or 0) - step_before, 0)
+    """One launch: where it started, its seconds, the steps it trained, the tokens behind
+    the model after it, and its overhead (seconds not spent on steps at the measured
+    tokens/s: start-up, compile, validation, stop), which sizes later launches
+    (runs.launch_overhead_s)."""
+    trained = max((o.step or 0) - start.step, 0)
     m = measured_throughput(state, plan)
     overhead = None
     if m is not None and trained:
         overhead = round(max(o.seconds - trained * m[2] / m[1], 0.0), 1)
+    t = _training(run_dir) if o.step is not None else {}
     return {"started": now_iso(), "seconds": round(o.seconds, 1), "steps": trained,
             "step": o.step, "overhead_s": overhead, "status": o.status,
-            "logged_tokens_per_s": logged_tokens_per_s(run_dir, step_before)}  # fmt: skip
+            "logged_tokens_per_s": logged_tokens_per_s(run_dir, start.step),
+            "round": state["reference"].get("round", 1), "how": start.how,
+            "start": start.text, "from_step": start.step,
+            "tokens_total": t.get("tokens_total", t.get("tokens_seen"))}  # fmt: skip
 
 
 def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:
@@ -203,7 +509,15 @@ def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:
     return round(values[len(values) // 2], 1) if values else None
 
 
-def train_cmd(config: Path, run_dir: Path, steps: int, one_launch: bool = False) -> list[str]:
+def train_cmd(
+    config: Path,
+    run_dir: Path,
+    steps: int,
+    one_launch: bool = False,
+    init_from: str | None = None,
+) -> list[str]:
+    """`vat train` of the reference (started in OUT_DIR/work: its config's data paths are
+    relative to it), `--init-from` the model it continues (choose_start) when given."""
     # one validation, at the end; a launch stopped for time (the short plan) validates every
     # 500 steps, so that its validation KL and NLL exist when it stops
     every = min(steps, VAL_EVERY_ONE_LAUNCH) if one_launch else steps
@@ -215,6 +529,7 @@ def train_cmd(config: Path, run_dir: Path, steps: int, one_launch: bool = False)
         # a SIGKILL (not the SIGINT a stop sends, which saves) loses at most a tenth
         "--checkpoint.every_n_train_steps", str(max(1, steps // 10)),
         "--ckpt_path", "last",
+        *(["--init-from", init_from] if init_from else []),
     ]  # fmt: skip
 
 
@@ -231,16 +546,17 @@ def _last_is_the_stop(run_dir: Path) -> None:
         copy_atomic(newest, newest.with_name("last.ckpt"))
 
 
-def _tokens_seen(run_dir: Path) -> int | None:
-    """The non-pad tokens the run's last checkpoint has trained on (its training record)."""
+def _training(run_dir: Path, name: str = "last.ckpt") -> dict[str, Any]:
+    """The training record of the run's checkpoint `name` (tokens_seen: the non-pad tokens
+    this run trained on; tokens_total: with those behind the model it started from, for a
+    run started `--init-from`); {} when unreadable."""
     from vat.share.checkpoint import read_checkpoint
 
     try:
-        ckpt = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        ckpt = read_checkpoint(run_dir / "checkpoints" / name)
     except VatError:
-        return None
-    tokens = ((ckpt.get("vat") or {}).get("training") or {}).get("tokens_seen")
-    return int(tokens) if tokens is not None else None
+        return {}
+    return dict((ckpt.get("vat") or {}).get("training") or {})
 
 
 def suggested_name(plan: Plan) -> str:
@@ -253,7 +569,8 @@ def suggested_name(plan: Plan) -> str:
 def export(call: Call, ckpt: Path) -> dict[str, Any]:
     """`vat export CKPT FOLDER --evaluate STS12,STSBenchmark` (the folder's own features
     scored, on its card), the suite's measurements added to the card, the folder packed as
-    OUT_DIR/reference.tar; and the line that adds it to the registry."""
+    OUT_DIR/reference.tar; and the line that adds it to the registry, or replaces the
+    shipped model of its name when it is better (registry_lines)."""
     from vat.cli.export import main as export_main
 
     name = suggested_name(call.plan)
@@ -278,6 +595,7 @@ def export(call: Call, ckpt: Path) -> dict[str, Any]:
     tar = call.out / "reference.tar"
     pack(tar, folder, arcname=name)
     size = tar.stat().st_size
+    e = ref["eval"]
     return {
         "name": name,
         "folder": str(folder),
@@ -285,10 +603,65 @@ def export(call: Call, ckpt: Path) -> dict[str, Any]:
         "folder_in_tar": name,
         "bytes": size,
         "within_16_mib": size <= MAX_OUT_FILE,
-        "registry_command": f"vat pretrained add {folder} --name {name}",
-        "registry_command_from_tar": f"tar xf {tar.name} && vat pretrained add {name} "
-        f"--name {name}",
+        **registry_lines(name, folder, tar.name, e["bleu"], e["bleu_lines"]),
     }
+
+
+def registry_lines(
+    name: str, folder: Path, tar_name: str, bleu: float, lines: int
+) -> dict[str, Any]:
+    """The line that adds the exported folder to the registry when vat ships no model of
+    its name; when it ships one, the line that replaces it (`--overwrite`) only if this
+    newstest2019 BLEU is higher than every BLEU its config.json records on as many lines
+    (measurements: the suite's, and any measured since, e.g. with the shipped float16
+    weights); else why it stays, or why the two cannot be compared. `compare` says which."""
+    from vat.share.pretrained import shipped_model
+
+    add = f"vat pretrained add {folder} --name {name}"
+    from_tar = f"tar xf {tar_name} && vat pretrained add {name} --name {name}"
+    none = {"registry_command": None, "registry_command_from_tar": None, "shipped_bleu": None}
+    try:
+        entry = shipped_model(name)
+        config = entry.config if entry is not None else None
+    except VatError as e:
+        return {**none, "compare": f"cannot compare with the shipped {name}: {e}"}
+    if config is None:
+        return {"registry_command": add, "registry_command_from_tar": from_tar,
+                "shipped_bleu": None, "compare": f"vat ships no {name} yet: add it"}  # fmt: skip
+    recorded = recorded_bleu(config)
+    same = [b for b, n in recorded if n == lines]
+    if not same:
+        why = (
+            f"its BLEU is over {recorded[0][1]} newstest2019 lines, this one over {lines}"
+            if recorded
+            else "its config.json records no newstest2019 BLEU (measurements)"
+        )
+        return {**none, "compare": f"cannot compare with the shipped {name}: {why}; it stays"}
+    old = max(same)
+    if round(bleu, 2) > old:
+        return {"registry_command": f"{add} --overwrite",
+                "registry_command_from_tar": f"{from_tar} --overwrite", "shipped_bleu": old,
+                "compare": f"newstest2019 BLEU {bleu:.2f} > the shipped {name}'s {old:.2f}: "
+                "replace it"}  # fmt: skip
+    return {**none, "shipped_bleu": old, "compare": f"newstest2019 BLEU {bleu:.2f}, not above "
+            f"the shipped {name}'s {old:.2f}: the shipped model stays"}  # fmt: skip
+
+
+def recorded_bleu(config: dict[str, Any]) -> list[tuple[float, int]]:
+    """(BLEU, lines) of every newstest2019 row an exported folder's config.json records in
+    its measurements (rows that hold no number, "n/a", are left out)."""
+    found = []
+    for m in config.get("measurements") or []:
+        for row in (m.get("rows") or []) if isinstance(m, dict) else []:
+            if not (isinstance(row, list | tuple) and len(row) == 2):
+                continue
+            hit = BLEU_ROW_RE.fullmatch(str(row[0]))
+            try:
+                if hit:
+                    found.append((float(row[1]), int(hit.group(1))))
+            except ValueError:
+                continue
+    return found
 
 
 def _folder_config(folder: Path) -> dict[str, Any]:
@@ -299,18 +672,24 @@ def _add_to_card(folder: Path, state: dict[str, Any]) -> None:
     """The suite's measurements (BLEU, the rate, STS with each pooling, the budget and the
     device) go into the folder's config.json and its card (vat.share.folder
     .record_measurements), so that `vat pretrained add` and a Hub upload keep them."""
-    ref, f = state["reference"], state.get("facts") or {}
+    ref = state["reference"]
+    f = ref.get("device") or state.get("facts") or {}
     e = ref["eval"]
     budget = ""
     if ref["tokens"]:
         budget = f" ({tokens_text(ref['tokens'])} non-pad tokens, {ref['basis'].replace('_', ' ')})"
+    n = ref.get("round", 1)
+    starts = [la["start"] for la in ref["launches"] if la.get("round", 1) == n and "start" in la]
+    began = f"; {starts[0]}" if starts else ""
+    total = ref.get("tokens_total")
+    behind = f"; {tokens_text(total)} non-pad tokens behind the model" if total else ""
     text = (
         f"`bench/gpu_suite.sh` (stage `reference`, {now_iso()}) on {f.get('device', 'n/a')}, "
-        f"torch {f.get('torch', 'n/a')}: {ref['config']} with {ref['key']} "
-        f"{ref['target_kl']:g}, {e['step']:,} steps{budget}."
+        f"torch {f.get('torch', 'n/a')}, CUDA {f.get('cuda') or 'none'}: {ref['config']} with "
+        f"{ref['key']} {ref['target_kl']:g}, {e['step']:,} steps{budget}{began}{behind}."
     )
     rows = [
-        (f"newstest2019 BLEU, greedy mu-decoding, all {e['bleu_lines']} lines", fmt(e["bleu"])),
+        (BLEU_ROW.format(n=e["bleu_lines"]), fmt(e["bleu"])),
         (f"BLEU, lines of at most {LONG_OVER} subwords", fmt(e["bleu_short"])),
         (f"BLEU, the {e['lines_long']} longer lines", fmt(e["bleu_long"])),
         (
@@ -331,11 +710,13 @@ def _add_to_card(folder: Path, state: dict[str, Any]) -> None:
 
 def check_reference_files(call: Call) -> None:
     """A report carried to a fresh machine: a reference trained (or half trained) there but
-    not exported has lost its checkpoints, so it is trained again (same steps)."""
+    not exported has lost its checkpoints, so it is trained again (same steps), unless the
+    call that trained it returned its checkpoint (the stage joins the parts, or falls back
+    to the newest weights when they are unusable)."""
     ref, st = call.state["reference"], call.state["stages"]["reference"]
     if st["status"] not in ("done", "partial") or ref["export"] is not None:
         return
-    if not (call.work / RUN).is_dir():
+    if not (call.work / RUN).is_dir() and not ref.get("checkpoint_parts"):
         st.update(status="pending", seconds=0.0)
         ref.update(trained=False, eval=None, bleu_reached=None)
         call.note("reference", "its checkpoints are gone (a fresh machine): retraining")

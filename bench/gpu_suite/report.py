@@ -100,25 +100,52 @@ def render_reference(ref: dict[str, Any]) -> list[str]:
     """The reference model: its budget and why, its launches, its scores, the BLEU bar,
     the exported folder and the line that adds it to the registry."""
     lines = ["", "## The reference model", ""]
+    for r in ref.get("rounds") or []:  # each call that names the reference adds its tokens
+        lines.append(f"- round {r['round']}: finished at step {r['step']:,}, "
+                     f"{tokens_text(r['tokens_total'])} tokens behind the model, "
+                     f"BLEU {fmt(r['bleu'])}")  # fmt: skip
     if ref["steps"] is None:
-        return [*lines, "Not started."]
+        return [*lines, *([""] if ref.get("rounds") else []), "Not started."]
+    if ref.get("rounds"):
+        lines.append("")
     tokens = f"{tokens_text(ref['tokens'])} non-pad tokens" if ref["tokens"] else "no token count"
     basis = {"floor": f"the {tokens_text(ref['floor_tokens'])}-token floor",
              "time_share": "the stage's time share (less than the floor)",
              "default": "the default steps (no throughput measured)",
              "time": "one launch, trained for the stage's time"}[ref["basis"]]  # fmt: skip
     at_most = "at most " if ref["basis"] == "time" else ""
+    n = ref.get("round", 1)
     lines += [
-        f"`{ref['config']}`, {ref['key']} {ref['target_kl']:g}: **{at_most}{ref['steps']:,} steps, "
+        f"`{ref['config']}`, {ref['key']} {ref['target_kl']:g}"
+        f"{f', round {n}' if n > 1 else ''}: **{at_most}{ref['steps']:,} steps, "
         f"{tokens}: {basis}** ({ref['why']}).",
         "",
     ]
+    dev = ref.get("device")
+    if dev:
+        lines += [f"On {dev['device']}, torch {dev['torch']}, CUDA {dev['cuda'] or 'none'} (the "
+                  "stage's own record).", ""]  # fmt: skip
     for i, la in enumerate(ref["launches"], 1):
         logged = la.get("logged_tokens_per_s")
         speed = f"; vat's log: {logged:,.0f} tokens/s" if logged is not None else ""
         overhead = fmt(la["overhead_s"], ".0f")
-        lines.append(f"- launch {i}: {la['steps']:,} steps in {la['seconds']:.0f} s "
-                     f"(overhead {overhead} s{speed}), {la['status']}")  # fmt: skip
+        start = f"{la['start']}; " if la.get("start") else ""
+        behind = la.get("tokens_total")
+        behind = f"; {tokens_text(behind)} tokens behind the model" if behind else ""
+        rnd = f" (round {la['round']})" if "round" in la else ""
+        lines.append(f"- launch {i}{rnd}: {start}{la['steps']:,} steps in {la['seconds']:.0f} s "
+                     f"(overhead {overhead} s{speed}), {la['status']}{behind}")  # fmt: skip
+    if ref.get("tokens_total"):
+        lines += ["", f"**{tokens_text(ref['tokens_total'])} non-pad tokens behind the model** "
+                  "(this run's tokens and those behind the model it started from)."]  # fmt: skip
+    parts = ref.get("checkpoint_parts")
+    if parts:
+        sizes = " + ".join(f"{p['bytes'] / 2**20:.1f}" for p in parts["parts"])
+        lines += ["", f"Its checkpoint at step {parts['step']:,} ({parts['bytes'] / 2**20:.1f} "
+                  f"MiB, the optimizer's state included) travels as {len(parts['parts'])} "
+                  f"part(s) of {sizes} MiB (`{parts['parts'][0]['name']}`, ...; sizes and "
+                  "SHA-256 in gpu_report.json): copied back with the report, the next call "
+                  "resumes it exactly."]  # fmt: skip
     e = ref["eval"]
     if e is None:
         return [*lines, "", "Not evaluated yet."]
@@ -143,12 +170,17 @@ def render_reference(ref: dict[str, Any]) -> list[str]:
     a = ref["export"]
     if a is None:
         return [*lines, "", "Not exported yet."]
-    return [
-        *lines,
+    lines += [
         "",
         f"Exported: `{a['file']}` ({a['bytes'] / 2**20:.1f} MiB; `tar xf {a['file']}` gives "
-        f"`{a['folder_in_tar']}/`, whose card README.md holds these scores). Add it to the "
-        "shipped-model registry:",
+        f"`{a['folder_in_tar']}/`, whose card README.md holds these scores).",
+    ]
+    if a.get("compare"):
+        lines += ["", f"The shipped-model registry: {a['compare']}."]
+    if a["registry_command"] is None:
+        return lines
+    return [
+        *lines,
         "",
         "```bash",
         f"{a['registry_command']}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 import subprocess
 import time
@@ -37,6 +38,9 @@ class TrainRun:
     """The whole `vat train ... --ckpt_path last` command."""
     steps: int
     log: Path
+    cwd: Path | None = None
+    """Where it runs (default: the checkout); the reference runs in OUT_DIR/work, which its
+    config's data paths are relative to (call.DATA_LINK)."""
 
 
 @dataclass
@@ -75,13 +79,19 @@ def launch_overhead_s(state: dict[str, Any], plan: Plan) -> float:
     return max([plan.startup_s, *measured])
 
 
-def prepare_data(call: Call, config: Path) -> None:
+def prepare_data(call: Call, config: Path, cwd: Path | None = None) -> None:
     """The tokenizer and tokenized cache of `config`, once, before runs read them (in the
-    stage's clock: the caller counts it)."""
+    stage's clock: the caller counts it); in `cwd` when the config's paths are relative to
+    it (the reference's)."""
     from vat.cli.train import prepare_data as vat_prepare
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = vat_prepare(["-c", str(config), "--run_dir", str(call.work / ".prepare")])
+    here = os.getcwd()
+    try:
+        os.chdir(cwd or here)
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = vat_prepare(["-c", str(config), "--run_dir", str(call.work / ".prepare")])
+    finally:
+        os.chdir(here)
     if rc != 0:
         raise VatError(f"preparing the data of {config} failed (exit {rc})")
 
@@ -102,7 +112,7 @@ def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str,
                 shutil.rmtree(r.run_dir)
                 call.note(stage, f"{r.name}: no checkpoint from its earlier start (stopped or "
                                  "killed before its first one): started afresh")  # fmt: skip
-            started[r.name] = (spawn(r.cmd, r.log, plan), time.monotonic())
+            started[r.name] = (spawn(r.cmd, r.log, plan, r.cwd), time.monotonic())
         ended: dict[str, float] = {}  # when each process was seen to end
 
         def seen() -> None:

@@ -15,8 +15,13 @@ it here (the smoke suite's test checks a full report against it)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from bench.gpu_suite.carry import PART_RE
+
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
 class Broken(Exception):
@@ -87,6 +92,17 @@ class OneOf(Spec):
     def check(self, value: Any, field: str) -> None:
         if value not in self.values or not isinstance(value, str):
             raise Broken(field, f"one of {', '.join(self.values)}")
+
+
+class Match(Spec):
+    """A string the whole of which `pattern` (a compiled regex) matches; `what` says it."""
+
+    def __init__(self, pattern: Any, what: str) -> None:
+        self.pattern, self.what = pattern, what
+
+    def check(self, value: Any, field: str) -> None:
+        if not isinstance(value, str) or not self.pattern.fullmatch(value):
+            raise Broken(field, self.what)
 
 
 class Null(Spec):
@@ -286,9 +302,18 @@ LAUNCH = Obj(
         "overhead_s": Null(SECONDS),
         "status": OneOf("trained", "interrupted", "failed"),
     },
-    # vat's own train/tokens_per_s over the launch's second half (its log): vat's loop speed
-    # with the reference's recipe (compiled, bf16) when the throughput stage has not run
-    {"logged_tokens_per_s": Null(NON_NEGATIVE)},
+    {
+        # vat's own train/tokens_per_s over the launch's second half (its log): vat's loop
+        # speed with the reference's recipe (compiled, bf16) when the throughput stage has
+        # not run
+        "logged_tokens_per_s": Null(NON_NEGATIVE),
+        # where it started (reference.choose_start) and the tokens behind the model after it
+        "round": Num(1, whole=True),
+        "how": OneOf("resumed", "init_from", "scratch"),
+        "start": STR,
+        "from_step": COUNT,
+        "tokens_total": Null(NON_NEGATIVE),
+    },
 )
 EXPORTED = Obj(
     {
@@ -298,10 +323,36 @@ EXPORTED = Obj(
         "folder_in_tar": STR,
         "bytes": COUNT,
         "within_16_mib": BOOL,
-        "registry_command": STR,
-        "registry_command_from_tar": STR,
+        # null: vat ships a model of that name that this one does not beat (`compare` says)
+        "registry_command": Null(STR),
+        "registry_command_from_tar": Null(STR),
+    },
+    {"compare": STR, "shipped_bleu": Null(BLEU)},
+)
+# The checkpoint's parts (carry.py): their names are read and written in OUT_DIR, so only the
+# suite's own names pass (never a path)
+PART = Obj(
+    {
+        "name": Match(PART_RE, "reference.ckpt.partN (N from 1)"),
+        "bytes": COUNT,
+        "sha256": Match(SHA256_RE, "64 hex digits"),
     }
 )
+PARTS = Obj(
+    {
+        "file": OneOf("last.ckpt", "on_exception.ckpt"),
+        "step": COUNT,
+        "bytes": COUNT,
+        "sha256": Match(SHA256_RE, "64 hex digits"),
+        "parts": List(PART, nonempty=True),
+    }
+)
+ROUND = Obj(
+    {"round": Num(1, whole=True), "step": COUNT, "tokens_total": Null(NON_NEGATIVE),
+     "bleu": BLEU},
+    {"ended": STR},
+)  # fmt: skip
+DEVICE = Obj({"device": STR, "torch": STR, "cuda": Null(STR)})
 REFERENCE = Obj(
     {
         "config": STR,
@@ -318,6 +369,14 @@ REFERENCE = Obj(
         "bleu_min": BLEU,
         "bleu_reached": Null(BOOL),
         "export": Null(EXPORTED),
+    },
+    {  # reference.begin_round, choose_start, _carry_checkpoint (absent in older reports)
+        "round": Num(1, whole=True),
+        "rounds": List(ROUND),
+        "from_step": COUNT,
+        "tokens_total": Null(NON_NEGATIVE),
+        "device": Null(DEVICE),
+        "checkpoint_parts": Null(PARTS),
     },
     rules=[
         ("basis", "set once the steps are (floor, time_share, default or time)",

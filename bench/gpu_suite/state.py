@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.gpu_suite import (
     artefacts,
+    carry,
     facts,
     frontier_eval,
     frontier_train,
@@ -138,12 +139,17 @@ class Suite(Call):
         self.budget = budget
         self.failed: list[str] = []
 
-    def run(self, stages: Sequence[str]) -> int:
+    def run(self, stages: Sequence[str], again: bool = False) -> int:
+        """The `stages` not done, in order. `again`: the call named the reference in
+        --stages, and a finished reference is trained further (reference.begin_round)."""
         if self.plan.smoke:  # tiny shapes: a second thread only spins on a shared CPU
             import torch
 
             torch.set_num_threads(1)
+        since = time.time()  # files older than this are an earlier call's (make_room)
         self.write_config()
+        if again and "reference" in stages:
+            reference.begin_round(self)
         reference.check_reference_files(self)
         frontier_train.check_frontier_files(self)
         call = {
@@ -165,7 +171,14 @@ class Suite(Call):
             rc = 130
         rc = rc or (1 if self.failed else 0)
         call["exit"] = rc
+        if not self.parts_written:  # a seed's parts, or an earlier call's: not returned again
+            carry.remove_parts(self.out)
         write_outputs(self)
+        moved = self.make_room(since)
+        if moved:
+            self.note("reference", f"{', '.join(moved)}: returned by an earlier call, moved to "
+                      "work/returned/ (a call returns at most 8 files, 64 MiB)")  # fmt: skip
+            write_outputs(self)
         return rc
 
     def _run_stages(self, todo: list[str], call: dict[str, Any]) -> int:
