@@ -482,3 +482,6 @@ def test_default_corpus_is_the_recorded_training_text(tiny_ckpt, tmp_path, monke
     assert training_text(absolute) == folder / "train.txt"
     lines, name, note = corpus_lines(args, dataclasses.replace(loaded, train_files=["gone.txt"]))
     assert lines is None and "training text (gone.txt) is not readable here" in note
+    many = dataclasses.replace(loaded, train_files=[f"gone{i}.txt" for i in range(12)])
+    lines, name, note = corpus_lines(args, many)  # the first file, not a dozen, in the note
+    assert "(gone0.txt and 11 more)" in note and "gone5.txt" not in note.split(";")[0]

@@ -98,7 +98,10 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
     else:
         path, why = _training_text(loaded)
         if path is None:
-            recorded = ", ".join(loaded.train_files) or "none"
+            files = [str(f) for f in loaded.train_files]
+            # the first file names the text; a dozen more would fill the terminal
+            recorded = (files[0] + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+                        if files else "none")  # fmt: skip
             where = f" ({why})" if why else ""
             return (
                 None,
