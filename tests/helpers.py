@@ -79,6 +79,23 @@ def train_main(args: list[str], capsys) -> tuple[int, list[str]]:
     return code, capsys.readouterr().err.strip().splitlines()
 
 
+def train_captured(args: list[str]) -> tuple[int, list[str]]:
+    """`vat train` in-process with stderr captured here, not by pytest's capsys (which module
+    fixtures cannot take): exit code and stderr lines."""
+    import contextlib
+    import io
+
+    from vat.cli.train import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as e:  # the argument parser exits by itself
+            code = e.code
+    return code, err.getvalue().strip().splitlines()
+
+
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every TensorBoard scalar of a run: tag -> [(step, value), ...]."""
     ea = EventAccumulator(str(run_dir))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from helpers import TINY, export_folder, fit_args, scalars
+from helpers import TINY, export_folder, fit_args, scalars, train_captured
 
 from vat.share.checkpoint import read_checkpoint
 
@@ -33,32 +33,15 @@ def source(tmp_path_factory) -> tuple[Path, Path, float]:
     `vat train validate --ckpt_path` measures it."""
     tmp = tmp_path_factory.mktemp("init_from")
     cache = tmp / "cache"
-    code, err = _train(fit_args(tmp / "src", cache, "--trainer.max_steps", "4"))
+    code, err = train_captured(fit_args(tmp / "src", cache, "--trainer.max_steps", "4"))
     assert code == 0, err
     ckpt = tmp / "src" / "checkpoints" / "last.ckpt"
     return ckpt, cache, _own_nll(ckpt, cache, tmp / "val")
 
 
-def _train(args: list[str]) -> tuple[int, list[str]]:
-    """`vat train` in-process, stderr captured by the file descriptor (module fixtures have no
-    capsys)."""
-    import contextlib
-    import io
-
-    from vat.cli.train import main
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            code = main(args)
-        except SystemExit as e:
-            code = e.code
-    return code, err.getvalue().strip().splitlines()
-
-
 def _own_nll(ckpt: Path, cache: Path, run: Path) -> float:
     """The val NLL of `ckpt` on the tiny config's data, as `vat train validate` measures it."""
-    code, err = _train(
+    code, err = train_captured(
         ["validate", "-c", TINY, "--run_dir", str(run), "--data.cache_dir", str(cache)]
         + ["--ckpt_path", str(ckpt)]
     )
@@ -84,7 +67,9 @@ def test_the_first_validation_is_the_models_own(source, tmp_path, form):
     if form == "exported folder":
         export_folder(ckpt, model)
     run = tmp_path / "run"
-    code, err = _train(fit_args(run, cache, "--trainer.max_steps", "2", "--init-from", str(model)))
+    code, err = train_captured(
+        fit_args(run, cache, "--trainer.max_steps", "2", "--init-from", str(model))
+    )
     assert code == 0, err
     said = [ln for ln in err if "--init-from" in ln]
     assert len(said) == 1 and "start fresh" in said[0], err
@@ -102,10 +87,10 @@ def test_a_continued_run_learns_and_its_resume_keeps_the_record(source, tmp_path
     run = tmp_path / "run"
     # the source trained 4 steps from nothing: 16 more on the same lines must lower its NLL
     common = ["--init-from", str(ckpt)]
-    code, err = _train(fit_args(run, cache, "--trainer.max_steps", "8", *common))
+    code, err = train_captured(fit_args(run, cache, "--trainer.max_steps", "8", *common))
     assert code == 0, err
     first = read_checkpoint(run / "checkpoints" / "last.ckpt")["vat"]["training"]
-    code, err = _train(
+    code, err = train_captured(
         fit_args(run, cache, "--trainer.max_steps", "16", *common, "--ckpt_path", "last")
     )
     assert code == 0, err
@@ -123,7 +108,7 @@ def test_a_checkpoint_of_this_run_is_resumed_not_continued(source, tmp_path):
     ckpt, cache, _ = source
     run = tmp_path / "src"
     shutil.copytree(ckpt.parent.parent, run)
-    code, err = _train(
+    code, err = train_captured(
         fit_args(run, cache, "--trainer.max_steps", "6")
         + ["--init-from", str(run / "checkpoints" / "last.ckpt")]
     )
@@ -145,7 +130,7 @@ def test_a_checkpoint_of_this_run_is_resumed_not_continued(source, tmp_path):
 )
 def test_a_setting_against_the_model_is_one_line(source, tmp_path, option, message):
     ckpt, cache, _ = source
-    code, err = _train(fit_args(tmp_path / "run", cache, "--init-from", str(ckpt), *option))
+    code, err = train_captured(fit_args(tmp_path / "run", cache, "--init-from", str(ckpt), *option))
     assert code == 2 and len(err) == 1 and message in err[0], err
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
@@ -160,7 +145,7 @@ def test_keys_left_at_their_defaults_take_the_models_values(source, tmp_path):
     (tmp_path / "plain.yaml").write_text(yaml.safe_dump(cfg))
     run = tmp_path / "run"
     args = ["fit", "-c", str(tmp_path / "plain.yaml"), "--run_dir", str(run)]
-    code, err = _train([*args, "--data.cache_dir", str(cache), "--init-from", str(ckpt)])
+    code, err = train_captured([*args, "--data.cache_dir", str(cache), "--init-from", str(ckpt)])
     assert code == 0, err
     assert _val(run)[0][1] == pytest.approx(own_nll, **SAME)
     arch = read_checkpoint(run / "checkpoints" / "last.ckpt")["hyper_parameters"]["arch"]
@@ -177,7 +162,7 @@ def test_a_shipped_model_continues_without_writing_into_the_registry(tmp_path):
     entry = named_shipped("demo-wordnet-d64")
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in entry.folder.iterdir()}
     run = tmp_path / "run"
-    code, err = _train(
+    code, err = train_captured(
         ["fit", "-c", str(ROOT / "vat" / "configs" / "continue_cpu.yaml"), "--run_dir", str(run)]
         + ["--data.cache_dir", str(tmp_path / "cache"), "--init-from", "demo-wordnet-d64"]
         + ["--trainer.max_steps", "2", "--trainer.limit_val_batches", "1"]
@@ -211,7 +196,7 @@ def test_a_hub_id_continues_from_the_hub_cache(source, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
     assert not (ROOT / "someone").exists()  # else the id would be read as a mistyped path
     run = tmp_path / "run"
-    code, err = _train(
+    code, err = train_captured(
         fit_args(run, cache, "--trainer.max_steps", "2", "--init-from", "someone/vat-tiny")
     )
     assert code == 0, err
@@ -222,7 +207,7 @@ def test_a_hub_id_continues_from_the_hub_cache(source, tmp_path, monkeypatch):
 
 def test_init_from_is_for_training_only(source, tmp_path):
     ckpt, cache, _ = source
-    code, err = _train(
+    code, err = train_captured(
         ["validate", "-c", TINY, "--run_dir", str(tmp_path / "v"), "--init-from", str(ckpt)]
     )
     assert code == 2 and len(err) == 1 and "starts a training run" in err[0], err

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from conftest import ASSETS
-from helpers import fit_args, train_main
+from helpers import fit_args, train_captured, train_main
 
 from vat.share.checkpoint import read_checkpoint
 from vat.train.run_dir import MANIFEST_NAME
@@ -35,25 +35,9 @@ def one_step(tmp_path_factory, cache):
     """A finished 1-step run without validation (tests work on copies)."""
     run = tmp_path_factory.mktemp("settings") / "run"
     args = fit_args(run, cache, "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0")
-    code, err = _fit(args)
+    code, err = train_captured(args)
     assert code == 0, err
     return run, err
-
-
-def _fit(args: list[str]) -> tuple[int, list[str]]:
-    """train_main without pytest's capsys (module fixtures cannot take it)."""
-    import contextlib
-    import io
-
-    from vat.cli.train import main
-
-    buf = io.StringIO()
-    with contextlib.redirect_stderr(buf):
-        try:
-            code = main(args)
-        except SystemExit as e:
-            code = e.code
-    return code, buf.getvalue().strip().splitlines()
 
 
 @pytest.mark.parametrize(

@@ -286,6 +286,19 @@ class VATCLI(LightningCLI):
         if start is not None and rd.is_global_rank_zero():
             init_from.say(init_from.start_line(start))
 
+    def _no_best_checkpoint(self, cfg, no_val_data: bool) -> None:
+        """Without validation nothing is logged to --best_monitor: the best checkpoint is
+        dropped with a note (not Lightning's warning about a missing key at every save)."""
+        why = (
+            "the data holds no validation sentences"
+            if no_val_data
+            else "--trainer.limit_val_batches 0 turns validation off"
+        )
+        if cfg.best_monitor == "val/stsb_spearman":
+            raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
+        self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if c is not self._best]
+        print(f"vat: {why}: no best checkpoint on {cfg.best_monitor} is kept", file=sys.stderr)
+
 
 def _check_devices(accelerator, devices) -> None:
     """A GPU asked for where there is none, or more than there are: one line about what was
