@@ -425,6 +425,8 @@ def test_the_gpu_model_scores_its_card_on_sts12_with_the_shipped_weights(
     recorded = json.loads((PACKAGE_SHIPPED_DIR / WMT / "config.json").read_text())["evaluation"]
     card = next(e["value"] for e in recorded if e["task"] == "STS12")
     got = json.loads(out.read_text())["_scores"]["STS12"]["value"]
-    assert f"{got:.2f}" == f"{card:.2f}" == "52.78", (got, card)
+    # within half a unit of the card's "52.78": float16 gave 52.7753 against float32's 52.7778
+    # here; a hard rounding check would hang on 0.0003 of BLAS kernel noise
+    assert f"{card:.2f}" == "52.78" and abs(got - card) <= 0.005, (got, card)
     assert vat_main(["generate", "reconstruct", "--model", WMT, "A man plays a guitar."]) == 0
     assert capsys.readouterr().out == "A man plays a guitar.\n"
