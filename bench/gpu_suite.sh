@@ -6,10 +6,10 @@
 # ("Offline GPU nodes and the GPU suite"), BENCHMARKS.md ("The GPU suite").
 #
 #   bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
-#   bench/gpu_suite.sh --plan short ... OUT_DIR   # 15 minutes of a lent GPU (plan.RECIPE_SHORT)
+#   bench/gpu_suite.sh --plan short ... OUT_DIR   # 15 minutes of a GPU allocation (plan.RECIPE_SHORT)
 #   bench/gpu_suite.sh --smoke OUT_DIR        # every stage on CPU, tiny shapes
 #
-# One call of a lent machine (README's recipe; bench/gpu_suite/plan.py, RECIPE), three more
+# One call of an allocated machine (README's recipe; bench/gpu_suite/plan.py, RECIPE), three more
 # options, handled here (OUT_DIR must then be the last argument):
 #   --bundle DIR        install the offline bundle DIR first (no index, into /tmp/site) and
 #                       read the data from DIR/data

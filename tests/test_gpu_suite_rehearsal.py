@@ -122,7 +122,7 @@ def _simulate(plan, recipe):
     return got
 
 
-def test_the_recipe_fits_the_lent_gpu_and_gives_each_stage_its_share():
+def test_the_recipe_fits_the_gpu_allocation_and_gives_each_stage_its_share():
     """The old recipe gave frontier_train 525 s + 195 s (two starts, two recompiles) for
     steps sized to 720 s. Now: every stage gets its whole share; the frontier in one call
     (its steps are sized to that call); the reference in plan.reference_launches calls;

@@ -24,7 +24,7 @@ orchestrates):
 6. artefacts.py: the frontier's best-STS and best-BLEU runs exported, one .tar each.
 
 Around them: plan.py (what each mode runs: the GPU suite or --smoke; the time shares and
-their arithmetic; the recipes for a lent GPU, three calls in 30 minutes and two in 15; the
+their arithmetic; the recipes for a GPU allocation, three calls in 30 minutes and two in 15; the
 data and packages it needs),
 call.py (what a stage works with: OUT_DIR, its work folder, the state, notes), carry.py (the
 reference's checkpoint split into parts that come back from a call, and joined on the next
@@ -35,6 +35,6 @@ budget, the runner), schema.py (what each field of the report holds: a report re
 checked against it before any stage runs), report.py (gpu_report.md, the plot, and the
 logs with each run's TensorBoard curves), __main__.py (the command line, its exit codes and
 recipes). bench/gpu_suite.sh runs this
-folder, and for one call of a lent machine also installs the bundle, stops the suite before
+folder, and for one call of an allocated machine also installs the bundle, stops the suite before
 the call's limit and copies its files out (--bundle, --call-limit-s, --copy-to).
 """

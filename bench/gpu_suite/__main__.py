@@ -3,7 +3,7 @@
 Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed first):
 
 - one call, a cluster user with 25 minutes:  bench/gpu_suite.sh --budget-min 24 results/gpu
-- a lent GPU with 10-minute commands and 30 minutes in all: plan.RECIPE's three calls back
+- a GPU allocation with 10-minute commands and 30 minutes in all: plan.RECIPE's three calls back
   to back (plan.recipe_command prints each; the arithmetic is in plan.py);
 - with 15 minutes in all: plan.RECIPE_SHORT's two calls, `--plan short`.
 
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="bench/gpu_suite.sh",
         description="The GPU suite (issues 22, 31): device facts, throughput side by side, a "
         "reference model, the rate frontier and its artefacts, within a time budget, "
-        "resumable in OUT_DIR. For one call of a lent machine, bench/gpu_suite.sh also takes "
+        "resumable in OUT_DIR. For one call of an allocated machine, bench/gpu_suite.sh also takes "
         "--bundle DIR, --call-limit-s N and --copy-to DIR (see its header).",
     )
     p.add_argument("out_dir", metavar="OUT_DIR", help="report, artefacts and state (work/)")
@@ -75,9 +75,9 @@ def _parser() -> argparse.ArgumentParser:
         "--plan",
         choices=sorted(PLANS),
         default="full",
-        help="the stages' time shares: full (default; 30 minutes of a lent GPU in three calls, "
-        "or one 24-minute call) or short (15 minutes of a lent GPU: the reference alone in one "
-        "launch, then facts and the 8k throughput; plan.RECIPE_SHORT)",
+        help="the stages' time shares: full (default; a 30-minute GPU allocation in three "
+        "calls, or one 24-minute call) or short (a 15-minute allocation: the reference alone in "
+        "one launch, then facts and the 8k throughput; plan.RECIPE_SHORT)",
     )
     p.add_argument("--smoke", action="store_true", help="every stage on CPU with tiny shapes")
     p.add_argument(

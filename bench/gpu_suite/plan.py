@@ -1,5 +1,5 @@
 """What each mode runs (the GPU suite, or --smoke on CPU), the time each stage gets, the
-three-call recipe for a lent GPU, and the data and packages the suite needs.
+three-call recipe for a GPU allocation, and the data and packages the suite needs.
 
 A missing data file or Python package is a one-line error naming the offline bundle
 (scripts/offline_bundle.py reads `data_patterns` to know what to copy)."""
@@ -221,7 +221,7 @@ def gpu_plan() -> Plan:
 
 
 def short_gpu_plan() -> Plan:
-    """The plan for a lent GPU with 15 minutes of device time (RECIPE_SHORT): the reference
+    """The plan for a GPU allocation with 15 minutes of device time (RECIPE_SHORT): the reference
     first and alone, in one launch trained until its call's time is spent (a second launch
     would pay the start-up and the compile again), then the device facts and the 8k
     throughput side by side, eager first (its compiled twin needs about 210 s: data, two
@@ -246,7 +246,7 @@ user's 25-minute allocation) or the short one (15 minutes of device time)."""
 
 def make_plan(name: str, smoke: bool) -> Plan:
     """PLANS[name], or with --smoke the CPU plan run the same way (the short plan's one
-    launch of the reference), so that the smoke suite checks the code a lent GPU runs."""
+    launch of the reference), so that the smoke suite checks the code a GPU allocation runs."""
     if not smoke:
         return PLANS[name]()
     p = smoke_plan()
@@ -330,7 +330,7 @@ def smoke_plan() -> Plan:
     )
 
 
-# -- the recipe for a lent GPU: 30 minutes of device time in 10-minute calls ---------------
+# -- the recipe for a GPU allocation: 30 minutes of device time in 10-minute calls ---------------
 @dataclass(frozen=True)
 class RecipeCall:
     budget_min: float
@@ -340,7 +340,7 @@ class RecipeCall:
 
 
 DEVICE_S = 30 * 60
-"""The lent GPU's device time for a session, counted from asking for the machine (its start
+"""The allocation's device time for a session, counted from asking for the machine (its start
 included) until it is given back, idle time between calls included."""
 CALL_LIMIT_S = 600
 """One call's command is killed after this long (and nothing of it comes back unless it has
@@ -359,7 +359,7 @@ limit: its runs save their state (plan.stop_grace_s, 20 s), the report is writte
 SIGKILL 28 s after the SIGINT still leaves the files copied before the call is killed."""
 
 # The arithmetic (GPU plan, at the issue's 1.2M non-pad tokens/s for vat's loop at 8k; the
-# plain loop measured 1.28M on the lent H100):
+# plain loop measured 1.28M on the H100):
 #
 # - reference, 720 s in two calls: 600M tokens = 500 s of training, + 2 starts (calls 1 and
 #   2) x 60 s + 45 s evaluation + 30 s export + 20 s to stop it at the end of call 1 = 695 s.
@@ -410,7 +410,7 @@ RECIPE_SHORT = (
         "facts 30 s + the 8k throughput, eager first (90 s)",
     ),
 )
-"""The recipe for a lent GPU with 15 minutes of device time (today's lease), with the short
+"""The recipe for a GPU allocation with 15 minutes of device time, with the short
 plan (`--plan short`). Device time: 120 s start + 2 x 40 s overhead + (525 + 120) s of suite
 budget + 25 s gap = 870 s of 900. Call 1 is the longest the 10-minute limit allows: 15 s
 install + 525 s + 10 s <= 600 s less the 40-s guard. If call 1 leaves the reference
