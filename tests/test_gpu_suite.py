@@ -835,7 +835,7 @@ def test_a_broken_run_record_fails_its_stage_in_one_line(tmp_path):
 
 # -- the short plan (15 minutes of a GPU allocation): the reference in one launch ------------------
 def test_short_plan_runs_the_reference_in_one_launch_and_fits_fifteen_minutes():
-    """plan.RECIPE_SHORT: two calls inside the lease's 15 minutes (start, overheads and the
+    """plan.RECIPE_SHORT: two calls inside the allocation's 15 minutes (start, overheads and the
     gap counted), call 1 inside the 10-minute command limit less the guard, the reference's
     share the whole of call 1, and the 8k eager variant first (it fits call 2)."""
     from bench.gpu_suite.plan import (

@@ -165,7 +165,7 @@ def test_readme_gives_the_recipe_of_plan_py():
     assert f"{recipe_device_s():,.0f} s" in section
     for line in section.splitlines():  # the old recipe's `; find ... $OUT` hid the exit code
         assert not re.search(r";\s*find .*\$OUT", line), line
-    # the 15-minute lease: plan.RECIPE_SHORT, with --plan short, and its device time
+    # the 15-minute allocation: plan.RECIPE_SHORT, with --plan short, and its device time
     for i, call in enumerate(RECIPE_SHORT, 1):
         assert recipe_command(call, "short") in section, f"short call {i}"
     assert f"= {recipe_device_s(RECIPE_SHORT):,.0f} s of the {DEVICE_S_SHORT:,} s" in section
