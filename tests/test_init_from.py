@@ -211,3 +211,9 @@ def test_init_from_is_for_training_only(source, tmp_path):
         ["validate", "-c", TINY, "--run_dir", str(tmp_path / "v"), "--init-from", str(ckpt)]
     )
     assert code == 2 and len(err) == 1 and "starts a training run" in err[0], err
+
+
+def test_an_empty_init_from_is_one_line_not_ignored(tmp_path):
+    code, err = train_captured(fit_args(tmp_path / "run", None, "--init-from", ""))
+    assert code == 2 and len(err) == 1 and "--init-from: is empty" in err[0], err
+    assert not (tmp_path / "run").exists()

@@ -166,7 +166,7 @@ class VATCLI(LightningCLI):
         check_input_paths(self.config[sub], given, checkout_root())
         read = self._checkpoint_io().read
         self._init: init_from.Source | None = None
-        if self.config[sub].get("init_from"):
+        if self.config[sub].get("init_from") is not None:
             if sub != "fit":
                 raise VatError(
                     f"--init-from starts a training run (vat train fit), not `vat train {sub}`; "
