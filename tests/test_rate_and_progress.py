@@ -114,17 +114,79 @@ def test_controller_holds_a_toy_rate_at_the_target():
 
 def test_controller_weight_rises_when_the_rate_is_above_target():
     ctrl = KLController(2.0, kp=0.5, ki=0.1, initial=0.01, w_min=1e-4, w_max=1.0)
-    ctrl.update(torch.tensor(4.0))  # error +1
-    assert ctrl.weight.item() == pytest.approx(0.01 * math.exp(0.5 + 0.1))
+    ctrl.update(torch.tensor(2.0 * math.exp(0.4)))  # log-ratio error +0.4, within the clip
+    assert ctrl.weight.item() == pytest.approx(0.01 * math.exp(0.5 * 0.4 + 0.1 * 0.4))
     for _ in range(1000):
         ctrl.update(torch.tensor(4.0))
     assert ctrl.weight.item() == pytest.approx(
         1.0
     )  # clamped at w_max; the integral did not wind up
-    ctrl.update(torch.tensor(0.0))  # error -1: leaves the bound at once
+    ctrl.update(torch.tensor(0.0))  # error -1 (log 0 = -inf, clipped): leaves the bound at once
     assert ctrl.weight.item() < 1.0
     ctrl.update(torch.tensor(float("nan")))  # a non-finite rate leaves the state as it is
     assert math.isfinite(ctrl.weight.item())
+
+
+def test_relative_error_is_the_earlier_controller():
+    """`relative` with no clip: e = (KL - target) / target, as before the log-ratio."""
+    ctrl = KLController(2.0, 0.5, 0.1, 0.01, 1e-4, 1.0, error_kind="relative", max_error=None)
+    ctrl.update(torch.tensor(4.0))  # error +1
+    assert ctrl.weight.item() == pytest.approx(0.01 * math.exp(0.5 + 0.1))
+
+
+def _step_response(ctrl, kl: float, steps: int) -> list[float]:
+    out = []
+    for _ in range(steps):
+        ctrl.update(torch.tensor(kl))
+        out.append(ctrl.weight.item())
+    return out
+
+
+def test_step_in_kl_closed_form():
+    """The reference recipe's start: an untrained encoder's KL, 900 nats per token, 45 times
+    the target of 20, from the first step. With kp = 0 the log weight after t steps is
+    log w0 + ki * t * e (until the clamp): the clipped log-ratio has e = 1, so the weight
+    grows by exp(0.01) per step and needs ln(10 / 0.001) / 0.01 = 921.03 steps to reach the
+    clamp; the earlier relative error, e = 44, reached it in ln(1e4) / 0.44 = 20.9 steps."""
+    args = dict(target=20.0, kp=0.0, ki=0.01, initial=1e-3, w_min=1e-5, w_max=10.0)
+    new = _step_response(KLController(**args), 900.0, 1000)
+    for t in (1, 10, 100, 921):
+        assert new[t - 1] == pytest.approx(1e-3 * math.exp(0.01 * t), rel=1e-9)
+    assert new[921] == pytest.approx(10.0)  # step 922: at the clamp
+    assert max(new[:100]) < 1e-3 * math.e * (1 + 1e-9)  # far below the clamp for 100 steps
+    old = _step_response(KLController(**args, error_kind="relative", max_error=None), 900.0, 30)
+    assert old[19] == pytest.approx(1e-3 * math.exp(0.01 * 44 * 20), rel=1e-9)  # step 20
+    assert old[20] == pytest.approx(10.0)  # step 21: clamped
+
+
+def test_step_down_is_as_fast_as_the_step_up():
+    """Clipped at +-1, a KL far below the target (a collapse, 0.06 nats per token against
+    20) lowers the log weight by ki per step, exactly as a KL far above raised it: 100 steps
+    up, 100 steps down, back at the start. The earlier relative error is bounded by -1 below
+    the target but not above: the same 100 steps up took it to the clamp, and the way down
+    from there needs ln(10 / 0.001) / 0.01 / 0.997 = 924 steps."""
+    ctrl = KLController(20.0, 0.0, 0.01, 1e-3, 1e-5, 10.0)
+    _step_response(ctrl, 900.0, 100)
+    down = _step_response(ctrl, 0.06, 100)
+    assert down[-1] == pytest.approx(1e-3, rel=1e-9)
+    old = KLController(20.0, 0.0, 0.01, 1e-3, 1e-5, 10.0, error_kind="relative", max_error=None)
+    _step_response(old, 900.0, 100)
+    e = (0.06 - 20.0) / 20.0
+    old_down = _step_response(old, 0.06, 924)
+    assert old_down[99] == pytest.approx(10.0 * math.exp(0.01 * e * 100), rel=1e-9)
+    assert old_down[99] > 3.0  # still near the clamp after 100 steps of collapse
+    assert old_down[-1] < 1.01e-3
+
+
+def test_log_ratio_is_the_relative_error_near_the_target():
+    """Small errors: log(1 + x) = x - x^2 / 2 + ...: the gains mean what they meant."""
+    for x in (0.01, -0.01, 0.05):
+        a = KLController(20.0, 0.5, 0.01, 1e-3, 1e-5, 10.0)
+        b = KLController(20.0, 0.5, 0.01, 1e-3, 1e-5, 10.0, error_kind="relative", max_error=None)
+        a.update(torch.tensor(20.0 * (1 + x)))
+        b.update(torch.tensor(20.0 * (1 + x)))
+        la, lb = a.log_weight.item(), b.log_weight.item()
+        assert abs(la - lb) == pytest.approx(0.51 * x * x / 2, rel=0.1)
 
 
 def test_tiny_run_moves_the_rate_toward_the_target(tiny_tokenizer, tiny_sentences, tmp_path):

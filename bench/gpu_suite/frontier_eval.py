@@ -206,6 +206,7 @@ def evaluate_run(
         "checkpoint": str(ckpt),
         "val_kl": measured(rec["val_kl"]),
         "val_nll": measured(rec["val_nll"]),
+        "val_step": rec.get("val_step"),
         "active_units": rec["geometry_active_units"],
         "kl_per_token_probe": measured(rec["geometry_kl_per_token"]),
         "sts": {},

@@ -72,9 +72,21 @@ TARGET_KL = 20.0
 """The rate the reference is held at (nats per token): the BLEU-99 run had 21-27."""
 EXPORT_TASKS = "STS12,STSBenchmark"
 VAL_EVERY_ONE_LAUNCH = 500
+"""A launch stopped for time (the short plan) validates every this many steps when no
+earlier launch says how many steps it will train (val_every)."""
+VALIDATIONS_PER_LAUNCH = 4
+"""Points on the validation curve per launch stopped for time (val_every): enough to see
+the KL held and the NLL falling; the 2026-11-27 H200 launch validated 9 times (every 500
+steps, ~3 s each)."""
+MIN_VAL_EVERY = 100
 ONE_LAUNCH_MARGIN_S = 20.0
 """One launch (the short plan) stops training this long before the evaluation and the
-export's estimates would end the stage: their estimates are not measurements."""
+export's estimates would end the stage, while those are the plan's estimates."""
+FINISH_FACTOR, FINISH_MARGIN_S = 1.25, 10.0
+"""Once an earlier round measured this model's evaluation and export on this kind of
+machine (ref["finish_s"]), a launch leaves 1.25 x those seconds + 10 s for them, not the
+plan's estimates (45 + 30 + the 20-s margin): the calls of 2026-11-27 left 86-87 s of their
+budgets unused, their evaluation and export taking about 30 s (finish_reserve_s)."""
 RUN = "reference"
 START = "start"
 """OUT_DIR/work/start/: the returned reference.tar unpacked, when a launch continues from it."""
@@ -132,10 +144,12 @@ def run(call: Call, allot: float) -> str:
     if status is not None:
         return status
     if ref["eval"] is None:
-        if end - time.monotonic() < plan.eval_run_s:
+        if end - time.monotonic() < finish_estimate_s(ref, plan, "eval"):
             call.note("reference", "trained; its evaluation is left for the next call")
             return "partial"
+        t0 = time.monotonic()
         rec = evaluate_run(run_dir, TARGET_KL, call.reference_config, call.data_dir, plan)
+        _measured_finish(ref, "eval", time.monotonic() - t0)
         rec["run"] = RUN
         ref["eval"] = rec
         ref["bleu_reached"] = rec["bleu"] >= BLEU_MIN
@@ -143,10 +157,12 @@ def run(call: Call, allot: float) -> str:
         call.note("reference", f"newstest2019 BLEU {rec['bleu']:.2f} ({cmp} {BLEU_MIN:g})")
         call.save()
     if ref["export"] is None:
-        if end - time.monotonic() < plan.export_s:
+        if end - time.monotonic() < finish_estimate_s(ref, plan, "export"):
             call.note("reference", "evaluated; its export is left for the next call")
             return "partial"
+        t0 = time.monotonic()
         ref["export"] = export(call, run_dir / "checkpoints" / "last.ckpt")
+        _measured_finish(ref, "export", time.monotonic() - t0)
         a = ref["export"]
         call.note("reference", f"{a['file']}: {a['bytes'] / 2**20:.1f} MiB; {a['compare']}")
     return "done"
@@ -188,10 +204,15 @@ def _train(call: Call, run_dir: Path, end: float, start: Start, parts: bool = Tr
         ref.update(reference_budget(call.state, plan, one=one, base=start.step))
         ref["from_step"] = start.step
         call.note("reference", f"{ref['steps']:,} steps: {ref['why']}")
-    cmd = train_cmd(call.reference_config, run_dir, ref["steps"], one, start.init_from)
-    r = TrainRun(RUN, run_dir, cmd, ref["steps"], call.logs / "train_reference.log", call.work)
     # one launch: it trains until the evaluation and the export are what is left
-    train_end = end - (plan.eval_run_s + plan.export_s + ONE_LAUNCH_MARGIN_S if one else 0)
+    reserve, basis = finish_reserve_s(ref, plan) if one else (0.0, "")
+    train_end = end - reserve
+    every = val_every(ref, train_end - time.monotonic()) if one else ref["steps"]
+    cmd = train_cmd(call.reference_config, run_dir, ref["steps"], one, start.init_from, every)
+    r = TrainRun(RUN, run_dir, cmd, ref["steps"], call.logs / "train_reference.log", call.work)
+    if one:
+        call.note("reference", f"trains until {reserve:.0f} s before the stage's end ({basis}), "
+                               f"validating every {every:,} steps")  # fmt: skip
     call.note("reference", f"launch {len(ref['launches']) + 1}: {start.text}")
     try:
         o = train(call, "reference", [r], train_end)[RUN]
@@ -509,18 +530,66 @@ def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:
     return round(values[len(values) // 2], 1) if values else None
 
 
+def finish_estimate_s(ref: dict[str, Any], plan: Plan, part: str) -> float:
+    """Seconds the evaluation (`part` "eval") or the export will take: 1.25 x what an
+    earlier round measured for this model, else the plan's estimate."""
+    measured_s = (ref.get("finish_s") or {}).get(part)
+    if measured_s is None:
+        return plan.eval_run_s if part == "eval" else plan.export_s
+    return FINISH_FACTOR * measured_s
+
+
+def finish_reserve_s(ref: dict[str, Any], plan: Plan) -> tuple[float, str]:
+    """(seconds, why): what one launch leaves at the stage's end for the evaluation and the
+    export, measured (FINISH_FACTOR, FINISH_MARGIN_S) once both have been, else the plan's
+    estimates and ONE_LAUNCH_MARGIN_S."""
+    done = ref.get("finish_s") or {}
+    if done.get("eval") is not None and done.get("export") is not None:
+        s = FINISH_FACTOR * (done["eval"] + done["export"]) + FINISH_MARGIN_S
+        why = (
+            f"this model's evaluation and export measured {done['eval']:.0f} + "
+            f"{done['export']:.0f} s, x {FINISH_FACTOR:g} + {FINISH_MARGIN_S:.0f} s"
+        )
+        return s, why
+    s = plan.eval_run_s + plan.export_s + ONE_LAUNCH_MARGIN_S
+    why = (
+        f"not yet measured: the plan's {plan.eval_run_s:.0f} s evaluation + "
+        f"{plan.export_s:.0f} s export + {ONE_LAUNCH_MARGIN_S:.0f} s"
+    )
+    return s, why
+
+
+def _measured_finish(ref: dict[str, Any], part: str, seconds: float) -> None:
+    ref.setdefault("finish_s", {})[part] = round(seconds, 1)
+
+
+def val_every(ref: dict[str, Any], train_s: float) -> int:
+    """Steps between validations of one launch stopped for time: VALIDATIONS_PER_LAUNCH over
+    the steps it is expected to train (the last launch's steps per second, its start-up
+    included, times `train_s`), at least MIN_VAL_EVERY; VAL_EVERY_ONE_LAUNCH when no launch
+    has been measured."""
+    rates = [la["steps"] / la["seconds"] for la in ref["launches"] if la["steps"] and la["seconds"]]
+    if not rates:
+        return VAL_EVERY_ONE_LAUNCH
+    expected = rates[-1] * max(train_s, 0.0)
+    return max(MIN_VAL_EVERY, int(expected // VALIDATIONS_PER_LAUNCH))
+
+
 def train_cmd(
     config: Path,
     run_dir: Path,
     steps: int,
     one_launch: bool = False,
     init_from: str | None = None,
+    every: int | None = None,
 ) -> list[str]:
     """`vat train` of the reference (started in OUT_DIR/work: its config's data paths are
     relative to it), `--init-from` the model it continues (choose_start) when given."""
-    # one validation, at the end; a launch stopped for time (the short plan) validates every
-    # 500 steps, so that its validation KL and NLL exist when it stops
-    every = min(steps, VAL_EVERY_ONE_LAUNCH) if one_launch else steps
+    # one validation, at the end; a launch stopped for time (the short plan) validates
+    # `every` steps (val_every), so that its validation KL and NLL exist when it stops
+    if every is None:
+        every = min(steps, VAL_EVERY_ONE_LAUNCH) if one_launch else steps
+    every = min(steps, every)
     return [
         sys.executable, "-m", "vat", "train", "-c", str(config), "--run_dir", str(run_dir),
         "--trainer.max_steps", str(steps),

@@ -289,7 +289,9 @@ EVAL = Obj(
         "bleu_long": Null(BLEU),
         "lines_long": COUNT,
     },
-    {"kl_per_token_probe": LOSS},
+    # the step of the last validation, where val_kl and val_nll come from (a run stopped for
+    # time validated before its last step)
+    {"kl_per_token_probe": LOSS, "val_step": Null(COUNT)},
 )
 
 
@@ -377,6 +379,8 @@ REFERENCE = Obj(
         "tokens_total": Null(NON_NEGATIVE),
         "device": Null(DEVICE),
         "checkpoint_parts": Null(PARTS),
+        # seconds this model's evaluation and export took (reference.finish_reserve_s)
+        "finish_s": Obj({}, {"eval": SECONDS, "export": SECONDS}),
     },
     rules=[
         ("basis", "set once the steps are (floor, time_share, default or time)",

@@ -80,6 +80,9 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
     scalars = read_scalars(run_dir)
     for key, tag in VAL_TAGS.items():
         record[key] = scalars[tag][-1][1] if scalars.get(tag) else None
+    # where those come from: a run stopped between validations has trained past it
+    val = scalars.get(VAL_TAGS["val_nll"])
+    record["val_step"] = int(val[-1][0]) if val else None
     record.update(_geometry(cfg, loaded))
     record.update(_sts(cfg, loaded))
     record["bleu"] = _bleu(cfg, loaded)

@@ -41,8 +41,16 @@ class LossConfig:
     (KL - target) / target. 0 (default) is pure dual ascent; > 0 reacts faster but passes
     batch noise into the weight."""
     kl_control_ki: float = 0.01
-    """Integral gain: each step moves log(weight) by ki * (KL - target) / target, so a KL 10%
-    above the target multiplies the weight by exp(0.001) per step, x2.7 in 1,000 steps."""
+    """Integral gain: each step moves log(weight) by ki * error, so a KL 10% above the target
+    (error about 0.1) multiplies the weight by exp(0.001) per step, x2.7 in 1,000 steps."""
+    kl_control_error: Literal["log_ratio", "relative"] = "log_ratio"
+    """The controller's error: log(KL / target), or the earlier (KL - target) / target. The
+    two agree near the target; far above it (an untrained encoder's KL is 10-45 times the
+    target) the relative error drove the weight to its clamp in ~20 steps and the posterior
+    collapsed for ~1,000 (vat/train/rate.py says why)."""
+    kl_control_max_error: float | None = 1.0
+    """Clip the error to +-this per step, so the weight changes by at most exp(ki * this) per
+    step. null: no clip (with `relative`, the earlier controller)."""
     kl_control_initial: float = 0.001
     """The controller's starting weight (small, so the decoder learns before the KL is squeezed)."""
     kl_control_min: float = 1e-5
@@ -77,6 +85,19 @@ class LossConfig:
                 "finite and >= 0",
                 getattr(self, name),
             )
+        check(
+            self.kl_control_error in ("log_ratio", "relative"),
+            f"{o}.kl_control_error",
+            "log_ratio or relative",
+            self.kl_control_error,
+        )
+        check(
+            self.kl_control_max_error is None
+            or (finite(self.kl_control_max_error) and self.kl_control_max_error > 0),
+            f"{o}.kl_control_max_error",
+            "null or finite and > 0",
+            self.kl_control_max_error,
+        )
         check(
             finite(self.kl_control_min) and self.kl_control_min > 0,
             f"{o}.kl_control_min",

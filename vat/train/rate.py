@@ -3,16 +3,28 @@
 The KL weight is set by a PI controller acting on log(weight), in the spirit of ControlVAE
 (Shao et al. 2020, eq. 6-7), which sets beta by a PI controller on the KL error:
 
-    e_t     = (KL_t - target) / target            relative error (dimensionless)
-    I_t     = clamp(I_{t-1} + e_t, I_min, I_max)  integral, clamped (anti-windup)
+    e_t     = clamp(log(KL_t / target), -e_max, e_max)   error (dimensionless)
+    I_t     = clamp(I_{t-1} + e_t, I_min, I_max)          integral, clamped (anti-windup)
     log w_t = clamp(log w_init + kp * e_t + ki * I_t, log w_min, log w_max)
 
 A KL above the target raises the weight; below it, lowers it. With kp = 0 this is dual
 ascent on the Lagrange multiplier of the constraint KL = target in log space,
 w <- w * exp(ki * e), which keeps the weight positive. Acting on log w makes one gain work
-for weights from 1e-4 to 10, and the relative error makes it work for targets from 1 to 50
-nats per token. The integral clamp is the range of the output clamp, so the integral never
-winds up beyond what the output can express.
+for weights from 1e-4 to 10. The integral clamp is the range of the output clamp, so the
+integral never winds up beyond what the output can express.
+
+Why the error is a clipped log-ratio (`kl_control_error: log_ratio`, `kl_control_max_error:
+1`): near the target log(KL / target) is the relative error (KL - target) / target, so the
+gains mean what they meant; far from it the two differ. An untrained encoder's KL is 10 to 45
+times the target (about 900 nats per token for the paper's shape against a target of 20). The
+relative error fed that start +44 per step, so with ki 0.01 the weight ran from 0.001 to its
+clamp 10 in about 21 steps, while the same error is bounded by -1 below the target: coming
+back down from the clamp took about 800 steps, during which the posterior was squeezed to
+0.06 nats per token (the H200 reference run of 2026-11-27; RESULTS.md, "The rate
+controller's start"). Clipped at +-1, the weight moves at most by exp(ki) per step either way
+(x2.7 per 100 steps at ki 0.01), so the start moves it only as fast as a KL e times the target
+would, and a collapse below target/e is undone as fast as it was made. `relative` with no clip
+(`kl_control_max_error: null`) is the earlier controller, kept for comparison.
 
 Everything is a tensor update on the device: no host synchronisation per step.
 """
@@ -20,6 +32,7 @@ Everything is a tensor update on the device: no host synchronisation per step.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -34,9 +47,11 @@ def pi_step(
     log_w_init: float,
     log_w_min: float,
     log_w_max: float,
+    error_kind: Literal["log_ratio", "relative"] = "log_ratio",
+    max_error: float | None = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One controller update: (new integral, new log weight). Pure; all scalars (0-d)."""
-    error = (kl.double() - target) / target
+    error = control_error(kl, target, error_kind, max_error)
     if ki > 0:
         # The integral's reach is bounded by the output range: ki * I in [min, max] - init.
         integral = (integral + error).clamp(
@@ -46,14 +61,42 @@ def pi_step(
     return integral, log_w
 
 
+def control_error(
+    kl: torch.Tensor,
+    target: float,
+    error_kind: Literal["log_ratio", "relative"] = "log_ratio",
+    max_error: float | None = 1.0,
+) -> torch.Tensor:
+    """The controller's error for a measured rate (0-d, float64): log(KL / target) or
+    (KL - target) / target, clipped to [-max_error, max_error] unless max_error is None.
+    A KL of 0 gives -max_error (log-ratio: -inf before the clip)."""
+    kl = kl.double()
+    if error_kind == "log_ratio":
+        error = torch.log(kl / target)
+    else:
+        error = (kl - target) / target
+    if max_error is not None:
+        error = error.clamp(-max_error, max_error)
+    return error
+
+
 class KLController(nn.Module):
     """PI controller of the KL weight; its state is two 0-d float64 buffers on the device."""
 
     def __init__(
-        self, target: float, kp: float, ki: float, initial: float, w_min: float, w_max: float
+        self,
+        target: float,
+        kp: float,
+        ki: float,
+        initial: float,
+        w_min: float,
+        w_max: float,
+        error_kind: Literal["log_ratio", "relative"] = "log_ratio",
+        max_error: float | None = 1.0,
     ) -> None:
         super().__init__()
         self.target, self.kp, self.ki = target, kp, ki
+        self.error_kind, self.max_error = error_kind, max_error
         self.log_w_init, self.log_w_min, self.log_w_max = (
             math.log(initial),
             math.log(w_min),
@@ -75,6 +118,8 @@ class KLController(nn.Module):
             loss.kl_control_initial,
             loss.kl_control_min,
             loss.kl_control_max,
+            loss.kl_control_error,
+            loss.kl_control_max_error,
         )
 
     @property
@@ -94,6 +139,8 @@ class KLController(nn.Module):
             self.log_w_init,
             self.log_w_min,
             self.log_w_max,
+            self.error_kind,
+            self.max_error,
         )
         # A non-finite rate (a diverged step, stopped by the non-finite guard) leaves the state.
         ok = torch.isfinite(kl)
