@@ -318,6 +318,10 @@ def smoke_plan() -> Plan:
             "model.optim.lr": 0.01,
             "model.loss.kl_control_kp": 1.0,
             "model.loss.kl_control_ki": 0.2,
+            # and the unclipped relative error: clipped at +-1, both targets (far below the
+            # start's KL) would see the same error, +1, and train alike
+            "model.loss.kl_control_error": "relative",
+            "model.loss.kl_control_max_error": None,
             "data.vocab_size": 320,
             "data.max_train_lines": 1500,
             "data.tokenizer_train_lines": 1500,
