@@ -96,9 +96,48 @@ def _exit(rc: int | None) -> str:
     return why.get(rc, str(rc))
 
 
-def render_reference(ref: dict[str, Any]) -> list[str]:
-    """The reference model: its budget and why, its launches, its scores, the BLEU bar,
-    the exported folder and the line that adds it to the registry."""
+def unused_s(call: dict[str, Any]) -> float:
+    """Seconds a call allotted its stages and they did not use (a stage that ended early,
+    or a launch that left more than it needed for its evaluation and export)."""
+    used = call.get("used_s", {})
+    return sum(max(v - used.get(k, 0.0), 0.0) for k, v in call.get("allotted_s", {}).items())
+
+
+SPLIT_WORDS = (
+    ("setup_s", "set-up"),
+    ("compile_s", "compile"),
+    ("training_s", "training steps"),
+    ("validation_s", "validation"),
+    ("checkpoint_s", "checkpoint saving"),
+    ("other_s", "other"),
+)
+
+
+def split_text(split: dict[str, Any] | None, seconds: float) -> str:
+    """A launch's time split in words: its parts, the launch's seconds outside the fit (the
+    process's exit, the polling), and when the first step came."""
+    if split is None:
+        return "no time split (the launch wrote none: killed, or an older vat)"
+    parts = ", ".join(f"{word} {split[key]:.0f} s" for key, word in SPLIT_WORDS)
+    outside = max(seconds - split["total_s"], 0.0)
+    first = split.get("first_step_s")
+    at = f"; first step at {first:.0f} s" if first is not None else "; no step trained"
+    return f"{parts}, outside the fit {outside:.0f} s{at}"
+
+
+def launch_splits(state: dict[str, Any], stage: str) -> list[tuple[float, Any, Any]]:
+    """(seconds, step, time split) of `stage`'s launches in the calls' records, which
+    a stage's own launch record (same seconds and step) finds its split in."""
+    return [(la["seconds"], la["step"], la["time_split"]) for c in state["calls"]
+            for la in c.get("launches", []) if la["stage"] == stage]  # fmt: skip
+
+
+def render_reference(
+    ref: dict[str, Any], splits: Sequence[tuple[float, Any, Any]] = ()
+) -> list[str]:
+    """The reference model: its budget and why, its launches (each with its time split from
+    `splits`, launch_splits), its scores, the BLEU bar, the exported folder and the line
+    that adds it to the registry."""
     lines = ["", "## The reference model", ""]
     for r in ref.get("rounds") or []:  # each call that names the reference adds its tokens
         lines.append(f"- round {r['round']}: finished at step {r['step']:,}, "
@@ -133,8 +172,10 @@ def render_reference(ref: dict[str, Any]) -> list[str]:
         behind = la.get("tokens_total")
         behind = f"; {tokens_text(behind)} tokens behind the model" if behind else ""
         rnd = f" (round {la['round']})" if "round" in la else ""
+        split = next((t for s, st, t in splits if (s, st) == (la["seconds"], la["step"])), None)
+        split = f"; {split_text(split, la['seconds'])}" if split is not None else ""
         lines.append(f"- launch {i}{rnd}: {start}{la['steps']:,} steps in {la['seconds']:.0f} s "
-                     f"(overhead {overhead} s{speed}), {la['status']}{behind}")  # fmt: skip
+                     f"(overhead {overhead} s{speed}), {la['status']}{behind}{split}")  # fmt: skip
     if ref.get("tokens_total"):
         lines += ["", f"**{tokens_text(ref['tokens_total'])} non-pad tokens behind the model** "
                   "(this run's tokens and those behind the model it started from)."]  # fmt: skip
@@ -202,8 +243,8 @@ def render_markdown(state: dict[str, Any]) -> str:
         "",
         "## Calls",
         "",
-        "| started | command | exit | allotted / used s per stage |",
-        "|---|---|---|---|",
+        "| started | command | exit | allotted / used s per stage | unused s |",
+        "|---|---|---|---|---:|",
     ]
     for c in state["calls"]:
         stages = ", ".join(
@@ -211,7 +252,14 @@ def render_markdown(state: dict[str, Any]) -> str:
             for k, v in c.get("allotted_s", {}).items()
         )
         lines.append(f"| {c['started']} | `{c['command']}` | {_exit(c.get('exit'))} | "
-                     f"{stages or 'none ran'} |")  # fmt: skip
+                     f"{stages or 'none ran'} | {unused_s(c):.0f} |")  # fmt: skip
+    launches = [(i, la) for i, c in enumerate(state["calls"], 1) for la in c.get("launches", [])]
+    if launches:
+        lines += ["", "Where each launch's seconds went (vat train's time split; `outside the "
+                  "fit`: its process's exit and the suite's polling):", ""]  # fmt: skip
+    for i, la in launches:
+        lines.append(f"- call {i}, {la['stage']} `{la['run']}`: {la['seconds']:.0f} s, "
+                     f"{la['status']}: {split_text(la['time_split'], la['seconds'])}")  # fmt: skip
     lines += [
         "",
         "## Stages",
@@ -254,7 +302,7 @@ def render_markdown(state: dict[str, Any]) -> str:
             )
             lines.append(f"- {key}: target {j['target']:,}, measured {fmt(j['measured'], ',.3f')}"
                          f" ({j['variant']}): {verdict}")  # fmt: skip
-    lines += render_reference(state["reference"])
+    lines += render_reference(state["reference"], launch_splits(state, "reference"))
     fr = state["frontier"]
     lines += [
         "",

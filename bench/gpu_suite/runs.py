@@ -53,6 +53,40 @@ class Outcome:
     """Wall seconds of this call's process (0 when not launched)."""
     launched: bool
     note: str = ""
+    time_split: dict[str, Any] | None = None
+    """Where the launch's seconds went (vat.callbacks.time_split's RUN_DIR/time_split.json,
+    written by this launch: set-up, compile, training steps, validation, checkpoint saving,
+    other); None when it wrote none (not launched, killed, or a vat without it)."""
+
+
+SPLIT_FIELDS = (
+    "total_s", "setup_s", "compile_s", "training_s", "validation_s", "checkpoint_s", "other_s",
+    "first_step_s", "steps", "validations", "checkpoint_saves", "ended",
+)  # fmt: skip
+"""What a launch's record keeps of its time split (schema.TIME_SPLIT)."""
+
+
+def launch_split(run_dir: Path, since: float) -> dict[str, Any] | None:
+    """The time split the launch started at `since` (a time.time() value) wrote into its run
+    folder, its SPLIT_FIELDS only, or None (an earlier launch's file is not this one's)."""
+    from vat.callbacks.time_split import read_split
+
+    split = read_split(run_dir, since)
+    if split is None:
+        return None
+    return {k: split[k] for k in SPLIT_FIELDS if k in split}
+
+
+def record_launch(call: Call, stage: str, name: str, o: Outcome) -> None:
+    """The launch in the record of the call under way (state.Suite.run appends it before
+    any stage runs): its stage, run, seconds, status and time split, so that the report says
+    where each call's seconds went."""
+    calls = call.state.get("calls") or []
+    if not calls:
+        return
+    record = {"stage": stage, "run": name, "seconds": round(o.seconds, 1), "step": o.step,
+              "status": o.status, "time_split": o.time_split}  # fmt: skip
+    calls[-1].setdefault("launches", []).append(record)
 
 
 def checkpoint_step(run_dir: Path) -> int | None:
@@ -101,6 +135,7 @@ def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str,
     grace, then stop the rest: the stage ends by `end`. Writes TRAINED into finished runs."""
     plan = call.plan
     started: dict[str, tuple[subprocess.Popen, float]] = {}
+    since: dict[str, float] = {}  # each launch's wall-clock start: its time split is newer
     out: dict[str, Outcome] = {}
     try:
         for r in runs:
@@ -112,6 +147,7 @@ def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str,
                 shutil.rmtree(r.run_dir)
                 call.note(stage, f"{r.name}: no checkpoint from its earlier start (stopped or "
                                  "killed before its first one): started afresh")  # fmt: skip
+            since[r.name] = time.time()
             started[r.name] = (spawn(r.cmd, r.log, plan, r.cwd), time.monotonic())
         ended: dict[str, float] = {}  # when each process was seen to end
 
@@ -148,6 +184,9 @@ def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str,
                 "failed", step, secs, True, f"exit {p.returncode}: {last_line(r.log)}"
             )
     for r in runs:
+        if r.name in since:
+            out[r.name].time_split = launch_split(r.run_dir, since[r.name])
+            record_launch(call, stage, r.name, out[r.name])
         if out[r.name].status == "trained":
             (r.run_dir / TRAINED).write_text("")
     return out

@@ -186,9 +186,44 @@ BLEU = Num(0, 100)
 STATUSES = ("pending", "done", "partial", "skipped", "failed")
 """A stage's status (state.py's runner, each stage's run())."""
 
+# where a launch's seconds went (vat.callbacks.time_split, runs.launch_split)
+TIME_SPLIT = Obj(
+    {
+        "total_s": SECONDS,
+        "setup_s": SECONDS,
+        "compile_s": SECONDS,
+        "training_s": SECONDS,
+        "validation_s": SECONDS,
+        "checkpoint_s": SECONDS,
+        "other_s": SECONDS,
+    },
+    {
+        "first_step_s": Null(SECONDS),
+        "steps": COUNT,
+        "validations": COUNT,
+        "checkpoint_saves": COUNT,
+        "ended": OneOf("finished", "stopped", "failed"),
+    },
+)
+# each `vat train` a call launched (runs.record_launch)
+CALL_LAUNCH = Obj(
+    {
+        "stage": STR,
+        "run": STR,
+        "seconds": SECONDS,
+        "step": Null(COUNT),
+        "status": OneOf("trained", "interrupted", "failed"),
+        "time_split": Null(TIME_SPLIT),
+    }
+)
 CALL = Obj(
     {"started": STR, "command": STR, "allotted_s": Each(SECONDS), "used_s": Each(SECONDS)},
-    {"budget_min": NON_NEGATIVE, "stages": List(STR), "exit": Null(Num(whole=True))},
+    {
+        "budget_min": NON_NEGATIVE,
+        "stages": List(STR),
+        "exit": Null(Num(whole=True)),
+        "launches": List(CALL_LAUNCH),
+    },
 )
 STAGE = Obj({"status": OneOf(*STATUSES), "seconds": SECONDS, "notes": List(STR)})
 FACTS = Obj(

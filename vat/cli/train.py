@@ -25,9 +25,11 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
+from vat.callbacks.collapse_alarm import CollapseAlarm
 from vat.callbacks.model_summary import ModelSummary
 from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
+from vat.callbacks.time_split import TimeSplit
 from vat.cli.config_paths import check_input_paths, checkout_root
 from vat.cli.whole_numbers import read_whole_numbers_as_int
 from vat.data.datamodule import VATDataModule
@@ -122,6 +124,14 @@ class VATCLI(LightningCLI):
             help="Start from a trained model's weights and tokenizer (a shipped name, an "
             "exported folder, a run folder, a .ckpt or a Hub id): its architecture is taken, "
             "the optimiser and schedules start fresh (vat/train/init_from.py).",
+        )
+        parser.add_argument(
+            "--enable_collapse_alarm",
+            type=bool,
+            default=True,
+            help="Warn in one line and in TensorBoard (alarm/collapse) when the rate falls far "
+            "below its target, the KL toward 0, or the active units drop sharply "
+            "(vat.callbacks.collapse_alarm).",
         )
         parser.add_lightning_class_args(FinalLastCheckpoint, "checkpoint")
         parser.set_defaults(
@@ -255,6 +265,11 @@ class VATCLI(LightningCLI):
             _STOPS.append(StopOnSignal())
             self.trainer_defaults["callbacks"].append(_STOPS[-1])
             self.trainer_defaults["callbacks"].append(rd.MarkTrained(run_dir))
+            # where the fit's seconds went (set-up, compile, steps, validation, saves): the
+            # first made in a process counts from the process's start (issue 44)
+            self.trainer_defaults["callbacks"].append(TimeSplit(run_dir))
+            if cfg.get("enable_collapse_alarm", True):
+                self.trainer_defaults["callbacks"].append(CollapseAlarm())
             if getattr(self, "_init", None) is not None and cfg.ckpt_path is None:
                 # a continued run's curves start at its model's own numbers on this data
                 self.trainer_defaults["callbacks"].append(init_from.ValidateFirst())

@@ -1,0 +1,286 @@
+"""A posterior-collapse alarm: one `vat:` warning line, a TensorBoard scalar and a text entry
+when the run's latents stop carrying information (issue 44).
+
+The H200 reference run of 2026-11-27 held its rate near 28 nats per token until the rate
+controller squeezed it to 0.06 for the first 1,000 steps, and nothing said so. The alarm
+fires on any of:
+
+- **a rate far below its target**: the KL under 10% of the target, `model.loss.target_kl`,
+  or free bits x latent dimensions when `model.loss.free_bits` > 0 (the floor the objective
+  keeps every dimension at; Kingma et al. 2016). Why 10%: a held rate lives within tens of
+  percent of its target (RESULTS.md, "The rate held by the controller": train KL at 94-107%
+  of targets 2-40, validation KL within 30% of it), while a squeeze is orders of magnitude
+  (0.06 of 28 is 0.2%); a tenth is far outside the first and well before the second.
+- **a KL near 0 in a run without a target**: under 0.05 nats per token (summed over the
+  latent dimensions: 0.05 nats is under 0.1 bit for the whole token), the classic collapse
+  of a KL schedule (Bowman et al. 2016; configs' kl_schedule notes, issue 15);
+- **active units dropping sharply**: fewer than half of the previous validation's active
+  latent dimensions (Burda et al. 2016: Var_x E_q[z | x] > 0.01, the count
+  `vat.geometry.collapse.active_units` and GeometryMetrics' geometry/active_units give).
+
+Both KL readings count: validation's `val/kl` (noise-free: a fixed noise stream over the
+whole validation set) at each validation's end, and the logged `train/kl` at each logging
+step (between validations, which may be 1,000 steps apart: the reference's squeeze lasted
+1,000 steps). Each signal is judged on its own (the train KL, with dropout on, reads
+several times the val KL near a collapse). The first `warmup_steps` (50) steps are not
+judged: they judge the initialisation, not the run (tests' tiny run fell from 237 to 4.6
+nats/token in its first 24 steps).
+
+Cost: no host synchronisation per training step. Values are read from
+`trainer.callback_metrics` only at logging steps (where the system already waits for the
+device) and at validation ends; the active units are counted from the posterior means the
+validation steps compute anyway (a forward hook on the mean head summing mu and mu^2 over
+the batch's tokens on the device), read once per validation. Under DDP the count is rank
+zero's shard of the validation set.
+
+It says it once per episode: the line when the alarm starts, a `cleared` line when every
+signal is back (a KL at least twice its alarm threshold, hysteresis against a noisy batch
+KL; active units no longer halved), and the line again if it collapses again.
+`alarm/collapse` is 0 or 1 at every reading. A resumed run says an alarm that still holds
+once more, in its own log. Turned off by `vat train --enable_collapse_alarm false`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+
+from vat.callbacks.base import markdown_table, tensorboard_writer
+from vat.geometry.collapse import ACTIVE_UNIT_THRESHOLD
+from vat.train.step_logging import logs_now
+
+RECOVERY_FACTOR = 2.0
+"""A low KL reading clears only at this multiple of its alarm threshold."""
+
+
+# -- the maths: pure functions ----------------------------------------------------------------
+def rate_target(target_kl: float | None, free_bits: float, latent_dims: int) -> float | None:
+    """The rate a run holds (nats per token): target_kl, else free bits x latent dimensions,
+    else None (a run without a target)."""
+    if target_kl is not None:
+        return float(target_kl)
+    if free_bits > 0:
+        return float(free_bits) * latent_dims
+    return None
+
+
+def kl_threshold(target: float | None, below_target: float, min_kl: float) -> float:
+    """The KL below which a reading is a collapse: a fraction of the target, or min_kl."""
+    return below_target * target if target is not None else min_kl
+
+
+def kl_is_low(kl: float, threshold: float, was_low: bool) -> bool:
+    """A KL reading against its threshold, with hysteresis: low below it; once low, clear only
+    at RECOVERY_FACTOR times it."""
+    return kl < (threshold * RECOVERY_FACTOR if was_low else threshold)
+
+
+def units_dropped(now: int, before: int | None, fraction: float) -> bool:
+    """Fewer active units than `fraction` of the previous validation's count."""
+    return before is not None and before > 0 and now < fraction * before
+
+
+def mu_moment_sums(
+    mu: torch.Tensor,  # (B, T, d)
+    mask: torch.Tensor,  # (B, T) bool: real tokens
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sum mu, sum mu^2 over the real tokens (each (d,)) and their count (0-d), in float64
+    (float32 where the device has none): the sums a variance per dimension is made of."""
+    dtype = torch.float32 if mu.device.type == "mps" else torch.float64
+    m = mask.to(dtype)[..., None]  # (B, T, 1)
+    x = mu.detach().to(dtype)  # (B, T, d)
+    return (x * m).sum((0, 1)), (x * x * m).sum((0, 1)), m.sum()
+
+
+def variances_from_sums(s1: torch.Tensor, s2: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Unbiased variance per dimension, (d,), from the sums of mu_moment_sums (as
+    vat.geometry.collapse.active_unit_variances computes it from the tokens themselves)."""
+    n = n.clamp_min(2.0)
+    return ((s2 - s1 * s1 / n) / (n - 1)).clamp_min(0.0)
+
+
+# -- the callback -----------------------------------------------------------------------------
+@rank_zero_only
+def _warn_line(text: str) -> None:
+    """A warning on Lightning's logger (stderr, beside vat's other `vat:` lines), not a Python
+    warning: warning filters (PYTHONWARNINGS=ignore, a library's) cannot hide it."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").warning(text)
+
+
+class CollapseAlarm(Callback):
+    """The alarm above (registered by vat.cli.train for every fit unless
+    `--enable_collapse_alarm false`). Reads the target from the VAT system
+    (`pl_module.loss_cfg`, `pl_module.arch`) at setup.
+
+    Args:
+        below_target: A rate under this fraction of its target is a collapse (0.1).
+        min_kl: Without a target, a KL under this many nats per token is one (0.05).
+        units_fraction: Active units under this fraction of the previous validation's (0.5).
+        warmup_steps: Steps not judged at the start (50).
+    """
+
+    def __init__(
+        self,
+        below_target: float = 0.1,
+        min_kl: float = 0.05,
+        units_fraction: float = 0.5,
+        warmup_steps: int = 50,
+    ) -> None:
+        self.below_target, self.min_kl = below_target, min_kl
+        self.units_fraction, self.warmup_steps = units_fraction, warmup_steps
+        self.target: float | None = None
+        self.target_name = ""
+        self.previous_units: int | None = None
+        """Active units at the last validation (kept in checkpoints: a drop across a resume)."""
+        self._low = {"train KL": False, "val KL": False, "units": False}
+        self._alarm_step: int | None = None  # the step the episode under way began
+        self._sums: list[torch.Tensor] | None = None
+        self._mask: torch.Tensor | None = None
+        self._hook: Any = None
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"previous_units": self.previous_units}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        units = state_dict.get("previous_units")
+        self.previous_units = None if units is None else int(units)
+
+    # -- the target -------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        loss, arch = getattr(pl_module, "loss_cfg", None), getattr(pl_module, "arch", None)
+        if loss is None or arch is None:
+            return
+        self.target = rate_target(loss.target_kl, loss.free_bits, arch.d_model)
+        if loss.target_kl is not None:
+            self.target_name = f"its target {loss.target_kl:g} (model.loss.target_kl)"
+        elif loss.free_bits > 0:
+            self.target_name = (
+                f"its floor {self.target:g} (model.loss.free_bits {loss.free_bits:g} x "
+                f"{arch.d_model} latent dimensions)"
+            )
+
+    @property
+    def threshold(self) -> float:
+        return kl_threshold(self.target, self.below_target, self.min_kl)
+
+    # -- train KL at logging steps ----------------------------------------------------------
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        step = trainer.global_step
+        if step < self.warmup_steps or not logs_now(trainer, step):
+            return  # host checks only: no device value is read between logging steps
+        kl = trainer.callback_metrics.get("train/kl")
+        if kl is not None:
+            self._judge(trainer, "train KL", float(kl), None)
+
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        head = getattr(getattr(pl_module, "model", None), "mu_head", None)
+        if trainer.sanity_checking or head is None:
+            return
+        self._sums = None
+        self._hook = head.register_forward_hook(self._add_mu)
+
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, *args
+    ) -> None:
+        if self._hook is not None and isinstance(batch, dict) and "src" in batch:
+            self._mask = batch["src"] != pl_module.model.config.pad_id  # (B, T)
+
+    def on_validation_batch_end(self, trainer: Trainer, *args) -> None:
+        self._mask = None  # other callbacks' encodes (at the epoch's end) are not validation's
+
+    def _add_mu(self, module: torch.nn.Module, inputs: Any, mu: torch.Tensor) -> None:
+        mask = self._mask
+        if mask is None or mu.dim() != 3 or tuple(mu.shape[:2]) != tuple(mask.shape):
+            return
+        sums = mu_moment_sums(mu, mask)
+        self._sums = list(sums) if self._sums is None else [a + b for a, b in zip(self._sums, sums)]
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+        self._hook, self._mask = None, None
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._remove_hook()
+        if trainer.sanity_checking:
+            return
+        units, dims = self._active_units()
+        drop = None
+        if units is not None:
+            if units_dropped(units, self.previous_units, self.units_fraction):
+                drop = (
+                    f"active units {units} of {dims}, fewer than {self.units_fraction:.0%} of "
+                    f"the previous validation's {self.previous_units} (Var over tokens of mu > "
+                    f"{ACTIVE_UNIT_THRESHOLD}, Burda et al. 2016)"
+                )
+            self.previous_units = units
+        kl = trainer.callback_metrics.get("val/kl")
+        if trainer.global_step >= self.warmup_steps and (kl is not None or units is not None):
+            self._judge(trainer, "val KL", None if kl is None else float(kl), drop)
+
+    def _active_units(self) -> tuple[int | None, int]:
+        if self._sums is None:
+            return None, 0
+        s1, s2, n = self._sums
+        self._sums = None
+        if float(n) < 2:
+            return None, 0
+        return int((variances_from_sums(s1, s2, n) > ACTIVE_UNIT_THRESHOLD).sum()), len(s1)
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._remove_hook()
+
+    # -- the episode ------------------------------------------------------------------------
+    def _judge(self, trainer: Trainer, signal: str, kl: float | None, drop: str | None) -> None:
+        """One reading of `signal` (train KL, or val KL with the active units' `drop` when they
+        dropped): the alarm starts, holds or clears, and alarm/collapse says which. Each signal
+        keeps its own state: the train KL, measured with dropout on, reads several times the
+        val KL near a collapse (0.37 against 0.047 nats/token in tests' tiny run), so one
+        must not clear what the other raised."""
+        reading = "" if kl is None else f"{signal} {kl:.4g} nats/token"
+        reasons = []
+        if kl is not None:
+            self._low[signal] = kl_is_low(kl, self.threshold, self._low[signal])
+            if self._low[signal]:
+                reasons.append(f"{reading}, {self._why_low()}")
+        if signal == "val KL":  # the units are counted at validation only
+            self._low["units"] = drop is not None
+            if drop is not None:
+                reasons.append(drop if not reading or reasons else f"{drop}; {reading}")
+        step = trainer.global_step
+        if reasons and self._alarm_step is None:
+            self._alarm_step = step
+            text = f"posterior collapse at step {step:,}: {'; '.join(reasons)}"
+            _warn_line(f"vat: warning: {text} (collapse alarm; alarm/collapse in TensorBoard)")
+            self._log(trainer, 1.0, text)
+        elif self._alarm_step is not None and not any(self._low.values()):
+            text = f"the collapse alarm of step {self._alarm_step:,} cleared at step {step:,}"
+            text += f": {reading}" if reading else ""
+            self._alarm_step = None
+            rank_zero_info(f"vat: {text}")
+            self._log(trainer, 0.0, text)
+        else:
+            self._log(trainer, 0.0 if self._alarm_step is None else 1.0, None)
+
+    def _why_low(self) -> str:
+        if self.target is not None:
+            return f"below {self.below_target:.0%} of {self.target_name}"
+        return f"below {self.min_kl:g} in a run without a target (the decoder ignores z)"
+
+    @rank_zero_only
+    def _log(self, trainer: Trainer, value: float, text: str | None) -> None:
+        # the step Lightning logs train/kl and val/kl at (its LearningRateMonitor's too), so
+        # the alarm's curve lines up with theirs; the line says trainer.global_step, the
+        # optimizer steps done, as the progress bar and the checkpoints' names count
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        for logger in trainer.loggers:
+            logger.log_metrics({"alarm/collapse": value}, step=step)
+        writer = tensorboard_writer(trainer)
+        if text is not None and writer is not None:
+            row = (f"step {trainer.global_step:,}", text)
+            writer.add_text("alarm/collapse", markdown_table([row]), step)

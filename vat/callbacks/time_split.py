@@ -1,0 +1,362 @@
+"""Where a fit's wall time goes: set-up, compile, training steps, validation, checkpoint
+saving and the rest (issue 44, "Every GPU second trains").
+
+Users train in GPU allocations with a time limit; a 600-s call spent 106 s before its first
+useful step and nothing said so. `vat train` now says, through Lightning's logger like its
+other `vat:` lines:
+
+    vat: first optimizer step (step 1) 12.4 s after the process started: set-up 11.2 s, ...
+    vat: time split of 0:58 since the process started: set-up 11.2 s (19%), compile 0.0 s
+         (0%), training steps 40.3 s (69%), validation 3.9 s (7%), checkpoint saving 0.8 s
+         (1%), other 2.1 s (4%); written to runs/demo/time_split.json            (one line)
+
+and writes the same seconds into RUN_DIR/time_split.json (for tools: the GPU suite reads it)
+and into TensorBoard (`time/setup_s`, ..., `time/total_s`, `time/first_step_s`).
+
+The parts are exclusive and add up to the total, the wall time from the clock's start to the
+end of the fit: the teardown hook, after every `on_fit_end`; for a fit stopped by a signal
+(vat.train.interrupt; the GPU suite stops its launches so) or failed, `on_exception`, after
+the stop's save of last.ckpt. Those two write the JSON and TensorBoard's scalars but no line:
+the stop's instructions or the error stay the last lines said.
+
+- set-up: the clock's start to the first training batch (imports, data, the model, the
+  checkpoint read of a resume), less what lies in the parts below;
+- compile: torch._dynamo's own seconds (its frame and backward compiles, wherever they fell:
+  the first step and each recompile);
+- training steps: the first batch to the end of the training loop, less the parts below;
+- validation: every validation run, the sanity check included;
+- checkpoint saving: every `trainer.save_checkpoint` (its state gathering and its write);
+- other: the end of the training loop to the end of the fit (the final summary).
+
+On CUDA the host runs ahead of the device, so each boundary (a validation's start and end,
+before and after a save, the first batch and step, the loop's end) waits for the device;
+training steps between them never do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from vat.io import write_json_atomic
+
+PARTS = ("setup", "compile", "training", "validation", "checkpoint", "other")
+"""The parts of the split, in the order of a run."""
+WORDS = {
+    "setup": "set-up",
+    "compile": "compile",
+    "training": "training steps",
+    "validation": "validation",
+    "checkpoint": "checkpoint saving",
+    "other": "other",
+}
+FILE_NAME = "time_split.json"
+_STARTED = {"process start": "process started", "command start": "command started"}
+
+
+def process_seconds(stat: str = "/proc/self/stat") -> float | None:
+    """Seconds since this process (or the one whose /proc/PID/stat is `stat`) started, or
+    None where the kernel does not say.
+
+    Linux records a process's start in /proc/self/stat (field 22, clock ticks since boot);
+    CLOCK_BOOTTIME is the same clock read now, so the difference counts the interpreter's
+    start and every import before vat's first line ran (`import vat` takes about 8 s). Not
+    psutil's create_time(): it is not a vat dependency, and it is the wall clock rebuilt from
+    the boot time in whole seconds (up to 1 s off, and shifted by NTP since boot). Not a time
+    taken in vat/__main__.py: the `vat` script never runs it, and `python -m vat` runs it
+    only after the package's imports."""
+    try:
+        with open(stat, "rb") as f:
+            text = f.read()
+        # field 2, the command name, may hold spaces and ")": the fields after its last ")"
+        # start at field 3, so field 22 is the 20th of them
+        ticks = int(text[text.rindex(b")") + 2 :].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def compile_seconds() -> float:
+    """Seconds torch._dynamo has spent compiling in this process (frames and their lazily
+    compiled backward graphs): torch 2.13's `calculate_time_spent()["total_wall_time"]`,
+    i.e. the `entire_frame_compile` + `entire_backward_compile` phases of `dynamo_timed`.
+    `torch._dynamo.reset()` zeroes it. 0.0 where torch offers no such count."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+
+        return float(calculate_time_spent().get("total_wall_time", 0.0))
+    except Exception:  # an internal API: a torch without it has no compile time to report
+        return 0.0
+
+
+class Ledger:
+    """Wall seconds charged to the part under way at each boundary, with the compile seconds
+    that fell inside the interval moved out to `compile`. Parts nest (a save inside a
+    validation is a save); `base` is the phase outside them (setup, training, other).
+
+    Every charge adds exactly the interval since the last one, so the parts always add up to
+    the last boundary's time less `origin` (tests/test_time_split.py)."""
+
+    def __init__(self, origin: float, compiled: float) -> None:
+        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self._stack = ["setup"]
+        self._last = origin
+        self._compiled = compiled
+
+    @property
+    def part(self) -> str:
+        return self._stack[-1]
+
+    def charge(self, now: float, compiled: float) -> None:
+        """The time since the last boundary to the part under way, less the compile seconds
+        counted since (dynamo's count falls back to 0 when torch._dynamo.reset() runs)."""
+        elapsed = max(now - self._last, 0.0)
+        new_compile = compiled - self._compiled if compiled >= self._compiled else compiled
+        new_compile = min(max(new_compile, 0.0), elapsed)
+        self.seconds["compile"] += new_compile
+        self.seconds[self.part] += elapsed - new_compile
+        self._last, self._compiled = now, compiled
+
+    def enter(self, part: str, now: float, compiled: float) -> None:
+        self.charge(now, compiled)
+        self._stack.append(part)
+
+    def leave(self, part: str, now: float, compiled: float) -> None:
+        self.charge(now, compiled)
+        if len(self._stack) > 1 and self._stack[-1] == part:
+            self._stack.pop()
+
+    def become(self, base: str, now: float, compiled: float) -> None:
+        """The phase outside every nested part changes (setup -> training -> other)."""
+        self.charge(now, compiled)
+        self._stack[0] = base
+
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+def split_record(
+    ledger: Ledger, clock_from: str, first_step_s: float | None, counts: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON record (and TensorBoard's scalars): `total_s`, `<part>_s` for every part,
+    `first_step_s` (None: no step ran), where the clock started and the counts."""
+    record: dict[str, Any] = {"total_s": round(ledger.total(), 3)}
+    record.update({f"{p}_s": round(ledger.seconds[p], 3) for p in PARTS})
+    first = None if first_step_s is None else round(first_step_s, 3)
+    return {**record, "first_step_s": first, "clock_from": clock_from, **counts}
+
+
+def split_line(record: dict[str, Any], where: str | None) -> str:
+    """The one line the end of a fit prints."""
+    total = record["total_s"]
+    parts = ", ".join(
+        f"{WORDS[p]} {record[f'{p}_s']:.1f} s ({record[f'{p}_s'] / total:.0%})"
+        if total > 0
+        else f"{WORDS[p]} {record[f'{p}_s']:.1f} s"
+        for p in PARTS
+    )
+    written = f"; written to {where}" if where else ""
+    since = _STARTED.get(record["clock_from"], record["clock_from"])
+    how = "" if record.get("ended", "finished") == "finished" else f" ({record['ended']})"
+    return f"vat: time split of {_clock(total)} since the {since}{how}: {parts}{written}"
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+_clock_started: list[str] = []
+"""What the clock of each TimeSplit made in this process started from (the first: the
+process; later ones, as in a sweep run in-process or a test, their command)."""
+
+
+def _sync(trainer: Trainer) -> None:
+    """Wait for the device at a boundary (CUDA runs behind the host); nothing on the CPU."""
+    module = trainer.lightning_module
+    device = getattr(module, "device", None) if module is not None else None
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class TimeSplit(Callback):
+    """The split above, for `vat train fit` (registered by vat.cli.train for every fit).
+
+    Args:
+        run_dir: Where time_split.json goes (None: not written).
+        clock: The host clock (time.perf_counter; tests give their own).
+        compiled: Dynamo's compile seconds so far (compile_seconds; tests give their own).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        compiled: Callable[[], float] = compile_seconds,
+    ) -> None:
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self._clock, self._compiled = clock, compiled
+        since = process_seconds() if not _clock_started else None
+        self.clock_from = "process start" if since is not None else "command start"
+        _clock_started.append(self.clock_from)
+        self._ledger = Ledger(clock() - (since or 0.0), compiled())
+        self._first_step_s: float | None = None
+        self._start_step = 0
+        self._stepped = self._training = False
+        self._counts = {"validations": 0, "checkpoint_saves": 0}
+        self._saver: Callable[..., Any] | None = None
+
+    def _now(self) -> tuple[float, float]:
+        return self._clock(), self._compiled()
+
+    def _enter(self, trainer: Trainer, part: str) -> None:
+        _sync(trainer)
+        self._ledger.enter(part, *self._now())
+
+    def _leave(self, trainer: Trainer, part: str) -> None:
+        _sync(trainer)
+        self._ledger.leave(part, *self._now())
+
+    # -- boundaries ------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit" or self._saver is not None:
+            return
+        # Lightning has no hook around a save (on_save_checkpoint comes before the write):
+        # every checkpoint callback saves through trainer.save_checkpoint, so it is timed there
+        saver = trainer.save_checkpoint
+
+        def timed_save(*args: Any, **kwargs: Any) -> Any:
+            self._enter(trainer, "checkpoint")
+            try:
+                return saver(*args, **kwargs)
+            finally:
+                self._leave(trainer, "checkpoint")
+                self._counts["checkpoint_saves"] += 1
+
+        self._saver = saver
+        trainer.save_checkpoint = timed_save  # an instance attribute: teardown removes it
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start_step = trainer.global_step  # a resume's step, restored by now
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._enter(trainer, "validation")
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._leave(trainer, "validation")
+        if not trainer.sanity_checking:  # timed as validation, not counted as one
+            self._counts["validations"] += 1
+
+    def on_train_batch_start(self, trainer: Trainer, *args: Any) -> None:
+        if not self._training:
+            _sync(trainer)
+            self._ledger.become("training", *self._now())
+            self._training = True
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if self._stepped or trainer.global_step <= self._start_step:
+            return  # checked on the host (an int), no device read
+        _sync(trainer)  # once: the first optimizer step, finished on the device
+        self._ledger.charge(*self._now())
+        self._stepped = True
+        self._first_step_s = self._ledger.total()
+        so_far = ", ".join(
+            f"{WORDS[p]} {self._ledger.seconds[p]:.1f} s"
+            for p in PARTS
+            if self._ledger.seconds[p] >= 0.05
+        )
+        rank_zero_info(
+            f"vat: first optimizer step (step {trainer.global_step:,}) "
+            f"{self._first_step_s:.1f} s after the {_STARTED[self.clock_from]}: {so_far}"
+        )
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        _sync(trainer)
+        self._ledger.become("other", *self._now())
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """The end of a fit that finished: after every on_fit_end, before the loggers close."""
+        if stage == "fit":
+            self._finish(trainer, pl_module, "finished")
+
+    def on_exception(
+        self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
+    ) -> None:
+        """A fit stopped by a signal (vat.train.interrupt ends it with SIGTERMException, after
+        saving last.ckpt in its own on_exception, which runs before this one): the GPU suite
+        stops its launches that way. Or one that failed: its seconds were spent too."""
+        ended = "stopped" if isinstance(exception, SIGTERMException) else "failed"
+        try:
+            self._finish(trainer, pl_module, ended)
+        except Exception:  # (a full disk, a failed device): the stop or the error is the news
+            return
+
+    def _finish(self, trainer: Trainer, pl_module: LightningModule, ended: str) -> None:
+        if self._saver is None:
+            return  # not a fit, or said already
+        if trainer.__dict__.get("save_checkpoint") is not None:
+            del trainer.save_checkpoint  # the Trainer's own method again
+        self._saver = None
+        _sync(trainer)
+        self._ledger.charge(*self._now())
+        record = split_record(
+            self._ledger,
+            self.clock_from,
+            self._first_step_s,
+            {
+                "ended": ended,
+                "first_step": self._start_step,
+                "last_step": trainer.global_step,
+                "steps": trainer.global_step - self._start_step,
+                **self._counts,
+                "device": str(pl_module.device.type),
+            },
+        )
+        if not trainer.is_global_zero:
+            return
+        where = None
+        if self.run_dir is not None:
+            where = self.run_dir / FILE_NAME
+            write_json_atomic(where, record)
+        scalars = {f"time/{k}": float(record[k]) for k in record if k.endswith("_s")}
+        if record["first_step_s"] is None:
+            scalars.pop("time/first_step_s")
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=trainer.global_step)
+        if ended == "finished":  # a stop's or an error's own line stays the last one said
+            rank_zero_info(split_line(record, None if where is None else _shown(where)))
+
+
+def _shown(path: Path) -> str:
+    """The path relative to the current folder when inside it (as the user named the run)."""
+    here = Path.cwd().resolve()
+    full = path.resolve()
+    return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)
+
+
+def read_split(run_dir: str | os.PathLike, since: float | None = None) -> dict[str, Any] | None:
+    """RUN_DIR/time_split.json as a fit wrote it, or None: missing, unreadable, not a split,
+    or written before `since` (a time.time() value: an earlier launch's)."""
+    path = Path(run_dir) / FILE_NAME
+    try:
+        if since is not None and path.stat().st_mtime < since:
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    keys = ["total_s", *(f"{p}_s" for p in PARTS)]
+    if not isinstance(record, dict) or not all(
+        isinstance(record.get(k), int | float) and not isinstance(record.get(k), bool) for k in keys
+    ):
+        return None
+    return record
