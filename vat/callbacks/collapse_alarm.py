@@ -43,16 +43,19 @@ once more, in its own log. Turned off by `vat train --enable_collapse_alarm fals
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities import rank_zero_only
+from tqdm import tqdm
 
 from vat.callbacks.base import markdown_table, tensorboard_writer
 from vat.geometry.collapse import ACTIVE_UNIT_THRESHOLD
 from vat.train.step_logging import logs_now
 
+WARN = logging.WARNING
 RECOVERY_FACTOR = 2.0
 """A low KL reading clears only at this multiple of its alarm threshold."""
 
@@ -105,10 +108,12 @@ def variances_from_sums(s1: torch.Tensor, s2: torch.Tensor, n: torch.Tensor) -> 
 
 # -- the callback -----------------------------------------------------------------------------
 @rank_zero_only
-def _warn_line(text: str) -> None:
-    """A warning on Lightning's logger (stderr, beside vat's other `vat:` lines), not a Python
-    warning: warning filters (PYTHONWARNINGS=ignore, a library's) cannot hide it."""
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").warning(text)
+def _say(text: str, level: int = logging.INFO) -> None:
+    """A line on Lightning's logger (stderr, beside vat's other `vat:` lines), the training
+    bar cleared around it (else it is glued to the bar's line). A warning goes there too,
+    not through Python's warnings: their filters (PYTHONWARNINGS=ignore) cannot hide it."""
+    with tqdm.external_write_mode(file=sys.stderr):
+        logging.getLogger("lightning.pytorch.utilities.rank_zero").log(level, text)
 
 
 class CollapseAlarm(Callback):
@@ -256,13 +261,13 @@ class CollapseAlarm(Callback):
         if reasons and self._alarm_step is None:
             self._alarm_step = step
             text = f"posterior collapse at step {step:,}: {'; '.join(reasons)}"
-            _warn_line(f"vat: warning: {text} (collapse alarm; alarm/collapse in TensorBoard)")
+            _say(f"vat: warning: {text} (collapse alarm; alarm/collapse in TensorBoard)", WARN)
             self._log(trainer, 1.0, text)
         elif self._alarm_step is not None and not any(self._low.values()):
             text = f"the collapse alarm of step {self._alarm_step:,} cleared at step {step:,}"
             text += f": {reading}" if reading else ""
             self._alarm_step = None
-            rank_zero_info(f"vat: {text}")
+            _say(f"vat: {text}")
             self._log(trainer, 0.0, text)
         else:
             self._log(trainer, 0.0 if self._alarm_step is None else 1.0, None)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from tqdm import tqdm
 
 from vat.io import write_json_atomic
 
@@ -275,10 +277,11 @@ class TimeSplit(Callback):
             for p in PARTS
             if self._ledger.seconds[p] >= 0.05
         )
-        rank_zero_info(
-            f"vat: first optimizer step (step {trainer.global_step:,}) "
-            f"{self._first_step_s:.1f} s after the {_STARTED[self.clock_from]}: {so_far}"
-        )
+        with tqdm.external_write_mode(file=sys.stderr):  # not glued to the bar's line
+            rank_zero_info(
+                f"vat: first optimizer step (step {trainer.global_step:,}) "
+                f"{self._first_step_s:.1f} s after the {_STARTED[self.clock_from]}: {so_far}"
+            )
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         _sync(trainer)
