@@ -74,6 +74,18 @@ def test_second_fresh_run_stops_and_overwrite_replaces_the_old_run(run_copy, cap
     assert not list(run.glob(".overwritten-*"))
 
 
+def test_the_runs_own_records_are_its_files(run_copy):
+    """--overwrite moves what the earlier run wrote, its time split too: a new fit stopped
+    before its end must not leave the old run's split beside its own checkpoints."""
+    from vat.train.run_dir import previous_run_files
+
+    run, _ = run_copy
+    assert (run / "time_split.json").is_file()
+    (run / "compile_cache.bin").write_bytes(b"x")  # as a compiled run leaves it
+    names = {p.name for p in previous_run_files(run)}
+    assert {"time_split.json", "compile_cache.bin", "checkpoints"} <= names
+
+
 def test_overwrite_cannot_be_combined_with_a_resume(run_copy, capsys):
     run, cache = run_copy
     code, err = train_main(fit_args(run, cache, "--overwrite", "--ckpt_path", "last"), capsys)

@@ -71,6 +71,8 @@ _RUN_FILE_RES = [
         r"hparams\.yaml",
         r"tokenizer\.json",
         r"projector_config\.pbtxt",
+        r"time_split\.json",  # vat.callbacks.time_split
+        r"compile_cache\.(bin|json)",  # vat.train.compile_cache
         r"\d{5,}",
     )
 ]
