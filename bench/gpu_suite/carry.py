@@ -11,31 +11,61 @@ training starts, and the stage falls back to the newest weights it has (referenc
 
 The manifest lives in gpu_report.json rather than in a file of its own: the report always
 travels, and a returned folder's parts older than its report are then caught by their
-checksums instead of being joined into the wrong checkpoint."""
+checksums instead of being joined into the wrong checkpoint.
+
+The run's compile cache (vat.train.compile_cache: compile_cache.bin and its record) travels
+beside the parts as one more file, CACHE_PACK, so that the next launch reads the compiled
+training step instead of compiling it again (issue 44: a resumed H200 launch spent 67.5 s of
+86 s starting). Its size, SHA-256 and record (torch, CUDA, Triton, Python, the device) are in
+the report; the next call unpacks it into the run folder only when all three match, and a
+cache over MAX_OUT_FILE stays behind (said): a call returns at most 8 files."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import re
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
 from bench.gpu_suite.call import MAX_OUT_FILE
 from vat.io import atomic_write
+from vat.train.compile_cache import (
+    CACHE_FILE,
+    MATCHED,
+    RECORD_FILE,
+    machine_record,
+    mismatch,
+    read_record,
+)
 
 PART_PREFIX = "reference.ckpt.part"
 PART_RE = re.compile(re.escape(PART_PREFIX) + r"[1-9][0-9]{0,2}")
 """A part's name: numbered from 1 (the schema refuses any other name in a manifest, so that a
 hand-edited report cannot make the suite read or write outside OUT_DIR)."""
 PART_BYTES = MAX_OUT_FILE
+CACHE_PACK = "reference.compile_cache.tar.gz"
+"""The run's compile_cache.bin and compile_cache.json as one returned file: gzipped, since
+what torch serialises (pickled graphs, generated source, Triton's kernel binaries) is not
+compressed, and a pack over MAX_OUT_FILE is left behind."""
+CACHE_PACK_BYTES = MAX_OUT_FILE
 
 
-def part_files(folder: Path) -> list[Path]:
+def checkpoint_parts(folder: Path) -> list[Path]:
     """The checkpoint parts in `folder`, in order."""
     found = [p for p in folder.glob(PART_PREFIX + "*") if PART_RE.fullmatch(p.name)]
     return sorted(found, key=lambda p: int(p.name[len(PART_PREFIX) :]))
+
+
+def part_files(folder: Path) -> list[Path]:
+    """What carries the reference to the next call, found in `folder`: the checkpoint parts
+    in order, then the compile cache's pack when there (a seed copies them all, a call that
+    wrote none of them returns none)."""
+    pack = folder / CACHE_PACK
+    return checkpoint_parts(folder) + ([pack] if pack.is_file() else [])
 
 
 def remove_parts(folder: Path) -> None:
@@ -59,7 +89,7 @@ def split(ckpt: Path, folder: Path, step: int) -> dict[str, Any]:
             parts.append(
                 {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
             )
-    for stale in part_files(folder)[len(parts) :]:
+    for stale in checkpoint_parts(folder)[len(parts) :]:
         stale.unlink(missing_ok=True)
     return {
         "file": ckpt.name,
@@ -101,3 +131,85 @@ def join(folder: Path, manifest: dict[str, Any], dest: Path) -> str | None:
 
     atomic_write(dest, write, binary=True)
     return None
+
+
+def this_machine(smoke: bool) -> dict[str, Any]:
+    """This machine as a compile cache's record names it, for the device the reference
+    trains on (the GPU; the CPU in --smoke)."""
+    import torch
+
+    gpu = not smoke and torch.cuda.is_available()
+    return machine_record(torch.device("cuda" if gpu else "cpu"))
+
+
+def pack_compile_cache(run_dir: Path, folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """RUN_DIR's compile cache and its record as FOLDER/CACHE_PACK (atomically): (its
+    manifest, None); (None, None) when the run has none (not compiled, or compile_cache off);
+    (None, why) when it is not carried (a line for the report). A pack of an earlier launch
+    that is not replaced is removed: it would describe another cache."""
+    bin_, rec = run_dir / CACHE_FILE, run_dir / RECORD_FILE
+    if not all(p.is_file() and not p.is_symlink() for p in (bin_, rec)):
+        (folder / CACHE_PACK).unlink(missing_ok=True)
+        return None, None
+    record, why = read_record(run_dir)
+    if record is None:
+        (folder / CACHE_PACK).unlink(missing_ok=True)
+        return None, f"its compile cache is not carried: {why}"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tf:
+        for path in (bin_, rec):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(path.name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    data = buf.getvalue()
+    if len(data) > CACHE_PACK_BYTES:
+        (folder / CACHE_PACK).unlink(missing_ok=True)
+        return None, (
+            f"its compile cache ({len(data) / 2**20:.1f} MiB) is over the "
+            f"{CACHE_PACK_BYTES / 2**20:.0f} MiB a returned file may hold: not carried (the "
+            "next machine compiles afresh)"
+        )
+    atomic_write(folder / CACHE_PACK, lambda out: out.write(data), binary=True)
+    return {
+        "file": CACHE_PACK,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "record": {k: record.get(k) for k in MATCHED},
+    }, None
+
+
+def restore_compile_cache(
+    folder: Path, manifest: dict[str, Any] | None, run_dir: Path, here: dict[str, Any]
+) -> str | None:
+    """The pack `manifest` names, from `folder`, unpacked into `run_dir` (each file
+    atomically) when its size and SHA-256 are the manifest's and its record names this
+    machine (`here`); what happened, a line for the report (None: no cache travelled)."""
+    if not manifest:
+        return None
+    path = folder / manifest["file"]
+    if not path.is_file():
+        return f"its compile cache {manifest['file']} did not come back: compiled afresh"
+    data = path.read_bytes()
+    if len(data) != manifest["bytes"] or hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+        return (
+            f"its compile cache {manifest['file']} fails its size or SHA-256 check (altered "
+            "or damaged on the way): compiled afresh"
+        )
+    why = mismatch(manifest["record"], here)
+    if why is not None:
+        return f"its compile cache is not for this machine ({why}): compiled afresh"
+    files: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
+        for member in tf.getmembers():  # read by name, never extracted: no path leaves run_dir
+            if member.name in (CACHE_FILE, RECORD_FILE) and member.isfile():
+                files[member.name] = tf.extractfile(member).read()
+    if set(files) != {CACHE_FILE, RECORD_FILE}:
+        return f"its compile cache {manifest['file']} lacks {CACHE_FILE} or its record"
+    for name in (CACHE_FILE, RECORD_FILE):  # the record last: it vouches for the file
+        atomic_write(run_dir / name, lambda out, b=files[name]: out.write(b), binary=True)
+    rec = manifest["record"]
+    return (
+        f"its compile cache came back ({len(files[CACHE_FILE]) / 2**20:.1f} MiB, saved on "
+        f"{rec['device']}, torch {rec['torch']}): the launch reads its compiled step"
+    )

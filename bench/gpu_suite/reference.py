@@ -270,6 +270,11 @@ def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
             why = "the joined file does not read as a vat checkpoint"
         if why is None:
             n = len(manifest["parts"])
+            # the compiled step travels with the parts (carry.py): read, not compiled again
+            said = carry.restore_compile_cache(call.out, ref.get("compile_cache"), run_dir,
+                                               carry.this_machine(call.plan.smoke))  # fmt: skip
+            if said is not None:
+                call.note("reference", said)
             return Start("resumed", f"{_resumed(step, dest)} (the checkpoint an earlier call "
                          f"returned, joined from {n} part{'s' * (n > 1)})", step, str(dest),
                          carried=True)  # fmt: skip
@@ -426,9 +431,10 @@ def device_record(plan: Plan) -> dict[str, Any]:
 
 
 def _carry_checkpoint(call: Call, run_dir: Path, start: Start) -> None:
-    """The run's newest checkpoint into OUT_DIR as parts (carry.py), their manifest and the
-    tokens behind the model into the report: after every launch that trained, so that the
-    call's returned files continue the reference on any machine."""
+    """The run's newest checkpoint into OUT_DIR as parts (carry.py), and its compile cache
+    as one more file, their manifests and the tokens behind the model into the report: after
+    every launch that trained, so that the call's returned files continue the reference on
+    any machine."""
     from vat.train.run_dir import find_last
 
     ref = call.state["reference"]
@@ -437,6 +443,9 @@ def _carry_checkpoint(call: Call, run_dir: Path, start: Start) -> None:
     if last is None or step is None or (start.how == "resumed" and step <= start.step):
         return  # nothing trained here: the returned parts, if any, still hold it
     ref["checkpoint_parts"] = carry.split(last, call.out, step)
+    ref["compile_cache"], why = carry.pack_compile_cache(run_dir, call.out)
+    if why is not None:
+        call.note("reference", why)
     call.parts_written = True
     t = _training(run_dir, last.name)
     ref["tokens_total"] = t.get("tokens_total", t.get("tokens_seen"))

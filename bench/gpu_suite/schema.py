@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.gpu_suite.carry import PART_RE
+from bench.gpu_suite.carry import CACHE_PACK, PART_RE
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -384,6 +384,17 @@ PARTS = Obj(
         "parts": List(PART, nonempty=True),
     }
 )
+# The compile cache's pack (carry.py): one name only, and the record it is checked against
+COMPILE_CACHE = Obj(
+    {
+        "file": OneOf(CACHE_PACK),
+        "bytes": COUNT,
+        "sha256": Match(SHA256_RE, "64 hex digits"),
+        "record": Obj(
+            {"torch": STR, "cuda": Null(STR), "triton": Null(STR), "python": STR, "device": STR}
+        ),
+    }
+)
 ROUND = Obj(
     {"round": Num(1, whole=True), "step": COUNT, "tokens_total": Null(NON_NEGATIVE),
      "bleu": BLEU},
@@ -414,6 +425,7 @@ REFERENCE = Obj(
         "tokens_total": Null(NON_NEGATIVE),
         "device": Null(DEVICE),
         "checkpoint_parts": Null(PARTS),
+        "compile_cache": Null(COMPILE_CACHE),
         # seconds this model's evaluation and export took (reference.finish_reserve_s)
         "finish_s": Obj({}, {"eval": SECONDS, "export": SECONDS}),
     },

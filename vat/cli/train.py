@@ -48,6 +48,7 @@ from vat.train.checkpointing import (
     reset_state,
     was_interrupted,
 )
+from vat.train.compile_cache import CompileCache
 from vat.train.interrupt import EXIT_CODES, StopOnSignal
 from vat.train.non_finite import NonFiniteLossError
 from vat.train.system import VATSystem
@@ -115,6 +116,15 @@ class VATCLI(LightningCLI):
             help="Metric of the best checkpoint: val/nll (reconstruction), "
             "val/stsb_spearman (similarity; needs the vat.callbacks.sts.STSBSpearman callback), "
             "or val/loss (rises with the KL weight).",
+        )
+        parser.add_argument(
+            "--compile_cache",
+            "--compile-cache",
+            type=bool,
+            default=True,
+            help="With model.compile: keep the compiled training step in RUN_DIR/"
+            "compile_cache.bin and load it at the next launch on the same torch and device "
+            "(vat/train/compile_cache.py); false: compile afresh each launch.",
         )
         parser.add_argument(
             "--init_from",
@@ -273,6 +283,9 @@ class VATCLI(LightningCLI):
             if getattr(self, "_init", None) is not None and cfg.ckpt_path is None:
                 # a continued run's curves start at its model's own numbers on this data
                 self.trainer_defaults["callbacks"].append(init_from.ValidateFirst())
+            if cfg.model.get("compile") and cfg.get("compile_cache", True):
+                # the compiled step read from the run folder, not compiled again (issue 44)
+                self.trainer_defaults["callbacks"].append(CompileCache(run_dir))
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
 
     def before_fit(self) -> None:

@@ -1,0 +1,285 @@
+"""The compiled training step kept with the run (vat/train/compile_cache.py) and carried by
+the GPU suite (bench/gpu_suite/carry.py).
+
+One compiled tiny run and its resume, each a fresh process with a fresh
+TORCHINDUCTOR_CACHE_DIR (so only the run folder's cache can help), are shared by the module:
+inductor builds C++ on this CPU (tens of seconds to minutes per launch on a busy machine).
+Everything else reads the files they left.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import fit_args, train_captured, train_subprocess
+
+from vat.train.compile_cache import (
+    CACHE_FILE,
+    RECORD_FILE,
+    CompileCache,
+    machine_record,
+    merge,
+    read_cache,
+    write_cache,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
+
+from bench.gpu_suite import carry, reference  # noqa: E402
+from bench.gpu_suite.call import Call  # noqa: E402
+from bench.gpu_suite.plan import make_plan  # noqa: E402
+from bench.gpu_suite.state import load_state, new_state  # noqa: E402
+from vat.errors import VatError  # noqa: E402
+
+CPU = torch.device("cpu")
+SAVED_RE = re.compile(
+    r"vat: compile cache: saved (\d+) artifacts .* at step (\d+)(?:; (\d+) of (\d+))?"
+)
+
+
+def _launch(run: Path, data_cache: Path, inductor: Path, *extra: str):
+    """`vat train` of the tiny config, compiled, in a fresh process and inductor cache."""
+    args = fit_args(run, data_cache, "--model.compile", "true", "--data.num_workers", "0", *extra)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    r = train_subprocess(args, env_extra=env, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [ln for ln in r.stderr.splitlines() if "compile cache" in ln]
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory):
+    """A fresh compiled run of 2 steps (it saves the cache), then its resume to 3 steps on
+    an empty inductor cache (it loads it); the first launch's files kept apart."""
+    root = tmp_path_factory.mktemp("compile_cache")
+    run = root / "run"
+    first = _launch(run, root / "data", root / "inductor1", "--trainer.max_steps", "2")
+    kept = root / "after_first"
+    kept.mkdir()
+    for name in (CACHE_FILE, RECORD_FILE):
+        shutil.copy(run / name, kept / name)
+    second = _launch(
+        run, root / "data", root / "inductor2", "--trainer.max_steps", "3", "--ckpt_path", "last"
+    )
+    return SimpleNamespace(root=root, run=run, first=first, second=second, kept=kept)
+
+
+@pytest.mark.slow
+def test_a_compiled_run_saves_its_step_and_its_resume_reads_it(launches):
+    run = launches.run
+    assert launches.first[0] == (
+        f"vat: compile cache: none in {run} yet; this launch saves its compiled step there"
+    )
+    saved = SAVED_RE.match(launches.first[1])
+    assert saved and int(saved[1]) >= 2 and saved[2] == "1"  # after the first step
+    record = json.loads((launches.kept / RECORD_FILE).read_text())
+    assert {k: record[k] for k in machine_record(CPU)} == machine_record(CPU)
+    assert record["bytes"] == (launches.kept / CACHE_FILE).stat().st_size
+    assert sum(record["artifacts"].values()) >= 2  # the step's forward and backward, at least
+
+    loaded = re.match(
+        r"vat: compile cache: loaded (\d+) artifacts \(.*\) from (.*); ", launches.second[0]
+    )
+    assert (
+        loaded
+        and int(loaded[1]) == sum(record["artifacts"].values())
+        and loaded[2] == str(run / CACHE_FILE)
+    )
+    # torch's own counters in the resumed process: its graphs came from the cache
+    saved = SAVED_RE.match(launches.second[1])
+    assert saved and int(saved[3]) >= 2 and saved[3] == saved[4], launches.second
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in (CACHE_FILE, RECORD_FILE):
+        shutil.copy(src / name, dest / name)
+    return dest
+
+
+def _load(folder: Path) -> str:
+    cache = CompileCache(folder)
+    cache._here = machine_record(CPU)  # what setup() finds out from the trainer
+    return cache.load()
+
+
+@pytest.mark.slow
+def test_a_cache_for_another_torch_or_device_is_refused_in_one_line(
+    launches, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    path = f"{tmp_path / 'x' / CACHE_FILE}"
+    here = machine_record(CPU)
+    cases = {
+        "torch": ("2.12.0", f"saved with torch 2.12.0, this machine has torch {here['torch']}"),
+        "device": ("NVIDIA H200", f"it was saved on NVIDIA H200, this is {here['device']}"),
+    }
+    for key, (value, said) in cases.items():
+        folder = _copy(launches.kept, tmp_path / "x")
+        record = json.loads((folder / RECORD_FILE).read_text())
+        (folder / RECORD_FILE).write_text(json.dumps({**record, key: value}))
+        assert _load(folder).startswith(f"{path} not used: ")
+        assert _load(folder).endswith(f"{said}; this launch saves its own")
+        shutil.rmtree(folder)
+    folder = _copy(launches.kept, tmp_path / "x")
+    (folder / CACHE_FILE).write_bytes((folder / CACHE_FILE).read_bytes()[:-1])
+    assert "its size or SHA-256 differs from its record" in _load(folder)
+    (folder / RECORD_FILE).unlink()
+    assert _load(folder).endswith(
+        f"not used: its record {RECORD_FILE} is missing; this launch saves its own"
+    )
+    shutil.rmtree(folder)
+    folder = _copy(launches.kept, tmp_path / "x")
+    line = _load(folder)
+    assert line.startswith("loaded ") and "\n" not in line
+
+
+@pytest.mark.slow
+def test_the_cache_is_never_read_or_written_through_a_link(launches, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in (CACHE_FILE, RECORD_FILE):
+        (elsewhere / name).write_bytes(b"someone else's file")
+        (folder / name).symlink_to(elsewhere / name)
+    assert read_cache(folder, machine_record(CPU)) == (
+        None,
+        "it is a symbolic link (vat neither reads nor writes through links)",
+    )
+    blob = (launches.kept / CACHE_FILE).read_bytes()
+    write_cache(folder, blob, {**machine_record(CPU), "artifacts": {}, "step": 1})
+    for name in (CACHE_FILE, RECORD_FILE):
+        assert not (folder / name).is_symlink()  # the link replaced, its target untouched
+        assert (elsewhere / name).read_bytes() == b"someone else's file"
+    assert read_cache(folder, machine_record(CPU)) == (blob, None)
+
+
+@pytest.mark.slow
+def test_merge_keeps_what_torch_s_second_save_would_drop(launches):
+    """torch appends a block per kind at each save and loads only the last block of each
+    kind: two blocks of one kind load as the second alone; merged, as both."""
+    from torch.compiler._cache import _deserialize_single_cache, _serialize_single_cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    blob = (launches.kept / CACHE_FILE).read_bytes()
+    kinds = dict(AppendingByteSerializer.to_list(blob, deserialize_fn=_deserialize_single_cache))
+    kind, artifacts = max(kinds.items(), key=lambda kv: len(kv[1]))
+    assert len(artifacts) >= 2
+    two = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    two.extend([(kind, artifacts[:1]), (kind, artifacts[1:])])
+    torch_s = torch.compiler._cache.CacheArtifactManager.deserialize(two.to_bytes())
+    assert len(torch_s[kind]) == len(artifacts) - 1
+    merged, counts = merge(two.to_bytes())
+    assert counts == {kind: len(artifacts)}
+    assert merge(blob, blob)[1] == merge(blob)[1] == {k: len(v) for k, v in kinds.items()}
+
+
+def test_no_cache_when_compile_or_the_cache_is_off(tmp_path, fast_compile):
+    """model.compile off: no callback, no line, no file; on with --compile-cache false: the
+    same (aot_eager here: nothing to build)."""
+    for name, extra in (
+        ("eager", []),
+        ("off", ["--model.compile", "true", "--compile-cache", "false"]),
+    ):
+        run = tmp_path / name
+        code, err = train_captured(
+            fit_args(run, tmp_path / "data", "--trainer.max_steps", "1", *extra)
+        )
+        assert code == 0, err
+        assert not [ln for ln in err if "compile cache" in ln], err
+        assert not (run / CACHE_FILE).exists() and not (run / RECORD_FILE).exists()
+
+
+# -- the GPU suite carries it -----------------------------------------------------------------
+
+
+def _call(out: Path) -> Call:
+    out.mkdir(parents=True, exist_ok=True)
+    return Call(out, make_plan("short", smoke=True), out, None, new_state(smoke=True))
+
+
+@pytest.mark.slow
+def test_the_suite_returns_the_cache_as_one_file_and_restores_it_with_the_parts(
+    launches, tmp_path, monkeypatch
+):
+    """The reference's run folder (here the resumed tiny run) into OUT_DIR: its checkpoint
+    in parts, its cache and record as one more file; on the next machine the parts are
+    joined and the cache unpacked into the run folder (checked by size, SHA-256 and record),
+    where the launch loads it."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    run, first = launches.run, _call(tmp_path / "out")
+    start = reference.Start("scratch", "from nothing")
+    reference._carry_checkpoint(first, run, start)
+    ref = first.state["reference"]
+    manifest = ref["compile_cache"]
+    assert manifest["file"] == carry.CACHE_PACK and manifest["record"] == machine_record(CPU)
+    parts = [p["name"] for p in ref["checkpoint_parts"]["parts"]]
+    assert [p.name for p in carry.part_files(first.out)] == [*parts, carry.CACHE_PACK]
+    assert (first.out / carry.CACHE_PACK).stat().st_size == manifest["bytes"] <= 16 * 2**20
+    first.save()
+    assert load_state(first.out, smoke=True) == first.state  # the schema knows the key
+
+    nxt = _call(tmp_path / "node" / "out")
+    for f in carry.part_files(first.out) + [first.out / "gpu_report.json"]:
+        shutil.copy(f, nxt.out / f.name)
+    nxt.state = load_state(nxt.out, smoke=True)
+    node_run = tmp_path / "node" / "run"
+    got = reference.choose_start(nxt, node_run)
+    assert got.how == "resumed" and got.carried
+    said = nxt.state["stages"]["reference"]["notes"][-1]
+    assert "its compile cache came back (" in said and "the launch reads its compiled step" in said
+    for name in (CACHE_FILE, RECORD_FILE):
+        assert (node_run / name).read_bytes() == (run / name).read_bytes()
+    assert _load(node_run).startswith("loaded ")
+
+    # damaged on the way, or for another machine: said, and nothing unpacked
+    pack = nxt.out / carry.CACHE_PACK
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 1
+    pack.write_bytes(bytes(data))
+    dest = tmp_path / "node" / "run2"
+    assert "fails its size or SHA-256 check" in carry.restore_compile_cache(
+        nxt.out, manifest, dest, machine_record(CPU)
+    )
+    shutil.copy(first.out / carry.CACHE_PACK, pack)
+    other = {**machine_record(CPU), "device": "NVIDIA H200"}
+    device = machine_record(CPU)["device"]
+    assert carry.restore_compile_cache(nxt.out, manifest, dest, other) == (
+        f"its compile cache is not for this machine (it was saved on {device}, this is "
+        "NVIDIA H200): compiled afresh"
+    )
+    assert not dest.exists()
+
+    # over what a returned file may hold: left behind, said; a call without parts returns none
+    monkeypatch.setattr(carry, "CACHE_PACK_BYTES", 1000)
+    got, why = carry.pack_compile_cache(run, first.out)
+    assert got is None and why.startswith("its compile cache (") and "not carried" in why
+    assert not (first.out / carry.CACHE_PACK).exists()
+    carry.remove_parts(nxt.out)
+    assert carry.part_files(nxt.out) == []
+
+
+def test_a_report_naming_another_file_as_the_cache_is_refused(tmp_path):
+    state = new_state(smoke=True)
+    state["reference"]["compile_cache"] = {
+        "file": "../../x", "bytes": 3, "sha256": "0" * 64, "record": machine_record(CPU)
+    }  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_report.json").write_text(json.dumps(state))
+    with pytest.raises(VatError) as e:
+        load_state(out, smoke=True)
+    assert f"compile_cache.file' must be one of {carry.CACHE_PACK}" in str(e.value)
+
+
+def test_a_record_names_what_the_cache_is_valid_for():
+    here = machine_record(CPU)
+    assert here["torch"] == torch.__version__ and here["cuda"] == torch.version.cuda
+    assert here["device"].startswith("CPU ") and here["triton"] is None
