@@ -117,6 +117,8 @@ def new_reference() -> dict[str, Any]:
         "tokens_total": None,
         "device": None,
         "checkpoint_parts": None,
+        "compile_cache": None,
+        "finish_s": {},
     }
 
 
@@ -522,7 +524,8 @@ def _launch_record(
             "logged_tokens_per_s": logged_tokens_per_s(run_dir, start.step),
             "round": state["reference"].get("round", 1), "how": start.how,
             "start": start.text, "from_step": start.step,
-            "tokens_total": t.get("tokens_total", t.get("tokens_seen"))}  # fmt: skip
+            "tokens_total": t.get("tokens_total", t.get("tokens_seen")),
+            "time_split": o.time_split}  # fmt: skip
 
 
 def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:

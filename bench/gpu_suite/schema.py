@@ -350,6 +350,7 @@ LAUNCH = Obj(
         "start": STR,
         "from_step": COUNT,
         "tokens_total": Null(NON_NEGATIVE),
+        "time_split": Null(TIME_SPLIT),  # where its seconds went (vat.callbacks.time_split)
     },
 )
 EXPORTED = Obj(
