@@ -51,3 +51,12 @@ def test_the_launch_command_validates_every_given_steps(tmp_path):
     assert cmd[cmd.index("--trainer.val_check_interval") + 1] == "300"  # never past the end
     cmd = reference.train_cmd(tmp_path / "c.yaml", tmp_path / "r", 9400, True)
     assert cmd[cmd.index("--trainer.val_check_interval") + 1] == "500"
+
+
+def test_the_report_says_which_step_the_validation_numbers_come_from():
+    from bench.gpu_suite.report import _val_step_note
+
+    assert _val_step_note({"step": 5142, "val_step": 5142}) == []
+    assert _val_step_note({"step": 5142}) == []  # an older report: no claim either way
+    (line, _) = _val_step_note({"step": 5142, "val_step": 5000})
+    assert "at step 5,000" in line and "step 5,142" in line

@@ -205,6 +205,7 @@ def render_reference(
         f"{fmt(s['precision']['stsb'], '.2f', 100)} | {fmt(d.get('sts12'), '.2f', 100)} | "
         f"{fmt(d.get('stsb'), '.2f', 100)} |",
         "",
+        *_val_step_note(e),
         f"BLEU >= {ref['bleu_min']:g} on newstest2019: "
         f"**{'reached' if ref['bleu_reached'] else 'not reached'}** ({fmt(e['bleu'])}).",
     ]
@@ -344,3 +345,13 @@ def render_markdown(state: dict[str, Any]) -> str:
                 "(vat.load, --ckpt)"
             )
     return "\n".join(lines) + "\n"
+
+
+def _val_step_note(e: dict[str, Any]) -> list[str]:
+    """Where the val KL and NLL come from when it is not the evaluated step: a launch stopped
+    for time validated last before it stopped (measure_run reads the last validation)."""
+    at = e.get("val_step")
+    if at is None or at == e["step"]:
+        return []
+    return [f"Val KL and NLL: the last validation, at step {at:,} (the evaluated checkpoint "
+            f"is step {e['step']:,}; everything else is measured on it).", ""]  # fmt: skip
