@@ -36,6 +36,13 @@ and its graph counter); the JSON gives each loop's compiled graphs and recompile
 and the first recompile reasons (the failed guards), so a compiled step that does not settle
 says why.
 
+Profile (`--profile-steps N`, issue 44): after the timed rounds, and after the JSON is
+written (a profile stopped for time leaves the figures), N more steps of each loop of the
+first vocabulary, after 3 untimed ones: torch.profiler's ops by device time and, on CUDA,
+torch.cuda.set_sync_debug_mode("warn") with its warnings counted by the line that synced,
+and the CUDA runtime's synchronize calls. On CPU there is no device time and no sync mode:
+bench/bench_sync_ops.py counts the syncs a GPU would make there.
+
 `data.max_tokens` and `model.compile` are used through those config keys when this vat has
 them; when it does not, the bench says so and falls back (sentence batches of max_tokens /
 32 sentences; both loops eager, like for like).
@@ -53,6 +60,8 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from importlib.util import find_spec
 from pathlib import Path
@@ -324,18 +333,24 @@ def run_plain(
     warmup: int,
     steps: int,
     seed: int,
+    fused: bool | None = None,
+    step_hook: Callable[[int], None] | None = None,
 ) -> dict:
+    """The plain loop over `batches` (already on `device`). Adam is fused on CUDA (`fused`
+    None) or as given; `step_hook(i)` is called before step i and, with len(batches), after
+    the last (bench/bench_sync_ops.py counts each step's ops between two calls)."""
     torch.manual_seed(seed)
     model = VAT(system.arch).to(device).train()
     o, lc = system.optim_cfg, system.loss_cfg
     opt_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
+    fused = device.type == "cuda" if fused is None else fused
     opt = opt_cls(
         model.parameters(),
         lr=1.0 if o.schedule == "noam" else o.lr,
         betas=o.betas,
         eps=o.eps,
         weight_decay=o.weight_decay,
-        fused=device.type == "cuda",
+        fused=fused,
     )
     d = system.arch.d_model
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -366,6 +381,8 @@ def run_plain(
     params = list(model.parameters())
     t0 = None
     for i, b in enumerate(batches):
+        if step_hook is not None:
+            step_hook(i)
         if i == warmup:
             _sync(device)
             t0 = time.perf_counter()
@@ -382,12 +399,152 @@ def run_plain(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
+    if step_hook is not None:
+        step_hook(len(batches))
     _sync(device)
     return {
         "seconds": time.perf_counter() - t0,
-        "optimizer": f"{opt_cls.__name__}(fused={device.type == 'cuda'})",
+        "optimizer": f"{opt_cls.__name__}(fused={fused})",
         "matmul_precision": torch.get_float32_matmul_precision(),
     }
+
+
+PROFILE_WARMUP = 3  # untimed steps of each loop before its profiled ones
+_SYNC_WARNING = "called a synchronizing CUDA operation"
+_SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
+
+
+class StepProfiler:
+    """Profiles steps first .. first + n - 1 of a loop, from the start of step `first` to the
+    start of step first + n (`at_step(i)` at the start of every step i): torch.profiler (CPU,
+    and CUDA on a GPU) and, on CUDA, torch.cuda.set_sync_debug_mode("warn") with its
+    warnings captured. `summary()` is what the JSON reports, per profiled step."""
+
+    def __init__(self, device: torch.device, first: int, n: int) -> None:
+        self.device, self.first, self.n = device, first, n
+        self.cuda = device.type == "cuda"
+        self.prof = None
+        self.caught: list = []
+        self.wall_s: float | None = None
+
+    def at_step(self, i: int) -> None:
+        if i == self.first:
+            self.start()
+        elif i == self.first + self.n:
+            self.stop()
+
+    def start(self) -> None:
+        _sync(self.device)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.prof = torch.profiler.profile(activities=activities)
+        self.prof.__enter__()
+        self._warnings = warnings.catch_warnings(record=True)
+        self.caught = self._warnings.__enter__()
+        warnings.simplefilter("always")  # every sync, not the first of each line
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode("warn")
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.prof is None or self.wall_s is not None:
+            return
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode(0)
+        _sync(self.device)  # one cudaDeviceSynchronize of our own, taken off in summary()
+        self.wall_s = time.perf_counter() - self.t0
+        self._warnings.__exit__(None, None, None)
+        self.prof.__exit__(None, None, None)
+
+    def summary(self, top: int = 15) -> dict:
+        if self.wall_s is None:
+            return {"error": "the profiled steps did not all run"}
+        n = self.n
+        syncs: dict[str, int] = {}
+        for w in self.caught:
+            if _SYNC_WARNING in str(w.message):
+                site = f"{_short_path(w.filename)}:{w.lineno}"
+                syncs[site] = syncs.get(site, 0) + 1
+        events = self.prof.key_averages()
+
+        def device_us(e, own: bool = False) -> float:
+            name = ("self_" if own else "") + "device_time_total"
+            return float(getattr(e, name, None) or getattr(e, name.replace("device", "cuda"), 0))
+
+        calls = {k: 0 for k in _SYNC_CALLS}
+        for e in events:
+            if e.key in calls:
+                calls[e.key] += e.count
+        calls["cudaDeviceSynchronize"] -= int(self.cuda)  # the one of stop()
+        aten = [e for e in events if e.key.startswith("aten::")]
+        key = (lambda e: device_us(e)) if self.cuda else (lambda e: e.self_cpu_time_total)
+        return {
+            "steps": n,
+            "wall_ms_per_step": round(1e3 * self.wall_s / n, 3),
+            # kernels and copies on the device (the profiler's self device time, summed)
+            "device_ms_per_step": round(sum(device_us(e, True) for e in events) / 1e3 / n, 3),
+            "syncs_per_step": round(sum(syncs.values()) / n, 2) if self.cuda else None,
+            "sync_sites": {
+                k: round(v / n, 2) for k, v in sorted(syncs.items(), key=lambda kv: -kv[1])
+            },
+            "cuda_sync_calls_per_step": {k: round(v / n, 2) for k, v in calls.items() if v > 0},
+            "aten_calls_per_step": round(sum(e.count for e in aten) / n, 1),
+            "top_ops": [
+                {
+                    "op": e.key,
+                    "calls_per_step": round(e.count / n, 2),
+                    "device_ms_per_step": round(device_us(e) / 1e3 / n, 4),
+                    "cpu_ms_per_step": round(e.cpu_time_total / 1e3 / n, 4),
+                }
+                for e in sorted(aten, key=key, reverse=True)[:top]
+            ],
+        }
+
+
+def _short_path(path: str) -> str:
+    for marker in ("site-packages/", str(Path(__file__).resolve().parents[1]) + "/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+def profile_vocab(a, cfg_path: Path, cfg: dict, vocab: int, workdir: Path, device) -> dict:
+    """`a.profile_steps` profiled steps of each loop (StepProfiler), after PROFILE_WARMUP."""
+    first, n = PROFILE_WARMUP, a.profile_steps
+    overrides, settings = make_overrides(a, cfg, vocab, str(workdir / f"v{vocab}_profile"))
+    overrides += ["--trainer.max_steps", str(first + n + 1)]
+    out: dict = {"warmup_steps": first, "steps": n, "sync_debug_mode": device.type == "cuda"}
+    _cleanup(device)
+    cli = build_cli(cfg_path, overrides)
+    vat_prof = StepProfiler(device, first, n)
+
+    class AtStep(L.Callback):
+        calls = 0
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            vat_prof.at_step(self.calls)
+            self.calls += 1
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            vat_prof.stop()
+
+    cli.trainer.callbacks.insert(0, AtStep())  # the step starts before any callback's hook
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    out["vat"] = vat_prof.summary()
+    out["log_every_n_steps"] = cli.trainer.log_every_n_steps
+    system, dm = cli.model, cli.datamodule
+    keys = ("src", "tgt_in", "tgt_out")
+    batches = [{k: b[k].to(device) for k in keys} for b in take_batches(dm, first + n)]
+    del cli
+    _cleanup(device)
+    plain_prof = StepProfiler(device, first, n)
+    run_plain(
+        system, batches, device, settings["precision"], settings["compile"], 0, len(batches),
+        a.seed, step_hook=plain_prof.at_step,
+    )  # fmt: skip
+    out["plain"] = plain_prof.summary()
+    return out
 
 
 def _cleanup(device: torch.device) -> None:
@@ -460,6 +617,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="peak FLOP/s for MFU, in TFLOP/s (cuda default 989: H100 bf16 dense; cpu: none)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="after the timed rounds, profile this many steps of each loop (first vocabulary)",
+    )
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--output", type=Path, default=None, help="write the figures as JSON here")
     a = p.parse_args(argv)
@@ -735,7 +898,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nMFU: {FLOPS_FORMULA}")
     if a.output:
         write_json_atomic(a.output, result)
+    if a.profile_steps > 0:
+        # written first: a profile stopped for time leaves the figures above
+        vocab = result["vocabs"][0]
+        with tempfile.TemporaryDirectory(prefix="vat_bench_") as tmp:
+            cfg_path = Path(tmp) / "config.yaml"
+            cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            try:
+                profile = profile_vocab(a, cfg_path, cfg, vocab["vocab_size"], Path(tmp), device)
+            except Exception as e:  # the figures stand; the profile says what failed
+                profile = {"error": f"{type(e).__name__}: {e}"}
+        vocab["profile"] = profile
+        print(profile_text(profile), file=sys.stderr)
+        if a.output:
+            write_json_atomic(a.output, result)
     return 0
+
+
+def profile_text(profile: dict) -> str:
+    """A few lines per loop: syncs, wall and device time per step, the top ops."""
+    if "error" in profile:
+        return f"bench: profile: {profile['error']}"
+    lines = [f"bench: profile of {profile['steps']} steps per loop:"]
+    for loop in ("vat", "plain"):
+        s = profile[loop]
+        if "error" in s:
+            lines.append(f"  {loop}: {s['error']}")
+            continue
+        lines.append(
+            f"  {loop}: {s['wall_ms_per_step']} ms/step wall, {s['device_ms_per_step']} ms on the "
+            f"device, {s['syncs_per_step']} syncs/step {s['sync_sites']}, sync calls "
+            f"{s['cuda_sync_calls_per_step']}, {s['aten_calls_per_step']} aten calls/step"
+        )
+        for op in s["top_ops"][:5]:
+            lines.append(f"    {op}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -117,3 +117,28 @@ def test_a_missing_package_is_one_line_not_a_traceback():
         "error: Python package 'jsonargparse' is missing (on an offline node install the "
         "bundle: scripts/offline_bundle.sh --install DIR)\n"
     )
+
+
+def test_step_profiler_profiles_the_steps_it_is_given(bench):
+    """StepProfiler around the plain loop on CPU: steps 1-2 of 4, per-step figures; no sync
+    count (set_sync_debug_mode is CUDA's), the ops sorted by CPU time."""
+    from vat.train.system import OptimConfig, VATSystem
+
+    system = VATSystem(arch=_tiny(), optim=OptimConfig(schedule="constant", lr=1e-3))
+    batches = [make_batch([[5, 6, 7], [8, 9, 10, 11]]) for _ in range(4)]
+    prof = bench.StepProfiler(torch.device("cpu"), first=1, n=2)
+    calls = []
+
+    def hook(i):
+        calls.append(i)
+        prof.at_step(i)
+
+    bench.run_plain(system, batches, torch.device("cpu"), "32-true", False, 0, 4, 0, None, hook)
+    assert calls == [0, 1, 2, 3, 4]
+    s = prof.summary(top=5)
+    assert s["steps"] == 2 and s["wall_ms_per_step"] > 0 and s["syncs_per_step"] is None
+    assert s["device_ms_per_step"] == 0 and s["cuda_sync_calls_per_step"] == {}
+    assert len(s["top_ops"]) == 5 and all(o["op"].startswith("aten::") for o in s["top_ops"])
+    cpu = [o["cpu_ms_per_step"] for o in s["top_ops"]]
+    assert s["aten_calls_per_step"] > 100 and cpu[0] > 0
+    assert bench.StepProfiler(torch.device("cpu"), 5, 2).summary()["error"]  # never reached

@@ -41,6 +41,7 @@ from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
 from bench.gpu_suite.throughput import (
     compile_diagnosis,
     judge_targets,
+    profile_record,
     throughput_rows,
     variant_cmd,
 )
@@ -144,6 +145,29 @@ def _measured(state, tok_s, per_step=60_000):
             "vocabs": [{"timed_nonpad_tokens": 100 * per_step, "vat": {"tokens_per_s": tok_s}}],
         },
     }
+
+
+def test_throughput_profile_record_fits_the_schema():
+    """What the variant's bench wrote becomes report.throughput.profile: a profile, an error,
+    or nothing when the child was stopped in it (its timed figures stand)."""
+    from bench.gpu_suite.schema import PROFILE
+
+    loop = {
+        "steps": 10, "wall_ms_per_step": 105.0, "device_ms_per_step": 70.0,
+        "syncs_per_step": 0.1, "sync_sites": {"vat/train/state.py:77": 0.1},
+        "cuda_sync_calls_per_step": {"cudaStreamSynchronize": 0.1}, "aten_calls_per_step": 4000.0,
+        "top_ops": [{"op": "aten::mm", "calls_per_step": 60.0, "device_ms_per_step": 20.0,
+                     "cpu_ms_per_step": 1.5}],
+    }  # fmt: skip
+    profiled = {"warmup_steps": 3, "steps": 10, "sync_debug_mode": True, "log_every_n_steps": 50}
+    done = profile_record("8k_eager", {**profiled, "vat": loop, "plain": loop})
+    assert done["status"] == "done" and done["vat"] == loop
+    assert profile_record("8k_eager", {"error": "RuntimeError: x"}) == {
+        "status": "failed", "variant": "8k_eager", "note": "RuntimeError: x"}  # fmt: skip
+    stopped = profile_record("8k_eager", None)
+    assert stopped["status"] == "stopped" and "figures stand" in stopped["note"]
+    for record in (done, stopped, profile_record("8k_eager", {"error": "x"})):
+        PROFILE.check(record, "report.throughput.profile")
 
 
 def test_frontier_size_from_the_measured_throughput():
@@ -274,6 +298,13 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
         vat_row["tokens_per_s"] / plain_row["tokens_per_s"], rel=1e-3
     )
     assert rep["throughput"]["targets"]["tokens_per_s_8k"]["measured"] is None  # no 8k in smoke
+    # the first eager variant profiled both loops (on CPU: no device time, no sync mode)
+    prof = rep["throughput"]["profile"]
+    assert prof["status"] == "done" and prof["variant"] == "smoke_eager" and prof["steps"] == 3
+    for loop in ("vat", "plain"):
+        assert prof[loop]["steps"] == 3 and prof[loop]["wall_ms_per_step"] > 0
+        assert prof[loop]["syncs_per_step"] is None and prof[loop]["top_ops"]
+    assert "profile" not in rep["throughput"]["variants"]["smoke_eager"]["result"]["vocabs"][0]
 
     ref = rep["reference"]
     assert ref["basis"] == "floor" and ref["tokens"] == ref["floor_tokens"] == 6_000
@@ -550,8 +581,10 @@ def test_gpu_mode_commands_parse(tmp_path, data_dir, capsys):
             str(v.vocab),
             800.0,
         )
-        assert (a.compile, a.fused_ce) == (v.compile, v.fused_ce)
+        assert (a.compile, a.fused_ce, a.profile_steps) == (v.compile, v.fused_ce, 0)
         names.append((v.vocab, v.compile, v.fused_ce))
+    profiled = variant_cmd(plan, plan.variants[1], suite.config, None, tmp_path / "v.json", 10)
+    assert bench.parse_args(profiled[2:]).profile_steps == 10
     assert set(names) == {(8192, True, False), (8192, False, False)} | {
         (32768, c, f) for c in (True, False) for f in (True, False)
     }

@@ -299,9 +299,44 @@ TARGET = Obj(
         "reached": Null(BOOL),
     }  # fmt: skip
 )
+# the profile of both loops in the first eager variant (bench_train_side_by_side.StepProfiler)
+PROFILED_OP = Obj(
+    {
+        "op": STR,
+        "calls_per_step": NON_NEGATIVE,
+        "device_ms_per_step": NON_NEGATIVE,
+        "cpu_ms_per_step": NON_NEGATIVE,
+    }
+)
+PROFILED_LOOP = Obj(
+    {},
+    {
+        "error": STR,
+        "steps": COUNT,
+        "wall_ms_per_step": NON_NEGATIVE,
+        "device_ms_per_step": NON_NEGATIVE,
+        "syncs_per_step": Null(NON_NEGATIVE),
+        "sync_sites": Each(NON_NEGATIVE),
+        "cuda_sync_calls_per_step": Each(NON_NEGATIVE),
+        "aten_calls_per_step": NON_NEGATIVE,
+        "top_ops": List(PROFILED_OP),
+    },
+)
+PROFILE = Obj(
+    {"status": OneOf("done", "skipped", "stopped", "failed"), "variant": STR},
+    {
+        "note": STR,
+        "warmup_steps": COUNT,
+        "steps": COUNT,
+        "sync_debug_mode": BOOL,
+        "log_every_n_steps": COUNT,
+        "vat": PROFILED_LOOP,
+        "plain": PROFILED_LOOP,
+    },
+)
 THROUGHPUT = Obj(
     {"variants": Each(VARIANT), "not_run": Each(STR), "targets": Each(TARGET)},
-    {"rows": List(ROW), "compile_diagnosis": List(STR)},
+    {"rows": List(ROW), "compile_diagnosis": List(STR), "profile": PROFILE},
 )
 
 # -- a trained run's evaluation (frontier_eval.evaluate_run), the reference's and each run's --

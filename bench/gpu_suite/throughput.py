@@ -3,7 +3,15 @@ bf16, at 8k and 32k vocabulary, compiled and eager, and the cross-entropy varian
 (`model.loss.fused_cross_entropy` off and on); tokens/s, vat / plain, MFU, hours for 3e9
 tokens, and torch._dynamo's recompiles and their first failed guards. Each variant is one
 child process with the stage's remaining time as its timeout: a compile that never settles
-is reported as such instead of eating the budget."""
+is reported as such instead of eating the budget.
+
+The first eager variant also profiles PROFILE_STEPS steps of each loop once its figures are
+written (about 15 s on a GPU; `--profile-steps`): the host-device syncs that
+torch.cuda.set_sync_debug_mode("warn") reports, by the line that made them, the CUDA
+runtime's synchronize calls, and the profiler's ops by device time (report
+throughput.profile): where vat's loop spends what the plain loop does not. It is skipped with
+a note when the stage has less than a variant's least time left; stopped for time, the
+variant's figures stand."""
 
 from __future__ import annotations
 
@@ -17,6 +25,8 @@ from bench.gpu_suite.call import Call
 from bench.gpu_suite.children import last_line, run_child
 from bench.gpu_suite.plan import ROOT, Plan, Variant
 
+PROFILE_STEPS = 10
+"""Profiled steps of each loop (after 3 more), in the first eager variant of a call (--smoke: 3)."""
 FINAL_TIMEOUT_S = 240.0
 """A throughput variant stopped after this long is reported, not retried by a later call."""
 TARGETS = {
@@ -35,6 +45,7 @@ def run(call: Call, allot: float) -> str:
         call.note("throughput", "no measured peak (facts not run): MFU is over 989 TFLOP/s")
     end = time.monotonic() + allot
     complete = True
+    profile_tried = (t.get("profile") or {}).get("status") == "done"
     for v in call.plan.variants:
         done = t["variants"].get(v.name, {})
         if done.get("status") == "done" or done.get("final"):
@@ -46,12 +57,28 @@ def run(call: Call, allot: float) -> str:
             continue
         out = call.work / "throughput" / f"{v.name}.json"
         out.unlink(missing_ok=True)
-        cmd = variant_cmd(call.plan, v, call.config, peak, out)
+        profile = not profile_tried and not v.compile
+        if profile:
+            profile_tried = True
+            if left < call.plan.min_s["throughput"]:
+                profile = False
+                t["profile"] = {
+                    "status": "skipped",
+                    "variant": v.name,
+                    "note": f"the stage's time was short ({left:.0f} s left; a variant and "
+                    f"its profile run with {call.plan.min_s['throughput']:.0f} s)",
+                }
+        steps = (3 if call.plan.smoke else PROFILE_STEPS) if profile else 0
+        cmd = variant_cmd(call.plan, v, call.config, peak, out, steps)
         rc, secs = run_child(cmd, call.logs / f"throughput_{v.name}.log", left, call.plan)
-        if rc == 0 and out.is_file():
+        if rc in (0, None) and out.is_file():  # stopped in its profile: the figures stand
             result = json.loads(out.read_text(encoding="utf-8"))
+            profiled = result["vocabs"][0].pop("profile", None)
             t["variants"][v.name] = {"status": "done", "seconds": round(secs), "result": result}
             call.note("throughput", f"{v.name}: done in {secs:.0f} s")
+            if profile:
+                t["profile"] = profile_record(v.name, profiled)
+                call.note("throughput", f"{v.name}: profile {t['profile']['status']}")
         elif rc is None:
             t["variants"][v.name] = {
                 "status": "timed_out",
@@ -96,7 +123,22 @@ def measured_throughput(state: dict[str, Any], plan: Plan) -> tuple[str, float, 
     return None
 
 
-def variant_cmd(plan: Plan, v: Variant, config: Path, peak: float | None, out: Path) -> list[str]:
+def profile_record(variant: str, profiled: dict | None) -> dict[str, Any]:
+    """report.throughput.profile from what the variant's bench wrote (None: stopped)."""
+    if profiled is None:
+        return {
+            "status": "stopped",
+            "variant": variant,
+            "note": "stopped for time before the profile was written (the figures stand)",
+        }
+    if "error" in profiled:
+        return {"status": "failed", "variant": variant, "note": profiled["error"]}
+    return {"status": "done", "variant": variant, **profiled}
+
+
+def variant_cmd(
+    plan: Plan, v: Variant, config: Path, peak: float | None, out: Path, profile_steps: int = 0
+) -> list[str]:
     cmd = [
         sys.executable,
         str(ROOT / "bench" / "bench_train_side_by_side.py"),
@@ -112,6 +154,8 @@ def variant_cmd(plan: Plan, v: Variant, config: Path, peak: float | None, out: P
     ]
     if peak:
         cmd += ["--peak-tflops", str(peak)]
+    if profile_steps:
+        cmd += ["--profile-steps", str(profile_steps)]
     return cmd
 
 

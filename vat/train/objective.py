@@ -29,6 +29,7 @@ class Terms(NamedTuple):
     kl_objective: torch.Tensor  # 0-d: the KL term that is optimised (free bits applied)
     ntokens: torch.Tensor  # 0-d: non-pad tokens
     logits: torch.Tensor | None  # (B, T, V) when asked for
+    mask: torch.Tensor  # (B, T) bool, True at non-pad tokens (the model's own)
 
 
 def objective_terms(
@@ -52,8 +53,12 @@ def objective_terms(
         nll = masked_mean(reconstruction_nll(out.logits, tgt_out, out.mask), out.mask)
     kl_per_dim = gaussian_kl(out.mu.float(), out.logvar.float(), prior_std)  # (B, T, d)
     kl = masked_mean(kl_per_dim.sum(-1), out.mask)
-    kl_objective = masked_mean(free_bits_kl(kl_per_dim, out.mask, free_bits), out.mask)
-    return Terms(nll, kl, kl_objective, out.mask.sum(), out.logits if with_logits else None)
+    # without free bits the optimised KL is the KL itself: the same ops, not run twice
+    kl_objective = kl
+    if free_bits > 0:
+        kl_objective = masked_mean(free_bits_kl(kl_per_dim, out.mask, free_bits), out.mask)
+    logits = out.logits if with_logits else None
+    return Terms(nll, kl, kl_objective, out.mask.sum(), logits, out.mask)
 
 
 def pad_to_multiple(

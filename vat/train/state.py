@@ -10,6 +10,10 @@ enqueued on the device stream like DDP's own gradient all_reduce (no host sync).
 The guard records the first step whose loss or gradient norm is not finite. The flag is
 read on the host only where a sync is paid anyway: at logging steps and checkpoint saves,
 after an all_reduce (max) so that every DDP rank stops at the same point.
+
+Each training step pays a handful of small kernels for this, no sync (bench/bench_sync_ops.py
+counts them): three in-place adds for the counters on one process, and the guard's test and
+select on a stack of the step's four numbers.
 """
 
 from __future__ import annotations
@@ -28,24 +32,30 @@ class TrainState(nn.Module):
         self.register_buffer(
             "progress", torch.zeros(3, dtype=torch.long), persistent=False
         )  # steps, sentences, tokens
-        # First bad step (-1: none), its nll, kl and gradient norm.
-        self.register_buffer(
-            "fault", torch.tensor([-1.0, 0.0, 0.0, 0.0], dtype=torch.float64), persistent=False
-        )
+        # The first bad step's number counted from 1 (0: none), its nll, kl and gradient norm.
+        self.register_buffer("fault", torch.zeros(4, dtype=torch.float64), persistent=False)
 
     def seen(self, unit: str) -> torch.Tensor:
         """Progress in `unit` (0-d long tensor on the device)."""
         return self.progress[UNITS.index(unit)]
 
     @torch.no_grad()
-    def count(self, mask: torch.Tensor, kl: torch.Tensor, reduce=None) -> torch.Tensor:
-        """Add one step's sentences and tokens (summed over ranks by `reduce`); returns the
-        global mean KL per token of the step, for the rate controller."""
+    def count(
+        self, mask: torch.Tensor, tokens: torch.Tensor, kl: torch.Tensor, reduce=None
+    ) -> torch.Tensor:
+        """Add one step's sentences and tokens (`tokens` = mask.sum(), summed over ranks by
+        `reduce`); returns the global mean KL per token of the step, for the rate controller."""
+        if reduce is None:
+            # One process: every row of a batch holds a sentence (its </s> at least), and the
+            # step's KL is already its mean per token. Three adds, no stack, no division.
+            self.progress[0].add_(1)
+            self.progress[1].add_(mask.shape[0])
+            self.progress[2].add_(tokens)
+            return kl.detach()
         delta = torch.stack(
-            [mask.any(1).sum().double(), mask.sum().double(), kl.detach().double() * mask.sum()]
+            [mask.any(1).sum().double(), tokens.double(), kl.detach().double() * tokens]
         )
-        if reduce is not None:
-            delta = reduce(delta)
+        delta = reduce(delta)
         self.progress[0] += 1
         self.progress[1:] += delta[:2].round().long()
         return delta[2] / delta[1].clamp_min(1.0)
@@ -53,19 +63,22 @@ class TrainState(nn.Module):
     @torch.no_grad()
     def record(self, nll: torch.Tensor, kl: torch.Tensor, grad_norm: torch.Tensor) -> None:
         """Keep the first step whose loss or gradient norm is not finite (on the device)."""
-        stats = torch.stack(
-            [(self.progress[0] - 1).double(), nll.double(), kl.double(), grad_norm.double()]
-        )
-        bad = ~torch.isfinite(stats).all() & (self.fault[0] < 0)
-        self.fault.copy_(torch.where(bad, stats, self.fault))
+        # (steps, nll, kl, norm), float32: step numbers are exact up to 2**24
+        row = torch.stack([self.progress[0], nll, kl, grad_norm])
+        # x * 0 is 0 for every finite x and NaN for inf and NaN: one sum tests all four
+        bad = (row * 0).sum().ne(0) & self.fault[0].eq(0)
+        torch.where(bad, row, self.fault, out=self.fault)
 
     def read_fault(self) -> tuple[int, bool]:
         """(first bad step on any rank, or -1; whether it was this rank's). One host sync."""
-        step = self.fault[:1].clone()
-        local = int(step.item())
+        first = self.fault[:1]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(step, op=dist.ReduceOp.MAX)
-        return int(step.item()), local >= 0
+            anywhere = first.clone()
+            dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
+            local, first_any = torch.cat([first, anywhere]).tolist()
+        else:
+            local = first_any = first.item()
+        return int(first_any) - 1, local > 0
 
     def state(self) -> dict[str, torch.Tensor]:
         return {"progress": self.progress.detach().cpu()}

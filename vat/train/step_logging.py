@@ -29,6 +29,23 @@ def train_scalars(out, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     }
 
 
+def host_scalars(scalars: dict[str, torch.Tensor | float], reduce=None) -> dict[str, torch.Tensor]:
+    """The scalars as 0-d host tensors, each of its own dtype (Python numbers: the default
+    float dtype, as Lightning's own conversion), the device ones copied in one transfer:
+    stacked as float64 (exact for float32 and float64 values), reduced by `reduce` (the mean
+    over DDP processes) and copied to the host, one sync for all of them."""
+    on_device = {k: v for k, v in scalars.items() if isinstance(v, torch.Tensor)}
+    host = {}
+    if on_device:
+        stacked = torch.stack([v.detach().double() for v in on_device.values()])  # (n,)
+        if reduce is not None:
+            stacked = reduce(stacked)
+        values = stacked.cpu().unbind()
+        host = {k: x.to(v.dtype) for (k, v), x in zip(on_device.items(), values, strict=True)}
+    default = torch.get_default_dtype()
+    return {k: host[k] if k in host else torch.tensor(v, dtype=default) for k, v in scalars.items()}
+
+
 def matmul_flops_per_token(model: torch.nn.Module) -> float:
     """Training FLOPs per non-pad token of the model's matmuls: 6 N (2 N forward, 4 N
     backward; Kaplan et al. 2020), N = the weights of every nn.Linear, a tied output

@@ -35,7 +35,17 @@ from vat.train.objective import CompiledObjective, objective_terms
 from vat.train.rate import KLController
 from vat.train.schedules import noam_lr
 from vat.train.state import TrainState
-from vat.train.step_logging import TokenRate, logs_now, matmul_flops_per_token, train_scalars
+from vat.train.step_logging import (
+    TokenRate,
+    host_scalars,
+    logs_now,
+    matmul_flops_per_token,
+    train_scalars,
+)
+
+FUSED_DEVICES = ("cuda", "cpu")
+"""Devices where vat's Adam is fused when its lr is a tensor (torch's fused Adam takes a
+tensor lr on both)."""
 
 
 class StepOutput(NamedTuple):
@@ -55,9 +65,10 @@ class VATSystem(L.LightningModule):
 
     w is the KL schedule at the current progress (steps, sentences or tokens), or the rate
     controller's weight when `loss.target_kl` is set. training_step never waits for the
-    device: scalars are logged at `trainer.log_every_n_steps` only, counters and the
-    controller live on the device, and non-finite values are detected on the device and read
-    at logging steps and checkpoint saves (vat/train_state.py).
+    device: scalars are logged at `trainer.log_every_n_steps` only (all of them copied to
+    the host at once), counters and the controller live on the device, and non-finite values
+    are detected on the device and read at logging steps and checkpoint saves
+    (vat/train/state.py). bench/bench_sync_ops.py counts the syncs and ops of each step.
     """
 
     def __init__(
@@ -109,7 +120,7 @@ class VATSystem(L.LightningModule):
         self._val_generator: torch.Generator | None = None
         self._rng_to_restore: torch.Tensor | None = None
         self._compiled: CompiledObjective | None = None
-        self._step_stats: torch.Tensor | None = None
+        self._step_terms: tuple[torch.Tensor, torch.Tensor] | None = None  # (nll, kl)
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
         self._val_batches = 0
@@ -148,7 +159,8 @@ class VATSystem(L.LightningModule):
     def kl_weight(self) -> torch.Tensor | float:
         """The effective KL weight now: beta times the controller's weight or w(progress)."""
         if self.rate is not None:
-            return self.kl_schedule.beta * self.rate.weight
+            beta = self.kl_schedule.beta
+            return self.rate.weight if beta == 1.0 else beta * self.rate.weight  # 1 * w is w
         unit = self.kl_schedule.unit
         if unit == "steps":
             return self.kl_schedule(self.global_step)  # a Python float: no kernel, no sync
@@ -182,18 +194,19 @@ class VATSystem(L.LightningModule):
         if isinstance(weight, torch.Tensor):
             weight = weight.to(terms.kl.dtype)
         loss = terms.nll + weight * terms.kl_objective
-        mask = batch["src"] != self.arch.pad_id
-        return StepOutput(loss, terms.nll, terms.kl, weight, terms.logits, mask, terms.ntokens)
+        return StepOutput(
+            loss, terms.nll, terms.kl, weight, terms.logits, terms.mask, terms.ntokens
+        )
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         out = self._shared_step(batch, "train")
         reduce = None
         if self.trainer.world_size > 1:
             reduce = lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")  # noqa: E731
-        step_kl = self.train_state.count(out.mask, out.kl, reduce)
+        step_kl = self.train_state.count(out.mask, out.ntokens, out.kl, reduce)
         if self.rate is not None:
             self.rate.update(step_kl)
-        self._step_stats = torch.stack([out.nll.detach(), out.kl.detach()])
+        self._step_terms = (out.nll, out.kl)  # for the non-finite guard, after clipping
         self._set_tensor_lr()
         self._log_step = logs_now(self.trainer, self.global_step)
         if self._log_step:
@@ -213,13 +226,17 @@ class VATSystem(L.LightningModule):
             log["train/compiled_graphs"] = float(self._compiled.graphs)
         if self._tensor_lr():
             log["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
-        # sync_dist: under DDP the logged values are the mean over processes, not rank 0's alone.
-        self.log_dict(
-            log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs, sync_dist=True
-        )
-        # The progress bar reads its values at every step: a device tensor there would be a
-        # sync per step, so it gets a host copy, taken here at a logging step.
-        self.log("loss", out.loss.detach().cpu(), prog_bar=True, logger=False, batch_size=bs)
+        log["loss"] = out.loss
+        reduce = None
+        if self.trainer.world_size > 1:  # the logged values: the mean over processes
+            reduce = lambda t: self.trainer.strategy.reduce(t, reduce_op="mean")  # noqa: E731
+        # One copy to the host for all of them (one sync; Lightning would read each device
+        # tensor on its own), and host values logged: the logger and the progress bar, which
+        # reads its values at every step, then never wait for the device.
+        log = host_scalars(log, reduce)
+        loss = log.pop("loss")
+        self.log_dict(log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs)
+        self.log("loss", loss, prog_bar=True, logger=False, batch_size=bs)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "val")
@@ -262,15 +279,23 @@ class VATSystem(L.LightningModule):
         o = self.optim_cfg
         opt_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
         kw = {"betas": o.betas, "eps": o.eps, "weight_decay": o.weight_decay}
+        device = self.device.type
         if self._tensor_lr():
             # The lr is a device tensor set every step from the progress counters (no sync).
-            # A tensor lr needs capturable=True on CUDA, and the single-tensor path elsewhere.
+            # Fused Adam reads it on the device: one update for all parameters, where
+            # capturable foreach Adam ran 17 _foreach ops a step and the single-tensor path
+            # (the CPU's before) ten ops and a host read of lr / bias correction per
+            # parameter (bench/bench_sync_ops.py). Elsewhere the single-tensor path, the one
+            # that takes a tensor lr without capturable.
             lr = torch.tensor(0.0, device=self.device)  # set before the first update
-            cuda = self.device.type == "cuda"
-            return opt_cls(
-                self.parameters(), lr=lr, capturable=cuda, foreach=None if cuda else False, **kw
-            )
-        optimizer = opt_cls(self.parameters(), lr=1.0 if o.schedule == "noam" else o.lr, **kw)
+            if device in FUSED_DEVICES:
+                return opt_cls(self.parameters(), lr=lr, fused=True, **kw)
+            return opt_cls(self.parameters(), lr=lr, foreach=False, **kw)
+        # Fused on CUDA, as the plain loop of bench/ has it; on the CPU torch's default (the
+        # single-tensor path, which trained the shipped demo model).
+        fused = True if device == "cuda" else None
+        lr = 1.0 if o.schedule == "noam" else o.lr
+        optimizer = opt_cls(self.parameters(), lr=lr, fused=fused, **kw)
         if o.schedule == "noam":
             d = self.arch.d_model
             # LambdaLR's step counts from 0 at the first update; Noam's step counts from 1.
@@ -314,8 +339,8 @@ class VATSystem(L.LightningModule):
             norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
             norm = norm.new_zeros(())  # fp16's GradScaler skips overflowing steps itself
-        if self._step_stats is not None:
-            self.train_state.record(self._step_stats[0], self._step_stats[1], norm)
+        if self._step_terms is not None:
+            self.train_state.record(*self._step_terms, norm)
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
