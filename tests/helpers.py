@@ -3,6 +3,7 @@ argument lists of the common CLI calls, and a minimal LightningModule around a c
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -31,6 +32,15 @@ DDP_TWO_CPU = [
     "--data.batch_size",
     "2",
 ]
+
+
+def load_file_module(path: str | os.PathLike, name: str):
+    """The Python file at `path` imported as module `name` (a bench script, a user's encoder
+    file, the oracle's hashbow.py): none of them is a package one can import by name."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # -- `vat train` ------------------------------------------------------------------------------

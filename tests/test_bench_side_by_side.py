@@ -6,11 +6,11 @@ the figures are computed from, against hand counts.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_file_module
 
 from vat.model import VAT, VATConfig
 from vat.tokenizer import make_batch
@@ -20,10 +20,7 @@ _PATH = Path(__file__).resolve().parents[1] / "bench" / "bench_train_side_by_sid
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_train_side_by_side", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(_PATH, "bench_train_side_by_side")
 
 
 # small enough to count its weights and FLOPs by hand

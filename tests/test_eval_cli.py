@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from eval_helpers import write_mini_senteval
+from helpers import load_file_module
 
 from vat.cli.evaluate import main
 from vat.errors import OptionError
@@ -320,12 +321,8 @@ def test_skip_missing(tmp_path, mini, capsys):
 
 def test_empty_sentences_are_encoded_as_a_period(tmp_path, mini):
     """SentEval's example batchers turn an empty sentence into '.'; CR has empty lines."""
-    import importlib.util
-
     path = _encoder_file(tmp_path, GOOD).rsplit(":", 1)[0]
-    spec = importlib.util.spec_from_file_location("enc_mod", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_file_module(path, "enc_mod")
     evaluate(mod.encode, "CR", mini, EvalSettings(progress=False))
     assert "" not in mod.CALLS and "." in mod.CALLS
 

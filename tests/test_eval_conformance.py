@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 import torch
+from helpers import load_file_module
 from scipy.stats import pearsonr, spearmanr
 
 from vat.eval import batched_classifier as bc
@@ -40,10 +40,7 @@ CLASSIFICATION = ["MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC"]
 
 
 def _hashbow(oracle_dir):
-    spec = importlib.util.spec_from_file_location("hashbow", oracle_dir / "hashbow.py")
-    hashbow = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hashbow)
-    return hashbow.encode
+    return load_file_module(oracle_dir / "hashbow.py", "hashbow").encode
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ tests/test_gpu_suite_rehearsal.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +22,8 @@ from vat.errors import VatError
 from vat.feature_spec import DEFAULT_EXPORT_SPEC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
+
+from helpers import load_file_module
 
 from bench.gpu_suite.__main__ import main
 from bench.gpu_suite.call import OUT_FILES
@@ -555,11 +556,7 @@ def test_gpu_mode_commands_parse(tmp_path, data_dir, capsys):
     import contextlib
     import io
 
-    spec = importlib.util.spec_from_file_location(
-        "bench_side_by_side", ROOT / "bench" / "bench_train_side_by_side.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_file_module(ROOT / "bench" / "bench_train_side_by_side.py", "bench_side_by_side")
     plan = gpu_plan()
     suite = Suite(tmp_path / "out", plan, data_dir, Budget(1), None)
     suite.write_config()

@@ -4,13 +4,13 @@ step that the plain loop does not make, and at a logging step only the named one
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT
+from helpers import load_file_module
 
 _PATH = ROOT / "bench" / "bench_sync_ops.py"
 
@@ -27,10 +27,7 @@ LOGGING_SYNCS = {
 
 @pytest.fixture(scope="module")
 def sync_ops():
-    spec = importlib.util.spec_from_file_location("bench_sync_ops", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(_PATH, "bench_sync_ops")
 
 
 def _kinds(syncs: dict) -> Counter:

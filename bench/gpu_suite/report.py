@@ -23,7 +23,7 @@ def write_outputs(call: Call) -> None:
         try:
             plot_frontier(records, call.out / "frontier.png")
         except ImportError:
-            call.state["frontier"]["plot"] = "not drawn: matplotlib is not installed"
+            call.state["frontier"]["plot"] = "no plot: matplotlib is not installed"
             call.save()
     if call.logs.is_dir():
         copy_event_files(call.work, call.logs / "tensorboard")
