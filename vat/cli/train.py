@@ -91,6 +91,16 @@ def _option_names(parser) -> set[str]:
 
 
 class VATCLI(LightningCLI):
+    def __init__(self, *args, run_now: bool = True, **kwargs) -> None:
+        # run_now=False: parsed, checked and built, but not run: the recipe train.py runs the
+        # fit itself, in the open (`fit_recipe_cli`)
+        self._run_now = run_now
+        super().__init__(*args, **kwargs)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        if self._run_now:
+            super()._run_subcommand(subcommand)
+
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         # predict would need a predict_step and data that vat does not define: not offered.
@@ -561,6 +571,25 @@ def vat_train(argv: list[str]) -> int:
     options every vat command shares: no progress bars (training's, and the data module's
     while it tokenizes) and, quiet, no model summary either.
     """
+    return run_training(_build_cli, argv)
+
+
+def fit_recipe_cli(args: list[str]) -> VATCLI:
+    """`vat train fit ARGS` parsed, checked and built (data module, system, trainer with vat's
+    callbacks), not run: the recipe train.py shows and runs the fit (`VATCLI.before_fit`,
+    then `trainer.fit`)."""
+    cli = _build_cli(args, run_now=False)
+    if cli.subcommand != "fit":
+        raise VatError(
+            f"train.py trains (fit); for `{cli.subcommand}` run `vat train {cli.subcommand}`"
+        )
+    return cli
+
+
+def run_training(fn, argv: list[str]) -> int:
+    """fn(args) for `vat train ARGV` and train.py: packaged config names, --threads, --quiet
+    and --no-progress turned into LightningCLI's arguments (with `fit` when no subcommand is
+    named), then vat's one error wrapper, Ctrl-C handling and exit codes (`_run`)."""
     from vat.cli.config import resolve_config_args
 
     def prepared(argv: list[str]) -> list[str]:
@@ -585,4 +614,5 @@ def vat_train(argv: list[str]) -> int:
     args = [_underscored(a) for a in args]
     if not args or args[0] not in VATCLI.subcommands():
         args = ["fit", *args]
-    return main([*args, *extra])
+    _quiet_warnings()
+    return _run(fn, [*args, *extra])
