@@ -151,12 +151,10 @@ def test_the_recipe_fits_the_gpu_allocation_and_gives_each_stage_its_share():
     assert len(_simulate(old, old_recipe)["frontier_train"]) == 2
 
 
-def test_readme_gives_the_recipe_of_plan_py():
-    """README's recipe is plan.RECIPE: each call's command, `offline` and the seed folder
-    carried on every call (a cold machine has lost the bundle), OUT_DIR never carried."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Offline GPU nodes and the GPU suite")
-    section = readme[start : readme.index("\n## ", start + 10)]
+def test_docs_gpu_gives_the_recipe_of_plan_py():
+    """docs/gpu.md's recipe is plan.RECIPE: each call's command, `offline` and the seed folder
+    copied to the node on every call (a fresh node has lost the bundle), OUT_DIR never."""
+    section = (ROOT / "docs" / "gpu.md").read_text()
     for i, call in enumerate(RECIPE, 1):
         assert recipe_command(call) in section, f"call {i}"
     copied = " and ".join(f"{d}/" for d in RECIPE_CARRY)
