@@ -1,4 +1,4 @@
-"""The offline bundle (issue 22): everything a bare GPU node needs to run bench/gpu_suite.sh.
+"""The offline bundle: everything a bare GPU node needs to run bench/gpu_suite.sh.
 
 On a machine with package access (and the shared data):
 
@@ -46,7 +46,8 @@ DEFAULT_PACKAGES = (
     "datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 jsonargparse==4.53.0 "
     "docstring-parser==0.18.0 typeshed-client==2.14.0"
 )
-"""What the lent node lacked (no datasets, no jsonargparse): shared/GPU_NODE.md's list."""
+"""What a bare GPU node without internet may lack (no datasets, no jsonargparse): the
+wheels of these, and of what they need, travel in the bundle."""
 DEFAULT_PLATFORMS = (
     "manylinux_2_28_x86_64",
     "manylinux_2_27_x86_64",

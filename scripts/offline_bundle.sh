@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The offline bundle (issue 22): wheels the bare GPU node lacks, and the data the GPU suite
+# The offline bundle: wheels the bare GPU node lacks, and the data the GPU suite
 # reads, in one folder (<= 60 MiB); installed on the node with no index. Details:
 # scripts/offline_bundle.py, README ("Offline GPU nodes and the GPU suite").
 #
