@@ -819,35 +819,38 @@ API_CASES = {
     "PretrainedVAT.prior: length beyond": (lambda m: m.prior(2, length=10**5), "length"),
     "PretrainedVAT.prior: seed -1": (lambda m: m.prior(2, seed=-1), "seed"),
     # models that ship with vat
-    "add_pretrained: a path": (lambda m: _api("add_pretrained")("runs/x", "x"), "model"),
-    "add_pretrained: name None": (lambda m: _api("add_pretrained")(m, None), "name"),
-    "add_pretrained: summary int": (lambda m: _api("add_pretrained")(m, "x", summary=3), "summary"),
+    "add_pretrained: a path": (lambda m: _shipping("add_pretrained")("runs/x", "x"), "model"),
+    "add_pretrained: name None": (lambda m: _shipping("add_pretrained")(m, None), "name"),
+    "add_pretrained: summary int": (
+        lambda m: _shipping("add_pretrained")(m, "x", summary=3),
+        "summary",
+    ),
     "add_pretrained: good_for int": (
-        lambda m: _api("add_pretrained")(m, "x", good_for=3),
+        lambda m: _shipping("add_pretrained")(m, "x", good_for=3),
         "good_for",
     ),
     "add_pretrained: check_sentences bytes": (
-        lambda m: _api("add_pretrained")(m, "x", check_sentences=b"a"),
+        lambda m: _shipping("add_pretrained")(m, "x", check_sentences=b"a"),
         "check_sentences",
     ),
     "add_pretrained: registry int": (
-        lambda m: _api("add_pretrained")(m, "x", registry=3),
+        lambda m: _shipping("add_pretrained")(m, "x", registry=3),
         "registry",
     ),
     "precision_match: a path": (
-        lambda m: _api("precision_match")("runs/x", "float16", ["a"], "o"),
+        lambda m: _shipping("precision_match")("runs/x", "float16", ["a"], "o"),
         "model",
     ),
     "precision_match: dtype": (
-        lambda m: _api("precision_match")(m.loaded, "float64", ["a"], "o"),
+        lambda m: _shipping("precision_match")(m.loaded, "float64", ["a"], "o"),
         "dtype",
     ),
     "precision_match: sentences None": (
-        lambda m: _api("precision_match")(m.loaded, "float16", None, "o"),
+        lambda m: _shipping("precision_match")(m.loaded, "float16", None, "o"),
         "sentences",
     ),
     "precision_match: origin int": (
-        lambda m: _api("precision_match")(m.loaded, "float16", ["a"], 3),
+        lambda m: _shipping("precision_match")(m.loaded, "float16", ["a"], 3),
         "origin",
     ),
     "require_loaded: a path": (lambda m: _api("require_loaded")("runs/x", "f"), "model"),
@@ -1078,6 +1081,12 @@ def _api(name):
     return getattr(vat.api, name)
 
 
+def _shipping(name):
+    import vat.shipping
+
+    return getattr(vat.shipping, name)
+
+
 def _generate(name):
     import vat.generate
 
@@ -1098,7 +1107,7 @@ def _mps() -> bool:
 
 # Public callables that take no argument a user could get wrong.
 NO_ARGUMENTS = {
-    "list_pretrained",
+    "list_pretrained",  # vat.share.pretrained
     "english_sts_tasks",
     "register",  # transformers_auto: registers the Auto classes
     "install",  # transformers_auto: called by `import vat`
@@ -1106,13 +1115,15 @@ NO_ARGUMENTS = {
 
 
 def public_callables() -> set[str]:
-    """Every public function and method of vat.api, vat.generate (its exports and the
-    decoding functions), vat.features and the integrations, as the audit table names them."""
+    """Every public function and method of vat.api, vat.shipping, vat.generate (its exports
+    and the decoding functions), vat.features and the integrations, as the audit table names
+    them."""
     import inspect
 
     import vat.api
     import vat.features
     import vat.generate
+    import vat.shipping
     from vat.generate import decoding
     from vat.integrations import mteb, sentence_transformers, transformers_auto
 
@@ -1134,6 +1145,7 @@ def public_callables() -> set[str]:
                 names.add(f"{label or cls.__name__}.{name}")
 
     functions(vat.api)
+    functions(vat.shipping)
     methods(vat.api.PretrainedVAT)
     names.discard("PretrainedVAT")  # made by vat.load
     names.add("load")

@@ -279,7 +279,7 @@ def test_card_follows_a_spec_changed_after_export(tiny_ckpt, tmp_path):
 
 
 def test_python_api_names_its_own_arguments(tiny_ckpt, tmp_path, offline):
-    from vat.api import add_pretrained
+    from vat.shipping import add_pretrained
 
     assert DEMO in [m.name for m in vat.list_pretrained()]
     with pytest.raises(OptionError, match="^model: expected a path, a shipped model's name"):
@@ -313,7 +313,7 @@ def test_measurements_recorded_in_a_folder_reach_its_card_and_its_shipped_copy(t
     card = (folder / "README.md").read_text()
     assert card.count("## Measured elsewhere") == 1 and "| BLEU | 99.10 |" in card
     assert "12.00" not in card and "`mu/mean/none`" in card  # the rest of the card is kept
-    from vat.api import add_pretrained
+    from vat.shipping import add_pretrained
 
     entry = add_pretrained(vat.load(folder), "tiny-measured", registry=tmp_path / "reg")
     assert "| BLEU | 99.10 |" in (entry.folder / "README.md").read_text()

@@ -37,7 +37,6 @@ import dataclasses
 import os
 import sys
 import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,27 +75,18 @@ from vat.features.encoder import (
     export_features,
     resolve_features,
 )
-from vat.generate.generator import DecodeOptions, TruncationWarning, VATGenerator
+from vat.generate.generator import DecodeOptions, VATGenerator
 from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
 from vat.share.export import export_model
 from vat.share.folder import check_output_dir
 from vat.share.hub import upload
-from vat.share.loaded import LoadedVAT, check_loaded
-from vat.share.pretrained import (
-    ShippedModel,
-    check_shipping,
-    shipped_models,
-    write_shipped,
-)
+from vat.share.loaded import LoadedVAT
 from vat.share.resolve import load_model
 
 
 def _device(device: str | torch.device | None) -> torch.device:
     return torch.device(resolve_device(device, option="device"))  # the one device rule
-
-
-_sentences = check_sentences  # add_pretrained's argument `check_sentences` shadows the name
 
 
 def _check_features(features: object) -> None:
@@ -584,7 +574,7 @@ def check_export(
     which it returns expanded."""
     tasks: list[str] = []
     if evaluate is not None and not isinstance(evaluate, str):
-        names, _ = _sentences(evaluate, "evaluate")  # a list of task names
+        names, _ = check_sentences(evaluate, "evaluate")  # a list of task names
         evaluate = ",".join(names)
     if evaluate is not None and not evaluate.strip(", "):
         raise OptionError("evaluate", f"names no task, got {evaluate!r}")
@@ -595,143 +585,3 @@ def check_export(
             raise OptionError("evaluate", str(e)) from None
     check_output_dir(directory, overwrite)
     return tasks
-
-
-# -- models that ship with vat ---------------------------------------------------------------
-def list_pretrained() -> list[ShippedModel]:
-    """The models that ship with the installed vat (`vat pretrained`), by name; each loads
-    with `vat.load(entry.name)`."""
-    return shipped_models()
-
-
-CHECK_SENTENCES = (
-    "A man is playing a guitar.",
-    "The children ran across the field after school.",
-    "She poured the coffee and sat down by the window.",
-    "He sequestered himself in his study to write a book.",
-    "The committee will announce its decision next week.",
-    "They said the car would break down and indeed it did.",
-    "Prices rose sharply in the first quarter of the year.",
-    "A dog is chasing a red ball in the park.",
-    "The old bridge was closed for repairs all summer.",
-    "Give me any peaches you don't want.",
-    "The museum opens at nine and closes at five.",
-    "Nobody expected the small team to win the final.",
-    "The mastery of fire was a huge advance in human technology.",
-    "Two women are talking on a bench near the river.",
-    "The train was delayed by heavy snow in the mountains.",
-    "Scientists found water ice in a crater near the pole.",
-)
-"""What `add_pretrained` compares the half-precision weights on when given no sentences:
-short, everyday English of the kinds vat's models are trained on."""
-
-
-def add_pretrained(
-    model: PretrainedVAT,
-    name: str,
-    *,
-    summary: str | None = None,
-    good_for: str | None = None,
-    not_for: str | None = None,
-    rebuild: str | None = None,
-    dtype: str = "float16",
-    check_sentences: Sequence[str] | None = None,
-    check_from: str | None = None,
-    registry: str | os.PathLike | None = None,
-    overwrite: bool = False,
-    train_data_dir: str | os.PathLike | None = None,
-) -> ShippedModel:
-    """Add an exported folder (`vat.load(DIR)`) to the models that ship with vat, as `name`
-    (`vat pretrained add DIR --name NAME`): its weights stored in `dtype` ("float16" or
-    "bfloat16"), with what it is (`summary`, `good_for`, `not_for`), how to rebuild it, and
-    how far the stored weights move encode and generate from the float32 model, measured
-    here on `check_sentences` (named `check_from` in the card; default CHECK_SENTENCES).
-    Without `summary`, the card's first line states the model's shape, data and rate.
-    `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
-    vat/shipped/). The entry names its training files only by their path inside the data
-    folder `train_data_dir` (default $VAT_DATA_DIR) or by name, and nothing it writes may name
-    a place on this machine (`vat.share.pretrained.write_shipped`)."""
-    require_loaded(model, "add_pretrained")
-    if summary is not None and (not isinstance(summary, str) or not summary.strip()):
-        raise OptionError("summary", "must be one non-empty line saying what the model is")
-    for option, value in (
-        ("good_for", good_for),
-        ("not_for", not_for),
-        ("rebuild", rebuild),
-        ("check_from", check_from),
-    ):
-        check_optional_text(value, option)
-    if not isinstance(name, str):
-        raise OptionError("name", f"must be a string, got {type(name).__name__} {name!r:.60}")
-    check_path(registry, "registry", optional=True)
-    check_path(train_data_dir, "train_data_dir", optional=True)
-    if check_sentences is None:
-        sentences, origin = list(CHECK_SENTENCES), "vat's built-in check sentences"
-    else:  # a single string is one sentence (vat.errors.check_sentences)
-        given, _ = _sentences(check_sentences, "check_sentences")
-        sentences = [s for s in given if s.strip()]
-        origin = check_from or "given sentences"
-        if not sentences:
-            raise OptionError("check_sentences", "holds no non-empty sentence to compare on")
-    info = {
-        "summary": summary.strip() if summary else None,
-        "good_for": good_for,
-        "not_for": not_for,
-        "rebuild": rebuild,
-        "fp32_match": {"from": origin},
-    }
-    # before the measurement (minutes for a long check file)
-    check_shipping(model.loaded, name, dtype, registry, info, train_data_dir)
-    info["fp32_match"] = precision_match(model.loaded, dtype, sentences, origin)
-    return write_shipped(
-        model.loaded,
-        name,
-        {k: v for k, v in info.items() if v},
-        dtype=dtype,
-        registry=None if registry is None else Path(registry),
-        overwrite=overwrite,
-        train_data_dir=train_data_dir,
-    )
-
-
-def precision_match(
-    loaded: LoadedVAT, dtype: str, sentences: Sequence[str], origin: str
-) -> dict[str, Any]:
-    """How far weights stored in `dtype` (and computed in float32, as a shipped model is
-    loaded) move `loaded`'s outputs on `sentences`: the folder's sentence features (largest
-    absolute difference, lowest cosine), the token means mu (largest absolute difference),
-    and how many greedy reconstructions stay identical."""
-    check_loaded(loaded, "precision_match")
-    check_choice(dtype, "dtype", ("float16", "bfloat16"))
-    sentences, _ = _sentences(sentences, "sentences")
-    if not sentences:
-        raise OptionError("sentences", "holds no sentence to compare on")
-    check_optional_text(origin, "origin")
-    # the stored tensors (the state dict: not the buffers a model rebuilds, such as its
-    # positions) rounded to `dtype` and loaded into float32, as a shipped model is loaded
-    rounded = {
-        k: v.to(getattr(torch, dtype)).to(v.dtype) if v.is_floating_point() else v
-        for k, v in loaded.model.state_dict().items()
-    }
-    half_model = type(loaded.model)(loaded.config).to(loaded.device)
-    half_model.load_state_dict(rounded)
-    half = dataclasses.replace(loaded, model=half_model.eval())
-    fitted = default_features(loaded, quiet=True).fitted  # the vectors encode gives
-    full_features = FeatureEncoder(loaded, fitted)(sentences, progress=False)
-    half_features = FeatureEncoder(half, fitted)(sentences, progress=False)
-    norms = np.linalg.norm(full_features, axis=1) * np.linalg.norm(half_features, axis=1)
-    cosines = (full_features * half_features).sum(1) / np.where(norms == 0, 1.0, norms)
-    gens = [VATGenerator.from_loaded(x) for x in (loaded, half)]
-    with warnings.catch_warnings():  # long lines are cut alike in both: no note per line
-        warnings.simplefilter("ignore", TruncationWarning)
-        mus = [g.posteriors(sentences) for g in gens]
-        texts = [g.reconstruct(sentences) for g in gens]
-    max_mu = max(float((a[0] - b[0]).abs().max()) for a, b in zip(*mus))
-    return {
-        "sentences": len(sentences),
-        "from": origin,
-        "max_abs_feature": float(np.abs(full_features - half_features).max()),
-        "min_cosine": float(cosines.min()),
-        "max_abs_mu": max_mu,
-        "same_reconstructions": sum(a == b for a, b in zip(*texts)),
-    }

@@ -74,7 +74,7 @@ def build_parser() -> Parser:
 
 
 def _list() -> int:
-    from vat.api import list_pretrained
+    from vat.share.pretrained import list_pretrained
 
     entries = list_pretrained()
     if not entries:
@@ -106,9 +106,10 @@ def _show(name: str) -> int:
 
 
 def _add(args) -> int:
-    from vat.api import add_pretrained, load
+    from vat.api import load
     from vat.share.folder import is_model_folder
     from vat.share.training_record import portable_name
+    from vat.shipping import add_pretrained
 
     if not is_model_folder(args.folder):
         raise VatError(

@@ -199,6 +199,12 @@ def shipped_models(registry: Path | None = None) -> list[ShippedModel]:
     return [e for e in entries if e is not None]
 
 
+def list_pretrained() -> list[ShippedModel]:
+    """The models that ship with the installed vat (`vat pretrained`), by name; each loads
+    with `vat.load(entry.name)`."""
+    return shipped_models()
+
+
 def shipped_model(name: str, registry: Path | None = None) -> ShippedModel | None:
     """The shipped model called `name`, or None."""
     if not NAME_PATTERN.fullmatch(name):
