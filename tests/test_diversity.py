@@ -1,4 +1,4 @@
-"""distinct-n and self-BLEU (vat.eval.diversity) against closed forms and the reference
+"""distinct-n and self-BLEU (vat.score.diversity) against closed forms and the reference
 implementations: sacreBLEU's 13a tokenizer (torchmetrics' copy) and NLTK's sentence_bleu
 with SmoothingFunction().method1, the setting of Texygen's self-BLEU."""
 
@@ -10,7 +10,7 @@ import pytest
 from nltk.translate.bleu_score import SmoothingFunction
 from nltk.translate.bleu_score import sentence_bleu as nltk_sentence_bleu
 
-from vat.eval.diversity import distinct_n, self_bleu, sentence_bleu, words
+from vat.score.diversity import distinct_n, self_bleu, sentence_bleu, words
 
 TEXTS = [
     "The cat sat on the mat.",

@@ -1,4 +1,4 @@
-"""The likelihood columns of `vat score` against closed forms (vat.eval.likelihood).
+"""The likelihood columns of `vat score` against closed forms (vat.score.likelihood).
 
 - the densities and the KL against torch.distributions;
 - a VAT whose decoder ignores z, with q = p: the IW bound equals the ELBO for every K, and
@@ -18,7 +18,8 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from vat.eval.likelihood import (
+from vat.model import VAT
+from vat.score.likelihood import (
     closed_form_kl,
     decoder_log_likelihood,
     gaussian_log_density,
@@ -29,7 +30,6 @@ from vat.eval.likelihood import (
     prior_log_density,
     samples_per_pass,
 )
-from vat.model import VAT
 from vat.tokenizer import make_batch
 from vat.train.losses import reconstruction_nll
 

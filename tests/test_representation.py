@@ -1,4 +1,4 @@
-"""Alignment and uniformity (vat.eval.representation) against closed forms."""
+"""Alignment and uniformity (vat.score.representation) against closed forms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vat.eval.representation import alignment, uniformity
+from vat.score.representation import alignment, uniformity
 
 
 def test_alignment_closed_forms():

@@ -16,7 +16,7 @@ from helpers import export_folder
 import vat
 from vat.cli.score import main
 from vat.errors import OptionError, VatError
-from vat.eval.representation import alignment, uniformity
+from vat.score.representation import alignment, uniformity
 
 FAST = ["--samples", "4", "--diversity-samples", "2", "--prior-samples", "3", "--no-progress"]
 NUMBERS = ("likelihood", "latent", "reconstruction", "samples", "representation")

@@ -58,13 +58,6 @@ from vat.eval import engine
 from vat.eval.encoders import vat_encoder
 from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import choose_tasks, expand_tasks
-from vat.eval.vae_table import (
-    DEFAULT_SAMPLES,
-    ScoreSettings,
-    ScoreTable,
-    representation_pairs,
-    score_table,
-)
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, sentence_features
 from vat.features.encoder import (
@@ -78,6 +71,13 @@ from vat.features.encoder import (
 from vat.generate.generator import DecodeOptions, VATGenerator
 from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
+from vat.score.table import (
+    DEFAULT_SAMPLES,
+    ScoreSettings,
+    ScoreTable,
+    representation_pairs,
+    score_table,
+)
 from vat.share.export import export_model
 from vat.share.folder import check_output_dir
 from vat.share.hub import upload

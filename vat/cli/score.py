@@ -7,7 +7,7 @@ The NLL estimated with K importance samples (IWAE) and its perplexity, -ELBO wit
 reconstruction and KL parts, MI, active units, reconstruction BLEU, distinct-n and self-BLEU
 of variational and prior samples, and the alignment and uniformity of the model's sentence
 features on STS-B's test pairs (docs/score.md gives every formula). The library function is
-`vat.eval.vae_table.score_table`; `vat.load(MODEL).score(lines, samples=K)` gives the same
+`vat.score.table.score_table`; `vat.load(MODEL).score(lines, samples=K)` gives the same
 numbers.
 """
 
@@ -23,7 +23,7 @@ from vat.errors import VatError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vat.eval.vae_table import DEFAULT_SAMPLES, ScoreSettings
+    from vat.score.table import DEFAULT_SAMPLES, ScoreSettings
 
     defaults = ScoreSettings()
     p = Parser(
@@ -113,9 +113,9 @@ def _read(source: str, on_bad_bytes: str, quiet: bool) -> list[str]:
 
 def _main(argv: Sequence[str] | None) -> int:
     from vat.errors import OptionError
-    from vat.eval.vae_table import ScoreSettings, representation_pairs, score_table
     from vat.io import check_output_file, folder, regular_file, write_json_atomic
     from vat.runtime import resolve_device
+    from vat.score.table import ScoreSettings, representation_pairs, score_table
     from vat.share.resolve import load_model
 
     args = build_parser().parse_args(argv)

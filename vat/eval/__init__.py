@@ -1,4 +1,4 @@
-"""SentEval-compatible evaluation harness (issue 4).
+"""The SentEval-compatible evaluation harness (`vat evaluate`).
 
 - `tasks`: loaders for SentEval's downstream data (STS12-16, STSBenchmark, SICK, MR, CR,
   SUBJ, MPQA, SST2/5, TREC, MRPC), task names and groups;
@@ -10,5 +10,6 @@
   `senteval_batcher` for the original toolkit;
 - `finetune`: encoder + dense layer fine-tuning mode;
 - `plots`: a bar chart comparing encoders/poolings across tasks (`--plot`).
-The command line is `vat evaluate` (vat/cli/evaluate.py, see docs/evaluate.md).
+The command line is `vat evaluate` (vat/cli/evaluate.py, see docs/evaluate.md). The text-VAE
+score table (`vat score`) is `vat.score`.
 """

@@ -5,9 +5,9 @@ BLEU, the diversity of variational and prior samples, and the alignment and unif
 model's sentence features. docs/score.md gives every formula and how each is adapted to a
 latent per token.
 
-The maths lives in pure functions beside it: `vat.eval.likelihood` (IWAE, ELBO),
-`vat.geometry.collapse` (MI, AU), `vat.eval.diversity` (distinct-n, self-BLEU),
-`vat.eval.representation` (alignment, uniformity); generation is `VATGenerator`'s.
+The maths lives in pure functions beside it: `vat.score.likelihood` (IWAE, ELBO),
+`vat.geometry.collapse` (MI, AU), `vat.score.diversity` (distinct-n, self-BLEU),
+`vat.score.representation` (alignment, uniformity); generation is `VATGenerator`'s.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.errors import OptionError, check_count
-from vat.eval.diversity import distinct_n, self_bleu
 from vat.eval.encoders import vat_encoder
-from vat.eval.likelihood import model_bounds
-from vat.eval.representation import POSITIVE_SCORE, alignment, uniformity
 from vat.eval.tasks.files import Pairs
 from vat.eval.tasks.registry import load_task
 from vat.eval.tasks.sts import read_stsb_file
@@ -41,6 +38,9 @@ from vat.geometry.probes import default_senteval_dir
 from vat.io import folder as existing_folder
 from vat.io import regular_file
 from vat.runtime import check_allocation, eval_mode
+from vat.score.diversity import distinct_n, self_bleu
+from vat.score.likelihood import model_bounds
+from vat.score.representation import POSITIVE_SCORE, alignment, uniformity
 from vat.share.loaded import LoadedVAT, check_loaded
 from vat.tokenizer import make_batch
 
