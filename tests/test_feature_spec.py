@@ -16,13 +16,9 @@ from helpers import checkpoint_with_counts, export_folder
 import vat
 from vat.errors import VatError
 from vat.feature_spec import FeatureSpec, FittedFeatures, stats_path_for
-from vat.features.encoder import (
-    FeatureEncoder,
-    encoder_states,
-    pooled_features,
-    resolve_features,
-    weighted_pool,
-)
+from vat.features.choice import resolve_features
+from vat.features.encoder import FeatureEncoder, encoder_states, pooled_features, weighted_pool
+from vat.features.fitting import FitOptions
 from vat.features.postprocess import (
     apply_pc_removal,
     apply_whitening,
@@ -225,7 +221,7 @@ def test_sif_without_counts_says_how_to_count(tiny_ckpt, tmp_path, tiny_sentence
         resolve_features(loaded, "mu/sif", save=False)
     f = tmp_path / "t.txt"
     f.write_text("\n".join(tiny_sentences) + "\n")
-    fitted = resolve_features(loaded, "mu/sif", count_files=[str(f)], save=False)
+    fitted = resolve_features(loaded, "mu/sif", FitOptions(count_files=[str(f)]), save=False)
     counts = np.zeros(loaded.tokenizer.vocab_size)
     for ids in loaded.tokenizer.encode_batch(tiny_sentences):
         np.add.at(counts, ids, 1)

@@ -22,13 +22,9 @@ from helpers import export_folder
 import vat
 from vat.errors import OptionError
 from vat.feature_spec import FeatureSpec, stats_path_for
-from vat.features.encoder import (
-    count_tokens,
-    pooled_features,
-    reservoir_sample,
-    resolve_features,
-    sample_lines,
-)
+from vat.features.choice import resolve_features
+from vat.features.encoder import pooled_features
+from vat.features.fitting import FitOptions, count_tokens, reservoir_sample, sample_lines
 from vat.share.checkpoint import read_checkpoint
 from vat.share.resolve import load_model
 from vat.share.training_record import training_record
@@ -218,24 +214,28 @@ def test_fit_options_refuse_strings_bytes_and_none_but_take_one_path(
     ]
     for kwargs, message in refused:
         with pytest.raises(OptionError) as e:
-            resolve_features(loaded, spec, **kwargs)
+            resolve_features(loaded, spec, FitOptions(**kwargs))
         assert str(e.value).startswith(message) and "--" not in str(e.value), (kwargs, e.value)
         assert not stats.exists()  # nothing fitted on letters was stored beside the model
 
     train = _write(tmp_path / "t.txt", tiny_sentences)
-    one = resolve_features(loaded, spec, fit_files=str(train), save=False)  # one path: one file
+    one = resolve_features(
+        loaded, spec, FitOptions(fit_files=str(train)), save=False
+    )  # one path: one file
     assert one.fit["files"] == [str(train)] and one.fit["sentences"] == len(tiny_sentences)
-    as_path = resolve_features(loaded, spec, fit_files=train, save=False)
+    as_path = resolve_features(loaded, spec, FitOptions(fit_files=train), save=False)
     np.testing.assert_array_equal(as_path.arrays["mean"], one.arrays["mean"])
-    gen = resolve_features(loaded, spec, fit_sentences=(s for s in tiny_sentences), save=False)
+    gen = resolve_features(
+        loaded, spec, FitOptions(fit_sentences=(s for s in tiny_sentences)), save=False
+    )
     np.testing.assert_allclose(gen.arrays["mean"], one.arrays["mean"], atol=1e-6)
     numpy_strings = resolve_features(
-        loaded, spec, fit_sentences=np.array(tiny_sentences), save=False
+        loaded, spec, FitOptions(fit_sentences=np.array(tiny_sentences)), save=False
     )
     np.testing.assert_allclose(numpy_strings.arrays["mean"], one.arrays["mean"], atol=1e-6)
     counts = count_tokens(loaded.tokenizer, str(train), loaded.config.vocab_size)
     assert counts.sum() == sum(len(ids) for ids in loaded.tokenizer.encode_batch(tiny_sentences))
-    sif = resolve_features(loaded, "mu/sif", count_files=str(train), save=False)
+    sif = resolve_features(loaded, "mu/sif", FitOptions(count_files=str(train)), save=False)
     assert sif.fit["count_files"] == [str(train)]
 
 

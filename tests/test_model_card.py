@@ -17,7 +17,8 @@ from helpers import checkpoint_with_counts, export_folder
 
 import vat
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
-from vat.features.encoder import resolve_features
+from vat.features.choice import resolve_features
+from vat.features.fitting import FitOptions
 from vat.share.export import export_model
 from vat.share.folder import record_measurements
 from vat.share.model_card import (
@@ -169,7 +170,9 @@ def test_fit_on_given_sentences_and_a_transductive_fit(trained, tiny_sentences):
     ckpt, *_ = trained
     loaded = vat.load(ckpt, device="cpu").loaded
     config = {"model_config": loaded.config.to_dict(), "prior_std": 0.4, "training": {}}
-    given = resolve_features(loaded, "mu/mean/whiten8", fit_sentences=tiny_sentences, save=False)
+    given = resolve_features(
+        loaded, "mu/mean/whiten8", FitOptions(fit_sentences=tiny_sentences), save=False
+    )
     card = model_card(config, loaded.tokenizer.vocab_size, given)
     _check_card(card, given.spec, 32, ckpt.parent.parent)
     n = len(tiny_sentences)
@@ -177,7 +180,7 @@ def test_fit_on_given_sentences_and_a_transductive_fit(trained, tiny_sentences):
     assert "transductive" not in card
     info = {"from": "evaluation tasks STS12", "transductive": True}
     tasks = resolve_features(
-        loaded, "mu/mean/pc2", fit_sentences=tiny_sentences, fit_info=info, save=False
+        loaded, "mu/mean/pc2", FitOptions(fit_sentences=tiny_sentences, info=info), save=False
     )
     card = model_card(config, loaded.tokenizer.vocab_size, tasks)
     _check_card(card, tasks.spec, 32, ckpt.parent.parent)

@@ -1,6 +1,6 @@
 """One rule for which sentence vectors a model gives, for every loader (issue 30, point 3).
 
-vat.features.encoder.default_features: an exported folder's own spec; for a training run or
+vat.features.choice.default_features: an exported folder's own spec; for a training run or
 checkpoint the spec its export gets (DEFAULT_EXPORT_SPEC, layer0/sif/none: SIF weights from
 the token counts the checkpoint records, nothing fitted on sentences); the mean of mu, said
 so, where no counts are recorded. Before: `vat.load(run).encode` gave the mean of mu and the

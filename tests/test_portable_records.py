@@ -20,7 +20,9 @@ from test_hub import RecordingHfApi
 import vat
 from vat.cli import main as vat_main
 from vat.errors import CheckpointError, OptionError, VatError
-from vat.features.encoder import pooled_features, resolve_features
+from vat.features.choice import resolve_features
+from vat.features.encoder import pooled_features
+from vat.features.fitting import FitOptions
 from vat.share.checkpoint import read_checkpoint
 from vat.share.model_card import model_card
 from vat.share.pretrained import SHIPPED_DIR_ENV, listing_facts
@@ -125,7 +127,7 @@ def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
     _write(moved / "run" / "mine.txt", ["an extra line of mine"] * 3)  # beside the run
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "unset"))
     loaded = load_model(ckpt)
-    fitted = resolve_features(loaded, "mu/mean/pc1", save=False, train_data_dir=here)
+    fitted = resolve_features(loaded, "mu/mean/pc1", FitOptions(train_data_dir=here), save=False)
     assert fitted.fit["files"] == [
         str(here / "corpus" / "a.1.txt"),
         str(here / "corpus" / "a.2.txt"),
@@ -143,7 +145,9 @@ def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
     # another file at the recorded place: refused, naming it, before any fit
     _write(here / "corpus" / "a.2.txt", TRAIN[12:] + ["one more line"])
     with pytest.raises(OptionError) as e:
-        resolve_features(load_model(ckpt), "mu/mean/pc1", save=False, train_data_dir=here)
+        resolve_features(
+            load_model(ckpt), "mu/mean/pc1", FitOptions(train_data_dir=here), save=False
+        )
     assert e.value.name == "fit_files" and "is not the training file 'corpus/a.2.txt'" in str(
         e.value
     )

@@ -15,7 +15,7 @@
 The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded.LoadedVAT`
 (`model.loaded`), and everything below works on that object. Sentence vectors follow the
 model's feature spec (`vat.feature_spec`), by one rule for every loader
-(`vat.features.encoder.default_features`, docs/features.md): an exported folder's own; for a
+(`vat.features.choice.default_features`, docs/features.md): an exported folder's own; for a
 training run or checkpoint the spec its export gets (DEFAULT_EXPORT_SPEC, from the token
 counts it records); the mean of mu, with a warning, where no counts are recorded.
 Generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam,
@@ -60,14 +60,15 @@ from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import choose_tasks, expand_tasks
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, sentence_features
-from vat.features.encoder import (
+from vat.features.choice import (
     DefaultFeatures,
-    FeatureEncoder,
     check_pooling,
     default_features,
     export_features,
     resolve_features,
 )
+from vat.features.encoder import FeatureEncoder
+from vat.features.fitting import DEFAULT_FIT_SENTENCES, FitOptions
 from vat.generate.generator import DecodeOptions, VATGenerator
 from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
@@ -184,7 +185,7 @@ class PretrainedVAT:
     @property
     def default_features(self) -> DefaultFeatures:
         """Which vectors `encode` gives when no spec or pooling is named, and why (the one rule
-        of every loader, `vat.features.encoder.default_features`): `.spec`, `.why`,
+        of every loader, `vat.features.choice.default_features`): `.spec`, `.why`,
         `.fallback` (True: the mean of mu, because the default spec could not be had).
         Resolved once per loaded model; a fallback is said once on stderr."""
         if self._default_features is None:
@@ -280,20 +281,39 @@ class PretrainedVAT:
         return ta @ tb.T
 
     def feature_encoder(
-        self, features: str | FeatureSpec | FittedFeatures | None = None, **fit_options: Any
+        self,
+        features: str | FeatureSpec | FittedFeatures | None = None,
+        *,
+        fit_files: Sequence[str] | str | os.PathLike | None = None,
+        fit_sentences: Sequence[str] | None = None,
+        count_files: Sequence[str] | str | os.PathLike | None = None,
+        n_fit: int = DEFAULT_FIT_SENTENCES,
+        seed: int = 0,
+        train_data_dir: str | os.PathLike | None = None,
+        save: bool = True,
     ) -> FeatureEncoder:
         """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own,
-        `default_features`). Statistics come with the model or are fitted on its training sentences
-        (`resolve_features`'s keywords: fit_files, count_files, n_fit, save, ...)."""
+        `default_features`). Statistics come with the model or are fitted
+        (`vat.features.choice.resolve_features`) on `fit_sentences`, up to n_fit lines of
+        `fit_files`, or the model's own training sentences; SIF counts from `count_files`
+        or the model's record; stored beside the model unless `save` is off."""
         _check_features(features)
         if isinstance(features, FittedFeatures):
             return FeatureEncoder(self.loaded, features)
-        if features is None and not fit_options:
+        fit = FitOptions(
+            fit_files=fit_files,
+            fit_sentences=fit_sentences,
+            count_files=count_files,
+            n_fit=n_fit,
+            seed=seed,
+            train_data_dir=train_data_dir,
+        )
+        if features is None and not fit.names_data:
             features = self.default_features.fitted  # resolved once, said once
             return FeatureEncoder(self.loaded, features)
-        key = (str(features), tuple(sorted((k, str(v)) for k, v in fit_options.items())))
+        key = (str(features), repr(fit), save)
         if key not in self._feature_encoders:
-            fitted = resolve_features(self.loaded, features, **fit_options)
+            fitted = resolve_features(self.loaded, features, fit, save=save)
             self._feature_encoders[key] = FeatureEncoder(self.loaded, fitted)
         return self._feature_encoders[key]
 
@@ -344,13 +364,10 @@ class PretrainedVAT:
         if show_progress_bar and (features is None or FeatureSpec.parse(features).needs_fit):
             what = features if features is not None else "the model's default spec"
             print(f"vat: fitting the folder's sentence features ({what})", file=sys.stderr)
-        fitted = export_features(
-            self.loaded,
-            features,
-            fit_files=fit_files,
-            count_files=count_files,
-            train_data_dir=train_data_dir,
+        fit = FitOptions(
+            fit_files=fit_files, count_files=count_files, train_data_dir=train_data_dir
         )
+        fitted = export_features(self.loaded, features, fit)
         evaluation = None
         if tasks:
             encoder = vat_encoder(self.loaded, features=fitted)

@@ -26,7 +26,8 @@ import torch
 
 from vat.api import PretrainedVAT, require_loaded
 from vat.errors import OptionError, check_choice, check_optional_text, check_path, check_sentences
-from vat.features.encoder import FeatureEncoder, default_features
+from vat.features.choice import default_features
+from vat.features.encoder import FeatureEncoder
 from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.share.loaded import LoadedVAT, check_loaded
 from vat.share.pretrained import ShippedModel, check_shipping, write_shipped

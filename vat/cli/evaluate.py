@@ -254,11 +254,14 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
     if loaded is not None and args.features:
         from vat.cli.features import check_fitted, fit_options
 
+        fit, save = fit_options(args, tasks, loaded)
         enc = encoders.vat_encoder(
             loaded,
             batch_size=args.batch_size,
             features=args.features,
-            fit_options=fit_options(args, tasks, loaded),
+            fit=fit,
+            save=save,
+            quiet=args.quiet,
         )
         check_fitted(enc.fitted, args)
         return enc, f"vat:{args.model}"
@@ -325,7 +328,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.features and args.finetune:
         raise VatError("--features applies to frozen features; --finetune uses --pooling")
     if args.features:
-        from vat.features.encoder import check_pooling
+        from vat.features.choice import check_pooling
 
         check_pooling(args.pooling, args.features)  # a spec names its own weighting
     if args.batch_size < 1:

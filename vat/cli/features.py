@@ -26,12 +26,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vat.cli.common import add_model_option, add_train_data_dir
 from vat.errors import OptionError, VatError, check_count, run_cli
 from vat.io import folder, remove_stale_temps, temp_path
+
+if TYPE_CHECKING:
+    from vat.features.fitting import FitOptions
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 POSTS = ("none", "pc1", "whiten", "whiten-half")
@@ -100,44 +104,44 @@ def check_not_evaluation_data(files: Sequence[str], data_dir: str, option: str) 
             )
 
 
-def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> dict:
-    """resolve_features keywords for `vat evaluate` on the loaded model, with the guard
-    against evaluation data."""
+def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> tuple[FitOptions, bool]:
+    """What `vat evaluate --features` fits on (vat.features.fitting.FitOptions), and whether
+    the fit is stored beside the model, with the guard against evaluation data."""
+    from vat.features.fitting import FitOptions
+
     if args.fit_sentences < 2:
         raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
-    opts: dict = {"n_fit": args.fit_sentences, "quiet": getattr(args, "quiet", False)}
-    if args.train_data_dir is not None:
-        opts["train_data_dir"] = args.train_data_dir
-    if args.count_files:
-        opts["count_files"] = args.count_files
+    common = {
+        "n_fit": args.fit_sentences,
+        "train_data_dir": args.train_data_dir,
+        "count_files": args.count_files or None,
+    }
     if args.fit_files:
         if not args.fit_transductive:
             check_not_evaluation_data(args.fit_files, args.data_dir, "--fit-files")
-        opts["fit_files"] = args.fit_files
-        opts["fit_info"] = {"transductive": bool(args.fit_transductive)}
-    elif args.fit_transductive:
+        info = {"transductive": bool(args.fit_transductive)}
+        return FitOptions(fit_files=args.fit_files, info=info, **common), True
+    if args.fit_transductive:
         from vat.eval.tasks.registry import load_task
 
         sentences = sorted({s for t in tasks for s in load_task(args.data_dir, t).sentences()})
-        opts.update(
-            fit_sentences=sentences,
-            fit_info={"from": f"evaluation tasks {','.join(tasks)}", "transductive": True},
-            save=False,  # a transductive fit never becomes the checkpoint's stored default
-        )
-    else:
-        from vat.feature_spec import FeatureSpec
-        from vat.features.encoder import stored_features, training_files
+        info = {"from": f"evaluation tasks {','.join(tasks)}", "transductive": True}
+        # a transductive fit never becomes the checkpoint's stored default: not saved
+        return FitOptions(fit_sentences=sentences, info=info, **common), False
+    from vat.feature_spec import FeatureSpec
+    from vat.features.choice import stored_features
+    from vat.features.fitting import training_files
 
-        spec = FeatureSpec.parse(args.features)
-        # statistics stored with the model are used as they are (check_fitted guards them);
-        # only a fit still to come reads the training files
-        if spec.post != "none" and stored_features(loaded, spec) is None:
-            check_not_evaluation_data(
-                training_files(loaded, "fit_files", args.train_data_dir),
-                args.data_dir,
-                "the checkpoint's training files",
-            )
-    return opts
+    spec = FeatureSpec.parse(args.features)
+    # statistics stored with the model are used as they are (check_fitted guards them);
+    # only a fit still to come reads the training files
+    if spec.post != "none" and stored_features(loaded, spec) is None:
+        check_not_evaluation_data(
+            training_files(loaded, "fit_files", args.train_data_dir),
+            args.data_dir,
+            "the checkpoint's training files",
+        )
+    return FitOptions(**common), True
 
 
 def check_fitted(fitted, args: argparse.Namespace) -> None:
@@ -231,14 +235,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from vat.eval.tasks.registry import load_task
     from vat.feature_spec import FeatureSpec
-    from vat.features.encoder import (
-        apply_post,
-        count_tokens,
-        fit_post,
-        pooled_features,
-        sample_lines,
-        training_files,
-    )
+    from vat.features.encoder import apply_post, pooled_features
+    from vat.features.fitting import count_tokens, fit_post, sample_lines, training_files
     from vat.features.postprocess import sif_weights
     from vat.geometry.probes import default_senteval_dir
     from vat.io import atomic_write
@@ -406,7 +404,8 @@ def _classification(rows, loaded, args, data_dir, sif, fit_x) -> None:
     from vat.eval.engine import EvalSettings, evaluate
     from vat.eval.tasks.registry import load_task
     from vat.feature_spec import FeatureSpec
-    from vat.features.encoder import apply_post, fit_post, pooled_features
+    from vat.features.encoder import apply_post, pooled_features
+    from vat.features.fitting import fit_post
 
     tasks = []
     for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"):

@@ -19,13 +19,9 @@ from vat.errors import VatError, did_you_mean
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
-from vat.features.encoder import (
-    FeatureEncoder,
-    check_pooling,
-    default_features,
-    resolve_features,
-    spec_name,
-)
+from vat.features.choice import check_pooling, chosen_features, spec_name
+from vat.features.encoder import FeatureEncoder
+from vat.features.fitting import FitOptions
 from vat.share.loaded import LoadedVAT, check_loaded
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -38,31 +34,47 @@ def vat_encoder(
     pooling: str | None = None,
     batch_size: int = 128,
     features: str | FittedFeatures | None = None,
-    fit_options: dict | None = None,
+    fit: FitOptions | None = None,
+    *,
+    save: bool = True,
+    quiet: bool = False,
 ) -> Encoder:
     """The sentence vectors of a loaded VAT. By default the model's own
-    (`vat.features.encoder.default_features`, the one rule of every loader), so its scores
+    (`vat.features.choice.default_features`, the one rule of every loader), so its scores
     are those of the vectors vat.load, AutoModel, sentence-transformers and MTEB give. A
     `pooling` of the token means mu (the paper's VAT-mean, VAT-sum, VAT-start, or
     `precision`: mu weighted by exp(-logvar), see vat.features.pool), or a feature spec
-    (`features`, vat.feature_spec; or one already fitted, its statistics found or fitted by
-    `resolve_features` with `fit_options`) replaces it.
+    (`features`, vat.feature_spec; or one already fitted) replaces it. A spec's statistics
+    are found or fitted (`vat.features.choice.resolve_features`) on what `fit` names, and
+    stored beside the model unless `save` is off.
 
     The encoder names what it gives: `.features` (the spec, e.g. "layer0/sif/none"; pooling
     P of mu is "mu/P/none") and `.why` (how it was chosen), for every table and results file.
     """
-    check_loaded(loaded, "vat_encoder")
+    check_loaded(loaded, "vat_encoder")  # the one check: everything below takes it as it is
     if pooling is not None and pooling not in VAT_POOLINGS:
         raise VatError(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
             f"got {pooling!r}{did_you_mean(pooling, VAT_POOLINGS)}"
         )
     check_pooling(pooling, features)
-    if features is None and pooling is None:
-        chosen = default_features(loaded)
-        return _spec_encoder(loaded, chosen.fitted, batch_size, {}, chosen.why)
-    if features is not None:
-        return _spec_encoder(loaded, features, batch_size, fit_options or {}, "as named")
+    if pooling is not None and features is None:
+        return _mu_encoder(loaded, pooling, batch_size)
+    chosen = chosen_features(loaded, features, fit, save=save, batch_size=batch_size, quiet=quiet)
+    encoder = FeatureEncoder(loaded, chosen.fitted)
+
+    def encode(sentences: list[str]) -> np.ndarray:
+        return encoder(sentences, batch_size=batch_size)
+
+    encode.__name__ = f"vat[{loaded.name}, {chosen.spec}]"
+    encode.fitted = chosen.fitted  # type: ignore[attr-defined]  (what the run reports)
+    encode.features = str(chosen.spec)  # type: ignore[attr-defined]
+    encode.why = chosen.why  # type: ignore[attr-defined]
+    return encode
+
+
+def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> Encoder:
+    """`pooling` of the token means mu (vat.features.sentence_features)."""
 
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(
@@ -72,30 +84,6 @@ def vat_encoder(
     encode.__name__ = f"vat[{loaded.name}, {pooling}]"
     encode.features = spec_name(None, pooling)  # type: ignore[attr-defined]
     encode.why = f"{pooling} pooling of mu, as named"  # type: ignore[attr-defined]
-    return encode
-
-
-def _spec_encoder(
-    loaded: LoadedVAT,
-    features: str | FittedFeatures,
-    batch_size: int,
-    fit_options: dict,
-    why: str,
-) -> Encoder:
-    fitted = (
-        features
-        if isinstance(features, FittedFeatures)
-        else resolve_features(loaded, features, batch_size=batch_size, **fit_options)
-    )
-    encoder = FeatureEncoder(loaded, fitted)
-
-    def encode(sentences: list[str]) -> np.ndarray:
-        return encoder(sentences, batch_size=batch_size)
-
-    encode.__name__ = f"vat[{loaded.name}, {fitted.spec}]"
-    encode.fitted = fitted  # type: ignore[attr-defined]  (what the run reports)
-    encode.features = str(fitted.spec)  # type: ignore[attr-defined]
-    encode.why = why  # type: ignore[attr-defined]
     return encode
 
 

@@ -2,12 +2,13 @@
 
 - `pooling.py`     the encoder over sentences: iter_encoded (length-sorted batches), pool
                    (mean/sum/start/precision), sentence_features, token_vectors
-- `spec.py`        a feature spec SOURCE/WEIGHTING/POST ("mu/mean/none", "layer0/sif/none",
-                   "firstlast/mean/whiten64"), its fitted statistics and their file
 - `postprocess.py` SIF weights, top-PC removal and whitening as pure numpy functions
 - `encoder.py`     FeatureEncoder: one spec computed the same way by `vat evaluate`,
-                   `vat.load(...).encode`, sentence-transformers and MTEB; fitting on
-                   unlabeled text (never the evaluation data by default)
+                   `vat.load(...).encode`, sentence-transformers and MTEB
+- `fitting.py`     fitting a spec's statistics on unlabeled text (never the evaluation data
+                   by default): FitOptions and the steps of a fit
+- `choice.py`      which vectors a model gives (`default_features`, the one rule) and a
+                   named spec's statistics: found, fitted or stored (`resolve_features`)
 
 `from vat.features import sentence_features, pool, POOLINGS` keeps working.
 """

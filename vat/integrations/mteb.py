@@ -42,13 +42,13 @@ from vat.errors import (
     one_line,
 )
 from vat.features import POOLINGS
-from vat.features.encoder import check_pooling
+from vat.features.choice import check_pooling
 from vat.share.folder import CONFIG_NAME
 
 
 class VATMTEBEncoder(AbsEncoder):
     """The sentence features of a VAT as an MTEB encoder: `vat.load(...).encode`'s, the
-    model's own by the one rule of every loader (vat.features.encoder.default_features), or
+    model's own by the one rule of every loader (vat.features.choice.default_features), or
     the `features` or `pooling` named. `.features` names the spec it gives, `.why` how it
     was chosen (the command prints both)."""
 

@@ -12,7 +12,7 @@ a `file.Class` whose file.py in the folder then runs (docs/sharing.md). For fold
 not write, `to_sentence_transformer(path)` builds the same model from the installed class
 and reads no modules.json.
 Embeddings are `vat.load(path).encode(...)`'s: the model's own vectors by the one rule of every
-loader (`vat.features.encoder.default_features`: the folder's feature spec, which
+loader (`vat.features.choice.default_features`: the folder's feature spec, which
 sentence_vat_config.json names), or a pooling of the token means mu when one is named.
 """
 
@@ -30,13 +30,8 @@ from vat.api import PretrainedVAT, require_loaded
 from vat.errors import OptionError, check_choice, check_sentences
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, pool
-from vat.features.encoder import (
-    FeatureEncoder,
-    check_pooling,
-    default_features,
-    resolve_features,
-    spec_name,
-)
+from vat.features.choice import check_pooling, default_features, resolve_features, spec_name
+from vat.features.encoder import FeatureEncoder
 from vat.runtime import resolve_device
 from vat.share.folder import ST_MODULE_CONFIG_NAME, write_feature_stats, write_model_files
 from vat.share.loaded import LoadedVAT, check_loaded

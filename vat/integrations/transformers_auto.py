@@ -13,7 +13,7 @@ heavy and optional). The folder is read once through vat.share.resolve (safetens
 embedding, the checks every --model gets); the folder's tokenizer is `model.tokenizer` (a
 VATTokenizer: vat's special-token layout, which AutoTokenizer does not know), and
 `model.encode` gives the vectors `vat.load(...).encode` gives (the folder's card names its
-spec; the one rule is vat.features.encoder.default_features).
+spec; the one rule is vat.features.choice.default_features).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 
 from vat.errors import check_choice, check_sentences
 from vat.features import POOLINGS, sentence_features
-from vat.features.encoder import FeatureEncoder, default_features
+from vat.features.choice import default_features
+from vat.features.encoder import FeatureEncoder
 from vat.model import VAT, VATConfig
 from vat.share.resolve import load_model
 
@@ -107,7 +108,7 @@ def _classes() -> tuple[type, type]:
 
         def encode(self, sentences: list[str], pooling: str | None = None):
             """(N, k) sentence features, as vat.load(...).encode gives them: the model's own
-            (vat.features.encoder.default_features: the folder's feature spec, what its card
+            (vat.features.choice.default_features: the folder's feature spec, what its card
             names), or, with `pooling`, that pooling of the token means mu. A single string
             is one sentence and gives one vector."""
             texts, single = check_sentences(sentences)  # a single string: one vector (d,)

@@ -347,7 +347,7 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
 
 def _folder_spec(folder: Path) -> FeatureSpec | None:
     """The feature spec sentence_vat_config.json names (None: a folder from before specs,
-    whose vectors follow the one rule, vat.features.encoder.default_features). Files written
+    whose vectors follow the one rule, vat.features.choice.default_features). Files written
     before it said one thing also hold a `pooling`: "mean" beside a spec or alone was the
     default and says nothing; another pooling without a spec (a sentence-transformers
     module saved with it) is the spec mu/POOLING/none. A file that cannot say (not a regular

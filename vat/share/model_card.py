@@ -364,7 +364,7 @@ def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
     source = _SOURCES.get(spec.source) or (
         f"the encoder's hidden states after layer {spec.source[len('layer') :]}"
     )
-    # vat.features.encoder.pool_features: (1/n) sum_t w_t x_t, not a weight-normalised mean
+    # vat.features.encoder.weighted_pool: (1/n) sum_t w_t x_t, not a weight-normalised mean
     weighting = _WEIGHTINGS.get(spec.weighting) or (
         f"each subword's vector times its SIF weight a / (a + p(w)) (p(w): the subword's "
         f"frequency, a = {spec.sif_a:g}), averaged over the sentence's subwords"
@@ -523,7 +523,7 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
 
 def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
     """The sentence for a folder whose spec needs statistics it does not hold: what the
-    loaders do then (vat.features.encoder.resolve_features), from what the folder records."""
+    loaders do then (vat.features.choice.resolve_features), from what the folder records."""
     data = (config.get("training") or {}).get("data") or {}
     files = data.get("train_files") or []
     needs = []

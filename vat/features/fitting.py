@@ -1,0 +1,292 @@
+"""Fitting a feature spec's statistics on unlabeled text: SIF weights from token counts,
+post-processing (top-PC removal, whitening) on sentences. Fitting reads only what it is
+given: by default a sample of the model's own training files, never evaluation data.
+
+The steps a caller composes (vat.features.choice.resolve_features composes them):
+`FitOptions` (what to read, checked once), `token_counts_for` (SIF counts: named files or
+the model's record), `fit_sentences_for` (the sentences: given, sampled from named files,
+or from the model's training files), `fit_features` (the arrays).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vat.data.corpus import expand_files, iter_files
+from vat.errors import OptionError, VatError, check_count, check_path
+from vat.feature_spec import FeatureSpec, FittedFeatures
+from vat.features.encoder import pooled_features
+from vat.features.postprocess import fit_pc_removal, fit_whitening, sif_weights
+from vat.model import VAT
+from vat.share.loaded import LoadedVAT
+from vat.share.training_record import recorded_training_files
+from vat.tokenizer import VATTokenizer
+
+DEFAULT_FIT_SENTENCES = 20_000
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """What a fit reads, checked when it is made: each bad value is one OptionError naming
+    its argument, before anything is read or fitted.
+
+    `fit_files` and `count_files` are lists of paths (one path alone is one file);
+    `fit_sentences` a list of at least 2 sentences, never a bare string."""
+
+    fit_files: Sequence[str] | str | os.PathLike | None = None
+    """Text files to sample up to n_fit fitting sentences from (default: the model's own
+    training files)."""
+    fit_sentences: Sequence[str] | None = None
+    """The fitting sentences themselves (instead of files)."""
+    count_files: Sequence[str] | str | os.PathLike | None = None
+    """Text files to count subwords in for SIF weights (default: the model's recorded counts)."""
+    n_fit: int = DEFAULT_FIT_SENTENCES
+    seed: int = 0
+    """The seed of the sample of fit_files."""
+    train_data_dir: str | os.PathLike | None = None
+    """Where portable training records are found (default $VAT_DATA_DIR)."""
+    info: dict = field(default_factory=dict)
+    """Extra facts kept in the fit's record (FittedFeatures.fit), e.g. the evaluation's
+    guard against fitting on its own data."""
+
+    def __post_init__(self) -> None:
+        check_path(self.train_data_dir, "train_data_dir", optional=True)
+        object.__setattr__(self, "fit_files", text_files(self.fit_files, "fit_files"))
+        object.__setattr__(self, "count_files", text_files(self.count_files, "count_files"))
+        object.__setattr__(
+            self, "fit_sentences", sentence_list(self.fit_sentences, "fit_sentences")
+        )
+        check_count(self.n_fit, "n_fit", minimum=2)  # a fit needs two rows
+        check_count(self.seed, "seed", minimum=0)  # numpy's seeds are non-negative
+
+    @property
+    def names_data(self) -> bool:
+        """True when files or sentences are named: such a fit is always made anew."""
+        return any(x is not None for x in (self.fit_files, self.fit_sentences, self.count_files))
+
+
+def token_counts_for(loaded: LoadedVAT, options: FitOptions) -> np.ndarray:
+    """(V,) subword counts for SIF weights: counted in `count_files` when named, else the
+    training counts the model records (an OptionError naming count_files when it has none)."""
+    if options.count_files:
+        return count_tokens(loaded.tokenizer, options.count_files, loaded.config.vocab_size)
+    if loaded.token_counts is None:
+        raise OptionError(
+            "count_files",
+            f"{loaded.path} stores no token frequencies (needed by sif weighting): "
+            "give its training text to count them",
+        )
+    return loaded.token_counts
+
+
+def fit_sentences_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[str], dict]:
+    """The sentences a post-processing fit reads, and what the fit's record says of them:
+    `fit_sentences` as given, else up to n_fit lines sampled from `fit_files`, else from the
+    model's recorded training files (`training_files`), never from the current folder."""
+    info: dict = {"seed": options.seed}
+    if options.fit_sentences is not None:
+        return list(options.fit_sentences), info
+    named = bool(options.fit_files)
+    files = (
+        options.fit_files if named else training_files(loaded, "fit_files", options.train_data_dir)
+    )
+    info.update({"files": files, "from": "named files" if named else "training files"})
+    return sample_lines(files, options.n_fit, options.seed), info
+
+
+def text_files(value: object, name: str) -> list[str] | None:
+    """`value` (fit_files, count_files) as a list of paths; None passes through.
+
+    One path (a str, numpy string or PathLike) is one file, never its characters: no user
+    means a list of one-letter files, and `open`, pandas and datasets' data_files read one
+    path the same way. Bytes, None or non-path entries and an empty list are OptionErrors
+    naming `name`."""
+    if value is None:
+        return None
+    if isinstance(value, str | os.PathLike):
+        value = [value]
+    items = _entries(value, name, "paths of text files")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str | os.PathLike) or isinstance(item, bytes):
+            raise OptionError(name, f"entry {i} is {_kind(item)}; expected a path (str)")
+        text = os.fspath(item)
+        if not isinstance(text, str) or not text:  # a PathLike of bytes, or ""
+            raise OptionError(name, f"entry {i} is {text!r}; expected a path (str)")
+        out.append(str(text))  # numpy's str_ is a str subclass: plain str for the records
+    if not out:
+        raise OptionError(name, "is empty; give at least one text file")
+    return out
+
+
+def sentence_list(value: object, name: str) -> list[str] | None:
+    """`value` (fit_sentences) as a list of at least 2 str; None passes through. A bare
+    string is refused, not read as its characters (fitting on 8 letters is never meant)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise OptionError(name, "expected a list of sentences; got a string")
+    items = _entries(value, name, "sentences")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise OptionError(name, f"entry {i} is {_kind(item)}; expected a sentence (str)")
+    if len(items) < 2:
+        raise OptionError(name, f"fitting needs at least 2 sentences, got {len(items)}")
+    return [str(s) for s in items]
+
+
+def _entries(value: object, name: str, what: str) -> list:
+    """The items of a list, tuple, array or generator; bytes and mappings are refused."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise OptionError(name, f"expected a list of {what}; got bytes")
+    if isinstance(value, dict) or not isinstance(value, Iterable):
+        raise OptionError(name, f"expected a list of {what}; got {_kind(value)}")
+    return list(value)
+
+
+def _kind(x: object) -> str:
+    return "None" if x is None else f"{type(x).__name__} {x!r:.40}"
+
+
+class _named_errors:
+    """Errors of reading text files as OptionErrors naming the argument that named them (the
+    readers in vat.data.corpus prefix messages with it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, tb) -> None:
+        if error is None or isinstance(error, OptionError) or not isinstance(error, VatError):
+            return None
+        text = str(error).removeprefix(f"{self.name}: ")
+        raise OptionError(self.name, text) from None
+
+
+def count_tokens(
+    tokenizer: VATTokenizer,
+    files: Sequence[str | os.PathLike] | str | os.PathLike,
+    vocab_size: int,
+    name: str = "count_files",
+) -> np.ndarray:
+    """(vocab_size,) subword counts over text files (one sentence per line, plain or .gz)."""
+
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    with _named_errors(name):
+        paths = expand_files(text_files(files, name) or [], name)
+        for chunk in iter_files(paths, "skip", name):
+            flat = np.fromiter(
+                (i for ids in tokenizer.encode_batch(chunk) for i in ids), dtype=np.int64
+            )
+            counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+def reservoir_sample(chunks: Iterable[Sequence[str]], n: int, seed: int = 0) -> list[str]:
+    """Up to n lines drawn uniformly without replacement from a stream of chunks of lines,
+    returned in stream order, holding n lines and one chunk at a time (Vitter's Algorithm R:
+    line i, counted from 0, replaces a uniform slot j of [0, i] when j < n, so after N lines
+    each is kept with probability n / N). The same seed gives the same sample."""
+    rng = np.random.default_rng(seed)
+    kept: list[tuple[int, str]] = []  # (line index, line), at most n
+    seen = 0
+    for chunk in chunks:
+        m = len(chunk)
+        fill = min(max(n - seen, 0), m)  # the first n lines fill the reservoir
+        kept.extend((seen + k, chunk[k]) for k in range(fill))
+        if fill < m:
+            # one draw per later line, vectorised over the chunk: j uniform in [0, i]
+            index = np.arange(seen + fill, seen + m)  # (m - fill,) global line indices
+            slots = rng.integers(0, index + 1)  # (m - fill,)
+            for k in np.flatnonzero(slots < n):  # in order: a later line overwrites an earlier
+                kept[slots[k]] = (int(index[k]), chunk[fill + k])
+        seen += m
+    kept.sort()
+    return [line for _, line in kept]
+
+
+def sample_lines(
+    files: Sequence[str | os.PathLike] | str | os.PathLike,
+    n: int,
+    seed: int = 0,
+    name: str = "fit_files",
+) -> list[str]:
+    """Up to n lines drawn uniformly without replacement (in file order) from text files, in
+    one pass holding n lines and one chunk (`reservoir_sample`): a 20M-line corpus costs no
+    more memory than a small one. Errors name the argument `name`."""
+    check_count(n, "n_fit", minimum=1)
+    check_count(seed, "seed", minimum=0)
+    with _named_errors(name):
+        paths = expand_files(text_files(files, name) or [], name)
+        return reservoir_sample(iter_files(paths, "skip", name), int(n), int(seed))
+
+
+def training_files(
+    loaded: LoadedVAT, name: str = "fit_files", train_data_dir: str | os.PathLike | None = None
+) -> list[str]:
+    """The model's recorded training files, found as `recorded_training_files` finds them
+    (absolute ones as recorded; portable records inside the data folder `train_data_dir`,
+    default $VAT_DATA_DIR, their size and digest checked; relative ones only in the model's
+    own folders, never the current folder); an OptionError naming `name`, saying where vat
+    looked, when they are not here."""
+    return recorded_training_files(loaded, name, train_data_dir)
+
+
+def fit_post(spec: FeatureSpec, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays of spec.post fitted on pooled vectors x (N, d)."""
+    try:
+        if spec.pcs:
+            return fit_pc_removal(x, spec.pcs)
+        if spec.post.startswith("whiten"):
+            return fit_whitening(x, spec.whiten_dim)
+    except ValueError as e:
+        raise VatError(f"fitting {spec}: {e}") from None
+    return {}
+
+
+def fit_features(
+    model: VAT,
+    tokenizer: VATTokenizer,
+    spec: FeatureSpec,
+    sentences: Sequence[str] = (),
+    token_counts: np.ndarray | None = None,
+    batch_size: int = 128,
+    info: dict | None = None,
+) -> FittedFeatures:
+    """Fit what `spec` needs: SIF weights from `token_counts`, post-processing on `sentences`."""
+    t0 = time.perf_counter()
+    arrays: dict[str, np.ndarray] = {}
+    if spec.weighting == "sif":
+        if token_counts is None:
+            raise OptionError(
+                "count_files",
+                "sif weighting needs token frequencies: this model has none stored "
+                "(a checkpoint older than vat's token counts); give its training text to "
+                "count them",
+            )
+        counts = np.zeros(model.config.vocab_size, dtype=np.float64)
+        counts[: min(len(token_counts), len(counts))] = token_counts[: len(counts)]
+        arrays["sif_weights"] = sif_weights(counts, spec.sif_a)
+    if spec.post != "none":
+        if len(sentences) < 2:
+            raise VatError(f"fitting {spec} needs at least 2 sentences, got {len(sentences)}")
+        combo = (spec.source, spec.weighting)
+        x = pooled_features(
+            model, tokenizer, sentences, [combo], arrays.get("sif_weights"), batch_size
+        )[combo]
+        arrays.update(fit_post(spec, x))
+    fit = {
+        **(info or {}),
+        "sentences": len(sentences) if spec.post != "none" else 0,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    if "sif_weights" in arrays:
+        fit.setdefault("counts_from", "given")  # resolve_features names its source
+    return FittedFeatures(spec, arrays, fit)
