@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vat.train.outside_failures import missing_compiler
+from vat.runs.outside_failures import missing_compiler
 
 
 @pytest.fixture(scope="module")

@@ -77,7 +77,7 @@ def test_second_fresh_run_stops_and_overwrite_replaces_the_old_run(run_copy, cap
 def test_the_runs_own_records_are_its_files(run_copy):
     """--overwrite moves what the earlier run wrote, its time split too: a new fit stopped
     before its end must not leave the old run's split beside its own checkpoints."""
-    from vat.train.run_dir import previous_run_files
+    from vat.runs.run_dir import previous_run_files
 
     run, _ = run_copy
     assert (run / "time_split.json").is_file()
@@ -181,7 +181,7 @@ def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, caps
 def _hold_lock(run) -> subprocess.Popen:
     code = (
         f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
-        f"from vat.train.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
+        f"from vat.runs.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
         f"print('locked', flush=True); time.sleep(120)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -15,8 +15,8 @@ import pytest
 from conftest import ASSETS
 from helpers import fit_args, train_captured, train_main
 
+from vat.runs.run_dir import MANIFEST_NAME
 from vat.share.checkpoint import read_checkpoint
-from vat.train.run_dir import MANIFEST_NAME
 
 SENTENCES = str(ASSETS / "sentences.txt")
 

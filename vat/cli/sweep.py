@@ -20,8 +20,8 @@ from vat.experiments.config import SweepConfig
 from vat.experiments.frontier import markdown_table
 from vat.experiments.sweep import Runner, run_sweep
 from vat.io import folder
+from vat.runs.run_dir import MANIFEST_NAME, check_place
 from vat.runtime import apply_cpu_threads
-from vat.train.run_dir import MANIFEST_NAME, check_place
 
 
 def _values(text: str) -> list[Any]:

@@ -4,7 +4,7 @@ One run is one directory, `--run_dir` (default runs/vat): TensorBoard events, co
 tokenizer.json and checkpoints/ (last.ckpt, the best on `--best_monitor`, and
 on_exception.ckpt). Resume a killed run with the same command plus `--ckpt_path last`; the
 rules for run directories (no silent resume, --overwrite, the lock, what a resume may
-change) live in vat/run_dir.py.
+change) live in vat/runs/run_dir.py.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from vat.cli.config_paths import check_input_paths, checkout_root
 from vat.cli.whole_numbers import read_whole_numbers_as_int
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, nearest, run_cli
+from vat.runs import run_dir as rd
+from vat.runs import settings
 from vat.runtime import apply_cpu_threads, thread_count
 from vat.tokenizer import VATTokenizer
-from vat.train import init_from, settings
-from vat.train import run_dir as rd
+from vat.train import init_from
 from vat.train.checkpointing import (
     BEST_MONITORS,
     AtomicCheckpointIO,
@@ -394,7 +395,7 @@ def _quiet_warnings() -> None:
     warnings.filterwarnings(
         "ignore", message=r"LightningCLI's args parameter is intended to run from within Python"
     )
-    # vat.train.run_dir lets a fresh run start only in a directory without checkpoints, so this
+    # vat.runs.run_dir lets a fresh run start only in a directory without checkpoints, so this
     # warning only ever fires on a resume, where a full checkpoints/ is expected.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     # Noise the user cannot act on: Lightning's own _pytree use (torch deprecation) and its
@@ -474,8 +475,8 @@ def _run(fn, args: list[str] | None) -> int:
             if isinstance(e, VatError) or e.errno not in _DISK_FULL:
                 raise
             raise VatError(f"cannot write {e.filename or 'a file'}: {e.strerror}") from e
-        except Exception as e:  # outside failures with a known way out (vat.train.outside_failures)
-            from vat.train.outside_failures import outside_failure
+        except Exception as e:  # outside failures with a known way out (vat.runs.outside_failures)
+            from vat.runs.outside_failures import outside_failure
 
             ours = _vat_error_inside(e)
             if ours is not None:  # jsonargparse wraps a callback's own error in a ValueError

@@ -247,7 +247,7 @@ def training_file_homes(source: ModelSource) -> list[Path]:
     homes = []
     if source.run_dir:
         homes.append(Path(source.run_dir).absolute())
-    elif ckpt.parent.name == "checkpoints":  # RUN/checkpoints/*.ckpt (vat.train.run_dir)
+    elif ckpt.parent.name == "checkpoints":  # RUN/checkpoints/*.ckpt (vat.runs.run_dir)
         homes.append(ckpt.parent.parent)
     homes.append(ckpt.parent)
     return list(dict.fromkeys(homes))

@@ -10,8 +10,7 @@
 - `state.py`        counters kept on the device and the non-finite flag (no host sync)
 - `non_finite.py`   the non-finite guard's host side: stop, never save NaN weights
 - `step_logging.py` which steps log, and the scalars they log
-- `run_dir.py`      one run per folder: lock, --overwrite, what a resume may change
-- `settings.py`     trainer settings Lightning checks late, checked before a run starts
 - `checkpointing.py` every checkpoint callback: atomic saves, the final last.ckpt, the
                     checkpoint on an exception, the best-checkpoint policy
+The run's folder and the checks around a run (vat.runs) are not training and live apart.
 """

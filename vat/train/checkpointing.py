@@ -119,7 +119,7 @@ class ExceptionCheckpoint(Callback):
 
     Not a subclass of Lightning's OnExceptionCheckpoint on purpose: with one of those,
     Lightning turns `fit(ckpt_path=None)` into `ckpt_path="last"`, so a fresh run silently
-    resumed an old one. `--ckpt_path last` still finds this file (vat.train.run_dir.find_last).
+    resumed an old one. `--ckpt_path last` still finds this file (vat.runs.run_dir.find_last).
     """
 
     def __init__(self, dirpath: str | os.PathLike, filename: str = "on_exception") -> None:
