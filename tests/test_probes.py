@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
+from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
+from vat.geometry.probes import load_probe_sentences
 
 
 def test_read_probe_file(tmp_path):

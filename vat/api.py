@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vat.data.paths import default_senteval_dir
 from vat.errors import (
     OptionError,
     VatError,
@@ -70,7 +71,6 @@ from vat.features.choice import (
 from vat.features.encoder import FeatureEncoder
 from vat.features.fitting import DEFAULT_FIT_SENTENCES, FitOptions
 from vat.generate.generator import DecodeOptions, VATGenerator
-from vat.geometry.probes import default_senteval_dir
 from vat.runtime import resolve_device
 from vat.score.table import (
     DEFAULT_SAMPLES,

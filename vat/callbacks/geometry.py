@@ -28,11 +28,12 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.callbacks.base import EveryNValidations, tensorboard_writer
+from vat.data.paths import default_senteval_dir
 from vat.errors import VatError
 from vat.features import token_posteriors, token_vectors
 from vat.geometry.metrics import covariance_eigenvalues, geometry_report
 from vat.geometry.plots import figure_to_array, geometry_figures
-from vat.geometry.probes import default_senteval_dir, load_probe_sentences
+from vat.geometry.probes import load_probe_sentences
 from vat.tokenizer import VATTokenizer
 
 

@@ -32,11 +32,11 @@ import numpy as np
 from lightning.pytorch import LightningModule, Trainer
 
 from vat.callbacks.base import EveryNValidations
+from vat.data.paths import default_senteval_dir
 from vat.errors import VatError
 from vat.eval.engine import cosine_correlations
 from vat.eval.tasks.registry import Pairs, load_task
 from vat.features import POOLINGS, Pooling, sentence_features
-from vat.geometry.probes import default_senteval_dir
 
 METRIC = "val/stsb_spearman"
 

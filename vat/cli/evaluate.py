@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vat.cli.common import Parser, add_common, add_model_option, add_renamed, show_progress
+from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
 from vat.errors import OptionError, VatError, run_cli
 from vat.eval.tasks.files import MissingTaskData
 from vat.eval.tasks.registry import (
@@ -29,7 +30,6 @@ from vat.eval.tasks.registry import (
     choose_tasks,
     expand_tasks,
 )
-from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir
 from vat.io import check_output_file, figure_class, write_json_atomic
 from vat.runtime import resolve_device
 

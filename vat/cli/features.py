@@ -233,12 +233,12 @@ def selection_score(row: dict) -> float:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    from vat.data.paths import default_senteval_dir
     from vat.eval.tasks.registry import load_task
     from vat.feature_spec import FeatureSpec
     from vat.features.encoder import apply_post, pooled_features
     from vat.features.fitting import count_tokens, fit_post, sample_lines, training_files
     from vat.features.postprocess import sif_weights
-    from vat.geometry.probes import default_senteval_dir
     from vat.io import atomic_write
     from vat.share.resolve import load_model
 

@@ -29,9 +29,10 @@ from vat.cli.common import (
     show_progress,
     warn_renamed,
 )
+from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
 from vat.errors import VatError, run_cli
 from vat.geometry.metrics import METRICS, GeometryReport, geometry_report
-from vat.geometry.probes import SENTEVAL_ENV, default_senteval_dir, load_probe_sentences
+from vat.geometry.probes import load_probe_sentences
 from vat.io import check_output_file, write_json_atomic
 from vat.runtime import resolve_device
 

@@ -7,6 +7,7 @@
 - `options.py`      the data options' checks (one-line errors naming data.X)
 - `sampler.py`      length-bucketed batches (sentences or a token budget), resumable,
                     DDP-aware; collation as one numpy gather; the padding multiple
+- `paths.py`        where the SentEval folder is when no command names it ($VAT_SENTEVAL_DIR)
 """
 
 # The DataModule pulls in Lightning (seconds): loaded on first use, so that `vat.load` and the

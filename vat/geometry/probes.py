@@ -1,9 +1,9 @@
 """Probe sets for the geometry measurements: which sentences, read from where.
 
 PAPER.md, "Latent-space measurements": STS12's sentences, from a SentEval data/downstream
-folder (`$VAT_SENTEVAL_DIR`, default ../shared/data/senteval), or any text file. Kept apart
-from `vat.geometry.metrics`, which is maths only. Used by the geometry callbacks, `vat geometry`
-and the sweep.
+folder (`$VAT_SENTEVAL_DIR`, default ../shared/data/senteval: vat.data.paths), or any text
+file. Kept apart from `vat.geometry.metrics`, which is maths only. Used by the geometry
+callbacks, `vat geometry` and the sweep.
 """
 
 from __future__ import annotations
@@ -16,17 +16,6 @@ from vat.io import regular_file
 
 STS12_DIR = ("STS", "STS12-en-test")
 """Where SentEval's downstream layout keeps STS12 (STS.input.*.txt: two sentences a line)."""
-
-
-SENTEVAL_ENV = "VAT_SENTEVAL_DIR"
-"""The one environment variable naming the SentEval data/downstream folder."""
-SENTEVAL_DEFAULT = Path("..", "shared", "data", "senteval")
-"""The folder used when $VAT_SENTEVAL_DIR is unset, relative to the working directory."""
-
-
-def default_senteval_dir() -> Path:
-    """$VAT_SENTEVAL_DIR, else ../shared/data/senteval (relative to the working directory)."""
-    return Path(os.environ.get(SENTEVAL_ENV) or SENTEVAL_DEFAULT).expanduser()
 
 
 def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:

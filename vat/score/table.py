@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from vat.data.paths import default_senteval_dir
 from vat.errors import OptionError, check_count
 from vat.eval.encoders import vat_encoder
 from vat.eval.tasks.files import Pairs
@@ -34,7 +35,6 @@ from vat.features import length_sorted_batches
 from vat.generate.generator import TruncationWarning, VATGenerator, reconstruction_score
 from vat.generate.variation import SampleAgreement, deterministic_note, sample_agreement
 from vat.geometry.collapse import active_units, mutual_information
-from vat.geometry.probes import default_senteval_dir
 from vat.io import folder as existing_folder
 from vat.io import regular_file
 from vat.runtime import check_allocation, eval_mode
