@@ -3,7 +3,7 @@ chunked linear cross-entropy (issue 15, item 4: "add one only if it measurably h
 
 The VAT's loss head is logits = h W^T over the tied embedding W (V x d), then the
 cross-entropy. At 65,536 tokens and V = 32,768 the full logits are 2.1 billion numbers (8.6 GB
-in fp32), written and read several times per step. The fused variant (vat/fused_ce.py,
+in fp32), written and read several times per step. The fused variant (vat/train/fused_ce.py,
 `model.loss.fused_cross_entropy`) never keeps them: per chunk of rows it computes the
 logits, the loss and, at once, the gradients of h and W, so memory holds one chunk of logits
 and the FLOPs are those of the full version.

@@ -312,7 +312,7 @@ def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float, f
     # not trace with a dynamic batch dimension (torch 2.13: "SymIntArrayRef expected to
     # contain only concrete integers"); the training branch's VAT makes the same change.
     z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)  # (B, T, d)
-    if fused:  # model.loss.fused_cross_entropy: no (B, T, V) logits (vat/fused_ce.py)
+    if fused:  # model.loss.fused_cross_entropy: no (B, T, V) logits (vat/train/fused_ce.py)
         from vat.train.fused_ce import fused_linear_cross_entropy
 
         hidden = model.decode_hidden(tgt_in, z, mask)  # (B, T, d)

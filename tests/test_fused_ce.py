@@ -1,4 +1,4 @@
-"""model.loss.fused_cross_entropy (vat/fused_ce.py): the same loss and gradients as the full
+"""model.loss.fused_cross_entropy (vat/train/fused_ce.py): the same loss and gradients as the full
 logits, chunk by chunk, in fp32, bf16 and a compiled step, and from the CLI."""
 
 from __future__ import annotations

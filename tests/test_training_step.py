@@ -203,7 +203,7 @@ def test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths(
     tiny_tokenizer, tiny_sentences, fast_compile, fused
 ):
     """Batches of 1-8 sentences at padded lengths 8, 16 and 24: at most the documented 4
-    graphs (vat/objective.py; 8 with the fused cross-entropy, whose eager chunk loop splits
+    graphs (vat/train/objective.py; 8 with the fused cross-entropy, whose eager chunk loop splits
     the step in two), every one matching eager, and the shapes counted."""
     torch._dynamo.reset()  # graphs of earlier tests would serve these shapes (same code)
     eager = _system(tiny_tokenizer, sample_latent=False)

@@ -29,12 +29,12 @@ class LossConfig:
     makes runs noise-free for comparisons."""
     fused_cross_entropy: bool = False
     """Compute the training NLL chunk by chunk from the decoder's hidden states, never
-    holding the (tokens x vocabulary) logits (vat/fused_ce.py). The same loss and
+    holding the (tokens x vocabulary) logits (vat/train/fused_ce.py). The same loss and
     gradients; less memory and time at large vocabularies (BENCHMARKS.md, "Cross-entropy").
     Validation always uses the full logits."""
     target_kl: float | None = None
     """Hold the rate (KL in nats per token, summed over latent dimensions) at this value: a PI
-    controller (vat/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
+    controller (vat/train/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
     step, replacing `kl_schedule`'s w (beta still multiplies). None: the schedule."""
     kl_control_kp: float = 0.0
     """Proportional gain of the controller on log(weight), per unit of relative KL error

@@ -47,7 +47,7 @@ def objective_terms(
     fused = fused_cross_entropy and not with_logits
     out = model(src, tgt_in, sample=sample, generator=generator, head=not fused)
     # Padding counts in neither term: both means run over non-pad tokens only (PAPER.md).
-    if fused:  # the same mean, without (B, T, V) logits (vat/fused_ce.py)
+    if fused:  # the same mean, without (B, T, V) logits (vat/train/fused_ce.py)
         nll = fused_linear_cross_entropy(out.hidden, model.lm_head.weight, tgt_out, out.mask)
     else:
         nll = masked_mean(reconstruction_nll(out.logits, tgt_out, out.mask), out.mask)

@@ -26,11 +26,7 @@ from vat.share.checkpoint import check_same_model_config, read_checkpoint, vat_m
 from vat.share.training_record import training_record
 from vat.tokenizer import PAD_ID, VATTokenizer
 from vat.train.config import LossConfig, OptimConfig, as_config
-from vat.train.non_finite import (  # noqa: F401 (NonFiniteLossError: vat.train.run_dir imports it here)
-    NonFiniteLossError,
-    check_finite_weights,
-    stop_if_non_finite,
-)
+from vat.train.non_finite import check_finite_weights, stop_if_non_finite
 from vat.train.objective import CompiledObjective, objective_terms
 from vat.train.rate import KLController
 from vat.train.schedules import noam_lr
@@ -83,7 +79,7 @@ class VATSystem(L.LightningModule):
             arch: The model architecture. vocab_size and max_len are linked from the data section.
             loss: The objective: prior scale, KL schedule or target rate, free bits.
             optim: Optimiser and learning-rate schedule.
-            compile: torch.compile the training step's forward and loss (vat/objective.py).
+            compile: torch.compile the training step's forward and loss (vat/train/objective.py).
                 Lengths are padded to multiples of 8; checkpoints are the same either way.
         """
         super().__init__()
