@@ -2,15 +2,15 @@
 # The GPU suite (issues 22, 31): device facts, throughput side by side, a reference model, the
 # rate frontier and its artefacts, within a time budget, resumable in OUT_DIR. Runs from a
 # checkout (no install needed: this puts the checkout on PYTHONPATH and runs the folder
-# bench/gpu_suite/, one module per stage). Details: bench/gpu_suite/__init__.py, README
-# ("Offline GPU nodes and the GPU suite"), BENCHMARKS.md ("The GPU suite").
+# bench/gpu_suite/, one module per stage). Details: bench/gpu_suite/__init__.py, docs/gpu.md
+# ("The GPU suite"), BENCHMARKS.md ("The GPU suite").
 #
 #   bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
 #   bench/gpu_suite.sh --plan short ... OUT_DIR   # 15 minutes of a GPU allocation (plan.RECIPE_SHORT)
 #   bench/gpu_suite.sh --smoke OUT_DIR        # every stage on CPU, tiny shapes
 #
-# One call of an allocated machine (README's recipe; bench/gpu_suite/plan.py, RECIPE), three more
-# options, handled here (OUT_DIR must then be the last argument):
+# One call of an allocated machine (docs/gpu.md's recipes; bench/gpu_suite/plan.py, RECIPE),
+# three more options, handled here (OUT_DIR must then be the last argument):
 #   --bundle DIR        install the offline bundle DIR first (no index, into /tmp/site) and
 #                       read the data from DIR/data
 #   --call-limit-s N    the call is killed after N s: stop the suite (SIGINT: its runs save

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the
 from bench.gpu_suite import carry, reference  # noqa: E402
 from bench.gpu_suite.call import Call  # noqa: E402
 from bench.gpu_suite.plan import make_plan  # noqa: E402
+from bench.gpu_suite.schema import write  # noqa: E402
 from bench.gpu_suite.state import load_state, new_state  # noqa: E402
 from vat.errors import VatError  # noqa: E402
 
@@ -217,14 +218,14 @@ def test_the_suite_returns_the_cache_as_one_file_and_restores_it_with_the_parts(
     run, first = launches.run, _call(tmp_path / "out")
     start = reference.Start("scratch", "from nothing")
     reference._carry_checkpoint(first, run, start)
-    ref = first.state["reference"]
-    manifest = ref["compile_cache"]
-    assert manifest["file"] == carry.CACHE_PACK and manifest["record"] == machine_record(CPU)
-    parts = [p["name"] for p in ref["checkpoint_parts"]["parts"]]
+    ref = first.state.reference
+    manifest = ref.compile_cache
+    assert manifest.file == carry.CACHE_PACK and write(manifest.record) == machine_record(CPU)
+    parts = [p.name for p in ref.checkpoint_parts.parts]
     assert [p.name for p in carry.part_files(first.out)] == [*parts, carry.CACHE_PACK]
-    assert (first.out / carry.CACHE_PACK).stat().st_size == manifest["bytes"] <= 16 * 2**20
+    assert (first.out / carry.CACHE_PACK).stat().st_size == manifest.bytes <= 16 * 2**20
     first.save()
-    assert load_state(first.out, smoke=True) == first.state  # the schema knows the key
+    assert load_state(first.out, smoke=True) == first.state  # the report's types know it
 
     nxt = _call(tmp_path / "node" / "out")
     for f in carry.part_files(first.out) + [first.out / "gpu_report.json"]:
@@ -233,7 +234,7 @@ def test_the_suite_returns_the_cache_as_one_file_and_restores_it_with_the_parts(
     node_run = tmp_path / "node" / "run"
     got = reference.choose_start(nxt, node_run)
     assert got.how == "resumed" and got.carried
-    said = nxt.state["stages"]["reference"]["notes"][-1]
+    said = nxt.state.stages["reference"].notes[-1]
     assert "its compile cache came back (" in said and "the launch reads its compiled step" in said
     for name in (CACHE_FILE, RECORD_FILE):
         assert (node_run / name).read_bytes() == (run / name).read_bytes()
@@ -267,7 +268,7 @@ def test_the_suite_returns_the_cache_as_one_file_and_restores_it_with_the_parts(
 
 
 def test_a_report_naming_another_file_as_the_cache_is_refused(tmp_path):
-    state = new_state(smoke=True)
+    state = write(new_state(smoke=True))
     state["reference"]["compile_cache"] = {
         "file": "../../x", "bytes": 3, "sha256": "0" * 64, "record": machine_record(CPU)
     }  # fmt: skip

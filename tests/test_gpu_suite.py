@@ -35,9 +35,23 @@ from bench.gpu_suite.frontier_train import (
     train_cmd,
 )
 from bench.gpu_suite.plan import gpu_plan, smoke_plan
+from bench.gpu_suite.records import (
+    Artefact,
+    CallRecord,
+    Evaluation,
+    Export,
+    Facts,
+    FrontierRun,
+    Launch,
+    Profile,
+    Report,
+    ThroughputRow,
+    VariantRecord,
+)
 from bench.gpu_suite.reference import reference_budget
 from bench.gpu_suite.reference import train_cmd as reference_cmd
 from bench.gpu_suite.report import render_markdown
+from bench.gpu_suite.schema import read, write
 from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
 from bench.gpu_suite.throughput import (
     compile_diagnosis,
@@ -51,11 +65,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rec(run, bleu, stsb_mean, stsb_prec):
-    return {
-        "run": run,
-        "bleu": bleu,
-        "sts": {"mean": {"stsb": stsb_mean}, "precision": {"stsb": stsb_prec}},
+    sts = {
+        "mean": {"sts12": 0.4, "stsb": stsb_mean},
+        "precision": {"sts12": 0.4, "stsb": stsb_prec},
     }
+    return read(Evaluation, {**_eval(run, 5.0), "bleu": bleu, "sts": sts}, "record")
 
 
 def test_pick_best_among_runs_reaching_the_bleu_bar():
@@ -64,7 +78,7 @@ def test_pick_best_among_runs_reaching_the_bleu_bar():
         _rec("b", 96.0, 0.45, 0.41),  # best STS-B (mean) of the runs with BLEU >= 95
         _rec("c", 80.0, 0.60, 0.30),  # better STS-B, but below the bar
     ]
-    best = pick_best(recs)
+    best = write(pick_best(recs))
     assert best["best_sts_at_bleu_min"] == {
         "run": "b",
         "bleu": 96.0,
@@ -79,12 +93,12 @@ def test_pick_best_among_runs_reaching_the_bleu_bar():
 
 def test_pick_best_says_when_no_run_reaches_the_bar():
     recs = [_rec("a", 90.0, 0.40, 0.47), _rec("c", 80.0, 0.60, 0.30)]
-    best = pick_best(recs)
+    best = write(pick_best(recs))
     assert best["best_sts_at_bleu_min"] is None
     assert best["verdict"] == "no run reached BLEU 95 (best BLEU 90.00, a)"
     assert best["export"]["best_sts"]["run"] == "c"  # best STS-B of all, and it says so
     assert "none reached" in best["export"]["best_sts"]["why"]
-    assert pick_best([])["best_sts_at_bleu_min"] is None
+    assert pick_best([]).best_sts_at_bleu_min is None
 
 
 def test_budget_allots_share_less_reserve():
@@ -98,7 +112,7 @@ def test_budget_allots_share_less_reserve():
 
 
 def _row(variant, vocab, loop, tok, compile_=False, ratio=None, recompiles=(0,), reasons=()):
-    return {
+    return read(ThroughputRow, {
         "variant": variant,
         "vocab": vocab,
         "compile": compile_,
@@ -111,7 +125,7 @@ def _row(variant, vocab, loop, tok, compile_=False, ratio=None, recompiles=(0,),
         "recompiles": list(recompiles),
         "compiled_graphs": [2],
         "first_recompile_reasons": list(reasons),
-    }
+    }, "row")  # fmt: skip
 
 
 def test_targets_and_compile_diagnosis():
@@ -121,7 +135,7 @@ def test_targets_and_compile_diagnosis():
         _row("32k_eager", 32768, "vat", 500_000, ratio=0.9),
         _row("32k_compiled", 32768, "vat", 54_000, True, 0.5, (3,), ["size mismatch at index 1"]),
     ]
-    t = judge_targets(rows)
+    t = write(judge_targets(rows))
     assert t["tokens_per_s_8k"] == {
         "target": 1_200_000,
         "measured": 1_250_000,
@@ -135,24 +149,22 @@ def test_targets_and_compile_diagnosis():
     diag = compile_diagnosis(rows)
     assert len(diag) == 1 and diag[0].startswith("32k_compiled: compiled vat 54,000 tokens/s")
     assert "< eager 500,000, 3 recompiles" in diag[0] and "size mismatch at index 1" in diag[0]
-    assert judge_targets([])["tokens_per_s_8k"]["reached"] is None
+    assert judge_targets([])["tokens_per_s_8k"].reached is None
 
 
 def _measured(state, tok_s, per_step=60_000):
-    state["throughput"]["variants"]["8k_compiled"] = {
-        "status": "done",
-        "result": {
-            "timed_steps": 100,
-            "vocabs": [{"timed_nonpad_tokens": 100 * per_step, "vat": {"tokens_per_s": tok_s}}],
-        },
-    }
+    """The 8k compiled variant measured at `tok_s` (vat's loop), `per_step` tokens a step."""
+    loop = {"tokens_per_s": tok_s, "mfu": None, "hours_for_3e9_tokens": 3e9 / tok_s / 3600}
+    voc = {"vocab_size": 8192, "compile": True, "fused_cross_entropy": False,
+           "timed_nonpad_tokens": 100 * per_step, "ratio_vat_over_plain": 1.0, "vat": loop,
+           "plain": loop}  # fmt: skip
+    variant = {"status": "done", "result": {"timed_steps": 100, "vocabs": [voc]}}
+    state.throughput.variants["8k_compiled"] = read(VariantRecord, variant, "variant")
 
 
 def test_throughput_profile_record_fits_the_schema():
     """What the variant's bench wrote becomes report.throughput.profile: a profile, an error,
     or nothing when the child was stopped in it (its timed figures stand)."""
-    from bench.gpu_suite.schema import PROFILE
-
     loop = {
         "steps": 10, "wall_ms_per_step": 105.0, "device_ms_per_step": 70.0,
         "syncs_per_step": 0.1, "sync_sites": {"vat/train/state.py:77": 0.1},
@@ -161,14 +173,14 @@ def test_throughput_profile_record_fits_the_schema():
                      "cpu_ms_per_step": 1.5}],
     }  # fmt: skip
     profiled = {"warmup_steps": 3, "steps": 10, "sync_debug_mode": True, "log_every_n_steps": 50}
-    done = profile_record("8k_eager", {**profiled, "vat": loop, "plain": loop})
+    done = write(profile_record("8k_eager", {**profiled, "vat": loop, "plain": loop}))
     assert done["status"] == "done" and done["vat"] == loop
-    assert profile_record("8k_eager", {"error": "RuntimeError: x"}) == {
+    assert write(profile_record("8k_eager", {"error": "RuntimeError: x"})) == {
         "status": "failed", "variant": "8k_eager", "note": "RuntimeError: x"}  # fmt: skip
-    stopped = profile_record("8k_eager", None)
+    stopped = write(profile_record("8k_eager", None))
     assert stopped["status"] == "stopped" and "figures stand" in stopped["note"]
-    for record in (done, stopped, profile_record("8k_eager", {"error": "x"})):
-        PROFILE.check(record, "report.throughput.profile")
+    for record in (done, stopped, write(profile_record("8k_eager", {"error": "x"}))):
+        assert write(read(Profile, record, "report.throughput.profile")) == record
 
 
 def test_frontier_size_from_the_measured_throughput():
@@ -195,16 +207,16 @@ def test_reference_budget_is_the_floor_or_the_time_share():
     plan = gpu_plan()
     state = new_state(smoke=False)
     b = reference_budget(state, plan)
-    assert (b["steps"], b["tokens"], b["basis"]) == (9_400, None, "default")
+    assert (b.steps, b.tokens, b.basis) == (9_400, None, "default")
     # the share trains at 1.2M tokens/s x (720 - 2 x 60 - 45 - 30 - 20) s = 606M >= 600M
     _measured(state, 1_200_000)
     b = reference_budget(state, plan)
-    assert (b["steps"], b["tokens"], b["basis"]) == (10_000, 600_000_000, "floor")
-    assert b["why"].startswith("600.0M non-pad tokens = the 600.0M-token floor")
+    assert (b.steps, b.tokens, b.basis) == (10_000, 600_000_000, "floor")
+    assert b.why.startswith("600.0M non-pad tokens = the 600.0M-token floor")
     _measured(state, 950_000)  # 950k x 505 s = 479.75M: the time share
     b = reference_budget(state, plan)
-    assert (b["steps"], b["tokens"], b["basis"]) == (7_996, 479_750_000, "time_share")
-    assert "the stage's time share (less than the 600.0M-token floor)" in b["why"]
+    assert (b.steps, b.tokens, b.basis) == (7_996, 479_750_000, "time_share")
+    assert "the stage's time share (less than the 600.0M-token floor)" in b.why
 
 
 def test_one_line_errors(tmp_path, capsys):
@@ -269,16 +281,16 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     r2 = subprocess.run([*sh, str(out)], env=env, text=True, capture_output=True)
     assert r2.returncode == 0, r2.stderr[-2000:]
     rep = json.loads((out / "gpu_report.json").read_text())
-    assert load_state(out, smoke=True) == rep  # every field as schema.py says (issue 29)
+    assert write(load_state(out, smoke=True)) == rep  # every field as its type says (issue 29)
 
-    assert _schema(rep) == _schema(new_state(smoke=False)) | {
+    assert _schema(rep) == _schema(write(new_state(smoke=False))) | {
         "facts": _schema(rep["facts"], 1),
         "throughput": _schema(rep["throughput"], 1),
         "reference": _schema(rep["reference"], 1),
         "frontier": _schema(rep["frontier"], 1),
         "artefacts": _schema(rep["artefacts"], 1),
     }
-    assert set(rep["reference"]) == set(new_state(smoke=True)["reference"])
+    assert set(rep["reference"]) == set(write(new_state(smoke=True))["reference"])
     assert set(rep["facts"]) >= {"device", "torch", "cuda", "bf16_matmul_tflops"}
     assert rep["facts"]["bf16_matmul_tflops"] > 0
     assert len(rep["calls"]) == 2 and [c["exit"] for c in rep["calls"]] == [0, 0]
@@ -359,7 +371,7 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
         run_cfg = yaml.safe_load((out / "work" / "frontier" / r["run"] / "config.yaml").read_text())
         assert run_cfg["model"]["loss"]["target_kl"] == v  # each run trained at its own target
         assert run_cfg["model"]["loss"]["free_bits"] == 0.0
-    assert fr["best"] == pick_best(recs)
+    assert fr["best"] == write(pick_best([read(Evaluation, r, "record") for r in recs]))
     # the target reaches the training: the same seed and data, and the lower target ends at
     # a lower rate and a worse reconstruction (the rehearsal's two runs were identical)
     assert recs[0]["val_kl"] < recs[1]["val_kl"] - 1.0 and recs[0]["val_nll"] > recs[1]["val_nll"]
@@ -474,12 +486,12 @@ def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
     suite.write_config()
     assert reference.begin_round(suite)  # what a call that names --stages reference does
     assert reference.ensure_trained(suite, time.monotonic() + 300) is None
-    ref3 = suite.state["reference"]
+    ref3 = write(suite.state)["reference"]
     launch = ref3["launches"][-1]
     said = "continued from the weights of reference.tar (wmt-tatoeba-en-d16, "
     assert launch["how"] == "init_from" and launch["start"].startswith(said)
     assert launch["start"].endswith("(optimizer fresh)") and said in render_markdown(suite.state)
-    notes = suite.state["stages"]["reference"]["notes"]
+    notes = suite.state.stages["reference"].notes
     damaged = "cannot be resumed: reference.ckpt.part1 fails its SHA-256 check"
     assert any(damaged in n for n in notes)
     trained = read_checkpoint(out3 / "work" / "reference" / "checkpoints" / "last.ckpt")
@@ -505,7 +517,7 @@ def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
     start = reference.choose_start(suite, suite.work / "reference")
     assert start.how == "init_from" and start.text.startswith(said)
     missing = "cannot be resumed: reference.ckpt.part1 is missing"
-    assert missing in suite.state["stages"]["reference"]["notes"][-1]
+    assert missing in suite.state.stages["reference"].notes[-1]
 
 
 def test_a_missing_package_is_one_line(tmp_path, monkeypatch, capsys):
@@ -513,16 +525,16 @@ def test_a_missing_package_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(["--smoke", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
         "error: Python package 'datasets' is missing (on an offline node install the bundle: "
-        "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')\n"
+        "scripts/offline_bundle.sh --install DIR; docs/gpu.md, 'A node without internet')\n"
     )
     assert not (tmp_path / "out").exists()
 
 
 def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(tmp_path, data_dir):
-    """The frontier was trained on a machine since given back: the runs evaluated there keep
+    """The frontier was trained on a node since released: the runs evaluated there keep
     their records; a run whose checkpoints are gone makes the frontier train again."""
     out = tmp_path / "out"
-    state = new_state(smoke=True)
+    state = write(new_state(smoke=True))
     state["stages"]["frontier_train"]["status"] = "done"
     state["stages"]["frontier_eval"]["status"] = "partial"
     state["frontier"].update(values=[5.0, 20.0], steps=4)
@@ -532,21 +544,21 @@ def test_a_report_carried_to_a_fresh_machine_retrains_only_lost_runs(tmp_path, d
     (out / "gpu_report.json").write_text(json.dumps(state))
     suite = Suite(out, smoke_plan(), data_dir, Budget(1), None)
     check_frontier_files(suite)
-    st = suite.state["stages"]
+    st = suite.state.stages
+    assert st["frontier_train"].status == "pending" and st["frontier_eval"].status == "pending"
     assert (
-        st["frontier_train"]["status"] == "pending" and st["frontier_eval"]["status"] == "pending"
+        st["frontier_train"]
+        .notes[-1]
+        .endswith("checkpoints of target_kl_20.0 are gone: retraining")
     )
-    assert st["frontier_train"]["notes"][-1].endswith(
-        "checkpoints of target_kl_20.0 are gone: retraining"
-    )
-    assert suite.state["frontier"]["runs"]["target_kl_5.0"]["eval"] == evaluated
+    assert write(suite.state.frontier.runs["target_kl_5.0"].eval) == evaluated
     # with the lost run's checkpoints present, nothing changes
     state["stages"]["frontier_train"]["status"] = "done"
     (out / "gpu_report.json").write_text(json.dumps(state))
     (out / "work" / "frontier" / "target_kl_20.0" / "checkpoints").mkdir(parents=True)
     suite = Suite(out, smoke_plan(), data_dir, Budget(1), None)
     check_frontier_files(suite)
-    assert suite.state["stages"]["frontier_train"]["status"] == "done"
+    assert suite.state.stages["frontier_train"].status == "done"
 
 
 def test_gpu_mode_commands_parse(tmp_path, data_dir, capsys):
@@ -669,13 +681,13 @@ def test_a_report_with_broken_fields_is_one_line(tmp_path, case):
     damage, needle = BROKEN_REPORTS[case]
     out = tmp_path / "out"
     out.mkdir()
-    (out / "gpu_report.json").write_text(json.dumps(damage(new_state(smoke=True))))
+    (out / "gpu_report.json").write_text(json.dumps(damage(write(new_state(smoke=True)))))
     with pytest.raises(VatError) as e:
         load_state(out, smoke=True)
     assert needle in str(e.value) and str(out / "gpu_report.json") in str(e.value), str(e.value)
     assert "\n" not in str(e.value)
     # the sound report loads
-    (out / "gpu_report.json").write_text(json.dumps(new_state(smoke=True)))
+    (out / "gpu_report.json").write_text(json.dumps(write(new_state(smoke=True))))
     assert load_state(out, smoke=True) == new_state(smoke=True)
 
 
@@ -685,22 +697,25 @@ def _eval(run, target_kl, stsb=0.25):
     sts = {"sts12": 0.4, "stsb": stsb}
     return {
         "run": run, "target_kl": target_kl, "step": 8, "checkpoint": f"/x/{run}/last.ckpt",
-        "val_kl": 2.3, "val_nll": 5.5, "active_units": 8, "kl_per_token_probe": 1.9,
+        "val_kl": 2.3, "val_nll": 5.5, "val_step": 8, "active_units": 8,
+        "kl_per_token_probe": 1.9,
         "sts": {"mean": dict(sts), "precision": dict(sts)}, "extra_sts": {}, "bleu": 0.0,
         "bleu_lines": 24, "bleu_short": 0.0, "bleu_long": None, "lines_long": 9,
     }  # fmt: skip
 
 
 def _finished_report():
-    """A smoke report after every stage, made by the suite's own functions where it has
-    them (the sizing, the throughput rows and targets, the best run)."""
+    """A smoke report after every stage, as gpu_report.json holds it, made by the suite's
+    own functions where it has them (the sizing, the throughput rows and targets, the best
+    run)."""
     state = new_state(smoke=True)
-    state["calls"] = [{"started": "t", "command": "gpu_suite --smoke out", "allotted_s":
-                       {"facts": 30.0}, "used_s": {"facts": 0.5}, "exit": 0}]  # fmt: skip
-    for st in state["stages"].values():
-        st.update(status="done", seconds=5.0, notes=["[t] done"])
-    state["facts"] = {"device": "cpu", "torch": "2", "cuda": None, "cudnn": None,
-                      "bf16_matmul_tflops": 0.2, "bf16_matmul": "256x256"}  # fmt: skip
+    state.calls = [read(CallRecord, {"started": "t", "command": "gpu_suite --smoke out",
+                                     "allotted_s": {"facts": 30.0}, "used_s": {"facts": 0.5},
+                                     "exit": 0}, "call")]  # fmt: skip
+    for st in state.stages.values():
+        st.status, st.seconds, st.notes = "done", 5.0, ["[t] done"]
+    state.facts = Facts(device="cpu", torch="2", cuda=None, cudnn=None, bf16_matmul_tflops=0.2,
+                        bf16_matmul="256x256")  # fmt: skip
 
     def loop(tok_s):
         return {"tokens_per_s": tok_s, "mfu": 0.02, "hours_for_3e9_tokens": 3e9 / tok_s / 3600,
@@ -710,31 +725,32 @@ def _finished_report():
     voc = {"vocab_size": 320, "compile": False, "fused_cross_entropy": False,
            "timed_nonpad_tokens": 3630, "ratio_vat_over_plain": 0.5, "vat": loop(5e4),
            "plain": loop(1e5)}  # fmt: skip
-    t = state["throughput"]
-    t["variants"] = {"smoke_eager": {"status": "done", "seconds": 8,
-                                     "result": {"timed_steps": 2, "vocabs": [voc]}}}  # fmt: skip
-    t["rows"] = throughput_rows(t["variants"])
-    t["targets"], t["compile_diagnosis"] = judge_targets(t["rows"]), compile_diagnosis(t["rows"])
-    ref = state["reference"]
-    ref.update(reference_budget(state, smoke_plan()))
-    ref["launches"] = [{"started": "t", "seconds": 6.6, "steps": ref["steps"],
-                        "step": ref["steps"], "overhead_s": 6.5, "status": "trained"}]  # fmt: skip
-    ref.update(trained=True, eval=_eval("reference", 20.0), bleu_reached=False)
-    ref["export"] = {"name": "m", "folder": "/x/m", "file": "reference.tar",
-                     "folder_in_tar": "m", "bytes": 92160, "within_16_mib": True,
-                     "registry_command": "vat pretrained add /x/m --name m",
-                     "registry_command_from_tar": "tar xf reference.tar"}  # fmt: skip
-    fr = state["frontier"]
-    fr.update(values=[5.0, 20.0], steps=8, steps_from="measured")
-    fr["runs"] = {run_name(v): {"seconds": 10.0, "trained": True,
-                                "eval": _eval(run_name(v), v, stsb=v / 100)}
-                  for v in fr["values"]}  # fmt: skip
-    fr["best"] = pick_best([r["eval"] for r in fr["runs"].values()])
-    for kind, b in fr["best"]["export"].items():
-        state["artefacts"][kind] = {**b, "file": f"{kind}.tar", "bytes": 92160,
-                                    "folder_in_tar": f"{kind}_{b['run']}",
-                                    "within_16_mib": True}  # fmt: skip
-    return state
+    t = state.throughput
+    t.variants = {"smoke_eager": read(VariantRecord, {"status": "done", "seconds": 8, "result":
+                                      {"timed_steps": 2, "vocabs": [voc]}}, "variant")}  # fmt: skip
+    t.rows = throughput_rows(t.variants)
+    t.targets, t.compile_diagnosis = judge_targets(t.rows), compile_diagnosis(t.rows)
+    ref = state.reference
+    reference_budget(state, smoke_plan()).apply(ref)
+    ref.launches = [Launch(started="t", seconds=6.6, steps=ref.steps, step=ref.steps,
+                           overhead_s=6.5, status="trained")]  # fmt: skip
+    ref.trained, ref.bleu_reached = True, False
+    ref.eval = read(Evaluation, _eval("reference", 20.0), "eval")
+    ref.export = Export(name="m", folder="/x/m", file="reference.tar", folder_in_tar="m",
+                        bytes=92160, within_16_mib=True,
+                        registry_command="vat pretrained add /x/m --name m",
+                        registry_command_from_tar="tar xf reference.tar")  # fmt: skip
+    fr = state.frontier
+    fr.values, fr.steps, fr.steps_from = [5.0, 20.0], 8, "measured"
+    fr.runs = {run_name(v): FrontierRun(seconds=10.0, trained=True, eval=read(
+                   Evaluation, _eval(run_name(v), v, stsb=v / 100), "eval"))
+               for v in fr.values}  # fmt: skip
+    fr.best = pick_best([r.eval for r in fr.runs.values()])
+    for kind, b in write(fr.best.export).items():
+        state.artefacts[kind] = Artefact(**b, file=f"{kind}.tar", bytes=92160,
+                                         folder_in_tar=f"{kind}_{b['run']}",
+                                         within_16_mib=True)  # fmt: skip
+    return write(state)
 
 
 BROKEN_STAGE_FIELDS = {
@@ -791,8 +807,8 @@ def test_a_report_with_a_broken_stage_field_is_one_line(tmp_path, case):
     out = tmp_path / "out"
     out.mkdir()
     (out / "gpu_report.json").write_text(json.dumps(state))
-    assert load_state(out, smoke=True) == state  # the sound report loads, and renders
-    assert "| target_kl_5.0 | 5 | 8 |" in render_markdown(state)
+    assert write(load_state(out, smoke=True)) == state  # the sound report loads, and renders
+    assert "| target_kl_5.0 | 5 | 8 |" in render_markdown(read(Report, state, "report"))
     obj = state
     for key in path[:-1]:
         obj = obj[key]
@@ -834,17 +850,22 @@ def test_a_score_that_came_out_nan_is_kept_as_null_and_ranked_last(tmp_path):
     state = _finished_report()
     flat = _eval("target_kl_5.0", 5.0, stsb=None)
     state["frontier"]["runs"]["target_kl_5.0"]["eval"] = flat
-    best = pick_best([r["eval"] for r in state["frontier"]["runs"].values()])
-    assert best["export"]["best_sts"]["run"] == "target_kl_20.0"  # the run with a number
+
+    def best_of(state):
+        return pick_best([read(Evaluation, r["eval"], "eval") for r in
+                          state["frontier"]["runs"].values()])  # fmt: skip
+
+    assert best_of(state).export.best_sts.run == "target_kl_20.0"  # the run with a number
     flat["bleu"] = 99.0  # the only run at the BLEU bar, its STS-B not a number
-    best = pick_best([r["eval"] for r in state["frontier"]["runs"].values()])
-    assert best["verdict"].startswith("target_kl_5.0: STS-B n/a (mean pooling) at BLEU 99.00")
-    state["frontier"]["best"] = best
+    best = best_of(state)
+    assert best.verdict.startswith("target_kl_5.0: STS-B n/a (mean pooling) at BLEU 99.00")
+    state["frontier"]["best"] = write(best)
     out = tmp_path / "out"
     out.mkdir()
     (out / "gpu_report.json").write_text(json.dumps(state))
-    assert load_state(out, smoke=True) == state
-    assert "| target_kl_5.0 | 5 | 8 | 2.30 | 5.500 | 8 | 99.00 |" in render_markdown(state)
+    assert write(load_state(out, smoke=True)) == state
+    md = render_markdown(read(Report, state, "report"))
+    assert "| target_kl_5.0 | 5 | 8 | 2.30 | 5.500 | 8 | 99.00 |" in md
 
 
 def test_a_broken_run_record_fails_its_stage_in_one_line(tmp_path):
@@ -854,7 +875,7 @@ def test_a_broken_run_record_fails_its_stage_in_one_line(tmp_path):
 
     rec = tmp_path / "suite_eval.json"
     rec.write_text(json.dumps(_eval("target_kl_5.0", 5.0)))
-    assert read_record(rec) == _eval("target_kl_5.0", 5.0)
+    assert write(read_record(rec)) == _eval("target_kl_5.0", 5.0)
     rec.write_text(json.dumps({**_eval("target_kl_5.0", 5.0), "val_kl": "x"}))
     with pytest.raises(VatError) as e:
         read_record(rec)
@@ -903,11 +924,11 @@ def test_one_launch_budget_is_a_ceiling_of_steps():
     plan = short_gpu_plan()
     state = new_state(smoke=False)
     b = reference_budget(state, plan)
-    assert (b["steps"], b["tokens"], b["basis"]) == (9_400, None, "time")
+    assert (b.steps, b.tokens, b.basis) == (9_400, None, "time")
     _measured(state, 1_200_000)  # 60,000 tokens a step: 600M tokens = 10,000 steps
     b = reference_budget(state, plan)
-    assert (b["steps"], b["tokens"], b["basis"]) == (10_000, None, "time")
-    assert b["why"].startswith("one launch trained until the stage's time is spent, at most 10,000")
+    assert (b.steps, b.tokens, b.basis) == (10_000, None, "time")
+    assert b.why.startswith("one launch trained until the stage's time is spent, at most 10,000")
     every = reference_cmd(Path("c.yaml"), Path("r"), 10_000, one_launch=True)
     assert every[every.index("--trainer.val_check_interval") + 1] == "500"
     once = reference_cmd(Path("c.yaml"), Path("r"), 10_000)
@@ -933,23 +954,23 @@ def test_one_launch_stopped_for_time_is_evaluated_and_exported(tmp_path, data_di
     suite = Suite(out, plan, data_dir, Budget(5), None)
     suite.write_config()
     first = reference.run(suite, 60.0)  # 40 s was tight where `import vat` is slow
-    ref = suite.state["reference"]
+    ref = suite.state.reference
     # a slow machine may leave the evaluation or the export to the next call, never training
-    assert first == "done" or (first == "partial" and ref["trained"])
-    (launch,) = ref["launches"]
-    assert launch["status"] == "interrupted" and 0 < launch["step"] < 1_000_000
-    assert ref["trained"] and ref["basis"] == "time"
+    assert first == "done" or (first == "partial" and ref.trained)
+    (launch,) = ref.launches
+    assert launch.status == "interrupted" and 0 < launch.step < 1_000_000
+    assert ref.trained and ref.basis == "time"
     if first == "partial":
         assert reference.run(suite, 60.0) == "done"
     ckpts = out / "work" / "reference" / "checkpoints"
     last = read_checkpoint(ckpts / "last.ckpt")
-    assert last["global_step"] == launch["step"] == ref["eval"]["step"]
-    assert ref["tokens"] == last["vat"]["training"]["tokens_seen"] > 0
-    assert launch["logged_tokens_per_s"] is None or launch["logged_tokens_per_s"] > 0
-    assert any("stopped for time at step" in n for n in suite.state["stages"]["reference"]["notes"])
+    assert last["global_step"] == launch.step == ref.eval.step
+    assert ref.tokens == last["vat"]["training"]["tokens_seen"] > 0
+    assert launch.logged_tokens_per_s is None or launch.logged_tokens_per_s > 0
+    assert any("stopped for time at step" in n for n in suite.state.stages["reference"].notes)
     assert (out / "reference.tar").is_file()
-    ref["export"] = None  # a call that ran out of time before the export: the next exports
+    ref.export = None  # a call that ran out of time before the export: the next exports
     (out / "reference.tar").unlink()
     assert reference.run(suite, 60.0) == "done"
-    assert len(ref["launches"]) == 1 and (out / "reference.tar").is_file()  # no second launch
+    assert len(ref.launches) == 1 and (out / "reference.tar").is_file()  # no second launch
     assert "at most 1,000,000 steps" in render_markdown(suite.state)

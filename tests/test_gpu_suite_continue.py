@@ -7,6 +7,7 @@ returns the files such a call starts from."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the
 
 from bench.gpu_suite import carry, reference
 from bench.gpu_suite.plan import gpu_plan
+from bench.gpu_suite.schema import write
 from bench.gpu_suite.state import Budget, Suite, load_state, new_state
 from vat.errors import VatError
 
@@ -38,9 +40,9 @@ def test_a_checkpoint_travels_in_parts_and_a_bad_part_is_named(tmp_path, monkeyp
     out.mkdir()
     (out / f"{carry.PART_PREFIX}4").write_bytes(b"an earlier, longer checkpoint's")
     manifest = carry.split(ckpt, out, step=12)
-    assert [p["bytes"] for p in manifest["parts"]] == [100_000, 100_000, 50_001]
-    assert [p.name for p in carry.part_files(out)] == [p["name"] for p in manifest["parts"]]
-    assert (manifest["file"], manifest["step"], manifest["bytes"]) == ("last.ckpt", 12, 250_001)
+    assert [p.bytes for p in manifest.parts] == [100_000, 100_000, 50_001]
+    assert [p.name for p in carry.part_files(out)] == [p.name for p in manifest.parts]
+    assert (manifest.file, manifest.step, manifest.bytes) == ("last.ckpt", 12, 250_001)
     dest = tmp_path / "node" / "run" / "checkpoints" / "last.ckpt"
     assert carry.join(out, manifest, dest) is None
     assert dest.read_bytes() == ckpt.read_bytes()
@@ -61,8 +63,8 @@ def test_a_checkpoint_travels_in_parts_and_a_bad_part_is_named(tmp_path, monkeyp
         assert carry.join(out, manifest, dest).startswith(said), case
         assert not dest.exists()
         part2.write_bytes(good)
-    first, second, third = manifest["parts"]
-    swapped = {**manifest, "parts": [second, first, third]}
+    first, second, third = manifest.parts
+    swapped = dataclasses.replace(manifest, parts=[second, first, third])
     assert "do not make up the checkpoint" in carry.join(out, swapped, dest)
     assert not dest.exists()
     carry.remove_parts(out)
@@ -72,7 +74,7 @@ def test_a_checkpoint_travels_in_parts_and_a_bad_part_is_named(tmp_path, monkeyp
 def test_a_manifest_naming_anything_but_a_part_is_refused_in_one_line(tmp_path):
     """The manifest in a returned report names files the next call reads from OUT_DIR: a
     hand-edited name that is a path is refused before any stage runs."""
-    state = new_state(smoke=True)
+    state = write(new_state(smoke=True))
     digest = "0" * 64
     part = {"name": "reference.ckpt.part1", "bytes": 3, "sha256": digest}
     state["reference"]["checkpoint_parts"] = {
@@ -81,7 +83,7 @@ def test_a_manifest_naming_anything_but_a_part_is_refused_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "gpu_report.json").write_text(json.dumps(state))
-    assert load_state(out, smoke=True) == state
+    assert write(load_state(out, smoke=True)) == state
     for field, value, needle in (
         ("name", "../../gpu_report.json", "parts[0].name' must be reference.ckpt.partN"),
         ("sha256", "x", "parts[0].sha256' must be 64 hex digits"),
@@ -159,9 +161,13 @@ def test_a_shipped_model_is_continued_only_in_the_configs_shape(tmp_path, data_d
     demo = json.loads((ROOT / "vat" / "shipped" / "demo-wordnet-d64" / "config.json").read_text())
     _entry(registry, name, demo)
     assert reference.shipped_candidate(suite) is None
-    assert suite.state["stages"]["reference"]["notes"][-1].endswith(
-        f"the shipped {name} is not this config's shape (d_model: 64 there, 128 here): not "
-        "continued from it"
+    assert (
+        suite.state.stages["reference"]
+        .notes[-1]
+        .endswith(
+            f"the shipped {name} is not this config's shape (d_model: 64 there, 128 here): not "
+            "continued from it"
+        )
     )
     shape = {"d_model": 128, "n_heads": 8, "d_ff": 512, "vocab_size": 8192, "max_len": 256,
              "n_encoder_layers": 4, "n_decoder_layers": 4}  # fmt: skip

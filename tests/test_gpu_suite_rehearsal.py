@@ -42,6 +42,7 @@ from bench.gpu_suite.plan import (
     smoke_plan,
 )
 from bench.gpu_suite.runs import checkpoint_step, prepare_data
+from bench.gpu_suite.schema import write
 from bench.gpu_suite.state import STAGES, Budget, Suite, new_state, stage_allot
 from vat.errors import VatError
 
@@ -102,23 +103,23 @@ def test_runs_killed_before_their_first_checkpoint_start_afresh_and_finished_run
 def _simulate(plan, recipe):
     """Each recipe call's allotments, every stage spending all it gets (the worst case):
     {stage: [seconds per call]}, by the suite's own rule (state.stage_allot)."""
-    stages = new_state(smoke=False)["stages"]
+    stages = new_state(smoke=False).stages
     got = {s: [] for s in STAGES}
     for call in recipe:
         now = [0.0]
         budget = Budget(call.budget_min, clock=lambda now=now: now[0])
         todo = [s for s in STAGES if not call.stages or s in call.stages]
         for i, s in enumerate(todo):
-            if stages[s]["status"] == "done":
+            if stages[s].status == "done":
                 continue
             allot = stage_allot(plan, s, todo[i + 1 :], stages, budget)
             if allot < plan.min_s[s]:
                 continue
             now[0] += allot
-            stages[s]["seconds"] += allot
+            stages[s].seconds += allot
             got[s].append(allot)
-            if stages[s]["seconds"] >= plan.shares_s[s]:
-                stages[s]["status"] = "done"
+            if stages[s].seconds >= plan.shares_s[s]:
+                stages[s].status = "done"
     return got
 
 
@@ -184,7 +185,7 @@ def test_the_best_runs_feature_specs_wait_for_the_clock(tmp_path, data_dir):
     last time check. With less time left than their estimate, they wait for the next call
     and the stage ends within its allotment."""
     plan = smoke_plan()
-    state = new_state(smoke=True)
+    state = write(new_state(smoke=True))
     state["stages"]["frontier_train"]["status"] = "done"
     state["frontier"].update(values=[5.0, 20.0], steps=8)
     for name, stsb, kl in (("target_kl_5.0", 0.3, 5.0), ("target_kl_20.0", 0.4, 20.0)):
@@ -202,10 +203,10 @@ def test_the_best_runs_feature_specs_wait_for_the_clock(tmp_path, data_dir):
     t0 = time.monotonic()
     assert frontier_eval.run(suite, allot) == "partial"
     assert time.monotonic() - t0 < allot
-    fr = suite.state["frontier"]
-    assert fr["best"]["export"]["best_sts"]["run"] == "target_kl_20.0"
-    assert fr["runs"]["target_kl_20.0"]["eval"]["extra_sts"] == {}
-    assert "the next call measures them" in suite.state["stages"]["frontier_eval"]["notes"][-1]
+    fr = suite.state.frontier
+    assert fr.best.export.best_sts.run == "target_kl_20.0"
+    assert fr.runs["target_kl_20.0"].eval.extra_sts == {}
+    assert "the next call measures them" in suite.state.stages["frontier_eval"].notes[-1]
 
 
 def _copied(folder: Path) -> tuple[dict, str]:
@@ -224,7 +225,7 @@ def test_a_call_with_a_failed_stage_or_at_its_limit_returns_its_files_and_exit_c
     env = _env(data_dir)
     # a stage that fails: a run marked trained whose checkpoint is not there
     out, back = tmp_path / "out", tmp_path / "back"
-    state = new_state(smoke=True)
+    state = write(new_state(smoke=True))
     state["stages"]["frontier_train"]["status"] = "done"
     state["frontier"].update(values=[5.0], steps=8)
     (out / "work" / "frontier" / "target_kl_5.0").mkdir(parents=True)
@@ -263,7 +264,7 @@ def test_seed_carries_a_returned_report_to_a_fresh_machine_only(tmp_path, fresh)
     starts from the returned report, a warm one keeps its own."""
     seed, out = tmp_path / "back", tmp_path / "out"
     seed.mkdir()
-    returned = new_state(smoke=True)
+    returned = write(new_state(smoke=True))
     returned["stages"]["facts"]["notes"] = ["returned"]
     (seed / "gpu_report.json").write_text(json.dumps(returned))
     (seed / "reference.tar").write_bytes(b"tar")
@@ -292,14 +293,14 @@ def test_a_seed_report_this_call_cannot_continue_is_one_line_before_any_copy(tmp
     seed, out = tmp_path / "back", tmp_path / "out"
     seed.mkdir()
     (seed / "reference.tar").write_bytes(b"tar")
-    report = new_state(smoke=True)
+    report = write(new_state(smoke=True))
     report["reference"]["launches"] = [
         {"started": "t", "seconds": -3.0, "steps": 4, "step": 4, "overhead_s": None,
          "status": "trained"}
     ]  # fmt: skip
     for state, smoke, needle in (
         (report, True, "'report.reference.launches[0].seconds' must be a finite number >= 0"),
-        (new_state(smoke=True), False, "holds a smoke report and this is a gpu call"),
+        (write(new_state(smoke=True)), False, "holds a smoke report and this is a gpu call"),
     ):
         (seed / "gpu_report.json").write_text(json.dumps(state))
         with pytest.raises(VatError) as e:

@@ -1,5 +1,5 @@
 """The GPU suite records where each launch's seconds went (issue 44): a launch's time split
-(vat.callbacks.time_split) in its call's record, checked by schema.py, and in the report,
+(vat.callbacks.time_split) in its call's record, checked as its type says, and in the report,
 with each call's unused seconds."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from types import SimpleNamespace
 import pytest
 from test_gpu_suite import _finished_report
 
+from bench.gpu_suite.records import CallRecord, Report, TimeSplit
 from bench.gpu_suite.report import render_markdown, unused_s
 from bench.gpu_suite.runs import Outcome, launch_split, record_launch
+from bench.gpu_suite.schema import read, write
 from bench.gpu_suite.state import load_state
 from vat.errors import VatError
 
@@ -31,18 +33,20 @@ def test_a_launch_keeps_the_split_it_wrote_not_an_earlier_launch_s(tmp_path):
     written = {**SPLIT, "clock_from": "process start", "first_step": 49, "last_step": 4642,
                "device": "cuda"}  # fmt: skip
     (run / "time_split.json").write_text(json.dumps(written))
-    assert launch_split(run, since=time.time() - 60) == SPLIT  # the record's fields only
+    assert write(launch_split(run, since=time.time() - 60)) == SPLIT  # the record's fields only
     old = time.time() - 3600
     os.utime(run / "time_split.json", (old, old))  # an earlier launch's file
     assert launch_split(run, since=time.time() - 60) is None
 
-    call = SimpleNamespace(state={"calls": [{"started": "a"}, {"started": "b"}]})
+    calls = [CallRecord(started=s, command="c", allotted_s={}, used_s={}) for s in "ab"]
+    call = SimpleNamespace(state=SimpleNamespace(calls=calls))
+    split = read(TimeSplit, SPLIT, "time_split")
     record_launch(call, "reference", "reference", Outcome("interrupted", 4642, 406.7, True,
-                                                          time_split=SPLIT))  # fmt: skip
+                                                          time_split=split))  # fmt: skip
     expected = {"stage": "reference", "run": "reference", "seconds": 406.7, "step": 4642,
                 "status": "interrupted", "time_split": SPLIT}  # fmt: skip
-    assert call.state["calls"][1]["launches"] == [expected]
-    assert "launches" not in call.state["calls"][0]  # the call under way is the last
+    assert write(calls[1])["launches"] == [expected]
+    assert "launches" not in write(calls[0])  # the call under way is the last
 
 
 def _report_with_a_launch() -> dict:
@@ -64,9 +68,10 @@ def test_the_report_says_where_each_launch_s_seconds_went(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "gpu_report.json").write_text(json.dumps(state))
-    assert load_state(out, smoke=True) == state  # schema.py knows the new fields
-    assert unused_s(state["calls"][0]) == pytest.approx(29.5 + 87.4)
-    md = render_markdown(state)
+    assert write(load_state(out, smoke=True)) == state  # the records know the new fields
+    report = read(Report, state, "report")
+    assert unused_s(report.calls[0]) == pytest.approx(29.5 + 87.4)
+    md = render_markdown(report)
     assert "| started | command | exit | allotted / used s per stage | unused s |" in md
     assert "| facts 30 / 0, reference 525 / 438 | 117 |" in md
     split = (

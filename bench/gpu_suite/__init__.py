@@ -31,8 +31,9 @@ reference's checkpoint split into parts that come back from a call, and joined o
 machine), children.py
 (child processes, stopped for time), runs.py (the training runs: started afresh, resumed or
 found finished), state.py (the stage list, the state in OUT_DIR/gpu_report.json, the
-budget, the runner), schema.py (what each field of the report holds: a report read back is
-checked against it before any stage runs), report.py (gpu_report.md, the plot, and the
+budget, the runner), records.py (the report and each stage's records as dataclasses: what
+each field holds), schema.py (a record read from JSON, every field checked against its type
+before any stage runs, and written back), report.py (gpu_report.md, the plot, and the
 logs with each run's TensorBoard curves), __main__.py (the command line, its exit codes and
 recipes). bench/gpu_suite.sh runs this
 folder, and for one call of an allocated machine also installs the bundle, stops the suite before

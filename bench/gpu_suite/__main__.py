@@ -1,6 +1,6 @@
 """The command line (bench/gpu_suite.sh runs this folder: `python bench/gpu_suite ARGS`).
 
-Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed first):
+Recipes (docs/gpu.md, "The GPU suite"; the bundle installed first):
 
 - one call, a cluster user with 25 minutes:  bench/gpu_suite.sh --budget-min 24 results/gpu
 - a GPU allocation with 10-minute commands and 30 minutes in all: plan.RECIPE's three calls back
@@ -9,7 +9,8 @@ Recipes (README, "Offline GPU nodes and the GPU suite"; the bundle installed fir
 
 `--seed DIR`: a folder holding the files an earlier call returned (gpu_report.json, the
 .tar files, the reference's checkpoint parts), copied into OUT_DIR only when OUT_DIR has no
-report (a machine that went cold between calls); a warm machine's own OUT_DIR wins. (The lost
+report (a fresh node: the allocation's node was released between calls); a node that kept
+its OUT_DIR uses its own. (The lost
 checkpoints are noticed: the reference resumes from its returned parts, or continues from
 the newest weights; the frontier trains again.)
 
@@ -97,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         default=None,
         help="files an earlier call returned (gpu_report.json, .tar): copied into OUT_DIR "
-        "when it has no report (a machine that went cold); ignored otherwise",
+        "when it has no report (a fresh node); ignored otherwise",
     )
     p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     return p

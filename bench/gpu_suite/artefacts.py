@@ -8,7 +8,8 @@ import io
 import time
 
 from bench.gpu_suite.call import MAX_OUT_FILE, Call, pack
-from bench.gpu_suite.frontier_train import run_name
+from bench.gpu_suite.frontier_train import evaluated
+from bench.gpu_suite.records import Artefact, BestExports
 from vat.errors import VatError
 
 
@@ -16,23 +17,24 @@ def run(call: Call, allot: float) -> str:
     from vat.cli.export import main as export_main
 
     end = time.monotonic() + allot
-    fr = call.state["frontier"]
-    best = (fr.get("best") or {}).get("export") or {}
-    runs = fr["runs"]
-    evaluated = fr["values"] and all("eval" in runs.get(run_name(v), {}) for v in fr["values"])
-    if not (best and evaluated):  # every run, not the best run's feature specs, is needed
+    fr = call.state.frontier
+    export = fr.best.export if fr.best else BestExports()
+    best = {"best_sts": export.best_sts, "best_bleu": export.best_bleu}
+    every_run = fr.values and all(evaluated(call.state, v) for v in fr.values)
+    if not (all(best.values()) and every_run):  # every run, not the best run's feature specs
         call.note("artefacts", "skipped: the frontier is not evaluated yet")
         return "skipped"
-    for kind in ("best_sts", "best_bleu"):
-        if kind in call.state["artefacts"] and (call.out / f"{kind}.tar").is_file():
+    for kind, brief in best.items():
+        assert brief is not None  # all(best.values()) above
+        if kind in call.state.artefacts and (call.out / f"{kind}.tar").is_file():
             continue
         # an export without --evaluate: about half of plan.export_s
         if end - time.monotonic() < call.plan.export_s / 2:
             call.note("artefacts", f"{kind}: not exported, the stage's time is spent")
             return "partial"
-        name = best[kind]["run"]
+        name = brief.run
         folder = call.work / "export" / kind
-        ckpt = runs[name]["eval"]["checkpoint"]
+        ckpt = fr.runs[name].eval.checkpoint
         with contextlib.redirect_stdout(io.StringIO()):
             rc = export_main([ckpt, str(folder), "--overwrite"])
         if rc != 0:
@@ -40,12 +42,16 @@ def run(call: Call, allot: float) -> str:
         tar = call.out / f"{kind}.tar"
         pack(tar, folder, arcname=f"{kind}_{name}")
         size = tar.stat().st_size
-        call.state["artefacts"][kind] = {
-            **best[kind],
-            "file": tar.name,
-            "folder_in_tar": f"{kind}_{name}",
-            "bytes": size,
-            "within_16_mib": size <= MAX_OUT_FILE,
-        }
+        call.state.artefacts[kind] = Artefact(
+            run=brief.run,
+            bleu=brief.bleu,
+            stsb=brief.stsb,
+            pooling=brief.pooling,
+            why=brief.why or "",
+            file=tar.name,
+            folder_in_tar=f"{kind}_{name}",
+            bytes=size,
+            within_16_mib=size <= MAX_OUT_FILE,
+        )
         call.note("artefacts", f"{tar.name}: {name} ({size / 2**20:.1f} MiB)")
     return "done"

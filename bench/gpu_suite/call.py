@@ -3,8 +3,8 @@
 OUT_DIR holds at most 8 files, each under 16 MiB: OUT_FILES (the report, its Markdown, the
 plot, three exported models, the logs) and, after a call that trained the reference, its
 checkpoint in parts (carry.py); the runs, caches and logs live in OUT_DIR/work/. The state
-(the report, a dict) is saved as OUT_DIR/gpu_report.json as the stages go (after each stage,
-throughput variant and evaluated run), so that the next call continues from there."""
+(the report: records.Report) is saved as OUT_DIR/gpu_report.json as the stages go (after each
+stage, throughput variant and evaluated run), so that the next call continues from there."""
 
 from __future__ import annotations
 
@@ -14,13 +14,17 @@ import shutil
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
+from bench.gpu_suite import schema
 from bench.gpu_suite.plan import BASE_CONFIG, REFERENCE_CONFIG, SHARED_PREFIX, Plan
 from vat.errors import VatError
 from vat.io import atomic_write, write_json_atomic
+
+if TYPE_CHECKING:
+    from bench.gpu_suite.records import Report
 
 REPORT = "gpu_report.json"
 OUT_FILES = (
@@ -45,7 +49,7 @@ RETURNED = "returned"
 top level when this call's own files need the room (make_room)."""
 DATA_LINK = "data"
 """OUT_DIR/work/data: a link to this machine's data folder. `vat train --ckpt_path last`
-refuses a resume whose data.train_files differ from the checkpoint's (vat.train.run_dir
+refuses a resume whose data.train_files differ from the checkpoint's (vat.runs.run_dir
 .check_resume), and the data folder's absolute path differs between machines (the bundle's
 offline/data sits wherever the checkout was copied): the reference's config names its files
 through this link, relative to OUT_DIR/work, so that its checkpoint resumes on any machine.
@@ -87,7 +91,7 @@ class Call:
     (gpu_report.json's content) and the notes of one call; every stage's `run` gets one."""
 
     def __init__(
-        self, out: Path, plan: Plan, data_dir: Path, steps: int | None, state: dict[str, Any]
+        self, out: Path, plan: Plan, data_dir: Path, steps: int | None, state: Report
     ) -> None:
         self.out, self.plan, self.data_dir, self.state = out, plan, data_dir, state
         self.work = out / "work"
@@ -163,8 +167,8 @@ class Call:
         return moved
 
     def save(self) -> None:
-        write_json_atomic(self.out / REPORT, self.state)
+        write_json_atomic(self.out / REPORT, schema.write(self.state))
 
     def note(self, stage: str, text: str) -> None:
-        self.state["stages"][stage]["notes"].append(f"[{now_iso()}] {text}")
+        self.state.stages[stage].notes.append(f"[{now_iso()}] {text}")
         print(f"gpu_suite: {stage}: {text}", file=sys.stderr)

@@ -25,13 +25,22 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-import re
 import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
 
+from bench.gpu_suite import schema
 from bench.gpu_suite.call import MAX_OUT_FILE
+from bench.gpu_suite.records import (
+    CACHE_PACK,
+    PART_PREFIX,
+    PART_RE,
+    CacheRecord,
+    CheckpointParts,
+    CompileCachePack,
+    Part,
+)
 from vat.io import atomic_write
 from vat.train.compile_cache import (
     CACHE_FILE,
@@ -42,16 +51,14 @@ from vat.train.compile_cache import (
     read_record,
 )
 
-PART_PREFIX = "reference.ckpt.part"
-PART_RE = re.compile(re.escape(PART_PREFIX) + r"[1-9][0-9]{0,2}")
-"""A part's name: numbered from 1 (the schema refuses any other name in a manifest, so that a
-hand-edited report cannot make the suite read or write outside OUT_DIR)."""
 PART_BYTES = MAX_OUT_FILE
-CACHE_PACK = "reference.compile_cache.tar.gz"
-"""The run's compile_cache.bin and compile_cache.json as one returned file: gzipped, since
-what torch serialises (pickled graphs, generated source, Triton's kernel binaries) is not
-compressed, and a pack over MAX_OUT_FILE is left behind."""
+"""A part's size at most. Parts are named PART_PREFIX + N from 1 (records.PART_RE: the report
+refuses any other name, so that a hand-edited one cannot make the suite read or write outside
+OUT_DIR)."""
 CACHE_PACK_BYTES = MAX_OUT_FILE
+"""The compile cache's pack (records.CACHE_PACK: compile_cache.bin and compile_cache.json) at
+most: gzipped, since what torch serialises (pickled graphs, generated source, Triton's kernel
+binaries) is not compressed, and a pack over MAX_OUT_FILE is left behind."""
 
 
 def checkpoint_parts(folder: Path) -> list[Path]:
@@ -73,7 +80,7 @@ def remove_parts(folder: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def split(ckpt: Path, folder: Path, step: int) -> dict[str, Any]:
+def split(ckpt: Path, folder: Path, step: int) -> CheckpointParts:
     """Write `ckpt` into `folder` as parts of at most PART_BYTES each (atomically, each a fresh
     file renamed into place) and return their manifest; parts an earlier, longer checkpoint
     left there are removed."""
@@ -86,47 +93,41 @@ def split(ckpt: Path, folder: Path, step: int) -> dict[str, Any]:
             whole.update(data)
             name = f"{PART_PREFIX}{i}"
             atomic_write(folder / name, lambda out, data=data: out.write(data), binary=True)
-            parts.append(
-                {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            )
+            parts.append(Part(name=name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
     for stale in checkpoint_parts(folder)[len(parts) :]:
         stale.unlink(missing_ok=True)
-    return {
-        "file": ckpt.name,
-        "step": int(step),
-        "bytes": total,
-        "sha256": whole.hexdigest(),
-        "parts": parts,
-    }
+    return CheckpointParts(
+        file=ckpt.name, step=int(step), bytes=total, sha256=whole.hexdigest(), parts=parts
+    )
 
 
-def join(folder: Path, manifest: dict[str, Any], dest: Path) -> str | None:
+def join(folder: Path, manifest: CheckpointParts, dest: Path) -> str | None:
     """Join the parts `manifest` names from `folder` into `dest` (atomically), each part and
     the whole checked against the manifest first. None when joined, else why not (a line for
     the report); `dest` is then left as it was."""
     whole = hashlib.sha256()
-    n = len(manifest["parts"])
-    for p in manifest["parts"]:
-        path = folder / p["name"]
+    n = len(manifest.parts)
+    for p in manifest.parts:
+        path = folder / p.name
         if not path.is_file():
-            return f"{p['name']} is missing (the call that wrote it returned {n} parts)"
+            return f"{p.name} is missing (the call that wrote it returned {n} parts)"
         size = path.stat().st_size
-        if size != p["bytes"]:
-            return f"{p['name']} has {size:,} bytes, its manifest {p['bytes']:,} (cut short?)"
+        if size != p.bytes:
+            return f"{p.name} has {size:,} bytes, its manifest {p.bytes:,} (cut short?)"
         h = hashlib.sha256()
         with open(path, "rb") as f:
             for block in iter(lambda f=f: f.read(1 << 20), b""):
                 h.update(block)
                 whole.update(block)
-        if h.hexdigest() != p["sha256"]:
-            return f"{p['name']} fails its SHA-256 check (altered or damaged on the way)"
-    total = sum(p["bytes"] for p in manifest["parts"])
-    if total != manifest["bytes"] or whole.hexdigest() != manifest["sha256"]:
+        if h.hexdigest() != p.sha256:
+            return f"{p.name} fails its SHA-256 check (altered or damaged on the way)"
+    total = sum(p.bytes for p in manifest.parts)
+    if total != manifest.bytes or whole.hexdigest() != manifest.sha256:
         return "the parts, each sound, do not make up the checkpoint their manifest describes"
 
     def write(out) -> None:
-        for p in manifest["parts"]:
-            with open(folder / p["name"], "rb") as f:
+        for p in manifest.parts:
+            with open(folder / p.name, "rb") as f:
                 shutil.copyfileobj(f, out)
 
     atomic_write(dest, write, binary=True)
@@ -142,7 +143,7 @@ def this_machine(smoke: bool) -> dict[str, Any]:
     return machine_record(torch.device("cuda" if gpu else "cpu"))
 
 
-def pack_compile_cache(run_dir: Path, folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+def pack_compile_cache(run_dir: Path, folder: Path) -> tuple[CompileCachePack | None, str | None]:
     """RUN_DIR's compile cache and its record as FOLDER/CACHE_PACK (atomically): (its
     manifest, None); (None, None) when the run has none (not compiled, or compile_cache off);
     (None, why) when it is not carried (a line for the report). A pack of an earlier launch
@@ -171,32 +172,32 @@ def pack_compile_cache(run_dir: Path, folder: Path) -> tuple[dict[str, Any] | No
             "next machine compiles afresh)"
         )
     atomic_write(folder / CACHE_PACK, lambda out: out.write(data), binary=True)
-    return {
-        "file": CACHE_PACK,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "record": {k: record.get(k) for k in MATCHED},
-    }, None
+    return CompileCachePack(
+        file=CACHE_PACK,
+        bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        record=CacheRecord(**{k: record.get(k) for k in MATCHED}),
+    ), None
 
 
 def restore_compile_cache(
-    folder: Path, manifest: dict[str, Any] | None, run_dir: Path, here: dict[str, Any]
+    folder: Path, manifest: CompileCachePack | None, run_dir: Path, here: dict[str, Any]
 ) -> str | None:
     """The pack `manifest` names, from `folder`, unpacked into `run_dir` (each file
     atomically) when its size and SHA-256 are the manifest's and its record names this
     machine (`here`); what happened, a line for the report (None: no cache travelled)."""
     if not manifest:
         return None
-    path = folder / manifest["file"]
+    path = folder / manifest.file
     if not path.is_file():
-        return f"its compile cache {manifest['file']} did not come back: compiled afresh"
+        return f"its compile cache {manifest.file} did not come back: compiled afresh"
     data = path.read_bytes()
-    if len(data) != manifest["bytes"] or hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+    if len(data) != manifest.bytes or hashlib.sha256(data).hexdigest() != manifest.sha256:
         return (
-            f"its compile cache {manifest['file']} fails its size or SHA-256 check (altered "
+            f"its compile cache {manifest.file} fails its size or SHA-256 check (altered "
             "or damaged on the way): compiled afresh"
         )
-    why = mismatch(manifest["record"], here)
+    why = mismatch(schema.write(manifest.record), here)
     if why is not None:
         return f"its compile cache is not for this machine ({why}): compiled afresh"
     files: dict[str, bytes] = {}
@@ -205,11 +206,11 @@ def restore_compile_cache(
             if member.name in (CACHE_FILE, RECORD_FILE) and member.isfile():
                 files[member.name] = tf.extractfile(member).read()
     if set(files) != {CACHE_FILE, RECORD_FILE}:
-        return f"its compile cache {manifest['file']} lacks {CACHE_FILE} or its record"
+        return f"its compile cache {manifest.file} lacks {CACHE_FILE} or its record"
     for name in (CACHE_FILE, RECORD_FILE):  # the record last: it vouches for the file
         atomic_write(run_dir / name, lambda out, b=files[name]: out.write(b), binary=True)
-    rec = manifest["record"]
+    rec = manifest.record
     return (
         f"its compile cache came back ({len(files[CACHE_FILE]) / 2**20:.1f} MiB, saved on "
-        f"{rec['device']}, torch {rec['torch']}): the launch reads its compiled step"
+        f"{rec.device}, torch {rec.torch}): the launch reads its compiled step"
     )

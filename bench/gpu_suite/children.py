@@ -6,8 +6,9 @@ a terminal (or `timeout --foreground`) reaches the suite alone, and the suite st
 once; a second SIGINT would interrupt the checkpoint vat writes on the first. Default SIGINT:
 a suite started in the background by a shell without job control inherits SIGINT ignored,
 and so would its children, which then never save their state when stopped (the rehearsal's
-runs killed before their first checkpoint). A new group stays in the call's session, so a
-machine that ends the call's processes ends these too."""
+runs killed before their first checkpoint). A new group stays in the suite's POSIX session,
+so whatever ends the call's processes (a scheduler at the end of an allocation) ends these
+too."""
 
 from __future__ import annotations
 

@@ -6,20 +6,19 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any
 
 from bench.gpu_suite.call import Call
 from bench.gpu_suite.plan import Plan
+from bench.gpu_suite.records import Facts
 
 
 def run(call: Call, allot: float) -> str:
-    call.state["facts"] = device_facts(call.plan)
-    f = call.state["facts"]
-    call.note("facts", f"{f['device']}: bf16 matmul {f['bf16_matmul_tflops']} TFLOP/s")
+    f = call.state.facts = device_facts(call.plan)
+    call.note("facts", f"{f.device}: bf16 matmul {f.bf16_matmul_tflops} TFLOP/s")
     return "done"
 
 
-def device_facts(plan: Plan) -> dict[str, Any]:
+def device_facts(plan: Plan) -> Facts:
     import torch
 
     cuda = not plan.smoke
@@ -48,18 +47,17 @@ def device_facts(plan: Plan) -> dict[str, Any]:
             a @ b
             times.append(time.perf_counter() - t0)
     secs = sorted(times)[len(times) // 2]
-    facts = {
-        "device": torch.cuda.get_device_name(dev) if cuda else (platform.processor() or "cpu"),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
-        "python": platform.python_version(),
-        "gpu_memory_gib": round(torch.cuda.get_device_properties(dev).total_memory / 2**30, 1)
+    return Facts(
+        device=torch.cuda.get_device_name(dev) if cuda else (platform.processor() or "cpu"),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cudnn=torch.backends.cudnn.version() if cuda else None,
+        python=platform.python_version(),
+        gpu_memory_gib=round(torch.cuda.get_device_properties(dev).total_memory / 2**30, 1)
         if cuda
         else None,
-        "cpu_count": os.cpu_count(),
-        "bf16_matmul_tflops": float(f"{2.0 * n**3 / secs / 1e12:.4g}"),
-        "bf16_matmul": f"{n}x{n} @ {n}x{n}, median of {len(times)} "
+        cpu_count=os.cpu_count(),
+        bf16_matmul_tflops=float(f"{2.0 * n**3 / secs / 1e12:.4g}"),
+        bf16_matmul=f"{n}x{n} @ {n}x{n}, median of {len(times)} "
         + ("(CUDA events)" if cuda else "(wall clock)"),
-    }
-    return facts
+    )

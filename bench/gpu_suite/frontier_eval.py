@@ -22,9 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.gpu_suite import schema
 from bench.gpu_suite.call import Call
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY, run_name
 from bench.gpu_suite.plan import NEWSTEST2019, Plan
+from bench.gpu_suite.records import Best, BestExports, Brief, Evaluation, ExtraSts, FrontierRun, Sts
 from vat.errors import VatError
 from vat.io import write_json_atomic
 
@@ -35,22 +37,22 @@ LONG_OVER = 63
 
 
 def run(call: Call, allot: float) -> str:
-    fr = call.state["frontier"]
+    fr = call.state.frontier
     runs_dir = call.work / "frontier"
-    if not fr["values"]:
+    if not fr.values:
         call.note("frontier_eval", "skipped: the frontier has not been trained")
         return "skipped"
     end = time.monotonic() + allot
     per_run: list[float] = []
     missing = []
-    for v in fr["values"]:
+    for v in fr.values:
         name = run_name(v)
         rec_path = runs_dir / name / "suite_eval.json"
         if rec_path.is_file():
-            fr["runs"].setdefault(name, {})["eval"] = read_record(rec_path)
+            fr.runs.setdefault(name, FrontierRun()).eval = read_record(rec_path)
             continue
-        if "eval" in fr["runs"].get(name, {}):  # evaluated on a machine since given back
-            continue
+        if name in fr.runs and fr.runs[name].eval is not None:  # evaluated on an earlier
+            continue  # node, whose run folders are gone
         if not (runs_dir / name / ".trained").exists():
             missing.append(name)
             continue
@@ -61,58 +63,52 @@ def run(call: Call, allot: float) -> str:
             continue
         t0 = time.monotonic()
         record = evaluate_run(runs_dir / name, v, call.config, call.data_dir, call.plan)
-        write_json_atomic(rec_path, record)
-        fr["runs"].setdefault(name, {})["eval"] = record
+        write_json_atomic(rec_path, schema.write(record))
+        fr.runs.setdefault(name, FrontierRun()).eval = record
         per_run.append(time.monotonic() - t0)
         call.note("frontier_eval", f"{name}: evaluated in {per_run[-1]:.0f} s")
         call.save()
-    records = [fr["runs"][n]["eval"] for n in fr["runs"] if "eval" in fr["runs"][n]]
-    fr["best"] = pick_best(records)
+    records = [r.eval for r in fr.runs.values() if r.eval is not None]
+    fr.best = pick_best(records)
     call.save()
     if missing:
         call.note("frontier_eval", f"not yet evaluated: {', '.join(missing)}")
         return "partial"
-    best = fr["best"]["export"].get("best_sts")
-    rec = fr["runs"][best["run"]]["eval"] if best else None
-    if rec is not None and not {"default_spec", "best_spec"} <= set(rec["extra_sts"]):
+    best = fr.best.export.best_sts
+    rec = fr.runs[best.run].eval if best else None
+    if best and rec is not None and not {"default_spec", "best_spec"} <= set(rec.extra_sts):
         left = end - time.monotonic()
         if left < call.plan.extra_eval_s:
-            call.note("frontier_eval", f"{best['run']}: the feature specs need about "
+            call.note("frontier_eval", f"{best.run}: the feature specs need about "
                       f"{call.plan.extra_eval_s:.0f} s, {max(left, 0):.0f} s left: the next call "
                       "measures them")  # fmt: skip
             return "partial"
-        _evaluate_best_extra(call, best["run"], runs_dir)
+        _evaluate_best_extra(call, rec, runs_dir)
     return "done"
 
 
-def read_record(path: Path) -> dict[str, Any]:
-    """A run's suite_eval.json, checked as the report's records are (schema.EVAL): a broken
-    one fails the stage with one line, not a traceback in a later one."""
-    from bench.gpu_suite import schema
-
+def read_record(path: Path) -> Evaluation:
+    """A run's suite_eval.json, checked as the report's records are (records.Evaluation): a
+    broken one fails the stage with one line, not a traceback in a later one."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        schema.EVAL.check(record, "record")
+        return schema.read(Evaluation, json.loads(path.read_text(encoding="utf-8")), "record")
     except (ValueError, RecursionError, schema.Broken) as e:
         raise VatError(f"{path}: {e}; delete it to evaluate the run again") from None
-    return record
 
 
-def _evaluate_best_extra(call: Call, name: str, runs_dir: Path) -> None:
+def _evaluate_best_extra(call: Call, rec: Evaluation, runs_dir: Path) -> None:
     """Issue 23's feature specs on the best-STS run (best_run_option_sets)."""
-    rec = call.state["frontier"]["runs"][name]["eval"]
-    ckpt = Path(rec["checkpoint"])
+    name = rec.run
+    ckpt = Path(rec.checkpoint)
     fit_sentences = 2_000 if call.plan.smoke else 20_000
     option_sets = best_run_option_sets(ckpt, call.data_dir, runs_dir / name, fit_sentences)
     for set_name, opts in option_sets:
-        if set_name in rec["extra_sts"]:
+        if set_name in rec.extra_sts:
             continue
         out = runs_dir / name / f"sts_extra_{set_name}.json"
-        rec["extra_sts"][set_name] = {
-            "options": opts,
-            **_evaluate_sts(ckpt, call.data_dir, opts, out),
-        }
-        write_json_atomic(runs_dir / name / "suite_eval.json", rec)
+        sts = _evaluate_sts(ckpt, call.data_dir, opts, out)
+        rec.extra_sts[set_name] = ExtraSts(options=opts, sts12=sts.sts12, stsb=sts.stsb)
+        write_json_atomic(runs_dir / name / "suite_eval.json", schema.write(rec))
 
 
 def sts_option_sets() -> list[tuple[str, list[str]]]:
@@ -146,7 +142,7 @@ def best_run_option_sets(
     ]
 
 
-def _evaluate_sts(ckpt: Path, data_dir: Path, opts: list[str], out: Path) -> dict[str, float]:
+def _evaluate_sts(ckpt: Path, data_dir: Path, opts: list[str], out: Path) -> Sts:
     from vat.cli.evaluate import main as evaluate_main
 
     argv = ["--ckpt", str(ckpt), "--tasks", "STS12,STSBenchmark"]
@@ -157,10 +153,10 @@ def _evaluate_sts(ckpt: Path, data_dir: Path, opts: list[str], out: Path) -> dic
     if rc != 0:
         raise VatError(f"vat evaluate {' '.join(argv)} failed (exit {rc})")
     res = json.loads(out.read_text(encoding="utf-8"))
-    return {
-        "sts12": measured(res["STS12"]["all"]["spearman"]["mean"]),
-        "stsb": measured(res["STSBenchmark-cosine"]["test"]["spearman"]),
-    }
+    return Sts(
+        sts12=measured(res["STS12"]["all"]["spearman"]["mean"]),
+        stsb=measured(res["STSBenchmark-cosine"]["test"]["spearman"]),
+    )
 
 
 def measured(x: Any) -> float | None:
@@ -184,7 +180,7 @@ def _bleu(ckpt: Path, data_dir: Path, limit: int | None, out: Path) -> dict[str,
 
 def evaluate_run(
     run_dir: Path, value: float, config: Path, data_dir: Path, plan: Plan
-) -> dict[str, Any]:
+) -> Evaluation:
     """One frontier run's record: losses, active units, STS (each pooling), BLEU."""
     from vat.experiments.config import SweepConfig
     from vat.experiments.measure import measure_run
@@ -199,35 +195,36 @@ def evaluate_run(
     )
     rec = measure_run(cfg, {TARGET_KL_KEY: value}, run_dir)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    record = {
-        "run": rec["run"],
-        "target_kl": value,
-        "step": rec["step"],
-        "checkpoint": str(ckpt),
-        "val_kl": measured(rec["val_kl"]),
-        "val_nll": measured(rec["val_nll"]),
-        "val_step": rec.get("val_step"),
-        "active_units": rec["geometry_active_units"],
-        "kl_per_token_probe": measured(rec["geometry_kl_per_token"]),
-        "sts": {},
-        "extra_sts": {},
+    sts = {
+        name: _evaluate_sts(ckpt, data_dir, opts, run_dir / f"sts_{name}.json")
+        for name, opts in sts_option_sets()
     }
-    for name, opts in sts_option_sets():
-        record["sts"][name] = _evaluate_sts(ckpt, data_dir, opts, run_dir / f"sts_{name}.json")
     b = _bleu(ckpt, data_dir, plan.bleu_limit, run_dir / "bleu_newstest2019.json")
-    record["bleu"] = b["bleu"]
-    record["bleu_lines"] = b["n"]
-    record["bleu_short"] = measured(b["short"].get("bleu"))
-    record["bleu_long"] = measured(b["long"].get("bleu"))
-    record["lines_long"] = b["long"]["n"]
-    return record
+    return Evaluation(
+        run=rec["run"],
+        target_kl=value,
+        step=rec["step"],
+        checkpoint=str(ckpt),
+        val_kl=measured(rec["val_kl"]),
+        val_nll=measured(rec["val_nll"]),
+        val_step=rec.get("val_step"),
+        active_units=rec["geometry_active_units"],
+        kl_per_token_probe=measured(rec["geometry_kl_per_token"]),
+        sts=sts,
+        extra_sts={},
+        bleu=b["bleu"],
+        bleu_lines=b["n"],
+        bleu_short=measured(b["short"].get("bleu")),
+        bleu_long=measured(b["long"].get("bleu")),
+        lines_long=b["long"]["n"],
+    )
 
 
-def stsb(record: dict[str, Any]) -> tuple[float | None, str]:
+def stsb(record: Evaluation) -> tuple[float | None, str]:
     """A run's best STS-B Spearman over the poolings measured, and that pooling (None when
     none came out a number)."""
-    best = max(record["sts"].items(), key=lambda kv: _rank(kv[1]["stsb"]))
-    return best[1]["stsb"], best[0]
+    pooling, best = max(record.sts.items(), key=lambda kv: _rank(kv[1].stsb))
+    return best.stsb, pooling
 
 
 def _rank(score: float | None) -> float:
@@ -238,42 +235,41 @@ def _percent(score: float | None) -> str:
     return "n/a" if score is None else f"{100 * score:.2f}"
 
 
-def pick_best(records: Sequence[dict[str, Any]], bleu_min: float = BLEU_MIN) -> dict[str, Any]:
+def pick_best(records: Sequence[Evaluation], bleu_min: float = BLEU_MIN) -> Best:
     """The issue's question: the best STS-B among runs with BLEU >= bleu_min (or none), and
     the runs the artefacts stage exports (best STS-B of those, else of all; best BLEU)."""
     if not records:
-        return {"bleu_min": bleu_min, "best_sts_at_bleu_min": None, "export": {}}
-    good = [r for r in records if r["bleu"] >= bleu_min]
+        return Best(bleu_min=bleu_min, best_sts_at_bleu_min=None, export=BestExports())
+    good = [r for r in records if r.bleu >= bleu_min]
     best_good = max(good, key=lambda r: _rank(stsb(r)[0])) if good else None
     best_sts = best_good or max(records, key=lambda r: _rank(stsb(r)[0]))
-    best_bleu = max(records, key=lambda r: r["bleu"])
+    best_bleu = max(records, key=lambda r: r.bleu)
 
-    def brief(r: dict[str, Any]) -> dict[str, Any]:
+    def brief(r: Evaluation, why: str | None = None) -> Brief:
         s, pooling = stsb(r)
-        return {"run": r["run"], "bleu": r["bleu"], "stsb": s, "pooling": pooling}
+        return Brief(run=r.run, bleu=r.bleu, stsb=s, pooling=pooling, why=why)
 
     if best_good:
         verdict = (
-            f"{best_good['run']}: STS-B {_percent(stsb(best_good)[0])} ({stsb(best_good)[1]} "
-            f"pooling) at BLEU {best_good['bleu']:.2f}, the best STS-B of the "
+            f"{best_good.run}: STS-B {_percent(stsb(best_good)[0])} ({stsb(best_good)[1]} "
+            f"pooling) at BLEU {best_good.bleu:.2f}, the best STS-B of the "
             f"{len(good)} runs with BLEU >= {bleu_min:g}"
         )
     else:
         verdict = (
-            f"no run reached BLEU {bleu_min:g} (best BLEU {best_bleu['bleu']:.2f}, "
-            f"{best_bleu['run']})"
+            f"no run reached BLEU {bleu_min:g} (best BLEU {best_bleu.bleu:.2f}, {best_bleu.run})"
         )
-    return {
-        "bleu_min": bleu_min,
-        "best_sts_at_bleu_min": brief(best_good) if best_good else None,
-        "verdict": verdict,
-        "export": {
-            "best_sts": {
-                **brief(best_sts),
-                "why": f"best STS-B among BLEU >= {bleu_min:g}"
-                if best_good
-                else "best STS-B of all runs (none reached the BLEU bar)",
-            },
-            "best_bleu": {**brief(best_bleu), "why": "best newstest2019 BLEU"},
-        },
-    }
+    sts_why = (
+        f"best STS-B among BLEU >= {bleu_min:g}"
+        if best_good
+        else "best STS-B of all runs (none reached the BLEU bar)"
+    )
+    return Best(
+        bleu_min=bleu_min,
+        best_sts_at_bleu_min=brief(best_good) if best_good else None,
+        verdict=verdict,
+        export=BestExports(
+            best_sts=brief(best_sts, sts_why),
+            best_bleu=brief(best_bleu, "best newstest2019 BLEU"),
+        ),
+    )

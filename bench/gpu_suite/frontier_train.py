@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from bench.gpu_suite.call import Call, tokens_text
 from bench.gpu_suite.plan import FRONTIER_SHARE_OF_SINGLE, Plan
+from bench.gpu_suite.records import FrontierRun, Report
 from bench.gpu_suite.runs import TRAINED, TrainRun, launch_overhead_s, prepare_data, train
 from bench.gpu_suite.throughput import measured_throughput
 
@@ -25,36 +25,35 @@ TARGET_KL_KEY = "model.loss.target_kl"
 
 def run(call: Call, allot: float) -> str:
     end = time.monotonic() + allot  # everything below counts, the data preparation included
-    fr = call.state["frontier"]
+    fr = call.state.frontier
     prepare_data(call, call.config)
-    if fr["steps"] is None:
+    if fr.steps is None:
         start_s = launch_overhead_s(call.state, call.plan)
         train_s = end - time.monotonic() - start_s - call.plan.stop_grace_s
-        fr["values"], fr["steps"], fr["steps_from"] = frontier_size(
+        fr.values, fr.steps, fr.steps_from = frontier_size(
             call.state, call.plan, train_s, call.steps_override
         )
-        call.note("frontier_train", f"{len(fr['values'])} runs, {fr['steps']} steps each "
-                                    f"({fr['steps_from']})")  # fmt: skip
+        call.note("frontier_train", f"{len(fr.values)} runs, {fr.steps} steps each "
+                                    f"({fr.steps_from})")  # fmt: skip
     runs_dir = call.work / "frontier"
     runs = [
         TrainRun(
             run_name(v),
             runs_dir / run_name(v),
-            train_cmd(call.config, runs_dir / run_name(v), v, fr["steps"]),
-            fr["steps"],
+            train_cmd(call.config, runs_dir / run_name(v), v, fr.steps),
+            fr.steps,
             call.logs / f"train_{run_name(v)}.log",
         )
-        for v in fr["values"]
-        if not (runs_dir / run_name(v) / TRAINED).exists()
-        and "eval" not in fr["runs"].get(run_name(v), {})
+        for v in fr.values
+        if not (runs_dir / run_name(v) / TRAINED).exists() and not evaluated(call.state, v)
     ]
     outcomes = train(call, "frontier_train", runs, end)
     failed = []
     for name, o in outcomes.items():
-        rec = fr["runs"].setdefault(name, {})
-        rec["seconds"] = round(rec.get("seconds", 0.0) + o.seconds, 1)
+        rec = fr.runs.setdefault(name, FrontierRun())
+        rec.seconds = round((rec.seconds or 0.0) + o.seconds, 1)
         if o.status == "trained":
-            rec["trained"] = True
+            rec.trained = True
         elif o.status == "failed":
             failed.append(name)
             call.note("frontier_train", f"{name} failed ({o.note})")
@@ -69,8 +68,14 @@ def run_name(value: float) -> str:
     return sweep_run_name({TARGET_KL_KEY: value})
 
 
+def evaluated(state: Report, value: float) -> bool:
+    """Whether the frontier's run of `value` has its evaluation in the report."""
+    run = state.frontier.runs.get(run_name(value))
+    return run is not None and run.eval is not None
+
+
 def frontier_size(
-    state: dict[str, Any], plan: Plan, train_s: float, override: int | None
+    state: Report, plan: Plan, train_s: float, override: int | None
 ) -> tuple[list[float], int, str]:
     """The frontier's targets and steps per run: the runs, all at once, share
     FRONTIER_SHARE_OF_SINGLE x the measured tokens/s over `train_s` seconds of training;
@@ -131,16 +136,15 @@ def check_frontier_files(call: Call) -> None:
     """A report carried to a fresh machine: runs trained (or half trained) there but not
     evaluated have lost their folders and checkpoints, so the frontier is trained again.
     (A folder without a checkpoint on this machine is runs.train's: it starts afresh.)"""
-    fr, st = call.state["frontier"], call.state["stages"]["frontier_train"]
-    if st["status"] not in ("done", "partial"):
+    fr, st = call.state.frontier, call.state.stages["frontier_train"]
+    if st.status not in ("done", "partial"):
         return
     lost = [
         run_name(v)
-        for v in fr["values"]
-        if "eval" not in fr["runs"].get(run_name(v), {})
-        and not (call.work / "frontier" / run_name(v)).is_dir()
+        for v in fr.values
+        if not evaluated(call.state, v) and not (call.work / "frontier" / run_name(v)).is_dir()
     ]
     if lost:
-        st.update(status="pending", seconds=0.0)
-        call.state["stages"]["frontier_eval"]["status"] = "pending"
+        st.status, st.seconds = "pending", 0.0
+        call.state.stages["frontier_eval"].status = "pending"
         call.note("frontier_train", f"checkpoints of {', '.join(lost)} are gone: retraining")

@@ -88,7 +88,7 @@ def check_packages(names: Sequence[str] = REQUIRED_PACKAGES) -> None:
         if importlib.util.find_spec(name) is None:
             raise _error(
                 f"Python package {name!r} is missing (on an offline node install the bundle: "
-                "scripts/offline_bundle.sh --install DIR; README, 'Offline GPU nodes')"
+                "scripts/offline_bundle.sh --install DIR; docs/gpu.md, 'A node without internet')"
             )
 
 
@@ -221,17 +221,17 @@ def gpu_plan() -> Plan:
 
 
 def short_gpu_plan() -> Plan:
-    """The plan for a GPU allocation with 15 minutes of device time (RECIPE_SHORT): the reference
+    """The plan for a GPU allocation of 15 minutes (RECIPE_SHORT): the reference
     first and alone, in one launch trained until its call's time is spent (a second launch
     would pay the start-up and the compile again), then the device facts and the 8k
     throughput side by side, eager first (its compiled twin needs about 210 s: data, two
     compiles, 180 steps a loop; the reference's own log gives vat's compiled 8k tokens/s).
-    The frontier has no time here: a later session with 30 minutes runs it (RECIPE)."""
+    The frontier has no time here: a later allocation of 30 minutes runs it (RECIPE)."""
     p = gpu_plan()
     by_name = {v.name: v for v in p.variants}
     p.variants = [by_name["8k_eager"], by_name["8k_compiled"]]
     p.variants_not_run = {
-        "32k": "--plan short: the 32k variants are not run (15 minutes of device time go to "
+        "32k": "--plan short: the 32k variants are not run (15 minutes of GPU time go to "
         "the reference model first); the full plan runs them",
     }
     p.shares_s = {**p.shares_s, "throughput": 100, "reference": 60 * RECIPE_SHORT[0].budget_min}
@@ -240,8 +240,8 @@ def short_gpu_plan() -> Plan:
 
 
 PLANS = {"full": gpu_plan, "short": short_gpu_plan}
-"""`bench/gpu_suite.sh --plan NAME`: the full plan (30 minutes of device time, or a cluster
-user's 25-minute allocation) or the short one (15 minutes of device time)."""
+"""`bench/gpu_suite.sh --plan NAME`: the full plan (a 30-minute allocation in 10-minute
+commands, or one 25-minute allocation) or the short one (a 15-minute allocation)."""
 
 
 def make_plan(name: str, smoke: bool) -> Plan:
@@ -334,7 +334,7 @@ def smoke_plan() -> Plan:
     )
 
 
-# -- the recipe for a GPU allocation: 30 minutes of device time in 10-minute calls ---------------
+# -- the recipe for a 30-minute GPU allocation whose commands are cut after 10 minutes ---------
 @dataclass(frozen=True)
 class RecipeCall:
     budget_min: float
@@ -344,19 +344,20 @@ class RecipeCall:
 
 
 DEVICE_S = 30 * 60
-"""The allocation's device time for a session, counted from asking for the machine (its start
-included) until it is given back, idle time between calls included."""
+"""The allocation's GPU time, counted from the request for the node (its start-up included)
+until the node is released, idle time between calls included."""
 CALL_LIMIT_S = 600
 """One call's command is killed after this long (and nothing of it comes back unless it has
 copied its files: bench/gpu_suite.sh --call-limit-s stops the suite in time)."""
 START_S = 120
-"""A cold machine's start, paid by the first call (and by any call after it went cold)."""
+"""A fresh node's start-up, paid by the first call (and by any call after the node was
+released and a fresh one started)."""
 CALL_OVERHEAD_S = 40
 """Per call, outside the suite's budget: the tree and `offline` sent (about 20 MiB), the
 bundle installed (scripts/offline_bundle.sh --install, ~15 s), imports and CUDA set-up, the
 files copied and sent back."""
 GAP_S = 25
-"""Between calls the machine waits idle (at most 30 s before it is given back): counted."""
+"""Between calls the node sits idle (counted; an allocation may release a node idle for 30 s)."""
 CALL_GUARD_S = 40
 """bench/gpu_suite.sh --call-limit-s stops the suite (SIGINT) this long before the call's
 limit: its runs save their state (plan.stop_grace_s, 20 s), the report is written, and a
@@ -378,7 +379,7 @@ SIGKILL 28 s after the SIGINT still leaves the files copied before the call is k
 #   loop's steps compiled, 180 steps each), since the two items above are sized from it.
 # - the calls (RECIPE): 8.5 + 7.5 + 7.5 = 23.5 min of suite budget, the shares' 1,410 s:
 #   call 1 facts 30 + throughput 210 + reference 270; call 2 reference 450; call 3
-#   frontier_train 270 + frontier_eval 150 + artefacts 30. Device time: 120 s start +
+#   frontier_train 270 + frontier_eval 150 + artefacts 30. GPU time: 120 s start +
 #   3 x (40 s overhead + budget) + 2 x 25 s gaps = 1,700 s of 1,800 (100 s to spare). Each
 #   call: 15 s install + budget + ~10 s <= 600 s less the 40-s guard.
 RECIPE = (
@@ -414,8 +415,8 @@ RECIPE_SHORT = (
         "facts 30 s + the 8k throughput, eager first (90 s)",
     ),
 )
-"""The recipe for a GPU allocation with 15 minutes of device time, with the short
-plan (`--plan short`). Device time: 120 s start + 2 x 40 s overhead + (525 + 120) s of suite
+"""The recipe for a 15-minute GPU allocation, with the short plan (`--plan short`). GPU
+time: 120 s start + 2 x 40 s overhead + (525 + 120) s of suite
 budget + 25 s gap = 870 s of 900. Call 1 is the longest the 10-minute limit allows: 15 s
 install + 525 s + 10 s <= 600 s less the 40-s guard. If call 1 leaves the reference
 unfinished (its report says `partial`), call 2 runs `--stages reference` instead."""
@@ -423,8 +424,8 @@ DEVICE_S_SHORT = 15 * 60
 RECIPE_CONTINUE = RECIPE_SHORT[0]
 """The call that continues the reference (issue 40), repeated as the allocation allows, on
 whatever node each call gets: it resumes the checkpoint the last call returned (or continues
-from the newest weights), trains for the call's time, evaluates and exports (README,
-"Continuing the reference")."""
+from the newest weights), trains for the call's time, evaluates and exports (docs/gpu.md,
+"The recipes")."""
 CONTINUE_OVERHEAD_S = 75
 """A continuation call's seconds outside the suite's budget: the bundle installed (about
 15 s), CALL_GUARD_S before the limit, the files copied (about 10 s) and 10 s to spare; with
@@ -438,15 +439,17 @@ def continue_budget_min(limit_s: float) -> float:
 
 RECIPE_OUT_DIR = "runs/gpu"
 RECIPE_SEED_DIR = "runs/gpu_back"
-"""Here, the files the last call returned are copied into this ignored folder, carried on
-every later call (never OUT_DIR itself: a carried path replaces the machine's copy, and
-OUT_DIR's work/ holds the checkpoints), and passed as --seed (used only on a machine that
-went cold)."""
+"""Where you submit from, the files the last call returned are copied into this ignored
+folder, sent to the node with the checkout on every later call (never OUT_DIR itself: a copy
+would replace the node's own OUT_DIR, whose work/ holds the checkpoints), and passed as
+--seed (used only on a fresh node)."""
 RECIPE_CARRY = ("offline", RECIPE_SEED_DIR)
+"""What each call sends to the node besides the checkout: the offline bundle and the files
+the last call returned."""
 
 
 def recipe_command(call: RecipeCall, plan: str = "full") -> str:
-    """One call's command line, as the README gives it."""
+    """One call's command line, as docs/gpu.md gives it."""
     stages = f" --stages {','.join(call.stages)}" if call.stages else ""
     which = "" if plan == "full" else f" --plan {plan}"
     return (
@@ -457,6 +460,6 @@ def recipe_command(call: RecipeCall, plan: str = "full") -> str:
 
 
 def recipe_device_s(recipe: Sequence[RecipeCall] = RECIPE) -> float:
-    """Device time the recipe takes, start and gaps included (the arithmetic above)."""
+    """GPU time the recipe takes, start and gaps included (the arithmetic above)."""
     suite = sum(60 * c.budget_min for c in recipe)
     return START_S + len(recipe) * CALL_OVERHEAD_S + suite + (len(recipe) - 1) * GAP_S

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from bench.gpu_suite import carry
+from bench.gpu_suite import carry, schema
 from bench.gpu_suite.call import (
     MAX_OUT_FILE,
     RETURNED,
@@ -60,6 +60,16 @@ from bench.gpu_suite.call import (
 from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
 from bench.gpu_suite.plan import Plan
+from bench.gpu_suite.records import (
+    Basis,
+    DeviceRecord,
+    Export,
+    ExtraSts,
+    Launch,
+    Reference,
+    Report,
+    RoundRecord,
+)
 from bench.gpu_suite.report import fmt
 from bench.gpu_suite.runs import Outcome, TrainRun, checkpoint_step, prepare_data, train
 from bench.gpu_suite.throughput import measured_throughput
@@ -84,7 +94,7 @@ ONE_LAUNCH_MARGIN_S = 20.0
 export's estimates would end the stage, while those are the plan's estimates."""
 FINISH_FACTOR, FINISH_MARGIN_S = 1.25, 10.0
 """Once an earlier round measured this model's evaluation and export on this kind of
-machine (ref["finish_s"]), a launch leaves 1.25 x those seconds + 10 s for them, not the
+machine (Reference.finish_s), a launch leaves 1.25 x those seconds + 10 s for them, not the
 plan's estimates (45 + 30 + the 20-s margin): the calls of 2026-11-27 left 86-87 s of their
 budgets unused, their evaluation and export taking about 30 s (finish_reserve_s)."""
 RUN = "reference"
@@ -95,31 +105,38 @@ BLEU_ROW = "newstest2019 BLEU, greedy mu-decoding, all {n} lines"
 BLEU_ROW_RE = re.compile(re.escape(BLEU_ROW).replace(r"\{n\}", r"(\d+)"))
 
 
-def new_reference() -> dict[str, Any]:
-    return {
-        "config": "configs/reference_gpu.yaml",
-        "key": TARGET_KL_KEY,
-        "target_kl": TARGET_KL,
-        "steps": None,
-        "tokens": None,
-        "basis": None,
-        "floor_tokens": None,
-        "why": None,
-        "launches": [],
-        "trained": False,
-        "eval": None,
-        "bleu_min": BLEU_MIN,
-        "bleu_reached": None,
-        "export": None,
-        "round": 1,
-        "rounds": [],
-        "from_step": 0,
-        "tokens_total": None,
-        "device": None,
-        "checkpoint_parts": None,
-        "compile_cache": None,
-        "finish_s": {},
-    }
+def new_reference() -> Reference:
+    return Reference(
+        config="configs/reference_gpu.yaml",
+        key=TARGET_KL_KEY,
+        target_kl=TARGET_KL,
+        steps=None,
+        tokens=None,
+        basis=None,
+        floor_tokens=None,
+        why=None,
+        launches=[],
+        trained=False,
+        eval=None,
+        bleu_min=BLEU_MIN,
+        bleu_reached=None,
+        export=None,
+    )
+
+
+@dataclass(frozen=True)
+class ReferenceBudget:
+    """The reference's steps and why (reference_budget), as the report keeps them."""
+
+    steps: int
+    tokens: float | None
+    basis: Basis
+    floor_tokens: float
+    why: str
+
+    def apply(self, ref: Reference) -> None:
+        ref.steps, ref.tokens, ref.basis = self.steps, self.tokens, self.basis
+        ref.floor_tokens, ref.why = self.floor_tokens, self.why
 
 
 @dataclass(frozen=True)
@@ -140,56 +157,55 @@ class Start:
 
 def run(call: Call, allot: float) -> str:
     end = time.monotonic() + allot  # everything below counts, the data preparation included
-    ref, plan = call.state["reference"], call.plan
+    ref, plan = call.state.reference, call.plan
     run_dir = call.work / RUN
     status = ensure_trained(call, end)
     if status is not None:
         return status
-    if ref["eval"] is None:
+    if ref.eval is None:
         if end - time.monotonic() < finish_estimate_s(ref, plan, "eval"):
             call.note("reference", "trained; its evaluation is left for the next call")
             return "partial"
         t0 = time.monotonic()
         rec = evaluate_run(run_dir, TARGET_KL, call.reference_config, call.data_dir, plan)
         _measured_finish(ref, "eval", time.monotonic() - t0)
-        rec["run"] = RUN
-        ref["eval"] = rec
-        ref["bleu_reached"] = rec["bleu"] >= BLEU_MIN
-        cmp = ">=" if ref["bleu_reached"] else "<"
-        call.note("reference", f"newstest2019 BLEU {rec['bleu']:.2f} ({cmp} {BLEU_MIN:g})")
+        rec.run = RUN
+        ref.eval = rec
+        ref.bleu_reached = rec.bleu >= BLEU_MIN
+        cmp = ">=" if ref.bleu_reached else "<"
+        call.note("reference", f"newstest2019 BLEU {rec.bleu:.2f} ({cmp} {BLEU_MIN:g})")
         call.save()
-    if ref["export"] is None:
+    if ref.export is None:
         if end - time.monotonic() < finish_estimate_s(ref, plan, "export"):
             call.note("reference", "evaluated; its export is left for the next call")
             return "partial"
         t0 = time.monotonic()
-        ref["export"] = export(call, run_dir / "checkpoints" / "last.ckpt")
+        a = ref.export = export(call, run_dir / "checkpoints" / "last.ckpt")
         _measured_finish(ref, "export", time.monotonic() - t0)
-        a = ref["export"]
-        call.note("reference", f"{a['file']}: {a['bytes'] / 2**20:.1f} MiB; {a['compare']}")
+        call.note("reference", f"{a.file}: {a.bytes / 2**20:.1f} MiB; {a.compare}")
     return "done"
 
 
 def ensure_trained(call: Call, end: float) -> str | None:
     """The reference trained (by `end`, a time.monotonic() value) and its checkpoint in its
     run folder: None, or the stage's status when it is not. A reference trained on a machine
-    since given back gets its checkpoint from the parts its call returned, or is trained
+    since released gets its checkpoint from the parts its call returned, or is trained
     again from the newest reference there is."""
-    ref = call.state["reference"]
+    ref = call.state.reference
     run_dir = call.work / RUN
-    ref["device"] = device_record(call.plan)  # the card's "on DEVICE, torch X": this machine's
-    if ref["trained"] and (ref["export"] is not None or checkpoint_step(run_dir) is not None):
+    ref.device = device_record(call.plan)  # the card's "on DEVICE, torch X": this machine's
+    if ref.trained and (ref.export is not None or checkpoint_step(run_dir) is not None):
         return None
     start = choose_start(call, run_dir)
-    if ref["trained"] and start.how == "resumed":
+    if ref.trained and start.how == "resumed":
         _last_is_the_stop(run_dir)
-        call.note("reference", f"trained on a machine since given back: {start.text}, for "
+        call.note("reference", f"trained on a node since released: {start.text}, for "
                                "its evaluation and export")  # fmt: skip
         return None
-    if ref["trained"]:
-        call.note("reference", "trained on a machine since given back, its checkpoint lost: "
+    if ref.trained:
+        call.note("reference", "trained on a node since released, its checkpoint lost: "
                                "trained again")  # fmt: skip
-        ref.update(trained=False, eval=None, bleu_reached=None)
+        ref.trained, ref.eval, ref.bleu_reached = False, None, None
     return _train(call, run_dir, end, start)
 
 
@@ -198,31 +214,32 @@ def _train(call: Call, run_dir: Path, end: float, start: Start, parts: bool = Tr
     when the reference is trained (or stopped for time, one launch: evaluated as it stands),
     else the stage's status. A resume of a returned checkpoint that fails before training a
     step (a vat that refuses it here) falls back once to the newest weights."""
-    ref, plan = call.state["reference"], call.plan
-    one = plan.reference_launches == 1 or ref.get("round", 1) > 1
+    ref, plan = call.state.reference, call.plan
+    one = plan.reference_launches == 1 or ref.round > 1
     if start.how == "scratch":  # a continued run tokenizes with its model's own tokenizer
         prepare_data(call, call.reference_config, call.work)
-    if ref["steps"] is None or (start.how != "resumed" and ref.get("from_step")):
-        ref.update(reference_budget(call.state, plan, one=one, base=start.step))
-        ref["from_step"] = start.step
-        call.note("reference", f"{ref['steps']:,} steps: {ref['why']}")
+    if ref.steps is None or (start.how != "resumed" and ref.from_step):
+        reference_budget(call.state, plan, one=one, base=start.step).apply(ref)
+        ref.from_step = start.step
+        call.note("reference", f"{ref.steps:,} steps: {ref.why}")
+    assert ref.steps is not None  # set just above, or by an earlier launch
     # one launch: it trains until the evaluation and the export are what is left
     reserve, basis = finish_reserve_s(ref, plan) if one else (0.0, "")
     train_end = end - reserve
-    every = val_every(ref, train_end - time.monotonic()) if one else ref["steps"]
-    cmd = train_cmd(call.reference_config, run_dir, ref["steps"], one, start.init_from, every)
-    r = TrainRun(RUN, run_dir, cmd, ref["steps"], call.logs / "train_reference.log", call.work)
+    every = val_every(ref, train_end - time.monotonic()) if one else ref.steps
+    cmd = train_cmd(call.reference_config, run_dir, ref.steps, one, start.init_from, every)
+    r = TrainRun(RUN, run_dir, cmd, ref.steps, call.logs / "train_reference.log", call.work)
     if one:
         call.note("reference", f"trains until {reserve:.0f} s before the stage's end ({basis}), "
                                f"validating every {every:,} steps")  # fmt: skip
-    call.note("reference", f"launch {len(ref['launches']) + 1}: {start.text}")
+    call.note("reference", f"launch {len(ref.launches) + 1}: {start.text}")
     try:
         o = train(call, "reference", [r], train_end)[RUN]
     except KeyboardInterrupt:  # the call's limit: the run saved its state; it travels back
         _carry_checkpoint(call, run_dir, start)
         raise
     if o.launched:
-        ref["launches"].append(_launch_record(call.state, plan, o, start, run_dir))
+        ref.launches.append(_launch_record(call.state, plan, o, start, run_dir))
     _carry_checkpoint(call, run_dir, start)
     if o.status == "failed" and start.carried and (o.step or 0) <= start.step and parts:
         call.note("reference", f"the returned checkpoint did not resume here ({o.note}); "
@@ -239,11 +256,11 @@ def _train(call: Call, run_dir: Path, end: float, start: Start, parts: bool = Tr
         call.note(
             "reference",
             f"stopped for time at step {o.step:,} of at most "
-            f"{ref['steps']:,} (one launch): evaluated as it stands",
+            f"{ref.steps:,} (one launch): evaluated as it stands",
         )
-    ref["trained"] = True
+    ref.trained = True
     if one:
-        ref["tokens"] = _training(run_dir).get("tokens_seen")
+        ref.tokens = _training(run_dir).get("tokens_seen")
     call.save()
     return None
 
@@ -252,28 +269,28 @@ def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
     """The newest reference this call has (module docstring): this machine's checkpoint or
     the returned one (`parts`: joined from OUT_DIR's parts), both resumed exactly; else the
     newest weights (newest_weights); else from nothing."""
-    from vat.train.run_dir import find_last
+    from vat.runs.run_dir import find_last
 
-    ref = call.state["reference"]
+    ref = call.state.reference
     step = checkpoint_step(run_dir)
     if step is not None:
         # --init-from the run's own checkpoint resumes it (vat.train.init_from), with the
         # tokenizer the checkpoint holds rather than a BPE trained again on this machine
         own = find_last(run_dir / "checkpoints")
         return Start("resumed", f"{_resumed(step, own)} (its checkpoint here)", step, str(own))
-    manifest = ref.get("checkpoint_parts")
+    manifest = ref.checkpoint_parts
     if parts and manifest:
         if run_dir.exists():  # a start that saved no checkpoint: nothing of it to keep
             shutil.rmtree(run_dir)
-        dest = run_dir / "checkpoints" / manifest["file"]
+        dest = run_dir / "checkpoints" / manifest.file
         why = carry.join(call.out, manifest, dest)
         step = checkpoint_step(run_dir) if why is None else None
         if why is None and step is None:
             why = "the joined file does not read as a vat checkpoint"
         if why is None:
-            n = len(manifest["parts"])
+            n = len(manifest.parts)
             # the compiled step travels with the parts (carry.py): read, not compiled again
-            said = carry.restore_compile_cache(call.out, ref.get("compile_cache"), run_dir,
+            said = carry.restore_compile_cache(call.out, ref.compile_cache, run_dir,
                                                carry.this_machine(call.plan.smoke))  # fmt: skip
             if said is not None:
                 call.note("reference", said)
@@ -281,7 +298,7 @@ def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
                          f"returned, joined from {n} part{'s' * (n > 1)})", step, str(dest),
                          carried=True)  # fmt: skip
         shutil.rmtree(run_dir, ignore_errors=True)
-        call.note("reference", f"the returned checkpoint (step {manifest['step']:,}) cannot be "
+        call.note("reference", f"the returned checkpoint (step {manifest.step:,}) cannot be "
                                f"resumed: {why}")  # fmt: skip
     weights = newest_weights(call)
     if weights is not None:
@@ -403,33 +420,34 @@ def begin_round(call: Call) -> bool:
     """A call whose --stages names the reference finds it finished: it trains it further
     (another round: one launch for the call's time, from the newest reference), evaluates
     and exports it again. The finished round is kept in `rounds`; True when one began."""
-    ref, st = call.state["reference"], call.state["stages"]["reference"]
-    if st["status"] != "done" or ref["export"] is None or ref["eval"] is None:
+    ref, st = call.state.reference, call.state.stages["reference"]
+    if st.status != "done" or ref.export is None or ref.eval is None:
         return False
-    n, e = ref.get("round", 1), ref["eval"]
-    total = ref.get("tokens_total") or ref.get("tokens")
-    ref.setdefault("rounds", []).append({"round": n, "step": e["step"], "tokens_total": total,
-                                         "bleu": e["bleu"], "ended": now_iso()})  # fmt: skip
-    ref.update(round=n + 1, steps=None, tokens=None, basis=None, floor_tokens=None, why=None,
-               trained=False, eval=None, bleu_reached=None, export=None, from_step=0)  # fmt: skip
-    st.update(status="pending", seconds=0.0)  # the stage's share is per round
-    call.note("reference", f"finished at step {e['step']:,} (BLEU {e['bleu']:.2f}, "
+    n, e = ref.round, ref.eval
+    total = ref.tokens_total or ref.tokens
+    ref.rounds.append(RoundRecord(round=n, step=e.step, tokens_total=total, bleu=e.bleu,
+                                  ended=now_iso()))  # fmt: skip
+    ref.round, ref.from_step = n + 1, 0
+    ref.steps, ref.tokens, ref.basis, ref.floor_tokens, ref.why = None, None, None, None, None
+    ref.trained, ref.eval, ref.bleu_reached, ref.export = False, None, None, None
+    st.status, st.seconds = "pending", 0.0  # the stage's share is per round
+    call.note("reference", f"finished at step {e.step:,} (BLEU {e.bleu:.2f}, "
                            f"{tokens_text(total)} tokens): round {n + 1} trains it further "
                            "(--stages names the reference)")  # fmt: skip
     return True
 
 
-def device_record(plan: Plan) -> dict[str, Any]:
+def device_record(plan: Plan) -> DeviceRecord:
     """The device, torch and CUDA this stage runs on (the card names them; the facts stage
     may not have run in this call: the 2026-11-27 card said "on n/a, torch n/a")."""
     import torch
 
     gpu = not plan.smoke and torch.cuda.is_available()
-    return {
-        "device": torch.cuda.get_device_name() if gpu else "CPU",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-    }
+    return DeviceRecord(
+        device=torch.cuda.get_device_name() if gpu else "CPU",
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+    )
 
 
 def _carry_checkpoint(call: Call, run_dir: Path, start: Start) -> None:
@@ -437,26 +455,26 @@ def _carry_checkpoint(call: Call, run_dir: Path, start: Start) -> None:
     as one more file, their manifests and the tokens behind the model into the report: after
     every launch that trained, so that the call's returned files continue the reference on
     any machine."""
-    from vat.train.run_dir import find_last
+    from vat.runs.run_dir import find_last
 
-    ref = call.state["reference"]
+    ref = call.state.reference
     last = find_last(run_dir / "checkpoints")
     step = checkpoint_step(run_dir)
     if last is None or step is None or (start.how == "resumed" and step <= start.step):
         return  # nothing trained here: the returned parts, if any, still hold it
-    ref["checkpoint_parts"] = carry.split(last, call.out, step)
-    ref["compile_cache"], why = carry.pack_compile_cache(run_dir, call.out)
+    ref.checkpoint_parts = carry.split(last, call.out, step)
+    ref.compile_cache, why = carry.pack_compile_cache(run_dir, call.out)
     if why is not None:
         call.note("reference", why)
     call.parts_written = True
     t = _training(run_dir, last.name)
-    ref["tokens_total"] = t.get("tokens_total", t.get("tokens_seen"))
+    ref.tokens_total = t.get("tokens_total", t.get("tokens_seen"))
     call.save()
 
 
 def reference_budget(
-    state: dict[str, Any], plan: Plan, one: bool | None = None, base: int = 0
-) -> dict[str, Any]:
+    state: Report, plan: Plan, one: bool | None = None, base: int = 0
+) -> ReferenceBudget:
     """The reference's steps (the run's trainer.max_steps): plan.reference_min_tokens non-pad
     tokens (the floor), or what the measured tokens/s trains in the stage's share (the time
     share) when that is less. The share pays plan.reference_launches start-ups, one
@@ -469,15 +487,21 @@ def reference_budget(
         # one launch trained for its time (the short plan): the steps are only a ceiling
         ceiling = math.ceil(floor / m[2]) if m else plan.reference_steps_default
         more = f" more than the {base:,} it resumes" if base else ""
-        return {"steps": base + ceiling, "tokens": None, "basis": "time", "floor_tokens": floor,
-                "why": f"one launch trained until the stage's time is spent, at most {ceiling:,} "
-                f"steps{more} (the recipe's; the 8k throughput when measured sizes the "
-                f"{tokens_text(floor)}-token floor); its tokens are read from its "
-                "checkpoint"}  # fmt: skip
+        return ReferenceBudget(
+            steps=base + ceiling, tokens=None, basis="time", floor_tokens=floor,
+            why=f"one launch trained until the stage's time is spent, at most {ceiling:,} "
+            f"steps{more} (the recipe's; the 8k throughput when measured sizes the "
+            f"{tokens_text(floor)}-token floor); its tokens are read from its checkpoint",
+        )  # fmt: skip
     if m is None:
         steps = plan.reference_steps_default
-        return {"steps": steps, "tokens": None, "basis": "default", "floor_tokens": floor,
-                "why": f"default {steps:,} steps (no 8k throughput measured)"}  # fmt: skip
+        return ReferenceBudget(
+            steps=steps,
+            tokens=None,
+            basis="default",
+            floor_tokens=floor,
+            why=f"default {steps:,} steps (no 8k throughput measured)",
+        )
     variant, tok_s, per_step = m
     share = plan.shares_s["reference"]
     train_s = max(
@@ -502,13 +526,11 @@ def reference_budget(
         f"{plan.startup_s:.0f} s - {plan.eval_run_s:.0f} s evaluation - {plan.export_s:.0f} s "
         f"export - {plan.stop_grace_s:.0f} s stop); {steps:,} steps of {per_step:,.0f} tokens"
     )
-    return {"steps": steps, "tokens": round(tokens), "basis": basis, "floor_tokens": floor,
-            "why": why}  # fmt: skip
+    return ReferenceBudget(steps=steps, tokens=round(tokens), basis=basis, floor_tokens=floor,
+                           why=why)  # fmt: skip
 
 
-def _launch_record(
-    state: dict[str, Any], plan: Plan, o: Outcome, start: Start, run_dir: Path
-) -> dict[str, Any]:
+def _launch_record(state: Report, plan: Plan, o: Outcome, start: Start, run_dir: Path) -> Launch:
     """One launch: where it started, its seconds, the steps it trained, the tokens behind
     the model after it, and its overhead (seconds not spent on steps at the measured
     tokens/s: start-up, compile, validation, stop), which sizes later launches
@@ -519,13 +541,12 @@ def _launch_record(
     if m is not None and trained:
         overhead = round(max(o.seconds - trained * m[2] / m[1], 0.0), 1)
     t = _training(run_dir) if o.step is not None else {}
-    return {"started": now_iso(), "seconds": round(o.seconds, 1), "steps": trained,
-            "step": o.step, "overhead_s": overhead, "status": o.status,
-            "logged_tokens_per_s": logged_tokens_per_s(run_dir, start.step),
-            "round": state["reference"].get("round", 1), "how": start.how,
-            "start": start.text, "from_step": start.step,
-            "tokens_total": t.get("tokens_total", t.get("tokens_seen")),
-            "time_split": o.time_split}  # fmt: skip
+    return Launch(started=now_iso(), seconds=round(o.seconds, 1), steps=trained, step=o.step,
+                  overhead_s=overhead, status=o.status,
+                  logged_tokens_per_s=logged_tokens_per_s(run_dir, start.step),
+                  round=state.reference.round, how=start.how, start=start.text,
+                  from_step=start.step, tokens_total=t.get("tokens_total", t.get("tokens_seen")),
+                  time_split=o.time_split)  # fmt: skip
 
 
 def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:
@@ -542,25 +563,25 @@ def logged_tokens_per_s(run_dir: Path, step_before: int) -> float | None:
     return round(values[len(values) // 2], 1) if values else None
 
 
-def finish_estimate_s(ref: dict[str, Any], plan: Plan, part: str) -> float:
+def finish_estimate_s(ref: Reference, plan: Plan, part: str) -> float:
     """Seconds the evaluation (`part` "eval") or the export will take: 1.25 x what an
     earlier round measured for this model, else the plan's estimate."""
-    measured_s = (ref.get("finish_s") or {}).get(part)
+    measured_s = getattr(ref.finish_s, part)
     if measured_s is None:
         return plan.eval_run_s if part == "eval" else plan.export_s
     return FINISH_FACTOR * measured_s
 
 
-def finish_reserve_s(ref: dict[str, Any], plan: Plan) -> tuple[float, str]:
+def finish_reserve_s(ref: Reference, plan: Plan) -> tuple[float, str]:
     """(seconds, why): what one launch leaves at the stage's end for the evaluation and the
     export, measured (FINISH_FACTOR, FINISH_MARGIN_S) once both have been, else the plan's
     estimates and ONE_LAUNCH_MARGIN_S."""
-    done = ref.get("finish_s") or {}
-    if done.get("eval") is not None and done.get("export") is not None:
-        s = FINISH_FACTOR * (done["eval"] + done["export"]) + FINISH_MARGIN_S
+    done = ref.finish_s
+    if done.eval is not None and done.export is not None:
+        s = FINISH_FACTOR * (done.eval + done.export) + FINISH_MARGIN_S
         why = (
-            f"this model's evaluation and export measured {done['eval']:.0f} + "
-            f"{done['export']:.0f} s, x {FINISH_FACTOR:g} + {FINISH_MARGIN_S:.0f} s"
+            f"this model's evaluation and export measured {done.eval:.0f} + "
+            f"{done.export:.0f} s, x {FINISH_FACTOR:g} + {FINISH_MARGIN_S:.0f} s"
         )
         return s, why
     s = plan.eval_run_s + plan.export_s + ONE_LAUNCH_MARGIN_S
@@ -571,16 +592,16 @@ def finish_reserve_s(ref: dict[str, Any], plan: Plan) -> tuple[float, str]:
     return s, why
 
 
-def _measured_finish(ref: dict[str, Any], part: str, seconds: float) -> None:
-    ref.setdefault("finish_s", {})[part] = round(seconds, 1)
+def _measured_finish(ref: Reference, part: str, seconds: float) -> None:
+    setattr(ref.finish_s, part, round(seconds, 1))
 
 
-def val_every(ref: dict[str, Any], train_s: float) -> int:
+def val_every(ref: Reference, train_s: float) -> int:
     """Steps between validations of one launch stopped for time: VALIDATIONS_PER_LAUNCH over
     the steps it is expected to train (the last launch's steps per second, its start-up
     included, times `train_s`), at least MIN_VAL_EVERY; VAL_EVERY_ONE_LAUNCH when no launch
     has been measured."""
-    rates = [la["steps"] / la["seconds"] for la in ref["launches"] if la["steps"] and la["seconds"]]
+    rates = [la.steps / la.seconds for la in ref.launches if la.steps and la.seconds]
     if not rates:
         return VAL_EVERY_ONE_LAUNCH
     expected = rates[-1] * max(train_s, 0.0)
@@ -620,7 +641,7 @@ def _last_is_the_stop(run_dir: Path) -> None:
     `--ckpt_path last` resumes (find_last) but which the evaluation and the export, reading
     checkpoints/last.ckpt, would miss: when it is the newer, it becomes last.ckpt (copied,
     then renamed into place)."""
-    from vat.train.run_dir import find_last
+    from vat.runs.run_dir import find_last
 
     newest = find_last(run_dir / "checkpoints")
     if newest is not None and newest.name != "last.ckpt":
@@ -647,7 +668,7 @@ def suggested_name(plan: Plan) -> str:
     return f"wmt-tatoeba-en-d{d}"
 
 
-def export(call: Call, ckpt: Path) -> dict[str, Any]:
+def export(call: Call, ckpt: Path) -> Export:
     """`vat export CKPT FOLDER --evaluate STS12,STSBenchmark` (the folder's own features
     scored, on its card), the suite's measurements added to the card, the folder packed as
     OUT_DIR/reference.tar; and the line that adds it to the registry, or replaces the
@@ -662,30 +683,30 @@ def export(call: Call, ckpt: Path) -> dict[str, Any]:
         rc = export_main(argv)
     if rc != 0:
         raise VatError(f"vat export {' '.join(argv)} failed (exit {rc})")
-    ref = call.state["reference"]
+    e = call.state.reference.eval
+    assert e is not None  # the stage exports what it evaluated
     evaluation = _folder_config(folder).get("evaluation", [])
     scores = {s["task"]: measured(s["value"] / 100) for s in evaluation}
-    ref["eval"]["extra_sts"]["default_spec"] = {
+    e.extra_sts["default_spec"] = ExtraSts(
         # the folder's own features: vat export's default spec, as --features gives it
-        "options": ["--features", DEFAULT_EXPORT_SPEC],
-        "sts12": scores.get("STS12"),
-        "stsb": scores.get("STSBenchmark"),
-    }
-    write_json_atomic(call.work / RUN / "suite_eval.json", ref["eval"])
+        options=["--features", DEFAULT_EXPORT_SPEC],
+        sts12=scores.get("STS12"),
+        stsb=scores.get("STSBenchmark"),
+    )
+    write_json_atomic(call.work / RUN / "suite_eval.json", schema.write(e))
     _add_to_card(folder, call.state)
     tar = call.out / "reference.tar"
     pack(tar, folder, arcname=name)
     size = tar.stat().st_size
-    e = ref["eval"]
-    return {
-        "name": name,
-        "folder": str(folder),
-        "file": tar.name,
-        "folder_in_tar": name,
-        "bytes": size,
-        "within_16_mib": size <= MAX_OUT_FILE,
-        **registry_lines(name, folder, tar.name, e["bleu"], e["bleu_lines"]),
-    }
+    return Export(
+        name=name,
+        folder=str(folder),
+        file=tar.name,
+        folder_in_tar=name,
+        bytes=size,
+        within_16_mib=size <= MAX_OUT_FILE,
+        **registry_lines(name, folder, tar.name, e.bleu, e.bleu_lines),
+    )
 
 
 def registry_lines(
@@ -749,43 +770,41 @@ def _folder_config(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "config.json").read_text(encoding="utf-8"))
 
 
-def _add_to_card(folder: Path, state: dict[str, Any]) -> None:
+def _add_to_card(folder: Path, state: Report) -> None:
     """The suite's measurements (BLEU, the rate, STS with each pooling, the budget and the
     device) go into the folder's config.json and its card (vat.share.folder
     .record_measurements), so that `vat pretrained add` and a Hub upload keep them."""
-    ref = state["reference"]
-    f = ref.get("device") or state.get("facts") or {}
-    e = ref["eval"]
+    ref = state.reference
+    f = ref.device or state.facts
+    e = ref.eval
+    assert e is not None  # the card records what the stage evaluated
     budget = ""
-    if ref["tokens"]:
-        budget = f" ({tokens_text(ref['tokens'])} non-pad tokens, {ref['basis'].replace('_', ' ')})"
-    n = ref.get("round", 1)
-    starts = [la["start"] for la in ref["launches"] if la.get("round", 1) == n and "start" in la]
+    if ref.tokens and ref.basis:
+        budget = f" ({tokens_text(ref.tokens)} non-pad tokens, {ref.basis.replace('_', ' ')})"
+    starts = [la.start for la in ref.launches if (la.round or 1) == ref.round and la.start]
     began = f"; {starts[0]}" if starts else ""
-    total = ref.get("tokens_total")
+    total = ref.tokens_total
     behind = f"; {tokens_text(total)} non-pad tokens behind the model" if total else ""
+    device, torch_, cuda = (f.device, f.torch, f.cuda) if f else ("n/a", "n/a", None)
     text = (
-        f"`bench/gpu_suite.sh` (stage `reference`, {now_iso()}) on {f.get('device', 'n/a')}, "
-        f"torch {f.get('torch', 'n/a')}, CUDA {f.get('cuda') or 'none'}: {ref['config']} with "
-        f"{ref['key']} {ref['target_kl']:g}, {e['step']:,} steps{budget}{began}{behind}."
+        f"`bench/gpu_suite.sh` (stage `reference`, {now_iso()}) on {device}, "
+        f"torch {torch_}, CUDA {cuda or 'none'}: {ref.config} with "
+        f"{ref.key} {ref.target_kl:g}, {e.step:,} steps{budget}{began}{behind}."
     )
     rows = [
-        (BLEU_ROW.format(n=e["bleu_lines"]), fmt(e["bleu"])),
-        (f"BLEU, lines of at most {LONG_OVER} subwords", fmt(e["bleu_short"])),
-        (f"BLEU, the {e['lines_long']} longer lines", fmt(e["bleu_long"])),
-        (
-            "validation KL (nats per token) / NLL",
-            f"{fmt(e['val_kl'])} / {fmt(e['val_nll'], '.3f')}",
-        ),
-        ("active units", str(e["active_units"])),
+        (BLEU_ROW.format(n=e.bleu_lines), fmt(e.bleu)),
+        (f"BLEU, lines of at most {LONG_OVER} subwords", fmt(e.bleu_short)),
+        (f"BLEU, the {e.lines_long} longer lines", fmt(e.bleu_long)),
+        ("validation KL (nats per token) / NLL", f"{fmt(e.val_kl)} / {fmt(e.val_nll, '.3f')}"),
+        ("active units", str(e.active_units)),
     ]
-    for pooling, s in e["sts"].items():
+    for pooling, s in e.sts.items():
         rows.append((f"STS12 / STS-B Spearman x 100, {pooling} pooling of mu",
-                     f"{fmt(s['sts12'], '.2f', 100)} / {fmt(s['stsb'], '.2f', 100)}"))  # fmt: skip
-    d = e["extra_sts"].get("default_spec")
+                     f"{fmt(s.sts12, '.2f', 100)} / {fmt(s.stsb, '.2f', 100)}"))  # fmt: skip
+    d = e.extra_sts.get("default_spec")
     if d:
         rows.append(("STS12 / STS-B Spearman x 100, this folder's features",
-                     f"{fmt(d['sts12'], '.2f', 100)} / {fmt(d['stsb'], '.2f', 100)}"))  # fmt: skip
+                     f"{fmt(d.sts12, '.2f', 100)} / {fmt(d.stsb, '.2f', 100)}"))  # fmt: skip
     record_measurements(folder, "Measured by vat's GPU suite", text, rows)
 
 
@@ -794,10 +813,10 @@ def check_reference_files(call: Call) -> None:
     not exported has lost its checkpoints, so it is trained again (same steps), unless the
     call that trained it returned its checkpoint (the stage joins the parts, or falls back
     to the newest weights when they are unusable)."""
-    ref, st = call.state["reference"], call.state["stages"]["reference"]
-    if st["status"] not in ("done", "partial") or ref["export"] is not None:
+    ref, st = call.state.reference, call.state.stages["reference"]
+    if st.status not in ("done", "partial") or ref.export is not None:
         return
-    if not (call.work / RUN).is_dir() and not ref.get("checkpoint_parts"):
-        st.update(status="pending", seconds=0.0)
-        ref.update(trained=False, eval=None, bleu_reached=None)
+    if not (call.work / RUN).is_dir() and not ref.checkpoint_parts:
+        st.status, st.seconds = "pending", 0.0
+        ref.trained, ref.eval, ref.bleu_reached = False, None, None
         call.note("reference", "its checkpoints are gone (a fresh machine): retraining")

@@ -17,13 +17,14 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
+from bench.gpu_suite import schema
 from bench.gpu_suite.call import Call
 from bench.gpu_suite.children import last_line, shield, spawn, stop
 from bench.gpu_suite.plan import Plan
+from bench.gpu_suite.records import CallLaunch, Report, TimeSplit
 from vat.errors import VatError
 
 TRAINED = ".trained"
@@ -53,47 +54,45 @@ class Outcome:
     """Wall seconds of this call's process (0 when not launched)."""
     launched: bool
     note: str = ""
-    time_split: dict[str, Any] | None = None
+    time_split: TimeSplit | None = None
     """Where the launch's seconds went (vat.callbacks.time_split's RUN_DIR/time_split.json,
     written by this launch: set-up, compile, training steps, validation, checkpoint saving,
     other); None when it wrote none (not launched, killed, or a vat without it)."""
 
 
-SPLIT_FIELDS = (
-    "total_s", "setup_s", "compile_s", "training_s", "validation_s", "checkpoint_s", "other_s",
-    "first_step_s", "steps", "validations", "checkpoint_saves", "ended",
-)  # fmt: skip
-"""What a launch's record keeps of its time split (schema.TIME_SPLIT)."""
-
-
-def launch_split(run_dir: Path, since: float) -> dict[str, Any] | None:
+def launch_split(run_dir: Path, since: float) -> TimeSplit | None:
     """The time split the launch started at `since` (a time.time() value) wrote into its run
-    folder, its SPLIT_FIELDS only, or None (an earlier launch's file is not this one's)."""
+    folder, the fields of records.TimeSplit only, or None (an earlier launch's file is not
+    this one's, or it is not a time split)."""
     from vat.callbacks.time_split import read_split
 
     split = read_split(run_dir, since)
     if split is None:
         return None
-    return {k: split[k] for k in SPLIT_FIELDS if k in split}
+    kept = {f.name for f in fields(TimeSplit)} - {"other_keys"}
+    try:
+        return schema.read(TimeSplit, {k: v for k, v in split.items() if k in kept}, "time_split")
+    except schema.Broken:  # kept, it would make the report unreadable for the next call
+        return None
 
 
 def record_launch(call: Call, stage: str, name: str, o: Outcome) -> None:
     """The launch in the record of the call under way (state.Suite.run appends it before
     any stage runs): its stage, run, seconds, status and time split, so that the report says
     where each call's seconds went."""
-    calls = call.state.get("calls") or []
-    if not calls:
+    if not call.state.calls:
         return
-    record = {"stage": stage, "run": name, "seconds": round(o.seconds, 1), "step": o.step,
-              "status": o.status, "time_split": o.time_split}  # fmt: skip
-    calls[-1].setdefault("launches", []).append(record)
+    record = CallLaunch(stage=stage, run=name, seconds=round(o.seconds, 1), step=o.step,
+                        status=o.status, time_split=o.time_split)  # fmt: skip
+    this_call = call.state.calls[-1]
+    this_call.launches = [*(this_call.launches or []), record]
 
 
 def checkpoint_step(run_dir: Path) -> int | None:
     """The global step of the checkpoint `--ckpt_path last` would resume (None: none, or
     unreadable)."""
     from vat.share.checkpoint import read_checkpoint
-    from vat.train.run_dir import find_last
+    from vat.runs.run_dir import find_last
 
     last = find_last(run_dir / "checkpoints")
     if last is None:
@@ -104,12 +103,12 @@ def checkpoint_step(run_dir: Path) -> int | None:
         return None
 
 
-def launch_overhead_s(state: dict[str, Any], plan: Plan) -> float:
+def launch_overhead_s(state: Report, plan: Plan) -> float:
     """Seconds a launch costs besides its training steps (imports, data, compile, the last
     validation, the stop): the plan's estimate, or the reference's measured overhead
     (reference.py records each launch) when larger."""
-    launches = (state.get("reference") or {}).get("launches") or []
-    measured = [la["overhead_s"] for la in launches if la.get("overhead_s") is not None]
+    launches = state.reference.launches
+    measured = [la.overhead_s for la in launches if la.overhead_s is not None]
     return max([plan.startup_s, *measured])
 
 

@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from bench.gpu_suite import (
     artefacts,
@@ -33,6 +32,7 @@ from bench.gpu_suite import (
 from bench.gpu_suite.call import REPORT, Call, now_iso
 from bench.gpu_suite.children import shield
 from bench.gpu_suite.plan import Plan
+from bench.gpu_suite.records import CallRecord, Frontier, Report, StageRecord, Throughput
 from bench.gpu_suite.report import write_outputs
 from vat.errors import VatError
 
@@ -51,37 +51,38 @@ SCHEMA = 2
 """2: the reference stage (issue 31); a schema-1 OUT_DIR is refused (use another)."""
 
 
-def new_state(smoke: bool) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA,
-        "mode": "smoke" if smoke else "gpu",
-        "calls": [],
-        "stages": {s: {"status": "pending", "seconds": 0.0, "notes": []} for s in STAGES},
-        "facts": None,
-        "throughput": {"variants": {}, "not_run": {}, "targets": {}},
-        "reference": reference.new_reference(),
-        "frontier": {
-            "key": frontier_train.TARGET_KL_KEY,
-            "values": [],
-            "steps": None,
-            "steps_from": None,
-            "runs": {},
-            "best": None,
-        },
-        "artefacts": {},
-    }
+def new_state(smoke: bool) -> Report:
+    return Report(
+        schema=SCHEMA,
+        mode="smoke" if smoke else "gpu",
+        calls=[],
+        stages={s: StageRecord(status="pending", seconds=0.0, notes=[]) for s in STAGES},
+        facts=None,
+        throughput=Throughput(variants={}, not_run={}, targets={}),
+        reference=reference.new_reference(),
+        frontier=Frontier(
+            key=frontier_train.TARGET_KL_KEY,
+            values=[],
+            steps=None,
+            steps_from=None,
+            runs={},
+            best=None,
+        ),
+        artefacts={},
+    )
 
 
-def load_state(out: Path, smoke: bool) -> dict[str, Any]:
+def load_state(out: Path, smoke: bool) -> Report:
     path = out / REPORT
     if not (path.exists() or path.is_symlink()):
         return new_state(smoke)
     return read_report(path, smoke, "use another OUT_DIR")
 
 
-def read_report(path: Path, smoke: bool, fix: str) -> dict[str, Any]:
-    """A report an earlier call wrote, every field checked (schema.py) before any stage reads
-    it: anything else is one line naming `path` and the field, ending with `fix`."""
+def read_report(path: Path, smoke: bool, fix: str) -> Report:
+    """A report an earlier call wrote, every field checked against its type (records.py,
+    schema.py) before any stage reads it: anything else is one line naming `path` and the
+    field, ending with `fix`."""
     if not path.is_file():  # a folder, a FIFO (would block), a dangling link or a loop
         raise VatError(f"{path} is not a file; {fix}")
     try:
@@ -96,10 +97,13 @@ def read_report(path: Path, smoke: bool, fix: str) -> dict[str, Any]:
             f"{path} holds a {state.get('mode')} report and this is a {mode} call; {fix}"
         )
     try:
-        schema.report_spec(list(STAGES)).check(state, "report")
+        report = schema.read(Report, state, "report")
+        for stage in STAGES:  # the stages are a dict by name: their names are not a type's
+            if stage not in report.stages:
+                raise schema.Broken(f"report.stages.{stage}", "present")
     except schema.Broken as e:
         raise VatError(f"{path}: {e}; {fix}") from None
-    return state
+    return report
 
 
 class Budget:
@@ -118,14 +122,14 @@ class Budget:
 
 
 def stage_allot(
-    plan: Plan, stage: str, later: Sequence[str], stages: dict[str, Any], budget: Budget
+    plan: Plan, stage: str, later: Sequence[str], stages: dict[str, StageRecord], budget: Budget
 ) -> float:
     """What `stage` gets in this call: its share less what earlier calls spent on it (at
     least its minimum: a stage that must finish, like the frontier's training, continues in
     later calls), within the budget left less the minimums of the `later` stages of this call
     that are not done. Less than its minimum: it is skipped."""
-    reserve = sum(plan.min_s[s] for s in later if stages[s]["status"] != "done")
-    share_left = plan.shares_s[stage] - stages[stage]["seconds"]
+    reserve = sum(plan.min_s[s] for s in later if stages[s].status != "done")
+    share_left = plan.shares_s[stage] - stages[stage].seconds
     return budget.allot(max(share_left, plan.min_s[stage]), reserve)
 
 
@@ -152,16 +156,16 @@ class Suite(Call):
             reference.begin_round(self)
         reference.check_reference_files(self)
         frontier_train.check_frontier_files(self)
-        call = {
-            "started": now_iso(),
-            "budget_min": round((self.budget.deadline - self.budget.clock()) / 60, 2),
-            "stages": list(stages),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "allotted_s": {},
-            "used_s": {},
-            "exit": None,
-        }
-        self.state["calls"].append(call)
+        call = CallRecord(
+            started=now_iso(),
+            budget_min=round((self.budget.deadline - self.budget.clock()) / 60, 2),
+            stages=list(stages),
+            command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            allotted_s={},
+            used_s={},
+            exit=None,
+        )
+        self.state.calls.append(call)
         self.save()
         todo = [s for s in STAGES if s in stages]
         try:
@@ -170,7 +174,7 @@ class Suite(Call):
             shield()
             rc = 130
         rc = rc or (1 if self.failed else 0)
-        call["exit"] = rc
+        call.exit = rc
         if not self.parts_written:  # a seed's parts, or an earlier call's: not returned again
             carry.remove_parts(self.out)
         write_outputs(self)
@@ -181,16 +185,16 @@ class Suite(Call):
             write_outputs(self)
         return rc
 
-    def _run_stages(self, todo: list[str], call: dict[str, Any]) -> int:
+    def _run_stages(self, todo: list[str], call: CallRecord) -> int:
         """The stages in order; 130 when a signal stopped one (the rest are not started)."""
         rc = 0
         for i, stage in enumerate(todo):
-            st = self.state["stages"][stage]
-            if st["status"] == "done":
+            st = self.state.stages[stage]
+            if st.status == "done":
                 continue
-            allot = stage_allot(self.plan, stage, todo[i + 1 :], self.state["stages"], self.budget)
+            allot = stage_allot(self.plan, stage, todo[i + 1 :], self.state.stages, self.budget)
             if allot < self.plan.min_s[stage]:
-                st["status"] = "skipped" if st["status"] == "pending" else st["status"]
+                st.status = "skipped" if st.status == "pending" else st.status
                 self.note(
                     stage,
                     f"skipped: needs at least {self.plan.min_s[stage]:.0f} s, "
@@ -199,7 +203,7 @@ class Suite(Call):
                 )
                 self.save()
                 continue
-            call["allotted_s"][stage] = round(allot, 1)
+            call.allotted_s[stage] = round(allot, 1)
             t0 = time.monotonic()
             try:
                 status = STAGES[stage](self, allot)
@@ -213,11 +217,11 @@ class Suite(Call):
                           "call's limit); its state is saved: rerun to continue")  # fmt: skip
                 rc = 130
             used = time.monotonic() - t0
-            call["used_s"][stage] = round(used, 1)
+            call.used_s[stage] = round(used, 1)
             if used > allot + 1.0:  # a clock check missing somewhere: say so in the report
                 self.note(stage, f"overran its {allot:.0f} s by {used - allot:.0f} s")
-            st["seconds"] = round(st["seconds"] + used, 1)
-            st["status"] = status
+            st.seconds = round(st.seconds + used, 1)
+            st.status = status
             if status == "failed":
                 self.failed.append(stage)
             self.save()

@@ -21,9 +21,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.gpu_suite import schema
 from bench.gpu_suite.call import Call
 from bench.gpu_suite.children import last_line, run_child
 from bench.gpu_suite.plan import ROOT, Plan, Variant
+from bench.gpu_suite.records import (
+    Profile,
+    Report,
+    Target,
+    ThroughputRow,
+    VariantRecord,
+    VariantResult,
+)
+from vat.errors import VatError
 
 PROFILE_STEPS = 10
 """Profiled steps of each loop (after 3 more), in the first eager variant of a call (--smoke: 3)."""
@@ -38,21 +48,21 @@ TARGETS = {
 
 
 def run(call: Call, allot: float) -> str:
-    t = call.state["throughput"]
-    t["not_run"] = dict(call.plan.variants_not_run)
-    peak = (call.state.get("facts") or {}).get("bf16_matmul_tflops")
+    t = call.state.throughput
+    t.not_run = dict(call.plan.variants_not_run)
+    peak = call.state.facts.bf16_matmul_tflops if call.state.facts else None
     if not peak:
         call.note("throughput", "no measured peak (facts not run): MFU is over 989 TFLOP/s")
     end = time.monotonic() + allot
     complete = True
-    profile_tried = (t.get("profile") or {}).get("status") == "done"
+    profile_tried = t.profile is not None and t.profile.status == "done"
     for v in call.plan.variants:
-        done = t["variants"].get(v.name, {})
-        if done.get("status") == "done" or done.get("final"):
+        done = t.variants.get(v.name)
+        if done is not None and (done.status == "done" or done.final):
             continue
         left = end - time.monotonic()
         if left < call.plan.stop_grace_s + call.plan.min_s["throughput"] / 3:
-            t["variants"][v.name] = {"status": "skipped", "note": "stage budget spent"}
+            t.variants[v.name] = VariantRecord(status="skipped", note="stage budget spent")
             complete = False
             continue
         out = call.work / "throughput" / f"{v.name}.json"
@@ -62,78 +72,92 @@ def run(call: Call, allot: float) -> str:
             profile_tried = True
             if left < call.plan.min_s["throughput"]:
                 profile = False
-                t["profile"] = {
-                    "status": "skipped",
-                    "variant": v.name,
-                    "note": f"the stage's time was short ({left:.0f} s left; a variant and "
+                t.profile = Profile(
+                    status="skipped",
+                    variant=v.name,
+                    note=f"the stage's time was short ({left:.0f} s left; a variant and "
                     f"its profile run with {call.plan.min_s['throughput']:.0f} s)",
-                }
+                )
         steps = (3 if call.plan.smoke else PROFILE_STEPS) if profile else 0
         cmd = variant_cmd(call.plan, v, call.config, peak, out, steps)
         rc, secs = run_child(cmd, call.logs / f"throughput_{v.name}.log", left, call.plan)
         if rc in (0, None) and out.is_file():  # stopped in its profile: the figures stand
-            result = json.loads(out.read_text(encoding="utf-8"))
-            profiled = result["vocabs"][0].pop("profile", None)
-            t["variants"][v.name] = {"status": "done", "seconds": round(secs), "result": result}
+            result, profiled = read_result(out)
+            t.variants[v.name] = VariantRecord(status="done", seconds=round(secs), result=result)
             call.note("throughput", f"{v.name}: done in {secs:.0f} s")
             if profile:
-                t["profile"] = profile_record(v.name, profiled)
-                call.note("throughput", f"{v.name}: profile {t['profile']['status']}")
+                t.profile = profile_record(v.name, profiled)
+                call.note("throughput", f"{v.name}: profile {t.profile.status}")
         elif rc is None:
-            t["variants"][v.name] = {
-                "status": "timed_out",
+            t.variants[v.name] = VariantRecord(
+                status="timed_out",
                 # a variant given FINAL_TIMEOUT_S that still did not finish is not tried
                 # again (a compile that never settles); a shorter stop is retried
-                "final": secs >= FINAL_TIMEOUT_S,
-                "note": f"stopped after {secs:.0f} s (the stage's time was spent); "
+                final=secs >= FINAL_TIMEOUT_S,
+                note=f"stopped after {secs:.0f} s (the stage's time was spent); "
                 f"a compiled step that does not settle shows here: see "
                 f"logs/throughput_{v.name}.log for its recompiles",
-            }
+            )
             complete = False
             call.note("throughput", f"{v.name}: stopped after {secs:.0f} s")
         else:
-            t["variants"][v.name] = {
-                "status": "failed",
-                "note": f"exit {rc}: {last_line(call.logs / f'throughput_{v.name}.log')}",
-            }
+            t.variants[v.name] = VariantRecord(
+                status="failed",
+                note=f"exit {rc}: {last_line(call.logs / f'throughput_{v.name}.log')}",
+            )
             complete = False
             call.note("throughput", f"{v.name}: failed (exit {rc})")
         call.save()
-    rows = throughput_rows(t["variants"])
-    t["rows"] = rows
-    t["targets"] = judge_targets(rows)
-    t["compile_diagnosis"] = compile_diagnosis(rows)
-    if any(v.get("status") == "failed" for v in t["variants"].values()):
+    rows = throughput_rows(t.variants)
+    t.rows = rows
+    t.targets = judge_targets(rows)
+    t.compile_diagnosis = compile_diagnosis(rows)
+    if any(v.status == "failed" for v in t.variants.values()):
         return "failed"
     return "done" if complete else "partial"
 
 
-def measured_throughput(state: dict[str, Any], plan: Plan) -> tuple[str, float, float] | None:
+def read_result(path: Path) -> tuple[VariantResult, dict[str, Any] | None]:
+    """A variant's result as the bench wrote it (checked as the report's records are: a
+    broken one fails the stage in one line), and its first vocabulary's profile, which the
+    report keeps apart (None: none written)."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        profiled = result["vocabs"][0].pop("profile", None)
+        return schema.read(VariantResult, result, "result"), profiled
+    except (ValueError, KeyError, IndexError, TypeError, schema.Broken) as e:
+        raise VatError(f"{path}: not a result of bench_train_side_by_side.py ({e})") from None
+
+
+def measured_throughput(state: Report, plan: Plan) -> tuple[str, float, float] | None:
     """(variant, vat's non-pad tokens/s, non-pad tokens per step) of the first of
     plan.sizing_variants this stage measured, or None: what the reference and the frontier
     are sized from."""
-    variants = state["throughput"]["variants"]
+    variants = state.throughput.variants
     for name in plan.sizing_variants:
         v = variants.get(name)
-        if not v or v.get("status") != "done":
+        if v is None or v.status != "done" or v.result is None:
             continue
-        voc = v["result"]["vocabs"][0]
-        per_step = voc["timed_nonpad_tokens"] / v["result"]["timed_steps"]
-        return name, voc["vat"]["tokens_per_s"], per_step
+        voc = v.result.vocabs[0]
+        per_step = voc.timed_nonpad_tokens / v.result.timed_steps
+        return name, voc.vat.tokens_per_s, per_step
     return None
 
 
-def profile_record(variant: str, profiled: dict | None) -> dict[str, Any]:
+def profile_record(variant: str, profiled: dict[str, Any] | None) -> Profile:
     """report.throughput.profile from what the variant's bench wrote (None: stopped)."""
     if profiled is None:
-        return {
-            "status": "stopped",
-            "variant": variant,
-            "note": "stopped for time before the profile was written (the figures stand)",
-        }
+        return Profile(
+            status="stopped",
+            variant=variant,
+            note="stopped for time before the profile was written (the figures stand)",
+        )
     if "error" in profiled:
-        return {"status": "failed", "variant": variant, "note": profiled["error"]}
-    return {"status": "done", "variant": variant, **profiled}
+        return Profile(status="failed", variant=variant, note=profiled["error"])
+    try:
+        return schema.read(Profile, {"status": "done", "variant": variant, **profiled}, "profile")
+    except schema.Broken as e:
+        return Profile(status="failed", variant=variant, note=f"not a profile: {e}")
 
 
 def variant_cmd(
@@ -159,83 +183,82 @@ def variant_cmd(
     return cmd
 
 
-def throughput_rows(variants: dict[str, Any]) -> list[dict[str, Any]]:
+def throughput_rows(variants: dict[str, VariantRecord]) -> list[ThroughputRow]:
     """One row per finished variant and loop (vat, plain), for the report's table."""
     rows = []
     for name, v in variants.items():
-        if v.get("status") != "done":
+        if v.status != "done" or v.result is None:
             continue
-        for voc in v["result"]["vocabs"]:
-            for loop in ("vat", "plain"):
-                s = voc[loop]
+        for voc in v.result.vocabs:
+            for loop, s in (("vat", voc.vat), ("plain", voc.plain)):
                 rows.append(
-                    {
-                        "variant": name,
-                        "vocab": voc["vocab_size"],
-                        "compile": voc["compile"],
-                        "fused_cross_entropy": voc["fused_cross_entropy"],
-                        "loop": loop,
-                        "tokens_per_s": s["tokens_per_s"],
-                        "vat_over_plain": voc["ratio_vat_over_plain"] if loop == "vat" else None,
-                        "mfu": s["mfu"],
-                        "hours_for_3e9_tokens": s["hours_for_3e9_tokens"],
-                        "recompiles": s.get("recompiles"),
-                        "compiled_graphs": s.get("compiled_graphs"),
-                        "first_recompile_reasons": s.get("first_recompile_reasons", []),
-                    }
+                    ThroughputRow(
+                        variant=name,
+                        vocab=voc.vocab_size,
+                        compile=voc.compile,
+                        fused_cross_entropy=voc.fused_cross_entropy,
+                        loop=loop,
+                        tokens_per_s=s.tokens_per_s,
+                        vat_over_plain=voc.ratio_vat_over_plain if loop == "vat" else None,
+                        mfu=s.mfu,
+                        hours_for_3e9_tokens=s.hours_for_3e9_tokens,
+                        recompiles=s.recompiles,
+                        compiled_graphs=s.compiled_graphs,
+                        first_recompile_reasons=s.first_recompile_reasons or [],
+                    )
                 )
     return rows
 
 
-def judge_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def judge_targets(rows: list[ThroughputRow]) -> dict[str, Target]:
     """The issue's throughput targets against the best measured vat row of each vocabulary."""
 
-    def best(vocab: int) -> dict[str, Any] | None:
-        cand = [r for r in rows if r["loop"] == "vat" and r["vocab"] == vocab]
-        return max(cand, key=lambda r: r["tokens_per_s"]) if cand else None
+    def best(vocab: int) -> ThroughputRow | None:
+        cand = [r for r in rows if r.loop == "vat" and r.vocab == vocab]
+        return max(cand, key=lambda r: r.tokens_per_s) if cand else None
 
     b8, b32 = best(8192), best(32768)
-    out: dict[str, Any] = {}
+    out: dict[str, Target] = {}
     for key, row, field_, higher in (
         ("tokens_per_s_8k", b8, "tokens_per_s", True),
         ("vat_over_plain", b8, "vat_over_plain", True),
         ("tokens_per_s_32k", b32, "tokens_per_s", True),
         ("hours_for_3e9_tokens", b8, "hours_for_3e9_tokens", False),
     ):
-        measured = row[field_] if row else None
+        measured = getattr(row, field_) if row else None
         reached = None
         if measured is not None:
             reached = measured >= TARGETS[key] if higher else measured <= TARGETS[key]
-        out[key] = {
-            "target": TARGETS[key],
-            "measured": measured,
-            "variant": row["variant"] if row else None,
-            "reached": reached,
-        }
+        out[key] = Target(
+            target=TARGETS[key],
+            measured=measured,
+            variant=row.variant if row else None,
+            reached=reached,
+        )
     return out
 
 
-def compile_diagnosis(rows: list[dict[str, Any]]) -> list[str]:
+def compile_diagnosis(rows: list[ThroughputRow]) -> list[str]:
     """Where a compiled vat step is below its eager twin or recompiled: say so, with why."""
     notes = []
     for r in rows:
-        if r["loop"] != "vat" or not r["compile"]:
+        if r.loop != "vat" or not r.compile:
             continue
         twin = [
             e
             for e in rows
-            if e["loop"] == "vat"
-            and not e["compile"]
-            and e["vocab"] == r["vocab"]
-            and e["fused_cross_entropy"] == r["fused_cross_entropy"]
+            if e.loop == "vat"
+            and not e.compile
+            and e.vocab == r.vocab
+            and e.fused_cross_entropy == r.fused_cross_entropy
         ]
-        slower = twin and r["tokens_per_s"] < twin[0]["tokens_per_s"]
-        recompiles = sum(x or 0 for x in (r["recompiles"] or []))
+        slower = twin and r.tokens_per_s < twin[0].tokens_per_s
+        recompiles = sum(x or 0 for x in (r.recompiles or []))
         if slower or recompiles:
-            why = "; ".join(r["first_recompile_reasons"][:2]) or "no recompile logged"
+            why = "; ".join(r.first_recompile_reasons[:2]) or "no recompile logged"
             notes.append(
-                f"{r['variant']}: compiled vat {r['tokens_per_s']:,.0f} tokens/s"
-                + (f" < eager {twin[0]['tokens_per_s']:,.0f}" if slower else "")
-                + f", {recompiles} recompiles, graphs {r['compiled_graphs']}: {why}"
+                f"{r.variant}: compiled vat {r.tokens_per_s:,.0f} tokens/s"
+                + (f" < eager {twin[0].tokens_per_s:,.0f}" if slower else "")
+                + f", {recompiles} recompiles, graphs {r.compiled_graphs}: {why}"
             )
     return notes
