@@ -91,8 +91,8 @@ def record_launch(call: Call, stage: str, name: str, o: Outcome) -> None:
 def checkpoint_step(run_dir: Path) -> int | None:
     """The global step of the checkpoint `--ckpt_path last` would resume (None: none, or
     unreadable)."""
-    from vat.share.checkpoint import read_checkpoint
     from vat.runs.run_dir import find_last
+    from vat.share.checkpoint import read_checkpoint
 
     last = find_last(run_dir / "checkpoints")
     if last is None:
