@@ -15,12 +15,12 @@ import sys
 import time
 
 from vat.cli.evaluate import format_table, write_results
+from vat.data.paths import default_senteval_dir
 from vat.errors import run_cli
 from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.scores import task_scores
 from vat.eval.tasks.registry import choose_tasks
-from vat.geometry.probes import default_senteval_dir
 from vat.io import check_output_file
 from vat.runtime import resolve_device
 from vat.share.resolve import load_model
