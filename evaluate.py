@@ -19,7 +19,7 @@ from vat.data.paths import default_senteval_dir
 from vat.errors import run_cli
 from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
-from vat.eval.scores import task_scores
+from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import choose_tasks
 from vat.io import check_output_file
 from vat.runtime import resolve_device

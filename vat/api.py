@@ -57,7 +57,7 @@ from vat.errors import (
 )
 from vat.eval import engine
 from vat.eval.encoders import vat_encoder
-from vat.eval.scores import task_scores
+from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import choose_tasks, expand_tasks
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, sentence_features

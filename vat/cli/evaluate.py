@@ -433,7 +433,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"{meta['encoder']}: features {meta['features']} ({meta['features_why']})")
     print(format_table(results) if not args.finetune else _format_finetune(results))
     if out is not None:
-        from vat.eval.scores import task_scores  # one unit (percent), the requested names
+        from vat.eval.task_scores import task_scores  # one unit (percent), the requested names
 
         scores = task_scores(results, tasks)
         write_results({**results, "_scores": scores, "_meta": meta}, out, args.overwrite)

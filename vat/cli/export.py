@@ -102,7 +102,7 @@ def build_parser() -> Parser:
 
 
 def scores_table(folder: Path) -> str:
-    """The scores an export recorded (config.json's "evaluation", `vat.eval.scores` entries):
+    """The scores an export recorded (config.json's "evaluation", `vat.eval.task_scores` entries):
     one row per task, percent (Spearman x 100 for STS, accuracy for classification), under
     the feature spec they scored."""
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))

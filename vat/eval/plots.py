@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from vat.errors import VatError
-from vat.eval.scores import task_scores
+from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import ALL_TASKS
 from vat.io import figure_class, regular_file, save_png
 
@@ -26,7 +26,7 @@ SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment":
 
 def headline_scores(results: Mapping) -> dict[str, float]:
     """{task: score in percent} of one results dict (SentEval layout), in task order;
-    tasks without a finite score are left out (the rule: `vat.eval.scores`)."""
+    tasks without a finite score are left out (the rule: `vat.eval.task_scores`)."""
 
     return {task: s["value"] for task, s in task_scores(results).items()}
 

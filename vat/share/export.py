@@ -80,7 +80,7 @@ def export_model(
     `repo_id` (the folder is going to the Hub) its training record is `portable_training`'s
     (paths inside the data folder `train_data_dir`, default $VAT_DATA_DIR, else names).
 
-    `features` is the folder's fitted feature spec; `evaluation` its scores (`vat.eval.scores`
+    `features` is the folder's fitted feature spec; `evaluation` its scores (`vat.eval.task_scores`
     entries, shown in config.json and the card's model-index), each recorded with the spec it
     measured ("features"). Without `evaluation`, an exported source's recorded scores are
     kept when `features` gives the source's vectors (`same_vectors`) and the scores measured

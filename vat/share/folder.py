@@ -89,7 +89,7 @@ def save_folder(
 
     `features` (a fitted vat.feature_spec spec) becomes the folder's feature spec and
     statistics; `card` ({license, language, name, repo_id}) and `evaluation` (a list of
-    `vat.eval.scores` entries) go into config.json and the model card, with the training
+    `vat.eval.task_scores` entries) go into config.json and the model card, with the training
     facts `loaded` records.
     """
     with _atomic_dir(directory, overwrite) as tmp:

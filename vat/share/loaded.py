@@ -85,7 +85,7 @@ class LoadedVAT:
     card: dict[str, Any] = field(default_factory=dict)
     """An exported folder's card settings (license, language, name, repo_id)."""
     evaluation: list[dict[str, Any]] = field(default_factory=list)
-    """An exported folder's recorded scores (`vat.eval.scores` entries) for its own spec."""
+    """An exported folder's recorded scores (`vat.eval.task_scores` entries) for its own spec."""
 
     @property
     def config(self) -> VATConfig:

@@ -38,7 +38,7 @@ stays `val/ppl` (checkpoint monitors and TensorBoard curves name them)."""
 def card_data(config: dict[str, Any], spec: FeatureSpec | None = None) -> Any:
     """The Hub metadata (huggingface_hub.ModelCardData) of a pretrained folder's config.json:
     license, language, datasets (Hub ids only), tags and a model-index of the recorded
-    evaluation (config["evaluation"], `vat.eval.scores` entries) that scored the vectors of
+    evaluation (config["evaluation"], `vat.eval.task_scores` entries) that scored the vectors of
     `spec`, the folder's feature spec (`scored_spec`): the model-index claims them for the
     model as it loads now."""
     from huggingface_hub import EvalResult, ModelCardData
@@ -204,7 +204,7 @@ def vector_dim(spec: FeatureSpec | None, model_config: dict[str, Any]) -> int:
 
 
 def scored_spec(entry: dict[str, Any], spec: FeatureSpec | None) -> str:
-    """The feature spec a recorded score (`vat.eval.scores` entry) was measured with: its own
+    """The feature spec a recorded score (`vat.eval.task_scores` entry) was measured with: its own
     record ("features", written by `vat.share.export.export_model`), else, for scores from
     before that record, the folder's spec `spec` (export kept them only with that spec)."""
     return str(entry.get("features") or spec or FeatureSpec())
