@@ -47,6 +47,7 @@ def main(argv: list[str] | None) -> int:
     tasks = choose_tasks(args.tasks, data_dir).tasks  # names checked before any work
     output = check_output_file(args.output, False, "--output", ".json file")
     device = resolve_device(args.device)
+    settings = EvalSettings(seed=args.seed, device=device)  # SentEval's settings, checked
 
     # 1. Load: the model is read once (a shipped name, a run, a checkpoint, an exported
     #    folder or a Hub id); everything below takes the loaded object, never the path.
@@ -60,7 +61,6 @@ def main(argv: list[str] | None) -> int:
     # 3. The tasks: SentEval's data and protocol (cosine for STS; a classifier trained on the
     #    frozen vectors for the transfer tasks), SentEval's seed and settings.
     t0 = time.perf_counter()
-    settings = EvalSettings(seed=args.seed, device=device)
     results, seconds = evaluate(encoder, tasks, data_dir, settings)
 
     # 4. The table: what the encoder scored (its feature spec), then a row per task.

@@ -85,3 +85,7 @@ def test_evaluate_recipe_scores_what_vat_evaluate_scores(tmp_path, capsys):
     again = run_python(["evaluate.py", *common, "--output", str(ours)], train_env(), ROOT)
     assert again.returncode == 2 and "already exists" in again.stderr
     assert "Traceback" not in again.stderr and json.loads(ours.read_text()) == a
+    # SentEval's seeds are 32-bit: refused in one line, as `vat evaluate` refuses them
+    bad = run_python(["evaluate.py", *common, "--seed", "-1"], train_env(), ROOT)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: --seed: SentEval's seed")

@@ -14,6 +14,7 @@ an empty sentence is passed to the encoder as ".".
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from tqdm.auto import tqdm
 
-from vat.errors import VatError
+from vat.errors import OptionError, VatError
 from vat.eval import classifier as clf
 from vat.eval.batched_classifier import ClassifierConfig
 from vat.eval.sts import (
@@ -62,6 +63,19 @@ class EvalSettings:
     device: str = "cpu"
     """Where classifiers train: 'cpu', 'cuda' or 'auto'."""
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        # numpy's legacy seeding, which SentEval's protocol uses, takes 32-bit seeds: a bad
+        # seed is one line before any task runs, not a numpy traceback at the first classifier
+        try:
+            seed = operator.index(self.seed)
+        except TypeError:
+            seed = None
+        if seed is None or not 0 <= seed < 2**32:
+            raise OptionError(
+                "seed",
+                f"SentEval's seed must be a whole number in 0..{2**32 - 1}, got {self.seed!r}",
+            )
 
     def classifier_config(self) -> ClassifierConfig:
         return clf.make_config(self.preset, self.classifier, self.nhid)
