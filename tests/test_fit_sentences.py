@@ -252,6 +252,7 @@ def test_an_interrupted_compare_leaves_the_old_set_whole(
     compare_inputs, tmp_path, monkeypatch, capsys
 ):
     import vat.cli.features as features
+    import vat.features.compare as compare
 
     out = tmp_path / "cmp"
     assert features.main(["compare", *compare_inputs, "--output-dir", str(out)]) == 0
@@ -261,7 +262,7 @@ def test_an_interrupted_compare_leaves_the_old_set_whole(
     def interrupted(rows, path):
         raise KeyboardInterrupt  # after compare.csv and compare.md are written
 
-    monkeypatch.setattr(features, "_plot", interrupted)
+    monkeypatch.setattr(compare, "_plot", interrupted)
     # a smaller fitting sample: a new table (compare.md names the sample size)
     code = features.main(["compare", *compare_inputs, "--output-dir", str(out), "--overwrite",
                           "--fit-sentences", "5"])  # fmt: skip

@@ -1,0 +1,453 @@
+"""The feature-spec comparison (`vat features compare`): one model's sentence vectors under
+every source x weighting x post-processing, scored on the STS tasks present.
+
+    comparison = compare_sts(loaded, load_sts_tasks(data_dir), fit_files, CompareSettings())
+    add_classification(comparison, loaded, data_dir)        # optional, minutes more
+    write_compare_set(check_output_set("feature-compare", overwrite=False), comparison)
+
+Each row is one spec with its Spearman x 100 (cosine protocol) on STS12's five sets, their
+mean, STS-B dev and test, and the selection score: the mean of STS12's five sets and STS-B
+dev, by which the rows are sorted (STS-B test never chooses). Every post-processing is
+fitted on a sample of the text files the caller names (`vat features compare`: the model's
+own training files or --fit-files, never the evaluation sentences); what the fit cost
+(seconds, sentences) is in the row. Each sentence is encoded once for all source x
+weighting pairs together and a spec then only applies its post-processing, so the table
+costs two encoding passes, not one per spec.
+
+The table is written as a set, `compare.csv`, `compare.md` and `compare.png`, into a
+temporary folder that then replaces the output folder whole: an interrupted run leaves the
+old set or the new one, never a mix. The output folder is the set's own; one holding
+anything else (a run folder, the current folder) is refused before any work.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vat.errors import OptionError, VatError, check_count
+from vat.io import atomic_write, figure_class, folder, remove_stale_temps, save_png, temp_path
+
+if TYPE_CHECKING:
+    from vat.share.loaded import LoadedVAT
+
+WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
+POSTS = ("none", "pc1", "whiten", "whiten-half")
+OUTPUT_NAMES = ("compare.csv", "compare.md", "compare.png")
+STS_TASKS = ("STS12", "STSBenchmark")
+CLASSIFICATION_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+SELECT = "select (STS12 sets + STS-B dev)"
+"""The column the rows are sorted by (`selection_score`)."""
+BASELINE = "mu/mean/none"
+"""The plain mean of mu: always among the classified specs, the dashed line of the plot."""
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """How the comparison fits and encodes, checked when made: each bad value is one
+    OptionError naming its field, before the model is read."""
+
+    fit_sentences: int = 20_000
+    """Sentences sampled from the fitting files for every post-processing (at least 2: a
+    fit needs two rows)."""
+    count_files: Sequence[str] | None = None
+    """Text files to count token frequencies in for sif weighting (default: the counts the
+    model stores; without either, sif is left out)."""
+    batch_size: int = 128
+    """Sentences per model call."""
+    seed: int = 0
+    """Seed of the fitting sample (numpy's seeds are non-negative)."""
+
+    def __post_init__(self) -> None:
+        check_count(self.fit_sentences, "fit_sentences", minimum=2)
+        check_count(self.batch_size, "batch_size")
+        check_count(self.seed, "seed", minimum=0)
+
+
+@dataclass
+class Comparison:
+    """The table and how it was made. `fit_x` (the pooled fitting sentences per source x
+    weighting) and `sif` are kept so that `add_classification` fits its specs on the same
+    sample without encoding it again."""
+
+    rows: list[dict]
+    """One row per spec, best first (by SELECT)."""
+    meta: dict
+    """model, fit_files, fit_sentences, read_s, fit_encode_s, combos_encoded, date."""
+    fit_x: dict[tuple[str, str], np.ndarray]
+    sif: np.ndarray | None
+
+
+# -- the specs and their scores: pure functions ----------------------------------------------
+def sources_of(n_layers: int) -> list[str]:
+    return ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
+
+
+def combos_of(n_layers: int, sif: bool) -> list[tuple[str, str]]:
+    """The source x weighting pairs: precision weights only mu (it is mu's posterior
+    precision), sif only where token counts are known."""
+    out = []
+    for s in sources_of(n_layers):
+        for w in WEIGHTINGS:
+            if (w == "precision" and s != "mu") or (w == "sif" and not sif):
+                continue
+            out.append((s, w))
+    return out
+
+
+def post_spec(post: str, d: int) -> str:
+    return f"whiten{d // 2}" if post == "whiten-half" else post
+
+
+def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
+    """{column: Spearman x 100} of the cosine protocol, vectors keyed by sentence."""
+    from vat.eval.sts import correlations, cosine_scores
+
+    out = {}
+    for name, data in tasks.items():
+        if data.kind == "sts":
+            per = []
+            for subset, pairs in data.splits.items():
+                a = np.stack([vectors[s] for s in pairs.a])
+                b = np.stack([vectors[s] for s in pairs.b])
+                rho = correlations(cosine_scores(a, b), pairs.y)["spearman"]
+                out[f"{name}.{subset}"] = 100 * rho
+                per.append(100 * rho)
+            out[name] = float(np.mean(per))
+        else:  # STSBenchmark: dev and test
+            for split in ("dev", "test"):
+                pairs = data.splits[split]
+                a = np.stack([vectors[s] for s in pairs.a])
+                b = np.stack([vectors[s] for s in pairs.b])
+                out[f"STS-B {split}"] = 100 * correlations(cosine_scores(a, b), pairs.y)["spearman"]
+    return out
+
+
+def selection_score(row: dict) -> float:
+    """The mean of STS12's five sets and STS-B dev: the rule that chose the default spec of
+    exported models (vat.feature_spec.DEFAULT_EXPORT_SPEC), blind to STS-B test."""
+    cols = [k for k in row if k.startswith("STS12.")]
+    cols += ["STS-B dev"] if "STS-B dev" in row else []
+    return float(np.mean([row[c] for c in cols])) if cols else float("nan")
+
+
+# -- the comparison ----------------------------------------------------------------------------
+def load_sts_tasks(data_dir: str | os.PathLike) -> dict:
+    """The STS tasks of STS_TASKS found under `data_dir` (a missing one is a warning); a
+    VatError when there is none."""
+    from vat.eval.tasks.registry import load_task
+
+    tasks = {}
+    for t in STS_TASKS:
+        try:
+            tasks[t] = load_task(data_dir, t)
+        except VatError as e:
+            print(f"warning: skipping {e}", file=sys.stderr)
+    if not tasks:
+        raise VatError(f"no STS task (STS12, STSBenchmark) under {data_dir}")
+    return tasks
+
+
+def compare_sts(
+    loaded: LoadedVAT,
+    tasks: dict,
+    fit_files: Sequence[str],
+    settings: CompareSettings,
+    name: str = "",
+) -> Comparison:
+    """Score every spec of `loaded` on the STS `tasks` (`load_sts_tasks`), post-processing
+    fitted on a sample of `fit_files`; the caller chooses those files and keeps them clear of
+    the evaluation data. `name` names the model in the table's heading."""
+    from vat.feature_spec import FeatureSpec
+    from vat.features.encoder import apply_post, pooled_features
+    from vat.features.fitting import count_tokens, fit_post, sample_lines
+    from vat.features.postprocess import sif_weights
+
+    model, tok = loaded.model, loaded.tokenizer
+    n_layers, d = len(model.encoder), model.config.d_model
+    t0 = time.perf_counter()
+    fit_sents = sample_lines(fit_files, settings.fit_sentences, settings.seed)
+    t_read = time.perf_counter() - t0
+    counts = (
+        count_tokens(tok, settings.count_files, model.config.vocab_size)
+        if settings.count_files
+        else loaded.token_counts
+    )
+    if counts is None:
+        print(
+            "warning: no token frequencies stored in the checkpoint and no --count-files: "
+            "sif weighting left out",
+            file=sys.stderr,
+        )
+    sif = None
+    if counts is not None:
+        full = np.zeros(model.config.vocab_size)
+        full[: min(len(counts), len(full))] = counts[: len(full)]
+        sif = sif_weights(full)
+    combos = combos_of(n_layers, sif is not None)
+    eval_sents = sorted({s for data in tasks.values() for s in data.sentences()})
+    t0 = time.perf_counter()
+    fit_x = pooled_features(model, tok, fit_sents, combos, sif, settings.batch_size)
+    t_fit_encode = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    eval_in = [s or "." for s in eval_sents]
+    eval_x = pooled_features(model, tok, eval_in, combos, sif, settings.batch_size)
+    t_eval_encode = time.perf_counter() - t0
+    print(
+        f"vat: encoded {len(fit_sents)} fitting sentences ({t_fit_encode:.1f} s, "
+        f"{len(combos)} source x weighting at once) and {len(eval_sents)} evaluation sentences "
+        f"({t_eval_encode:.1f} s)",
+        file=sys.stderr,
+    )
+    rows = []
+    for source, weighting in combos:
+        for post in POSTS:
+            spec = FeatureSpec(source, weighting, post_spec(post, d))
+            t0 = time.perf_counter()
+            arrays = fit_post(spec, fit_x[(source, weighting)])
+            t_fit = time.perf_counter() - t0
+            vecs = apply_post(spec, arrays, eval_x[(source, weighting)])
+            lookup = dict(zip(eval_sents, vecs))
+            row = {"spec": str(spec), **sts_scores(lookup, tasks)}
+            row[SELECT] = selection_score(row)
+            row["fit s"] = round(t_fit, 3) if post != "none" else 0.0
+            row["fit sentences"] = len(fit_sents) if post != "none" else 0
+            rows.append(row)
+    rows.sort(key=lambda r: -r[SELECT])
+    meta = {
+        "model": name,
+        "fit_files": [str(f) for f in fit_files],
+        "fit_sentences": len(fit_sents),
+        "read_s": round(t_read, 2),
+        "fit_encode_s": round(t_fit_encode, 2),
+        "combos_encoded": len(combos),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    return Comparison(rows, meta, fit_x, sif)
+
+
+def add_classification(
+    comparison: Comparison,
+    loaded: LoadedVAT,
+    data_dir: str | os.PathLike,
+    batch_size: int = 128,
+) -> None:
+    """Add the classification accuracy (SentEval logreg, prototyping preset) of the tasks
+    present to the rows of mean-of-mu and the three best specs. The tasks' sentences are
+    encoded once for every source x weighting needed; each spec then only applies its
+    post-processing, fitted as in the STS table."""
+    from vat.eval.engine import EvalSettings, evaluate
+    from vat.eval.tasks.registry import load_task
+    from vat.feature_spec import FeatureSpec
+    from vat.features.encoder import apply_post, pooled_features
+    from vat.features.fitting import fit_post
+
+    rows, fit_x = comparison.rows, comparison.fit_x
+    tasks = []
+    for t in CLASSIFICATION_TASKS:
+        try:
+            tasks.append(load_task(data_dir, t))
+        except VatError:
+            pass
+    if not tasks:
+        print("warning: no classification task found", file=sys.stderr)
+        return
+    base = next(r for r in rows if r["spec"] == BASELINE)
+    chosen = [base] + [r for r in rows if r is not base][:3]
+    specs = [FeatureSpec.parse(r["spec"]) for r in chosen]
+    combos = sorted({(s.source, s.weighting) for s in specs})
+    sents = sorted({s for data in tasks for s in data.sentences()})
+    t0 = time.perf_counter()
+    x = pooled_features(
+        loaded.model,
+        loaded.tokenizer,
+        [s or "." for s in sents],
+        combos,
+        comparison.sif,
+        batch_size,
+    )
+    print(
+        f"vat: encoded {len(sents)} classification sentences in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
+    names = [d.name for d in tasks]
+    for row, spec in zip(chosen, specs):
+        pair = (spec.source, spec.weighting)
+        vecs = apply_post(spec, fit_post(spec, fit_x[pair]), x[pair])
+        lookup = dict(zip(sents, vecs))
+        if "" in lookup:  # the harness passes an empty sentence as ".", which encoded it
+            lookup.setdefault(".", lookup[""])
+        res, _ = evaluate(
+            lambda batch, lookup=lookup: np.stack([lookup[s] for s in batch]),
+            names,
+            data_dir,
+            EvalSettings(progress=False, batch_size=4096),
+        )
+        for t in names:
+            row[t] = res[t]["acc"]
+
+
+# -- the table and the plot --------------------------------------------------------------------
+def compare_markdown(rows: list[dict], meta: dict) -> str:
+    """compare.md: a sentence on how it was measured, then one row per spec, best first
+    (STS12's five sets are in compare.csv only)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    show = [c for c in cols if not c.startswith("STS12.")]
+    md = [
+        f"Feature specs of `{meta['model']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
+        f"by the mean of STS12's five sets and STS-B dev. Post-processing fitted on "
+        f"{meta['fit_sentences']} sentences of {', '.join(meta['fit_files'])}; encoding them "
+        f"for all {meta['combos_encoded']} source x weighting pairs took "
+        f"{meta['fit_encode_s']} s (reading {meta['read_s']} s).",
+        "",
+        "| " + " | ".join(show) + " |",
+        "|" + "|".join("---" if c == "spec" else "---:" for c in show) + "|",
+    ]
+    for r in rows:
+        cells = [
+            (f"{r[c]:.2f}" if isinstance(r.get(c), float) else str(r.get(c, ""))) for c in show
+        ]
+        md.append("| " + " | ".join(cells) + " |")
+    return "\n".join(md)
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    """compare.png: the selection score of every source x weighting, one bar per
+    post-processing, mean-of-mu dashed. Drawn without pyplot, so a caller's matplotlib
+    backend is left as it was."""
+    posts = ["none", "pc", "whiten", "whiten-half"]
+
+    def post_of(spec: str) -> str:
+        p = spec.split("/")[2]
+        if p.startswith("pc"):
+            return "pc"
+        return "whiten" if p == "whiten" else ("whiten-half" if p.startswith("whiten") else "none")
+
+    pairs = []
+    for r in rows:
+        sw = "/".join(r["spec"].split("/")[:2])
+        if sw not in pairs:
+            pairs.append(sw)
+    pairs.sort()
+    fig = figure_class()(figsize=(max(8, 0.35 * len(pairs)), 4.5))
+    ax = fig.subplots()
+    width = 0.8 / len(posts)
+    for i, post in enumerate(posts):
+        vals = []
+        for sw in pairs:
+            got = [
+                r[SELECT]
+                for r in rows
+                if "/".join(r["spec"].split("/")[:2]) == sw and post_of(r["spec"]) == post
+            ]
+            vals.append(got[0] if got else np.nan)
+        ax.bar(np.arange(len(pairs)) + (i - 1.5) * width, vals, width, label=post)
+    base = next((r for r in rows if r["spec"] == BASELINE), None)
+    if base:
+        ax.axhline(base[SELECT], color="k", lw=0.8, ls="--", label=BASELINE)
+    ax.set_xticks(np.arange(len(pairs)), pairs, rotation=70, fontsize=7)
+    ax.set_ylabel("mean of STS12 sets + STS-B dev (Spearman x 100)")
+    ax.legend(fontsize=7, ncol=5)
+    fig.tight_layout()
+    save_png(fig, path, dpi=110)
+
+
+def _write(rows: list[dict], meta: dict, where: Path) -> None:
+    """The three files of the set, into the folder `where`."""
+    outputs = [where / name for name in OUTPUT_NAMES]
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
+    atomic_write(outputs[0], lambda f: f.write(buf.getvalue()))
+    md = compare_markdown(rows, meta)
+    atomic_write(outputs[1], lambda f: f.write(md + "\n"))
+    _plot(rows, outputs[2])
+
+
+# -- the output folder: written whole -------------------------------------------------------
+def check_output_set(directory: str, overwrite: bool) -> Path:
+    """The absolute --output-dir, refused before any work when it cannot be replaced whole:
+    not a folder (a file, a FIFO, a link: vat replaces links, never writes through them),
+    the current folder or one containing it (replacing it would pull the folder from under
+    this process and its shell), a folder holding anything but the compare files, or earlier
+    compare files without --overwrite."""
+    if not str(directory).strip():
+        raise OptionError("output_dir", "is empty; name a folder for the compare files")
+    shown = Path(directory)
+    if shown.exists() or shown.is_symlink():
+        folder(shown, "--output-dir")  # never a file, a FIFO, a device or a dangling link
+    if shown.is_symlink():  # the swap would replace the link itself, not the folder it names
+        raise VatError(f"--output-dir {shown} is a symbolic link; name the folder itself")
+    out = Path(os.path.abspath(shown))  # `..` and `a/..` by their folder
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise VatError(
+            f"--output-dir {shown} is the current folder or contains it, which the compare "
+            f"set cannot replace; name a new folder, e.g. {shown / 'feature-compare'}"
+        )
+    _check_own_files(out, shown)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        names = ", ".join(sorted(p.name for p in out.iterdir()))
+        raise VatError(
+            f"--output-dir {shown} already holds a compare set ({names}); pass --overwrite "
+            "to replace it"
+        )
+    return out
+
+
+def _check_own_files(out: Path, shown: Path) -> None:
+    """`out` holds nothing but plain compare files (what this command writes)."""
+    if not out.is_dir():
+        return
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name not in OUTPUT_NAMES or p.is_symlink() or not p.is_file()
+    )
+    if foreign:
+        raise VatError(
+            f"--output-dir {shown} holds files vat features compare did not write "
+            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); the set replaces "
+            f"the whole folder, so name a new one, e.g. {shown / 'feature-compare'}"
+        )
+
+
+def write_output_set(out: Path, write: Callable[[Path], None]) -> None:
+    """Write the compare set into a fresh temporary folder beside `out` and swap it in
+    whole (vat.share.folder.replace_dir); the temporary folder never outlives the call (an
+    interrupt included), and one left by a killed run is removed by the next."""
+    from vat.share.folder import replace_dir
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out.parent)  # temp folders of dead vat processes only
+    _check_own_files(out, out)  # again at the swap: nothing added meanwhile is removed
+    tmp = temp_path(out)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        replace_dir(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_compare_set(out: Path, comparison: Comparison) -> None:
+    """compare.csv, compare.md and compare.png of `comparison`, replacing the folder `out`
+    (from `check_output_set`) whole."""
+    write_output_set(out, lambda tmp: _write(comparison.rows, comparison.meta, tmp))
