@@ -4,9 +4,10 @@ top to bottom.
     python evaluate.py --model demo-wordnet-d64 --tasks STS12
     python evaluate.py --model runs/demo --tasks sts,MR --features layer0/sif/none --output r.json
 
-Load the model once, make its sentence encoder, run the tasks, print the table. The numbers
-are `vat evaluate`'s for the same options (`vat evaluate` also fine-tunes, plots, skips
-missing tasks and scores any Python or Hugging Face encoder; docs/evaluate.md).
+Load the model once, choose its features, make its sentence encoder, run the tasks, print
+the table. The numbers are `vat evaluate`'s for the same options (`vat evaluate` also
+fine-tunes, plots, skips missing tasks and scores any Python or Hugging Face encoder;
+docs/evaluate.md).
 SentEval's data is found under --data-dir, else $VAT_SENTEVAL_DIR (docs/evaluate.md).
 """
 
@@ -21,6 +22,7 @@ from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import choose_tasks
+from vat.features.choice import chosen_features
 from vat.io import check_output_file
 from vat.runtime import resolve_device
 from vat.share.resolve import load_model
@@ -53,17 +55,20 @@ def main(argv: list[str] | None) -> int:
     #    folder or a Hub id); everything below takes the loaded object, never the path.
     loaded = load_model(args.model, device)
 
-    # 2. The encoder: sentences -> vectors. By default the model's own vectors (its feature
-    #    spec: docs/features.md), or the spec --features names, fitted on the model's own
-    #    training sentences when it needs statistics (never on evaluation data).
-    encoder = vat_encoder(loaded, features=args.features)
+    # 2. The features: by default the model's own vectors (its feature spec:
+    #    docs/features.md), or the spec --features names, with the statistics the model
+    #    has, else fitted on its own training sentences (never on evaluation data).
+    features = chosen_features(loaded, args.features)
 
-    # 3. The tasks: SentEval's data and protocol (cosine for STS; a classifier trained on the
+    # 3. The encoder: sentences -> vectors, as the features say.
+    encoder = vat_encoder(loaded, features=features)
+
+    # 4. The tasks: SentEval's data and protocol (cosine for STS; a classifier trained on the
     #    frozen vectors for the transfer tasks), SentEval's seed and settings.
     t0 = time.perf_counter()
     results, seconds = evaluate(encoder, tasks, data_dir, settings)
 
-    # 4. The table: what the encoder scored (its feature spec), then a row per task.
+    # 5. The table: what the encoder scored (its feature spec), then a row per task.
     print(f"vat:{args.model}: features {encoder.features} ({encoder.why})")
     print(format_table(results))
     if output is not None:

@@ -30,7 +30,8 @@ from safetensors.numpy import save_file
 
 import vat
 from vat.errors import CheckpointError, VatError
-from vat.feature_spec import FeatureSpec, FittedFeatures, stats_path_for
+from vat.feature_spec import FeatureSpec, FittedFeatures
+from vat.features.choice import stats_path_for
 
 D = 32  # tiny_config's d_model
 

@@ -21,8 +21,8 @@ from helpers import export_folder
 
 import vat
 from vat.errors import OptionError
-from vat.feature_spec import FeatureSpec, stats_path_for
-from vat.features.choice import resolve_features
+from vat.feature_spec import FeatureSpec
+from vat.features.choice import resolve_features, stats_path_for
 from vat.features.encoder import pooled_features
 from vat.features.fitting import FitOptions, count_tokens, reservoir_sample, sample_lines
 from vat.share.checkpoint import read_checkpoint

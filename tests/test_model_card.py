@@ -16,6 +16,7 @@ import pytest
 from helpers import checkpoint_with_counts, export_folder
 
 import vat
+from vat.errors import CheckpointError
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
 from vat.features.choice import resolve_features
 from vat.features.fitting import FitOptions
@@ -249,7 +250,18 @@ def test_spec_changed_after_export_rerenders_a_true_card(trained, tmp_path):
             assert "This folder does not hold the statistics this spec needs" in about
             assert "sampled from the model's training files (train.txt)" in about
             assert "SIF weights (`features.safetensors`) come from" not in about
-            # and vat does what the card says: it fits whiten8 on the recorded training file
+            # and vat does what the card says: the vectors are refused, in one line saying
+            # how to fit them; naming the spec fits whiten8 on the recorded training file and
+            # stores it in the folder, whose vectors then follow its spec
+            with pytest.raises(CheckpointError) as e:
+                vat.load(folder, device="cpu").encode(["a man plays"])
+            assert len(str(e.value).splitlines()) == 1
+            held = f"(features.safetensors holds {DEFAULT_EXPORT_SPEC}'s)"
+            assert f"names the feature spec {new}, whose statistics" in str(e.value)
+            assert f"the folder does not hold {held}" in str(e.value)
+            assert f"feature_encoder('{new}')" in str(e.value)
+            assert f'`vat.load(DIR).feature_encoder("{new}")`' in about
+            vat.load(folder, device="cpu").feature_encoder(new)
             assert vat.load(folder, device="cpu").encode(["a man plays"]).shape == (1, 8)
 
     again = export_folder(folder, tmp_path / "again")  # mu/sum/none now: the scores are not its

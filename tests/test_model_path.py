@@ -10,8 +10,15 @@ import pytest
 
 from vat.errors import OptionError
 from vat.eval.encoders import vat_encoder
-from vat.feature_spec import FeatureSpec, stats_path_for
-from vat.features.choice import fit_for, resolve_features, store_features, stored_features
+from vat.feature_spec import FeatureSpec
+from vat.features.choice import (
+    chosen_features,
+    fit_for,
+    resolve_features,
+    stats_path_for,
+    store_features,
+    stored_features,
+)
 from vat.features.fitting import FitOptions
 from vat.share.loaded import check_loaded
 from vat.share.resolve import load_model
@@ -35,21 +42,43 @@ def _calls_of(function, run) -> int:
 
 
 @pytest.mark.parametrize("features", [None, "mu/mean/pc1"])
-def test_a_loaded_model_is_checked_once_per_request(tiny_ckpt, tmp_path, tiny_sentences, features):
+def test_a_loaded_model_is_checked_once_per_entry(tiny_ckpt, tmp_path, tiny_sentences, features):
+    """`vat evaluate --model M [--features SPEC]` composes two public entries, each of which
+    checks the model once as it takes it; nothing below them checks it again."""
     ckpt = tmp_path / "m.ckpt"
     ckpt.write_bytes(tiny_ckpt.read_bytes())
     loaded = load_model(ckpt)
     fit = FitOptions(fit_sentences=tiny_sentences)
-    vectors = []
+    chosen, vectors = [], []
 
-    def request() -> None:
-        encode = vat_encoder(loaded, features=features, fit=fit, save=False)
-        vectors.append(encode(tiny_sentences[:5]))
+    def choose() -> None:
+        chosen.append(chosen_features(loaded, features, fit, save=False))
 
-    assert _calls_of(check_loaded, request) == 1
+    def encode() -> None:
+        vectors.append(vat_encoder(loaded, features=chosen[0])(tiny_sentences[:5]))
+
+    assert _calls_of(check_loaded, choose) == 1
+    assert _calls_of(check_loaded, encode) == 1
     assert vectors[0].shape == (5, loaded.config.d_model) and np.isfinite(vectors[0]).all()
-    with pytest.raises(OptionError, match="^model: vat_encoder takes a loaded model"):
-        vat_encoder(str(ckpt))
+    assert chosen[0].spec == (FeatureSpec.parse(features) if features else chosen[0].spec)
+    for entry in (vat_encoder, chosen_features):
+        with pytest.raises(OptionError, match=f"^model: {entry.__name__} takes a loaded model"):
+            entry(str(ckpt))
+
+
+def test_vat_encoder_takes_fitted_features_never_a_spec_to_fit(tiny_ckpt, tiny_sentences):
+    """The encoder never fits: a spec's statistics are chosen (found or fitted) by the caller,
+    with `chosen_features`, and the encoder says how to."""
+    loaded = load_model(tiny_ckpt)
+    with pytest.raises(OptionError, match=r"^features: vat_encoder takes fitted features.*"
+                       r"chosen_features\(loaded, spec\)"):  # fmt: skip
+        vat_encoder(loaded, features="mu/mean/pc1")
+    chosen = chosen_features(loaded, "mu/mean/none")
+    encode = vat_encoder(loaded, features=chosen)
+    assert encode.features == "mu/mean/none" and encode.why == "as named"
+    np.testing.assert_array_equal(
+        encode(tiny_sentences[:4]), vat_encoder(loaded, "mean")(tiny_sentences[:4])
+    )
 
 
 def test_the_steps_of_a_resolution_compose_as_resolve_features_does(

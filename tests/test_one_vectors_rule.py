@@ -19,8 +19,9 @@ from eval_helpers import write_sts
 from helpers import checkpoint_with_counts, export_folder
 
 import vat
-from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, stats_path_for
+from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec
 from vat.features import sentence_features
+from vat.features.choice import stats_path_for
 from vat.features.postprocess import sif_weights
 from vat.share.resolve import load_model
 

@@ -62,7 +62,7 @@ from vat.eval.tasks.registry import choose_tasks, expand_tasks
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, sentence_features
 from vat.features.choice import (
-    DefaultFeatures,
+    ChosenFeatures,
     check_pooling,
     default_features,
     export_features,
@@ -158,7 +158,7 @@ class PretrainedVAT:
         self.loaded = loaded
         self.generator = VATGenerator.from_loaded(loaded, batch_size=batch_size)
         self._feature_encoders: dict[tuple, FeatureEncoder] = {}
-        self._default_features: DefaultFeatures | None = None
+        self._default_features: ChosenFeatures | None = None
 
     @property
     def model(self):
@@ -183,7 +183,7 @@ class PretrainedVAT:
         return self.feature_encoder().dim
 
     @property
-    def default_features(self) -> DefaultFeatures:
+    def default_features(self) -> ChosenFeatures:
         """Which vectors `encode` gives when no spec or pooling is named, and why (the one rule
         of every loader, `vat.features.choice.default_features`): `.spec`, `.why`,
         `.fallback` (True: the mean of mu, because the default spec could not be had).

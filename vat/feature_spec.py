@@ -200,8 +200,6 @@ class FittedFeatures:
         """The statistics in `path`, checked (`check`; with `model_config`, against the
         model's sizes too). Every problem is one CheckpointError naming the file; a FIFO or
         folder is named as such before anything opens it (a FIFO would block the read)."""
-        from safetensors import SafetensorError, safe_open
-
         path = Path(path)
         if not (path.exists() or path.is_symlink()):
             raise CheckpointError(f"feature statistics file {path} does not exist")
@@ -209,6 +207,14 @@ class FittedFeatures:
             regular_file(path, "feature statistics file")
         except VatError as e:
             raise CheckpointError(str(e)) from None
+        return cls.read(path, model_config)
+
+    @classmethod
+    def read(cls, path: Path, model_config: ModelSizes | None = None) -> FittedFeatures:
+        """`load` of a path known to be a regular file (vat.io.regular_file: a FIFO would
+        block this read), for a caller that has made sure of it."""
+        from safetensors import SafetensorError, safe_open
+
         try:
             with safe_open(str(path), framework="numpy") as f:
                 meta = f.metadata() or {}
@@ -331,15 +337,6 @@ def _is_ours(path: Path) -> bool:
             return (f.metadata() or {}).get("format") == STATS_FORMAT
     except Exception:  # not safetensors at all: not ours
         return False
-
-
-def stats_path_for(ckpt: str | os.PathLike, spec: FeatureSpec) -> Path:
-    """Where the statistics of `spec` live beside a checkpoint (or inside an exported folder:
-    `features.safetensors` holds the folder's own spec, others sit beside it by slug)."""
-    p = Path(ckpt)
-    if p.is_dir():
-        return p / f"features-{spec.slug}.safetensors"
-    return p.with_name(f"{p.name}.features-{spec.slug}.safetensors")
 
 
 def check_token_counts(

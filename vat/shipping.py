@@ -29,7 +29,7 @@ from vat.errors import OptionError, check_choice, check_optional_text, check_pat
 from vat.features.choice import default_features
 from vat.features.encoder import FeatureEncoder
 from vat.generate.generator import TruncationWarning, VATGenerator
-from vat.share.loaded import LoadedVAT, check_loaded
+from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.share.pretrained import ShippedModel, check_shipping, write_shipped
 
 _sentences = check_sentences  # add_pretrained's argument `check_sentences` shadows the name
@@ -124,6 +124,7 @@ def add_pretrained(
     )
 
 
+@takes_loaded
 def precision_match(
     loaded: LoadedVAT, dtype: str, sentences: Sequence[str], origin: str
 ) -> dict[str, Any]:
@@ -131,7 +132,6 @@ def precision_match(
     loaded) move `loaded`'s outputs on `sentences`: the folder's sentence features (largest
     absolute difference, lowest cosine), the token means mu (largest absolute difference),
     and how many greedy reconstructions stay identical."""
-    check_loaded(loaded, "precision_match")
     check_choice(dtype, "dtype", ("float16", "bfloat16"))
     sentences, _ = _sentences(sentences, "sentences")
     if not sentences:

@@ -253,17 +253,14 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
     device = resolve_device(args.device)
     if loaded is not None and args.features:
         from vat.cli.features import check_fitted, fit_options
+        from vat.features.choice import chosen_features
 
         fit, save = fit_options(args, tasks, loaded)
-        enc = encoders.vat_encoder(
-            loaded,
-            batch_size=args.batch_size,
-            features=args.features,
-            fit=fit,
-            save=save,
-            quiet=args.quiet,
+        chosen = chosen_features(
+            loaded, args.features, fit, save=save, batch_size=args.batch_size, quiet=args.quiet
         )
-        check_fitted(enc.fitted, args)
+        check_fitted(chosen.fitted, args)
+        enc = encoders.vat_encoder(loaded, batch_size=args.batch_size, features=chosen)
         return enc, f"vat:{args.model}"
     if loaded is not None:  # the model's own vectors, or --pooling of mu (one rule)
         return encoders.vat_encoder(loaded, args.pooling, args.batch_size), f"vat:{args.model}"

@@ -15,43 +15,39 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vat.errors import VatError, did_you_mean
+from vat.errors import OptionError, VatError, did_you_mean
+from vat.eval.engine import SentenceEncoder
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
-from vat.features.choice import check_pooling, chosen_features, spec_name
+from vat.features.choice import ChosenFeatures, check_pooling, default_features, spec_name
 from vat.features.encoder import FeatureEncoder
-from vat.features.fitting import FitOptions
-from vat.share.loaded import LoadedVAT, check_loaded
+from vat.share.loaded import LoadedVAT, takes_loaded
 
-Encoder = Callable[[list[str]], np.ndarray]
 VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
 HF_POOLINGS = ("mean", "cls")
 
 
+@takes_loaded
 def vat_encoder(
     loaded: LoadedVAT,
     pooling: str | None = None,
     batch_size: int = 128,
-    features: str | FittedFeatures | None = None,
-    fit: FitOptions | None = None,
+    features: ChosenFeatures | FittedFeatures | None = None,
     *,
-    save: bool = True,
     quiet: bool = False,
-) -> Encoder:
+) -> SentenceEncoder:
     """The sentence vectors of a loaded VAT. By default the model's own
     (`vat.features.choice.default_features`, the one rule of every loader), so its scores
     are those of the vectors vat.load, AutoModel, sentence-transformers and MTEB give. A
     `pooling` of the token means mu (the paper's VAT-mean, VAT-sum, VAT-start, or
-    `precision`: mu weighted by exp(-logvar), see vat.features.pool), or a feature spec
-    (`features`, vat.feature_spec; or one already fitted) replaces it. A spec's statistics
-    are found or fitted (`vat.features.choice.resolve_features`) on what `fit` names, and
-    stored beside the model unless `save` is off.
+    `precision`: mu weighted by exp(-logvar), see vat.features.pool), or fitted `features`
+    replace it: those of a feature spec (vat.feature_spec), found or fitted by
+    `vat.features.choice.chosen_features(loaded, spec, fit)`, which the caller composes.
 
     The encoder names what it gives: `.features` (the spec, e.g. "layer0/sif/none"; pooling
     P of mu is "mu/P/none") and `.why` (how it was chosen), for every table and results file.
     """
-    check_loaded(loaded, "vat_encoder")  # the one check: everything below takes it as it is
     if pooling is not None and pooling not in VAT_POOLINGS:
         raise VatError(
             f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
@@ -60,7 +56,19 @@ def vat_encoder(
     check_pooling(pooling, features)
     if pooling is not None and features is None:
         return _mu_encoder(loaded, pooling, batch_size)
-    chosen = chosen_features(loaded, features, fit, save=save, batch_size=batch_size, quiet=quiet)
+    if features is None:
+        chosen = default_features(loaded, quiet=quiet)
+    elif isinstance(features, FittedFeatures):
+        chosen = ChosenFeatures(features, "as named")
+    elif isinstance(features, ChosenFeatures):
+        chosen = features
+    else:
+        raise OptionError(
+            "features",
+            f"vat_encoder takes fitted features, got {type(features).__name__} "
+            f"{str(features)[:80]!r}: vat.features.choice.chosen_features(loaded, spec) finds "
+            "or fits a spec's statistics",
+        )
     encoder = FeatureEncoder(loaded, chosen.fitted)
 
     def encode(sentences: list[str]) -> np.ndarray:
@@ -73,7 +81,7 @@ def vat_encoder(
     return encode
 
 
-def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> Encoder:
+def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> SentenceEncoder:
     """`pooling` of the token means mu (vat.features.sentence_features)."""
 
     def encode(sentences: list[str]) -> np.ndarray:
@@ -87,7 +95,7 @@ def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> Encoder:
     return encode
 
 
-def callable_encoder(spec: str) -> Encoder:
+def callable_encoder(spec: str) -> SentenceEncoder:
     """`path/to/file.py:function`: the function takes a list of strings and returns an
     (n, d) array. The file is imported as a module (its folder goes on sys.path, so it can
     import its neighbours)."""
@@ -115,7 +123,7 @@ def callable_encoder(spec: str) -> Encoder:
     return _one_line_failures(fn, spec)
 
 
-def _one_line_failures(fn: Encoder, spec: str) -> Encoder:
+def _one_line_failures(fn: SentenceEncoder, spec: str) -> SentenceEncoder:
     """The user's function, whose exceptions become one line naming it (issue 20); under
     `--debug` the traceback shows the original exception as the cause."""
 
@@ -137,7 +145,7 @@ def hf_encoder(
     pooling: str = "mean",
     batch_size: int = 64,
     device: str | torch.device | None = None,
-) -> Encoder:
+) -> SentenceEncoder:
     """A local Hugging Face encoder directory (needs the `transformers` extra), mean or CLS
     pooling of the last layer, via vat.eval.hf_encoders."""
     if pooling not in HF_POOLINGS:

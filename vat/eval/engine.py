@@ -39,7 +39,10 @@ from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import choose_tasks, load_task
 from vat.runtime import resolve_device
 
-Encoder = Callable[[list[str]], np.ndarray]
+# What the harness scores: sentences -> (n, d) vectors (SentEval's batcher). Not the model's
+# Transformer encoder (vat.model) nor a FeatureEncoder (how a loaded VAT makes its vectors,
+# vat.features.encoder), though vat_encoder wraps one as a SentenceEncoder.
+SentenceEncoder = Callable[[list[str]], np.ndarray]
 RELATEDNESS_MODES = ("cosine", "regressor", "both")
 
 
@@ -87,7 +90,9 @@ class EvalSettings:
 class FeatureCache:
     """Encodes each distinct sentence once and checks what the encoder returns."""
 
-    def __init__(self, encoder: Encoder, batch_size: int = 128, progress: bool = True) -> None:
+    def __init__(
+        self, encoder: SentenceEncoder, batch_size: int = 128, progress: bool = True
+    ) -> None:
         self.encoder = encoder
         self.batch_size = batch_size
         self.progress = progress
@@ -169,7 +174,7 @@ def pair_cosines(pairs: Pairs, feats: FeatureCache) -> np.ndarray:
 
 
 def cosine_correlations(
-    encoder: Encoder, pairs: Pairs, batch_size: int = 128, name: str = "pairs"
+    encoder: SentenceEncoder, pairs: Pairs, batch_size: int = 128, name: str = "pairs"
 ) -> dict:
     """{'pearson', 'spearman', 'nsamples'} of the no-training cosine protocol on one split of
     pairs: what `evaluate` reports for it (e.g. `STSBenchmark-cosine.dev`), without loading or
@@ -247,7 +252,7 @@ def _relatedness_regressor(
 
 
 def evaluate(
-    encoder: Encoder,
+    encoder: SentenceEncoder,
     tasks: str | Sequence[str],
     data_dir: str | Path,
     settings: EvalSettings | None = None,

@@ -28,7 +28,7 @@ from vat.errors import VatError, did_you_mean
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import choose_tasks, load_task
 from vat.features import POOLINGS, pool
-from vat.share.loaded import LoadedVAT, check_loaded
+from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.tokenizer import EOS_ID, make_batch
 
 FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
@@ -169,6 +169,7 @@ def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings)
     }
 
 
+@takes_loaded
 def finetune_tasks(
     loaded: LoadedVAT,
     tasks: str | list[str],
@@ -176,7 +177,6 @@ def finetune_tasks(
     settings: FinetuneSettings,
 ) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
-    check_loaded(loaded, "finetune_tasks")
     names = choose_tasks(tasks, data_dir).tasks  # a group: its members present
     bad = [t for t in names if t not in FINETUNE_TASKS]
     if bad:

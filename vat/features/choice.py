@@ -6,7 +6,7 @@ feature spec. An exported folder's is its own (sentence_vat_config.json). A trai
 checkpoint (or a folder from before specs) has the spec `vat export` would give it,
 DEFAULT_EXPORT_SPEC, whose SIF weights come from the training token counts the checkpoint
 records, so a model and its export give the same vectors. Where that spec cannot be had (no
-recorded counts), the vectors are the mean of mu, and `DefaultFeatures.why` says so. Naming
+recorded counts), the vectors are the mean of mu, and `ChosenFeatures.why` says so. Naming
 a spec (`features`) or a pooling of mu (`pooling`) replaces the rule.
 
 A named spec's statistics are resolved in small steps a caller may compose:
@@ -16,16 +16,25 @@ A named spec's statistics are resolved in small steps a caller may compose:
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vat.errors import CheckpointError, OptionError, VatError, check_count, one_line
-from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures, stats_path_for
-from vat.features.fitting import FitOptions, fit_features, fit_sentences_for, token_counts_for
-from vat.share.loaded import LoadedVAT
+from vat.errors import CheckpointError, OptionError, VatError, check_count
+from vat.feature_spec import DEFAULT_EXPORT_SPEC, FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
+from vat.features.fitting import (
+    FitOptions,
+    fit_features,
+    fit_sentences_for,
+    recorded_sif_features,
+    token_counts_for,
+)
+from vat.io import regular_file
+from vat.share.folder import ST_MODULE_CONFIG_NAME
+from vat.share.loaded import LoadedVAT, takes_loaded
 
 
 def check_pooling(pooling: str | None, features: object) -> None:
@@ -42,59 +51,75 @@ def check_pooling(pooling: str | None, features: object) -> None:
 
 
 @dataclass(frozen=True)
-class DefaultFeatures:
-    """The vectors a model gives when nobody names a spec (`default_features`), and why."""
+class ChosenFeatures:
+    """The fitted features a caller gets, and why (`default_features`, `chosen_features`)."""
 
     fitted: FittedFeatures
     why: str
     """Why this spec, in a few words (for tables, results files and warnings)."""
     fallback: bool = False
-    """True when the rule's spec could not be had and the vectors are the mean of mu."""
+    """True when the default rule's spec could not be had and the vectors are the mean of mu."""
 
     @property
     def spec(self) -> FeatureSpec:
         return self.fitted.spec
 
 
-def default_features(loaded: LoadedVAT, quiet: bool = False) -> DefaultFeatures:
+def default_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     """THE rule of every loader (vat.load(...).encode, AutoModel, sentence-transformers, MTEB,
-    `vat evaluate`, `vat score`, `vat export`) for which vectors a model gives by default:
+    `vat evaluate`, `vat score`, `vat export`) for which vectors a model gives by default. It
+    never fits and never writes: a model's own vectors are those its files hold.
 
-    - an exported folder's own spec (sentence_vat_config.json), with its statistics;
+    - an exported folder's own spec (sentence_vat_config.json), with the statistics it
+      stores (read and checked when the folder was loaded: vat.share.folder), or those an
+      earlier fit of that spec stored in it (`stored_features`); a folder holding neither
+      (its spec changed after export) is a CheckpointError saying how to fit them;
     - else (a training run or checkpoint, a folder from before specs) the spec `vat export`
-      gives it, DEFAULT_EXPORT_SPEC: layer0/sif/none needs only SIF weights, made from the
-      training token counts the checkpoint records (no sentences are fitted, nothing is
-      written), so `vat.load(run)` and `vat.load(export of run)` give the same vectors;
+      gives it, DEFAULT_EXPORT_SPEC: layer0/sif/none needs only SIF weights, from the
+      statistics an earlier fit stored beside the checkpoint, else made from the training
+      token counts it records, so `vat.load(run)` and `vat.load(export of run)` give the
+      same vectors;
     - where that spec cannot be had (no recorded counts), the mean of mu, said on stderr
       unless `quiet` (and always in `why`).
 
     Damaged statistics (a CheckpointError naming their file) are an error, never a reason to
     fall back."""
-    own = loaded.feature_spec
+    own = loaded.own_features
     if own is not None:
-        return DefaultFeatures(resolve_features(loaded, own), "the folder's own spec")
-    spec = FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
-    problem = None
-    if spec.weighting == "sif" and loaded.token_counts is None:
-        if stored_features(loaded, spec) is None:
-            problem = (
-                "no training token counts are recorded, which its SIF weights need "
-                "(count_files: the training text to count them in)"
-            )
-    if problem is None:
-        try:
-            fitted = resolve_features(loaded, spec, save=False, quiet=True)
-        except CheckpointError:
-            raise
-        except VatError as e:
-            problem = one_line(e)
-        else:
-            why = "vat's default for a checkpoint; SIF weights from its recorded token counts"
-            return DefaultFeatures(fitted, why)
-    why = f"the mean of mu, not {spec}: {problem}"
+        return ChosenFeatures(own, "the folder's own spec")
+    spec = loaded.feature_spec or FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
+    stored = stored_features(loaded, spec)  # an earlier fit's (on count_files, say)
+    if loaded.feature_spec is not None:
+        if stored is None:
+            raise CheckpointError(_unfitted_folder_spec(loaded))
+        return ChosenFeatures(stored, "the folder's own spec, fitted after export")
+    if stored is not None:
+        return ChosenFeatures(stored, "vat's default for a checkpoint; the statistics beside it")
+    counts = loaded.token_counts
+    if counts is not None:
+        why = "vat's default for a checkpoint; SIF weights from its recorded token counts"
+        return ChosenFeatures(recorded_sif_features(spec, counts, loaded.config.vocab_size), why)
+    why = (
+        f"the mean of mu, not {spec}: no training token counts are recorded, which its SIF "
+        "weights need (count_files: the training text to count them in)"
+    )
     if not quiet:
         print(f"warning: {loaded.name}: sentence vectors are {why}", file=sys.stderr)
-    return DefaultFeatures(FittedFeatures(FeatureSpec()), why, fallback=True)
+    return ChosenFeatures(FittedFeatures(FeatureSpec()), why, fallback=True)
+
+
+def _unfitted_folder_spec(loaded: LoadedVAT) -> str:
+    """The one line for a folder whose own spec lacks its statistics (its
+    sentence_vat_config.json changed after export): what it holds, and the one step that
+    fits them, which a caller names (the default rule never fits)."""
+    spec, held = loaded.feature_spec, loaded.feature_stats
+    holds = "is absent" if held is None else f"holds {held.spec}'s"
+    return (
+        f"{loaded.path}: its {ST_MODULE_CONFIG_NAME} names the feature spec {spec}, whose "
+        f"statistics the folder does not hold ({FOLDER_STATS_NAME} {holds}); name the spec to "
+        f"fit them (--features {spec}, or vat.load(...).feature_encoder({str(spec)!r})), and "
+        "they are stored in the folder"
+    )
 
 
 def chosen_spec(
@@ -127,21 +152,35 @@ def spec_name(
     return str(FeatureSpec.parse(features))
 
 
+def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
+    """Where vat keeps the statistics of `spec` fitted for a model (`store_features`), and
+    finds them again (`stored_features`): beside a checkpoint, or inside an exported folder
+    by slug (its `features.safetensors` holds the folder's own spec)."""
+    p = Path(home)
+    if p.is_dir():
+        return p / f"features-{spec.slug}.safetensors"
+    return p.with_name(f"{p.name}.features-{spec.slug}.safetensors")
+
+
 def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
-    """Statistics of `spec` the model already has: an exported folder's own, or the file vat
-    wrote beside the model (`stats_path_for`) when an earlier fit stored them."""
+    """Statistics of `spec` the model already has: an exported folder's own (checked against
+    the model when it was loaded), or the file vat wrote beside the model (`stats_path_for`)
+    when an earlier fit stored them."""
     stats = loaded.feature_stats
     if stats is not None and stats.spec == spec:
-        return stats.check(model_config=loaded.config)
+        return stats
     home = loaded.source.writable_home
-    if home is not None:
-        path = stats_path_for(home, spec)
-        # a FIFO or folder there is named (FittedFeatures.load), never skipped as "no file"
-        if path.exists() or path.is_symlink():
-            fitted = FittedFeatures.load(path, model_config=loaded.config)
-            if fitted.spec == spec:
-                return fitted
-    return None
+    if home is None:
+        return None
+    path = stats_path_for(home, spec)
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:  # a FIFO or folder there is named, never skipped as "no file" (nor read: it blocks)
+        regular_file(path, "feature statistics file")
+    except VatError as e:
+        raise CheckpointError(str(e)) from None
+    fitted = FittedFeatures.read(path, model_config=loaded.config)
+    return fitted if fitted.spec == spec else None
 
 
 def store_features(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool = False) -> Path | None:
@@ -227,6 +266,7 @@ def resolve_features(
     return fitted
 
 
+@takes_loaded
 def chosen_features(
     loaded: LoadedVAT,
     features: str | FeatureSpec | FittedFeatures | None = None,
@@ -235,15 +275,15 @@ def chosen_features(
     save: bool = True,
     batch_size: int = 128,
     quiet: bool = False,
-) -> DefaultFeatures:
+) -> ChosenFeatures:
     """The fitted features a caller's choice stands for, and why: a FittedFeatures as given;
     a named spec resolved (`resolve_features`); none, the model's own (`default_features`)."""
     if isinstance(features, FittedFeatures):
-        return DefaultFeatures(features, "as named")
+        return ChosenFeatures(features, "as named")
     if features is None:
         return default_features(loaded, quiet=quiet)
     fitted = resolve_features(loaded, features, fit, save=save, batch_size=batch_size, quiet=quiet)
-    return DefaultFeatures(fitted, "as named")
+    return ChosenFeatures(fitted, "as named")
 
 
 def export_features(

@@ -251,6 +251,42 @@ def fit_post(spec: FeatureSpec, x: np.ndarray) -> dict[str, np.ndarray]:
     return {}
 
 
+def sif_weights_for(
+    spec: FeatureSpec, token_counts: np.ndarray | None, vocab_size: int
+) -> np.ndarray:
+    """(vocab_size,) SIF weights a / (a + p(w)) of `spec` from subword counts (a model's
+    recorded training counts, or counts of named files); ids the counts lack count 0."""
+    if token_counts is None:
+        raise OptionError(
+            "count_files",
+            "sif weighting needs token frequencies: this model has none stored "
+            "(a checkpoint older than vat's token counts); give its training text to "
+            "count them",
+        )
+    counts = np.zeros(vocab_size, dtype=np.float64)
+    counts[: min(len(token_counts), len(counts))] = token_counts[: len(counts)]
+    return sif_weights(counts, spec.sif_a)
+
+
+def recorded_sif_features(
+    spec: FeatureSpec, token_counts: np.ndarray, vocab_size: int
+) -> FittedFeatures:
+    """The statistics of a spec that needs only SIF weights (DEFAULT_EXPORT_SPEC), from the
+    training token counts a model records: no sentence is read, nothing is written. The
+    record says so as a fit on them would (`fit_features`), for the model card."""
+    if spec.weighting != "sif" or spec.post != "none":
+        raise ValueError(f"{spec} needs more than SIF weights: fit it (fit_features)")
+    t0 = time.perf_counter()
+    arrays = {"sif_weights": sif_weights_for(spec, token_counts, vocab_size)}
+    fit = {
+        "counts_from": "training",
+        "count_tokens": int(np.asarray(token_counts).sum()),
+        "sentences": 0,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return FittedFeatures(spec, arrays, fit)
+
+
 def fit_features(
     model: VAT,
     tokenizer: VATTokenizer,
@@ -264,16 +300,7 @@ def fit_features(
     t0 = time.perf_counter()
     arrays: dict[str, np.ndarray] = {}
     if spec.weighting == "sif":
-        if token_counts is None:
-            raise OptionError(
-                "count_files",
-                "sif weighting needs token frequencies: this model has none stored "
-                "(a checkpoint older than vat's token counts); give its training text to "
-                "count them",
-            )
-        counts = np.zeros(model.config.vocab_size, dtype=np.float64)
-        counts[: min(len(token_counts), len(counts))] = token_counts[: len(counts)]
-        arrays["sif_weights"] = sif_weights(counts, spec.sif_a)
+        arrays["sif_weights"] = sif_weights_for(spec, token_counts, model.config.vocab_size)
     if spec.post != "none":
         if len(sentences) < 2:
             raise VatError(f"fitting {spec} needs at least 2 sentences, got {len(sentences)}")

@@ -41,7 +41,7 @@ from vat.runtime import check_allocation, eval_mode
 from vat.score.diversity import distinct_n, self_bleu
 from vat.score.likelihood import model_bounds
 from vat.score.representation import POSITIVE_SCORE, alignment, uniformity
-from vat.share.loaded import LoadedVAT, check_loaded
+from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.tokenizer import make_batch
 
 DEFAULT_SAMPLES = 500
@@ -145,6 +145,7 @@ class ScoreTable:
         return format_table(self)
 
 
+@takes_loaded
 def score_table(
     loaded: LoadedVAT,
     sentences: Sequence[str],
@@ -155,7 +156,6 @@ def score_table(
     """Score `sentences` (non-empty strings) with `loaded`; `pairs` adds alignment and
     uniformity (a string: why they are left out). `source` names the sentences in the
     table."""
-    check_loaded(loaded, "score_table")
     settings = settings if settings is not None else ScoreSettings()
     sentences = _checked_sentences(sentences)
     cfg = loaded.config  # the samples' latents, refused before any work if they cannot fit

@@ -21,7 +21,7 @@ import numpy as np
 
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.share.folder import save_folder
-from vat.share.loaded import LoadedVAT, check_loaded
+from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE, scored_spec
 from vat.share.training_record import check_portable, portable_fit, portable_training
 
@@ -62,6 +62,7 @@ def same_vectors(loaded: LoadedVAT, features: FittedFeatures | None) -> bool:
     )
 
 
+@takes_loaded
 def export_model(
     loaded: LoadedVAT,
     output_dir: str | os.PathLike,
@@ -86,7 +87,6 @@ def export_model(
     kept when `features` gives the source's vectors (`same_vectors`) and the scores measured
     them.
     """
-    check_loaded(loaded, "export_model")
     spec = str(features.spec if features is not None else FeatureSpec())
     if evaluation is None:
         kept = loaded.evaluation if same_vectors(loaded, features) else []

@@ -9,9 +9,11 @@ the model's files again.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import numpy as np
 import torch
@@ -127,3 +129,20 @@ def check_loaded(model: object, function: str) -> LoadedVAT:
         f"{function} takes a loaded model (vat.share.resolve.load_model(path), or "
         f"vat.load(path).loaded), got {type(model).__name__} {str(model)[:80]!r}",
     )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def takes_loaded(entry: Callable[P, R]) -> Callable[P, R]:
+    """A public entry whose first argument is a loaded model: anything else (a path, most
+    often) is refused in one line (`check_loaded`) before the body runs, so the body, and
+    everything it passes the model to, takes it as it is."""
+
+    @functools.wraps(entry)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        check_loaded(args[0] if args else kwargs.get("loaded"), entry.__name__)
+        return entry(*args, **kwargs)
+
+    return checked

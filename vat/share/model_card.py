@@ -522,8 +522,9 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
 
 
 def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
-    """The sentence for a folder whose spec needs statistics it does not hold: what the
-    loaders do then (vat.features.choice.resolve_features), from what the folder records."""
+    """The sentence for a folder whose spec needs statistics it does not hold: the loaders
+    refuse its vectors (vat.features.choice.default_features never fits), and naming the spec
+    fits them (vat.features.choice.resolve_features) from what the folder records."""
     data = (config.get("training") or {}).get("data") or {}
     files = data.get("train_files") or []
     needs = []
@@ -544,7 +545,7 @@ def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
         )
     return (
         f"This folder does not hold the statistics this spec needs (`{FOLDER_STATS_NAME}` is "
-        "absent or holds another spec's); vat fits them when the vectors are first asked for: "
-        + "; ".join(needs)
-        + "."
+        "absent or holds another spec's), so its vectors are refused until they are fitted; "
+        f"naming the spec fits them and stores them in the folder (`--features {spec}`, or "
+        f'`vat.load(DIR).feature_encoder("{spec}")`): ' + "; ".join(needs) + "."
     )
