@@ -28,7 +28,7 @@ def train(args: list[str]) -> None:
 
     # 2. The system (vat.train.VATSystem): the model of vat/model.py (a Transformer encoder,
     #    a mean and a log-variance per token, z sampled per token as the decoder's memory) and
-    #    its objective: reconstruction + beta * KL(q(z|x) || N(0, s^2 I)) (PAPER.md), with the
+    #    its objective: reconstruction + beta * KL(q(z|x) || N(0, s^2 I)) (the paper), with the
     #    rate controller that keeps the KL near its target, and the optimiser.
     system = cli.model
 

@@ -1,6 +1,6 @@
-"""What keying the tokenized cache on content costs (issue 20): the BLAKE2b digest of the
-5.3-million-line corpus (the shared corpus repeated 10x, as bench/bench_prepare.py builds
-it) against the old key (path, size, mtime: one stat).
+"""What keying the tokenized cache on content costs: the BLAKE2b digest of the
+5.3-million-line corpus (the shared corpus repeated 10x, as bench/bench_prepare.py builds it)
+against the old key (path, size, mtime: one stat).
 
     PYTHONPATH=$PWD python bench/bench_cache_key.py --work /tmp/vat-bench-prepare
 

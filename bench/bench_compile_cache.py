@@ -1,5 +1,5 @@
 """Launch to first step of a resumed compiled `vat train`, with and without the compile cache
-(vat/train/compile_cache.py; issue 44, "Every GPU second trains").
+(vat/train/compile_cache.py), since a launch's start-up is GPU time that trains nothing.
 
     python bench/bench_compile_cache.py --output bench_compile_cache.json           # CPU
     python bench/bench_compile_cache.py --config configs/reference_gpu.yaml --steps 50 --device gpu

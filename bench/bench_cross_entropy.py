@@ -1,5 +1,5 @@
 """The output layer's cross-entropy at 8k and 32k vocabularies: full logits against a fused,
-chunked linear cross-entropy (issue 15, item 4: "add one only if it measurably helps").
+chunked linear cross-entropy (a fused loss is worth having only if it measurably helps).
 
 The VAT's loss head is logits = h W^T over the tied embedding W (V x d), then the
 cross-entropy. At 65,536 tokens and V = 32,768 the full logits are 2.1 billion numbers (8.6 GB

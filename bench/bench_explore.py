@@ -9,7 +9,7 @@ to the first page served. Latency: every view is called --requests times over HT
 browser calls it (gradio_client: a request to the queue, the result streamed back), on a
 20-subword sentence; median and worst. Baseline, in the same run: the same Explorer method
 called in this process without a server, so the table shows what the page adds to the
-model's own time. Target (issue 28): each view well under a second on 2 CPU cores.
+model's own time. Target: each view well under a second on 2 CPU cores.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Corpus preparation: wall time and peak memory against corpus size (issue 15, item 5).
+"""Corpus preparation: wall time and peak memory against corpus size.
 
 Builds corpora of the shared corpus repeated 1x (534,646 lines) and Rx (R = --repeats,
 default 10: 5.3 million lines) under --work (never in the repository), then runs

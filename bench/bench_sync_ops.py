@@ -1,5 +1,5 @@
 """Host-device synchronisations and aten ops per training step, counted on the CPU: vat's
-Lightning loop against the plain loop of bench/bench_train_side_by_side.py (issue 44, part 5).
+Lightning loop against the plain loop of bench/bench_train_side_by_side.py.
 
     python bench/bench_sync_ops.py --shape tiny --output sync_ops_tiny.json       # ~1 min
     python bench/bench_sync_ops.py --shape reference --output sync_ops_ref.json   # ~3 min

@@ -1,5 +1,5 @@
 """The first command's CPU thread count: vat's default against torch's, on a quiet and on a
-loaded machine (issue 30, point 1).
+loaded machine.
 
     python bench/bench_threads.py                         # demo config, 300 steps, load 0 and 2
     python bench/bench_threads.py --steps 2000 --loads 2  # the whole demo, 2 busy processes

@@ -36,7 +36,7 @@ and its graph counter); the JSON gives each loop's compiled graphs and recompile
 and the first recompile reasons (the failed guards), so a compiled step that does not settle
 says why.
 
-Profile (`--profile-steps N`, issue 44): after the timed rounds, and after the JSON is
+Profile (`--profile-steps N`): after the timed rounds, and after the JSON is
 written (a profile stopped for time leaves the figures), N more steps of each loop of the
 first vocabulary, after 3 untimed ones: torch.profiler's ops by device time and, on CUDA,
 torch.cuda.set_sync_debug_mode("warn") with its warnings counted by the line that synced,
@@ -98,7 +98,7 @@ from vat.train.losses import (  # noqa: E402
 from vat.train.schedules import noam_lr  # noqa: E402
 from vat.train.system import LossConfig, OptimConfig, VATSystem  # noqa: E402
 
-try:  # after the re-layout (issue 12) the train CLI lives in vat/cli/train.py
+try:  # after the package re-layout the train CLI lives in vat/cli/train.py
     from vat.cli.train import _build_cli, _quiet_warnings  # noqa: E402
 except ImportError:
     from vat.cli import _build_cli, _quiet_warnings  # noqa: E402
@@ -306,7 +306,8 @@ def run_vat(config: Path, overrides: list[str], warmup: int, steps: int) -> dict
 
 
 def _plain_loss(model: VAT, src, tgt_in, tgt_out, prior_std, free_bits: float, fused: bool):
-    """VATSystem's objective (PAPER.md eq. 5-6) from vat.train.losses: NLL and the free-bits KL."""
+    """VATSystem's objective (the paper's eq. 5-6) from vat.train.losses: NLL and the
+    free-bits KL."""
     mu, logvar, mask = model.encode(src)  # (B, T, d), (B, T, d), (B, T)
     # z = mu + sigma * eps as VAT.reparameterize, with randn_like: torch.randn(shape) does
     # not trace with a dynamic batch dimension (torch 2.13: "SymIntArrayRef expected to

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# "CPU, the demo config: no slower than today" (issue 15, Targets): the same fixed-steps
-# training of configs/demo.yaml at two revisions, side by side on this machine.
+# The CPU target "the demo config: no slower than today": the same fixed-steps training of
+# configs/demo.yaml at two revisions, side by side on this machine.
 #
 #   bash bench/compare_commits.sh OLD NEW                 # e.g. f379e59 HEAD
 #   STEPS=600 ROUNDS=3 bash bench/compare_commits.sh main HEAD

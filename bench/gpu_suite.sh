@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU suite (issues 22, 31): device facts, throughput side by side, a reference model, the
-# rate frontier and its artefacts, within a time budget, resumable in OUT_DIR. Runs from a
-# checkout (no install needed: this puts the checkout on PYTHONPATH and runs the folder
-# bench/gpu_suite/, one module per stage). Details: bench/gpu_suite/__init__.py, docs/gpu.md
-# ("The GPU suite"), BENCHMARKS.md ("The GPU suite").
+# The GPU suite: device facts, throughput side by side, a reference model, the rate frontier
+# and its artefacts, within a time budget, resumable in OUT_DIR. Runs from a checkout (no
+# install needed: this puts the checkout on PYTHONPATH and runs the folder bench/gpu_suite/,
+# one module per stage). Details: bench/gpu_suite/__init__.py, docs/gpu.md ("The GPU suite"),
+# BENCHMARKS.md ("The GPU suite").
 #
 #   bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
 #   bench/gpu_suite.sh --plan short ... OUT_DIR   # 15 minutes of a GPU allocation (plan.RECIPE_SHORT)

@@ -124,7 +124,7 @@ def test_save_and_push_from_a_loaded_model(tiny_ckpt, tmp_path, tiny_sentences):
     )
 
 
-# -- issue 29: one rule for sentences, devices vat can run on, bounded tokenising -------------
+# -- one rule for sentences, devices vat can run on, bounded tokenising ----------------------
 def test_one_rule_for_sentences_a_string_is_one_sentence(tiny_ckpt, tiny_sentences):
     """A single string is ONE sentence everywhere (its result alone), and any iterable of
     strings is a batch: tuples, generators (read once), numpy strings and arrays of them."""

@@ -1,7 +1,7 @@
-"""The audit of issue 20, section 3, as a table: every subcommand (train, evaluate, geometry,
-generate *, sweep, export, mteb, config) and the Python API, driven with generated bad values
-per option. Each case must end in exit code 2 with one `error:` line on stderr naming the
-option, no traceback, and no hang (a timer aborts a case that runs past its limit).
+"""An audit of bad input, as a table: every subcommand (train, evaluate, geometry, generate *,
+sweep, export, mteb, config) and the Python API, driven with generated bad values per option.
+Each case must end in exit code 2 with one `error:` line on stderr naming the option, no
+traceback, and no hang (a timer aborts a case that runs past its limit).
 
 Kind: every option that names a file gets a named pipe (FIFO), a folder, a symlink loop and
 a device (/dev/zero); a folder option gets a file. Range: counts get 0 and -1, scales get
@@ -347,8 +347,8 @@ NUMBER_OPTIONS = {
         ["0", "nan"],
     ),
 }
-# --device on every command that runs a model (issue 29): names torch does not know, meta (a
-# device without data), a CUDA device this machine lacks and mps where Metal is missing.
+# --device on every command that runs a model: names torch does not know, meta (a device
+# without data), a CUDA device this machine lacks and mps where Metal is missing.
 BAD_DEVICES = ["xyz", "meta", "Cuda", *[d for d in ("cuda:7", "mps") if _device_absent(d)]]
 DEVICE_OPTIONS = {
     "evaluate": [
@@ -481,8 +481,8 @@ def test_every_option_refuses_bad_values_in_one_line(
 
 
 # -- the Python API ------------------------------------------------------------------------
-# Issue 29: every public callable of vat.api, vat.generate, vat.features and the integrations,
-# driven with the argument kinds a Python user passes by mistake (None, bytes, a list for one
+# Every public callable of vat.api, vat.generate, vat.features and the integrations, driven
+# with the argument kinds a Python user passes by mistake (None, bytes, a list for one
 # sentence, numbers out of range or of the wrong kind, devices vat cannot run on). Each case
 # names the callable ("Qualified.name: what"), calls it on the tiny model `m` and gives the
 # Python argument its one-line vat.errors message must name; no message names a CLI flag.

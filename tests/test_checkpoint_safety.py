@@ -1,5 +1,5 @@
-"""Loading checkpoints (issue 11): weights-only whatever the environment says, broken `vat`
-metadata and non-finite weights refused in one line by every CLI, honest error messages."""
+"""Loading checkpoints: weights-only whatever the environment says, broken `vat` metadata and
+non-finite weights refused in one line by every CLI, honest error messages."""
 
 from __future__ import annotations
 

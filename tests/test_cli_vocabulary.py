@@ -1,8 +1,8 @@
-"""One vocabulary across commands (docs/cli.md, issue 30 point 6) and hints that work as
-printed (point 2): --output FILE / --output-dir DIR, --plot FILE / --plot-dir DIR,
---data-dir, older spellings kept with one warning line, task names in any case and as the
-tables print them, "did you mean", groups that run the tasks present, and the `next:`
-commands `vat train` prints, run on the SentEval data that ships."""
+"""One vocabulary across commands (docs/cli.md) and hints that work as printed:
+--output FILE / --output-dir DIR, --plot FILE / --plot-dir DIR, --data-dir, older spellings
+kept with one warning line, task names in any case and as the tables print them, "did you
+mean", groups that run the tasks present, and the `next:` commands `vat train` prints, run on
+the SentEval data that ships."""
 
 from __future__ import annotations
 
@@ -275,7 +275,7 @@ def _next_commands(run: Path) -> list[list[str]]:
 def test_every_next_command_works_as_printed_on_the_shipped_data(
     tiny_ckpt, shipped_like, tmp_path, monkeypatch, capsys
 ):
-    """vat evaluate --model RUN --tasks sts stopped at STS13 (issue 30, point 2)."""
+    """vat evaluate --model RUN --tasks sts stopped at STS13."""
     from vat.cli import main
 
     run = tmp_path / "demo"

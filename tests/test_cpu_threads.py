@@ -1,6 +1,6 @@
-"""The CPU thread count of `vat train` (issue 30, point 1): one thread on the CPU by default,
-`--threads N` and $OMP_NUM_THREADS win, torch's default beside a GPU; said once on stderr.
-Speed is measured in bench/bench_threads.py (BENCHMARKS.md "CPU threads"), not here."""
+"""The CPU thread count of `vat train`: one thread on the CPU by default, `--threads N` and
+$OMP_NUM_THREADS win, torch's default beside a GPU; said once on stderr. Speed is measured in
+bench/bench_threads.py (BENCHMARKS.md "CPU threads"), not here."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The tokenized cache under faults, cache-dir errors, config validation, progress bars
-(issue 11, sections 2 and 3; issue 14, item 5; issue 15, item 5)."""
+"""The tokenized cache under faults, cache-dir errors, config validation, progress bars."""
 
 import errno
 import json

@@ -1,6 +1,6 @@
-"""Nothing vat did not write is ever deleted or written through (issue 20, section 1):
-`vat train --overwrite` moves only what a run recorded writing, a fresh run refuses folders
-holding another run's checkpoints, and the run lock never follows a symbolic link."""
+"""Nothing vat did not write is ever deleted or written through: `vat train --overwrite` moves
+only what a run recorded writing, a fresh run refuses folders holding another run's
+checkpoints, and the run lock never follows a symbolic link."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 20: a degenerate encoder is said loudly (a warning naming the task and the reason;
-exit 1 under --strict), and an exception in a user's --encoder function is one line."""
+"""A degenerate encoder is said loudly (a warning naming the task and the reason; exit 1 under
+--strict), and an exception in a user's --encoder function is one line."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""Issue 30, point 4: the demo behaves like a VAE. configs/demo.yaml holds a rate with the KL
-controller, the shipped demo's variational samples vary, vat says when a posterior is nearly
-deterministic (vat.generate.variation: a pure criterion on decoded texts; the training
-summary and `vat generate sample` / `resample-token`), and the perplexity given z is named
-for what it is."""
+"""The demo behaves like a VAE. configs/demo.yaml holds a rate with the KL controller, the
+shipped demo's variational samples vary, vat says when a posterior is nearly deterministic
+(vat.generate.variation: a pure criterion on decoded texts; the training summary and `vat
+generate sample` / `resample-token`), and the perplexity given z is named for what it is."""
 
 from __future__ import annotations
 
@@ -122,8 +121,8 @@ def test_demo_config_holds_a_rate_and_the_shipped_demo_is_trained_at_it():
 
 
 def test_shipped_demo_samples_vary_and_no_note(capsys, monkeypatch):
-    """The issue's command: `vat generate sample -n 5 --tau 1.0 --model demo-wordnet-d64`
-    returned the input five times. Now most sentences get several different samples."""
+    """Before, `vat generate sample -n 5 --tau 1.0 --model demo-wordnet-d64` returned the
+    input five times. Now most sentences get several different samples."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = ["generate", "sample", "-n", "5", "--tau", "1.0", "--model", DEMO, "--json"]
     assert vat_main([*argv, *SENTENCES]) == 0

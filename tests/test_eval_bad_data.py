@@ -1,5 +1,4 @@
-"""Bad task data gives a one-line error naming the file, never a silent null, dash or 100%
-(issue 11 §2 and §3)."""
+"""Bad task data gives a one-line error naming the file, never a silent null, dash or 100%."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def oracle(oracle_dir, senteval_dir):
     return results, json.loads((oracle_dir / "expected.json").read_text())
 
 
-# SentEval's own STS12 Spearman depends on the OpenBLAS kernel (issue 11): pairs of identical
+# SentEval's own STS12 Spearman depends on the OpenBLAS kernel: pairs of identical
 # sentences score cos = 1 +- 1 ulp and the kernel's summation order breaks those ties. Measured
 # with SentEval's float32 scoring on the oracle's features:
 #   SMTeuroparl      Haswell/Zen 0.563301 (= expected.json), SkylakeX 0.563191, Sandybridge 0.562523

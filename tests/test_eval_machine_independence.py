@@ -1,4 +1,4 @@
-"""STS scores are the same on every machine (issue 11 §1).
+"""STS scores are the same on every machine.
 
 SentEval's float32 BLAS cosines let the OpenBLAS kernel break ties between pairs of
 identical sentences; vat scores cosines in float64 without BLAS and ranks near-equal
@@ -21,7 +21,7 @@ from scipy.stats import spearmanr
 from vat.eval.sts import TIE_TOL, correlations, cosine_scores, merge_ties
 
 ROOT = Path(__file__).resolve().parents[1]
-# The kernels of the issue's measurement; one the CPU lacks (SkylakeX needs AVX-512) dies
+# The kernels the ties were measured on; one the CPU lacks (SkylakeX needs AVX-512) dies
 # with SIGILL and is left out.
 CORETYPES = ["SkylakeX", "Haswell", "Sandybridge", "Zen"]
 

@@ -1,4 +1,4 @@
-"""Precision pooling (issue 13 item 3): mu weighted per dimension by exp(-logvar)."""
+"""Precision pooling: mu weighted per dimension by exp(-logvar)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """vat.callbacks.sts.STSBSpearman: `val/stsb_spearman` equals the harness's STS-B dev score
-for the same weights, and a ModelCheckpoint monitoring it keeps the best (issue 13 item 2)."""
+for the same weights, and a ModelCheckpoint monitoring it keeps the best."""
 
 from __future__ import annotations
 

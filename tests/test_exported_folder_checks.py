@@ -1,6 +1,6 @@
-"""Issue 20, section 2: an exported folder gets the checks a .ckpt gets (finite weights, a
-valid prior_std, a tokenizer within the vocabulary), from vat.load and from every command;
-and the tokenized cache is keyed on content, so an edit that keeps size and mtime is seen."""
+"""An exported folder gets the checks a .ckpt gets (finite weights, a valid prior_std, a
+tokenizer within the vocabulary), from vat.load and from every command; and the tokenized
+cache is keyed on content, so an edit that keeps size and mtime is seen."""
 
 from __future__ import annotations
 

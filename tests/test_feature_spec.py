@@ -1,5 +1,5 @@
-"""Sentence-feature specs (issue 23): post-processing maths, sources and weightings, fitting
-on unlabeled text only, one spec giving identical vectors in vat evaluate, vat.load, the
+"""Sentence-feature specs: post-processing maths, sources and weightings, fitting on unlabeled
+text only, one spec giving identical vectors in vat evaluate, vat.load, the
 sentence-transformers module and the MTEB encoder, and `vat features compare`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fitted feature statistics are checked like model weights (issue 29, sections 1 and 5).
+"""Fitted feature statistics are checked like model weights.
 
 Every statistics file (SIF weights; the mean and components of pcK; the mean and matrix of
 whitening) must hold finite float32 values in the shapes the spec and the model imply (SIF

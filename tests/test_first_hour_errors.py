@@ -1,8 +1,8 @@
-"""Issue 30, points 7 and 9: errors that point the right way, and the plain install that says
-what it skips. A mistyped local path names the nearest run (never the Hub), a typo in
-`train -c` lists the shipped configs, a text file given as a model says what it is, `vat mteb`
-without the Hub fails at once; geometry images without matplotlib are one warning, every
-sentence file may be .gz, and the tokenizer is callable as a transformers one is."""
+"""Errors that point the right way, and the plain install that says what it skips. A mistyped
+local path names the nearest run (never the Hub), a typo in `train -c` lists the shipped
+configs, a text file given as a model says what it is, `vat mteb` without the Hub fails at
+once; geometry images without matplotlib are one warning, every sentence file may be .gz, and
+the tokenizer is callable as a transformers one is."""
 
 from __future__ import annotations
 

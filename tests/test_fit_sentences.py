@@ -1,8 +1,8 @@
-"""Which sentences feature statistics are fitted on (issue 29): recorded training files are
-found from any folder and never replaced by a file of the same name in the current one;
-`--fit-files` is sampled in one pass (reservoir); a bare string is not read as a list of
-characters; `vat features compare` replaces its output set whole; `--seed -1` and `--pooling`
-with `--features` are one line."""
+"""Which sentences feature statistics are fitted on: recorded training files are found from
+any folder and never replaced by a file of the same name in the current one; `--fit-files` is
+sampled in one pass (reservoir); a bare string is not read as a list of characters; `vat
+features compare` replaces its output set whole; `--seed -1` and `--pooling` with `--features`
+are one line."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def test_training_files_are_recorded_absolute_and_found_from_any_folder(
 
 
 def test_a_recorded_name_is_never_read_from_the_current_folder(tiny_ckpt, tmp_path, monkeypatch):
-    """Records from before issue 29 (bare names; relative paths as typed) are looked for in
-    the model's own folders only; otherwise an OptionError naming fit_files says where."""
+    """Older records (bare names; relative paths as typed) are looked for in the model's own
+    folders only; otherwise an OptionError naming fit_files says where."""
     import argparse
 
     from vat.cli.explore import corpus_lines, training_text
@@ -164,7 +164,7 @@ def test_reservoir_sample_is_uniform_exact_deterministic_and_in_order():
 
 def test_sample_lines_memory_does_not_grow_with_the_file(tmp_path, monkeypatch):
     """300,000 lines in 4 KB chunks: sampling 20 holds about one chunk (reading them all, as
-    before issue 29, holds some 20 MB of strings)."""
+    before, holds some 20 MB of strings)."""
     import vat.data.corpus
 
     monkeypatch.setattr(vat.data.corpus, "CHUNK_BYTES", 4096)

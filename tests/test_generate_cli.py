@@ -232,7 +232,7 @@ def test_interpolate_file_needs_tab_separated_pairs(tiny_ckpt, tmp_path, capsys)
     assert rc == 2 and "line 3" in err and "tab" in err
 
 
-# -- issue 11: input lines, encodings, numbers, Ctrl-C ---------------------------------------
+# -- input lines, encodings, numbers, Ctrl-C ------------------------------------------------
 
 
 def test_only_newline_ends_an_input_line(tiny_ckpt, tmp_path, capsys):
@@ -309,7 +309,7 @@ def test_ctrl_c_is_one_line_exit_130(tiny_ckpt, monkeypatch, capsys):
     assert rc == 130 and out == [] and err == "error: interrupted\n"
 
 
-# -- issue 14: progress on stderr, --quiet ------------------------------------------------------
+# -- progress on stderr, --quiet ------------------------------------------------------------
 
 
 def test_progress_bar_for_input_files_and_quiet(tiny_ckpt, input_file, capsys):
@@ -357,7 +357,7 @@ def test_output_file_is_written_atomically_and_never_overwritten(
 
 def test_bleu_long_over_scores_long_and_short_lines_apart(tiny_ckpt, tmp_path, capsys):
     """--long-over N splits the lines at N subwords; each part's BLEU is the BLEU of that part
-    scored alone (issue 15 item 9: lines a model truncates, reported apart)."""
+    scored alone (lines a model truncates are reported apart)."""
     from vat.share.resolve import load_model
 
     lines = ["the cat sat", "a dog", " ".join(["the cat sat on the mat"] * 3), "he ran far away"]

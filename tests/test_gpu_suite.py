@@ -1,7 +1,6 @@
-"""bench/gpu_suite/ (issues 22, 31): the budget, the choice of the best run, the targets, the
-sizing of the reference and the frontier, the one-line errors, and the whole suite in --smoke
-mode on CPU (two calls: resume). The rehearsal's findings (issue 31, section 4) are in
-tests/test_gpu_suite_rehearsal.py."""
+"""bench/gpu_suite/: the budget, the choice of the best run, the targets, the sizing of the
+reference and the frontier, the one-line errors, and the whole suite in --smoke mode on CPU
+(two calls: resume). The rehearsal's findings are in tests/test_gpu_suite_rehearsal.py."""
 
 from __future__ import annotations
 
@@ -281,7 +280,7 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     r2 = subprocess.run([*sh, str(out)], env=env, text=True, capture_output=True)
     assert r2.returncode == 0, r2.stderr[-2000:]
     rep = json.loads((out / "gpu_report.json").read_text())
-    assert write(load_state(out, smoke=True)) == rep  # every field as its type says (issue 29)
+    assert write(load_state(out, smoke=True)) == rep  # every field as its type says
 
     assert _schema(rep) == _schema(write(new_state(smoke=False))) | {
         "facts": _schema(rep["facts"], 1),
@@ -361,7 +360,7 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
             assert set(r["sts"][pooling]) == {"sts12", "stsb"}
             assert all(-1 <= x <= 1 for x in r["sts"][pooling].values())
         if r["run"] == rep["frontier"]["best"]["export"]["best_sts"]["run"]:
-            # issue 23: the default export spec and compare's best spec, on the best-STS run
+            # the extra specs: the default export spec and compare's best spec, on the best-STS run
             extra = r["extra_sts"]
             assert set(extra) == {"default_spec", "best_spec"}
             assert extra["default_spec"]["options"] == ["--features", DEFAULT_EXPORT_SPEC]
@@ -377,7 +376,7 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert recs[0]["val_kl"] < recs[1]["val_kl"] - 1.0 and recs[0]["val_nll"] > recs[1]["val_nll"]
 
     files = sorted(p.name for p in out.iterdir() if p.is_file())
-    # the reference trained in this call: its checkpoint travels back too (issue 40)
+    # the reference trained in this call: its checkpoint travels back too
     parts = [p["name"] for p in ref["checkpoint_parts"]["parts"]]
     assert files == sorted([*OUT_FILES, *parts]) and len(files) <= 8
     assert all((out / f).stat().st_size <= 16 * 2**20 for f in files)
@@ -404,13 +403,13 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
 
 
 def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
-    """Issue 40: the next call, on another machine, continues the reference instead of
-    restarting it. Seeded with only the files the first call returned (what --copy-to
-    copies), in another OUT_DIR, the data folder at another path and the first call's model
-    shipped under the reference's name: it resumes the reference exactly (the same weights
-    and tokens as one uninterrupted run of both calls' steps), adds its tokens and says so,
-    and compares its BLEU with the shipped model's. With the checkpoint's part damaged, a
-    call continues from the returned reference.tar's weights (said), its tokens counted on."""
+    """The next call, on another machine, continues the reference instead of restarting it.
+    Seeded with only the files the first call returned (what --copy-to copies), in another
+    OUT_DIR, the data folder at another path and the first call's model shipped under the
+    reference's name: it resumes the reference exactly (the same weights and tokens as one
+    uninterrupted run of both calls' steps), adds its tokens and says so, and compares its
+    BLEU with the shipped model's. With the checkpoint's part damaged, a call continues from
+    the returned reference.tar's weights (said), its tokens counted on."""
     from bench.gpu_suite import reference
     from bench.gpu_suite.__main__ import seed_out_dir
     from bench.gpu_suite.carry import part_files
@@ -676,8 +675,8 @@ BROKEN_REPORTS = {
 
 @pytest.mark.parametrize("case", BROKEN_REPORTS)
 def test_a_report_with_broken_fields_is_one_line(tmp_path, case):
-    """Issue 29: a gpu_report.json of the right schema whose fields are broken is one line
-    naming the file and the field (before: a KeyError or TypeError traceback mid-call)."""
+    """A gpu_report.json of the right schema whose fields are broken is one line naming the
+    file and the field (before: a KeyError or TypeError traceback mid-call)."""
     damage, needle = BROKEN_REPORTS[case]
     out = tmp_path / "out"
     out.mkdir()
@@ -691,7 +690,7 @@ def test_a_report_with_broken_fields_is_one_line(tmp_path, case):
     assert load_state(out, smoke=True) == new_state(smoke=True)
 
 
-# -- the fields the stages add (issue 29): a finished report, then one field broken ---------
+# -- the fields the stages add: a finished report, then one field broken --------------------
 def _eval(run, target_kl, stsb=0.25):
     """A run's evaluation record as frontier_eval.evaluate_run writes it."""
     sts = {"sts12": 0.4, "stsb": stsb}
@@ -797,11 +796,11 @@ BROKEN_STAGE_FIELDS = {
 
 @pytest.mark.parametrize("case", BROKEN_STAGE_FIELDS)
 def test_a_report_with_a_broken_stage_field_is_one_line(tmp_path, case):
-    """Issue 29: the fields the stages add were not checked: a text where the reference's
-    steps are, a run without its mean pooling, a NaN BLEU, a best run that was never
-    evaluated, ... loaded, then stopped the next call with a TypeError or KeyError in
-    gpu_report.md, or in the stage that read them (or were rendered as if measured). Now
-    each is one line naming the file and the field, before any stage runs."""
+    """Before, the fields the stages add were not checked: a text where the reference's steps
+    are, a run without its mean pooling, a NaN BLEU, a best run that was never evaluated, ...
+    loaded, then stopped the next call with a TypeError or KeyError in gpu_report.md, or in
+    the stage that read them (or were rendered as if measured). Now each is one line naming
+    the file and the field, before any stage runs."""
     path, value, needle = BROKEN_STAGE_FIELDS[case]
     state = _finished_report()
     out = tmp_path / "out"

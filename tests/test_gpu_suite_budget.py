@@ -1,6 +1,6 @@
-"""The reference launch's end of call (issue 44, deliverable 6): it leaves the evaluation and
-the export what this model took before, not the plan's estimates, and validates a few times
-per launch, spaced by the steps it is expected to train. Closed forms, no training."""
+"""The reference launch's end of call: it leaves the evaluation and the export what this model
+took before, not the plan's estimates, and validates a few times per launch, spaced by the
+steps it is expected to train. Closed forms, no training."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The GPU suite against what a rehearsal of the three-call recipe found on a node replica
-(issue 31, section 4), each in --smoke mode with short budgets: a run stopped before its
-first checkpoint, a run that finished unrecorded, the recipe's arithmetic, a stage's clock,
-a call at its limit or with a failed stage, a report carried to a fresh machine. (The smoke
-run telling its two targets apart is checked in tests/test_gpu_suite.py's smoke test.)"""
+"""The GPU suite against what a rehearsal of the three-call recipe found on a node replica,
+each in --smoke mode with short budgets: a run stopped before its first checkpoint, a run that
+finished unrecorded, the recipe's arithmetic, a stage's clock, a call at its limit or with a
+failed stage, a report carried to a fresh machine. (The smoke run telling its two targets
+apart is checked in tests/test_gpu_suite.py's smoke test.)"""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def test_docs_gpu_gives_the_recipe_of_plan_py():
     for i, call in enumerate(RECIPE_SHORT, 1):
         assert recipe_command(call, "short") in section, f"short call {i}"
     assert f"= {recipe_device_s(RECIPE_SHORT):,.0f} s of the {DEVICE_S_SHORT:,} s" in section
-    # issue 40: the call that continues the reference, for any command limit M
+    # the call that continues the reference, for any command limit M
     cont = section[section.index("**Continuing the reference") :]
     cont = cont[: cont.index("\n**An allocation")]
     assert f"# each call, with {copied} copied to the node:\n" in cont
@@ -287,9 +287,9 @@ def test_seed_carries_a_returned_report_to_a_fresh_machine_only(tmp_path, fresh)
 
 
 def test_a_seed_report_this_call_cannot_continue_is_one_line_before_any_copy(tmp_path):
-    """Issue 29: a returned report of the other mode, or with a broken field, was copied into
-    the fresh OUT_DIR and stopped the call there (or mid-way, with a traceback); now it is
-    one line naming the seed's file and the field, and OUT_DIR stays empty."""
+    """Before, a returned report of the other mode, or with a broken field, was copied into
+    the fresh OUT_DIR and stopped the call there (or mid-way, with a traceback); now it is one
+    line naming the seed's file and the field, and OUT_DIR stays empty."""
     seed, out = tmp_path / "back", tmp_path / "out"
     seed.mkdir()
     (seed / "reference.tar").write_bytes(b"tar")

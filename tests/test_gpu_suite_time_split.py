@@ -1,4 +1,4 @@
-"""The GPU suite records where each launch's seconds went (issue 44): a launch's time split
+"""The GPU suite records where each launch's seconds went: a launch's time split
 (vat.callbacks.time_split) in its call's record, checked as its type says, and in the report,
 with each call's unused seconds."""
 
@@ -24,7 +24,7 @@ SPLIT = {
     "validation_s": 27.0, "checkpoint_s": 2.0, "other_s": 0.3, "first_step_s": 87.9,
     "steps": 4593, "validations": 9, "checkpoint_saves": 5, "ended": "stopped",
 }  # fmt: skip
-"""The H200 launch of 2026-11-27 as its split would read (issue 44's figures)."""
+"""The H200 launch of 2026-11-27 as its split would read (its measured figures)."""
 
 
 def test_a_launch_keeps_the_split_it_wrote_not_an_earlier_launch_s(tmp_path):

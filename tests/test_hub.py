@@ -58,7 +58,7 @@ def _best(run: Path) -> Path:
 def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     ckpt = _best(trained)
     out = export_folder(ckpt, tmp_path / "exported")
-    # vat train stores token counts, so the default spec's SIF weights come along (issue 23)
+    # vat train stores token counts, so the default spec's SIF weights come along
     assert sorted(p.name for p in out.iterdir()) == sorted([*FOLDER_FILES, fmt.FEATURES_NAME])
 
     raw = read_checkpoint(ckpt)
@@ -73,7 +73,7 @@ def test_export_of_a_training_checkpoint(trained, tmp_path, tiny_sentences):
     assert training["global_step"] == raw["global_step"] == 2
     monitor = next(s for s in raw["callbacks"].values() if s.get("monitor"))
     assert training["metrics"]["val/loss"] == pytest.approx(float(monitor["current_score"]))
-    # absolute, so a fit finds it from any folder (issue 29); the card names only the file
+    # absolute, so a fit finds it from any folder; the card names only the file
     assert training["data"]["train_files"] == [str(ROOT / "tests/assets/sentences.txt")]
     assert training["optim"]["lr"] == 0.001  # hyperparameters kept; optimizer *state* dropped
     assert "optimizer_states" not in json.dumps(config)
@@ -314,7 +314,7 @@ def test_export_command(tiny_ckpt, tmp_path, capsys):
     assert not (tmp_path / "n").exists()
 
 
-# -- the model card (issue 21) -------------------------------------------------------------------
+# -- the model card ----------------------------------------------------------------------------
 def test_card_comes_from_the_checkpoint_itself(trained, tmp_path):
     """The checkpoint records its training at save time (vat.share.training_record), so a .ckpt
     copied out of its run folder gives the same card; huggingface_hub parses the card."""

@@ -1,5 +1,5 @@
-"""The package layout (issues 19 and 26): the house rules hold, no compatibility layer remains,
-and one resolver says what a model path means."""
+"""The package layout: the house rules hold, no compatibility layer remains, and one resolver
+says what a model path means."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model card says what its folder does (vat.share.model_card, issue 29 section 2).
+"""The model card says what its folder does (vat.share.model_card).
 
 Each card is checked against facts taken from the folder itself (its sentence_vat_config.json,
 its features.safetensors, its config.json), not against a copy of the card's text: the spec's
@@ -36,7 +36,7 @@ WEIGHTING_MARKS = {
     "sum": "summed over",
     "start": "first subword",
     "precision": "precision weighting",
-    "mean": "mean pooling",  # the issue's contradiction: a SIF card said "mean pooling"
+    "mean": "mean pooling",  # the old contradiction: a SIF card said "mean pooling"
 }
 POST_MARKS = {"pc": "principal components", "whiten": "whitened"}
 SCORE = {"task": "STS12", "type": "sentence-similarity", "metric": "spearman", "split": "test",

@@ -1,5 +1,5 @@
 """Non-finite training stops every rank in one line and never writes a non-finite checkpoint;
-every config value is validated at construction, naming the option (issue 11)."""
+every config value is validated at construction, naming the option."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""scripts/offline_bundle.sh (issue 22): build a bundle for this machine's Python (needs the
-package index once, for the download), install it into a fresh venv with no index, import
-what it installed; a tampered or foreign bundle is a one-line error."""
+"""scripts/offline_bundle.sh: build a bundle for this machine's Python (needs the package
+index once, for the download), install it into a fresh venv with no index, import what it
+installed; a tampered or foreign bundle is a one-line error."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_a_missing_or_altered_wheel_or_another_python_is_one_line(bundle, tmp_pa
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
-# -- issue 29: never delete or write through what the bundle did not write -----------------
+# -- never delete or write through what the bundle did not write --------------------------
 def _manifest(wheels=(), python=PY, data=()):
     return {"python": python, "wheels": list(wheels), "data": list(data), "packages": []}
 

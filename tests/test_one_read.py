@@ -1,6 +1,6 @@
-"""Issue 26: a model argument is resolved and read once, at the edge, and the loaded object
-travels. Every `torch.load` and `safe_open` is counted by file: each command, and each Python
-entry point, reads the model's checkpoint (or each file of its folder) exactly once."""
+"""A model argument is resolved and read once, at the edge, and the loaded object travels.
+Every `torch.load` and `safe_open` is counted by file: each command, and each Python entry
+point, reads the model's checkpoint (or each file of its folder) exactly once."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_evaluate_reads_its_model_once(models, kind, reads, tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_export_reads_its_model_once(models, kind, reads, tmp_path, capsys):
-    """`vat export` read a checkpoint twice before issue 26."""
+    """`vat export` read a checkpoint twice before."""
     from vat.cli.export import main
 
     model, files = models[kind]
@@ -237,7 +237,7 @@ def test_a_hub_id_is_downloaded_once_and_read_once(models, reads, monkeypatch, t
 @pytest.mark.slow
 def test_a_resume_reads_its_checkpoint_once(tmp_path, reads, capsys):
     """LightningCLI's hyperparameters, the run folder's resume checks and the Trainer's
-    restore take one read (before issue 26: four torch.loads of last.ckpt)."""
+    restore take one read (before: four torch.loads of last.ckpt)."""
     from helpers import fit_args
 
     from vat.cli.train import main

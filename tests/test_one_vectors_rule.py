@@ -1,4 +1,4 @@
-"""One rule for which sentence vectors a model gives, for every loader (issue 30, point 3).
+"""One rule for which sentence vectors a model gives, for every loader.
 
 vat.features.choice.default_features: an exported folder's own spec; for a training run or
 checkpoint the spec its export gets (DEFAULT_EXPORT_SPEC, layer0/sif/none: SIF weights from

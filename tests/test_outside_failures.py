@@ -1,6 +1,6 @@
-"""Issue 20, section 3: a failure from outside vat is one line naming the cause and the way
-out. Here: torch.compile on the CPU without a working C++ compiler (inductor's real error,
-produced by pointing it at a compiler that does not exist)."""
+"""A failure from outside vat is one line naming the cause and the way out. Here:
+torch.compile on the CPU without a working C++ compiler (inductor's real error, produced by
+pointing it at a compiler that does not exist)."""
 
 from __future__ import annotations
 

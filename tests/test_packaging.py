@@ -113,7 +113,7 @@ def test_wheel_installs_vat_command_and_configs(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown command" in r.stderr
 
     # What a user does with the installed package, from a folder without vat's source: train
-    # a tiny model, export it, and use the folder through every door (issue 14).
+    # a tiny model, export it, and use the folder through every door.
     shutil.copy(ROOT / "tests" / "assets" / "sentences.txt", outside / "sentences.txt")
     shutil.copy(ROOT / "tests" / "assets" / "tiny.yaml", outside / "tiny.yaml")
     r = vat(

@@ -1,8 +1,8 @@
-"""Portable training-file records (issue 40): each training file recorded by its path inside
-the data folder ($VAT_DATA_DIR) with its size and digest, beside the training machine's
-absolute paths; found on another machine through the data folder and checked; what leaves the
-machine (`vat pretrained add`, a Hub push) names no place on it; a continued run's tokens
-(init_from, tokens_total) on the card and in the listing."""
+"""Portable training-file records: each training file recorded by its path inside the data
+folder ($VAT_DATA_DIR) with its size and digest, beside the training machine's absolute paths;
+found on another machine through the data folder and checked; what leaves the machine (`vat
+pretrained add`, a Hub push) names no place on it; a continued run's tokens (init_from,
+tokens_total) on the card and in the listing."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def test_portable_training_keeps_only_the_records(trained):
     assert out["data"]["train_files"] == ["corpus/a.1.txt", "corpus/a.2.txt", "mine.txt"]
     assert out["data"][RECORDS_KEY] == record["data"][RECORDS_KEY]
     assert machine_paths(out) == [] and record["data"]["train_files"][1] == str(outside)
-    # a record from before issue 40: the files found now are described now; others by name
+    # an older record, without them: the files found now are described now; others by name
     old = {"data": {"train_files": [str(data / "corpus" / "a.1.txt"), "/gone/b.txt", "c.txt"]}}
     a1 = data / "corpus" / "a.1.txt"
     assert portable_training(old)["data"][RECORDS_KEY] == [

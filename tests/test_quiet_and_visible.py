@@ -1,7 +1,7 @@
-"""Long work says what it does on stderr and prints its result on stdout (issue 30, point 8):
-training's bars and model summary on stderr without an unmeasured FLOPs count, `vat export
---evaluate`'s stages and scores, `vat features compare`'s table, and one truncation line for
-many long lines in `vat generate bleu`."""
+"""Long work says what it does on stderr and prints its result on stdout: training's bars and
+model summary on stderr without an unmeasured FLOPs count, `vat export --evaluate`'s stages
+and scores, `vat features compare`'s table, and one truncation line for many long lines in
+`vat generate bleu`."""
 
 from __future__ import annotations
 

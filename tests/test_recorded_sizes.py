@@ -1,6 +1,6 @@
-"""Issue 29, section 5: sizes a model's files record are trusted only once its weights agree
-(a tampered `n_encoder_layers: 1000000` is refused before anything is allocated), JSON nested
-too deeply is one line, and an export onto a full disk is one line that leaves nothing behind.
+"""Sizes a model's files record are trusted only once its weights agree (a tampered
+`n_encoder_layers: 1000000` is refused before anything is allocated), JSON nested too deeply
+is one line, and an export onto a full disk is one line that leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Run directories (issue 11): no silent resume, --overwrite, what a resume may change, one
-run per directory, temp files of killed writes, faults as one line, the best-checkpoint monitor."""
+"""Run directories: no silent resume, --overwrite, what a resume may change, one run per
+directory, temp files of killed writes, faults as one line, the best-checkpoint monitor."""
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def test_best_checkpoint_monitor(tmp_path, trained, monitor, capsys):
     if monitor == "val/stsb_spearman":
         code, err = train_main(fit_args(run, cache, *extra), capsys)
         assert code == 2 and "vat.callbacks.sts.STSBSpearman" in err[-1]
-        assert not run.exists()  # a refused start leaves no folder behind (issue 29)
+        assert not run.exists()  # a refused start leaves no folder behind
         extra += [
             "--trainer.callbacks+=crash_callbacks.ScriptedSTSBSpearman",
             "--trainer.callbacks.values=[0.1,0.3,0.7,0.2,0.6,0.5]",

@@ -1,4 +1,4 @@
-"""Token-budget batches (data.max_tokens) and the vectorised collation (issue 15, item 1 and 5)."""
+"""Token-budget batches (data.max_tokens) and the vectorised collation."""
 
 import numpy as np
 import pytest

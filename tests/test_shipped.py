@@ -1,5 +1,5 @@
-"""The models that ship with vat (issue 31): the registry, names, SHA-256 checks, half-precision
-weights, the shipped demo model, and a retrain of it from the committed config.
+"""The models that ship with vat: the registry, names, SHA-256 checks, half-precision weights,
+the shipped demo model, and a retrain of it from the committed config.
 
 The shipped demo model is vat/shipped/demo-wordnet-d64 (scripts/build_demo_model.sh builds
 it). Tests that change a registry copy it to tmp_path and point $VAT_SHIPPED_DIR there.
@@ -267,7 +267,7 @@ def test_retraining_the_demo_matches_the_shipped_model(tmp_path):
     assert abs(diff["val/nll"]) < 0.065, diff
 
 
-# -- the card says what the folder does (issue 29; each kind of spec: tests/test_model_card.py) -
+# -- the card says what the folder does (each kind of spec: tests/test_model_card.py) ----------
 def test_card_follows_a_spec_changed_after_export(tiny_ckpt, tmp_path):
     """A folder whose spec is changed by hand and exported again says the new spec."""
     first = export_folder(tiny_ckpt, tmp_path / "a", features="mu/mean/none")
@@ -360,7 +360,7 @@ def _machine_paths_in(folder) -> list[tuple[str, str, str]]:
 
 def test_no_file_in_the_registry_names_a_place_on_the_builders_machine(tmp_path):
     """A shipped model goes to every machine: absolute paths, `~` and `../` escapes stay
-    behind (issue 40); training files are named by their path inside the data folder."""
+    behind; training files are named by their path inside the data folder."""
     folders = [e.folder for e in shipped_models(PACKAGE_SHIPPED_DIR)]
     assert len(folders) >= 2
     for folder in folders:
@@ -392,7 +392,7 @@ def test_no_file_in_the_registry_names_a_place_on_the_builders_machine(tmp_path)
     ]
 
 
-# -- the first GPU-trained model (issue 40) ------------------------------------------------
+# -- the first GPU-trained model -------------------------------------------------------------
 WMT = "wmt-tatoeba-en-d128"
 
 

@@ -123,9 +123,9 @@ def test_sweep_writes_table_plots_and_hparams(swept):
 
 
 def test_a_run_is_quiet_and_the_sweep_ends_with_its_table(tmp_path, capfd, caplog):
-    """Issue 30: each run reprinted `vat train`'s model summary, end-of-fit summary and
-    `next:` hints, and no results table came at the end. Now one line starts a run, one
-    finishes it with its measurements, and stdout is the table sweep.md holds."""
+    """Before, each run reprinted `vat train`'s model summary, end-of-fit summary and `next:`
+    hints, and no results table came at the end. Now one line starts a run, one finishes it
+    with its measurements, and stdout is the table sweep.md holds."""
     extra = ["--trainer.max_steps", "2", "--data.cache_dir", str(tmp_path / "cache")]
     extra += ["--trainer.enable_model_summary", "true"]  # asked for, still not per run
     cfg = _config(tmp_path, sweep={KEY: [0.5]}, extra_args=extra, bleu_file=None)
@@ -171,7 +171,7 @@ def test_the_table_shows_the_headline_columns_closed_form():
 
 
 def test_readme_and_docs_suggest_the_sweep_that_works():
-    """Issue 30: README suggested frontier_cpu.yaml, whose every point scored BLEU 0.0, and
+    """Before, README suggested frontier_cpu.yaml, whose every point scored BLEU 0.0, and
     docs/sweep.md's table left out frontier_cpu_target_kl.yaml."""
     readme = (ROOT / "README.md").read_text()
     (row,) = [ln for ln in readme.splitlines() if ln.startswith("| sweep any config key")]
@@ -290,7 +290,7 @@ def test_grid_points_names_and_arguments(tmp_path):
     assert (
         sweep_config.cli_value(True) == "true" and sweep_config.cli_value("constant") == "constant"
     )
-    # exact, never rounded (issue 20): the value passed is the value trained
+    # exact, never rounded: the value passed is the value trained
     assert float(sweep_config.cli_value(0.1 + 0.2)) == 0.1 + 0.2
     assert sweep_config.cli_value(0.3) == "0.3" and sweep_config.cli_value(3e-11) == "3e-11"
 
@@ -411,8 +411,8 @@ def test_failed_parallel_run_is_reported_with_its_log(tmp_path, capsys):
 
 
 def test_a_rerun_with_other_train_settings_is_refused_not_mixed(swept, tmp_path, capsys):
-    """Issue 20: changing extra_args (max_steps 4 -> 8) and rerunning did skip the finished
-    runs as "done", so one frontier mixed 4-step and 8-step runs."""
+    """Before, changing extra_args (max_steps 4 -> 8) and rerunning skipped the finished runs
+    as "done", so one frontier mixed 4-step and 8-step runs."""
     import shutil
 
     out = tmp_path / "sweep"
@@ -448,7 +448,7 @@ def _config_with_raw_sweep(tmp_path: Path, sweep_yaml: str) -> Path:
 
 
 def test_numbers_are_read_as_numbers_and_two_spellings_of_one_are_refused(tmp_path, capsys):
-    """Issue 29: YAML 1.1 reads 1e-1 as the string "1e-1", so [0.1, 1e-1] trained 0.1 twice
+    """YAML 1.1 reads 1e-1 as the string "1e-1", so [0.1, 1e-1] trained 0.1 twice
     (free_bits_0.1 and free_bits_1e-1). A repeat is refused rather than dropped: in a list
     typed by hand it is most likely a typo for a value the user wants on the frontier."""
     cfg = SweepConfig.from_yaml(_config_with_raw_sweep(tmp_path, f"{{{KEY}: [1e-2, 1E-1, 2]}}"))

@@ -1,6 +1,6 @@
-"""Host-device syncs per training step (issue 44): bench/bench_sync_ops.py's counter on
-hand-written reads, and vat's loop against the plain loop on a tiny CPU model: no sync per
-step that the plain loop does not make, and at a logging step only the named ones."""
+"""Host-device syncs per training step: bench/bench_sync_ops.py's counter on hand-written
+reads, and vat's loop against the plain loop on a tiny CPU model: no sync per step that the
+plain loop does not make, and at a logging step only the named ones."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_vat_makes_no_sync_per_step_that_the_plain_loop_does_not(sync_ops, tmp_p
     assert vat["non_logging"]["device_ops"]["aten::_fused_adam_"] == 1
     assert "aten::addcdiv_" not in vat["non_logging"]["device_ops"]
     # vat's own work per step (counters, guard, controller, tensor lr, Lightning's loss copy)
-    # stays a few dozen small ops; before issue 44 it was 550 more than the plain loop's
+    # stays a few dozen small ops; before, it was 550 more than the plain loop's
     extra = (
         sum(vat["non_logging"]["device_ops_per_step"]) / 2
         - plain["logging"]["device_ops_per_step"][0]

@@ -46,8 +46,8 @@ def test_make_batch_layout():
 
 
 def test_clip_bounds_the_characters_before_tokenising(tiny_tokenizer, tiny_sentences):
-    """Issue 29: a sentence is cut to max_chars(k) = CLIP_MARGIN * k * chars_per_token
-    characters before it is tokenised, which never changes the first k ids."""
+    """A sentence is cut to max_chars(k) = CLIP_MARGIN * k * chars_per_token characters before
+    it is tokenised, which never changes the first k ids."""
     from vat.tokenizer import CLIP_MARGIN
 
     vocab = tiny_tokenizer.tokenizer.get_vocab()

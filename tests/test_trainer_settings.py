@@ -1,7 +1,7 @@
-"""Issue 29, section 4: trainer settings that Lightning checks only once training has started
-(or never) are refused before anything is written, in vat's option names; a start that fails
-before its first step is not a run; Lightning's own files are never written through a link;
-folder arguments either work or are one line, and a refused start leaves no folder behind.
+"""Trainer settings that Lightning checks only once training has started (or never) are
+refused before anything is written, in vat's option names; a start that fails before its first
+step is not a run; Lightning's own files are never written through a link; folder arguments
+either work or are one line, and a refused start leaves no folder behind.
 
 The tiny data: 16 sentences, a quarter held out, batches of 4: 3 training batches and 1
 validation batch an epoch."""

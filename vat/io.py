@@ -229,11 +229,11 @@ def save_png(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
     return path
 
 
-# -- kinds of paths, checked before anything opens them (issue 20, section 3) -------------------
-# Kinds of paths (issue 20, section 3): a path that should be a regular file is one, and a
-# folder is a folder, checked before anything opens it. A named pipe (FIFO) blocks a reader
-# until some writer appears, and a device such as /dev/zero never ends, so either would hang a
-# command or fill memory; a symlink loop is named as such rather than as a missing file.
+# -- kinds of paths, checked before anything opens them -----------------------------------------
+# Kinds of paths: a path that should be a regular file is one, and a folder is a folder,
+# checked before anything opens it. A named pipe (FIFO) blocks a reader until some writer
+# appears, and a device such as /dev/zero never ends, so either would hang a command or fill
+# memory; a symlink loop is named as such rather than as a missing file.
 #
 # Every check is a one-line VatError naming the option and the path. A shell's process
 # substitution (`--input <(head -500 file)`, a pipe under /dev/fd) stays allowed where a

@@ -1,15 +1,16 @@
 """The Variational Auto-Transformer (VAT) in plain torch.
 
-One file, no training code (in the spirit of nanoGPT's model.py). PAPER.md, "Architecture":
-a standard Transformer encoder/decoder whose encoder output h_t feeds two parallel linear
-heads, mu_t = W_mu h_t + b_mu and logvar_t = W_s h_t + b_s; z_t = mu_t + exp(logvar_t/2) * eps
-is sampled per token, and Z = (z_1..z_T) is the memory of the decoder's cross-attention.
+One file, no training code (in the spirit of nanoGPT's model.py). The paper (Ferner &
+Wegenkittl 2022), "Architecture": a standard Transformer encoder/decoder whose encoder output
+h_t feeds two parallel linear heads, mu_t = W_mu h_t + b_mu and logvar_t = W_s h_t + b_s;
+z_t = mu_t + exp(logvar_t/2) * eps is sampled per token, and Z = (z_1..z_T) is the memory of
+the decoder's cross-attention.
 
 Token layout (see `vat.tokenizer.make_batch`): for a sentence w_1..w_n the encoder reads
 `w_1..w_n </s>`, the decoder reads `<s> w_1..w_n` and predicts `w_1..w_n </s>`. Encoder and
 decoder sequences therefore have the same length and the same padding mask, so every
-target token has exactly one latent z_t and "mean over tokens of [CE_t + w KL_t]" (PAPER.md,
-eq. 5-6) is well defined.
+target token has exactly one latent z_t and "mean over tokens of [CE_t + w KL_t]" (the
+paper, eq. 5-6) is well defined.
 
 Shapes: B batch, T encoder/latent length, S decoder length, d d_model, H heads,
 hs = d / H head size, V vocabulary.
@@ -30,7 +31,7 @@ from vat.errors import check, finite
 
 @dataclass
 class VATConfig:
-    """Architecture of a Variational Auto-Transformer (PAPER.md, Appendix A defaults)."""
+    """Architecture of a Variational Auto-Transformer (the paper, Appendix A defaults)."""
 
     vocab_size: int = 32768
     """Size of the subword vocabulary (paper: 2^15). Must match the tokenizer."""
@@ -298,7 +299,7 @@ class VAT(nn.Module):
         # Pre-LN stacks need a final norm; post-LN blocks already end in one.
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
-        # The two *parallel* posterior heads of PAPER.md (Figure 1): d -> d each.
+        # The two *parallel* posterior heads of the paper (Figure 1): d -> d each.
         self.mu_head = nn.Linear(cfg.d_model, cfg.d_model)
         self.logvar_head = nn.Linear(cfg.d_model, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -348,7 +349,7 @@ class VAT(nn.Module):
         tau: float = 1.0,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """z = mu + tau * exp(logvar / 2) * eps, eps ~ N(0, I) (PAPER.md; tau = 1 in training)."""
+        """z = mu + tau * exp(logvar / 2) * eps, eps ~ N(0, I) (the paper; tau = 1 in training)."""
         if generator is None:  # randn_like: traceable by torch.compile with a dynamic batch
             eps = torch.randn_like(mu)
         else:

@@ -71,7 +71,7 @@ THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int | None, str]:
-    """How many intra-op threads torch uses for a training command, and why (issue 30).
+    """How many intra-op threads torch uses for a training command, and why.
 
     `requested` is `--threads N`; `env` the value of $OMP_NUM_THREADS; `cuda` whether a CUDA
     GPU is visible. Returns (threads, reason) where None threads means "leave torch's
@@ -132,7 +132,7 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             m.training = training
 
 
-# -- what the machine can hold: requests checked before allocating (issue 20) ------------------
+# -- what the machine can hold: requests checked before allocating -----------------------------
 def device_memory(device: torch.device | str) -> int:
     """Total memory of `device` in bytes (physical RAM for the CPU)."""
     device = torch.device(device)

@@ -3,7 +3,7 @@
 This is the one place that defines the special tokens and their ids. The default model is
 byte-level BPE (GPT-2 style): every byte string is representable, so no text ever maps to
 <unk>, and decoding returns the input text exactly. That matters for reconstruction BLEU and
-exact match (PAPER.md, "Generation").
+exact match (the paper, "Generation").
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class VATTokenizer:
     def clip(self, text: str, max_tokens: int) -> str:
         """`text` cut to max_chars(max_tokens) characters before it is tokenised: the model
         reads only its first max_tokens tokens, and tokenising a whole 10 MB line first
-        took 2 GB (issue 29)."""
+        took 2 GB."""
         limit = self.max_chars(max_tokens)
         return text if len(text) <= limit else text[:limit]
 

@@ -1,5 +1,4 @@
-"""The GPU suite (issues 22, 31): one command turns a GPU into a reference model and every
-figure vat is missing.
+"""The GPU suite: one command turns a GPU into a reference model and every figure vat is missing.
 
     bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
     bench/gpu_suite.sh --smoke OUT_DIR            # every stage on CPU, tiny shapes, < 2 min
@@ -13,7 +12,7 @@ orchestrates):
 3. reference.py: one model alone with the recipe that reached BLEU 99 before
    (configs/reference_gpu.yaml), at least 600M tokens or the stage's share (the short plan,
    `--plan short`: one launch trained for its call's time); evaluated, exported as a folder
-   ready for `vat pretrained add`. Continued, never restarted (issue 40): each launch resumes
+   ready for `vat pretrained add`. Continued, never restarted: each launch resumes
    the newest checkpoint (this machine's, or the one the last call returned in parts) or
    continues from the newest weights, and a call that names it in --stages trains a
    finished reference further.

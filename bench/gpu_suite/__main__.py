@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = Parser(
         prog="bench/gpu_suite.sh",
-        description="The GPU suite (issues 22, 31): device facts, throughput side by side, a "
+        description="The GPU suite: device facts, throughput side by side, a "
         "reference model, the rate frontier and its artefacts, within a time budget, "
         "resumable in OUT_DIR. For one call of an allocated machine, bench/gpu_suite.sh also takes "
         "--bundle DIR, --call-limit-s N and --copy-to DIR (see its header).",

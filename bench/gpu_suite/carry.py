@@ -15,7 +15,7 @@ checksums instead of being joined into the wrong checkpoint.
 
 The run's compile cache (vat.train.compile_cache: compile_cache.bin and its record) travels
 beside the parts as one more file, CACHE_PACK, so that the next launch reads the compiled
-training step instead of compiling it again (issue 44: a resumed H200 launch spent 67.5 s of
+training step instead of compiling it again (before, a resumed H200 launch spent 67.5 s of
 86 s starting). Its size, SHA-256 and record (torch, CUDA, Triton, Python, the device) are in
 the report; the next call unpacks it into the run folder only when all three match, and a
 cache over MAX_OUT_FILE stays behind (said): a call returns at most 8 files."""

@@ -31,7 +31,7 @@ from vat.errors import VatError
 from vat.io import write_json_atomic
 
 BLEU_MIN = 95.0
-"""The issue's reconstruction bar: the best STS-B is named among runs at least this good."""
+"""The reconstruction bar: the best STS-B is named among runs at least this good."""
 LONG_OVER = 63
 """newstest2019 lines of more than this many subwords are scored apart."""
 
@@ -97,7 +97,7 @@ def read_record(path: Path) -> Evaluation:
 
 
 def _evaluate_best_extra(call: Call, rec: Evaluation, runs_dir: Path) -> None:
-    """Issue 23's feature specs on the best-STS run (best_run_option_sets)."""
+    """The extra feature specs on the best-STS run (best_run_option_sets)."""
     name = rec.run
     ckpt = Path(rec.checkpoint)
     fit_sentences = 2_000 if call.plan.smoke else 20_000
@@ -119,7 +119,7 @@ def sts_option_sets() -> list[tuple[str, list[str]]]:
 def best_run_option_sets(
     ckpt: Path, data_dir: Path, work: Path, fit_sentences: int
 ) -> list[tuple[str, list[str]]]:
-    """Issue 23's feature specs, evaluated on the frontier's best-STS run: the default spec
+    """The extra feature specs, evaluated on the frontier's best-STS run: the default spec
     of exported models (vat.feature_spec.DEFAULT_EXPORT_SPEC) and the best spec of
     `vat features compare` on that run (by the mean of STS12's five sets and STS-B dev,
     fitted on the run's own training sentences). Each is (name, [vat evaluate options]); its
@@ -236,7 +236,7 @@ def _percent(score: float | None) -> str:
 
 
 def pick_best(records: Sequence[Evaluation], bleu_min: float = BLEU_MIN) -> Best:
-    """The issue's question: the best STS-B among runs with BLEU >= bleu_min (or none), and
+    """The frontier's question: the best STS-B among runs with BLEU >= bleu_min (or none), and
     the runs the artefacts stage exports (best STS-B of those, else of all; best BLEU)."""
     if not records:
         return Best(bleu_min=bleu_min, best_sts_at_bleu_min=None, export=BestExports())

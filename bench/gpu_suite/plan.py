@@ -363,7 +363,7 @@ CALL_GUARD_S = 40
 limit: its runs save their state (plan.stop_grace_s, 20 s), the report is written, and a
 SIGKILL 28 s after the SIGINT still leaves the files copied before the call is killed."""
 
-# The arithmetic (GPU plan, at the issue's 1.2M non-pad tokens/s for vat's loop at 8k; the
+# The arithmetic (GPU plan, at the target of 1.2M non-pad tokens/s for vat's loop at 8k; the
 # plain loop measured 1.28M on the H100):
 #
 # - reference, 720 s in two calls: 600M tokens = 500 s of training, + 2 starts (calls 1 and
@@ -422,7 +422,7 @@ install + 525 s + 10 s <= 600 s less the 40-s guard. If call 1 leaves the refere
 unfinished (its report says `partial`), call 2 runs `--stages reference` instead."""
 DEVICE_S_SHORT = 15 * 60
 RECIPE_CONTINUE = RECIPE_SHORT[0]
-"""The call that continues the reference (issue 40), repeated as the allocation allows, on
+"""The call that continues the reference, repeated as the allocation allows, on
 whatever node each call gets: it resumes the checkpoint the last call returned (or continues
 from the newest weights), trains for the call's time, evaluates and exports (docs/gpu.md,
 "The recipes")."""

@@ -386,8 +386,8 @@ Basis = Literal["floor", "time_share", "default", "time"]
 
 @dataclass(kw_only=True)
 class Reference(Record):
-    """The reference model (reference.py). The fields with defaults came with issue 40
-    (absent in older reports)."""
+    """The reference model (reference.py). The fields with defaults came later, with
+    a reference continued across calls (absent in older reports)."""
 
     config: str
     key: str

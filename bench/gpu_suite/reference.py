@@ -8,7 +8,7 @@ exported as a folder ready to become a shipped model.
   throughput allows less; the report says which.
 - Resumable across calls like the frontier (runs.py): the recipe's first call starts it and
   stops it with its state saved, the second resumes it.
-- Continued, never restarted (issue 40): each launch starts from the newest reference it has
+- Continued, never restarted: each launch starts from the newest reference it has
   (choose_start): its own checkpoint on this machine, else the checkpoint an earlier call
   returned in parts (carry.py) joined into its run folder, both resumed exactly (`--ckpt_path
   last`, the optimizer's state included); else the newest weights, with `vat train

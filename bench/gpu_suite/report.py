@@ -343,7 +343,7 @@ def render_markdown(state: Report) -> str:
     if fr.best:
         lines += ["", f"Best: {fr.best.verdict or 'n/a'}."]
     for r in recs:
-        for set_name, x in r.extra_sts.items():  # issue 23's feature specs
+        for set_name, x in r.extra_sts.items():  # the extra feature specs
             lines.append(
                 f"- {r.run}, {set_name} (`{' '.join(x.options)}`): STS12 "
                 f"{fmt(x.sts12, '.2f', 100)}, STS-B {fmt(x.stsb, '.2f', 100)}"

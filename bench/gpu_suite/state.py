@@ -48,7 +48,7 @@ STAGES: dict[str, Callable[[Call, float], str]] = {
 allot) works within `allot` seconds and returns the stage's status ("done", "partial",
 "skipped" or "failed"). A new stage: its module, its line here, its shares in plan.py."""
 SCHEMA = 2
-"""2: the reference stage (issue 31); a schema-1 OUT_DIR is refused (use another)."""
+"""2: the reference stage; a schema-1 OUT_DIR is refused (use another)."""
 
 
 def new_state(smoke: bool) -> Report:

@@ -211,7 +211,7 @@ def throughput_rows(variants: dict[str, VariantRecord]) -> list[ThroughputRow]:
 
 
 def judge_targets(rows: list[ThroughputRow]) -> dict[str, Target]:
-    """The issue's throughput targets against the best measured vat row of each vocabulary."""
+    """The throughput targets against the best measured vat row of each vocabulary."""
 
     def best(vocab: int) -> ThroughputRow | None:
         cand = [r for r in rows if r.loop == "vat" and r.vocab == vocab]

@@ -1,5 +1,5 @@
 """A posterior-collapse alarm: one `vat:` warning line, a TensorBoard scalar and a text entry
-when the run's latents stop carrying information (issue 44).
+when the run's latents stop carrying information.
 
 The H200 reference run of 2026-11-27 held its rate near 28 nats per token until the rate
 controller squeezed it to 0.06 for the first 1,000 steps, and nothing said so. The alarm
@@ -13,7 +13,7 @@ fires on any of:
   (0.06 of 28 is 0.2%); a tenth is far outside the first and well before the second.
 - **a KL near 0 in a run without a target**: under 0.05 nats per token (summed over the
   latent dimensions: 0.05 nats is under 0.1 bit for the whole token), the classic collapse
-  of a KL schedule (Bowman et al. 2016; configs' kl_schedule notes, issue 15);
+  of a KL schedule (Bowman et al. 2016; configs' kl_schedule notes);
 - **active units dropping sharply**: fewer than half of the previous validation's active
   latent dimensions (Burda et al. 2016: Var_x E_q[z | x] > 0.01, the count
   `vat.geometry.collapse.active_units` and GeometryMetrics' geometry/active_units give).

@@ -1,4 +1,4 @@
-"""Select checkpoints on sentence similarity: `val/stsb_spearman` at every validation (issue 13).
+"""Select checkpoints on sentence similarity: `val/stsb_spearman` at every validation.
 
     trainer:
       callbacks:

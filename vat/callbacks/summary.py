@@ -14,8 +14,8 @@
 `--model runs/demo` (a run folder) means its best checkpoint (vat.share.resolve).
 
 The NLL and perplexity are of x given a latent z drawn from its own posterior q(z | x): how
-well the decoder reconstructs, not a language model's perplexity (issue 30; `vat score`
-estimates that one).
+well the decoder reconstructs, not a language model's perplexity (`vat score` estimates that
+one).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Where a fit's wall time goes: set-up, compile, training steps, validation, checkpoint
-saving and the rest (issue 44, "Every GPU second trains").
+saving and the rest, so that a launch shows what its GPU time went to.
 
 Users train in GPU allocations with a time limit; a 600-s call spent 106 s before its first
 useful step and nothing said so. `vat train` now says, through Lightning's logger like its

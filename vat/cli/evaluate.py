@@ -450,7 +450,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _report_degenerate(results: dict, strict: bool) -> int:
-    """A warning per task whose correlation is undefined; exit 1 under --strict (issue 20)."""
+    """A warning per task whose correlation is undefined; exit 1 under --strict."""
     from vat.eval.degenerate import degenerate_tasks, warning_lines
 
     found = degenerate_tasks(results)

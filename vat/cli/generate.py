@@ -218,7 +218,7 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    """Counts and scales checked before the checkpoint loads (issue 20: --long-over 0 failed
+    """Counts and scales checked before the checkpoint loads (before: --long-over 0 failed
     only after every line was decoded)."""
 
     for opt in ("num_samples", "limit", "long_over", "length", "beam", "max_len"):

@@ -122,9 +122,10 @@ def _note_if_deterministic(
     results: Sequence[Sequence[str]],
     labels: Sequence[str],
 ) -> None:
-    """One stderr note when the samples repeat the mu-decoding (vat.generate.variation; issue
-    30: the demo's five samples were its input five times, with nothing said). Not for token
-    sampling (its variation is not the latent's), tau 0 (z = mu) or latents from the prior."""
+    """One stderr note when the samples repeat the mu-decoding (vat.generate.variation;
+    before, the demo's five samples were its input five times, with nothing said). Not for
+    token sampling (its variation is not the latent's), tau 0 (z = mu) or latents from the
+    prior."""
     if args.quiet or opts.strategy == "sample" or args.tau == 0:
         return
     if getattr(args, "source", "posterior") != "posterior":
@@ -209,7 +210,7 @@ def _run_bleu(
             raise VatError(
                 f"--long-over must be a positive number of subwords, got {args.long_over}"
             )
-        # issue 15 item 9: lines longer than a model's max_len are truncated, so report them apart
+        # lines longer than a model's max_len are truncated, so report them apart
         long = [len(ids) > args.long_over for ids in gen.tokenizer.encode_batch(texts)]
         for name, wanted in (("long", True), ("short", False)):
             part = [i for i, is_long in enumerate(long) if is_long == wanted]

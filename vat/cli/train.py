@@ -287,7 +287,7 @@ class VATCLI(LightningCLI):
             self.trainer_defaults["callbacks"].append(_STOPS[-1])
             self.trainer_defaults["callbacks"].append(rd.MarkTrained(run_dir))
             # where the fit's seconds went (set-up, compile, steps, validation, saves): the
-            # first made in a process counts from the process's start (issue 44)
+            # first made in a process counts from the process's start
             self.trainer_defaults["callbacks"].append(TimeSplit(run_dir))
             if cfg.get("enable_collapse_alarm", True):
                 self.trainer_defaults["callbacks"].append(CollapseAlarm())
@@ -295,7 +295,7 @@ class VATCLI(LightningCLI):
                 # a continued run's curves start at its model's own numbers on this data
                 self.trainer_defaults["callbacks"].append(init_from.ValidateFirst())
             if cfg.model.get("compile") and cfg.get("compile_cache", True):
-                # the compiled step read from the run folder, not compiled again (issue 44)
+                # the compiled step read from the run folder, not compiled again
                 self.trainer_defaults["callbacks"].append(CompileCache(run_dir))
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
 

@@ -5,7 +5,7 @@ training's corpus, `vat generate --input`, `vat score FILE`, `vat explore --corp
 file, a samples file.
 
 Everything here yields sentences in chunks of a few thousand lines, so preparing a corpus
-holds one chunk of text in memory at a time whatever the corpus size (issue 15, item 5).
+holds one chunk of text in memory at a time whatever the corpus size.
 Only `\\n` (and `\\r\\n`) ends a line: bytes are split on b"\\n" before decoding, so form
 feeds, U+2028 and friends stay inside their sentence.
 """

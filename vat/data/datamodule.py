@@ -135,7 +135,7 @@ class VATDataModule(L.LightningDataModule):
         self._given_tokenizer: VATTokenizer | None = None
         self.splits: dict[str, TokenizedDataset] = {}
         self.length_histogram: list[int] = []
-        self.token_counts: list[int] = []  # training subword counts (SIF weights, issue 23)
+        self.token_counts: list[int] = []  # training subword counts (for SIF weights)
         self._verified: dict[Path, dict] = {}
         if max_tokens is not None:
             rank_zero_info(

@@ -1,4 +1,4 @@
-"""A fast digest of a file's bytes: what the tokenized cache is keyed on (issue 20).
+"""A fast digest of a file's bytes: what the tokenized cache is keyed on.
 
 Keying on path, size and mtime missed edits that keep both (`touch -r`, some sync tools, a
 checkout). BLAKE2b (hashlib, no extra dependency) reads at several hundred MB/s on one core;

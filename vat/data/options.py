@@ -11,7 +11,7 @@ from vat.tokenizer import SPECIAL_TOKENS
 
 
 def validate_data_options(args: dict) -> None:
-    """Check every data option at construction; the message names the option (issue 11)."""
+    """Check every data option at construction; the message names the option."""
 
     def fail(name: str, expected: str) -> None:
         raise VatError(f"data.{name} must be {expected}, got {args[name]!r}")

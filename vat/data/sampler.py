@@ -2,7 +2,7 @@
 
 `BucketBatchSampler` cuts each epoch into global batches the same way on every rank, either
 of `batch_size` sentences per rank or of at most `max_tokens` padded tokens per rank (like
-fairseq's `--max-tokens`; issue 15, item 1). `collate_ids` pads a batch straight out of the
+fairseq's `--max-tokens`). `collate_ids` pads a batch straight out of the
 flat token array with one numpy gather, without a Python loop over sentences.
 """
 
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from vat.errors import VatError
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-# Padded lengths are rounded up to a multiple of this: token-budget batches (issue 15) and
+# Padded lengths are rounded up to a multiple of this: token-budget batches and
 # compiled steps (a bounded number of shapes; vat.train.objective) both use it.
 PAD_MULTIPLE = 8
 

@@ -11,7 +11,7 @@ A flat array rather than Arrow list columns: a batch is one numpy gather out of 
 (`vat.data.sampler.collate_ids`), and the DataLoader workers share the page cache instead of
 copying Python lists. Loading checks sizes, CRC-32s and the offsets, so a damaged cache
 (a missing done.json, flipped bytes, a truncated file) is found before training and rebuilt
-instead of failing later with an IndexError (issue 11, section 2).
+instead of failing later with an IndexError.
 """
 
 from __future__ import annotations

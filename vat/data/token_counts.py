@@ -1,4 +1,4 @@
-"""Training subword counts, for SIF weighting (issue 23): counted from the token cache when
+"""Training subword counts, for SIF weighting: counted from the token cache when
 the data module is set up, stored in the checkpoint's `vat.data.token_counts`."""
 
 from __future__ import annotations

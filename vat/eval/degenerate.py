@@ -1,4 +1,4 @@
-"""Scores that say the encoder is degenerate (issue 20): an encoder that returns the same
+"""Scores that say the encoder is degenerate: an encoder that returns the same
 vector for every sentence (or NaN/inf vectors, which SentEval's cosine turns into zeros)
 gives every pair the same similarity, so every STS correlation is undefined (NaN, written
 as null and shown as "—"). `vat evaluate` says so on stderr, naming the task and the reason,

@@ -124,7 +124,7 @@ def callable_encoder(spec: str) -> SentenceEncoder:
 
 
 def _one_line_failures(fn: SentenceEncoder, spec: str) -> SentenceEncoder:
-    """The user's function, whose exceptions become one line naming it (issue 20); under
+    """The user's function, whose exceptions become one line naming it; under
     `--debug` the traceback shows the original exception as the cause."""
 
     def encode(sentences):

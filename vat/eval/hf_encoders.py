@@ -1,7 +1,7 @@
 """Token vectors and sentence features from a local Hugging Face encoder directory.
 
 Lets the geometry metrics and the SentEval harness measure any BERT-like encoder with the
-same code as a VAT (issue 3: "how anisotropic is a BERT-like model?"). Needs the optional
+same code as a VAT, to answer "how anisotropic is a BERT-like model?". Needs the optional
 `transformers` extra (`pip install "variational-auto-transformer[transformers]"`); it is
 imported lazily, so the rest of vat works without it.
 

@@ -1,4 +1,4 @@
-"""A bar chart comparing encoders (or poolings) across SentEval tasks (issue 14 item 6).
+"""A bar chart comparing encoders (or poolings) across SentEval tasks.
 
     vat evaluate --ckpt last.ckpt --pooling precision --tasks sts --output prec.json \\
         --plot compare.png --compare mean.json sum.json

@@ -30,7 +30,7 @@ def cosine_scores(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Row-wise cosine (N,) of two (N, d) arrays, in float64, the same on every machine.
 
     SentEval scores `np.nan_to_num(cosine(np.nan_to_num(u), np.nan_to_num(v)))` pair by pair
-    with a BLAS dot in the features' dtype. That is machine-dependent (issue 11): pairs of
+    with a BLAS dot in the features' dtype. That is machine-dependent: pairs of
     identical sentences score cos = 1 +- 1 float32 ulp, the OpenBLAS kernel's summation
     order (SkylakeX, Haswell, Sandybridge) breaks those ties, and Spearman ranks them, which
     moves STS12 SMTeuroparl by up to 8e-4. Here products are taken in float64 (exact for

@@ -1,4 +1,4 @@
-"""Experiments built on vat's training, geometry, evaluation and generation (issues 7, 13).
+"""Experiments built on vat's training, geometry, evaluation and generation.
 
 - `sweep`: sweep any train-config key (one key, or a grid over two): one run per point, then
   losses, latent geometry, STS and mu-decoding BLEU per run (`measure`), a CSV/JSON table,

@@ -3,11 +3,11 @@
 - `sweep.csv` / `sweep.json`: one row per point, every record field except the curves;
 - `sweep.md`: the headline columns of that table (the swept values, steps, val KL and NLL,
   BLEU, STS x 100, active units), which `vat sweep` also prints when it ends;
-- `frontier.png`: the rate frontier (issue 13): x = validation KL in nats per token, y =
+- `frontier.png`: the rate frontier: x = validation KL in nats per token, y =
   reconstruction BLEU (left axis) and STS Spearman x 100 (right axis), each point labelled;
 - `fig3a_similarities.png`, `fig3b_losses.png`: geometry and losses against the swept key
-  (one numeric key only; PAPER.md Figure 3 for the prior std);
-- `fig2_curves.png`: training curves of two runs (PAPER.md Figure 2);
+  (one numeric key only; the paper's Figure 3 for the prior std);
+- `fig2_curves.png`: training curves of two runs (the paper's Figure 2);
 - `hparams/`: TensorBoard's HPARAMS tab, one row per point (`tensorboard --logdir hparams`).
 """
 

@@ -200,7 +200,7 @@ def _recorded_train_settings(run_dir: Path) -> dict[str, Any] | None:
 
 def check_not_stale(cfg: SweepConfig, points: Sequence[Point]) -> None:
     """A finished run counts as done only if it was trained with this sweep's settings: one
-    frontier never mixes, say, 4-step and 8-step runs (issue 20)."""
+    frontier never mixes, say, 4-step and 8-step runs."""
     for point in points:
         run_dir = Path(cfg.out_dir) / run_name(point)
         then = _recorded_train_settings(run_dir)

@@ -1,7 +1,7 @@
 """Run a VAT encoder over raw sentences: token means, token vectors, pooled features.
 
 Shared by the geometry callbacks and CLI, the SentEval harness and generation. Features use
-mu (no sampling), as PAPER.md prescribes for representations. Subword positions w_1..w_n are
+mu (no sampling), as the paper prescribes for representations. Subword positions w_1..w_n are
 the "tokens"; the final </s> latent is left out of pooling and geometry (it is a position
 marker, not a word), except for an empty sentence, whose only latent is </s>.
 """
@@ -78,7 +78,7 @@ def pool(
     """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row.
 
     mean / sum / start are the paper's VAT-mean, VAT-sum and VAT-start (Tables 4-5).
-    precision (issue 13) needs logvar (B, T, d): the mean of mu weighted per dimension by the
+    precision needs logvar (B, T, d): the mean of mu weighted per dimension by the
     precision exp(-logvar), i.e. the mean of the product of the token Gaussians N(mu_t, var_t):
     feature_i = sum_t mu_ti exp(-logvar_ti) / sum_t exp(-logvar_ti). Confident tokens count
     more; with equal variances it is mean pooling.

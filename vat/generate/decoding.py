@@ -1,11 +1,11 @@
 """Decoding text from any latent sequence Z (B, T, d) with its mask (B, T).
 
-PAPER.md, "Generation": every point of a VAT's latent space decodes to text. `greedy_decode`,
-`beam_search` and `sample_decode` share one step function and sit behind
-`decode_latents(model, z, z_mask, options)`. Every decoder step feeds only the newest token
-and reuses cached self-attention keys and values (O(T) per step); `use_cache=False` re-runs
-the whole prefix instead, the naive baseline for the equality test and
-bench/bench_decode.py.
+The paper (Ferner & Wegenkittl 2022), "Generation": every point of a VAT's latent space
+decodes to text. `greedy_decode`, `beam_search` and `sample_decode` share one step function
+and sit behind `decode_latents(model, z, z_mask, options)`. Every decoder step feeds only the
+newest token and reuses cached self-attention keys and values (O(T) per step);
+`use_cache=False` re-runs the whole prefix instead, the naive baseline for the equality test
+and bench/bench_decode.py.
 
 Decoded sequences are subword ids without <s>; a sequence stops at its first </s>, which is
 not part of the returned ids (but its log-probability is part of the score). Pure: no

@@ -1,11 +1,11 @@
 """Text in, text out: the `VATGenerator` API over `decoding` and `latents` (this package).
 
-PAPER.md, "Generation": reconstruct a sentence from its token means mu, sample
-paraphrase-like variants by drawing every z_t (Table 1) or one chosen z_t (Table 2) from the
-posterior, decode latents drawn from the prior N(0, s^2 I), and interpolate between two
-sentences (Table 3). Sentences are encoded and decoded in length-sorted batches; results come
-back in input order. Reconstruction quality: `corpus_bleu` and `reconstruction_score`.
-The command line is `vat generate` (vat/cli/generate.py).
+The paper (Ferner & Wegenkittl 2022), "Generation": reconstruct a sentence from its token
+means mu, sample paraphrase-like variants by drawing every z_t (Table 1) or one chosen z_t
+(Table 2) from the posterior, decode latents drawn from the prior N(0, s^2 I), and interpolate
+between two sentences (Table 3). Sentences are encoded and decoded in length-sorted batches;
+results come back in input order. Reconstruction quality: `corpus_bleu` and
+`reconstruction_score`. The command line is `vat generate` (vat/cli/generate.py).
 
 Sentences follow the one rule of vat's API (`vat.errors.check_sentences`): a list, tuple,
 generator (read once) or 1-D numpy array of strings is a batch, and a single string is ONE
@@ -304,7 +304,7 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Decode each sentence's token means mu (PAPER.md: z_t = mu_t at test time); a
+        """Decode each sentence's token means mu (the paper: z_t = mu_t at test time); a
         single string gives its hypotheses alone."""
         texts, single = check_sentences(sentences)
         hyps = self.decode([mu for mu, _ in self.posteriors(texts, labels)], options)

@@ -1,7 +1,7 @@
 """Latent maths for generation (pure functions over tensors).
 
-`perturb_latents` (z = mu + tau * sigma * eps everywhere or at chosen positions, PAPER.md
-Tables 1-2), `prior_at_positions` (chosen positions drawn from the prior instead),
+`perturb_latents` (z = mu + tau * sigma * eps everywhere or at chosen positions, the
+paper's Tables 1-2), `prior_at_positions` (chosen positions drawn from the prior instead),
 `token_statistics` (what each token's posterior carries: KL, sigma, |mu|),
 `sample_lengths` / `prior_latents` (decoding the prior N(0, s^2 I)),
 `interpolate_latents` (lerp or slerp between two sentences, Table 3) and `pad_latents`
@@ -63,7 +63,7 @@ def token_statistics(
     mu: torch.Tensor, logvar: torch.Tensor, prior_std: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per token of one posterior, mu and logvar (T, d): its KL to N(0, s^2 I) in nats (the
-    token's rate, PAPER.md eq. 6), its mean sigma over dimensions, and |mu_t|. Each (T,)."""
+    token's rate, the paper's eq. 6), its mean sigma over dimensions, and |mu_t|. Each (T,)."""
     kl = gaussian_kl(mu, logvar, prior_std).sum(-1)  # (T,)
     return kl, torch.exp(0.5 * logvar).mean(-1), mu.norm(dim=-1)
 
@@ -116,13 +116,13 @@ def interpolate_latents(
 ) -> list[torch.Tensor]:
     """Latent sequences between z1 (T1, d) and z2 (T2, d): one (T_a, d) tensor per alpha.
 
-    Padding (PAPER.md only says the two sequences are padded to equal length; our choice):
-    the shorter sequence is extended at its end with zero vectors, the prior's mean, i.e.
-    the most probable latent under N(0, s^2 I), and the mixture (1 - a) Z1 + a Z2 (or slerp
-    per position) is taken over max(T1, T2) positions. The decoder then sees the first
-    T_a = round((1 - a) T1 + a T2) positions: the latent length moves linearly from T1 to
-    T2 with the content, so a = 0 and a = 1 decode exactly the two sentences (padding never
-    reaches the decoder there), and in between the extra positions fade in or out.
+    Padding (the paper only says the two sequences are padded to equal length; the rest is
+    our choice): the shorter sequence is extended at its end with zero vectors, the prior's
+    mean, i.e. the most probable latent under N(0, s^2 I), and the mixture (1 - a) Z1 + a Z2
+    (or slerp per position) is taken over max(T1, T2) positions. The decoder then sees the
+    first T_a = round((1 - a) T1 + a T2) positions: the latent length moves linearly from T1
+    to T2 with the content, so a = 0 and a = 1 decode exactly the two sentences (padding
+    never reaches the decoder there), and in between the extra positions fade in or out.
     """
     if method not in ("linear", "slerp"):
         raise OptionError("method", f"must be linear or slerp, got {method!r}")

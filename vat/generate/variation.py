@@ -1,14 +1,14 @@
-"""Do variational samples vary? The near-deterministic posterior check (issue 30).
+"""Do variational samples vary? The near-deterministic posterior check.
 
-PAPER.md, "Generation": decoding z_t = mu_t + sigma_t * eps gives paraphrase-like variants
-(the paper's Table 1), while z_t = mu_t is the deterministic decoding used for reconstruction.
-When the posterior is so narrow, relative to what the decoder tells apart, that every sample
-of z decodes to the same text as mu, and mu to the input, sampling is reconstruction with
-extra steps: the model holds a rate (KL in nats per token) far above what its decoder needs.
-That happens at a high rate, but not at one number: it depends on the decoder as well as on
-sigma / s, the posterior's width against the prior's (a d = 64 demo at 35 nats per token and a
-root-mean-square sigma / s of 0.7 still repeated 42 of 50 samples). So the criterion is
-measured on the outputs themselves:
+The paper (Ferner & Wegenkittl 2022), "Generation": decoding z_t = mu_t + sigma_t * eps gives
+paraphrase-like variants (the paper's Table 1), while z_t = mu_t is the deterministic decoding
+used for reconstruction. When the posterior is so narrow, relative to what the decoder tells
+apart, that every sample of z decodes to the same text as mu, and mu to the input, sampling is
+reconstruction with extra steps: the model holds a rate (KL in nats per token) far above what
+its decoder needs. That happens at a high rate, but not at one number: it depends on the
+decoder as well as on sigma / s, the posterior's width against the prior's (a d = 64 demo at 35
+nats per token and a root-mean-square sigma / s of 0.7 still repeated 42 of 50 samples). So the
+criterion is measured on the outputs themselves:
 
     nearly deterministic  <=>  (samples whose decoding equals the mu-decoding) / samples >= 0.95
 

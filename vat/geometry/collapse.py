@@ -51,7 +51,7 @@ def checked_mu_logvar(mu: ArrayLike, logvar: ArrayLike) -> tuple[torch.Tensor, t
 def kl_per_dimension(mu: ArrayLike, logvar: ArrayLike, prior_std: float) -> np.ndarray:
     """Mean over tokens of KL(N(mu, exp(logvar)) || N(0, s^2)) per latent dimension: (d,) nats.
 
-    KL_i = log s - logvar_i / 2 + (exp(logvar_i) + mu_i^2) / (2 s^2) - 1/2 (PAPER.md, eq. 6,
+    KL_i = log s - logvar_i / 2 + (exp(logvar_i) + mu_i^2) / (2 s^2) - 1/2 (the paper, eq. 6,
     per dimension; the same closed form as `vat.train.losses.gaussian_kl`). The sum over
     dimensions is the mean KL per token; a dimension near 0 carries no information.
     """

@@ -1,6 +1,6 @@
 """Latent geometry of token representations: isotropy, context-specificity, collapse.
 
-Pure functions over token vectors (issue 3). `vectors` is an (N, d) torch tensor or numpy
+Pure functions over token vectors. `vectors` is an (N, d) torch tensor or numpy
 array, one row per token; `word_ids` / `sentence_ids` are length-N integer sequences. All
 cosine statistics are exact, not sampled: the mean cosine over all pairs of n unit vectors
 u_1..u_n is
@@ -13,7 +13,7 @@ milliseconds there); results come back as Python floats, dicts, or numpy arrays.
 
 Ethayarajh (2019), "How Contextual are Contextualized Word Representations?", EMNLP:
 anisotropy (the random-word baseline), self-similarity, intra-sentence similarity, and the
-"adjusted" forms (value minus the baseline). PAPER.md reports the unadjusted values.
+"adjusted" forms (value minus the baseline). The paper reports the unadjusted values.
 Beyond those: IsoScore (Rudman et al. 2022), effective rank (Roy & Vetterli 2007), and the
 posterior-collapse diagnostics active units (Burda et al. 2016), KL per latent dimension,
 and the mutual-information estimate of He et al. (2019) used by Optimus (Li et al. 2020),
@@ -131,7 +131,7 @@ def self_similarity(
 ) -> float:
     """Unweighted mean of `self_similarity_by_type` over word types with >= min_count occurrences.
 
-    Ethayarajh (2019), Def. 1, averaged over types. PAPER.md: the VAT at s = 0.4 reaches
+    Ethayarajh (2019), Def. 1, averaged over types. The paper: the VAT at s = 0.4 reaches
     > 0.6 (a smooth space: a word keeps its direction across contexts).
     """
     per_type = self_similarity_by_type(vectors, word_ids, min_count, sentence_ids)
@@ -175,7 +175,7 @@ def intra_sentence_similarity_by_sentence(
 def intra_sentence_similarity(vectors: ArrayLike, sentence_ids: ArrayLike) -> float:
     """Unweighted mean over sentences of IntraSim(s) (Ethayarajh 2019, Def. 2).
 
-    PAPER.md: 1 means every position of a sentence collapsed to one vector (s >= 0.6);
+    The paper: 1 means every position of a sentence collapsed to one vector (s >= 0.6);
     for 0.1 <= s <= 0.5 it lies below self-similarity.
     """
     return float(_intra_values(prepared(vectors), sentence_ids)[1].mean())

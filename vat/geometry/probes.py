@@ -1,9 +1,9 @@
 """Probe sets for the geometry measurements: which sentences, read from where.
 
-PAPER.md, "Latent-space measurements": STS12's sentences, from a SentEval data/downstream
-folder (`$VAT_SENTEVAL_DIR`, default ../shared/data/senteval: vat.data.paths), or any text
-file. Kept apart from `vat.geometry.metrics`, which is maths only. Used by the geometry
-callbacks, `vat geometry` and the sweep.
+The paper (Ferner & Wegenkittl 2022), "Latent-space measurements": STS12's sentences, from a
+SentEval data/downstream folder (`$VAT_SENTEVAL_DIR`, default ../shared/data/senteval:
+vat.data.paths), or any text file. Kept apart from `vat.geometry.metrics`, which is maths
+only. Used by the geometry callbacks, `vat geometry` and the sweep.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def load_probe_sentences(
 ) -> list[str]:
     """The probe set the geometry is measured on: a text file, or STS12 from a SentEval folder.
 
-    The paper (PAPER.md, "Latent-space measurements") measures on STS12's sentences, as
+    The paper ("Latent-space measurements") measures on STS12's sentences, as
     Ethayarajh (2019) does on STS 2012-2016. STS12 has 6,216 sentences of which 4,946 are
     distinct; with `deduplicate` (default) a repeated sentence is kept once, because a
     deterministic encoder maps the copies to identical vectors, and their pairs would inflate

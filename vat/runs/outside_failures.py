@@ -1,5 +1,5 @@
-"""Failures from outside vat turned into one line that names the cause and the way out
-(issue 20, section 3). `--debug` keeps the full traceback (vat.errors.run_cli re-raises).
+"""Failures from outside vat turned into one line that names the cause and the way out.
+`--debug` keeps the full traceback (vat.errors.run_cli re-raises).
 """
 
 from __future__ import annotations

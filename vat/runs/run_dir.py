@@ -6,15 +6,15 @@ Rules (README, "Resume" and "What happens when..."):
   `--overwrite` is given, which moves the old run's files into a trash folder inside the run
   directory (one rename each) and deletes that folder before training starts: a failure half
   way leaves an old run without its checkpoints, never a mix of two runs' files, and the
-  next start removes a left-over trash folder. Only what a vat run wrote is moved (issue
-  20): each fresh run writes RUN_DIR/.vat-run.json, naming what the folder held before it
-  began and the other folders it writes into; run-named files no manifest claims (a user's
-  own config.yaml) are refused, never moved, and so is the command's own `-c` file.
-- A start that failed before its first training step (and saved no checkpoint) is not a run
-  (issue 29): its manifest says `"trained": false` until then, and the next fresh start
-  replaces its files without `--overwrite`. A fresh start is checked whole first (the
-  trainer settings against the data included) and only then moves an old run away
-  (`FreshStart`, `begin_fresh`); a start refused before that removes the folders it created.
+  next start removes a left-over trash folder. Only what a vat run wrote is moved: each
+  fresh run writes RUN_DIR/.vat-run.json, naming what the folder held before it began and
+  the other folders it writes into; run-named files no manifest claims (a user's own
+  config.yaml) are refused, never moved, and so is the command's own `-c` file.
+- A start that failed before its first training step (and saved no checkpoint) is not a run:
+  its manifest says `"trained": false` until then, and the next fresh start replaces its
+  files without `--overwrite`. A fresh start is checked whole first (the trainer settings
+  against the data included) and only then moves an old run away (`FreshStart`,
+  `begin_fresh`); a start refused before that removes the folders it created.
 - Folders inside another run's checkpoints/ (or any name that run's --overwrite moves) are
   refused, and so are symbolic links where Lightning writes files itself (hparams.yaml,
   metrics.csv, events, config*.yaml): Lightning would write through them.
@@ -116,7 +116,7 @@ def lock_run_dir(run_dir: Path) -> None:
 
 def lock_folder(folder: Path, option: str) -> None:
     """Take FOLDER/.lock (an flock) for the lifetime of this run. The lock file is opened
-    with O_NOFOLLOW: a symlink there is refused, never written through (issue 20)."""
+    with O_NOFOLLOW: a symlink there is refused, never written through."""
     path = folder / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -234,7 +234,7 @@ def write_manifest(run_dir: Path, write_dirs: dict[str, Path], preexisting: list
             "preexisting": preexisting,
             "write_dirs": {k: str(v.resolve()) for k, v in write_dirs.items()},
             # false until the first optimiser step: a start that failed before it (a setting
-            # Lightning rejects late, bad data, no memory) is not a run (issue 29)
+            # Lightning rejects late, bad data, no memory) is not a run
             "trained": False,
         },
     )

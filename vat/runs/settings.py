@@ -1,4 +1,4 @@
-"""Trainer settings checked before a run starts, in vat's option names (issue 29).
+"""Trainer settings checked before a run starts, in vat's option names.
 
 Lightning checks some trainer settings only once training has started: against the data
 (`val_check_interval` longer than an epoch is a ValueError with a traceback after the run

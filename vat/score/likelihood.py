@@ -2,7 +2,7 @@
 NLL (Burda, Grosse & Salakhutdinov 2016, "Importance Weighted Autoencoders"), for a VAT whose
 latent is every token's z_t (docs/score.md gives every formula).
 
-For a sentence x with T latent positions (its n subwords and </s>, PAPER.md), Z = (z_1..z_T),
+For a sentence x with T latent positions (its n subwords and </s>, the paper), Z = (z_1..z_T),
 q(Z|x) = prod_t N(z_t; mu_t, diag exp(logvar_t)), p(Z) = N(0, s^2 I), and log p(x|Z) is the
 sum over the T target tokens w_1..w_n </s> of log p(w_t | w_<t, Z):
 

@@ -41,7 +41,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     """torch.load with weights_only=True (no pickled code runs) and one-line errors.
 
     weights_only=True is passed explicitly, so TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD (which only
-    overrides an unset argument) cannot turn it off (issue 11, section 4).
+    overrides an unset argument) cannot turn it off.
     """
     p = Path(path)
     if not p.exists():
@@ -220,7 +220,7 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
         ) from None
     counts = check_token_counts(meta.get("token_counts"), f"checkpoint {path}", model.config)
     training = training_facts(ckpt, path)
-    files = (training.get("data") or {}).get("train_files") or []  # absolute since issue 29
+    files = (training.get("data") or {}).get("train_files") or []  # absolute; old records: as typed
     return LoadedVAT(
         model.to(device).eval(),
         tokenizer,

@@ -209,7 +209,7 @@ def replace_dir(tmp: Path, out: Path) -> None:
 
 
 def _check_earlier_export(out: Path) -> None:
-    """overwrite replaces an earlier export and nothing else (issue 20): every entry of `out`
+    """overwrite replaces an earlier export and nothing else: every entry of `out`
     must be a plain file vat's export writes, and its config.json must say it is one."""
     foreign = sorted(p.name for p in out.iterdir() if not _export_file(p))
     try:

@@ -68,7 +68,7 @@ class LoadedVAT:
     """The model, in eval mode, on the device it was loaded to."""
     tokenizer: VATTokenizer
     prior_std: float
-    """s of the prior N(0, s^2 I) (PAPER.md)."""
+    """s of the prior N(0, s^2 I) (the paper)."""
     length_histogram: list[int]
     """Counts of training sequence lengths (</s> included), for prior samples' lengths."""
     source: ModelSource

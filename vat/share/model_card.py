@@ -31,7 +31,7 @@ METRIC_NOTES = {
     "val/recon_bleu": "BLEU of the reconstructions decoded from the posterior means mu",
 }
 """What a metric means, said on the card: text-VAE readers take "ppl" for the model's own
-perplexity (issue 30), which the importance-weighted bound estimates, not this. The key
+perplexity, which the importance-weighted bound estimates, not this. The key
 stays `val/ppl` (checkpoint monitors and TensorBoard curves name them)."""
 
 

@@ -12,7 +12,7 @@ how well it did:
      "data": {"train_files": ["/data/demo_en.txt.gz"], "hf_dataset": None, ...},
      "metrics": {"val/nll": 2.31, "val/kl": 11.9, "val/recon_bleu": 71.2, ...}}
 
-Training files are recorded twice (issue 40). `train_files` holds them by their absolute path
+Training files are recorded twice. `train_files` holds them by their absolute path
 (made absolute in the folder `vat train` ran in), for the training machine itself; a Hub
 dataset is recorded by its id. `train_file_records` holds each file the patterns matched as
 it can be found on another machine: its path inside the data folder ($VAT_DATA_DIR, else
@@ -26,10 +26,10 @@ layout) when it lies there, else its name alone, with its size and digest
 
 `recorded_training_files` is the one way to find them again: the absolute paths when they are
 all here; else each record, under the data folder (its size and digest checked, a mismatch
-refused), else in the model's own folders; records from before issue 40 (plain strings) by
-the older rules: an absolute path as it is, a relative one (records from before issue 29)
-only in the model's own folders, never in the current folder, where an unrelated file of the
-same name could be fitted on.
+refused), else in the model's own folders; older records (plain strings, no
+`train_file_records`) by the older rules: an absolute path as it is, a relative one (the
+oldest records, which kept the names as typed) only in the model's own folders, never in the
+current folder, where an unrelated file of the same name could be fitted on.
 
 `portable_training` is what leaves the machine (`vat pretrained add`, a Hub push): the
 records alone, and `machine_paths` finds any string that still names a place on it.
@@ -206,7 +206,7 @@ def training_facts(ckpt: dict, ckpt_path: str | os.PathLike) -> dict[str, Any]:
     typed = (ckpt.get("datamodule_hyper_parameters") or {}).get("train_files")
     data = facts.get("data") if isinstance(facts.get("data"), dict) else {}
     if not _all_absolute(data.get("train_files")) and isinstance(typed, list | tuple) and typed:
-        # a record from before issue 29 holds bare names: the files as `vat train` was given
+        # an older record holds bare names: the files as `vat train` was given
         # them say more (an absolute path there is found from anywhere)
         facts["data"] = {**data, "train_files": [str(f) for f in typed]}
     return facts
@@ -220,7 +220,7 @@ def _all_absolute(files: Any) -> bool:
     )
 
 
-# -- finding the recorded training files again (issues 29, 40) ------------------------------
+# -- finding the recorded training files again ------------------------------------------------
 class MissingTrainingFile(OptionError):
     """A recorded training file that is not on this machine; `tried` lists where vat looked."""
 
@@ -267,8 +267,8 @@ def resolve_recorded_file(recorded: str, homes: Sequence[Path]) -> tuple[Path | 
 
 
 def training_file_records(training: dict[str, Any], model: str = "the model") -> list[dict]:
-    """The portable records of a training record (`file_records`; [] for records from before
-    issue 40), each checked: a dict naming a "path" inside the data folder (relative, never
+    """The portable records of a training record (`file_records`; [] for older records, which
+    have none), each checked: a dict naming a "path" inside the data folder (relative, never
     climbing out of it) or a bare "name", with an int size and a str digest when present. A
     malformed one is a CheckpointError naming its key: config.json can be edited by hand."""
     data = training.get("data") if isinstance(training, dict) else None
@@ -352,7 +352,7 @@ def recorded_training_files(
     limit: int | None = None,
 ) -> list[str]:
     """The model's recorded training files as paths here: the recorded absolute paths when
-    every one is here (the training machine); else each portable record (issue 40) inside
+    every one is here (the training machine); else each portable record inside
     the data folder `train_data_dir` (default $VAT_DATA_DIR, else ../shared/data) or the
     model's own folders, checked against its size and digest; records without them by the
     older rules (`resolve_recorded_file`). An OptionError naming the argument `name` that
@@ -383,7 +383,7 @@ def recorded_training_files(
     return out
 
 
-# -- what leaves the machine: portable records only (issue 40) ------------------------------
+# -- what leaves the machine: portable records only -----------------------------------------
 def portable_name(path: str | os.PathLike, train_data_dir: str | os.PathLike | None = None) -> str:
     """How a file is named in what leaves this machine: its path inside the data folder when
     it lies there, else its name."""
@@ -394,8 +394,8 @@ def portable_training(
     training: dict[str, Any], train_data_dir: str | os.PathLike | None = None
 ) -> dict[str, Any]:
     """A copy of a training record (config.json's "training") that names no place on this
-    machine: `train_files` becomes the portable records' paths and names (records from before
-    issue 40 are made here: each file the recorded paths find now, under the data folder
+    machine: `train_files` becomes the portable records' paths and names (older records, which
+    have none, get them here: each file the recorded paths find now, under the data folder
     `train_data_dir`, else its name), and a path given as the model training started from
     (init_from.model) its name. Everything else is kept; `machine_paths` finds what remains."""
     out = copy.deepcopy(training) if isinstance(training, dict) else {}

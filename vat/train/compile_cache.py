@@ -1,5 +1,5 @@
 """The compiled training step kept with the run, so that the next launch reads it instead of
-compiling it again (issue 44, "Every GPU second trains").
+compiling it again: the start-up is GPU time that trains nothing.
 
 A launch of a compiled run (`model.compile: true`) spends most of its start-up in
 torch.compile: an H200 launch of the reference trained 219 steps in 86 s, 67.5 s of them

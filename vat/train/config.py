@@ -12,7 +12,7 @@ from vat.train.schedules import KLSchedule, Unit, check_unit
 
 @dataclass
 class LossConfig:
-    """The objective of PAPER.md eq. 5-6."""
+    """The objective of the paper's eq. 5-6."""
 
     prior_std: float = 0.4
     """s, the standard deviation of the scaled prior N(0, s^2 I). Paper: 0.4."""

@@ -11,7 +11,7 @@ run folder, a .ckpt, a Hub id. It is read once, before anything is built, and de
 - the tokenizer: the model's own (`VATDataModule.use_tokenizer`); no BPE is trained, and the
   tokenized cache is keyed by this tokenizer as by any other. `data.tokenizer_path` may name
   the same tokenizer, no other.
-- the prior N(0, s^2 I): the model's s (its latents are scaled to it, PAPER.md eq. 3).
+- the prior N(0, s^2 I): the model's s (its latents are scaled to it, the paper's eq. 3).
 
 The weights are copied into the fresh model; the optimiser, the learning-rate and KL
 schedules and the rate controller start fresh (an exported or shipped model holds none of

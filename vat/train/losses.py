@@ -1,6 +1,7 @@
 """The VAT objective as pure functions: reconstruction NLL, scaled-prior KL, free bits.
 
-PAPER.md, eq. 5-6: L = mean over non-pad tokens of [ CE_t + w(step) * KL_t ], with
+The paper (Ferner & Wegenkittl 2022), eq. 5-6: L = mean over non-pad tokens of
+[ CE_t + w(step) * KL_t ], with
 KL_t = KL( N(mu_t, diag(exp(logvar_t))) || N(0, s^2 I) ) summed over latent dimensions.
 """
 
@@ -15,7 +16,7 @@ def gaussian_kl(
 ) -> torch.Tensor:
     """KL(N(mu, diag(exp(logvar))) || N(0, prior_std^2 I)) per latent dimension.
 
-    Closed form (PAPER.md, Loss): log s - logvar/2 + (exp(logvar) + mu^2) / (2 s^2) - 1/2.
+    Closed form (the paper, Loss): log s - logvar/2 + (exp(logvar) + mu^2) / (2 s^2) - 1/2.
     Returns a tensor of the same shape as `mu`; sum over the last axis for KL_t.
     """
     prior_std = torch.as_tensor(prior_std, dtype=mu.dtype, device=mu.device)

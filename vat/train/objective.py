@@ -1,4 +1,4 @@
-"""One batch through the VAT to the terms of the objective (PAPER.md eq. 5-6), and its
+"""One batch through the VAT to the terms of the objective (the paper's eq. 5-6), and its
 compiled form (`model.compile`).
 
 The function is free of Lightning so that `torch.compile` sees plain torch: it is compiled
@@ -46,7 +46,7 @@ def objective_terms(
 ) -> Terms:
     fused = fused_cross_entropy and not with_logits
     out = model(src, tgt_in, sample=sample, generator=generator, head=not fused)
-    # Padding counts in neither term: both means run over non-pad tokens only (PAPER.md).
+    # Padding counts in neither term: both means run over non-pad tokens only (the paper).
     if fused:  # the same mean, without (B, T, V) logits (vat/train/fused_ce.py)
         nll = fused_linear_cross_entropy(out.hidden, model.lm_head.weight, tgt_out, out.mask)
     else:

@@ -1,4 +1,4 @@
-"""Schedules over training progress: the KL weight w of PAPER.md eq. 5 and Noam's rate.
+"""Schedules over training progress: the KL weight w of the paper's eq. 5 and Noam's rate.
 
 Progress is counted in steps, sentences or tokens (`unit`), so a schedule means the same
 thing whatever the batch size.
@@ -26,7 +26,7 @@ def check_unit(value, option: str) -> None:
 
 @dataclass
 class KLSchedule:
-    """The KL weight w(progress) of PAPER.md eq. 5, times a constant `beta`."""
+    """The KL weight w(progress) of the paper's eq. 5, times a constant `beta`."""
 
     kind: ScheduleName = "logistic"
     """logistic (the paper), constant, linear, or cyclical (Fu et al. 2019)."""
@@ -45,7 +45,7 @@ class KLSchedule:
     """What `warmup_steps` and `cycle_steps` count: optimiser steps, or sentences or non-pad
     tokens seen (summed over DDP ranks). Sentences or tokens keep the schedule's meaning when
     the batch size changes; steps keep how many updates the decoder gets before the weight
-    rises. The trade-off (issue 15): at 32,768-token batches, W = 6.4 million sentences (the
+    rises. The trade-off: at 32,768-token batches, W = 6.4 million sentences (the
     paper's 50,000 steps x 128) raised the weight within ~2,000 updates, before the decoder had
     learned (NLL 1.7 at weight 0.26), and the posterior collapsed (KL 0). So a schedule in
     sentences needs W large in updates too, or use `target_kl`, which cannot collapse."""
@@ -104,8 +104,8 @@ class KLSchedule:
         return min(1.0, pos / self.cycle_ramp)
 
     def _logistic_k(self) -> float:
-        # PAPER.md Decision: w(step) = 1 / (1 + exp(-k (step - W/2))), with k chosen so
-        # that w(0) = w0, i.e. k = 2 ln((1 - w0) / w0) / W; then w(W) = 1 - w0.
+        # Our choice where the paper is silent: w(step) = 1 / (1 + exp(-k (step - W/2))), with k
+        # chosen so that w(0) = w0, i.e. k = 2 ln((1 - w0) / w0) / W; then w(W) = 1 - w0.
         w0 = self.initial_weight
         return 2.0 * math.log((1.0 - w0) / w0) / self.warmup_steps
 

@@ -57,7 +57,7 @@ class StepOutput(NamedTuple):
 
 
 class VATSystem(L.LightningModule):
-    """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (PAPER.md eq. 5-6).
+    """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (the paper's eq. 5-6).
 
     w is the KL schedule at the current progress (steps, sentences or tokens), or the rate
     controller's weight when `loss.target_kl` is set. training_step never waits for the
@@ -127,7 +127,7 @@ class VATSystem(L.LightningModule):
     def load_from_checkpoint(
         cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs
     ):
-        """Lightning's loader, always weights-only (issue 11, section 4): vat checkpoints hold
+        """Lightning's loader, always weights-only: vat checkpoints hold
         tensors and plain types, and an explicit weights_only=True is the one setting that
         TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override. The file is checked first
         (vat.share.checkpoint.read_checkpoint), so a corrupt one is a one-line CheckpointError."""
@@ -358,7 +358,7 @@ class VATSystem(L.LightningModule):
     @rank_zero_only
     def _save_tokenizer(self, log_dir: str | None) -> None:
         if log_dir and self.tokenizer is not None:
-            # atomically (temp file + rename): never written through a symlink (issue 20)
+            # atomically (temp file + rename): never written through a symlink
             text = self.tokenizer.tokenizer.to_str(pretty=True)
             atomic_write(Path(log_dir) / "tokenizer.json", lambda f: f.write(text))
 
