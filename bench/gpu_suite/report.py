@@ -310,7 +310,7 @@ def render_markdown(state: Report) -> str:
     for note in t.compile_diagnosis or []:
         lines.append(f"\n- compile: {note}")
     if t.targets:
-        lines += ["", "Targets (the issue's; judged only on a GPU):", ""]
+        lines += ["", "Targets (judged only on a GPU):", ""]
         for key, j in t.targets.items():
             verdict = (
                 "n/a (smoke run, CPU)"
