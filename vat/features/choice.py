@@ -277,7 +277,10 @@ def chosen_features(
     quiet: bool = False,
 ) -> ChosenFeatures:
     """The fitted features a caller's choice stands for, and why: a FittedFeatures as given;
-    a named spec resolved (`resolve_features`); none, the model's own (`default_features`)."""
+    a named spec resolved (`resolve_features`: found, else fitted on what `fit` names and
+    stored unless `save` is off); none, the model's own (`default_features`). The first of
+    the two steps `vat evaluate` composes; `vat.eval.encoders.vat_encoder(loaded,
+    features=chosen)` is the second, and never fits."""
     if isinstance(features, FittedFeatures):
         return ChosenFeatures(features, "as named")
     if features is None:
