@@ -20,7 +20,7 @@ from vat.eval.engine import SentenceEncoder
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
 from vat.features import sentence_features
-from vat.features.choice import ChosenFeatures, check_pooling, default_features, spec_name
+from vat.features.choice import ChosenFeatures, check_pooling, given_features, spec_name
 from vat.features.encoder import FeatureEncoder
 from vat.share.loaded import LoadedVAT, takes_loaded
 
@@ -56,19 +56,14 @@ def vat_encoder(
     check_pooling(pooling, features)
     if pooling is not None and features is None:
         return _mu_encoder(loaded, pooling, batch_size)
-    if features is None:
-        chosen = default_features(loaded, quiet=quiet)
-    elif isinstance(features, FittedFeatures):
-        chosen = ChosenFeatures(features, "as named")
-    elif isinstance(features, ChosenFeatures):
-        chosen = features
-    else:
+    if features is not None and not isinstance(features, ChosenFeatures | FittedFeatures):
         raise OptionError(
             "features",
             f"vat_encoder takes fitted features, got {type(features).__name__} "
             f"{str(features)[:80]!r}: vat.features.choice.chosen_features(loaded, spec) finds "
             "or fits a spec's statistics",
         )
+    chosen = given_features(loaded, features, quiet)
     encoder = FeatureEncoder(loaded, chosen.fitted)
 
     def encode(sentences: list[str]) -> np.ndarray:

@@ -281,12 +281,22 @@ def chosen_features(
     stored unless `save` is off); none, the model's own (`default_features`). The first of
     the two steps `vat evaluate` composes; `vat.eval.encoders.vat_encoder(loaded,
     features=chosen)` is the second, and never fits."""
-    if isinstance(features, FittedFeatures):
-        return ChosenFeatures(features, "as named")
-    if features is None:
-        return default_features(loaded, quiet=quiet)
+    if not isinstance(features, str | FeatureSpec):
+        return given_features(loaded, features, quiet)
     fitted = resolve_features(loaded, features, fit, save=save, batch_size=batch_size, quiet=quiet)
     return ChosenFeatures(fitted, "as named")
+
+
+def given_features(
+    loaded: LoadedVAT, features: ChosenFeatures | FittedFeatures | None, quiet: bool = False
+) -> ChosenFeatures:
+    """Features that need no resolving: chosen ones as they are, fitted ones "as named",
+    none the model's own (`default_features`). Nothing here fits."""
+    if isinstance(features, ChosenFeatures):
+        return features
+    if isinstance(features, FittedFeatures):
+        return ChosenFeatures(features, "as named")
+    return default_features(loaded, quiet=quiet)
 
 
 def export_features(
