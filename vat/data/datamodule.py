@@ -45,7 +45,7 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     check_cache_dir,
     hash16,
     read_cached_tokenizer,
-    remove,
+    remove_damaged,
     save_tokenizer,
     verify,
     write_token_cache,
@@ -300,9 +300,9 @@ class VATDataModule(L.LightningDataModule):
                 self.hparams.max_len,
             )
         except CacheDamaged as e:
-            rank_zero_warn(f"vat: the tokenized cache {cache} is damaged ({e}); rebuilding it")
             self._check_cache_dir(write=True)
-            remove(cache)
+            remove_damaged(cache, e)
+            rank_zero_warn(f"vat: the tokenized cache {cache} is damaged ({e}); rebuilding it")
             return None
         self._verified[cache] = info
         return info

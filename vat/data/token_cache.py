@@ -126,6 +126,30 @@ def _crc32(path: Path) -> int:
     return crc
 
 
+_SPLIT_FILES = ("tokens.bin", "offsets.bin")
+
+
+def _check_layout(info: dict) -> None:
+    """done.json records exactly the files vat writes: two per split, each split a plain
+    name. The names come from a file, not from the user, so one that leads out of the cache
+    folder ("../x", an absolute path) or a record of the wrong shape is damage, never a path
+    to read or to map."""
+    stats, files = info.get("stats"), info["files"]
+    if not isinstance(stats, dict) or not isinstance(files, dict) or "train" not in stats:
+        raise CacheDamaged("done.json does not list the splits and their files")
+    for split in stats:
+        if not isinstance(split, str) or not split.isidentifier():
+            raise CacheDamaged(f"done.json names a split {split!r:.40} that vat never writes")
+    expected = {f"{split}/{name}" for split in stats for name in _SPLIT_FILES}
+    if set(files) != expected:
+        raise CacheDamaged("done.json's files are not the two files of each split")
+    for rec in files.values():
+        if not (
+            isinstance(rec, dict) and type(rec.get("size")) is int and type(rec.get("crc32")) is int
+        ):
+            raise CacheDamaged("done.json has a file record without its size and CRC-32")
+
+
 def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
     """done.json of a complete, intact cache folder; `CacheDamaged` saying what is wrong.
 
@@ -142,10 +166,11 @@ def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
         raise CacheDamaged(f"done.json is unreadable ({type(e).__name__})") from None
     if info.get("format") != FORMAT:
         raise CacheDamaged(f"format {info.get('format')!r} is not {FORMAT!r}")
+    _check_layout(info)
     for name, rec in files.items():
         path = folder / name
-        if not path.is_file():
-            raise CacheDamaged(f"{name} is missing")
+        if not path.is_file() or path.is_symlink():  # vat writes no links into its cache
+            raise CacheDamaged(f"{name} is missing (or a link)")
         if path.stat().st_size != rec["size"]:
             raise CacheDamaged(f"{name} has {path.stat().st_size} bytes, expected {rec['size']}")
         if _crc32(path) != rec["crc32"]:
@@ -162,6 +187,19 @@ def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
         ):
             raise CacheDamaged(f"{split}/offsets.bin is inconsistent with tokens.bin")
     return info
+
+
+def remove_damaged(cache: Path, why: object) -> None:
+    """Remove a damaged cache folder before it is rebuilt: only a folder vat wrote there. A
+    symbolic link (or a file) under the cache's name is the user's, so it is named in one
+    line and left alone rather than deleted."""
+    if cache.is_symlink() or not cache.is_dir():
+        kind = "a symbolic link" if cache.is_symlink() else "not a folder"
+        raise VatError(
+            f"data.cache_dir: the tokenized cache {cache} is damaged ({why}) and is {kind}, "
+            "which vat did not write and does not remove: remove it to rebuild the cache"
+        )
+    remove(cache)
 
 
 def remove(path: Path) -> None:

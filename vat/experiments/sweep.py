@@ -34,13 +34,15 @@ import contextlib
 import io
 import json
 import logging
+import os
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tqdm import tqdm
 
@@ -323,6 +325,34 @@ def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:
         )
 
 
+def check_log(path: Path) -> None:
+    """A run's sweep.log may be appended to only when it is a file of vat's own (or absent):
+    a symbolic link there is not followed, so a child's output never lands in the file it
+    points to, and a FIFO or a device (which would block or swallow the log) is refused;
+    each is one line naming the path."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise VatError(
+            f"{path} is {kind}; vat appends a run's log only to a file of its own: remove it "
+            "and run the sweep again"
+        )
+
+
+def open_log(path: Path) -> IO[str]:
+    """A run's sweep.log, opened to append (a resumed run adds to it); `check_log` first."""
+    check_log(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:  # O_NOFOLLOW: a link made after the check is refused too
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        raise VatError(f"cannot write the run's log {path} ({e.strerror or e})") from None
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 def run_parallel(
     runner: Runner,
     cfg: SweepConfig,
@@ -338,6 +368,8 @@ def run_parallel(
     failures are reported together at the end (their runs resume on the next invocation).
     """
     out = Path(cfg.out_dir)
+    for point in points:  # before any child starts, not when the first ones are running
+        check_log(out / run_name(point) / "sweep.log")
     log(f"preparing the data once for {len(points)} parallel runs")
     prepare_data(runner, cfg, out)
     queue = list(points)
@@ -349,7 +381,7 @@ def run_parallel(
             name = run_name(point)
             run_dir = out / name
             run_dir.mkdir(parents=True, exist_ok=True)
-            logf = open(run_dir / "sweep.log", "a", encoding="utf-8")  # noqa: SIM115 (closed when the child ends)
+            logf = open_log(run_dir / "sweep.log")  # closed when the child ends
             cmd = [
                 *runner.child,
                 "-c",
@@ -420,6 +452,7 @@ __all__ = [
     "quiet_training",
     "Runner",
     "check_point",
+    "open_log",
     "prepare_data",
     "run_parallel",
     "run_sweep",

@@ -1,0 +1,154 @@
+"""Paths vat finds in files rather than from its user (a cache's done.json, a sweep's folder),
+and what vat copies, appends to, replaces or removes: never a place the file names outside
+vat's own folder, never through a link vat did not create, and never more of a file than
+the user asked for."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+
+import vat.data.token_cache
+from vat.data.datamodule import VATDataModule
+from vat.errors import VatError
+
+
+# -- the tokenized cache ---------------------------------------------------------------------
+@pytest.fixture
+def train(tmp_path, tiny_sentences):
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(tiny_sentences * 4) + "\n")
+    return path
+
+
+def _dm(tmp_path, train):
+    return VATDataModule(
+        train_files=[str(train)],
+        vocab_size=300,
+        max_len=24,
+        batch_size=4,
+        cache_dir=str(tmp_path / "cache"),
+        val_fraction=0.2,
+        progress=False,
+    )
+
+
+def _built(tmp_path, train):
+    dm = _dm(tmp_path, train)
+    dm.setup("fit")
+    (folder,) = (tmp_path / "cache").glob("data-*")
+    return {k: list(v.ids) for k, v in dm.splits.items()}, folder
+
+
+def _outside_file(folder):
+    """done.json also records a file outside the cache folder, with its right size and CRC."""
+    outside = folder.parent.parent / "outside.bin"
+    outside.write_bytes(b"not the cache's")
+    return {"files": {"../../outside.bin": {"size": 15, "crc32": zlib.crc32(outside.read_bytes())}}}
+
+
+def _split_outside(folder):
+    """A split whose name leads out of the folder, its files recorded as they are."""
+    (folder.parent.parent / "elsewhere").mkdir()
+    info = json.loads((folder / "done.json").read_text())
+    stats = {**info["stats"], "../../elsewhere": info["stats"]["val"]}
+    return {"stats": stats}
+
+
+def _split_without_files(folder):
+    info = json.loads((folder / "done.json").read_text())
+    return {"stats": {**info["stats"], "test": info["stats"]["val"]}}
+
+
+def _record_not_a_dict(folder):
+    info = json.loads((folder / "done.json").read_text())
+    return {"files": {**info["files"], "train/tokens.bin": 7}}
+
+
+@pytest.mark.parametrize(
+    "edit", [_outside_file, _split_outside, _split_without_files, _record_not_a_dict]
+)
+def test_done_json_names_only_the_cache_s_own_files(tmp_path, train, edit):
+    """done.json is read from disk: a name in it that leads out of the cache folder, a split
+    without its files or a record of the wrong shape is damage, and the cache is rebuilt
+    (before: the outside file was read and passed as part of the cache; a split without files
+    or a bad record was a FileNotFoundError/TypeError traceback)."""
+    ids, folder = _built(tmp_path, train)
+    done = folder / "done.json"
+    info = json.loads(done.read_text())
+    for key, value in edit(folder).items():
+        info[key] = {**info[key], **value} if key == "files" else value
+    done.write_text(json.dumps(info))
+    with pytest.raises(vat.data.token_cache.CacheDamaged):
+        vat.data.token_cache.verify(folder, 300, 24)
+    dm = _dm(tmp_path, train)
+    with pytest.warns(UserWarning, match="tokenized cache .* is damaged"):
+        dm.setup("fit")
+    assert {k: list(v.ids) for k, v in dm.splits.items()} == ids
+    vat.data.token_cache.verify(folder, 300, 24)  # intact again
+
+
+def test_a_damaged_cache_behind_a_link_is_named_not_removed(tmp_path, train):
+    """A cache entry that is the user's symbolic link (to a cache kept elsewhere) is read
+    through, but when it is damaged vat names it in one line and leaves the link and what it
+    points to (before: the link was deleted and a cache written in its place)."""
+    _, folder = _built(tmp_path, train)
+    kept = tmp_path / "kept-cache"
+    folder.rename(kept)
+    folder.symlink_to(kept)
+    dm = _dm(tmp_path, train)
+    dm.setup("fit")  # an intact cache through the link is used as it is
+    (kept / "done.json").unlink()
+    with pytest.raises(VatError, match=r"is damaged .*symbolic link.* remove it") as e:
+        _dm(tmp_path, train).setup("fit")
+    assert "\n" not in str(e.value)
+    assert folder.is_symlink() and (kept / "train" / "tokens.bin").is_file()
+
+
+# -- sweeps ------------------------------------------------------------------------------------
+def _sweep(tmp_path):
+    from conftest import ASSETS
+
+    from vat.experiments.config import SweepConfig
+
+    return SweepConfig(
+        train_config=str(ASSETS / "tiny.yaml"),
+        sweep={"model.loss.prior_std": [0.3, 0.7]},
+        out_dir=str(tmp_path / "sweep"),
+        jobs=2,
+        device="cpu",
+    )
+
+
+def test_a_sweep_log_that_is_a_link_is_not_appended_through(tmp_path):
+    """A parallel sweep appends each child's output to its run's sweep.log: a symbolic link
+    put there (to a file vat did not write) is refused in one line and the file it points to
+    is untouched (before: the child's output was appended to that file)."""
+    import sys
+
+    from vat.experiments import sweep
+    from vat.experiments.config import run_name
+
+    cfg = _sweep(tmp_path)
+    points = cfg.points()
+    # the children: a real process that prints a line, as a child sweep run logs its work
+    runner = sweep.Runner(
+        train=lambda argv: 0, prepare=lambda argv: 0, child=(sys.executable, "-c", "print(1)")
+    )
+    theirs = tmp_path / "notes.txt"
+    theirs.write_text("the user's notes\n")
+    run_dir = tmp_path / "sweep" / run_name(points[1])
+    run_dir.mkdir(parents=True)
+    (run_dir / "sweep.log").symlink_to(theirs)
+    with pytest.raises(VatError, match=r"sweep.log is a symbolic link; .* remove it") as e:
+        sweep.run_parallel(runner, cfg, "sweep.yaml", points, log=lambda m: None, poll_s=0.05)
+    assert "\n" not in str(e.value)
+    assert theirs.read_text() == "the user's notes\n"
+    assert (run_dir / "sweep.log").is_symlink()
+    assert not (tmp_path / "sweep" / run_name(points[0])).exists()  # refused before any start
+    (run_dir / "sweep.log").unlink()  # without the link, both children log to files of vat's
+    sweep.run_parallel(runner, cfg, "sweep.yaml", points, log=lambda m: None, poll_s=0.05)
+    for point in points:
+        assert (tmp_path / "sweep" / run_name(point) / "sweep.log").read_text() == "1\n"
