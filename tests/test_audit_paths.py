@@ -152,3 +152,39 @@ def test_a_sweep_log_that_is_a_link_is_not_appended_through(tmp_path):
     sweep.run_parallel(runner, cfg, "sweep.yaml", points, log=lambda m: None, poll_s=0.05)
     for point in points:
         assert (tmp_path / "sweep" / run_name(point) / "sweep.log").read_text() == "1\n"
+
+
+def _records():
+    return [
+        {"run": "prior_std_0.3", "model.loss.prior_std": 0.3, "step": 4, "val_kl": 1.5},
+        {"run": "../../escaped", "model.loss.prior_std": 0.7, "step": 4, "val_kl": 0.5},
+    ]
+
+
+def test_the_hparams_view_is_written_only_inside_the_sweep_folder(tmp_path):
+    """The TensorBoard view is written under a fresh temporary name and swapped in: a link
+    left at the old fixed temporary name, or a run name read back from a record.json that
+    leads out (`../../escaped`, kept as the one folder `.._.._escaped`), no longer sends the
+    event files elsewhere (before: both wrote into the folder outside)."""
+    from vat.experiments import frontier
+
+    out = tmp_path / "sweep" / "out"
+    out.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / ".hparams-tmp").symlink_to(elsewhere)
+    final = frontier.write_hparams(_records(), ["model.loss.prior_std"], out)
+    assert list(elsewhere.iterdir()) == []
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "sweep" / "escaped").exists()
+    runs = [".._.._escaped", "prior_std_0.3"]
+    assert sorted(p.name for p in final.iterdir() if p.is_dir()) == runs
+    assert (out / ".hparams-tmp").is_symlink()  # the link is left as it was
+    assert sorted(p.name for p in out.iterdir()) == [".hparams-tmp", "hparams"]
+    # a rerun replaces the view; a link in the view's place is refused in one line
+    frontier.write_hparams(_records(), ["model.loss.prior_std"], out)
+    assert sorted(p.name for p in out.iterdir()) == [".hparams-tmp", "hparams"]
+    (out / "hparams").rename(tmp_path / "moved")
+    (out / "hparams").symlink_to(tmp_path / "moved")
+    with pytest.raises(VatError, match=r"hparams is a symbolic link; .* remove it"):
+        frontier.write_hparams(_records(), ["model.loss.prior_std"], out)
+    assert sorted(p.name for p in (tmp_path / "moved").iterdir() if p.is_dir()) == runs

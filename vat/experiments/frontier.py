@@ -16,14 +16,16 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vat.errors import VatError
 from vat.experiments.config import cli_value, leaf, point_label
 from vat.experiments.measure import GEOMETRY_FIELDS, VAL_TAGS, sts_column
-from vat.io import atomic_write, figure_class, save_png, write_json_atomic
+from vat.io import atomic_write, figure_class, save_png, temp_path, write_json_atomic
 
 Record = dict[str, Any]
 
@@ -270,6 +272,13 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
 HPARAM_METRICS = ("val_kl", "bleu", *VAL_TAGS, *(f"geometry_{f}" for f in GEOMETRY_FIELDS))
 
 
+def _folder_name(run: object) -> str:
+    """A run's name as one folder name. Records are read back from record.json files, so a
+    name there that holds a separator or is ".." must not lead the writer out of the view."""
+    name = re.sub(r"[^\w.+-]", "_", str(run))
+    return "_" if name in ("", ".", "..") else name
+
+
 def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> Path:
     """`out/hparams/<run>/`: one `add_hparams` entry per point (the swept keys as hparams,
     the measurements as `hparam/<column>` metrics), for TensorBoard's HPARAMS tab.
@@ -279,21 +288,41 @@ def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> 
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    final, tmp = out / "hparams", out / ".hparams-tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    final = out / "hparams"
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        kind = "a symbolic link" if final.is_symlink() else "not a folder"
+        raise VatError(
+            f"{final} is {kind}; vat replaces only the TensorBoard folder it wrote there: "
+            "remove it and run the sweep again"
+        )
+    # fresh temp names: a fixed one (".hparams-tmp") could be a link left there, and the
+    # writer would then write through it into the folder it points to
+    tmp, old = temp_path(final), temp_path(final)
     metrics = [*HPARAM_METRICS[:2], *_sts_columns(records), *HPARAM_METRICS[2:]]
-    with SummaryWriter(log_dir=str(tmp)) as w:
-        for r in records:
-            hparams = {
-                k: (r.get(k) if isinstance(r.get(k), bool | int | float | str) else str(r.get(k)))
-                for k in (*keys, "checkpoint")
-            }
-            values = {f"hparam/{m}": float(r[m]) for m in metrics if _number(r.get(m))}
-            w.add_hparams(hparams, values, run_name=r["run"], global_step=r.get("step"))
-    old = out / ".hparams-old"
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        with SummaryWriter(log_dir=str(tmp)) as w:
+            for r in records:
+                hparams = {
+                    k: (
+                        r.get(k)
+                        if isinstance(r.get(k), bool | int | float | str)
+                        else str(r.get(k))
+                    )
+                    for k in (*keys, "checkpoint")
+                }
+                values = {f"hparam/{m}": float(r[m]) for m in metrics if _number(r.get(m))}
+                w.add_hparams(
+                    hparams, values, run_name=_folder_name(r["run"]), global_step=r.get("step")
+                )
+        if final.exists():
+            final.rename(old)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if old.exists():  # the previous view back in its place, not removed below
+                old.rename(final)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     return final
