@@ -110,8 +110,9 @@ def add_pretrained(
         "rebuild": rebuild,
         "fp32_match": {"from": origin},
     }
-    # before the measurement (minutes for a long check file)
-    check_shipping(model.loaded, name, dtype, registry, info, train_data_dir)
+    # before the measurement (minutes for a long check file); write_shipped checks the
+    # entry again with the registry held, since another add may write it meanwhile
+    check_shipping(model.loaded, name, dtype, registry, info, train_data_dir, overwrite)
     info["fp32_match"] = precision_match(model.loaded, dtype, sentences, origin)
     return write_shipped(
         model.loaded,

@@ -74,13 +74,26 @@ def build_parser() -> Parser:
 
 
 def _list() -> int:
-    from vat.share.pretrained import list_pretrained
+    from vat.share.pretrained import shipped_models
 
-    entries = list_pretrained()
-    if not entries:
+    problems: list[VatError] = []
+    rows = []
+    for e in shipped_models(problems=problems):
+        try:
+            rows.append({"name": e.name, **e.facts()})
+        except VatError as error:
+            problems.append(error)
+    if rows:
+        _print_rows(rows)
+    elif not problems:
         print("no models ship with this installation of vat")
-        return 0
-    rows = [{"name": e.name, **e.facts()} for e in entries]
+    if problems:  # the intact models are listed; a damaged one is the one-line error
+        more = f" (and {len(problems) - 1} more damaged entries)" if len(problems) > 1 else ""
+        raise VatError(f"{problems[0]}{more}")
+    return 0
+
+
+def _print_rows(rows: list[dict[str, str]]) -> None:
     cols = list(rows[0])
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
     print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
@@ -90,7 +103,6 @@ def _list() -> int:
         "\nload one with `vat.load(NAME)` or `--model NAME`; `vat pretrained show NAME` "
         "prints its card"
     )
-    return 0
 
 
 def _show(name: str) -> int:
@@ -101,6 +113,8 @@ def _show(name: str) -> int:
         entry = named_shipped(name)
     except OptionError as e:  # NAME is a positional argument, not a flag
         raise VatError(f"NAME {e.problem}") from None
+    # the card is only as true as the files it describes: checked as loading checks them
+    entry.verify()
     sys.stdout.write((entry.folder / CARD_NAME).read_text(encoding="utf-8"))
     return 0
 

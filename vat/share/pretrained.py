@@ -22,14 +22,20 @@ $VAT_SHIPPED_DIR points the registry at another folder (tests; a site's own mode
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +43,15 @@ from typing import Any
 import torch
 
 from vat.errors import CheckpointError, OptionError, VatError
+from vat.io import remove_stale_temps, temp_prefix
 from vat.share.folder import (
+    ALL_FILES,
     CARD_NAME,
     CONFIG_NAME,
     FEATURES_NAME,
     SHIPPED_NAME,
     WEIGHTS_NAME,
+    _export_file,
     replace_dir,
 )
 from vat.share.loaded import LoadedVAT, check_loaded
@@ -65,9 +74,19 @@ def shipped_dir() -> Path:
     return Path(env).expanduser() if env else PACKAGE_SHIPPED_DIR
 
 
+REPAIR = "reinstall vat, or write the entry again: vat pretrained add DIR --name NAME --overwrite"
+"""How a damaged entry is put right, as every error about one says it."""
+RECORD_LIMIT = 1 << 20
+"""The most bytes vat reads of a shipped.json (one is a few kilobytes; a larger one is
+damaged, and reading it whole would take memory by the file's size)."""
+CONFIG_LIMIT = 64 << 20
+"""The most bytes `vat pretrained` reads of an entry's config.json to list it."""
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 @dataclass(frozen=True)
 class ShippedModel:
-    """One shipped model: its folder and its shipped.json."""
+    """One shipped model: its folder and its shipped.json (checked by `_check_record`)."""
 
     name: str
     folder: Path
@@ -76,43 +95,90 @@ class ShippedModel:
     @property
     def files(self) -> dict[str, str]:
         """File name -> SHA-256 of every file of the folder except shipped.json."""
-        return dict(self.info.get("sha256") or {})
+        return dict(self.info["sha256"])
+
+    @property
+    def sizes(self) -> dict[str, int] | None:
+        """File name -> size in bytes, as written; None for an entry written before vat
+        recorded sizes."""
+        sizes = self.info.get("bytes")
+        return None if sizes is None else dict(sizes)
 
     @property
     def size_bytes(self) -> int:
-        return sum(
-            (self.folder / f).stat().st_size for f in self.files if (self.folder / f).is_file()
-        )
+        total = 0
+        for f in self.files:
+            try:
+                st = os.lstat(self.folder / f)
+            except OSError:
+                continue  # a missing file is verify's to name
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+        return total
 
     @property
     def config(self) -> dict[str, Any]:
         """The folder's config.json (for listing; loading goes through vat.load)."""
+        path = self.folder / CONFIG_NAME
         try:
-            return json.loads((self.folder / CONFIG_NAME).read_text(encoding="utf-8"))
+            return _read_json(path, CONFIG_LIMIT)
         except (OSError, ValueError, RecursionError) as e:
             raise CheckpointError(
-                f"shipped model {self.name}: unreadable {CONFIG_NAME} ({e}); reinstall vat"
+                f"shipped model {self.name}: {path}: {_reason(e)}; {REPAIR}"
             ) from None
 
     def facts(self) -> dict[str, str]:
         """What `vat pretrained` lists: shape, rate, training data, recorded scores, size."""
-        return listing_facts(self.config, self.size_bytes, self.info.get("dtype", "?"))
+        config = self.config
+        if not isinstance(config, dict):
+            raise CheckpointError(
+                f"shipped model {self.name}: {self.folder / CONFIG_NAME} is not a JSON object; "
+                f"{REPAIR}"
+            )
+        try:
+            return listing_facts(config, self.size_bytes, self.info["dtype"])
+        except (AttributeError, TypeError, ValueError) as e:  # a key of the wrong type
+            raise CheckpointError(
+                f"shipped model {self.name}: {self.folder / CONFIG_NAME} is not the config.json "
+                f"vat writes ({type(e).__name__}: {e}); {REPAIR}"
+            ) from None
 
     def verify(self) -> None:
-        """Every file shipped.json lists has its SHA-256, and the folder holds no other file;
-        a mismatch is one line naming the file."""
+        """Every file shipped.json lists is a regular file of the folder (no link, which
+        could lead out of it) of the size it records, checked for all before any is read,
+        then has its SHA-256; and the folder holds no other file. A mismatch is one line
+        naming the file."""
+        sizes = self.sizes
+        for fname in sorted(self.files):
+            path = self.folder / fname
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                raise CheckpointError(
+                    f"shipped model {self.name}: {path} is missing; {REPAIR}"
+                ) from None
+            if stat.S_ISLNK(st.st_mode):
+                raise CheckpointError(
+                    f"shipped model {self.name}: {path} is a symbolic link, which could lead "
+                    f"out of the entry; a shipped model holds only its own files; {REPAIR}"
+                )
+            if not stat.S_ISREG(st.st_mode):
+                raise CheckpointError(
+                    f"shipped model {self.name}: {path} is not a regular file; {REPAIR}"
+                )
+            if sizes is not None and st.st_size != sizes[fname]:
+                raise CheckpointError(
+                    f"shipped model {self.name}: {path} is {st.st_size} bytes where its "
+                    f"{SHIPPED_NAME} records {sizes[fname]}: the file was altered or damaged; "
+                    f"{REPAIR}"
+                )
         for fname, expected in sorted(self.files.items()):
             path = self.folder / fname
-            if not path.is_file() or path.is_symlink():
-                raise CheckpointError(
-                    f"shipped model {self.name}: {path} is missing; reinstall vat"
-                )
             got = file_sha256(path)
             if got != expected:
                 raise CheckpointError(
                     f"shipped model {self.name}: {path} fails its SHA-256 check (expected "
                     f"{expected[:12]}..., got {got[:12]}...): the file was altered or damaged; "
-                    "reinstall vat"
+                    f"{REPAIR}"
                 )
         extra = sorted(
             p.name
@@ -122,7 +188,7 @@ class ShippedModel:
         if extra:
             raise CheckpointError(
                 f"shipped model {self.name}: {self.folder} holds files its {SHIPPED_NAME} does "
-                f"not list ({', '.join(extra[:3])}); reinstall vat"
+                f"not list ({', '.join(extra[:3])}); {REPAIR}"
             )
 
 
@@ -176,27 +242,118 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _reason(e: BaseException) -> str:
+    if isinstance(e, RecursionError):
+        return "nested too deeply to be vat's JSON"
+    if isinstance(e, OSError):
+        return e.strerror or str(e)
+    return f"not valid JSON ({e})" if isinstance(e, ValueError) else str(e)
+
+
+def _read_json(path: Path, limit: int) -> Any:
+    """The JSON in the regular file `path` (never through a link), at most `limit` bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than vat reads ({limit})")
+        return json.loads(f.read(limit + 1).decode("utf-8"))
+
+
+def _plain_file_name(fname: object) -> bool:
+    """A name of a file directly inside the entry's folder: no folder part, no '..', not
+    absolute, nothing a path could climb out with."""
+    return (
+        isinstance(fname, str)
+        and fname not in ("", ".", "..", SHIPPED_NAME)
+        and "/" not in fname
+        and "\\" not in fname
+        and "\0" not in fname
+    )
+
+
+def _check_record(path: Path, info: Any, name: str) -> dict[str, Any]:
+    """shipped.json's contents as vat wrote them, or one line naming `path` and what is
+    wrong: every file it lists is a plain name inside the entry's folder, its SHA-256 a
+    64-digit hex string, its size (when recorded) a whole number of bytes."""
+
+    def bad(problem: str) -> CheckpointError:
+        return CheckpointError(f"{path} {problem}; {REPAIR}")
+
+    if not isinstance(info, dict):
+        raise bad(f"holds {type(info).__name__}, not the JSON object vat writes")
+    if info.get("name") != name:
+        raise bad(f"does not describe the model {name!r} (its name is {info.get('name')!r:.80})")
+    sums = info.get("sha256")
+    if not isinstance(sums, dict) or not sums:
+        raise bad('lists no files with their SHA-256 ("sha256": {file: sum})')
+    for fname, value in sums.items():
+        if not _plain_file_name(fname):
+            raise bad(
+                f"lists {fname!r:.300}, which is not a file name inside the entry's folder "
+                "(a shipped model's files sit directly in it)"
+            )
+        if not isinstance(value, str) or not _SHA256.fullmatch(value):
+            raise bad(f"gives {fname} the SHA-256 {value!r:.80}, not 64 hexadecimal digits")
+    sizes = info.get("bytes")
+    if sizes is not None:
+        if not isinstance(sizes, dict) or sizes.keys() != sums.keys():
+            raise bad('records sizes ("bytes") for other files than it lists')
+        for fname, n in sizes.items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise bad(f"gives {fname} the size {n!r:.80}, not a number of bytes")
+    if info.get("dtype") not in DTYPES:
+        raise bad(f"gives the dtype {info.get('dtype')!r:.80}, not one of {', '.join(DTYPES)}")
+    if not isinstance(info.get("fp32_match", {}), dict):
+        raise bad("gives fp32_match as no JSON object")
+    return info
+
+
 def _read_entry(folder: Path) -> ShippedModel | None:
+    """The entry in `folder`, None when it has no shipped.json (a folder that is no entry),
+    a one-line CheckpointError naming its shipped.json when that is damaged."""
     path = folder / SHIPPED_NAME
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return None
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = _read_json(path, RECORD_LIMIT)
     except (OSError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e}); reinstall vat") from None
-    if not isinstance(info, dict) or info.get("name") != folder.name:
-        raise CheckpointError(f"{path} does not describe the model {folder.name!r}; reinstall vat")
-    return ShippedModel(folder.name, folder, info)
+        raise CheckpointError(f"{path}: {_reason(e)}; {REPAIR}") from None
+    return ShippedModel(folder.name, folder, _check_record(path, info, folder.name))
 
 
-def shipped_models(registry: Path | None = None) -> list[ShippedModel]:
-    """Every shipped model (each folder of the registry with a shipped.json), by name."""
+def shipped_models(
+    registry: Path | None = None, problems: list[VatError] | None = None
+) -> list[ShippedModel]:
+    """Every shipped model (each folder of the registry with a shipped.json), by name. A
+    damaged entry raises its one-line error, or with `problems` (a list) is left out and its
+    error appended there: what lists or suggests names goes on with the intact ones."""
     root = shipped_dir() if registry is None else Path(registry)
-    if not root.is_dir():
+    found = []
+    try:
+        if not root.is_dir():
+            return []
+        # a dot-folder is a write in progress (or one a crash left), never an entry
+        folders = [p for p in sorted(root.iterdir()) if p.is_dir() and p.name[0] != "."]
+    except OSError as e:
+        error = VatError(f"shipped models: cannot read the registry {root} ({e.strerror or e})")
+        if problems is None:
+            raise error from None
+        problems.append(error)
         return []
-    # a dot-folder is a write in progress (or one a crash left), never an entry
-    entries = (_read_entry(p) for p in sorted(root.iterdir()) if p.is_dir() and p.name[0] != ".")
-    return [e for e in entries if e is not None]
+    for p in folders:
+        try:
+            entry = _read_entry(p)
+        except VatError as e:
+            if problems is None:
+                raise
+            problems.append(e)
+            continue
+        if entry is not None:
+            found.append(entry)
+    return found
 
 
 def list_pretrained() -> list[ShippedModel]:
@@ -229,9 +386,11 @@ def named_shipped(text: str, option: str = "name") -> ShippedModel:
     bare = text[len(PREFIX) :] if text.startswith(PREFIX) else text
     entry = shipped_model(bare)
     if entry is None:
-        names = ", ".join(m.name for m in shipped_models()) or "none"
+        # a damaged entry is named when asked for by name, not in every other lookup
+        names = ", ".join(m.name for m in shipped_models(problems=[])) or "none"
+        shown = f"{text[:60]}... ({len(text)} characters)" if len(text) > 80 else text
         raise OptionError(
-            option, f"{text}: vat ships no model named {bare!r} (shipped models: {names})"
+            option, f"{shown}: vat ships no model named {bare!r:.80} (shipped models: {names})"
         )
     return entry
 
@@ -243,12 +402,15 @@ def check_shipping(
     registry: str | os.PathLike | None,
     info: dict[str, Any] | None = None,
     train_data_dir: str | os.PathLike | None = None,
+    overwrite: bool | None = None,
 ) -> Path:
     """What `write_shipped` refuses, checked before any work: a path instead of a loaded
     model, a training checkpoint (a shipped model is an exported folder), a bad name or
-    dtype, a registry that exists and is no folder, and anything that would name a place on
-    this machine (`check_portable`: the folder's config.json made portable, its statistics'
-    fit record, and `info`, shipped.json's texts). Returns the registry folder
+    dtype, a registry that exists and is no folder, a file of the folder that is an export
+    file's name but no regular file, and anything that would name a place on this machine
+    (`check_portable`: the folder's config.json made portable, its statistics' fit record,
+    and `info`, shipped.json's texts); given `overwrite` (True or False), also an entry of
+    that name it may not replace (`_check_replaceable`). Returns the registry folder
     ($VAT_SHIPPED_DIR or the package's by default)."""
     check_loaded(loaded, "write_shipped")
     check_name(name)
@@ -263,6 +425,9 @@ def check_shipping(
     root = shipped_dir() if registry is None else Path(registry)
     if (root.exists() or root.is_symlink()) and not root.is_dir():
         raise OptionError("registry", f"{root} exists and is not a folder")
+    _files_to_copy(loaded.source.path)
+    if overwrite is not None:
+        _check_replaceable(root / name, name, overwrite)
     config = _shipped_config(loaded.source.path / CONFIG_NAME, train_data_dir)
     stats = _shipped_stats(loaded, train_data_dir)
     check_portable(
@@ -298,6 +463,103 @@ def _shipped_stats(loaded: LoadedVAT, train_data_dir: str | os.PathLike | None):
     return stats
 
 
+def _files_to_copy(folder: Path) -> tuple[list[Path], list[str]]:
+    """The files of the exported `folder` an entry copies as they are (every file an export
+    writes, `vat.share.folder._export_file`, but those the entry writes itself: weights,
+    card, shipped.json), and the names of what it leaves out (anything else: the user's own
+    files, links, folders, pipes). A file under an export file's name that is no regular
+    file (a link, a pipe, a folder) is refused in one line: leaving it out would ship a
+    model without it, and following a link would copy a file from elsewhere."""
+    copy, left_out = [], []
+    for p in sorted(folder.iterdir()):
+        if p.name in (WEIGHTS_NAME, SHIPPED_NAME, CARD_NAME, CONFIG_NAME):
+            continue  # written anew: the weights cast, config.json made portable, the card
+        if _export_file(p):
+            copy.append(p)
+        elif p.name in ALL_FILES:
+            what = "a symbolic link" if p.is_symlink() else "not a regular file"
+            raise VatError(
+                f"{p} is {what}; vat copies only regular files into the shipped models: "
+                "put the file itself there (or export the model again)"
+            )
+        else:
+            left_out.append(p.name)
+    return copy, left_out
+
+
+def _check_replaceable(out: Path, name: str, overwrite: bool) -> None:
+    """An existing entry `out` is replaced only with `overwrite`, and only when vat wrote
+    all of it: a folder holding its shipped.json (damaged or not: `--overwrite` is how a
+    damaged entry is repaired) and no file but those an export writes or its shipped.json
+    lists, no link, no folder; what vat did not write is never deleted."""
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not overwrite:
+        raise VatError(
+            f"{out} exists: vat already ships a model named {name} (overwrite replaces it)"
+        )
+    record = out / SHIPPED_NAME
+    if out.is_symlink() or not out.is_dir() or record.is_symlink() or not record.is_file():
+        raise VatError(f"{out} exists and is not a shipped model; vat replaces only its entries")
+    try:
+        listed = set(_read_json(record, RECORD_LIMIT).get("sha256") or {})
+    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
+        listed = set()  # damaged: the names an export writes still tell vat's files
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name != SHIPPED_NAME
+        and not _export_file(p)
+        and not (p.name in listed and p.is_file() and not p.is_symlink())
+    )
+    if foreign:
+        raise VatError(
+            f"{out} holds files vat did not write ({', '.join(foreign[:3])}); overwrite "
+            "replaces only a shipped model's own files: move them out first"
+        )
+
+
+@contextlib.contextmanager
+def registry_lock(root: Path) -> Iterator[None]:
+    """Hold the registry `root` (an flock on the folder itself, so that no lock file is
+    added to the package) while an entry is written: a second `vat pretrained add` waits,
+    then finds the first one's entry, instead of both saying they wrote it."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the lock
+
+
+def _clean_up_after_killed_adds(root: Path, name: str) -> None:
+    """With the registry held, what a killed add left: its temp folders (named after their
+    process, `vat.io.temp_prefix`, removed once that process is gone), and the old entry a
+    replace had moved aside (`replace_dir`'s `.NAME.old-*/x`), put back when the new one
+    never arrived, else removed."""
+    remove_stale_temps(root)
+    out = root / name
+    for old in sorted(root.glob(f".{name}.old-*")):
+        kept = old / "x"
+        if old.is_symlink() or not old.is_dir() or {p.name for p in old.iterdir()} - {"x"}:
+            continue  # not the shape replace_dir leaves: not vat's to touch
+        if kept.is_dir() and not kept.is_symlink() and not (out.exists() or out.is_symlink()):
+            os.replace(kept, out)
+            old.rmdir()
+        elif out.exists():
+            shutil.rmtree(old)
+
+
+def _mode(source: Path, private: int) -> int:
+    """Package data is readable by everyone, like the code beside it (0644), except what
+    the user made private: the source file's permission bits mask it, never widened."""
+    try:
+        return 0o644 & os.stat(source).st_mode
+    except OSError:
+        return 0o644 & private
+
+
 def write_shipped(
     loaded: LoadedVAT,
     name: str,
@@ -316,52 +578,58 @@ def write_shipped(
     that says what the shipped model is (`info`: summary, good_for, not_for, rebuild,
     fp32_match), and shipped.json (`info`, the dtype and every file's SHA-256). Nothing that
     names a place on this machine is written (`check_portable`: one line naming the key).
-    Written into a temp folder and renamed into place; an existing entry needs `overwrite`
-    and must itself be a shipped model (vat replaces only what it wrote)."""
+    Only the files an export writes are copied, as regular files (a warning names what is
+    left out), never with wider permissions than the source's. Written into a temp folder
+    and renamed into place, with the registry held (`registry_lock`); an existing entry
+    needs `overwrite` and must hold only what vat wrote (`_check_replaceable`)."""
     from safetensors.torch import save_model
 
     record = {"format": SHIPPED_FORMAT, "name": name, **info, "dtype": dtype}
     root = check_shipping(loaded, name, dtype, registry, record, train_data_dir)
     out = root / name
-    if out.exists() and not overwrite:
-        raise VatError(
-            f"{out} exists: vat already ships a model named {name} (overwrite replaces it)"
-        )
-    if out.exists() and _read_entry(out) is None:
-        raise VatError(f"{out} exists and is not a shipped model; vat replaces only its entries")
     half = copy.deepcopy(loaded.model).to("cpu", getattr(torch, dtype))
     for key, tensor in half.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise VatError(f"{key} does not fit in {dtype} (inf after the cast): use bfloat16")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.tmp-"))
-    try:
-        folder = loaded.source.path
-        for p in sorted(folder.iterdir()):
-            if p.name in (WEIGHTS_NAME, SHIPPED_NAME, CARD_NAME) or not p.is_file():
-                continue
-            shutil.copyfile(p, tmp / p.name)
-        save_model(half, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        config = _shipped_config(tmp / CONFIG_NAME, train_data_dir)
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-        record.setdefault("summary", default_summary(config))
-        stats = _shipped_stats(loaded, train_data_dir)
-        if stats is not loaded.feature_stats:
-            stats.save(tmp / FEATURES_NAME)
-        own = loaded.own_features
-        if own is not None and own is loaded.feature_stats:
-            own = stats  # with the fit record as it ships
-        card = model_card(config, loaded.tokenizer.vocab_size, own, record)
-        (tmp / CARD_NAME).write_text(card, encoding="utf-8")
-        record["sha256"] = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
-        (tmp / SHIPPED_NAME).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        for p in tmp.iterdir():
-            os.chmod(p, 0o644)  # package data: readable by everyone, like the code beside it
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    folder = loaded.source.path
+    copied, left_out = _files_to_copy(folder)
+    if left_out:
+        warnings.warn(
+            f"left out of {name}, as no part of an exported folder: {', '.join(left_out)}",
+            stacklevel=2,
+        )
+    with registry_lock(root):
+        _clean_up_after_killed_adds(root, name)
+        _check_replaceable(out, name, overwrite)  # again: another add may have written it
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=temp_prefix(out)))
+        try:
+            for p in copied:
+                shutil.copyfile(p, tmp / p.name, follow_symlinks=False)
+            save_model(half, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+            config = _shipped_config(folder / CONFIG_NAME, train_data_dir)
+            (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+            record.setdefault("summary", default_summary(config))
+            stats = _shipped_stats(loaded, train_data_dir)
+            if stats is not loaded.feature_stats:
+                stats.save(tmp / FEATURES_NAME)
+            own = loaded.own_features
+            if own is not None and own is loaded.feature_stats:
+                own = stats  # with the fit record as it ships
+            card = model_card(config, loaded.tokenizer.vocab_size, own, record)
+            (tmp / CARD_NAME).write_text(card, encoding="utf-8")
+            files = sorted(tmp.iterdir())
+            record["sha256"] = {p.name: file_sha256(p) for p in files}
+            record["bytes"] = {p.name: p.stat().st_size for p in files}
+            (tmp / SHIPPED_NAME).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+            private = _mode(folder / CONFIG_NAME, 0o644)
+            for p in tmp.iterdir():
+                source = folder / (p.name if p.name != SHIPPED_NAME else CONFIG_NAME)
+                os.chmod(p, _mode(source, private))
+            os.chmod(tmp, (0o755 & os.stat(folder).st_mode) | 0o700)
+            replace_dir(tmp, out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     entry = _read_entry(out)
     assert entry is not None
     return entry

@@ -11,7 +11,9 @@ Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load`
     a shipped model's name     demo-wordnet-d64     (or vat:demo-wordnet-d64) inside the
                                                      package, offline (`vat pretrained`)
 
-How they are told apart: `vat:NAME` is always a shipped model; a path that exists is a path;
+How they are told apart: `vat:NAME` is always a shipped model; a path that exists is a path
+(a `pathlib.Path` that does not exist is read as its string is, so `Path("demo-wordnet-d64")`
+is the shipped model, as `--model demo-wordnet-d64` is);
 a bare NAME (no slash) that is a shipped model and no path is that model, and one that is
 both is refused (write ./NAME or vat:NAME); only a name that is no path and looks like
 `user/name` (one slash, which a shipped name never has) is a Hub id, unless its first part
@@ -81,9 +83,16 @@ def resolve_model(
         )
     if not text.strip():  # Path("") is ".", which nobody means by an empty name
         raise OptionError(name, "is empty (expected a .ckpt, a folder, a run folder or a Hub id)")
+    if text.startswith(PREFIX):  # always a shipped model, never a path
+        shipped = named_shipped(text, name)
+        shipped.verify()
+        return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
     p = Path(text).expanduser()
-    _check_not_a_loop(p, name)
-    shipped = _shipped(text, p, name) if isinstance(model, str) else None
+    _check_path_name(p, text, name)
+    # a Path that exists is that path (a Path cannot be spelled ./NAME); one that does not
+    # is read as its string is, as on the command line, which cannot tell the two apart
+    is_path = not isinstance(model, str) and (p.exists() or p.is_symlink())
+    shipped = None if is_path else _shipped(text, p, name)
     if shipped is not None:
         shipped.verify()  # SHA-256 of every file, before anything is read
         return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
@@ -142,7 +151,8 @@ def _did_you_mean(text: str) -> str:
     happens to sit in the current folder); "" when nothing is close."""
     near = nearest_model_path(text)
     if "/" not in text:
-        close = nearest(text, [m.name for m in shipped_models()])
+        # a damaged entry is no name to offer, and no reason to lose the path's suggestion
+        close = nearest(text, [m.name for m in shipped_models(problems=[])])
         if close is not None and (near is None or _likeness(text, close) >= _likeness(text, near)):
             near = f"the shipped model {close}"
     return f" (did you mean {near}?)" if near else ""
@@ -233,13 +243,22 @@ def _text_kind(p: Path, text: str) -> str:
     return "a text file"
 
 
-def _check_not_a_loop(path: Path, name: str) -> None:
+def _check_path_name(path: Path, text: str, name: str) -> None:
     """A symbolic link loop (the path, or a folder on the way to it) is named as one: to
     Path.exists() it is simply missing, and "does not exist" sends the user looking for a
-    file that is there."""
+    file that is there. A name too long for the filesystem (a whole path, or one part) is
+    no path, no shipped name and no Hub id: one line, not the OSError every later check
+    of the path would raise."""
     try:
         os.stat(path)
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            shown = f"{text[:60]}... ({len(text)} characters)" if len(text) > 80 else text
+            raise OptionError(
+                name,
+                f"{shown} is too long to be a path on this system (or a part of it is), so it "
+                f"names no model; expected {ACCEPTED}",
+            ) from None
         if e.errno == errno.ELOOP:
             where = "is" if path.is_symlink() else "passes through"
             raise OptionError(
@@ -248,10 +267,8 @@ def _check_not_a_loop(path: Path, name: str) -> None:
 
 
 def _shipped(text: str, path: Path, name: str) -> ShippedModel | None:
-    """The shipped model `text` names (`vat:NAME`, or a bare NAME that is no path), None if
+    """The shipped model the bare NAME `text` names (one that is no path), None if
     it names none; a NAME that is both a shipped model and an existing path is refused."""
-    if text.startswith(PREFIX):
-        return named_shipped(text, name)
     entry = shipped_model(text)
     if entry is not None and (path.exists() or path.is_symlink()):
         raise OptionError(

@@ -1,0 +1,300 @@
+"""The shipped-model registry keeps to vat's rules on files: `vat pretrained add` copies only
+what an exported folder consists of, never widens a file's permissions, replaces only what it
+wrote, cleans up after a killed add and lets one add of a name at a time through; a damaged
+shipped.json is one line naming it and does not break paths, Hub ids or typo suggestions;
+shipped.json names only files inside its entry, checked (with their sizes) before any read;
+`vat pretrained show` checks the SHA-256 sums as loading does; and model names that are no
+path (a Path spelling a shipped name, a name too long for the filesystem) say so.
+
+Every test works on a registry in tmp_path ($VAT_SHIPPED_DIR or --registry), never on the
+package's vat/shipped/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from helpers import copy_folder
+
+import vat
+from vat.cli import main as vat_main
+from vat.errors import CheckpointError, OptionError, VatError
+from vat.io import temp_prefix
+from vat.share.pretrained import (
+    PACKAGE_SHIPPED_DIR,
+    SHIPPED_DIR_ENV,
+    shipped_model,
+    shipped_models,
+)
+
+DEMO = "demo-wordnet-d64"
+
+
+@pytest.fixture
+def registry_copy(tmp_path, monkeypatch):
+    """A copy of the package's registry, which $VAT_SHIPPED_DIR points to."""
+    reg = tmp_path / "registry"
+    shutil.copytree(PACKAGE_SHIPPED_DIR, reg)
+    monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return reg
+
+
+@pytest.fixture
+def empty_registry(tmp_path, monkeypatch):
+    reg = tmp_path / "registry"
+    monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return reg
+
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    assert vat_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err
+
+
+def _add(folder: Path, name: str, *extra: str) -> list[str]:
+    return ["pretrained", "add", str(folder), "--name", name, *extra]
+
+
+# -- what add copies ---------------------------------------------------------------------------
+def test_add_copies_only_the_files_of_an_export_and_keeps_them_private(
+    tiny_export, tmp_path, empty_registry, capsys
+):
+    folder = copy_folder(tiny_export, tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("a file elsewhere on this machine")
+    (folder / "notes.txt").write_text("my notes")
+    (folder / "link.json").symlink_to(outside)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "x.txt").write_text("x")
+    os.mkfifo(folder / "pipe")
+    os.chmod(folder / "tokenizer.json", 0o600)  # the user marked it private
+    # a link under an export file's name is not followed out: refused, nothing written
+    st_file = folder / "config_sentence_transformers.json"
+    st_file.rename(tmp_path / "st.json")
+    st_file.symlink_to(tmp_path / "st.json")
+    err = _one_line_error(capsys, _add(folder, "tiny"))
+    assert f"{st_file} is a symbolic link" in err and not empty_registry.exists()
+    st_file.unlink()
+    (tmp_path / "st.json").rename(st_file)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # the test settings silence UserWarning
+        assert vat_main(_add(folder, "tiny")) == 0
+    err = capsys.readouterr().err
+    entry = empty_registry / "tiny"
+    names = {p.name for p in entry.iterdir()}
+    for left in ("notes.txt", "link.json", "sub", "pipe"):
+        assert left not in names, left
+    assert "config_sentence_transformers.json" in names
+    assert all(p.is_file() and not p.is_symlink() for p in entry.iterdir())
+    [warning] = [ln for ln in err.splitlines() if "left out" in ln]
+    assert warning.startswith("warning: left out of tiny, as no part of an exported folder: ")
+    for left in ("notes.txt", "link.json", "sub", "pipe"):
+        assert left in warning, (left, warning)
+    assert (entry / "tokenizer.json").stat().st_mode & 0o777 == 0o600  # not widened
+    assert (entry / "config.json").stat().st_mode & 0o777 == 0o644
+    assert shipped_model("tiny").verify() is None
+    vat.load("tiny", device="cpu")  # the entry is whole without the left-out files
+
+
+# -- --overwrite replaces only what vat wrote ----------------------------------------------------
+def test_overwrite_refuses_an_entry_holding_a_file_vat_did_not_write(
+    tiny_export, empty_registry, capsys
+):
+    assert vat_main(_add(tiny_export, "tiny")) == 0
+    capsys.readouterr()
+    (empty_registry / "tiny" / "my-notes.txt").write_text("keep")
+    err = _one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
+    assert "my-notes.txt" in err and str(empty_registry / "tiny") in err
+    assert (empty_registry / "tiny" / "my-notes.txt").read_text() == "keep"
+    (empty_registry / "tiny" / "my-notes.txt").unlink()
+    (empty_registry / "tiny" / "sub").mkdir()  # a folder is no file vat writes either
+    err = _one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
+    assert "sub" in err and (empty_registry / "tiny" / "sub").is_dir()
+    (empty_registry / "tiny" / "sub").rmdir()
+    assert vat_main(_add(tiny_export, "tiny", "--overwrite")) == 0
+
+
+# -- a killed add, two adds at once -------------------------------------------------------------
+def test_the_next_add_removes_the_temp_folder_of_a_killed_add(tiny_export, empty_registry, capsys):
+    empty_registry.mkdir()
+    # an add killed mid-write: its temp folder, named after its process, which has ended
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    prefix = temp_prefix(empty_registry / "x").replace(str(os.getpid()), ended.stdout.strip())
+    dead = empty_registry / f"{prefix}abcd1234"
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"half")
+    # a temp of a process that is alive (this one's parent) stays
+    alive = empty_registry / f".y.tmp-{os.getppid()}@{dead.name.split('@')[1]}"
+    alive.mkdir()
+    assert vat_main(["pretrained"]) == 0  # listing ignores both
+    assert "no models ship" in capsys.readouterr().out
+    assert vat_main(_add(tiny_export, "tiny")) == 0
+    capsys.readouterr()
+    assert not dead.exists() and alive.is_dir()
+    assert sorted(p.name for p in empty_registry.iterdir()) == sorted([alive.name, "tiny"])
+
+
+def test_two_adds_of_one_name_at_once_write_it_once(tiny_export, empty_registry):
+    from vat.share.pretrained import registry_lock
+    from vat.shipping import add_pretrained
+
+    model = vat.load(tiny_export, device="cpu")
+    results: list[object] = []
+
+    def add() -> None:
+        try:
+            results.append(add_pretrained(model, "tiny", check_sentences=["a test"]))
+        except VatError as e:
+            results.append(e)
+
+    empty_registry.mkdir()
+    with registry_lock(empty_registry):  # another add is writing: both wait for it
+        threads = [threading.Thread(target=add) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        assert not results and not (empty_registry / "tiny").exists()
+    for t in threads:
+        t.join(60)
+    errors = [r for r in results if isinstance(r, VatError)]
+    assert len(results) == 2 and len(errors) == 1, results
+    assert "already ships a model named tiny" in str(errors[0])
+
+
+# -- a damaged shipped.json -----------------------------------------------------------------------
+CORRUPT = {
+    "not JSON": "{",
+    "not an object": "[1, 2]",
+    "sha256 a list": json.dumps({"name": DEMO, "sha256": [1, 2]}),
+    "sha256 of a number": json.dumps({"name": DEMO, "sha256": {"config.json": 5}}),
+    "nested garbage": "[" * 100_000,
+    "dtype an object": json.dumps({"name": DEMO, "dtype": {"a": 1}, "sha256": {}}),
+}
+
+
+@pytest.mark.parametrize("text", CORRUPT.values(), ids=CORRUPT.keys())
+def test_a_damaged_shipped_json_is_one_line_and_breaks_nothing_else(
+    text, registry_copy, tiny_export, tmp_path, monkeypatch, capsys
+):
+    damaged = registry_copy / DEMO / "shipped.json"
+    damaged.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_export, tmp_path / "mymodel")
+    # the listing: the intact models, and one line naming the damaged file
+    assert vat_main(["pretrained"]) == 2
+    cap = capsys.readouterr()
+    assert "wmt-tatoeba-en-d128" in cap.out and DEMO not in cap.out
+    assert cap.err.count("\n") == 1 and str(damaged) in cap.err, cap.err
+    # loading it by name: one line naming the file
+    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    assert str(damaged) in err
+    with pytest.raises(CheckpointError, match="shipped.json"):
+        vat.load(DEMO, device="cpu")
+    # paths, and the typos of paths and of the other names, do not read the damaged entry
+    assert vat.load("mymodel", device="cpu").loaded.source.kind == "folder"
+    with pytest.raises(OptionError, match=r"did you mean mymodel\?"):
+        vat.load("mymodle")
+    with pytest.raises(OptionError, match=r"did you mean the shipped model wmt-tatoeba-en-d128"):
+        vat.load("wmt-tatoeba-en-d12")
+    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", "demo-wordnet-d46", "x"])
+    assert "does not exist" in err and "Traceback" not in err
+    # --overwrite repairs it
+    assert vat_main(_add(tiny_export, DEMO, "--overwrite")) == 0
+    capsys.readouterr()
+    assert vat.load(DEMO, device="cpu").loaded.source.kind == "shipped"
+
+
+# -- shipped.json names files inside its entry --------------------------------------------------
+@pytest.mark.parametrize("where", ["absolute", "dot-dot", "link out", "folder"])
+def test_shipped_json_names_only_files_inside_its_entry(where, registry_copy, tmp_path, capsys):
+    entry = registry_copy / DEMO
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"secret")
+    info = json.loads((entry / "shipped.json").read_text())
+    name = {
+        "absolute": str(outside),
+        "dot-dot": "../../outside.bin",
+        "link out": "notes.bin",
+        "folder": "sub/x.bin",
+    }[where]
+    if where == "link out":
+        (entry / name).symlink_to(outside)
+    if where == "folder":
+        (entry / "sub").mkdir()
+        (entry / "sub" / "x.bin").write_bytes(b"x")
+    info["sha256"][name] = "0" * 64
+    info["bytes"][name] = 6
+    (entry / "shipped.json").write_text(json.dumps(info))
+    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    if where == "link out":  # a plain name, but a link: named before anything is read
+        assert f"{entry / name} is a symbolic link" in err
+    else:
+        assert f"{entry / 'shipped.json'} lists {name!r}, which is not a file name inside" in err
+
+
+def test_sizes_are_checked_before_any_file_is_hashed(registry_copy, capsys):
+    entry = registry_copy / DEMO
+    info = json.loads((entry / "shipped.json").read_text())
+    assert info["bytes"]["model.safetensors"] == (entry / "model.safetensors").stat().st_size
+    with open(entry / "model.safetensors", "r+b") as f:
+        f.truncate(64 * 2**30)  # 64 GiB, sparse: hashing it would take minutes
+    start = time.monotonic()
+    err = _one_line_error(capsys, ["pretrained", "show", DEMO])
+    assert time.monotonic() - start < 5
+    assert "model.safetensors" in err and str(64 * 2**30) in err
+
+
+def test_every_package_entry_records_its_sizes():
+    for entry in shipped_models(PACKAGE_SHIPPED_DIR):
+        sizes = entry.info["bytes"]
+        assert sizes.keys() == entry.files.keys()
+        assert all((entry.folder / f).stat().st_size == n for f, n in sizes.items())
+
+
+# -- show checks what loading checks ---------------------------------------------------------------
+def test_show_checks_the_sha256_sums(registry_copy, capsys):
+    path = registry_copy / DEMO / "config.json"
+    data = bytearray(path.read_bytes())
+    data[5] ^= 0x01
+    path.write_bytes(bytes(data))
+    err = _one_line_error(capsys, ["pretrained", "show", DEMO])
+    assert "config.json fails its SHA-256 check" in err
+
+
+# -- names that are no path ------------------------------------------------------------------
+def test_a_path_spelling_a_shipped_name_loads_it(tmp_path, monkeypatch, tiny_export):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(SHIPPED_DIR_ENV, raising=False)
+    assert vat.load(Path(DEMO), device="cpu").loaded.source.kind == "shipped"
+    # a Path that exists is that path (a Path cannot be written ./NAME)
+    shutil.copytree(tiny_export, tmp_path / DEMO)
+    assert vat.load(Path(DEMO), device="cpu").loaded.source.kind == "folder"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["x" * 5000, "a" * 300, "/tmp/" + "b" * 300, "vat:" + "x" * 5000],
+    ids=["5000 characters", "a 300-character part", "a long part under a folder", "vat:long"],
+)
+def test_a_model_name_too_long_for_a_path_is_one_line(text, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OptionError, match="^model: ") as e:
+        vat.load(text)
+    assert len(str(e.value)) < 400
+    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", text, "x"])
+    assert err.startswith("error: --model: ") and len(err) < 400
