@@ -188,3 +188,36 @@ def test_the_hparams_view_is_written_only_inside_the_sweep_folder(tmp_path):
     with pytest.raises(VatError, match=r"hparams is a symbolic link; .* remove it"):
         frontier.write_hparams(_records(), ["model.loss.prior_std"], out)
     assert sorted(p.name for p in (tmp_path / "moved").iterdir() if p.is_dir()) == runs
+
+
+# -- readers with a limit: only as much of the file as was asked for -------------------------
+def _file_then_bad_bytes(tmp_path, lines):
+    """Good lines, then bytes that are not UTF-8: a reader that stops at its limit never
+    reaches them, one that reads the whole file first fails on them."""
+    path = tmp_path / "big.txt"
+    path.write_bytes("".join(f"{s}\n" for s in lines).encode() + b"\xff\xfe broken\n" * 1000)
+    return path
+
+
+def test_a_probe_is_read_only_as_far_as_max_sentences(tmp_path, tiny_sentences):
+    """`max_sentences` (vat geometry --max-sentences, the callbacks, a sweep's
+    probe_max_sentences) stops the reading, so a probe file is not held whole (before: the
+    whole file was read and decoded, failing on bytes past the sentences asked for)."""
+    from vat.geometry.probes import load_probe_sentences
+
+    path = _file_then_bad_bytes(tmp_path, tiny_sentences[:6])
+    assert load_probe_sentences(path, max_sentences=5) == tiny_sentences[:5]
+    with pytest.raises(VatError, match=r"big.txt:7: bytes that are not UTF-8"):
+        load_probe_sentences(path)  # the whole file, named with the line
+
+
+def test_bleu_reads_only_its_bleu_lines(tmp_path, tiny_sentences, tiny_ckpt):
+    """A sweep's mu-decoding BLEU uses the first bleu_lines lines of bleu_file and reads no
+    further (before: the whole file was read into memory, and a later bad byte failed it)."""
+    from vat.experiments import measure
+    from vat.share.resolve import load_model
+
+    cfg = _sweep(tmp_path)
+    cfg.bleu_file, cfg.bleu_lines = str(_file_then_bad_bytes(tmp_path, tiny_sentences[:4])), 3
+    bleu = measure._bleu(cfg, load_model(tiny_ckpt, "cpu"))
+    assert 0.0 <= bleu <= 100.0

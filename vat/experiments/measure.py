@@ -6,6 +6,7 @@ serves the geometry probe, the STS encoder and the reconstruction BLEU.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from vat.experiments.config import Point, SweepConfig, run_name
 from vat.features import sentence_features, token_vectors
 from vat.generate.generator import VATGenerator
 from vat.geometry.metrics import geometry_report
-from vat.geometry.probes import load_probe_sentences
+from vat.geometry.probes import iter_lines, load_probe_sentences
 from vat.runtime import resolve_device
 from vat.share.resolve import load_model
 
@@ -138,11 +139,8 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
     if cfg.bleu_file is None:
         return None
 
-    lines = [
-        ln.strip()
-        for ln in Path(cfg.bleu_file).read_text(encoding="utf-8").splitlines()
-        if ln.strip()
-    ][: cfg.bleu_lines]
+    # only the lines asked for are read: bleu_file may be a whole corpus
+    lines = list(itertools.islice(iter_lines(cfg.bleu_file), cfg.bleu_lines))
     if not lines:
         raise VatError(f"bleu_file {cfg.bleu_file} has no non-empty lines")
     return float(VATGenerator.from_loaded(loaded).score(lines).bleu)

@@ -9,9 +9,14 @@ only. Used by the geometry callbacks, `vat geometry` and the sweep.
 from __future__ import annotations
 
 import errno
+import gzip
+import itertools
 import os
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from vat.errors import VatError
 from vat.io import regular_file
 
 STS12_DIR = ("STS", "STS12-en-test")
@@ -32,14 +37,48 @@ def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
     return files
 
 
-def read_sentences(path: str | os.PathLike) -> list[str]:
+def iter_lines(path: str | os.PathLike) -> Iterator[str]:
+    """The non-empty stripped lines of a text file (plain or .gz), read one at a time: a
+    reader that wants the first N holds N lines, not the file. A line that is not UTF-8 or a
+    damaged gzip file is one VatError naming the file (and the line)."""
+    from vat.data.corpus import open_sentence_file
+
+    path = Path(path).expanduser()
+    try:
+        with open_sentence_file(path) as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError:
+                    raise VatError(
+                        f"{path}:{number}: bytes that are not UTF-8 (expected UTF-8 text, one "
+                        "sentence per line)"
+                    ) from None
+                if line:
+                    yield line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
+
+
+def iter_sentences(path: str | os.PathLike) -> Iterator[str]:
     """Sentences of a text file (plain or .gz): one per line; a tab-separated line gives one
     per field (so STS input files, two sentences a line, read as they are). Blank fields are
     skipped."""
-    from vat.data.corpus import read_sentence_file
+    for line in iter_lines(path):
+        yield from (f.strip() for f in line.split("\t") if f.strip())
 
-    text = read_sentence_file(Path(path).expanduser()).decode("utf-8")
-    return [f.strip() for line in text.splitlines() for f in line.split("\t") if f.strip()]
+
+def read_sentences(path: str | os.PathLike) -> list[str]:
+    """Every sentence of a text file (`iter_sentences`)."""
+    return list(iter_sentences(path))
+
+
+def _first_occurrences(items: Iterable[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            yield item
 
 
 def load_probe_sentences(
@@ -59,18 +98,19 @@ def load_probe_sentences(
     """
     if (probe_file is None) == (senteval_dir is None):
         raise ValueError("give exactly one of a probe file or a SentEval folder")
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
     if probe_file is not None:
         if Path(probe_file).exists() or Path(probe_file).is_symlink():
             regular_file(probe_file, "--probe")  # not a folder, a FIFO, a device or a loop
-        sentences = read_sentences(probe_file)
+        files = [Path(probe_file)]
     else:
-        sentences = [s for f in sts12_files(senteval_dir) for s in read_sentences(f)]
+        files = sts12_files(senteval_dir)
+    stream = (s for f in files for s in iter_sentences(f))
     if deduplicate:
-        sentences = list(dict.fromkeys(sentences))
-    if max_sentences is not None:
-        if max_sentences < 1:
-            raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
-        sentences = sentences[:max_sentences]
+        stream = _first_occurrences(stream)
+    # read only as far as the sentences asked for: a large probe file is not held whole
+    sentences = list(itertools.islice(stream, max_sentences))
     if len(sentences) < 2:
         where = probe_file if probe_file is not None else senteval_dir
         raise ValueError(f"probe {where} has {len(sentences)} sentence(s); need at least 2")
