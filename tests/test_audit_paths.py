@@ -221,3 +221,17 @@ def test_bleu_reads_only_its_bleu_lines(tmp_path, tiny_sentences, tiny_ckpt):
     cfg.bleu_file, cfg.bleu_lines = str(_file_then_bad_bytes(tmp_path, tiny_sentences[:4])), 3
     bleu = measure._bleu(cfg, load_model(tiny_ckpt, "cpu"))
     assert 0.0 <= bleu <= 100.0
+
+
+def test_samples_callback_reads_its_sentences_file_up_to_num_sentences(tmp_path, tiny_sentences):
+    """SamplesCallback takes the first num_sentences lines of sentences_file when it is made,
+    before training: the rest is never read, and a line that is not UTF-8 among those is one
+    error naming the file and line (before: the whole file was read at the first validation,
+    and a bad byte anywhere was a UnicodeDecodeError traceback in the middle of training)."""
+    from vat.callbacks.samples import SamplesCallback
+
+    path = _file_then_bad_bytes(tmp_path, tiny_sentences[:4])
+    cb = SamplesCallback(sentences_file=str(path), num_sentences=3)
+    assert cb.sentences(None, None) == tiny_sentences[:3]
+    with pytest.raises(VatError, match=r"big.txt:5: bytes that are not UTF-8"):
+        SamplesCallback(sentences_file=str(path), num_sentences=10)

@@ -18,6 +18,7 @@ The module's train/eval mode is restored afterwards. Other loggers get only the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,9 +26,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 
 from vat.callbacks.base import EveryNValidations, markdown_table, tensorboard_writer
-from vat.data.corpus import read_sentence_file
 from vat.errors import VatError
 from vat.generate.generator import DecodeOptions, VATGenerator, corpus_bleu
+from vat.geometry.probes import iter_lines
 from vat.tokenizer import VATTokenizer
 
 __all__ = ["SamplesCallback"]
@@ -74,6 +75,10 @@ class SamplesCallback(EveryNValidations):
             raise VatError("SamplesCallback: sentences must hold at least one non-empty sentence")
         if sentences_file is not None and not Path(sentences_file).is_file():
             raise VatError(f"SamplesCallback: sentences_file {sentences_file} does not exist")
+        if sentences is None and sentences_file is not None:
+            # read now, so a bad file fails before training rather than at its first
+            # validation; only the num_sentences lines used (plain or .gz, as training)
+            sentences = list(itertools.islice(iter_lines(sentences_file), num_sentences))
         self.sentences_file = sentences_file
         self.num_sentences = num_sentences
         self.num_show = num_show
@@ -109,12 +114,7 @@ class SamplesCallback(EveryNValidations):
     def sentences(self, trainer: pl.Trainer, tokenizer: VATTokenizer) -> list[str]:
         """The fixed sentence set, chosen once so BLEU is comparable across runs."""
         if self._sentences is None:
-            if self.sentences_file is not None:
-                data = read_sentence_file(self.sentences_file)  # plain or .gz, as training
-                lines = data.decode("utf-8").splitlines()
-                self._sentences = [s for s in lines if s.strip()][: self.num_sentences]
-            else:
-                self._sentences = [s for s in self._from_val_data(trainer, tokenizer) if s.strip()]
+            self._sentences = [s for s in self._from_val_data(trainer, tokenizer) if s.strip()]
         return self._sentences
 
     # -- the hook -------------------------------------------------------------------------
