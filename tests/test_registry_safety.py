@@ -298,3 +298,22 @@ def test_a_model_name_too_long_for_a_path_is_one_line(text, tmp_path, monkeypatc
     assert len(str(e.value)) < 400
     err = _one_line_error(capsys, ["generate", "reconstruct", "--model", text, "x"])
     assert err.startswith("error: --model: ") and len(err) < 400
+
+
+@pytest.mark.parametrize("kind", ["named pipe", "link out", "too large"])
+def test_a_shipped_json_that_is_no_small_regular_file_is_one_line(kind, registry_copy, capsys):
+    """Read with a limit, never through a link, and a pipe is named rather than waited on."""
+    record = registry_copy / DEMO / "shipped.json"
+    kept = registry_copy.parent / "kept.json"
+    record.rename(kept)
+    if kind == "named pipe":
+        os.mkfifo(record)
+    elif kind == "link out":
+        record.symlink_to(kept)
+    else:
+        with open(record, "wb") as f:
+            f.truncate(8 << 30)  # 8 GiB, sparse
+    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    assert str(record) in err
+    assert vat_main(["pretrained"]) == 2
+    assert str(record) in capsys.readouterr().err
