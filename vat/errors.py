@@ -9,6 +9,7 @@ by the user's input (a missing file, a bad option, a corrupt checkpoint) reads a
 from __future__ import annotations
 
 import difflib
+import errno
 import math
 import operator
 import os
@@ -68,10 +69,21 @@ def debug_requested(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get("VAT_DEBUG") == "1"
 
 
+def shown_path(path: str | os.PathLike, limit: int = 80) -> str:
+    """`path` for a one-line message: as it is when short, else its start and end around
+    "..." with its length, so that a pasted 5,000-character name does not fill the screen."""
+    text = os.fspath(path)
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]}...{text[-keep:]} ({len(text):,} characters)"
+
+
 def one_line(e: BaseException) -> str:
     """The first line of an exception's message (its type name if it has none)."""
     if isinstance(e, OSError) and not isinstance(e, VatError) and e.filename and e.strerror:
-        return f"{e.strerror}: {e.filename}"
+        name = e.filename if isinstance(e.filename, str | bytes | os.PathLike) else str(e.filename)
+        return f"{e.strerror}: {shown_path(os.fsdecode(name))}"
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -103,6 +115,13 @@ def run_cli(
             raise
         print("error: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        # The last resort for a path the system refuses as too long wherever it was opened:
+        # the user typed it (or pasted it), so it is their error to fix, in one line.
+        if debug or e.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
 
 
 # -- option checks: one-line errors naming the option (configs, the API, the CLI)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from vat.errors import VatError
+from vat.errors import VatError, shown_path
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 # `.NAME.tmp-` then, for temps written by this version, `PID@HOST-` and mkstemp's 8 characters.
@@ -33,8 +33,16 @@ TEMP_RE = re.compile(
 )
 
 
+_TEMP_NAME_BYTES = 180
+"""How much of a target's name its temp names keep: a file name may have 255 bytes, and the
+temp adds `.`, `.tmp-PID@HOST-` and 8 characters, so a target with a long but valid name
+still gets a temp beside it."""
+
+
 def temp_prefix(path: Path) -> str:
-    return f".{path.name}.tmp-{os.getpid()}@{_HOST}-"
+    raw = path.name.encode("utf-8", "surrogateescape")[:_TEMP_NAME_BYTES]
+    name = raw.decode("utf-8", "surrogateescape")
+    return f".{name}.tmp-{os.getpid()}@{_HOST}-"
 
 
 def temp_path(path: Path) -> Path:
@@ -92,8 +100,11 @@ def write_error(path: str | os.PathLike, e: OSError, temp: str = "file") -> Exce
         if e.errno in (errno.ENOSPC, errno.EDQUOT)
         else (e.strerror or str(e))
     )
+    if e.errno == errno.ENAMETOOLONG:
+        what = f"file name too long ({_too_long(path)})"
     return VatError(
-        f"cannot write {path}: {what}; nothing was written there (the temporary {temp} was removed)"
+        f"cannot write {shown_path(path)}: {what}; nothing was written there "
+        f"(the temporary {temp} was removed)"
     )
 
 
@@ -188,21 +199,28 @@ def check_output_file(
     through a link it did not create), or a folder where nothing can be created."""
     if path is None:
         return None
+    # a folder, a FIFO, a device such as /dev/null and a name the system refuses as too long
+    # are refused here, before any work, not when the result is written
     out = Path(path)
+    st = _stat(out, option)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise VatError(f"{option} {shown_path(out)} is a directory; expected a {kind} path")
+    writable_target(out, option)
     if out.is_symlink():
-        raise VatError(f"{option} {out} is a symbolic link; vat does not write through links")
-    if out.is_dir():
-        raise VatError(f"{option} {out} is a directory; expected a {kind} path")
+        raise VatError(
+            f"{option} {shown_path(out)} is a symbolic link; vat does not write through links"
+        )
     if out.exists() and not overwrite:
-        raise VatError(f"{option} {out} already exists; pass --overwrite to replace it")
+        raise VatError(f"{option} {shown_path(out)} already exists; pass --overwrite to replace it")
     parent = out.parent if str(out.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{out.name}.probe-"):
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=temp_prefix(out) + "probe-"):
             pass
     except OSError as e:
         raise VatError(
-            f"{option} {out}: cannot write in {parent} ({e.strerror or type(e).__name__})"
+            f"{option} {shown_path(out)}: cannot write in {shown_path(parent)} "
+            f"({e.strerror or type(e).__name__})"
         ) from None
     return out
 
@@ -255,18 +273,36 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _too_long(path: str | os.PathLike) -> str:
+    """Why the system refused `path` as too long: a name (one part between slashes) longer than
+    the filesystem allows, or the whole path longer than the system's limit."""
+    text = os.fspath(path)
+    longest = max((len(part.encode("utf-8", "surrogateescape")) for part in text.split(os.sep)),
+                  default=0)  # fmt: skip
+    if longest > 255:  # NAME_MAX of every common filesystem
+        return f"a name in it has {longest} bytes, more than the 255 a file name may have"
+    return f"{len(text)} characters, more than a path may have on this system"
+
+
+def name_too_long(path: str | os.PathLike, what: str) -> VatError:
+    """The one-line error for a path the system refused as too long (ENAMETOOLONG)."""
+    return VatError(f"{what} {shown_path(path)}: file name too long ({_too_long(path)})")
+
+
 def _stat(path: Path, what: str) -> os.stat_result | None:
     try:
         return os.stat(path)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None  # missing, or under a file: the caller's own message says so
+        if e.errno == errno.ENAMETOOLONG:
+            raise name_too_long(path, what) from None
         reason = (
             "a symbolic link loop (too many levels of symbolic links)"
             if e.errno == errno.ELOOP
             else e.strerror
         )
-        raise VatError(f"{what} {path}: {reason}") from None
+        raise VatError(f"{what} {shown_path(path)}: {reason}") from None
 
 
 def regular_file(path: str | os.PathLike, what: str, *, allow_pipe: bool = False) -> Path:
@@ -275,12 +311,12 @@ def regular_file(path: str | os.PathLike, what: str, *, allow_pipe: bool = False
     p = Path(path)
     st = _stat(p, what)
     if st is None:
-        raise VatError(f"{what} {p}: no such file")
+        raise VatError(f"{what} {shown_path(p)}: no such file")
     if stat.S_ISREG(st.st_mode):
         return p
     if allow_pipe and stat.S_ISFIFO(st.st_mode) and str(p).startswith(_PIPE_DIRS):
         return p
-    raise VatError(f"{what} {p} is {_kind(st.st_mode)}, expected a regular file")
+    raise VatError(f"{what} {shown_path(p)} is {_kind(st.st_mode)}, expected a regular file")
 
 
 def folder(path: str | os.PathLike, what: str) -> Path:
@@ -288,9 +324,9 @@ def folder(path: str | os.PathLike, what: str) -> Path:
     p = Path(path)
     st = _stat(p, what)
     if st is None:
-        raise VatError(f"{what} {p}: no such folder")
+        raise VatError(f"{what} {shown_path(p)}: no such folder")
     if not stat.S_ISDIR(st.st_mode):
-        raise VatError(f"{what} {p} is {_kind(st.st_mode)}, expected a folder")
+        raise VatError(f"{what} {shown_path(p)} is {_kind(st.st_mode)}, expected a folder")
     return p
 
 
@@ -300,5 +336,7 @@ def writable_target(path: str | os.PathLike, what: str) -> Path:
     p = Path(path)
     st = _stat(p, what)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise VatError(f"{what} {p} is {_kind(st.st_mode)}, expected a file path to write")
+        raise VatError(
+            f"{what} {shown_path(p)} is {_kind(st.st_mode)}, expected a file path to write"
+        )
     return p

@@ -127,6 +127,24 @@ class VATConfig:
         return cls(**d)
 
 
+def prior_std_problem(s: object) -> str | None:
+    """Why `s` cannot be the scale of the prior N(0, s^2 I), or None when it can. The KL to
+    the prior divides by s^2 and adds 2 log s, so s must be a finite number > 0 whose square
+    is a finite, non-zero float: 1e300 (its square overflows) and 1e-300 (its square is 0)
+    are refused."""
+    if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
+        return f"must be a positive number, got {s!r}"
+    try:
+        square = float(s) ** 2
+    except OverflowError:
+        square = math.inf
+    if not (math.isfinite(square) and square > 0):
+        return (
+            f"must be a number whose square is a finite non-zero float (1e-150..1e150), got {s!r}"
+        )
+    return None
+
+
 class Posterior(NamedTuple):
     """q(z_t | x) = N(mu_t, diag(exp(logvar_t))) for every token."""
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, add_model_option, read_text_bytes, show_progress
+from vat.cli.common import Parser, add_common, add_model_option, iter_text_lines, show_progress
 from vat.errors import VatError, run_cli
 
 
@@ -95,20 +95,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read(source: str, on_bad_bytes: str, quiet: bool) -> list[str]:
-    """Non-empty stripped lines of FILE (plain or gzip) or stdin; lines that are not UTF-8
+def _read(source: str, on_bad_bytes: str, quiet: bool, limit: int | None) -> list[str]:
+    """The first `limit` (all without one) non-empty stripped lines of FILE (plain or gzip)
+    or stdin, read lazily: reading stops once `limit` lines are found, so `yes | vat score -
+    --limit 3` ends, and a line is held to its first MAX_LINE_BYTES. Lines that are not UTF-8
     are an error or skipped (--on-bad-bytes), and the skipped ones counted on stderr."""
-    from vat.data.corpus import check_text, decode_each
+    from vat.data.corpus import decode_each
 
-    data, _ = read_text_bytes(source, "FILE")
     where = "stdin" if source == "-" else source  # errors name it as FILE:LINE
-    check_text(data, where)
     hint = "--on-bad-bytes skip skips such lines"
-    lines, bad = decode_each(data.split(b"\n"), 1, where, on_bad_bytes, hint)
+    sentences: list[str] = []
+    bad = 0
+    lines = iter_text_lines(source, "FILE")
+    for number, raw in lines:
+        decoded, skipped = decode_each([raw], number, where, on_bad_bytes, hint)
+        bad += skipped
+        text = decoded[0].strip() if decoded else ""
+        if text:
+            sentences.append(text)
+            if limit is not None and len(sentences) >= limit:
+                break
+    lines.close()  # closes FILE now, not when the generator is collected
     if bad and not quiet:
         what = f"{bad} line{'s' if bad != 1 else ''} with bytes that are not UTF-8"
         print(f"vat: {where}: skipped {what}", file=sys.stderr)
-    return [s for s in (line.strip() for line in lines) if s]
+    return sentences
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -136,7 +147,7 @@ def _main(argv: Sequence[str] | None) -> int:
         regular_file(args.sts_pairs, "--sts-pairs")
     if args.data_dir is not None:
         folder(args.data_dir, "--data-dir")
-    sentences = _read(args.file, args.on_bad_bytes, args.quiet)[: args.limit]
+    sentences = _read(args.file, args.on_bad_bytes, args.quiet, args.limit)
     if not sentences:
         raise VatError(f"FILE {args.file}: no non-empty line to score")
     pairs = None if args.no_representation else representation_pairs(args.sts_pairs, args.data_dir)

@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.data.paths import default_senteval_dir
-from vat.errors import OptionError, check_count
+from vat.errors import OptionError, check_count, check_seed
 from vat.eval.encoders import vat_encoder
 from vat.eval.tasks.files import Pairs
 from vat.eval.tasks.registry import load_task
@@ -79,8 +79,11 @@ class ScoreSettings:
                 raise OptionError(
                     name, "must be 0 (skip) or at least 2: self-BLEU compares samples"
                 )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise OptionError("seed", f"must be a whole number, got {self.seed!r}")
+        if self.seed is None:
+            raise OptionError("seed", "must be a whole number in [0, 2**63), got None")
+        # torch's generators take seeds below 2**63: a larger one is refused here, before
+        # the model is read, not by manual_seed after it
+        check_seed(self.seed)
 
 
 @dataclass
@@ -158,6 +161,14 @@ def score_table(
     table."""
     settings = settings if settings is not None else ScoreSettings()
     sentences = _checked_sentences(sentences)
+    if settings.prior_samples and not any(loaded.length_histogram[1 : loaded.config.max_len + 1]):
+        # prior samples take their lengths from the training length histogram; say so
+        # before any work, in the terms of this function (and so of vat score's options)
+        raise OptionError(
+            "prior_samples",
+            f"{loaded.name} records no length histogram to draw the prior samples' lengths "
+            "from; set it to 0 to leave prior samples out",
+        )
     cfg = loaded.config  # the samples' latents, refused before any work if they cannot fit
     latents = 4.0 * cfg.max_len * cfg.d_model
     check_allocation(

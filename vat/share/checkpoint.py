@@ -28,13 +28,18 @@ import torch
 from vat.errors import CheckpointError, VatError
 from vat.feature_spec import check_token_counts
 from vat.io import atomic_write, regular_file
-from vat.model import VAT, VATConfig
+from vat.model import VAT, VATConfig, prior_std_problem
 from vat.runtime import device_memory
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.training_record import training_facts
 from vat.tokenizer import VATTokenizer
 
 FORMAT_VERSION = 1
+
+POSITION_TABLE_BYTES = 1 << 28
+"""The largest position table (max_len + 1 rows of d_model floats) a model's config may ask
+for when its weights are smaller: 256 MiB, a max_len of about a million tokens at d_model 64
+or 65,000 at d_model 1024, beyond any sentence a VAT reads."""
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -119,11 +124,9 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
         raise CheckpointError(
             f"checkpoint {path}: unsupported vat checkpoint format {meta['format_version']!r}"
         )
-    if not (math.isfinite(meta["prior_std"]) and meta["prior_std"] > 0):
-        raise CheckpointError(
-            f"checkpoint {path}: 'vat.prior_std' must be a positive number, "
-            f"got {meta['prior_std']!r}"
-        )
+    problem = prior_std_problem(meta["prior_std"])
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {path}: 'vat.prior_std' {problem}")
     hist = meta.get("length_histogram", [])
     if not isinstance(hist, list) or not all(isinstance(c, int) and c >= 0 for c in hist):
         raise CheckpointError(f"checkpoint {path}: 'vat.length_histogram' must be a list of counts")
@@ -191,6 +194,17 @@ def check_weight_shapes(
         raise CheckpointError(
             f"{path}: its config's max_len {config.max_len} needs a position table of "
             f"{table / 1e9:.1f} GB, more than this machine's memory"
+        )
+    # Building the table takes about twice its size at once, so a max_len of 8,000,000 in a
+    # 1 MB model's config made every command that reads it take 4 GB. A real model's
+    # positions cost a fraction of its weights; a table beyond both the weights' size and
+    # POSITION_TABLE_BYTES is a tampered or mistyped max_len, refused before it is built.
+    weights = 4.0 * sum(math.prod(shape) for shape in shapes.values())
+    allowed = max(weights, POSITION_TABLE_BYTES)
+    if table > allowed:
+        raise CheckpointError(
+            f"{path}: its config's max_len {config.max_len} needs a {table / 1e6:.0f} MB "
+            f"position table, more than its weights or {POSITION_TABLE_BYTES / 1e6:.0f} MB allow"
         )
 
 

@@ -18,9 +18,9 @@ from typing import Any, Literal, ParamSpec, TypeVar
 import numpy as np
 import torch
 
-from vat.errors import OptionError
+from vat.errors import CheckpointError, OptionError
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.model import VAT, VATConfig
+from vat.model import VAT, VATConfig, prior_std_problem
 from vat.tokenizer import VATTokenizer
 
 Kind = Literal["checkpoint", "folder", "hub", "shipped"]
@@ -88,6 +88,13 @@ class LoadedVAT:
     """An exported folder's card settings (license, language, name, repo_id)."""
     evaluation: list[dict[str, Any]] = field(default_factory=list)
     """An exported folder's recorded scores (`vat.eval.task_scores` entries) for its own spec."""
+
+    def __post_init__(self) -> None:
+        # every reader of a model (checkpoint, folder, Hub) builds this object: the one place
+        # where a prior scale that would overflow the KL is refused, naming the file
+        problem = prior_std_problem(self.prior_std)
+        if problem is not None:
+            raise CheckpointError(f"{self.source.location}: 'prior_std' {problem}")
 
     @property
     def config(self) -> VATConfig:

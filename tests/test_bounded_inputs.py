@@ -1,0 +1,234 @@
+"""Memory and time bounded by what the user asked for, and values that once escaped as
+tracebacks refused in one line: `vat score` reads stdin and FILE lazily (`--limit` stops the
+reading, a line without an end is held to a bound), a model config's max_len and prior_std
+are checked before anything is built, and a path the system refuses as too long is one line
+wherever it is typed."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import copy_folder
+
+import vat
+from vat.cli.score import main
+from vat.errors import CheckpointError, OptionError, VatError, run_cli
+from vat.io import atomic_write, check_output_file, regular_file, writable_target
+from vat.model import VAT
+from vat.share.checkpoint import save_vat
+
+FAST = ["--samples", "2", "--diversity-samples", "0", "--prior-samples", "0"]
+QUIET = [*FAST, "--no-representation", "--quiet"]
+LONG = "n" * 5000  # a pasted name: longer than any file name or path may be
+
+
+def cli(argv, capsys) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# -- stdin and FILE are read as far as --limit needs ----------------------------------------
+# The writer writes TEXT over and over, at most 32 MB, then keeps the pipe open without
+# writing: a reader that waits for the end of the input waits until the watchdog kills it.
+WRITER = """
+import sys, time
+text = sys.argv[1].encode() * 4096
+for _ in range((32 << 20) // len(text)):
+    sys.stdout.buffer.write(text)
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+
+
+def score_from_endless_stdin(text: str, argv: list, monkeypatch, capsys, patience: float = 20):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, text], stdout=subprocess.PIPE)
+    watchdog = threading.Timer(patience, writer.kill)
+    watchdog.start()
+    try:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(writer.stdout))
+        start = time.perf_counter()
+        rc, out, err = cli([*argv, "-", *QUIET], capsys)
+        seconds = time.perf_counter() - start
+        writing = writer.poll() is None  # vat finished while the input had not ended
+    finally:
+        watchdog.cancel()
+        writer.kill()
+        writer.wait()
+    return rc, out, err, seconds, writing
+
+
+def test_limit_stops_reading_an_endless_stdin(tiny_ckpt, monkeypatch, capsys):
+    # `yes 'A man.' | vat score --model M - --limit 3` read all of stdin first
+    rc, out, err, seconds, writing = score_from_endless_stdin(
+        "A man.\n", ["--model", tiny_ckpt, "--limit", "3"], monkeypatch, capsys
+    )
+    assert rc == 0, err
+    assert writing and seconds < 20
+    assert "on stdin: 3 sentences" in out
+
+
+def test_a_line_without_an_end_is_held_to_a_bound(tiny_ckpt, monkeypatch, capsys):
+    rc, out, err, seconds, writing = score_from_endless_stdin(
+        "word ", ["--model", tiny_ckpt, "--limit", "1"], monkeypatch, capsys
+    )
+    assert rc == 0, err
+    assert writing and seconds < 20
+    assert "on stdin: 1 sentences" in out
+    assert "1 sentence(s) had more than max_len - 1" in out
+
+
+def test_reading_holds_one_bounded_line(tmp_path):
+    from vat.cli.common import MAX_LINE_BYTES, iter_text_lines
+
+    # a 3 MB line of two-byte characters, then a short line: the long one is kept to its
+    # first MAX_LINE_BYTES, cut between characters, and the next line is still its own
+    p = tmp_path / "long.txt"
+    p.write_bytes("é".encode() * (3 << 19) + b"\nshort\n\xff\n")
+    got = list(iter_text_lines(str(p), "FILE"))
+    assert [n for n, _ in got] == [1, 2, 3]
+    assert len(got[0][1]) == MAX_LINE_BYTES and got[0][1].decode("utf-8") == "é" * (1 << 19)
+    assert got[1][1] == b"short" and got[2][1] == b"\xff"
+    # one byte more than the bound: the cut falls inside a character, which is left out
+    p.write_bytes(b"a" + "é".encode() * (1 << 19) + b"\n")
+    (_, line), = iter_text_lines(str(p), "FILE")  # fmt: skip
+    assert line.decode("utf-8") == "a" + "é" * ((1 << 19) - 1)
+
+
+def test_a_long_multibyte_line_is_scored_not_refused_as_bad_bytes(tiny_ckpt, tmp_path, capsys):
+    p = tmp_path / "long.txt"
+    p.write_bytes(b"a" + "é ".encode() * (1 << 19) + b"\nA man.\n")
+    rc, out, err = cli(["--model", tiny_ckpt, p, *QUIET], capsys)
+    assert rc == 0, err
+    assert "2 sentences" in out
+
+
+# -- values from options: checked before the model is read ----------------------------------
+def test_seed_beyond_what_torch_takes_is_one_line_before_loading(tiny_ckpt, tmp_path, capsys):
+    p = tmp_path / "two.txt"
+    p.write_text("A man.\nA dog runs.\n")
+    for model in (tiny_ckpt, tmp_path / "no-such-model"):  # the seed is checked first
+        rc, _, err = cli(["--model", model, p, *QUIET, "--seed", "99999999999999999999"], capsys)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert err.startswith("error: --seed: must be None or a whole number in [0, 2**63)")
+
+
+def test_output_that_is_a_device_is_refused_before_any_work(tmp_path, capsys):
+    p = tmp_path / "two.txt"
+    p.write_text("A man.\n")
+    # a model that names nothing: the output is refused before the model is looked for
+    argv = ["--model", tmp_path / "no-such-model", p, "--output", "/dev/null", "--overwrite"]
+    rc, _, err = cli(argv, capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--output /dev/null is a device, expected a file path to write" in err
+
+
+def test_a_model_without_length_histogram_names_prior_samples(tiny_tokenizer, tmp_path, capsys):
+    from conftest import tiny_config
+
+    ckpt = tmp_path / "no-histogram.ckpt"
+    save_vat(ckpt, VAT(tiny_config(tiny_tokenizer.vocab_size)), tiny_tokenizer, prior_std=0.4)
+    p = tmp_path / "two.txt"
+    p.write_text("A man.\nA dog runs.\n")
+    argv = ["--model", ckpt, p, "--samples", "2", "--diversity-samples", "0"]
+    rc, _, err = cli([*argv, "--prior-samples", "3", "--no-representation"], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--prior-samples: " in err and "set it to 0" in err and "--length" not in err
+    with pytest.raises(OptionError) as e:
+        vat.load(ckpt, device="cpu").score(["A man."], samples=1, prior_samples=2)
+    assert e.value.name == "prior_samples"
+    rc, out, err = cli([*argv, "--prior-samples", "0", "--no-representation"], capsys)
+    assert rc == 0, err
+
+
+# -- a path too long for the system ---------------------------------------------------------
+def test_paths_too_long_are_one_line_in_every_path_check(tmp_path):
+    long = tmp_path / LONG
+    for check in (
+        lambda: regular_file(long, "--input"),
+        lambda: writable_target(long, "--output"),
+        lambda: check_output_file(long, True, "--output"),
+        lambda: atomic_write(long, lambda f: f.write("x")),
+    ):
+        with pytest.raises(VatError) as e:
+            check()
+        message = str(e.value)
+        assert "file name too long" in message and "characters)" in message
+        assert len(message) < 300 and LONG not in message
+
+
+def test_a_long_but_valid_output_name_gets_its_temp_file(tmp_path):
+    # a name of 250 bytes is allowed; its temp name (".NAME.tmp-PID@HOST-XXXXXXXX") must be too
+    out = tmp_path / ("o" * 250)
+    atomic_write(out, lambda f: f.write("kept"))
+    assert out.read_text() == "kept"
+    assert check_output_file(out, True) == out
+
+
+def test_score_output_and_file_too_long_are_one_line(tiny_ckpt, tmp_path, capsys):
+    p = tmp_path / "two.txt"
+    p.write_text("A man.\n")
+    for argv in (
+        [p, "--output", tmp_path / LONG],
+        [tmp_path / LONG],
+        [LONG],
+        ["/".join(["n" * 200] * 25)],  # every name allowed, the whole path too long
+    ):
+        rc, _, err = cli(["--model", tiny_ckpt, *argv, *QUIET], capsys)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert "file name too long" in err and len(err) < 300
+
+
+def test_the_last_resort_for_a_name_too_long_is_one_line(capsys):
+    def opens_a_long_name(argv):
+        open(LONG).close()  # a real ENAMETOOLONG from the system, wherever it is raised
+
+    assert run_cli(opens_a_long_name, []) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: File name too long: nnn") and err.count("\n") == 1
+    assert "5,000 characters" in err and len(err) < 200
+    with pytest.raises(OSError) as e:
+        run_cli(opens_a_long_name, ["--debug"])
+    assert e.value.errno == errno.ENAMETOOLONG
+
+
+# -- sizes and scales in a model's config ---------------------------------------------------
+def edited_folder(tiny_export: Path, tmp_path: Path, **changes) -> Path:
+    folder = copy_folder(tiny_export, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if key in config["model_config"]:
+            config["model_config"][key] = value
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_max_len_far_beyond_the_model_is_refused_before_building(tiny_export, tmp_path):
+    # d_model 32: a position table of 4,000,001 x 32 floats is 512 MB, for a model of 1 MB
+    folder = edited_folder(tiny_export, tmp_path, max_len=4_000_000)
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError) as e:
+        vat.load(folder, device="cpu")
+    assert time.perf_counter() - start < 5
+    assert "max_len 4000000" in str(e.value) and "needs a 512 MB position table" in str(e.value)
+
+
+@pytest.mark.parametrize("prior_std", [1e300, 1e-300])
+def test_a_prior_std_whose_square_overflows_is_one_line(tiny_export, tmp_path, capsys, prior_std):
+    folder = edited_folder(tiny_export, tmp_path, prior_std=prior_std)
+    with pytest.raises(CheckpointError, match="prior_std"):
+        vat.load(folder, device="cpu")
+    p = tmp_path / "two.txt"
+    p.write_text("A man.\n")
+    rc, _, err = cli(["--model", folder, p, *FAST, "--no-representation"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "prior_std" in err, err
