@@ -8,7 +8,9 @@
 shipped.json says what the model is and how it was checked: its name, a one-line summary,
 what it is good for and not, the weights' dtype, how far the half-precision weights move
 encode and generate from the float32 model (measured when it was added), how to rebuild it,
-and the SHA-256 of every other file, checked each time the model is loaded. A second model is
+and the SHA-256 and size of every other file, checked each time the model is loaded (and by
+`vat pretrained show`): every file it names sits directly in the entry's folder, no link, and
+all sizes are checked before any file is hashed. A second model is
 a second folder (`vat pretrained add DIR --name NAME` writes one); no code names a model.
 
 How a model argument is told apart (vat.share.resolve):
