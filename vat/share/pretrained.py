@@ -10,8 +10,8 @@ what it is good for and not, the weights' dtype, how far the half-precision weig
 encode and generate from the float32 model (measured when it was added), how to rebuild it,
 and the SHA-256 and size of every other file, checked each time the model is loaded (and by
 `vat pretrained show`): every file it names sits directly in the entry's folder, no link, and
-all sizes are checked before any file is hashed. A second model is
-a second folder (`vat pretrained add DIR --name NAME` writes one); no code names a model.
+all sizes are checked before any file is hashed. A second model is a second folder
+(`vat pretrained add DIR --name NAME` writes one); no code names a model.
 
 How a model argument is told apart (vat.share.resolve):
 - `vat:NAME` always names a shipped model;
