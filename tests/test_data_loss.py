@@ -205,3 +205,31 @@ def test_a_fresh_run_refuses_a_logger_folder_holding_another_runs_events(tmp_pat
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("error: --trainer.logger (0)") and "already holds files" in err[0]
     assert sorted(p.name for p in (logs / "shared").glob("events.out.tfevents.*")) == events
+
+
+def test_resume_hint_for_files_no_run_recorded_is_one_that_works(tmp_path, cache, capsys):
+    """`--ckpt_path last` into a folder holding someone's run-named files (no manifest claims
+    them) must not advise --overwrite, which refuses them: it advises moving them away, and
+    the same command then starts."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("my: config\n")
+    (run / "checkpoints" / "step0000002.ckpt").write_bytes(b"someone else's")
+    args = fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "1")
+    code, err = train_main(args, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "with --overwrite" not in err[0], err[0]  # it would refuse these files
+    assert "move them" in err[0] and "another --run_dir" in err[0], err[0]
+    named = [n for n in ("checkpoints", "config.yaml") if n in err[0]]
+    assert named == ["checkpoints", "config.yaml"], err[0]
+    assert (run / "config.yaml").read_text() == "my: config\n"  # nothing moved or written
+
+    # as advised: the named files moved out of the run folder
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for name in named:
+        os.replace(run / name, kept / name)
+    code, err = train_main(args, capsys)
+    assert code == 0, err
+    assert _step(run / "checkpoints" / "last.ckpt") == 1
+    assert (kept / "config.yaml").read_text() == "my: config\n"

@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -350,3 +352,36 @@ def test_stale_lock_file_from_an_old_pid_does_not_block(tmp_path, trained, capsy
     t0 = time.time()
     code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
     assert code == 0 and time.time() - t0 < 120, err
+
+
+def test_hints_name_the_run_folder_as_given_when_checkpoints_is_a_link(
+    tmp_path, trained, monkeypatch, capsys
+):
+    """RUN/checkpoints may be a link to a bigger disk: the `next:` hints still name RUN as the
+    user gave it, not the folder above the link's target."""
+    from vat.cli.train import main
+
+    _, cache, _ = trained
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "store" / "ckpts").mkdir(parents=True)
+    Path("run").mkdir()
+    os.symlink(Path("..") / "store" / "ckpts", Path("run") / "checkpoints")
+    sentences = ROOT / "tests" / "assets" / "sentences.txt"
+    # without validation there is no best checkpoint: the hints come from last.ckpt
+    args = fit_args(Path("run"), cache, "--data.train_files", f"[{sentences}]")
+    code = main([*args, "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    hints = out[out.index("next:") + 1 :]
+    assert len(hints) == 3 and all("run" in h.split() and "store" not in h for h in hints), out
+    assert _step(tmp_path / "store" / "ckpts" / "last.ckpt") == 1
+
+    # resumed under another spelling of the same folder: the run's record is its own, and
+    # the checkpoint just written is kept
+    args[args.index("run")] = str(tmp_path / "run")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code = main([*args, "--ckpt_path", "last", "--trainer.limit_val_batches", "0"])
+    assert code == 0, capsys.readouterr().err
+    assert not [w for w in seen if "dirpath has changed" in str(w.message)]
+    assert _step(tmp_path / "store" / "ckpts" / "last.ckpt") == 2

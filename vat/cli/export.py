@@ -8,8 +8,9 @@
 MODEL is anything `--model` takes (a .ckpt, a run folder, an exported folder, a Hub id;
 `--model MODEL` / `--ckpt MODEL` work too). The folder (config.json, model.safetensors,
 tokenizer.json, a README.md model card and the sentence-transformers files) loads with
-`vat.load(DIR)`, every `--model`, and `SentenceTransformer(DIR, trust_remote_code=True)`;
-see `vat.share.folder` and docs/sharing.md. The model is read once (`vat.load`), and the
+`vat.load(DIR)`, every `--model`, and sentence-transformers
+(`to_sentence_transformer(vat.load(DIR))`, which runs no code from the folder); see
+`vat.share.folder` and docs/sharing.md. The model is read once (`vat.load`), and the
 command is `vat.load(MODEL).save_pretrained(DIR, ...)` (fit the folder's feature spec,
 evaluate it, write the folder and its card), then an upload. With --evaluate it says on
 stderr what it is doing (fitting the features, evaluating each task) and prints the scores

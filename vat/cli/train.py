@@ -318,6 +318,9 @@ class VATCLI(LightningCLI):
             settings.check_against_data(cfg.trainer, size)
             if size.val == 0 or settings.validation_is_off(cfg.trainer):
                 self._no_best_checkpoint(cfg, size.val == 0)
+        for cb in self.trainer.checkpoint_callbacks:
+            if isinstance(cb, FinalLastCheckpoint):  # RUN/checkpoints, not a link's target
+                cb.name_folder_as_given(cfg.checkpoint.dirpath)
         if self._fresh is not None:
             rd.begin_fresh(self._fresh)
         if _THREADS_NOTE and rd.is_global_rank_zero():  # said once the run starts, not before

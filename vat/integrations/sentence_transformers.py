@@ -1,16 +1,17 @@
 """A VAT as a sentence-transformers model.
 
-An exported folder (`vat export`, `vat.load(...).save_pretrained`) carries a `modules.json` whose
-one module is `VATSentenceEncoder` below, so with vat installed
+    import vat
+    from vat.integrations.sentence_transformers import to_sentence_transformer
+    st = to_sentence_transformer(vat.load("exported_dir"))  # or a Hub id, a .ckpt
 
-    from sentence_transformers import SentenceTransformer
-    st = SentenceTransformer("exported_dir", trust_remote_code=True)
-
-works. sentence-transformers >= 6 imports a module class outside its own namespace only with
-`trust_remote_code=True`, and that flag trusts the folder: a tampered modules.json can name
-a `file.Class` whose file.py in the folder then runs (docs/sharing.md). For folders you did
-not write, `to_sentence_transformer(path)` builds the same model from the installed class
-and reads no modules.json.
+builds the model from the installed class around what `vat.load` read (JSON and
+safetensors), and runs no code from the folder. An exported folder (`vat export`,
+`vat.load(...).save_pretrained`) also carries a `modules.json` whose one module is
+`VATSentenceEncoder` below, so `SentenceTransformer("exported_dir", trust_remote_code=True)`
+loads it too: sentence-transformers >= 6 imports a module class outside its own namespace
+only with that flag, and the flag runs the Python code the folder's modules.json names (vat's
+own module for a folder vat wrote; a tampered one can name a `file.Class` whose file.py in
+the folder then runs, docs/sharing.md). From a Hub id, pass it only for repositories you trust.
 Embeddings are `vat.load(path).encode(...)`'s: the model's own vectors by the one rule of every
 loader (`vat.features.choice.default_features`: the folder's feature spec, which
 sentence_vat_config.json names), or a pooling of the token means mu when one is named.

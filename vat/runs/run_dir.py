@@ -556,11 +556,7 @@ def prepare_fit(
         last = find_last(ckpt_dir)
         if last is None:
             if rank_zero and _candidate_files(run_dir) and not _only_failed_start(run_dir):
-                raise VatError(
-                    f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume, but {run_dir} "
-                    f"holds an earlier run's files; start afresh with --overwrite "
-                    f"(without --ckpt_path)"
-                )
+                raise VatError(_nothing_to_resume(run_dir, ckpt_dir))
             print(
                 f"vat: --ckpt_path last: no checkpoint in {ckpt_dir} yet; starting a fresh run",
                 file=sys.stderr,
@@ -604,6 +600,26 @@ def prepare_fit(
                 file=sys.stderr,
             )
     return config_filename(run_dir, resuming=True), None
+
+
+def _nothing_to_resume(run_dir: Path, ckpt_dir: Path) -> str:
+    """Why `--ckpt_path last` stops in a run folder with no checkpoint, and what the user can
+    do. Files no vat run recorded writing are refused by --overwrite too (it replaces only a
+    run's own files), so the advice for them is to move them away."""
+    head = f"--ckpt_path last: {ckpt_dir} holds no checkpoint to resume"
+    foreign = foreign_files(run_dir)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        names = ", ".join(p.name for p in foreign[:3]) + more
+        return (
+            f"{head}, but {run_dir} holds files named like a run's that no vat run recorded "
+            f"writing ({names}); vat neither resumes nor replaces them: move them out of "
+            f"{run_dir} or choose another --run_dir"
+        )
+    return (
+        f"{head}, but {run_dir} holds an earlier run's files; start afresh with --overwrite "
+        f"(without --ckpt_path)"
+    )
 
 
 def _only_failed_start(run_dir: Path) -> bool:

@@ -268,23 +268,29 @@ def _shipped_intro(shipped: dict[str, Any]) -> list[str]:
 
 
 def _integration_lines(repo: str, shipped: bool, spec: FeatureSpec | None) -> list[str]:
+    # The loaded model builds the SentenceTransformer: nothing in the folder runs, which
+    # matters for a Hub id. sentence-transformers and transformers know paths and Hub ids,
+    # not vat's shipped names, so a shipped model's folder is its loaded path.
+    st = [
+        "import vat",
+        "from vat.integrations.sentence_transformers import to_sentence_transformer",
+        "",
+        f'st = to_sentence_transformer(vat.load("{repo}"))',
+    ]
     if shipped:
-        # sentence-transformers and transformers know paths and Hub ids, not vat's shipped
-        # names: the loaded model builds the SentenceTransformer, and its folder is a path.
-        st = [
-            "import vat",
-            "from vat.integrations.sentence_transformers import to_sentence_transformer",
-            "",
-            f'st = to_sentence_transformer(vat.load("{repo}"))',
-        ]
         auto = f'AutoModel.from_pretrained(vat.load("{repo}").loaded.path)'
+        flag = []
     else:
-        st = [
-            "from sentence_transformers import SentenceTransformer",
-            "",
-            f'st = SentenceTransformer("{repo}", trust_remote_code=True)',
-        ]
         auto = f'AutoModel.from_pretrained("{repo}")'
+        flag = [
+            "`to_sentence_transformer` builds the module from the installed vat package and runs "
+            "no code from the folder. "
+            f'`SentenceTransformer("{repo}", trust_remote_code=True)` loads the same model '
+            "by name: the flag runs the Python code that the folder's `modules.json` names, the "
+            "vat package's own module for a folder `vat export` wrote; from a Hub id, pass it "
+            "only for repositories you trust.",
+            "",
+        ]
     # vat.integrations.transformers_auto: encode follows the folder's spec (chosen_spec),
     # forward gives the token means, as every transformers encoder gives its hidden states
     vectors = f"the `{spec}` vectors" if spec is not None else "the mean of mu"
@@ -296,6 +302,7 @@ def _integration_lines(repo: str, shipped: bool, spec: FeatureSpec | None) -> li
         'embeddings = st.encode(["A man plays a guitar.", "A dog runs."])',
         "```",
         "",
+        *flag,
         "With transformers (after `import vat`, which registers the `vat` model type):",
         "",
         "```python",

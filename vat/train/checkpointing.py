@@ -78,6 +78,46 @@ class FinalLastCheckpoint(ModelCheckpoint):
     resumed weights differed from an uninterrupted run's; tests/test_resume.py).
     """
 
+    def name_folder_as_given(self, dirpath: str | os.PathLike) -> None:
+        """Keep the checkpoint folder as the user named it. Lightning resolves symbolic links
+        in it, so with RUN/checkpoints a link to another disk, last.ckpt's path (and the
+        hints built from it) named the link's target instead of the run folder. The files
+        land in the same place either way."""
+        self.dirpath = os.path.normpath(os.path.expanduser(str(dirpath)))
+
+    def state_dict(self) -> dict:
+        # recorded with links resolved, as Lightning always did: a checkpoint says where its
+        # files are whatever folder the run was started from
+        state = super().state_dict()
+        for key in ("dirpath", "last_model_path"):
+            if state.get(key):
+                state[key] = os.path.realpath(state[key])
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        # Lightning restores the last checkpoint's record only when the recorded folder is
+        # this one as written; the same folder under another spelling (links resolved, or a
+        # resume from another working folder) is the same run, and its last.ckpt is named as
+        # this run names it
+        recorded = state_dict.get("dirpath")
+        if (
+            recorded is not None
+            and self.dirpath is not None
+            and os.path.realpath(recorded) == os.path.realpath(self.dirpath)
+        ):
+            state_dict = {**state_dict, "dirpath": self.dirpath}
+            last = state_dict.get("last_model_path")
+            if last and _same_file_place(os.path.dirname(last), self.dirpath):
+                state_dict["last_model_path"] = os.path.join(self.dirpath, os.path.basename(last))
+        super().load_state_dict(state_dict)
+
+    def _should_remove_checkpoint(self, trainer, previous: str, current: str) -> bool:
+        # Lightning compares the two names as strings and deletes the previous one after
+        # saving: under two spellings of one file it would delete the checkpoint just written
+        if _same_file_place(previous, current):
+            return False
+        return super()._should_remove_checkpoint(trainer, previous, current)
+
     def _save_final(self, trainer) -> None:
         if (
             self.save_last
@@ -108,6 +148,11 @@ class FinalLastCheckpoint(ModelCheckpoint):
         save of the same step, taken before it, does not hold. Returns its path."""
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         return self.last_model_path
+
+
+def _same_file_place(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Two names of one place on disk (links resolved), whether or not it exists yet."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 class ExceptionCheckpoint(Callback):
