@@ -235,3 +235,55 @@ def test_samples_callback_reads_its_sentences_file_up_to_num_sentences(tmp_path,
     assert cb.sentences(None, None) == tiny_sentences[:3]
     with pytest.raises(VatError, match=r"big.txt:5: bytes that are not UTF-8"):
         SamplesCallback(sentences_file=str(path), num_sentences=10)
+
+
+# -- vat mteb --output-dir ---------------------------------------------------------------------
+def _local_sts_task(sentences):
+    """MTEB's STSBenchmark task with a few local pairs instead of the Hub's data."""
+    from datasets import Dataset, DatasetDict
+    from mteb.tasks.sts.eng.sts_benchmark_sts import STSBenchmarkSTS
+
+    class LocalSTS(STSBenchmarkSTS):
+        def load_data(self, num_proc=None, **kwargs) -> None:
+            n = len(sentences) // 2
+            rows = {
+                "sentence1": sentences[:n],
+                "sentence2": sentences[n : 2 * n],
+                "score": [float(i % 5) for i in range(n)],
+            }
+            self.dataset = {"default": DatasetDict({"test": Dataset.from_dict(rows)})}
+            self.data_loaded = True
+
+    return LocalSTS()
+
+
+def test_mteb_results_are_never_written_through_a_link(
+    tmp_path, tiny_export, tiny_sentences, capsys, monkeypatch
+):
+    """MTEB writes its result files with plain opens: a result file in --output-dir that is a
+    symbolic link is refused in one line before any work, and the file it points to keeps
+    its bytes (before: the link was followed and that file overwritten with the results)."""
+    import huggingface_hub.constants
+
+    from vat.cli.mteb import main
+    from vat.integrations.mteb import VATMTEBEncoder, evaluate
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # local task data
+    out = tmp_path / "results"
+    encoder = VATMTEBEncoder(str(tiny_export), device="cpu")
+    evaluate(encoder, [_local_sts_task(tiny_sentences)], out)
+    (result,) = out.rglob("STSBenchmark.json")
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text("the user's file\n")
+    result.unlink()
+    result.symlink_to(theirs)
+    with pytest.raises(VatError, match=r"output_dir: .* holds a symbolic link"):
+        evaluate(encoder, [_local_sts_task(tiny_sentences)], out)
+    assert theirs.read_text() == "the user's file\n"
+    capsys.readouterr()
+    # the command refuses it before the model loads (this model does not even exist)
+    argv = ["--model", str(tmp_path / "no-model"), "--tasks", "STSBenchmark"]
+    assert main([*argv, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --output-dir: ") and "symbolic link" in err
+    assert err.count("\n") == 1

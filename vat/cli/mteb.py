@@ -52,13 +52,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     from vat.api import load
-    from vat.integrations.mteb import VATMTEBEncoder, evaluate, select_tasks
+    from vat.integrations.mteb import VATMTEBEncoder, check_no_links, evaluate, select_tasks
 
     args = _parser().parse_args(argv)
     check_count(args.batch_size, "batch_size")
     args.device = resolve_device(args.device)  # one line for meta, xyz, cuda:7, ...
     if Path(args.output_dir).exists() or Path(args.output_dir).is_symlink():
         folder(args.output_dir, "--output-dir")  # MTEB writes a folder of result files
+        check_no_links(args.output_dir)  # before the model loads, not after
     tasks = select_tasks(args.tasks)  # checked before the model loads; "" and ",,," name none
     encoder = VATMTEBEncoder(
         args.model,

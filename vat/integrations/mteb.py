@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -255,6 +256,24 @@ def _hub_offline() -> Iterator[None]:
                 os.environ[k] = v
 
 
+def check_no_links(output_dir: str | os.PathLike) -> None:
+    """MTEB writes its result files (and merges run_settings.jsonl) with plain opens, which
+    follow symbolic links: a link anywhere in the results folder would have them written
+    into the file or folder it points to, which vat did not create. Such a folder is refused
+    in one line before any work."""
+    root = Path(output_dir)  # itself may be a link: the user names the folder
+    for here, dirs, files in os.walk(root):  # does not descend into linked folders
+        for name in (*dirs, *files):
+            path = Path(here) / name
+            if path.is_symlink():
+                raise OptionError(
+                    "output_dir",
+                    f"{root} holds a symbolic link, {path}; MTEB writes its result files "
+                    "through links, and vat does not write into what it did not create: "
+                    "remove the link or choose another folder",
+                )
+
+
 def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike) -> Any:
     """`mteb.evaluate(encoder, tasks)` with its result files in `output_dir` (replaced), and
     its ModelResult; `tasks` are mteb tasks, or what `select_tasks` takes. The Hub is
@@ -266,6 +285,7 @@ def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike)
     from mteb.cache import ResultCache
 
     check_path(output_dir, "output_dir")
+    check_no_links(output_dir)
     if not isinstance(tasks, list | tuple) or any(isinstance(t, str) for t in tasks):
         tasks = select_tasks(tasks)  # names (or None: the English STS tasks), checked
     unreachable = hub_unreachable()
