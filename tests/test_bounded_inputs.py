@@ -232,3 +232,14 @@ def test_a_prior_std_whose_square_overflows_is_one_line(tiny_export, tmp_path, c
     p.write_text("A man.\n")
     rc, _, err = cli(["--model", folder, p, *FAST, "--no-representation"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "prior_std" in err, err
+
+
+def test_generate_input_lines_are_held_to_the_same_bound(tmp_path):
+    # vat generate --input and vat pretrained --check-file keep every line (one output line
+    # per input line); a line without an end no longer fills memory
+    from vat.cli.common import MAX_LINE_BYTES, read_text_lines
+
+    p = tmp_path / "in.txt"
+    p.write_bytes(b"x" * (3 * MAX_LINE_BYTES) + b"\r\n\nlast")
+    lines = read_text_lines(str(p), "--input")
+    assert [len(s) for s in lines] == [MAX_LINE_BYTES, 0, 4]

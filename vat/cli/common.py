@@ -19,7 +19,6 @@ import re
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import NoReturn
 
 from vat.errors import VatError, did_you_mean
@@ -203,23 +202,6 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def read_text_bytes(source: str, option: str = "--input") -> tuple[bytes, str]:
-    """(the bytes of a text file, plain or .gz as training reads them, or of stdin for '-';
-    how errors name it)."""
-    if source == "-":
-        return sys.stdin.buffer.read(), "stdin"
-    from vat.data.corpus import read_sentence_file
-    from vat.io import regular_file
-
-    path = Path(source)
-    if os.path.isdir(path):  # isdir, unlike Path.is_dir, says False for a too-long name
-        raise VatError(f"{option} {path} is a directory, expected a text file")
-    # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
-    # (it blocks until a writer appears) or a device (/dev/zero never ends)
-    regular_file(path, option, allow_pipe=True)
-    return read_sentence_file(path), f"{option} {path}"
-
-
 MAX_LINE_BYTES = 1 << 20
 """The most bytes of one line `iter_text_lines` keeps (1 MiB). Far more than any model
 reads: the tokenizer clips a line to 2 * max_len * chars_per_token characters before it
@@ -230,14 +212,18 @@ _READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
 
 
 def iter_text_lines(
-    source: str, option: str = "--input", max_line_bytes: int = MAX_LINE_BYTES
+    source: str,
+    option: str = "--input",
+    max_line_bytes: int = MAX_LINE_BYTES,
+    *,
+    refuse_binary: bool = True,
 ) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of each line of a text file, plain or .gz, or of stdin for '-',
     read as they arrive: a caller that stops early (`--limit`) never waits for the rest of a
     pipe, and memory holds one line at a time. A line longer than `max_line_bytes` is cut
     there (at a character's start, so that it still decodes), handed on as soon as it is
-    cut, and the rest of it skipped. A file whose first bytes hold a NUL is refused as
-    binary (`check_text`)."""
+    cut, and the rest of it skipped. With `refuse_binary`, a file whose first bytes hold a
+    NUL is refused as binary (`check_text`)."""
     from vat.data.corpus import open_sentence_file
     from vat.io import regular_file
 
@@ -254,12 +240,12 @@ def iter_text_lines(
         stream = open_sentence_file(path)
     try:
         with stream as f:
-            yield from _split_lines(f, where, max_line_bytes)
+            yield from _split_lines(f, where if refuse_binary else None, max_line_bytes)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise VatError(f"{where} is a truncated or corrupt gzip file ({e})") from None
 
 
-def _split_lines(f, where: str, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+def _split_lines(f, where: str | None, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
     from vat.data.corpus import check_text
 
     # read1 returns what has arrived (at most one read of the pipe) instead of waiting for
@@ -267,7 +253,7 @@ def _split_lines(f, where: str, max_line_bytes: int) -> Iterator[tuple[int, byte
     read = getattr(f, "read1", f.read)
     line, number, cut, head = bytearray(), 0, False, 0
     while chunk := read(_READ_BYTES):
-        if head < 8192:
+        if where is not None and head < 8192:
             check_text(chunk[: 8192 - head], where)
             head += len(chunk)
         start = 0
@@ -304,14 +290,17 @@ def _whole_characters(data: bytes) -> bytes:
 
 
 def read_text_lines(source: str, option: str = "--input") -> list[str]:
-    """Lines of a UTF-8 text file, plain or .gz as training reads them ('-' = stdin); bad
-    bytes are a one-line error naming the line."""
-    data, name = read_text_bytes(source, option)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise VatError(
-            f"{name}: line {line} has bytes that are not UTF-8 (expected UTF-8 text)"
-        ) from None
-    return split_lines(text)
+    """Lines of a UTF-8 text file, plain or .gz as training reads them ('-' = stdin), each
+    kept to its first MAX_LINE_BYTES (`iter_text_lines`: a line without an end does not fill
+    memory); bad bytes are a one-line error naming the line."""
+    name = "stdin" if source == "-" else f"{option} {source}"
+    lines = []
+    for number, raw in iter_text_lines(source, option, refuse_binary=False):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise VatError(
+                f"{name}: line {number} has bytes that are not UTF-8 (expected UTF-8 text)"
+            ) from None
+        lines.append(text[:-1] if text.endswith("\r") else text)
+    return lines
