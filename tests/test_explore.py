@@ -483,7 +483,218 @@ def test_default_corpus_is_the_recorded_training_text(tiny_ckpt, tmp_path, monke
     absolute = dataclasses.replace(loaded, train_files=[str(folder / "train.txt")])
     assert training_text(absolute) == folder / "train.txt"
     lines, name, note = corpus_lines(args, dataclasses.replace(loaded, train_files=["gone.txt"]))
-    assert lines is None and "training text (gone.txt) is not readable here" in note
+    assert lines is None and "training text (gone.txt) is not read here" in note
     many = dataclasses.replace(loaded, train_files=[f"gone{i}.txt" for i in range(12)])
     lines, name, note = corpus_lines(args, many)  # the first file, not a dozen, in the note
     assert "(gone0.txt and 11 more)" in note and "gone5.txt" not in note.split(";")[0]
+
+
+# -- what a request can send, and where the page listens -----------------------------------------
+def _api(url: str, name: str, data) -> str:
+    """One call of the page's HTTP API (POST /gradio_api/call/NAME, then its result stream)."""
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{url}gradio_api/call/{name}",
+        data=json.dumps({"data": data}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    event = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
+    with urllib.request.urlopen(f"{url}gradio_api/call/{name}/{event}", timeout=60) as r:
+        return r.read().decode()
+
+
+API_PAYLOADS = [  # (view, values as a client sends them, what the page answers)
+    ("neighbours", ["the cat", 10**9], "k: must be in 1..50"),
+    ("neighbours", ["the cat", "x"], "k: must be a whole number"),
+    ("neighbours", ["the cat"], "input values (needed: 2, got: 1)"),  # too few: no view runs
+    ("encode", [SENTENCE, 10**9], "beam: must be in 1..8"),
+    ("encode", [SENTENCE, "x"], "beam: must be a whole number"),
+    ("encode", ["\ud800", 1], "sentence: has a lone surrogate"),
+    ("encode", [{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}, 1], "not uploaded"),
+    ("resample", [SENTENCE, 10**9, "posterior", 2, 1.0, 0], "position: must be in 0..12"),
+    ("resample", [SENTENCE, "1: man", "both", 2, 1.0, 0], "source: must be 'posterior'"),
+    ("resample", [SENTENCE, "1: man", "posterior", -3, 1.0, 0], "num_samples: must be in"),
+    ("interpolate", [SENTENCE, "b", 3, "cubic"], "method: must be 'linear'"),
+    ("sample", [SENTENCE, 2, "nan", 0], "tau: must be a number"),
+    ("prior", [2, None, None], "seed: must be a whole number"),
+]
+
+
+@pytest.mark.slow
+def test_api_requests_are_checked_in_one_line_and_uploads_refused(explorer, capfd):
+    """Out-of-range, mistyped or missing values sent straight to the HTTP API: one line in
+    the answer, nothing printed on the server's terminal; the page has no upload component,
+    so an upload is refused, and gradio's upload folder is private and gone once it stops."""
+    import html as html_lib
+    import urllib.error
+    import urllib.request
+
+    from vat.explore.page import build_page, launch, stop
+
+    page = build_page(explorer)
+    _, url, _ = launch(page, "127.0.0.1", free_port(), block=False)
+    uploads = Path(page.vat_upload_dir)
+    try:
+        capfd.readouterr()
+        for view, data, message in API_PAYLOADS:
+            answer = html_lib.unescape(_api(url, view, data))
+            assert message in answer, (view, data, answer)
+            assert "internal error" not in answer
+        body = (
+            b'--B\r\nContent-Disposition: form-data; name="files"; filename="a.bin"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n" + b"x" * 1_000_000 + b"\r\n--B--\r\n"
+        )
+        upload = urllib.request.Request(
+            f"{url}gradio_api/upload",
+            data=body,
+            headers={"Content-Type": "multipart/form-data; boundary=B"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(upload, timeout=30)
+        assert e.value.code == 413
+        assert uploads.is_dir() and not any(uploads.rglob("*.bin"))
+        assert uploads.name.startswith("vat-explore-")
+    finally:
+        stop(page)
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err + out and "Error" not in err, err[-2000:]
+    assert not uploads.exists()
+
+
+def test_ipv6_hosts_and_which_hosts_other_machines_reach():
+    from vat.cli.explore import check_port, reachable_from_elsewhere, served_url
+
+    assert not reachable_from_elsewhere("127.0.0.1") and not reachable_from_elsewhere("localhost")
+    assert reachable_from_elsewhere("0.0.0.0")
+    assert served_url("127.0.0.1", 8000) == "http://127.0.0.1:8000/"
+    assert served_url("0.0.0.0", 8000) == (
+        "http://0.0.0.0:8000/ (every interface; on this machine http://127.0.0.1:8000/)"
+    )
+    assert served_url("::1", 8000) == "http://[::1]:8000/"
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    assert not reachable_from_elsewhere("::1") and reachable_from_elsewhere("::")
+    assert check_port("::1", 0) > 0  # bound as IPv6, not refused as no address of this machine
+    with socket.socket(socket.AF_INET6) as busy:
+        busy.bind(("::1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OptionError, match=rf"\[::1\]:{port} is in use"):
+            check_port("::1", port)
+
+
+@pytest.mark.slow
+def test_an_ipv6_page_serves(demo):
+    import urllib.request
+
+    from vat.cli.explore import check_port
+    from vat.explore.page import build_page, launch, stop
+
+    try:
+        port = check_port("::1", 0)
+    except OptionError:
+        pytest.skip("this machine has no IPv6 loopback")
+    page = build_page(Explorer(demo))
+    _, url, _ = launch(page, "::1", port, block=False)
+    try:
+        with urllib.request.urlopen(f"http://[::1]:{port}/", timeout=30) as r:
+            assert r.status == 200
+        assert 'id=\\"encode-rows\\"' in _api(url, "encode", ["the cat sat", 1])  # JSON
+    finally:
+        stop(page)
+
+
+@pytest.mark.slow
+def test_every_interface_is_warned_and_the_bound_address_printed(tmp_path):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("a first line\ncaf\xe9 au lait\nna\xefve\nthe last line\n".encode("latin-1"))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vat", "explore", "--model", DEMO, "--host", "0.0.0.0",
+         "--port", str(port), "--corpus", str(corpus)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(
+            f"vat explore: http://0.0.0.0:{port}/ (every interface; on this machine "
+            f"http://127.0.0.1:{port}/)"
+        ), line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert (
+        f"warning: --host 0.0.0.0: the page is reachable from other machines on the network: "
+        f"anyone who can reach port {port} can run the model and read its neighbours corpus "
+        "(the 2 lines of latin1.txt)"
+    ) in err
+    assert f"warning: {corpus}: skipped 2 lines with bytes that are not UTF-8" in err
+
+
+def test_a_corpus_with_lines_that_are_not_utf8_says_how_many_it_skipped(demo, tmp_path, capsys):
+    import argparse
+
+    from vat.cli.explore import corpus_lines
+
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("a first line\ncaf\xe9 au lait\nthe last line\n".encode("latin-1"))
+    args = argparse.Namespace(corpus=str(corpus), corpus_limit=100)
+    assert corpus_lines(args, demo.loaded)[0] == ["a first line", "the last line"]
+    assert capsys.readouterr().err == (
+        f"warning: {corpus}: skipped 1 line with bytes that are not UTF-8\n"
+    )
+
+
+# -- scores and facts a folder records --------------------------------------------------------
+@pytest.mark.parametrize(
+    "scores,key",
+    [
+        ([{"task": "STS12", "split": "test", "metric": "spearman", "value": "abc"}], "[0].value"),
+        ([{"task": "STS12", "split": "test", "metric": "spearman", "value": None}], "[0].value"),
+        ([{"task": "STS12", "split": "test", "metric": "spearman", "value": True}], "[0].value"),
+        ([{"task": 7, "split": "test", "metric": "spearman", "value": 1.0}], "[0].task"),
+        (["STS12"], "[0] must be an object"),
+        ({"STS12": 50.0}, "'evaluation' must be a list"),
+        ("training", "training.data must be an object"),
+        ("train_files", "training.data.train_files must be a list of file names"),
+    ],
+)
+def test_a_hand_edited_score_or_record_is_refused_at_load(tiny_export, tmp_path, scores, key):
+    from helpers import copy_folder
+
+    from vat.errors import CheckpointError
+
+    folder = copy_folder(tiny_export, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    if scores == "training":
+        config["training"] = {"data": "corpus.txt"}
+    elif scores == "train_files":
+        config["training"] = {"data": {"train_files": "corpus.txt"}}
+    else:
+        config["evaluation"] = scores
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as e:
+        vat.load(folder, device="cpu")
+    assert str(folder / "config.json") in str(e.value) and key in str(e.value)
+
+
+def test_the_model_view_shows_hand_edited_training_facts(tiny_export, tmp_path):
+    """A record's sections of the wrong kind show nothing; a sound score is shown."""
+    from helpers import copy_folder
+
+    from vat.explore.page import facts_html
+
+    folder = copy_folder(tiny_export, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["training"] = {"data": {"hf_dataset": 5}, "metrics": "high", "tokens_seen": True}
+    config["evaluation"] = [{"task": "STS12", "split": "test", "metric": "spearman", "value": 51}]
+    (folder / "config.json").write_text(json.dumps(config))
+    html = facts_html(Explorer(vat.load(folder, device="cpu")))
+    assert "internal error" not in html and "vat-error" not in html
+    assert "<td>STS12</td>" in html and "51.00" in html and "rate (validation)" not in html

@@ -104,14 +104,22 @@ def test_training_records_absolute_paths_and_each_file_inside_the_data_folder(tr
 
 
 # -- finding them again --------------------------------------------------------------------
-def test_the_training_machine_reads_its_absolute_paths(trained, monkeypatch, tmp_path):
-    ckpt, data, _ = trained
+def test_the_training_machine_reads_its_absolute_paths(trained, monkeypatch, tmp_path, capsys):
+    ckpt, data, outside = trained
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nowhere"))  # not needed here
     fitted = resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+    # the files checked are the files read: the glob expanded, each one the recorded bytes
     assert fitted.fit["files"] == [
-        str(data / "corpus" / "a.[12].txt"),
+        str(data / "corpus" / "a.1.txt"),
+        str(data / "corpus" / "a.2.txt"),
         str(data.parent / "mine.txt"),
     ]
+    assert "(their sizes and digests match the model's record)" in capsys.readouterr().err
+
+    # edited since training: no longer the file the model records, so not read
+    _write(outside, ["an extra line of mine, edited"] * 3)
+    with pytest.raises(OptionError, match="match none of the files the model records"):
+        resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
 
 
 def test_another_machine_finds_them_in_its_data_folder_and_checks_them(

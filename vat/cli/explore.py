@@ -66,14 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_port(host: str, port: int) -> int:
     """The port to serve on: `port`, refused in one line when it cannot be bound, or a free
-    one for 0. Checked before the model is read, so a busy port costs no load time."""
+    one for 0. Checked before the model is read, so a busy port costs no load time. The
+    host's own address family is bound (IPv6 for `::1` or `::`), as the server will."""
     if not 0 <= port <= 65535:
         raise OptionError("port", f"must be in 0..65535, got {port}")
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        family, _, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
             if os.name != "nt":  # as uvicorn binds: a port a stopped page left in TIME_WAIT
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # is free to serve
-            s.bind((host, port))
+            s.bind(address)
             return s.getsockname()[1]
     except socket.gaierror as e:
         raise OptionError(
@@ -82,9 +86,38 @@ def check_port(host: str, port: int) -> int:
     except OSError as e:
         if port and e.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
             raise OptionError(
-                "port", f"{host}:{port} is in use (another vat explore?); pick another with --port"
+                "port",
+                f"{_hostport(host, port)} is in use (another vat explore?); pick another with "
+                "--port",
             ) from None
-        raise OptionError("host", f"cannot bind {host}:{port} ({e.strerror})") from None
+        raise OptionError("host", f"cannot bind {_hostport(host, port)} ({e.strerror})") from None
+
+
+def _hostport(host: str, port: int) -> str:
+    """host:port as a URL writes it ([::1]:7860 for an IPv6 address)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def reachable_from_elsewhere(host: str) -> bool:
+    """True when a page bound to `host` answers other machines: every address it names that
+    is not a loopback one (0.0.0.0 and :: are every interface)."""
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return True
+    return any(not ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def served_url(host: str, port: int) -> str:
+    """The address the page is bound to, as a URL; for every interface (0.0.0.0, ::) also the
+    one to open on this machine."""
+    url = f"http://{_hostport(host, port)}/"
+    if host in ("0.0.0.0", "::", ""):
+        local = _hostport("127.0.0.1" if host != "::" else "::1", port)
+        url += f" (every interface; on this machine http://{local}/)"
+    return url
 
 
 def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None]:
@@ -97,6 +130,10 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
         path = regular_file(args.corpus, "--corpus")
     else:
         path, why = _training_text(loaded)
+        if path is not None:  # a file the user did not name is never read silently
+            from vat.share.training_record import say_training_files
+
+            say_training_files([(str(path), why)], "neighbours from")
         if path is None:
             files = [str(f) for f in loaded.train_files]
             # the first file names the text; a dozen more would fill the terminal
@@ -108,43 +145,48 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
                 None,
                 (
                     f"neighbours: no --corpus, and the model's training text ({recorded}) is not "
-                    f"readable here{where}; give --corpus FILE"
+                    f"read here{where}; give --corpus FILE"
                 ),
             )
     lines: list[str] = []
-    for chunk in LineReader(path, "skip"):
+    reader = LineReader(path, "skip")
+    for chunk in reader:
         lines.extend(chunk)
         if len(lines) >= args.corpus_limit:
             break
     lines = lines[: args.corpus_limit]
+    if reader.bad:  # as training says it: a corpus shorter than the file is never silent
+        print(f"warning: {path}: skipped {reader.bad} line{'s' if reader.bad != 1 else ''} "
+              "with bytes that are not UTF-8", file=sys.stderr)  # fmt: skip
     if not lines:
         raise VatError(f"--corpus {path}: no non-empty line")
     return lines, path.name, None
 
 
 def training_text(loaded) -> Path | None:
-    """The model's first recorded training file if it is a readable file here, found as
-    feature fitting finds it (vat.share.training_record.recorded_training_files: absolute as
-    recorded, a portable record in the data folder $VAT_DATA_DIR with its size and digest
-    checked, else in the model's own folders, never the current folder)."""
+    """The model's first recorded training file if vat may read it here, found as feature
+    fitting finds it (vat.share.training_record.recorded_training_files: inside the model's
+    own folders, or byte for byte the file its record describes; never the current folder,
+    never a file elsewhere that the model merely names)."""
     return _training_text(loaded)[0]
 
 
 def _training_text(loaded) -> tuple[Path | None, str]:
-    """(the file, "") or (None, why it is not readable here: where vat looked)."""
-    from vat.share.training_record import MissingTrainingFile, recorded_training_files
+    """(the file, why vat may read it) or (None, why it is not read: where vat looked, or why
+    it refused)."""
+    from vat.share.training_record import MissingTrainingFile, locate_training_files
 
     if not loaded.train_files:
         return None, ""
     try:
-        (found,) = recorded_training_files(loaded, limit=1)
+        ((found, why),) = locate_training_files(loaded, "corpus", limit=1)
     except MissingTrainingFile as e:
         return None, f"looked for {' and '.join(str(t) for t in e.tried)}"
-    except OptionError as e:  # another file where the record points: not the model's text
+    except OptionError as e:  # another file where the record points, or not the model's own
         return None, e.problem
     if not Path(found).is_file():  # a glob or a folder is no corpus to browse
         return None, f"looked for {found}"
-    return Path(found), ""
+    return Path(found), why
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -166,7 +208,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     import vat
     from vat.explore import Explorer
-    from vat.explore.page import build_page, launch
+    from vat.explore.page import build_page, launch, stop
 
     started = time.perf_counter()
     model = vat.load(args.model, device=device)
@@ -175,12 +217,18 @@ def _main(argv: Sequence[str] | None) -> int:
         print(note, file=sys.stderr)
     explorer = Explorer(model, lines, corpus_name=name, progress=show_progress(args))
     page = build_page(explorer, analytics=args.analytics)
+    if reachable_from_elsewhere(args.host):  # said even with --quiet: it is about exposure
+        shown = f"the {len(lines):,} lines of {name}" if lines else "no corpus"
+        print(f"warning: --host {args.host}: the page is reachable from other machines on "
+              f"the network: anyone who can reach port {port} can run the model and read "
+              f"its neighbours corpus ({shown}); use --host 127.0.0.1 to keep it on this "
+              "machine", file=sys.stderr)  # fmt: skip
     try:
-        _, url, share_url = launch(page, args.host, port, share=args.share, block=False)
+        _, _, share_url = launch(page, args.host, port, share=args.share, block=False)
     except OSError as e:  # taken between the check and the bind
-        raise OptionError("port", f"cannot serve on {args.host}:{port} ({e})") from None
+        raise OptionError("port", f"cannot serve on {_hostport(args.host, port)} ({e})") from None
     corpus = f", {len(lines):,} corpus lines" if lines else ""
-    print(f"vat explore: {url}  ({model.loaded.name}{corpus}; ready in "
+    print(f"vat explore: {served_url(args.host, port)}  ({model.loaded.name}{corpus}; ready in "
           f"{time.perf_counter() - started:.1f} s; Ctrl-C stops)", flush=True)  # fmt: skip
     if share_url:
         print(f"public share link: {share_url}", flush=True)
@@ -188,7 +236,7 @@ def _main(argv: Sequence[str] | None) -> int:
         while True:
             time.sleep(0.5)
     except KeyboardInterrupt:
-        page.close()
+        stop(page)
         if not args.quiet:
             print("vat explore: stopped", file=sys.stderr)
     return 0

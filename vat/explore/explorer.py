@@ -130,6 +130,10 @@ def check_sentence(text: object, name: str = "sentence") -> str:
             raise OptionError(
                 name, f"has a control character (U+{ord(ch):04X}) at character {i + 1}"
             )
+        if unicodedata.category(ch) == "Cs":  # half a UTF-16 pair (JSON "\ud800"): no text
+            raise OptionError(
+                name, f"has a lone surrogate (U+{ord(ch):04X}) at character {i + 1}, not text"
+            )
     text = " ".join(text.split())
     if not text:
         raise OptionError(name, "is empty: type a sentence")
@@ -325,8 +329,8 @@ class Explorer:
         """What the model card says of the model: where it came from, its shape, prior, rate,
         training, feature spec, and the scores stored with it."""
         loaded = self.model.loaded
-        cfg, training = loaded.config, loaded.training or {}
-        metrics = training.get("metrics") or {}
+        cfg, training = loaded.config, _mapping(loaded.training)
+        metrics = _mapping(training.get("metrics"))
         rows: list[tuple[str, str]] = [
             ("model", f"{loaded.source.location} ({loaded.source.kind})"),
             (
@@ -338,18 +342,20 @@ class Explorer:
             ("prior", f"N(0, s² I), s = {loaded.prior_std:g}"),
         ]
         for key, label in (("val/kl", "rate (validation)"), ("train/kl", "rate (training)")):
-            if key in metrics:
+            if _number(metrics.get(key)):
                 rows.append((label, f"{metrics[key]:.2f} nats per token"))
         for key, label in (
             ("tokens_seen", "training tokens"),
             ("sentences_seen", "training sentences"),
             ("global_step", "optimizer steps"),
         ):
-            if isinstance(training.get(key), int):
+            if isinstance(training.get(key), int) and not isinstance(training[key], bool):
                 rows.append((label, f"{training[key]:,}"))
-        data = training.get("data") or {}
-        if data.get("train_files"):
-            rows.append(("training data", ", ".join(str(f) for f in data["train_files"])))
+        data = _mapping(training.get("data"))
+        files = data.get("train_files")
+        if files:  # what the model says it was trained on: a label, shown as text
+            shown = files if isinstance(files, list) else [files]
+            rows.append(("training data", ", ".join(str(f) for f in shown)))
         elif data.get("hf_dataset"):
             rows.append(("training data", f"Hub dataset {data['hf_dataset']}"))
         rows.append(("sentence features", self.feature_spec))
@@ -362,3 +368,13 @@ class Explorer:
             for s in loaded.evaluation
         )
         return ModelFacts(tuple(rows), scores)
+
+
+def _mapping(value: object) -> dict:
+    """A record's section as a dict: what a hand-edited config.json holds there otherwise
+    (a string, a list) shows nothing rather than failing the Model view."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -5,6 +5,12 @@ refuses (`vat.errors.VatError`) is shown in the view, and the server keeps servi
 lives here. gradio is an optional extra (`pip install "variational-auto-transformer[explore]"`),
 imported only by `build_page`, `launch` and the Space's app.py.
 
+Inputs: every view gets the values a request sends as they are (`preprocess=False`), so no
+gradio component converts, rounds or range-checks them first (its failures print tracebacks
+on the server's terminal); the Explorer checks each one and the view shows one line. The page
+has no upload component, so uploads are refused (a limit of 0 bytes) and gradio's upload
+folder is a private one removed when the page stops (`launch`, `stop`).
+
 Privacy: the page sends nothing off the machine. gradio's analytics are off unless asked for
 (`analytics=True`), share links are off unless asked for, its server-side rendering (a Node
 process) is off, and its default theme's fonts are served by gradio itself.
@@ -12,9 +18,13 @@ process) is off, and its default theme's fonts are served by gradio itself.
 
 from __future__ import annotations
 
+import atexit
 import html
+import math
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -239,6 +249,8 @@ def token_choices(explorer: Explorer, text: str) -> list[str]:
 def token_position(choice: Any) -> int:
     """The latent position of a token picker choice ("3: guitar"), or a bare number."""
     if isinstance(choice, int | float) and not isinstance(choice, bool):
+        if not (math.isfinite(choice) and choice == int(choice)):  # JSON may send Infinity
+            raise VatError(f"token: must be a whole number, got {choice!r}")
         return int(choice)
     head = str(choice or "").split(":", 1)[0].strip()
     if not head.isdigit():
@@ -282,9 +294,20 @@ def build_page(explorer: Explorer, *, analytics: bool = False):
         os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio reads it
     import gradio as gr
 
+    class Page(gr.Blocks):
+        async def preprocess_data(self, block_fn, *args, **kwargs):
+            """A request gradio refuses before a view runs (too few values, a file it was
+            not sent) is one line for its sender, not a traceback on the server's terminal."""
+            try:
+                return await super().preprocess_data(block_fn, *args, **kwargs)
+            except gr.Error:
+                raise
+            except Exception as e:
+                raise gr.Error(f"{block_fn.name}: {one_line(e)}", print_exception=False) from None
+
     loaded = explorer.model.loaded
     title = f"vat explore: {loaded.name}"
-    with gr.Blocks(title=title, analytics_enabled=analytics) as page:
+    with Page(title=title, analytics_enabled=analytics) as page:
         gr.Markdown(
             f"## {_e(title)}\n"
             f"d = {explorer.model.dim}, prior s = {explorer.model.prior_std:g}, max_len "
@@ -363,20 +386,22 @@ def build_page(explorer: Explorer, *, analytics: bool = False):
             return gr.Dropdown(choices=options, value=options[min(1, len(options) - 1)]
                                if options else None)  # fmt: skip
 
+        raw = {"preprocess": False}  # the Explorer checks every value (module docstring)
         encode_inputs = [sentence, beam]
-        encode_run.click(bind(encoding_html), encode_inputs, encode_out, api_name="encode")
-        page.load(bind(encoding_html), encode_inputs, encode_out, api_name=False)
-        sentence.submit(bind(encoding_html), encode_inputs, encode_out, api_name=False)
-        sentence.change(pick, sentence, token, api_name=False, show_progress="hidden")
+        encode_run.click(bind(encoding_html), encode_inputs, encode_out, api_name="encode", **raw)
+        page.load(bind(encoding_html), encode_inputs, encode_out, api_name=False, **raw)
+        sentence.submit(bind(encoding_html), encode_inputs, encode_out, api_name=False, **raw)
+        sentence.change(pick, sentence, token, api_name=False, show_progress="hidden", **raw)
         resample_run.click(bind(resample_html), [sentence, token, source, r_n, r_tau, r_seed],
-                           resample_out, api_name="resample")  # fmt: skip
+                           resample_out, api_name="resample", **raw)  # fmt: skip
         interpolate_run.click(bind(interpolate_html), [sentence, other, steps, method],
-                              interpolate_out, api_name="interpolate")  # fmt: skip
+                              interpolate_out, api_name="interpolate", **raw)  # fmt: skip
         sample_run.click(bind(sample_html), [sentence, s_n, s_tau, s_seed], sample_out,
-                         api_name="sample")  # fmt: skip
-        prior_run.click(bind(prior_html), [p_n, p_len, p_seed], prior_out, api_name="prior")
+                         api_name="sample", **raw)  # fmt: skip
+        prior_run.click(bind(prior_html), [p_n, p_len, p_seed], prior_out, api_name="prior",
+                        **raw)  # fmt: skip
         neighbours_run.click(bind(neighbours_html), [sentence, k], neighbours_out,
-                             api_name="neighbours")  # fmt: skip
+                             api_name="neighbours", **raw)  # fmt: skip
     return page
 
 
@@ -389,9 +414,19 @@ def launch(
     block: bool = True,
 ):
     """Serve the page on host:port (gradio's share link only with `share`); returns
-    gradio's (app, local URL, share URL). With `block`, the call waits until Ctrl-C."""
+    gradio's (app, local URL, share URL). With `block`, the call waits until Ctrl-C.
+
+    The page takes no uploads: gradio's upload route refuses any file with content (a limit
+    of 0 bytes), and what it still writes goes to a private folder of this page's (not the
+    shared /tmp/gradio), removed by `stop` or when the process ends."""
+    uploads = tempfile.mkdtemp(prefix="vat-explore-")
+    page.vat_upload_dir = uploads
+    atexit.register(shutil.rmtree, uploads, True)
+    # gradio reads its upload folder from the environment when the server's app is made
+    os.environ["GRADIO_TEMP_DIR"] = uploads
     return page.launch(
-        server_name=host,
+        max_file_size=0,
+        server_name=f"[{host}]" if ":" in host else host,  # gradio's spelling of IPv6 hosts
         server_port=port,
         share=share,
         prevent_thread_lock=not block,
@@ -402,3 +437,11 @@ def launch(
         pwa=False,
         css=CSS,
     )
+
+
+def stop(page) -> None:
+    """Close a launched page and remove its private upload folder (`launch`)."""
+    page.close(verbose=False)
+    uploads = getattr(page, "vat_upload_dir", None)
+    if uploads:
+        shutil.rmtree(uploads, ignore_errors=True)

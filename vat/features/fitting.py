@@ -232,11 +232,12 @@ def training_files(
     loaded: LoadedVAT, name: str = "fit_files", train_data_dir: str | os.PathLike | None = None
 ) -> list[str]:
     """The model's recorded training files, found as `recorded_training_files` finds them
-    (absolute ones as recorded; portable records inside the data folder `train_data_dir`,
-    default $VAT_DATA_DIR, their size and digest checked; relative ones only in the model's
-    own folders, never the current folder); an OptionError naming `name`, saying where vat
-    looked, when they are not here."""
-    return recorded_training_files(loaded, name, train_data_dir)
+    (only inside the model's own folders, or byte for byte the files its record describes:
+    absolute ones on the training machine, portable records inside the data folder
+    `train_data_dir`, default $VAT_DATA_DIR; never the current folder), each named on stderr
+    with the reason vat may read it; an OptionError naming `name`, saying where vat looked or
+    why it will not read a file, otherwise."""
+    return recorded_training_files(loaded, name, train_data_dir, doing="fitting features on")
 
 
 def fit_post(spec: FeatureSpec, x: np.ndarray) -> dict[str, np.ndarray]:

@@ -321,7 +321,7 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
     # the same checks as a .ckpt (vat.share.checkpoint.check_finite): NaN/inf weights are refused
     check_finite(folder / WEIGHTS_NAME, model.state_dict())
     training = config.get("training") if isinstance(config.get("training"), dict) else {}
-    files = (training.get("data") or {}).get("train_files") or []
+    files = _recorded_train_files(folder, training)
     counts = check_token_counts(config.get("token_counts"), folder / CONFIG_NAME, model_config)
     spec = _folder_spec(folder)
     stats_file = folder / FEATURES_NAME
@@ -337,11 +337,11 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
         source,
         training=training,
         token_counts=counts,
-        train_files=[str(f) for f in files] if isinstance(files, list) else [],
+        train_files=files,
         feature_spec=spec,
         feature_stats=stats,
         card=dict(config.get("card") or {}),
-        evaluation=list(config.get("evaluation") or []),
+        evaluation=_check_evaluation(folder, config),
     )
 
 
@@ -419,6 +419,63 @@ def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float,
     ):
         raise CheckpointError(f"{path}: 'length_histogram' must be a list of counts")
     return float(s), list(hist)
+
+
+def _recorded_train_files(folder: Path, training: dict[str, Any]) -> list[str]:
+    """config.json's training.data.train_files: names the model records (labels, never read
+    unless vat.share.training_record allows it), checked to be a list of text."""
+    data = training.get("data")
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise CheckpointError(
+            f"{folder / CONFIG_NAME}: training.data must be an object, got {data!r:.60}"
+        )
+    files = data.get("train_files") or []
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise CheckpointError(
+            f"{folder / CONFIG_NAME}: training.data.train_files must be a list of file names, "
+            f"got {files!r:.60}"
+        )
+    return list(files)
+
+
+EVALUATION_TEXT_KEYS = ("task", "split", "metric")
+"""What every recorded score names (`vat.eval.task_scores` entries); its "value" is a number."""
+
+
+def _check_evaluation(folder: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """config.json's recorded scores, each checked as its readers use it (the model card,
+    `vat pretrained`, `vat explore`'s Model view format "value" as a number): a list of
+    objects with a text task, split and metric and a finite number as value; the optional
+    type and features, text. A hand-edited score is a CheckpointError naming its key, at
+    load, not a failure in whichever reader meets it first."""
+    scores = config.get("evaluation")
+    path = folder / CONFIG_NAME
+    if scores is None:
+        return []
+    if not isinstance(scores, list):
+        raise CheckpointError(
+            f"{path}: 'evaluation' must be a list of scores, got {type(scores).__name__}"
+        )
+    for i, score in enumerate(scores):
+        key = f"{path}: evaluation[{i}]"
+        if not isinstance(score, dict):
+            raise CheckpointError(f"{key} must be an object, got {score!r:.60}")
+        for name in EVALUATION_TEXT_KEYS:
+            if not isinstance(score.get(name), str) or not score[name]:
+                raise CheckpointError(f"{key}.{name} must be text, got {score.get(name)!r:.60}")
+        for name in ("type", "features"):
+            if name in score and not isinstance(score[name], str):
+                raise CheckpointError(f"{key}.{name} must be text, got {score[name]!r:.60}")
+        value = score.get("value")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise CheckpointError(f"{key}.value must be a finite number, got {value!r:.60}")
+    return [dict(s) for s in scores]
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:

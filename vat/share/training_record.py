@@ -24,12 +24,16 @@ layout) when it lies there, else its name alone, with its size and digest
     "train_file_records": [{"path": "corpus/newstest_en.2010.txt.gz", "bytes": 125409,
                             "digest": "0c5e..."}, ...]
 
-`recorded_training_files` is the one way to find them again: the absolute paths when they are
-all here; else each record, under the data folder (its size and digest checked, a mismatch
-refused), else in the model's own folders; older records (plain strings, no
-`train_file_records`) by the older rules: an absolute path as it is, a relative one (the
-oldest records, which kept the names as typed) only in the model's own folders, never in the
-current folder, where an unrelated file of the same name could be fitted on.
+`recorded_training_files` is the one way to find them again, and it treats the record as a
+label, never as an instruction: a file the user did not name is read only when it lies inside
+the model's own folders (links and `..` resolved) or when it is byte for byte a file the
+record describes (its size and digest match, so its contents were already known to whoever
+wrote the model). That holds the absolute paths on the training machine, and each record
+under the data folder, else in the model's own folders; older records (plain strings, no
+`train_file_records`, so no digest) only in the model's own folders, never in the current
+folder, where an unrelated file of the same name could be fitted on, and never at an
+absolute path elsewhere, which a downloaded model could point at any file of its user's.
+Every file so read is named on stderr, with the reason.
 
 `portable_training` is what leaves the machine (`vat pretrained add`, a Hub push): the
 records alone, and `machine_paths` finds any string that still names a place on it.
@@ -42,6 +46,7 @@ import glob
 import math
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,6 +258,68 @@ def training_file_homes(source: ModelSource) -> list[Path]:
     return list(dict.fromkeys(homes))
 
 
+INSIDE = "inside the model's folder"
+MATCHES = "its size and digest match the model's record"
+
+
+def _own_roots(source: ModelSource, homes: Sequence[Path]) -> list[Path]:
+    """The model's folders with links resolved, for the test of what lies inside them. A Hub
+    download's snapshot folder holds links into its repository's cache folder (../../blobs),
+    so that folder counts as the model's own too."""
+    roots = [Path(os.path.realpath(h)) for h in homes]
+    if source.kind == "hub" and roots and roots[0].parent.name == "snapshots":
+        roots.append(roots[0].parent.parent)
+    return roots
+
+
+def _is_own(path: str | os.PathLike, roots: Sequence[Path]) -> bool:
+    """`path` lies inside one of the model's folders once links and `..` are resolved, so a
+    recorded name cannot climb out of them or lead out through a link."""
+    return any(_inside(path, root) for root in roots)
+
+
+def _matches(path: str | os.PathLike, record: dict) -> bool:
+    """The file holds the bytes `record` describes: its size (cheap, first), then its digest."""
+    if not isinstance(record.get("bytes"), int) or not isinstance(record.get("digest"), str):
+        return False
+    if not os.path.isfile(path):  # reading a FIFO or a device to digest it would block
+        return False
+    try:
+        return os.stat(path).st_size == record["bytes"] and file_digest(path) == record["digest"]
+    except OSError:
+        return False
+
+
+def _why_readable(path: str | os.PathLike, roots: Sequence[Path], records: list[dict]) -> str:
+    """Why vat may read a file the model names ("" when it may not): it lies inside the
+    model's own folders, or it is byte for byte a file the model's record describes, which
+    means the model's author already knew its contents and reading it reveals nothing."""
+    if _is_own(path, roots):
+        return INSIDE
+    if any(_matches(path, r) for r in records):
+        return MATCHES
+    return ""
+
+
+def _refused(name: str, model: str, path: str | os.PathLike, records: list[dict]) -> OptionError:
+    """A file the model names outside its own folders that vat will not read."""
+    why = (
+        "that file's size and digest match none of the files the model records"
+        if any("digest" in r for r in records)
+        else "the model records no size and digest to check it by (an older record)"
+    )
+    real = os.path.realpath(path)
+    link = f" (that is {real})" if real != os.path.abspath(path) else ""
+    return OptionError(
+        name,
+        f"{model} names the training file {str(path)!r}{link}, outside the model's own "
+        "folder, and "
+        f"{why}; vat reads a file a model names only inside its folder or when it is "
+        "byte for byte the file recorded, so give the text files yourself (one sentence "
+        "per line)",
+    )
+
+
 def resolve_recorded_file(recorded: str, homes: Sequence[Path]) -> tuple[Path | None, list[Path]]:
     """(the file or glob `recorded` names here, or None; the paths tried): an absolute path
     as it is, a relative one in the first of `homes` where it exists."""
@@ -264,6 +331,13 @@ def resolve_recorded_file(recorded: str, homes: Sequence[Path]) -> tuple[Path | 
         if (glob.has_magic(str(t)) and glob.glob(str(t))) or os.path.lexists(t):
             return t, tried
     return None, tried
+
+
+def _expanded(pattern: Path) -> list[Path]:
+    """The files a found path or glob names, in the order vat.data.corpus reads them."""
+    if glob.has_magic(str(pattern)):
+        return [Path(m) for m in sorted(glob.glob(str(pattern)))]
+    return [pattern]
 
 
 def training_file_records(training: dict[str, Any], model: str = "the model") -> list[dict]:
@@ -316,50 +390,70 @@ def _check_record(found: Path, record: dict, model: str, name: str, hint: str) -
 
 
 def _locate_record(
-    record: dict, loaded: LoadedVAT, data_dir: Path, homes: list[Path], name: str
-) -> Path:
-    """Where `record` is here: inside the data folder, else (the older rules) in the model's
-    own folders; a file found is checked against the record's size and digest."""
+    record: dict,
+    loaded: LoadedVAT,
+    data_dir: Path,
+    homes: list[Path],
+    roots: list[Path],
+    name: str,
+) -> tuple[Path, str]:
+    """Where `record` is here, and why vat may read it: inside the data folder when its size
+    and digest match (a record without them is never read from there: vat could not tell the
+    file from another), else in the model's own folders; a file found is checked against the
+    record's size and digest."""
     model = str(loaded.path)
     label = record.get("path") or record["name"]
     tried: list[Path] = []
-    if "path" in record:
-        candidate = Path(os.path.abspath(data_dir)) / record["path"]
-        tried.append(candidate)
-        found = candidate if os.path.lexists(candidate) else None
-    else:
-        found = None
-    if found is None:
-        found, more = resolve_recorded_file(label, homes)
-        tried += more
     hint = (
         f"the data folder is {os.path.abspath(data_dir)}: point $VAT_DATA_DIR at the one that "
         f"holds {label}, or "
         if "path" in record
         else ""
     )
+    if "path" in record:
+        candidate = Path(os.path.abspath(data_dir)) / record["path"]
+        tried.append(candidate)
+        if os.path.lexists(candidate):
+            if not candidate.is_file():  # a folder or a FIFO: named by expand_files
+                return candidate, ""
+            _check_record(candidate, record, model, name, hint)
+            if _matches(candidate, record) or _is_own(candidate, roots):
+                return candidate, MATCHES if _matches(candidate, record) else INSIDE
+            raise _refused(name, model, candidate, [record])
+    found, more = resolve_recorded_file(label, homes)
+    tried += more
     if found is None:
         raise MissingTrainingFile(name, label, tried, model, hint)
-    if found.is_file():  # a folder or a FIFO is named by vat.data.corpus.expand_files
-        _check_record(found, record, model, name, hint)
-    return found
+    if not found.is_file():  # a folder or a FIFO is named by vat.data.corpus.expand_files
+        return found, ""
+    _check_record(found, record, model, name, hint)
+    why = _why_readable(found, roots, [record])
+    if not why:  # a link in the model's folder that leads out of it
+        raise _refused(name, model, found, [record])
+    return found, why
 
 
-def recorded_training_files(
+def locate_training_files(
     loaded: LoadedVAT,
     name: str = "fit_files",
     train_data_dir: str | os.PathLike | None = None,
     limit: int | None = None,
-) -> list[str]:
-    """The model's recorded training files as paths here: the recorded absolute paths when
-    every one is here (the training machine); else each portable record inside
-    the data folder `train_data_dir` (default $VAT_DATA_DIR, else ../shared/data) or the
-    model's own folders, checked against its size and digest; records without them by the
-    older rules (`resolve_recorded_file`). An OptionError naming the argument `name` that
-    replaces them when the model records none, a MissingTrainingFile saying where vat
-    looked when one is not here, an OptionError when a file found is another one. `limit`:
-    only the first so many (vat explore browses one)."""
-    records = training_file_records(loaded.training, str(loaded.path))
+) -> list[tuple[str, str]]:
+    """(path here, why vat may read it) of each of the model's recorded training files.
+
+    A model's record of where it was trained is a label, not an instruction: it never makes
+    vat read a file the user did not name unless the file lies inside the model's own
+    folders (`training_file_homes`, links and `..` resolved), or it is byte for byte a file
+    the model records (size and digest of a portable record), which tells its author
+    nothing new. So: the recorded absolute paths when every one is here and each passes that
+    test (the training machine); else each portable record inside the data folder
+    `train_data_dir` (default $VAT_DATA_DIR, else ../shared/data), its size and digest
+    matching, or inside the model's own folders; an older record (no sizes and digests) only
+    inside the model's own folders. An OptionError naming the argument `name` when the model
+    records none or a file is refused, a MissingTrainingFile saying where vat looked when one
+    is not here. `limit`: only the first so many files (vat explore browses one)."""
+    model = str(loaded.path)
+    records = training_file_records(loaded.training, model)
     if not loaded.train_files and not records:
         raise OptionError(
             name,
@@ -367,20 +461,83 @@ def recorded_training_files(
             "of unlabeled sentences (one per line)",
         )
     homes = training_file_homes(loaded.source)
+    roots = _own_roots(loaded.source, homes)
     absolute = [f for f in loaded.train_files if os.path.isabs(os.path.expanduser(str(f)))]
-    if records:
+    refusal: OptionError | None = None
+    if records and absolute:
         here = [resolve_recorded_file(str(f), [])[0] for f in absolute]
-        if not absolute or not all(here):
-            data_dir = _data_dir(train_data_dir)
-            chosen = records[:limit] if limit else records
-            return [str(_locate_record(r, loaded, data_dir, homes, name)) for r in chosen]
-    out = []
-    for recorded in loaded.train_files[:limit] if limit else loaded.train_files:
+        if all(here):  # the training machine: each file checked before it is read
+            files = [f for p in here for f in _expanded(p)][:limit]
+            whys = [_why_readable(f, roots, records) for f in files]
+            if all(whys):
+                return [(str(f), w) for f, w in zip(files, whys)]
+            refusal = _refused(name, model, files[whys.index("")], records)
+    if records:
+        data_dir = _data_dir(train_data_dir)
+        try:
+            return [
+                (str(p), why)
+                for p, why in (
+                    _locate_record(r, loaded, data_dir, homes, roots, name) for r in records[:limit]
+                )
+            ]
+        except OptionError:
+            if refusal is not None:  # the file at the recorded place says more
+                raise refusal from None
+            raise
+    out: list[tuple[str, str]] = []
+    for recorded in loaded.train_files:
         found, tried = resolve_recorded_file(str(recorded), homes)
         if found is None:
-            raise MissingTrainingFile(name, str(recorded), tried, str(loaded.path))
-        out.append(str(found))
-    return out
+            raise MissingTrainingFile(name, str(recorded), tried, model)
+        for f in _expanded(found):
+            if f.is_file() and not _is_own(f, roots):
+                raise _refused(name, model, f, [])
+            out.append((str(f), INSIDE if f.is_file() else ""))
+        if limit and len(out) >= limit:
+            break
+    return out[:limit]
+
+
+_SAID: set[tuple] = set()
+
+
+def say_training_files(found: list[tuple[str, str]], doing: str) -> None:
+    """One line on stderr naming the training files vat reads for `doing` and why it may, once
+    per process for the same files: a file a user did not name is never read silently."""
+    key = (doing, tuple(found))
+    if not found or key in _SAID:
+        return
+    _SAID.add(key)
+    paths = [p for p, _ in found]
+    whys = list(dict.fromkeys(w for _, w in found if w))
+    if len(paths) == 1:
+        what = f"the model's training file {paths[0]}"
+    else:
+        shown = ", ".join(paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
+        what = f"the model's {len(paths)} training files {shown}"
+    if len(whys) == 1 and len(paths) > 1:
+        why = {INSIDE: "inside the model's folder", MATCHES: "their sizes and digests match "
+               "the model's record"}[whys[0]]  # fmt: skip
+    else:
+        why = " or ".join(whys)
+    print(f"vat: {doing} {what}" + (f" ({why})" if why else ""), file=sys.stderr)
+
+
+def recorded_training_files(
+    loaded: LoadedVAT,
+    name: str = "fit_files",
+    train_data_dir: str | os.PathLike | None = None,
+    limit: int | None = None,
+    doing: str | None = "fitting on",
+) -> list[str]:
+    """The model's recorded training files as paths here (`locate_training_files`), said on
+    stderr (`say_training_files`: "vat: fitting on the model's training file X (inside the
+    model's folder)") unless `doing` is None."""
+    found = locate_training_files(loaded, name, train_data_dir, limit)
+    if doing:
+        say_training_files(found, doing)
+    return [p for p, _ in found]
 
 
 # -- what leaves the machine: portable records only -----------------------------------------
