@@ -23,7 +23,7 @@ from vat.cli.score import main
 from vat.errors import CheckpointError, OptionError, VatError, run_cli
 from vat.io import atomic_write, check_output_file, regular_file, writable_target
 from vat.model import VAT
-from vat.share.checkpoint import save_vat
+from vat.share.checkpoint import read_checkpoint, save_vat
 
 FAST = ["--samples", "2", "--diversity-samples", "0", "--prior-samples", "0"]
 QUIET = [*FAST, "--no-representation", "--quiet"]
@@ -157,6 +157,7 @@ def test_paths_too_long_are_one_line_in_every_path_check(tmp_path):
         lambda: writable_target(long, "--output"),
         lambda: check_output_file(long, True, "--output"),
         lambda: atomic_write(long, lambda f: f.write("x")),
+        lambda: read_checkpoint(long),
     ):
         with pytest.raises(VatError) as e:
             check()

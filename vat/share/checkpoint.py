@@ -16,6 +16,7 @@ prefix `model.` and whose `vat` entry carries everything needed to use it alone:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import os
 import pickle
@@ -27,7 +28,7 @@ import torch
 
 from vat.errors import CheckpointError, VatError
 from vat.feature_spec import check_token_counts
-from vat.io import atomic_write, regular_file
+from vat.io import atomic_write, name_too_long, regular_file
 from vat.model import VAT, VATConfig, prior_std_problem
 from vat.runtime import device_memory
 from vat.share.loaded import LoadedVAT, ModelSource
@@ -49,7 +50,13 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     overrides an unset argument) cannot turn it off.
     """
     p = Path(path)
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as e:  # Path.exists raises for a name the system refuses as too long
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        raise name_too_long(p, "checkpoint") from None
+    if not exists:
         raise CheckpointError(f"checkpoint {p} does not exist")
     if p.is_dir():
         raise CheckpointError(f"checkpoint {p} is a directory, expected a .ckpt file")
