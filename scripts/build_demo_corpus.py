@@ -24,6 +24,7 @@ import argparse
 import gzip
 import hashlib
 import io
+import os
 import random
 import re
 import subprocess
@@ -108,6 +109,24 @@ def normalise(text: str) -> str | None:
     return s
 
 
+def _replace(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a temp file beside it, renamed over it. The rename
+    replaces a symbolic link there instead of writing into the file it points to (data/ may
+    link to a shared, read-only copy of the corpus), and an interrupted build leaves the old
+    file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def build(tarball: Path, out_dir: Path) -> dict:
     raw = extract_examples(tarball)
     seen: dict[str, str] = {}
@@ -133,8 +152,8 @@ def build(tarball: Path, out_dir: Path) -> dict:
     # filename="" and mtime=0 keep the .gz byte-identical across rebuilds.
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as gz:
         gz.write(payload)
-    train_path.write_bytes(buf.getvalue())
-    val_path.write_text("\n".join(val) + "\n", encoding="utf-8")
+    _replace(train_path, buf.getvalue())
+    _replace(val_path, ("\n".join(val) + "\n").encode("utf-8"))
     return {
         "raw_examples": len(raw),
         "kept_unique": len(sentences),

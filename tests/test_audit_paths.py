@@ -287,3 +287,38 @@ def test_mteb_results_are_never_written_through_a_link(
     err = capsys.readouterr().err
     assert err.startswith("error: --output-dir: ") and "symbolic link" in err
     assert err.count("\n") == 1
+
+
+# -- scripts/build_demo_corpus.py ------------------------------------------------------------
+def test_the_demo_corpus_build_replaces_links_instead_of_writing_through(tmp_path):
+    """Rebuilding the demo corpus into a data folder whose files are links (to a shared,
+    read-only copy) replaces the links with the new files and leaves what they point to
+    (before: the build wrote into the linked files)."""
+    import io
+    import tarfile
+
+    from conftest import ROOT
+    from helpers import load_file_module
+
+    build_demo = load_file_module(ROOT / "scripts" / "build_demo_corpus.py", "build_demo")
+    lines = [f'00 | a gloss; "the example number {i} is here"' for i in range(1200)]
+    tarball = tmp_path / "wordnet.tgz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        for name in build_demo.POS_FILES:
+            data = "\n".join(lines).encode("latin-1") if name == "data.noun" else b""
+            info = tarfile.TarInfo(f"package/dict/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    shared, out = tmp_path / "shared", tmp_path / "data"
+    shared.mkdir()
+    out.mkdir()
+    for name in ("demo_en.txt.gz", "demo_val.txt"):
+        (shared / name).write_text("the shared copy\n")
+        (out / name).symlink_to(shared / name)
+    stats = build_demo.build(tarball, out)
+    assert stats["train_lines"] == 200 and stats["val_lines"] == 1000
+    for name in ("demo_en.txt.gz", "demo_val.txt"):
+        assert (shared / name).read_text() == "the shared copy\n"
+        assert not (out / name).is_symlink()
+    assert len((out / "demo_val.txt").read_text().splitlines()) == 1000
+    assert sorted(p.name for p in out.iterdir()) == ["demo_en.txt.gz", "demo_val.txt"]
