@@ -11,14 +11,17 @@
 #
 # One call of an allocated machine (docs/gpu.md's recipes; bench/gpu_suite/plan.py, RECIPE),
 # three more options, handled here (OUT_DIR must then be the last argument):
-#   --bundle DIR        install the offline bundle DIR first (no index, into /tmp/site) and
-#                       read the data from DIR/data
+#   --bundle DIR        install the offline bundle DIR first (no index, into a private folder
+#                       made for this call, removed at its end) and read the data from DIR/data
 #   --call-limit-s N    the call is killed after N s: stop the suite (SIGINT: its runs save
 #                       their state, the report is written) 40 s before, SIGKILL 28 s later
-#   --copy-to DIR       then, whatever happened, copy OUT_DIR's files (the report, the .tar
-#                       files, the logs, the reference's checkpoint parts when this call
-#                       trained it) into DIR and add this call's exit code to the copied
-#                       gpu_report.md
+#   --copy-to DIR       then, whatever happened, copy the suite's files in OUT_DIR (the report,
+#                       the .tar files, the plot, the logs, the reference's checkpoint parts
+#                       when this call trained it: at most 8 files, each at most 16 MiB, 64 MiB
+#                       in all; what is left out is named) into DIR and add this call's exit
+#                       code to the copied gpu_report.md. DIR is checked first (a folder, no
+#                       link, no file of the suite's names that an earlier copy did not write:
+#                       bench/gpu_suite/out_files.py), and each file is replaced by a rename
 # The exit code is the suite's (0, 1 a stage failed, 2 a prerequisite or the bundle, 130 a
 # signal), or 124 when --call-limit-s stopped it.
 set -uo pipefail  # not -e: the files are copied whatever the suite's exit
@@ -56,9 +59,18 @@ if [[ -n $copy_to && ( -z $out_dir || $out_dir == -* ) ]]; then
   echo "error: with --copy-to, OUT_DIR must be the last argument" >&2; exit 2
 fi
 
+# stdlib only, no vat: seconds, before the suite runs
+COPY=("$PY" "$ROOT/bench/gpu_suite/out_files.py")
+if [[ -n $copy_to ]] && ! "${COPY[@]}" check "$copy_to"; then
+  exit 2
+fi
+
 rc=0
 if [[ -n $bundle ]]; then
-  site="${GPU_SUITE_SITE:-/tmp/site}"
+  # a folder made for this call (mktemp: 0700, a fresh name), first on PYTHONPATH: a fixed
+  # shared path could hold anyone's sitecustomize.py, which Python would run in the suite
+  site="$(mktemp -d "${TMPDIR:-/tmp}/gpu_suite_site.XXXXXXXX")" || exit 2
+  trap 'rm -rf -- "$site"' EXIT
   if "$PY" "$ROOT/scripts/offline_bundle.py" --install "$bundle" --target "$site" >&2; then
     export PYTHONPATH="$site:$PYTHONPATH" VAT_DATA_DIR="$(cd "$bundle/data" && pwd)"
   else
@@ -84,21 +96,7 @@ if ((rc == 0)); then
 fi
 
 if [[ -n $copy_to ]]; then
-  mkdir -p "$copy_to"
-  if [[ -d $out_dir ]]; then
-    find "$out_dir" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$copy_to"/ \;
-  fi
-  case $rc in
-    0) why="every stage that ran finished or was skipped for time" ;;
-    1) why="a stage failed: see Stages" ;;
-    2) why="a prerequisite is missing or the bundle did not install: see the call's output" ;;
-    124) why="stopped by --call-limit-s $limit (its state saved: the same call continues)" ;;
-    130) why="stopped by a signal (its state saved: the same call continues)" ;;
-    137) why="killed ${KILL_AFTER_S} s after --call-limit-s stopped it (what it saved before is here)" ;;
-    *) why="killed or crashed: see the call's output" ;;
-  esac
-  printf '\n**This call: exit %s** (%s; bench/gpu_suite.sh, %s).\n' "$rc" "$why" \
-    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$copy_to/gpu_report.md"
+  "${COPY[@]}" copy "$out_dir" "$copy_to" "$rc" "$limit" || rc=$((rc ? rc : 2))
 fi
 echo "gpu_suite: exit $rc" >&2
 exit "$rc"

@@ -240,6 +240,9 @@ def build(args: argparse.Namespace) -> int:
         "total_bytes": total,
     }
     fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{MANIFEST}.")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600: the mode of the bundle's other files
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(json.dumps(manifest, indent=1) + "\n")
     os.replace(tmp, out / MANIFEST)  # a link there is replaced, never written through

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the
 
 from bench.gpu_suite import frontier_eval
 from bench.gpu_suite.__main__ import main, seed_out_dir
+from bench.gpu_suite.call import MAX_OUT_BYTES, MAX_OUT_FILE, MAX_OUT_FILES
 from bench.gpu_suite.children import child_env
 from bench.gpu_suite.frontier_train import train_cmd
 from bench.gpu_suite.plan import (
@@ -255,6 +256,9 @@ def test_a_call_with_a_failed_stage_or_at_its_limit_returns_its_files_and_exit_c
     assert sorted(p.name for p in back2.iterdir()) == sorted(
         p.name for p in out2.iterdir() if p.is_file()
     )
+    sizes = [p.stat().st_size for p in back2.iterdir()]  # what a call may return
+    assert len(sizes) <= MAX_OUT_FILES and max(sizes) <= MAX_OUT_FILE
+    assert sum(sizes) <= MAX_OUT_BYTES
 
 
 @pytest.mark.parametrize("fresh", [True, False])

@@ -39,7 +39,13 @@ if not __package__:
     # goes there instead, so that bench.gpu_suite and vat import from it
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.gpu_suite.call import OUT_FILES, REPORT, copy_atomic  # noqa: E402
+from bench.gpu_suite.call import (  # noqa: E402
+    MAX_OUT_FILE,
+    OUT_FILES,
+    REPORT,
+    check_out_dir,
+    copy_atomic,
+)
 from bench.gpu_suite.carry import part_files  # noqa: E402
 from bench.gpu_suite.plan import (  # noqa: E402
     PLANS,
@@ -114,6 +120,12 @@ def seed_out_dir(out: Path, seed: Path, smoke: bool) -> str:
     if not (seed / REPORT).is_file():
         return f"--seed {seed}: no {REPORT} there; starting afresh"
     read_report(seed / REPORT, smoke, "use another --seed, or none to start afresh")
+    for f in files:  # what a call returned: each at most MAX_OUT_FILE
+        if f.stat().st_size > MAX_OUT_FILE:
+            raise VatError(
+                f"--seed {seed}: {f} is over {MAX_OUT_FILE // 2**20} MiB, more than a call "
+                "returns; use another --seed, or none to start afresh"
+            )
     out.mkdir(parents=True, exist_ok=True)
     for f in files:
         copy_atomic(f, out / f.name)
@@ -137,8 +149,7 @@ def _main(argv: Sequence[str]) -> int:
     if args.frontier_steps is not None and args.frontier_steps < 1:
         raise VatError(f"--frontier-steps must be at least 1, got {args.frontier_steps}")
     out = Path(args.out_dir)
-    if out.exists() and not out.is_dir():
-        raise VatError(f"OUT_DIR {out} is a file, expected a folder")
+    check_out_dir(out)  # before any work: links, a user's files under the suite's names
     default_data = os.environ.get("VAT_DATA_DIR") or str(ROOT.parent / "shared" / "data")
     data_dir = Path(args.data_dir or default_data).resolve()
     check_packages()

@@ -9,7 +9,9 @@ stage, throughput variant and evaluated run), so that the next call continues fr
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -21,29 +23,26 @@ import yaml
 from bench.gpu_suite import schema
 from bench.gpu_suite.plan import BASE_CONFIG, REFERENCE_CONFIG, SHARED_PREFIX, Plan
 from vat.errors import VatError
-from vat.io import atomic_write, write_json_atomic
+from vat.io import TEMP_RE, atomic_write, write_json_atomic
 
 if TYPE_CHECKING:
     from bench.gpu_suite.records import Report
 
-REPORT = "gpu_report.json"
-OUT_FILES = (
-    "gpu_report.json",
-    "gpu_report.md",
-    "frontier.png",
-    "best_sts.tar",
-    "best_bleu.tar",
-    "reference.tar",
-    "logs.tar.gz",
+# OUT_DIR's top-level names and what a call returns at most: out_files.py (the wrapper's
+# --copy-to reads them without vat)
+from bench.gpu_suite.out_files import (  # noqa: E402, F401 (re-exported)
+    MAX_OUT_BYTES,
+    MAX_OUT_FILE,
+    MAX_OUT_FILES,
+    MAX_REPORT_BYTES,
+    OUT_FILES,
+    REPORT,
+    WORK,
+    WORK_FOLDERS,
+    link_text,
+    suite_named,
 )
-"""Everything the suite writes at OUT_DIR's top level (each <= 16 MiB), besides the reference's
-checkpoint parts (carry.py: reference.ckpt.part1, ...), which only a call that trained the
-reference leaves there: at most 8 files in all."""
-MAX_OUT_FILE = 16 * 2**20
-MAX_OUT_FILES = 8
-MAX_OUT_BYTES = 64 * 2**20
-"""What comes back from one call at most: 8 files of at most MAX_OUT_FILE, 64 MiB in all (the
-copy-back of the allocations the recipes are sized for)."""
+
 RETURNED = "returned"
 """OUT_DIR/work/returned/: files an earlier call wrote and returned, moved out of OUT_DIR's
 top level when this call's own files need the room (make_room)."""
@@ -68,11 +67,14 @@ def tokens_text(n: float | None) -> str:
 
 
 def pack(dest: Path, folder: Path, arcname: str, gz: bool = False) -> None:
-    """A folder as one tar file (atomically: a temporary file renamed into place)."""
-    tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-    with tarfile.open(tmp, "w:gz" if gz else "w") as tf:
-        tf.add(folder, arcname=arcname)
-    os.replace(tmp, dest)
+    """A folder as one tar file (atomically: vat.io.atomic_write's fresh temporary file,
+    renamed into place; a link at `dest` is replaced, never written through)."""
+
+    def write(f) -> None:
+        with tarfile.open(fileobj=f, mode="w:gz" if gz else "w") as tf:
+            tf.add(folder, arcname=arcname)
+
+    atomic_write(dest, write, binary=True)
 
 
 def copy_atomic(src: Path, dest: Path) -> None:
@@ -84,6 +86,131 @@ def copy_atomic(src: Path, dest: Path) -> None:
             shutil.copyfileobj(s, f)
 
     atomic_write(dest, write, binary=True)
+
+
+def check_out_dir(out: Path) -> None:
+    """OUT_DIR before any work: never a link (the suite writes, replaces and removes there);
+    its report, when there, a file of at most MAX_REPORT_BYTES; without one, no file of the
+    suite's names (a user's gpu_report.md or reference.tar would be replaced); and none of
+    the suite's folders in work/ a link. Each refusal is one line naming the path."""
+    if out.is_symlink():
+        raise VatError(f"OUT_DIR {out} is {link_text(out)}; the suite never writes through "
+                       "links: name the folder itself")  # fmt: skip
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise VatError(f"OUT_DIR {out} is a file, expected a folder")
+    report = out / REPORT
+    if report.is_symlink():
+        raise VatError(f"{report} is {link_text(report)}; the suite never writes through "
+                       "links: move it away")  # fmt: skip
+    if not report.exists():
+        theirs = sorted(p.name for p in out.iterdir() if suite_named(p.name) or p.name == WORK)
+        if theirs:
+            raise VatError(
+                f"OUT_DIR {out} holds {out / theirs[0]} but no {REPORT}: not a folder the "
+                "suite wrote, and it would replace them; move them away or choose another "
+                "OUT_DIR"
+            )
+    for p in sorted(out.iterdir()):
+        if suite_named(p.name) and p.is_symlink():
+            raise VatError(f"{p} is {link_text(p)}; the suite never writes through links: "
+                           "move it away")  # fmt: skip
+    work = out / WORK
+    folders = [work, *(work / f for f in WORK_FOLDERS)]
+    for sub in ("frontier", "export"):
+        if (work / sub).is_dir() and not (work / sub).is_symlink():
+            folders += sorted((work / sub).iterdir())
+    for f in folders:
+        if f.is_symlink():
+            raise VatError(f"{f} is {link_text(f)}; the suite writes and removes files there "
+                           "and never through a link: move it away")  # fmt: skip
+
+
+RUN_NAMES = [
+    re.compile(p)
+    for p in (
+        # what `vat train` writes in its run folder (vat.runs.run_dir)
+        r"checkpoints",
+        r"events\.out\.tfevents\..*",
+        r"config\.yaml",
+        r"config-resume-\d+\.yaml",
+        r"hparams\.yaml",
+        r"tokenizer\.json",
+        r"projector_config\.pbtxt",
+        r"time_split\.json",
+        r"compile_cache\.(bin|json)",
+        r"\d{5,}",
+        r"\.lock",
+        r"\.vat-run\.json",
+        r"\.overwritten-.*",
+        # what the suite writes there: the finished mark and the evaluations
+        r"\.trained",
+        r"suite_eval\.json",
+        r"bleu_.*\.json",
+        r"sts_.*\.json",
+        r"feature_compare",
+    )
+]
+"""The names in a training run's folder that vat or the suite wrote; a run folder holding
+anything else is not removed (remove_run)."""
+
+
+def remove_run(run_dir: Path) -> None:
+    """Remove a training run's folder that the suite starts again, only when it holds
+    nothing but what vat and the suite write there (RUN_NAMES; in checkpoints/, .ckpt files
+    and vat's temporary files): a user's file in it is named instead, and the folder kept.
+    A link is never followed or removed."""
+    if run_dir.is_symlink():
+        raise VatError(f"{run_dir} is {link_text(run_dir)}; the suite never removes through "
+                       "links: move it away")  # fmt: skip
+    if not run_dir.exists():
+        return
+    for p in sorted(run_dir.iterdir()):
+        ours = any(r.fullmatch(p.name) for r in RUN_NAMES) or bool(TEMP_RE.match(p.name))
+        if ours and p.name == "checkpoints":
+            inside = [] if p.is_symlink() or not p.is_dir() else sorted(p.iterdir())
+            stray = [c for c in inside if not (c.suffix == ".ckpt" or TEMP_RE.match(c.name))]
+            ours = not p.is_symlink() and not stray
+            p = stray[0] if stray else p
+        if not ours:
+            raise VatError(
+                f"{p} was not written by vat or the suite, and the suite would remove "
+                f"{run_dir} to start that run again; move it away"
+            )
+    shutil.rmtree(run_dir)
+
+
+LISTING = ".suite_files.json"
+"""In a folder the suite fills from a tar file (work/start/): every path it unpacked, so that
+the next unpack removes the folder only when it holds nothing else (remove_listed)."""
+
+
+def write_listing(folder: Path) -> None:
+    """Record every path under `folder` (just unpacked by the suite) in folder/LISTING."""
+    paths = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    write_json_atomic(folder / LISTING, paths)
+
+
+def remove_listed(folder: Path) -> None:
+    """Remove `folder` when every path under it is one its LISTING records (the suite wrote
+    them); else one line naming the first other path, and the folder is kept."""
+    if folder.is_symlink():
+        raise VatError(f"{folder} is {link_text(folder)}; the suite never removes through "
+                       "links: move it away")  # fmt: skip
+    if not folder.exists():
+        return
+    listing = folder / LISTING
+    try:
+        ours = set(json.loads(listing.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, RecursionError):
+        ours = set()
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        if rel != LISTING and rel not in ours:
+            raise VatError(f"{p} was not unpacked by the suite, and the suite would remove "
+                           f"{folder} to unpack there again; move it away")  # fmt: skip
+    shutil.rmtree(folder)
 
 
 class Call:

@@ -134,6 +134,14 @@ def join(folder: Path, manifest: CheckpointParts, dest: Path) -> str | None:
     return None
 
 
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def this_machine(smoke: bool) -> dict[str, Any]:
     """This machine as a compile cache's record names it, for the device the reference
     trains on (the GPU; the CPU in --smoke)."""
@@ -191,8 +199,8 @@ def restore_compile_cache(
     path = folder / manifest.file
     if not path.is_file():
         return f"its compile cache {manifest.file} did not come back: compiled afresh"
-    data = path.read_bytes()
-    if len(data) != manifest.bytes or hashlib.sha256(data).hexdigest() != manifest.sha256:
+    size = path.stat().st_size  # checked before reading: no more than a returned file holds
+    if size != manifest.bytes or size > CACHE_PACK_BYTES or sha256_file(path) != manifest.sha256:
         return (
             f"its compile cache {manifest.file} fails its size or SHA-256 check (altered "
             "or damaged on the way): compiled afresh"
@@ -200,17 +208,18 @@ def restore_compile_cache(
     why = mismatch(schema.write(manifest.record), here)
     if why is not None:
         return f"its compile cache is not for this machine ({why}): compiled afresh"
-    files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
-        for member in tf.getmembers():  # read by name, never extracted: no path leaves run_dir
-            if member.name in (CACHE_FILE, RECORD_FILE) and member.isfile():
-                files[member.name] = tf.extractfile(member).read()
-    if set(files) != {CACHE_FILE, RECORD_FILE}:
-        return f"its compile cache {manifest.file} lacks {CACHE_FILE} or its record"
-    for name in (CACHE_FILE, RECORD_FILE):  # the record last: it vouches for the file
-        atomic_write(run_dir / name, lambda out, b=files[name]: out.write(b), binary=True)
+    with tarfile.open(path, mode="r:gz") as tf:
+        # read by name, never extracted (no path leaves run_dir), and streamed into place
+        # rather than held in memory: a small pack can unpack to much more
+        members = {m.name: m for m in tf.getmembers() if m.isfile()}
+        if not {CACHE_FILE, RECORD_FILE} <= set(members):
+            return f"its compile cache {manifest.file} lacks {CACHE_FILE} or its record"
+        for name in (CACHE_FILE, RECORD_FILE):  # the record last: it vouches for the file
+            src = tf.extractfile(members[name])
+            atomic_write(run_dir / name, lambda out, s=src: shutil.copyfileobj(s, out), binary=True)
+    cache_mib = members[CACHE_FILE].size / 2**20
     rec = manifest.record
     return (
-        f"its compile cache came back ({len(files[CACHE_FILE]) / 2**20:.1f} MiB, saved on "
+        f"its compile cache came back ({cache_mib:.1f} MiB, saved on "
         f"{rec.device}, torch {rec.torch}): the launch reads its compiled step"
     )

@@ -40,7 +40,9 @@ def spawn(cmd: list[str], log: Path, plan: Plan, cwd: Path | None = None) -> sub
     """Start one child, its output appended to `log` (after the command line), in `cwd`
     (default: the checkout)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as f:
+    # O_NOFOLLOW: a link at the log's place is refused, never appended through
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    with open(fd, "a", encoding="utf-8") as f:
         f.write(f"$ {' '.join(cmd)}\n")
         f.flush()
         return subprocess.Popen(

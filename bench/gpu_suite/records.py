@@ -28,12 +28,10 @@ Bleu = Annotated[float, Range(0, 100)]
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 Sha256 = Annotated[str, Matches(SHA256_RE, "64 hex digits")]
 
-PART_PREFIX = "reference.ckpt.part"
-PART_RE = re.compile(re.escape(PART_PREFIX) + r"[1-9][0-9]{0,2}")
-"""A checkpoint part's name (carry.py), numbered from 1: only these names pass in a manifest,
-so that a hand-edited report cannot make the suite read or write outside OUT_DIR."""
-CACHE_PACK = "reference.compile_cache.tar.gz"
-"""The reference's compile cache and its record as one returned file (carry.py)."""
+# A checkpoint part's name (carry.py), numbered from 1: only these names pass in a manifest,
+# so that a hand-edited report cannot make the suite read or write outside OUT_DIR. The names
+# live in out_files.py, which the wrapper's copy reads without vat.
+from bench.gpu_suite.out_files import CACHE_PACK, PART_PREFIX, PART_RE  # noqa: E402, F401
 
 StageStatus = Literal["pending", "done", "partial", "skipped", "failed"]
 """A stage's status (state.py's runner, each stage's run())."""

@@ -37,7 +37,6 @@ import io
 import json
 import math
 import re
-import shutil
 import sys
 import tarfile
 import time
@@ -55,7 +54,10 @@ from bench.gpu_suite.call import (
     copy_atomic,
     now_iso,
     pack,
+    remove_listed,
+    remove_run,
     tokens_text,
+    write_listing,
 )
 from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
@@ -70,7 +72,7 @@ from bench.gpu_suite.records import (
     Report,
     RoundRecord,
 )
-from bench.gpu_suite.report import fmt
+from bench.gpu_suite.report import fmt, registry_commands
 from bench.gpu_suite.runs import Outcome, TrainRun, checkpoint_step, prepare_data, train
 from bench.gpu_suite.throughput import measured_throughput
 from vat.errors import VatError
@@ -244,7 +246,7 @@ def _train(call: Call, run_dir: Path, end: float, start: Start, parts: bool = Tr
     if o.status == "failed" and start.carried and (o.step or 0) <= start.step and parts:
         call.note("reference", f"the returned checkpoint did not resume here ({o.note}); "
                                "continuing from the newest weights instead")  # fmt: skip
-        shutil.rmtree(run_dir)
+        remove_run(run_dir)
         return _train(call, run_dir, end, choose_start(call, run_dir, parts=False), parts=False)
     if o.status == "failed":
         call.note("reference", f"failed ({o.note})")
@@ -281,7 +283,7 @@ def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
     manifest = ref.checkpoint_parts
     if parts and manifest:
         if run_dir.exists():  # a start that saved no checkpoint: nothing of it to keep
-            shutil.rmtree(run_dir)
+            remove_run(run_dir)
         dest = run_dir / "checkpoints" / manifest.file
         why = carry.join(call.out, manifest, dest)
         step = checkpoint_step(run_dir) if why is None else None
@@ -297,7 +299,7 @@ def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
             return Start("resumed", f"{_resumed(step, dest)} (the checkpoint an earlier call "
                          f"returned, joined from {n} part{'s' * (n > 1)})", step, str(dest),
                          carried=True)  # fmt: skip
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_run(run_dir)
         call.note("reference", f"the returned checkpoint (step {manifest.step:,}) cannot be "
                                f"resumed: {why}")  # fmt: skip
     weights = newest_weights(call)
@@ -347,11 +349,12 @@ def _unpack(call: Call, tar: Path) -> tuple[Path | None, dict[str, Any]]:
     """reference.tar's folder under OUT_DIR/work/start/ and its config.json, or (None, {})
     (said) when it holds no readable exported folder."""
     dest = call.work / START
-    shutil.rmtree(dest, ignore_errors=True)
+    remove_listed(dest)  # an earlier unpack's, and nothing else
     try:
         with tarfile.open(tar) as tf:
             tops = {Path(m.name).parts[0] for m in tf.getmembers() if Path(m.name).parts}
             tf.extractall(dest, filter="data")  # no absolute paths, links out or devices
+        write_listing(dest)
         folder = dest / tops.pop() if len(tops) == 1 else None
         config = json.loads((folder / "config.json").read_text("utf-8")) if folder else None
     except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
@@ -719,8 +722,9 @@ def registry_lines(
     weights); else why it stays, or why the two cannot be compared. `compare` says which."""
     from vat.share.pretrained import shipped_model
 
-    add = f"vat pretrained add {folder} --name {name}"
-    from_tar = f"tar xf {tar_name} && vat pretrained add {name} --name {name}"
+    built = registry_commands(name, folder, tar_name, False)
+    assert built is not None  # the plan's name and reference.tar
+    add, from_tar = built
     none = {"registry_command": None, "registry_command_from_tar": None, "shipped_bleu": None}
     try:
         entry = shipped_model(name)

@@ -5,7 +5,8 @@ anywhere leaves a report of what it did."""
 
 from __future__ import annotations
 
-import os
+import re
+import shlex
 from collections.abc import Sequence
 from math import nan
 from pathlib import Path
@@ -21,6 +22,7 @@ from bench.gpu_suite.records import (
     Report,
     TimeSplit,
 )
+from vat.io import atomic_write
 
 
 def write_outputs(call: Call) -> None:
@@ -52,9 +54,9 @@ def copy_event_files(work: Path, dest: Path) -> None:
 
 
 def atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """`text` written through vat.io.atomic_write: a fresh temporary file, never a link
+    (a fixed temporary name could be one, and written through)."""
+    atomic_write(path, lambda f: f.write(text))
 
 
 def evaluations(state: Report) -> list[Evaluation]:
@@ -93,9 +95,7 @@ def plot_frontier(records: Sequence[Evaluation], path: Path) -> None:
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right")
     ax.set_title("The rate frontier (labels: target_kl)")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
 
 
 def fmt(x: Any, spec: str = ".2f", scale: float = 1.0) -> str:
@@ -238,14 +238,40 @@ def render_reference(
         lines += ["", f"The shipped-model registry: {a.compare}."]
     if a.registry_command is None:
         return lines
+    # the report is a file (a seed's came from elsewhere): print only the commands vat builds
+    # from the export's checked name, folder and file, never the recorded text as such
+    overwrite = a.registry_command.endswith(" --overwrite")
+    built = registry_commands(a.name, Path(a.folder), a.file, overwrite)
+    if built is None or built != (a.registry_command, a.registry_command_from_tar):
+        return [*lines, "", "The report's registry command is not the one vat builds from the "
+                "export's name, folder and file (the report was changed): not shown."]  # fmt: skip
     return [
         *lines,
         "",
         "```bash",
-        f"{a.registry_command}",
-        f"# or, from the returned file: {a.registry_command_from_tar}",
+        built[0],
+        f"# or, from the returned file: {built[1]}",
         "```",
     ]
+
+
+MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+"""A model name the registry command may carry (the reference's: wmt-tatoeba-en-d16)."""
+
+
+def registry_commands(
+    name: str, folder: Path, tar_name: str, overwrite: bool
+) -> tuple[str, str] | None:
+    """The line that adds the exported `folder` to the registry as `name`, and the one that
+    does it from the returned `tar_name`; the folder quoted for the shell, and None when the
+    name or file is not one vat gives (a report changed by hand)."""
+    if not (MODEL_NAME_RE.fullmatch(name) and MODEL_NAME_RE.fullmatch(tar_name)):
+        return None
+    more = " --overwrite" if overwrite else ""
+    return (
+        f"vat pretrained add {shlex.quote(str(folder))} --name {name}{more}",
+        f"tar xf {tar_name} && vat pretrained add {name} --name {name}{more}",
+    )
 
 
 def render_markdown(state: Report) -> str:

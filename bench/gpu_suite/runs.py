@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from bench.gpu_suite import schema
-from bench.gpu_suite.call import Call
+from bench.gpu_suite.call import Call, remove_run
 from bench.gpu_suite.children import last_line, shield, spawn, stop
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.records import CallLaunch, Report, TimeSplit
@@ -143,7 +142,7 @@ def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str,
                 out[r.name] = Outcome("trained", step, 0.0, False, "finished in an earlier call")
                 continue
             if step is None and r.run_dir.exists():
-                shutil.rmtree(r.run_dir)
+                remove_run(r.run_dir)  # a user's file in it: one line, kept
                 call.note(stage, f"{r.name}: no checkpoint from its earlier start (stopped or "
                                  "killed before its first one): started afresh")  # fmt: skip
             since[r.name] = time.time()

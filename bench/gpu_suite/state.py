@@ -29,7 +29,7 @@ from bench.gpu_suite import (
     schema,
     throughput,
 )
-from bench.gpu_suite.call import REPORT, Call, now_iso
+from bench.gpu_suite.call import MAX_REPORT_BYTES, REPORT, Call, now_iso
 from bench.gpu_suite.children import shield
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.records import CallRecord, Frontier, Report, StageRecord, Throughput
@@ -85,8 +85,14 @@ def read_report(path: Path, smoke: bool, fix: str) -> Report:
     field, ending with `fix`."""
     if not path.is_file():  # a folder, a FIFO (would block), a dangling link or a loop
         raise VatError(f"{path} is not a file; {fix}")
+    # read no more than a report can hold: a larger file was not written by the suite
+    with open(path, "rb") as f:
+        data = f.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        raise VatError(f"{path} is over {MAX_REPORT_BYTES // 2**20} MiB, more than a "
+                       f"gpu_report.json holds; {fix}")  # fmt: skip
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise VatError(f"{path} is not a gpu_report.json ({e}); {fix}") from None
     if not isinstance(state, dict) or state.get("schema") != SCHEMA:
@@ -151,6 +157,9 @@ class Suite(Call):
 
             torch.set_num_threads(1)
         since = time.time()  # files older than this are an earlier call's (make_room)
+        # the report first: an OUT_DIR holding the suite's work/ without it is refused as
+        # not the suite's (call.check_out_dir), even after a call stopped right here
+        self.save()
         self.write_config()
         if again and "reference" in stages:
             reference.begin_round(self)
