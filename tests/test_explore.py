@@ -692,7 +692,7 @@ def test_the_model_view_shows_hand_edited_training_facts(tiny_export, tmp_path):
 
     folder = copy_folder(tiny_export, tmp_path)
     config = json.loads((folder / "config.json").read_text())
-    config["training"] = {"data": {"hf_dataset": 5}, "metrics": "high", "tokens_seen": True}
+    config["training"] = {"metrics": {"val/kl": "high"}, "tokens_seen": True}
     config["evaluation"] = [{"task": "STS12", "split": "test", "metric": "spearman", "value": 51}]
     (folder / "config.json").write_text(json.dumps(config))
     html = facts_html(Explorer(vat.load(folder, device="cpu")))
