@@ -322,3 +322,20 @@ def test_the_demo_corpus_build_replaces_links_instead_of_writing_through(tmp_pat
         assert not (out / name).is_symlink()
     assert len((out / "demo_val.txt").read_text().splitlines()) == 1000
     assert sorted(p.name for p in out.iterdir()) == ["demo_en.txt.gz", "demo_val.txt"]
+
+
+def test_generate_bleu_limit_reads_only_that_many_lines(
+    tmp_path, tiny_sentences, tiny_ckpt, capsys
+):
+    """`vat generate bleu --limit N` stops reading --input after its N-th sentence (before:
+    the whole input was read first, so a bad byte far past the N lines failed the command
+    and a large file was held whole)."""
+    from vat.cli.generate import main
+
+    path = _file_then_bad_bytes(tmp_path, tiny_sentences[:4])
+    argv = ["bleu", "--ckpt", str(tiny_ckpt), "--input", str(path), "--json", "--max-len", "6"]
+    assert main([*argv, "--limit", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 3
+    assert main(argv) == 2  # the whole input: the bad line is named
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --input {path}: line 5 has bytes that are not UTF-8")
