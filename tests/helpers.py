@@ -198,6 +198,7 @@ def checkpoint_with_counts(
     import numpy as np
 
     from vat.share.checkpoint import read_checkpoint, vat_metadata
+    from vat.share.training_record import data_record
 
     train = root / "train.txt"
     train.write_text("\n".join(lines) + "\n")
@@ -210,6 +211,9 @@ def checkpoint_with_counts(
         loaded.model, loaded.tokenizer, 0.4, list(length_histogram), token_counts=counts.tolist()
     )
     ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
+    # as `vat train` records it: the file's size and digest, which let vat read it from
+    # outside the model's folder (vat.share.training_record.locate_training_files)
+    ckpt["vat"]["training"] = {"data": data_record({"train_files": [str(train)]})}
     path = path or root / "run" / "model.ckpt"
     path.parent.mkdir(parents=True)
     torch.save(ckpt, path)

@@ -28,6 +28,7 @@ from vat.features.postprocess import (
 )
 from vat.share.checkpoint import read_checkpoint
 from vat.share.resolve import load_model
+from vat.share.training_record import data_record
 from vat.tokenizer import make_batch
 
 FAST = ["--no-progress", "--device", "cpu"]
@@ -207,6 +208,7 @@ def test_training_files_inside_the_evaluation_data_are_refused(trained_files, tm
     leak.write_text("\n".join(lines) + "\n")
     raw = read_checkpoint(ckpt)
     raw["datamodule_hyper_parameters"] = {"train_files": [str(leak)]}
+    raw["vat"]["training"] = {"data": data_record({"train_files": [str(leak)]})}
     bad = tmp_path / "bad.ckpt"
     torch.save(raw, bad)
     code = main(["--ckpt", str(bad), "--tasks", "STS12", "--data-dir", str(data), *FAST,

@@ -8,6 +8,7 @@ a call starts from."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -101,8 +102,12 @@ def _entry(registry: Path, name: str, config: dict) -> None:
     suite reads of a shipped model before `vat train --init-from` loads it)."""
     folder = registry / name
     folder.mkdir(parents=True)
-    (folder / "shipped.json").write_text(json.dumps({"name": name, "sha256": {}}))
     (folder / "config.json").write_text(json.dumps(config))
+    body = (folder / "config.json").read_bytes()
+    sums = {"config.json": hashlib.sha256(body).hexdigest()}
+    shipped = {"format": 1, "name": name, "dtype": "float16", "sha256": sums}
+    shipped["bytes"] = {"config.json": len(body)}
+    (folder / "shipped.json").write_text(json.dumps(shipped))
 
 
 def _row(bleu: str, lines: int) -> dict:
