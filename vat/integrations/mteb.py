@@ -257,21 +257,24 @@ def _hub_offline() -> Iterator[None]:
 
 
 def check_no_links(output_dir: str | os.PathLike) -> None:
-    """MTEB writes its result files (and merges run_settings.jsonl) with plain opens, which
-    follow symbolic links: a link anywhere in the results folder would have them written
-    into the file or folder it points to, which vat did not create. Such a folder is refused
-    in one line before any work."""
-    root = Path(output_dir)  # itself may be a link: the user names the folder
-    for here, dirs, files in os.walk(root):  # does not descend into linked folders
-        for name in (*dirs, *files):
-            path = Path(here) / name
-            if path.is_symlink():
-                raise OptionError(
-                    "output_dir",
-                    f"{root} holds a symbolic link, {path}; MTEB writes its result files "
-                    "through links, and vat does not write into what it did not create: "
-                    "remove the link or choose another folder",
-                )
+    """MTEB writes its result files (and merges run_settings.jsonl) under
+    `output_dir/results/` with plain opens, which follow symbolic links: a link there would
+    have them written into the file or folder it points to, which vat did not create. Such a
+    folder is refused in one line before any work. Only `results/` is walked: the folder
+    itself is the user's to name, and may be a large one."""
+    results = Path(output_dir) / "results"
+    found = [results] if results.is_symlink() else []
+    for here, dirs, files in os.walk(results):  # does not descend into linked folders
+        found += [Path(here) / n for n in (*dirs, *files) if (Path(here) / n).is_symlink()]
+        if found:
+            break
+    if found:
+        raise OptionError(
+            "output_dir",
+            f"{output_dir} holds a symbolic link, {found[0]}; MTEB writes its result files "
+            "through links, and vat does not write into what it did not create: remove the "
+            "link or choose another folder",
+        )
 
 
 def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike) -> Any:
