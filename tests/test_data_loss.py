@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY, fit_args, train_main
 
+from vat.errors import VatError
 from vat.share.checkpoint import read_checkpoint
 
 
@@ -160,7 +161,7 @@ def test_a_resume_never_writes_through_symlinks_in_the_run(r1, tmp_path, cache, 
 
 def test_the_cache_never_writes_through_symlinks(tmp_path, tiny_sentences):
     """A damaged cached tokenizer and a damaged token cache that are symlinks to files
-    elsewhere: both are rebuilt in place of the links; the link targets stay as they were."""
+    elsewhere: the link targets stay as they were, never written through or removed."""
     import shutil
 
     from vat.data.datamodule import VATDataModule
@@ -183,10 +184,13 @@ def test_the_cache_never_writes_through_symlinks(tmp_path, tiny_sentences):
     os.symlink(victim_data, data)
     before = {p.name: p.read_bytes() for p in victim_data.rglob("*") if p.is_file()}
 
-    VATDataModule(train_files=[str(train)], cache_dir=str(cache), **kw).setup("fit")
-    assert victim_tok.read_text() == "not a tokenizer" and not tok.is_symlink()
+    # the damaged cache that is a link is vat's to neither write through nor remove: one
+    # line saying so, and both link targets stay as they were
+    with pytest.raises(VatError, match="symbolic link"):
+        VATDataModule(train_files=[str(train)], cache_dir=str(cache), **kw).setup("fit")
+    assert victim_tok.read_text() == "not a tokenizer"
     assert {p.name: p.read_bytes() for p in victim_data.rglob("*") if p.is_file()} == before
-    assert data.is_dir() and not data.is_symlink()
+    assert data.is_symlink()
 
 
 def test_a_fresh_run_refuses_a_logger_folder_holding_another_runs_events(tmp_path, cache, capsys):
@@ -233,3 +237,39 @@ def test_resume_hint_for_files_no_run_recorded_is_one_that_works(tmp_path, cache
     assert code == 0, err
     assert _step(run / "checkpoints" / "last.ckpt") == 1
     assert (kept / "config.yaml").read_text() == "my: config\n"
+
+
+def test_a_users_folder_named_like_vats_trash_is_kept(tmp_path, cache, capsys):
+    """vat removes the trash folder a killed --overwrite left, and only that: a folder of the
+    user's that merely has its name stays."""
+    run = tmp_path / "run"
+    (run / ".overwritten-1").mkdir(parents=True)
+    (run / ".overwritten-1" / "thesis.tex").write_text("draft")
+    code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
+    assert code == 0, err
+    assert (run / ".overwritten-1" / "thesis.tex").read_text() == "draft"
+
+
+def test_a_lock_file_that_is_not_vats_is_never_overwritten(tmp_path, cache, capsys):
+    """A folder named as --checkpoint.dirpath may hold a file called .lock of another tool:
+    vat refuses it in one line instead of replacing its text by a process id."""
+    elsewhere = tmp_path / "ckpts"
+    elsewhere.mkdir()
+    (elsewhere / ".lock").write_text("held by my sync tool\n")
+    args = fit_args(tmp_path / "run", cache, "--checkpoint.dirpath", str(elsewhere))
+    code, err = train_main(args, capsys)
+    assert code == 2 and len(err) == 1 and ".lock" in err[0] and str(elsewhere) in err[0], err
+    assert (elsewhere / ".lock").read_text() == "held by my sync tool\n"
+
+
+def test_a_huge_run_manifest_is_refused_unread(tmp_path, cache, capsys):
+    """.vat-run.json is a few hundred bytes that vat wrote; one of many megabytes was not, and
+    is refused in one line without being read into memory."""
+    run = tmp_path / "run"
+    run.mkdir()
+    names = ", ".join(f'"f{i}"' for i in range(300_000))
+    text = f'{{"written_by": "vat train", "preexisting": [{names}]}}'
+    (run / ".vat-run.json").write_text(text)
+    code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
+    assert code == 2 and len(err) == 1 and ".vat-run.json" in err[0], err
+    assert (run / ".vat-run.json").read_text() == text

@@ -352,6 +352,7 @@ def test_stale_lock_file_from_an_old_pid_does_not_block(tmp_path, trained, capsy
     t0 = time.time()
     code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
     assert code == 0 and time.time() - t0 < 120, err
+    assert (run / ".lock").read_text() == f"{os.getpid()}\n"  # the old pid replaced, not added to
 
 
 def test_hints_name_the_run_folder_as_given_when_checkpoints_is_a_link(

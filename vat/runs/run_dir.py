@@ -60,6 +60,10 @@ from vat.share.checkpoint import read_checkpoint
 LOCK_NAME = ".lock"
 MANIFEST_NAME = ".vat-run.json"
 TRASH_PREFIX = ".overwritten-"
+TRASH_MARK = ".vat-trash"
+# .vat-run.json names a run's files: a few hundred bytes, a few kilobytes for a folder with
+# many files of its own; one far larger was not written by vat and is not read into memory
+MANIFEST_MAX_BYTES = 1 << 20
 # What a run writes into its directory (the TensorBoard logger's and vat's own files).
 _RUN_FILE_RES = [
     re.compile(p)
@@ -141,6 +145,15 @@ def lock_folder(folder: Path, option: str) -> None:
             f"{option} {folder} is in use by another run (pid {holder}); wait for it to finish "
             f"or choose another {option}"
         ) from None
+    # vat's lock file holds a process id or nothing; a .lock with other text is another
+    # tool's, and vat does not write over it
+    held = os.pread(fd, 64, 0).strip()
+    if held and not held.isdigit():
+        os.close(fd)
+        raise VatError(
+            f"{option} {folder}: {path} is not vat's lock file (it holds text, not a process "
+            f"id); vat does not write over it: move it or choose another {option}"
+        )
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _held_locks.append(fd)
@@ -198,6 +211,13 @@ def read_manifest(run_dir: Path) -> dict | None:
     try:
         if path.is_symlink() or not path.is_file():
             return None
+        size = path.stat().st_size
+        if size > MANIFEST_MAX_BYTES:
+            raise VatError(
+                f"{path} is {size:,} bytes, not a record vat wrote (a few hundred): it records "
+                f"which files of {run_dir} a vat run wrote; remove it (its run's files then "
+                f"count as not written by vat)"
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, ValueError):
         return None
@@ -382,14 +402,19 @@ def clear_previous_run(run_dir: Path, files: list[Path]) -> None:
     for parent, group in by_parent.items():
         trash = parent / f"{TRASH_PREFIX}{os.getpid()}"
         trash.mkdir()
+        (trash / TRASH_MARK).touch()  # before anything moves in: what marks it as vat's
         for p in sorted(group, key=lambda p: p.name != "checkpoints"):
             os.replace(p, trash / p.name)
         shutil.rmtree(trash)
 
 
 def _remove_old_trash(run_dir: Path) -> None:
+    """The trash folders a killed --overwrite left: only those vat made (its mark inside, not
+    a link), never a user's folder that merely has the name."""
     for p in run_dir.glob(f"{TRASH_PREFIX}*"):
-        shutil.rmtree(p, ignore_errors=True)
+        mark = p / TRASH_MARK
+        if p.is_dir() and not p.is_symlink() and mark.is_file() and not mark.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _input_configs(cfg) -> list[Path]:
