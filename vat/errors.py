@@ -69,13 +69,15 @@ def debug_requested(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get("VAT_DEBUG") == "1"
 
 
-def shown_path(path: str | os.PathLike, limit: int = 80) -> str:
-    """`path` for a one-line message: as it is when short, else its start and end around
-    "..." with its length, so that a pasted 5,000-character name does not fill the screen."""
+def shown_path(path: str | os.PathLike, limit: int = 300) -> str:
+    """`path` for a one-line message: as it is when it could be a real path to read (the
+    limit is above any path a user types or a temporary folder makes), else its start and end
+    around "..." with its length, so that a pasted 5,000-character name does not fill the
+    screen."""
     text = os.fspath(path)
     if len(text) <= limit:
         return text
-    keep = (limit - 5) // 2
+    keep = 40  # enough of each end to tell which path it was
     return f"{text[:keep]}...{text[-keep:]} ({len(text):,} characters)"
 
 
