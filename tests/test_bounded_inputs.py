@@ -222,17 +222,28 @@ def test_a_max_len_far_beyond_the_model_is_refused_before_building(tiny_export, 
         vat.load(folder, device="cpu")
     assert time.perf_counter() - start < 5
     assert "max_len 4000000" in str(e.value) and "needs a 512 MB position table" in str(e.value)
+    # the refusal itself, not the loader's "weights do not match its config.json" around it
+    assert "do not match" not in str(e.value)
 
 
 @pytest.mark.parametrize("prior_std", [1e300, 1e-300])
 def test_a_prior_std_whose_square_overflows_is_one_line(tiny_export, tmp_path, capsys, prior_std):
     folder = edited_folder(tiny_export, tmp_path, prior_std=prior_std)
-    with pytest.raises(CheckpointError, match="prior_std"):
+    with pytest.raises(CheckpointError, match="prior_std") as e:
         vat.load(folder, device="cpu")
+    assert "config.json: 'prior_std'" in str(e.value)  # the folder's file names it first
     p = tmp_path / "two.txt"
     p.write_text("A man.\n")
     rc, _, err = cli(["--model", folder, p, *FAST, "--no-representation"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "prior_std" in err, err
+
+
+@pytest.mark.parametrize("prior_std", [1e300, 1e-300])
+def test_training_refuses_the_same_prior_std(prior_std):
+    from vat.train.config import LossConfig
+
+    with pytest.raises(VatError, match="model.loss.prior_std"):
+        LossConfig(prior_std=prior_std)
 
 
 def test_generate_input_lines_are_held_to_the_same_bound(tmp_path):

@@ -56,18 +56,6 @@ def open_sentence_file(path: Path):
     return gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")
 
 
-def read_sentence_file(path: str | os.PathLike) -> bytes:
-    """All bytes of a sentence file (decompressed when it is a .gz); a damaged gzip file is
-    one VatError naming it. For readers that keep every line, empty ones too (vat generate
-    writes one output line per input line)."""
-    path = Path(path)
-    try:
-        with open_sentence_file(path) as f:
-            return f.read()
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
-
-
 TRAINING_SKIP_HINT = "set data.on_bad_bytes: skip to skip such lines"
 """How a training config skips lines that are not UTF-8 (each command names its own way)."""
 

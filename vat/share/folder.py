@@ -40,7 +40,7 @@ from vat.feature_spec import (
     is_feature_file,
 )
 from vat.io import atomic_write, filesystem_write_error, regular_file, write_json_atomic
-from vat.model import VAT, VATConfig
+from vat.model import VAT, VATConfig, prior_std_problem
 from vat.share.checkpoint import check_finite, check_weight_shapes
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.model_card import folder_features, model_card
@@ -411,8 +411,9 @@ def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float,
     folder."""
     path = folder / CONFIG_NAME
     s = config.get("prior_std")
-    if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
-        raise CheckpointError(f"{path}: 'prior_std' must be a positive number, got {s!r}")
+    problem = prior_std_problem(s)
+    if problem is not None:
+        raise CheckpointError(f"{path}: 'prior_std' {problem}")
     hist = config.get("length_histogram", [])
     if not isinstance(hist, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
@@ -527,6 +528,8 @@ def _load_weights(config: VATConfig, path: Path) -> VAT:
         # both names are one Parameter, so loading either fills both. check_weight_shapes has
         # made sure that nothing else is missing or extra.
         model.load_state_dict(state, strict=False)
+    except CheckpointError:  # check_weight_shapes' own refusal (sizes, a position table) says why
+        raise
     except (RuntimeError, SafetensorError, OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(

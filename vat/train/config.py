@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from vat.errors import check, check_count, finite
+from vat.model import prior_std_problem
 from vat.train.schedules import KLSchedule, Unit, check_unit
 
 
@@ -60,10 +61,11 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         o = "model.loss"
+        # the KL divides by s^2: a finite s whose square overflows or vanishes is refused too
         check(
-            finite(self.prior_std) and self.prior_std > 0,
+            prior_std_problem(self.prior_std) is None,
             f"{o}.prior_std",
-            "finite and > 0",
+            "finite and > 0, with a finite non-zero square (1e-150..1e150)",
             self.prior_std,
         )
         check(
