@@ -339,3 +339,17 @@ def test_generate_bleu_limit_reads_only_that_many_lines(
     assert main(argv) == 2  # the whole input: the bad line is named
     err = capsys.readouterr().err
     assert err.startswith(f"error: --input {path}: line 5 has bytes that are not UTF-8")
+
+
+def test_a_line_without_an_end_is_kept_to_its_first_mib(tmp_path):
+    """A probe or BLEU file without line ends (a one-line dump) is not read into memory
+    whole: each line is kept to its first MiB, cut between characters, and the reader goes
+    on at the next line (before: the whole line was read and kept)."""
+    from vat.geometry.probes import iter_lines
+
+    mib = 1 << 20
+    path = tmp_path / "one-line.txt"
+    path.write_bytes(b"a" * (mib - 3) + "é".encode() * 2_000_000 + b"\nnext\n")
+    first, second = iter_lines(path)  # the cut falls inside the second é: it is dropped
+    assert first == "a" * (mib - 3) + "é"
+    assert second == "next"
