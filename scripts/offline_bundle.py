@@ -41,6 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = "bundle.json"
+MANIFEST_LIMIT = 4 << 20
+"""The most bytes read of a bundle.json (one lists a few dozen files in kilobytes)."""
 MAX_BYTES = 60 * 2**20
 DEFAULT_PACKAGES = (
     "datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 jsonargparse==4.53.0 "
@@ -309,7 +311,14 @@ def check_manifest(mpath: Path) -> dict:
         return BundleError(f"{mpath}: '{field}' must be {expected}; rebuild the bundle")
 
     try:
-        m = json.loads(mpath.read_text(encoding="utf-8"))
+        with open(mpath, "rb") as f:  # a manifest is kilobytes: never read a huge file whole
+            raw = f.read(MANIFEST_LIMIT + 1)
+        if len(raw) > MANIFEST_LIMIT:
+            raise BundleError(
+                f"{mpath} is over {MANIFEST_LIMIT >> 20} MiB, not a bundle manifest; rebuild "
+                "the bundle"
+            )
+        m = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise BundleError(f"{mpath} is not valid JSON ({type(e).__name__}: {e})") from None
     if not isinstance(m, dict):

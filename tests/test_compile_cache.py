@@ -284,3 +284,16 @@ def test_a_record_names_what_the_cache_is_valid_for():
     here = machine_record(CPU)
     assert here["torch"] == torch.__version__ and here["cuda"] == torch.version.cuda
     assert here["device"].startswith("CPU ") and here["triton"] is None
+
+
+def test_a_cache_file_of_another_size_than_its_record_is_not_read(tmp_path):
+    # the size is compared before the file is read: an 8 GiB file (sparse here) beside a
+    # record of three bytes would otherwise be read whole into memory first
+    write_cache(tmp_path, b"abc", {**machine_record(CPU), "artifacts": {}, "step": 1})
+    assert read_cache(tmp_path, machine_record(CPU)) == (b"abc", None)
+    with open(tmp_path / CACHE_FILE, "r+b") as f:
+        f.truncate(8 << 30)
+    assert read_cache(tmp_path, machine_record(CPU)) == (
+        None,
+        "its size differs from its record (damaged, or not this record's)",
+    )

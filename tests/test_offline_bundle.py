@@ -170,6 +170,7 @@ BAD_MANIFESTS = {
         _manifest(data=[{"path": "a.txt", "bytes": "1"}]),
         "'data[0].bytes' must be a size",
     ),
+    "larger than any manifest": (" " * (5 << 20) + "{}", "is over 4 MiB, not a bundle manifest"),
 }
 
 

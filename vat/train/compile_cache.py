@@ -144,6 +144,8 @@ def read_cache(folder: Path, here: dict[str, Any]) -> tuple[bytes | None, str | 
     why = mismatch(record, here)
     if why is not None:
         return None, why
+    if path.stat().st_size != record.get("bytes"):  # before reading: the file may be huge
+        return None, "its size differs from its record (damaged, or not this record's)"
     blob = path.read_bytes()
     if len(blob) != record.get("bytes") or digest(blob) != record.get("sha256"):
         return None, "its size or SHA-256 differs from its record (damaged, or not this record's)"
