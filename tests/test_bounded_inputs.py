@@ -147,6 +147,10 @@ def test_a_model_without_length_histogram_names_prior_samples(tiny_tokenizer, tm
     assert e.value.name == "prior_samples"
     rc, out, err = cli([*argv, "--prior-samples", "0", "--no-representation"], capsys)
     assert rc == 0, err
+    # the prior's own message names the length both ways: the command's option and Python's
+    with pytest.raises(VatError, match=r"--length N; length=N in Python"):
+        vat.load(ckpt, device="cpu").prior(num_samples=2)
+    assert len(vat.load(ckpt, device="cpu").prior(num_samples=2, length=3)) == 2
 
 
 # -- a path too long for the system ---------------------------------------------------------

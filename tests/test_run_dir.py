@@ -375,6 +375,7 @@ def test_hints_name_the_run_folder_as_given_when_checkpoints_is_a_link(
     assert code == 0
     hints = out[out.index("next:") + 1 :]
     assert len(hints) == 3 and all("run" in h.split() and "store" not in h for h in hints), out
+    assert "vat: last checkpoint run/checkpoints/last.ckpt" in out  # the summary's line too
     assert _step(tmp_path / "store" / "ckpts" / "last.ckpt") == 1
 
     # resumed under another spelling of the same folder: the run's record is its own, and

@@ -152,6 +152,7 @@ def _clock(seconds: float) -> str:
 def _shown(path: str) -> str:
     """A checkpoint path as the user named the run: relative to the current folder when
     inside it (Lightning keeps the best path as configured but makes the last one absolute)."""
-    here = Path.cwd().resolve()
-    full = Path(path).resolve()
+    # not resolved: a checkpoints/ folder that is a link is named as the user reaches it
+    here = Path.cwd()
+    full = Path(os.path.abspath(path))
     return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)

@@ -81,7 +81,8 @@ def sample_lengths(
         counts[0] = 0.0
     if counts.numel() == 0 or counts.sum() <= 0:
         raise VatError(
-            "the checkpoint has no length histogram to draw prior lengths from; pass --length"
+            "the checkpoint has no length histogram to draw prior lengths from; give the "
+            "length yourself (vat generate prior --length N; length=N in Python)"
         )
     return torch.multinomial(counts, n, replacement=True, generator=generator).tolist()
 
