@@ -259,3 +259,10 @@ def test_generate_input_lines_are_held_to_the_same_bound(tmp_path):
     p.write_bytes(b"x" * (3 * MAX_LINE_BYTES) + b"\r\n\nlast")
     lines = read_text_lines(str(p), "--input")
     assert [len(s) for s in lines] == [MAX_LINE_BYTES, 0, 4]
+
+
+def test_training_files_too_long_for_a_path_are_one_line_in_the_api(tmp_path):
+    from vat.data.corpus import expand_files
+
+    with pytest.raises(VatError, match="--data.train_files .*file name too long"):
+        expand_files([str(tmp_path / LONG)], "--data.train_files")

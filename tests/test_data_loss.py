@@ -273,3 +273,24 @@ def test_a_huge_run_manifest_is_refused_unread(tmp_path, cache, capsys):
     code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
     assert code == 2 and len(err) == 1 and ".vat-run.json" in err[0], err
     assert (run / ".vat-run.json").read_text() == text
+
+
+def test_the_resume_warning_reads_only_a_recorded_config_of_vats_shape(tmp_path, capsys):
+    """The newest config of a run is read to warn about changed trainer options: a config
+    hand-edited into a list, or one larger than any vat writes, is skipped, not a traceback
+    and not read whole."""
+    from types import SimpleNamespace
+
+    from vat.runs.run_dir import MANIFEST_MAX_BYTES, warn_trainer_changes
+
+    cfg = SimpleNamespace(trainer={"precision": "bf16-mixed"})
+    (tmp_path / "config.yaml").write_text("trainer:\n  precision: 32-true\n")
+    warn_trainer_changes(cfg, tmp_path)
+    assert "changes trainer.precision from '32-true'" in capsys.readouterr().err
+    (tmp_path / "config.yaml").write_text("- a list\n- not a config\n")
+    warn_trainer_changes(cfg, tmp_path)
+    (tmp_path / "config.yaml").write_text(
+        "trainer:\n  precision: 32-true\n" + "#" * MANIFEST_MAX_BYTES + "\n"
+    )
+    warn_trainer_changes(cfg, tmp_path)
+    assert capsys.readouterr().err == ""

@@ -39,7 +39,12 @@ def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
             raise VatError(f"{option}: no file matches {pat!r}")
         for m in matches:
             p = Path(m)
-            if p.is_dir():
+            try:
+                is_dir = p.is_dir()
+            except OSError:  # a name too long for the system, ...: regular_file says it in one line
+                regular_file(p, option)
+                raise
+            if is_dir:
                 raise VatError(
                     f"{option}: {p} is a directory, expected a text file "
                     "(one sentence per line, plain or .gz)"

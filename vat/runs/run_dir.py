@@ -516,9 +516,17 @@ def _latest_config(run_dir: Path) -> Path | None:
 def warn_trainer_changes(cfg, run_dir: Path) -> None:
     """One line per trainer option that makes the resumed run differ from an uninterrupted one."""
     prev = _latest_config(run_dir)
+    if prev is None:
+        return
     try:
-        before = (yaml.safe_load(prev.read_text()) or {}).get("trainer", {}) if prev else {}
-    except (OSError, yaml.YAMLError):
+        # a config vat wrote is kilobytes; a larger one is not read whole for a warning
+        if prev.stat().st_size > MANIFEST_MAX_BYTES:
+            return
+        recorded = yaml.safe_load(prev.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return
+    before = recorded.get("trainer") if isinstance(recorded, dict) else None
+    if not isinstance(before, dict):  # hand-edited into another shape: nothing to compare
         return
     for k in _RESUME_WARN:
         if k in before and _plain(cfg.trainer.get(k)) != _plain(before[k]):
