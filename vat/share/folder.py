@@ -211,7 +211,7 @@ def replace_dir(tmp: Path, out: Path) -> None:
 def _check_earlier_export(out: Path) -> None:
     """overwrite replaces an earlier export and nothing else: every entry of `out`
     must be a plain file vat's export writes, and its config.json must say it is one."""
-    foreign = sorted(p.name for p in out.iterdir() if not _export_file(p))
+    foreign = sorted(p.name for p in out.iterdir() if not is_export_file(p))
     try:
         config = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
         marked = isinstance(config, dict) and config.get("format") == "vat-pretrained"
@@ -225,7 +225,7 @@ def _check_earlier_export(out: Path) -> None:
         )
 
 
-def _export_file(p: Path) -> bool:
+def is_export_file(p: Path) -> bool:
     """A plain file an export wrote: one of ALL_FILES, or statistics vat fitted for another
     spec and stored in the folder (`stats_path_for`: features-<spec>.safetensors, when
     `vat.load(folder).encode(features=...)` fitted them)."""

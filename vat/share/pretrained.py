@@ -53,7 +53,7 @@ from vat.share.folder import (
     FEATURES_NAME,
     SHIPPED_NAME,
     WEIGHTS_NAME,
-    _export_file,
+    is_export_file,
     replace_dir,
 )
 from vat.share.loaded import LoadedVAT, check_loaded
@@ -467,7 +467,7 @@ def _shipped_stats(loaded: LoadedVAT, train_data_dir: str | os.PathLike | None):
 
 def _files_to_copy(folder: Path) -> tuple[list[Path], list[str]]:
     """The files of the exported `folder` an entry copies as they are (every file an export
-    writes, `vat.share.folder._export_file`, but those the entry writes itself: weights,
+    writes, `vat.share.folder.is_export_file`, but those the entry writes itself: weights,
     card, shipped.json), and the names of what it leaves out (anything else: the user's own
     files, links, folders, pipes). A file under an export file's name that is no regular
     file (a link, a pipe, a folder) is refused in one line: leaving it out would ship a
@@ -476,7 +476,7 @@ def _files_to_copy(folder: Path) -> tuple[list[Path], list[str]]:
     for p in sorted(folder.iterdir()):
         if p.name in (WEIGHTS_NAME, SHIPPED_NAME, CARD_NAME, CONFIG_NAME):
             continue  # written anew: the weights cast, config.json made portable, the card
-        if _export_file(p):
+        if is_export_file(p):
             copy.append(p)
         elif p.name in ALL_FILES:
             what = "a symbolic link" if p.is_symlink() else "not a regular file"
@@ -511,7 +511,7 @@ def _check_replaceable(out: Path, name: str, overwrite: bool) -> None:
         p.name
         for p in out.iterdir()
         if p.name != SHIPPED_NAME
-        and not _export_file(p)
+        and not is_export_file(p)
         and not (p.name in listed and p.is_file() and not p.is_symlink())
     )
     if foreign:
