@@ -24,6 +24,7 @@ from bench.gpu_suite import schema
 from bench.gpu_suite.plan import BASE_CONFIG, REFERENCE_CONFIG, SHARED_PREFIX, Plan
 from vat.errors import VatError
 from vat.io import TEMP_RE, atomic_write, write_json_atomic
+from vat.runs.names import RUN_FILE_PATTERNS
 
 if TYPE_CHECKING:
     from bench.gpu_suite.records import Report
@@ -130,17 +131,8 @@ def check_out_dir(out: Path) -> None:
 RUN_NAMES = [
     re.compile(p)
     for p in (
-        # what `vat train` writes in its run folder (vat.runs.run_dir)
-        r"checkpoints",
-        r"events\.out\.tfevents\..*",
-        r"config\.yaml",
-        r"config-resume-\d+\.yaml",
-        r"hparams\.yaml",
-        r"tokenizer\.json",
-        r"projector_config\.pbtxt",
-        r"time_split\.json",
-        r"compile_cache\.(bin|json)",
-        r"\d{5,}",
+        # what `vat train` writes in its run folder, as vat lists it
+        *RUN_FILE_PATTERNS,
         r"\.lock",
         r"\.vat-run\.json",
         r"\.overwritten-.*",

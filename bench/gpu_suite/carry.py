@@ -32,6 +32,7 @@ from typing import Any
 
 from bench.gpu_suite import schema
 from bench.gpu_suite.call import MAX_OUT_FILE
+from bench.gpu_suite.out_files import sha256
 from bench.gpu_suite.records import (
     CACHE_PACK,
     PART_PREFIX,
@@ -134,14 +135,6 @@ def join(folder: Path, manifest: CheckpointParts, dest: Path) -> str | None:
     return None
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def this_machine(smoke: bool) -> dict[str, Any]:
     """This machine as a compile cache's record names it, for the device the reference
     trains on (the GPU; the CPU in --smoke)."""
@@ -200,7 +193,7 @@ def restore_compile_cache(
     if not path.is_file():
         return f"its compile cache {manifest.file} did not come back: compiled afresh"
     size = path.stat().st_size  # checked before reading: no more than a returned file holds
-    if size != manifest.bytes or size > CACHE_PACK_BYTES or sha256_file(path) != manifest.sha256:
+    if size != manifest.bytes or size > CACHE_PACK_BYTES or sha256(path) != manifest.sha256:
         return (
             f"its compile cache {manifest.file} fails its size or SHA-256 check (altered "
             "or damaged on the way): compiled afresh"

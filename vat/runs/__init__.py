@@ -1,5 +1,6 @@
 """A training run's folder and what is checked around a run, before and after Lightning.
 
+- `names.py`             the names a run writes into its folder (no Lightning: tools read it)
 - `run_dir.py`           one run per folder: its manifest (.vat-run.json: only what a run
                          wrote is ever moved), the locks of every folder it writes into,
                          --overwrite, what a resume may change, finding last.ckpt

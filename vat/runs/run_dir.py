@@ -55,6 +55,7 @@ from lightning.pytorch.callbacks import Callback
 
 from vat.errors import VatError
 from vat.io import remove_stale_temps, write_json_atomic
+from vat.runs.names import RUN_FILE_RES
 from vat.share.checkpoint import read_checkpoint
 
 LOCK_NAME = ".lock"
@@ -64,22 +65,6 @@ TRASH_MARK = ".vat-trash"
 # .vat-run.json names a run's files: a few hundred bytes, a few kilobytes for a folder with
 # many files of its own; one far larger was not written by vat and is not read into memory
 MANIFEST_MAX_BYTES = 1 << 20
-# What a run writes into its directory (the TensorBoard logger's and vat's own files).
-_RUN_FILE_RES = [
-    re.compile(p)
-    for p in (
-        r"checkpoints",
-        r"events\.out\.tfevents\..*",
-        r"config\.yaml",
-        r"config-resume-\d+\.yaml",
-        r"hparams\.yaml",
-        r"tokenizer\.json",
-        r"projector_config\.pbtxt",
-        r"time_split\.json",  # vat.callbacks.time_split
-        r"compile_cache\.(bin|json)",  # vat.train.compile_cache
-        r"\d{5,}",
-    )
-]
 # Options a resume may change: they drive the run, they do not define what is trained.
 RESUME_MAY_CHANGE = {
     "model.compile",
@@ -176,7 +161,7 @@ def _candidate_files(run_dir: Path) -> list[Path]:
         return []
     found = []
     for p in sorted(run_dir.iterdir()):
-        if any(r.fullmatch(p.name) for r in _RUN_FILE_RES):
+        if any(r.fullmatch(p.name) for r in RUN_FILE_RES):
             if (
                 p.name == "checkpoints"
                 and p.is_dir()
@@ -695,7 +680,7 @@ def check_place(path: Path, what: str, own_run: Path | None = None) -> None:
     """Refuse a folder that lies inside the files of another run (its checkpoints/, or any
     name that run's --overwrite moves away): that run's next --overwrite would delete it."""
     found = _owning_run(path, skip=own_run)
-    if found and any(r.fullmatch(found[1]) for r in _RUN_FILE_RES):
+    if found and any(r.fullmatch(found[1]) for r in RUN_FILE_RES):
         owner, top = found
         where = (
             f"is the {top} folder"
