@@ -1051,6 +1051,8 @@ API_CASES = {
     "select_tasks: unknown": (lambda m: _mteb("select_tasks")("NoSuchTask"), "tasks"),
     "select_tasks: bytes": (lambda m: _mteb("select_tasks")(b"STS12"), "tasks"),
     "evaluate: output_dir empty": (lambda m: _mteb("evaluate")(None, ["STS12"], ""), "output_dir"),
+    "check_no_links: output_dir empty": (lambda m: _mteb("check_no_links")(""), "output_dir"),
+    "check_no_links: output_dir int": (lambda m: _mteb("check_no_links")(3), "output_dir"),
     "evaluate: unknown task": (lambda m: _mteb("evaluate")(None, "NoSuchTask", "out"), "tasks"),
     "hub_unreachable: timeout 0": (lambda m: _mteb("hub_unreachable")(0), "timeout"),
     "hub_unreachable: timeout str": (lambda m: _mteb("hub_unreachable")("3"), "timeout"),

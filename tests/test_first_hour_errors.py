@@ -220,7 +220,8 @@ def test_generate_reads_gz_input_as_train_does(tiny_ckpt, tmp_path, capsys):
     broken.write_bytes(packed.read_bytes()[:-8])  # the gzip trailer cut off
     code, err, _ = _run("generate", [*argv, str(broken)], capsys)
     assert code == 2 and len(err) == 1, err
-    assert err[0].startswith(f"error: {broken} is a truncated or corrupt gzip file ("), err[0]
+    said = f"error: --input {broken} is a truncated or corrupt gzip file ("
+    assert err[0].startswith(said), err[0]
 
 
 def test_every_sentence_file_reader_takes_gz(tmp_path, tiny_sentences):

@@ -66,6 +66,7 @@ def test_runs_killed_before_their_first_checkpoint_start_afresh_and_finished_run
     out = tmp_path / "out"
     plan = smoke_plan()
     suite = Suite(out, plan, data_dir, Budget(5), 8)
+    suite.save()  # a call saves its report before it writes work/ (the suite's own OUT_DIR)
     suite.write_config()
     prepare_data(suite, suite.config)
     runs = out / "work" / "frontier"

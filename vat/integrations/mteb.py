@@ -262,6 +262,7 @@ def check_no_links(output_dir: str | os.PathLike) -> None:
     have them written into the file or folder it points to, which vat did not create. Such a
     folder is refused in one line before any work. Only `results/` is walked: the folder
     itself is the user's to name, and may be a large one."""
+    check_path(output_dir, "output_dir")
     results = Path(output_dir) / "results"
     found = [results] if results.is_symlink() else []
     for here, dirs, files in os.walk(results):  # does not descend into linked folders
@@ -287,8 +288,7 @@ def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike)
     import mteb
     from mteb.cache import ResultCache
 
-    check_path(output_dir, "output_dir")
-    check_no_links(output_dir)
+    check_no_links(output_dir)  # a path, with no link where MTEB writes
     if not isinstance(tasks, list | tuple) or any(isinstance(t, str) for t in tasks):
         tasks = select_tasks(tasks)  # names (or None: the English STS tasks), checked
     unreachable = hub_unreachable()
