@@ -228,11 +228,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as e:  # taken between the check and the bind
         raise OptionError("port", f"cannot serve on {_hostport(args.host, port)} ({e})") from None
     corpus = f", {len(lines):,} corpus lines" if lines else ""
-    print(f"vat explore: {served_url(args.host, port)}  ({model.loaded.name}{corpus}; ready in "
-          f"{time.perf_counter() - started:.1f} s; Ctrl-C stops)", flush=True)  # fmt: skip
-    if share_url:
-        print(f"public share link: {share_url}", flush=True)
+    # the ready line inside the try: a Ctrl-C the moment it is read stops the page cleanly
     try:
+        ready = f"ready in {time.perf_counter() - started:.1f} s; Ctrl-C stops"
+        print(f"vat explore: {served_url(args.host, port)}  ({model.loaded.name}{corpus}; "
+              f"{ready})", flush=True)  # fmt: skip
+        if share_url:
+            print(f"public share link: {share_url}", flush=True)
         while True:
             time.sleep(0.5)
     except KeyboardInterrupt:
