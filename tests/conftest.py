@@ -162,3 +162,18 @@ def tiny_export(tmp_path_factory, tiny_ckpt) -> Path:
     out = tmp_path_factory.mktemp("export") / "model"
     export_folder(tiny_ckpt, out)
     return out
+
+
+@pytest.fixture
+def registry_copy(tmp_path, monkeypatch):
+    """A copy of the package's registry, which $VAT_SHIPPED_DIR points to (tests never write
+    into the package's own), with no Hub: a shipped model needs none."""
+    import shutil
+
+    from vat.share.pretrained import PACKAGE_SHIPPED_DIR, SHIPPED_DIR_ENV
+
+    reg = tmp_path / "registry"
+    shutil.copytree(PACKAGE_SHIPPED_DIR, reg)
+    monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return reg

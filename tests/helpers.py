@@ -225,3 +225,30 @@ def copy_folder(folder: Path, tmp_path: Path) -> Path:
     import shutil
 
     return Path(shutil.copytree(folder, tmp_path / "model"))
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    """`vat ARGV` exits 2 with one `error: ...` line on stderr, which is returned."""
+    from vat.cli import main as vat_main
+
+    assert vat_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err
+
+
+def tiny_datamodule(tmp_path: Path, train: Path, **kw):
+    """A datamodule over one small text file, its cache under tmp_path/cache."""
+    from vat.data.datamodule import VATDataModule
+
+    args = dict(
+        train_files=[str(train)],
+        vocab_size=300,
+        max_len=24,
+        batch_size=4,
+        cache_dir=str(tmp_path / "cache"),
+        val_fraction=0.2,
+        progress=False,
+    )
+    args.update(kw)
+    return VATDataModule(**args)

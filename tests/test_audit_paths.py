@@ -9,9 +9,9 @@ import json
 import zlib
 
 import pytest
+from helpers import tiny_datamodule
 
 import vat.data.token_cache
-from vat.data.datamodule import VATDataModule
 from vat.errors import VatError
 
 
@@ -23,20 +23,8 @@ def train(tmp_path, tiny_sentences):
     return path
 
 
-def _dm(tmp_path, train):
-    return VATDataModule(
-        train_files=[str(train)],
-        vocab_size=300,
-        max_len=24,
-        batch_size=4,
-        cache_dir=str(tmp_path / "cache"),
-        val_fraction=0.2,
-        progress=False,
-    )
-
-
 def _built(tmp_path, train):
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     dm.setup("fit")
     (folder,) = (tmp_path / "cache").glob("data-*")
     return {k: list(v.ids) for k, v in dm.splits.items()}, folder
@@ -83,7 +71,7 @@ def test_done_json_names_only_the_cache_s_own_files(tmp_path, train, edit):
     done.write_text(json.dumps(info))
     with pytest.raises(vat.data.token_cache.CacheDamaged):
         vat.data.token_cache.verify(folder, 300, 24)
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     with pytest.warns(UserWarning, match="tokenized cache .* is damaged"):
         dm.setup("fit")
     assert {k: list(v.ids) for k, v in dm.splits.items()} == ids
@@ -98,11 +86,11 @@ def test_a_damaged_cache_behind_a_link_is_named_not_removed(tmp_path, train):
     kept = tmp_path / "kept-cache"
     folder.rename(kept)
     folder.symlink_to(kept)
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     dm.setup("fit")  # an intact cache through the link is used as it is
     (kept / "done.json").unlink()
     with pytest.raises(VatError, match=r"is damaged .*symbolic link.* remove it") as e:
-        _dm(tmp_path, train).setup("fit")
+        tiny_datamodule(tmp_path, train).setup("fit")
     assert "\n" not in str(e.value)
     assert folder.is_symlink() and (kept / "train" / "tokens.bin").is_file()
 

@@ -9,25 +9,12 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import tiny_datamodule
 
 import vat.data.corpus
 import vat.data.token_cache
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError
-
-
-def _dm(tmp_path, train, **kw):
-    args = dict(
-        train_files=[str(train)],
-        vocab_size=300,
-        max_len=24,
-        batch_size=4,
-        cache_dir=str(tmp_path / "cache"),
-        val_fraction=0.2,
-        progress=False,
-    )
-    args.update(kw)
-    return VATDataModule(**args)
 
 
 @pytest.fixture
@@ -47,7 +34,7 @@ def _data_dir(tmp_path):
 
 
 def _built(tmp_path, train):
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     dm.setup("fit")
     return _ids(dm), _data_dir(tmp_path)
 
@@ -79,7 +66,7 @@ def _damage_garbage_done(folder):
 def test_a_damaged_cache_is_detected_and_rebuilt(tmp_path, train, damage):
     ids, folder = _built(tmp_path, train)
     damage(folder)
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     with pytest.warns(UserWarning, match="tokenized cache .* is damaged"):
         dm.setup("fit")
     assert _ids(dm) == ids
@@ -91,7 +78,7 @@ def test_a_damaged_cached_tokenizer_is_trained_again(tmp_path, train):
     ids, _ = _built(tmp_path, train)
     (tok,) = (tmp_path / "cache").glob("tokenizer-*.json")
     tok.write_text("garbage")
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     with pytest.warns(UserWarning, match="cached tokenizer .* is damaged"):
         dm.setup("fit")
     assert _ids(dm) == ids
@@ -102,7 +89,7 @@ def test_a_full_disk_leaves_no_temp_folder_and_a_one_line_error(tmp_path, train,
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(vat.data.token_cache.SplitWriter, "_write", full)
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     for _ in range(2):  # a retry adds no second temp folder either
         with pytest.raises(VatError, match="data.cache_dir: no space left on the device"):
             dm.prepare_data()
@@ -122,7 +109,7 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path, train):
     live.mkdir()
     elsewhere = cache / f".data-89.tmp-{dead.pid}@another-host-c9d0e1f2"  # pid not checkable
     elsewhere.mkdir()
-    _dm(tmp_path, train).prepare_data()
+    tiny_datamodule(tmp_path, train).prepare_data()
     assert not stale.exists() and live.exists() and elsewhere.exists()
 
 
@@ -132,11 +119,11 @@ def test_an_unusable_cache_dir_is_a_one_line_error_naming_the_option(tmp_path, t
     with pytest.raises(
         VatError, match=r"data.cache_dir: cannot use .*loop: Too many levels of symbolic links"
     ):
-        _dm(tmp_path, train, cache_dir=str(loop)).prepare_data()
+        tiny_datamodule(tmp_path, train, cache_dir=str(loop)).prepare_data()
     afile = tmp_path / "afile"
     afile.write_text("x")
     with pytest.raises(VatError, match="data.cache_dir: cannot use .*afile/sub: Not a directory"):
-        _dm(tmp_path, train, cache_dir=str(afile / "sub")).prepare_data()
+        tiny_datamodule(tmp_path, train, cache_dir=str(afile / "sub")).prepare_data()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -144,7 +131,7 @@ def test_a_read_only_cache_dir_is_a_one_line_error(tmp_path, train):
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)
     with pytest.raises(VatError, match="data.cache_dir: .*ro is not a writable folder"):
-        _dm(tmp_path, train, cache_dir=str(ro)).prepare_data()
+        tiny_datamodule(tmp_path, train, cache_dir=str(ro)).prepare_data()
 
 
 def test_a_complete_cache_is_read_from_a_read_only_folder(tmp_path, train, monkeypatch):
@@ -155,7 +142,7 @@ def test_a_complete_cache_is_read_from_a_read_only_folder(tmp_path, train, monke
         assert not write, "a complete cache must not need a writable folder"
 
     monkeypatch.setattr(VATDataModule, "_check_cache_dir", no_write)
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     dm.setup("fit")
     assert _ids(dm) == ids
 
@@ -195,7 +182,7 @@ def test_preparing_streams_in_chunks_with_the_same_result(tmp_path, train, monke
     pool give the same cache as one chunk in one process."""
     whole = _built(tmp_path, train)[0]
     monkeypatch.setattr(vat.data.corpus, "CHUNK_BYTES", 64)
-    dm = _dm(tmp_path, train, cache_dir=str(tmp_path / "c2"), num_proc=2)
+    dm = tiny_datamodule(tmp_path, train, cache_dir=str(tmp_path / "c2"), num_proc=2)
     dm.setup("fit")
     assert _ids(dm) == whole
     n = len(train.read_text().splitlines())
@@ -203,19 +190,19 @@ def test_preparing_streams_in_chunks_with_the_same_result(tmp_path, train, monke
 
 
 def test_progress_bars_on_rank_zero_only_and_silenced(tmp_path, train, capfd, monkeypatch):
-    _dm(tmp_path, train, progress=True).prepare_data()
+    tiny_datamodule(tmp_path, train, progress=True).prepare_data()
     assert "vat: tokenizing train + val" in capfd.readouterr().err
-    _dm(tmp_path, train, progress=False, cache_dir=str(tmp_path / "c2")).prepare_data()
+    tiny_datamodule(tmp_path, train, progress=False, cache_dir=str(tmp_path / "c2")).prepare_data()
     assert "vat: tokenizing" not in capfd.readouterr().err
     from lightning.pytorch.utilities import rank_zero_only
 
     monkeypatch.setattr(rank_zero_only, "rank", 1)
-    _dm(tmp_path, train, progress=True, cache_dir=str(tmp_path / "c3")).prepare_data()
+    tiny_datamodule(tmp_path, train, progress=True, cache_dir=str(tmp_path / "c3")).prepare_data()
     assert "vat: tokenizing" not in capfd.readouterr().err
 
 
 def test_token_array_is_memory_mapped_and_compact(tmp_path, train):
-    dm = _dm(tmp_path, train)
+    dm = tiny_datamodule(tmp_path, train)
     dm.setup("fit")
     ds = dm.splits["train"]
     tokens, offsets = ds._open()

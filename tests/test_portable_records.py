@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import export_folder
+from helpers import export_folder, one_line_error
 from test_hub import RecordingHfApi
 
 import vat
@@ -49,13 +49,6 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 def _digest(path: Path) -> str:
     return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-
-
-def _one_line_error(capsys, argv: list[str]) -> str:
-    assert vat_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: "), err
-    return err
 
 
 @pytest.fixture
@@ -161,7 +154,7 @@ def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
     )
     assert "bytes where the model's file had" in str(e.value) and "$VAT_DATA_DIR" in str(e.value)
     monkeypatch.setenv(DATA_DIR_ENV, str(here))
-    err = _one_line_error(capsys, ["export", str(moved / "out2"), *common])
+    err = one_line_error(capsys, ["export", str(moved / "out2"), *common])
     assert "--fit-files: " in err and "a.2.txt" in err and not (moved / "out2").exists()
     _write(here / "corpus" / "a.2.txt", OTHER[12:])  # the same size, other bytes
     with pytest.raises(OptionError, match="other bytes \\(its digest differs"):
@@ -258,13 +251,13 @@ def test_pretrained_add_writes_portable_records_and_refuses_a_machine_path(
 
     # a path in a text given, or left anywhere in config.json, is refused naming the key,
     # before any work
-    err = _one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "other",
+    err = one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "other",
                                    "--rebuild", "cd ~/vat && make"])  # fmt: skip
     assert "shipped.json rebuild names a place on this machine ('~/vat')" in err
     config = json.loads((folder / "config.json").read_text())
     config["measurements"] = [{"title": "m", "text": "run in /home/u/runs/x", "rows": []}]
     (folder / "config.json").write_text(json.dumps(config))
-    err = _one_line_error(capsys, [*argv[:5], "--overwrite"])
+    err = one_line_error(capsys, [*argv[:5], "--overwrite"])
     assert "cannot add tiny-portable to the shipped models: config.json measurements[0].text" in err
     assert "'/home/u/runs/x'" in err
     assert sorted(p.name for p in reg.iterdir()) == ["tiny-portable"]
@@ -300,7 +293,7 @@ def test_a_hub_push_writes_portable_records_and_refuses_a_folder_with_machine_pa
     # a folder exported for this machine keeps its absolute paths: pushing it is refused
     local = export_folder(ckpt, tmp_path / "local")
     capsys.readouterr()
-    err = _one_line_error(capsys, ["export", str(local), "--push-to-hub", "me/portable"])
+    err = one_line_error(capsys, ["export", str(local), "--push-to-hub", "me/portable"])
     assert f"cannot push {local} to me/portable: config.json training.data.train_files[0]" in err
     assert "export it again for the Hub" in err
     with pytest.raises(VatError, match="training.data.train_files\\[0\\] names a place"):

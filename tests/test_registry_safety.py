@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import copy_folder
+from helpers import copy_folder, one_line_error
 
 import vat
 from vat.cli import main as vat_main
@@ -40,28 +40,11 @@ DEMO = "demo-wordnet-d64"
 
 
 @pytest.fixture
-def registry_copy(tmp_path, monkeypatch):
-    """A copy of the package's registry, which $VAT_SHIPPED_DIR points to."""
-    reg = tmp_path / "registry"
-    shutil.copytree(PACKAGE_SHIPPED_DIR, reg)
-    monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return reg
-
-
-@pytest.fixture
 def empty_registry(tmp_path, monkeypatch):
     reg = tmp_path / "registry"
     monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return reg
-
-
-def _one_line_error(capsys, argv: list[str]) -> str:
-    assert vat_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: "), err
-    return err
 
 
 def _add(folder: Path, name: str, *extra: str) -> list[str]:
@@ -85,7 +68,7 @@ def test_add_copies_only_the_files_of_an_export_and_keeps_them_private(
     st_file = folder / "config_sentence_transformers.json"
     st_file.rename(tmp_path / "st.json")
     st_file.symlink_to(tmp_path / "st.json")
-    err = _one_line_error(capsys, _add(folder, "tiny"))
+    err = one_line_error(capsys, _add(folder, "tiny"))
     assert f"{st_file} is a symbolic link" in err and not empty_registry.exists()
     st_file.unlink()
     (tmp_path / "st.json").rename(st_file)
@@ -116,12 +99,12 @@ def test_overwrite_refuses_an_entry_holding_a_file_vat_did_not_write(
     assert vat_main(_add(tiny_export, "tiny")) == 0
     capsys.readouterr()
     (empty_registry / "tiny" / "my-notes.txt").write_text("keep")
-    err = _one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
+    err = one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
     assert "my-notes.txt" in err and str(empty_registry / "tiny") in err
     assert (empty_registry / "tiny" / "my-notes.txt").read_text() == "keep"
     (empty_registry / "tiny" / "my-notes.txt").unlink()
     (empty_registry / "tiny" / "sub").mkdir()  # a folder is no file vat writes either
-    err = _one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
+    err = one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
     assert "sub" in err and (empty_registry / "tiny" / "sub").is_dir()
     (empty_registry / "tiny" / "sub").rmdir()
     assert vat_main(_add(tiny_export, "tiny", "--overwrite")) == 0
@@ -201,7 +184,7 @@ def test_a_damaged_shipped_json_is_one_line_and_breaks_nothing_else(
     assert "wmt-tatoeba-en-d128" in cap.out and DEMO not in cap.out
     assert cap.err.count("\n") == 1 and str(damaged) in cap.err, cap.err
     # loading it by name: one line naming the file
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
     assert str(damaged) in err
     with pytest.raises(CheckpointError, match="shipped.json"):
         vat.load(DEMO, device="cpu")
@@ -211,7 +194,7 @@ def test_a_damaged_shipped_json_is_one_line_and_breaks_nothing_else(
         vat.load("mymodle")
     with pytest.raises(OptionError, match=r"did you mean the shipped model wmt-tatoeba-en-d128"):
         vat.load("wmt-tatoeba-en-d12")
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", "demo-wordnet-d46", "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", "demo-wordnet-d46", "x"])
     assert "does not exist" in err and "Traceback" not in err
     # --overwrite repairs it
     assert vat_main(_add(tiny_export, DEMO, "--overwrite")) == 0
@@ -240,7 +223,7 @@ def test_shipped_json_names_only_files_inside_its_entry(where, registry_copy, tm
     info["sha256"][name] = "0" * 64
     info["bytes"][name] = 6
     (entry / "shipped.json").write_text(json.dumps(info))
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
     if where == "link out":  # a plain name, but a link: named before anything is read
         assert f"{entry / name} is a symbolic link" in err
     else:
@@ -254,7 +237,7 @@ def test_sizes_are_checked_before_any_file_is_hashed(registry_copy, capsys):
     with open(entry / "model.safetensors", "r+b") as f:
         f.truncate(64 * 2**30)  # 64 GiB, sparse: hashing it would take minutes
     start = time.monotonic()
-    err = _one_line_error(capsys, ["pretrained", "show", DEMO])
+    err = one_line_error(capsys, ["pretrained", "show", DEMO])
     assert time.monotonic() - start < 5
     assert "model.safetensors" in err and str(64 * 2**30) in err
 
@@ -272,7 +255,7 @@ def test_show_checks_the_sha256_sums(registry_copy, capsys):
     data = bytearray(path.read_bytes())
     data[5] ^= 0x01
     path.write_bytes(bytes(data))
-    err = _one_line_error(capsys, ["pretrained", "show", DEMO])
+    err = one_line_error(capsys, ["pretrained", "show", DEMO])
     assert "config.json fails its SHA-256 check" in err
 
 
@@ -296,7 +279,7 @@ def test_a_model_name_too_long_for_a_path_is_one_line(text, tmp_path, monkeypatc
     with pytest.raises(OptionError, match="^model: ") as e:
         vat.load(text)
     assert len(str(e.value)) < 400
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", text, "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", text, "x"])
     assert err.startswith("error: --model: ") and len(err) < 400
 
 
@@ -313,7 +296,7 @@ def test_a_shipped_json_that_is_no_small_regular_file_is_one_line(kind, registry
     else:
         with open(record, "wb") as f:
             f.truncate(8 << 30)  # 8 GiB, sparse
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
     assert str(record) in err
     assert vat_main(["pretrained"]) == 2
     assert str(record) in capsys.readouterr().err

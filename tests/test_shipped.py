@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from helpers import export_folder
+from helpers import export_folder, one_line_error
 
 import vat
 from vat.cli import main as vat_main
@@ -40,22 +40,6 @@ def offline(monkeypatch):
     """No network: a shipped model must not need the Hub."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv(SHIPPED_DIR_ENV, raising=False)
-
-
-@pytest.fixture
-def registry_copy(tmp_path, monkeypatch):
-    """A copy of the package's registry, which $VAT_SHIPPED_DIR points to."""
-    reg = tmp_path / "registry"
-    shutil.copytree(PACKAGE_SHIPPED_DIR, reg)
-    monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
-    return reg
-
-
-def _one_line_error(capsys, argv: list[str]) -> str:
-    assert vat_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: "), err
-    return err
 
 
 # -- the shipped demo model ------------------------------------------------------------------
@@ -167,7 +151,7 @@ def test_sha256_check_refuses_an_altered_folder(registry_copy, capsys, damage):
     else:
         (folder / "notes.txt").write_text("x")
         what = "files its shipped.json does not list (notes.txt)"
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "a sentence"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "a sentence"])
     assert what in err and DEMO in err
     with pytest.raises(CheckpointError, match="reinstall vat"):
         vat.load(DEMO, device="cpu")
@@ -177,10 +161,10 @@ def test_sha256_check_refuses_an_altered_folder(registry_copy, capsys, damage):
 def test_names_paths_and_hub_ids_are_told_apart(offline, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / DEMO).mkdir()  # a folder in the working directory with the shipped name
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", DEMO, "x"])
     assert f"./{DEMO} for the path or vat:{DEMO}" in err
     # ./NAME is the path (an empty folder: not a model), vat:NAME the shipped model
-    err = _one_line_error(capsys, ["generate", "reconstruct", "--model", f"./{DEMO}", "x"])
+    err = one_line_error(capsys, ["generate", "reconstruct", "--model", f"./{DEMO}", "x"])
     assert "neither an exported vat folder" in err
     assert resolve_model(f"vat:{DEMO}").kind == "shipped"
     with pytest.raises(OptionError, match="vat ships no model named 'nope'.*" + DEMO):
@@ -199,7 +183,7 @@ def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys)
     reg = tmp_path / "registry"
     monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
     folder = export_folder(tiny_ckpt, tmp_path / "export", features="mu/mean/none")
-    err = _one_line_error(capsys, ["pretrained", "add", str(tiny_ckpt), "--name", "tiny"])
+    err = one_line_error(capsys, ["pretrained", "add", str(tiny_ckpt), "--name", "tiny"])
     assert "not an exported folder" in err and "vat export" in err
     sentences = tmp_path / "check.txt"
     sentences.write_text("a small test sentence\nanother one here\nthe cat sat\n")
@@ -224,7 +208,7 @@ def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys)
     assert "**Not for:** anything" in card and 'vat.load("tiny-test")' in card
     assert "trained on" in entry.info["summary"]  # no --summary: the facts
     # an existing entry needs --overwrite; a folder vat did not write is never replaced
-    err = _one_line_error(capsys, [*argv[:5]])
+    err = one_line_error(capsys, [*argv[:5]])
     assert "already ships a model named tiny-test" in err
     assert vat_main([*argv[:5], "--overwrite", "--dtype", "bfloat16"]) == 0
     from safetensors import safe_open
@@ -233,7 +217,7 @@ def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys)
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     (reg / "mine").mkdir()
     (reg / "mine" / "data.txt").write_text("keep")
-    err = _one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "mine",
+    err = one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "mine",
                                    "--overwrite"])  # fmt: skip
     assert "not a shipped model" in err and (reg / "mine" / "data.txt").read_text() == "keep"
 
@@ -323,13 +307,13 @@ def test_add_refuses_a_registry_that_is_a_file_and_an_empty_check_file(tiny_ckpt
     folder = export_folder(tiny_ckpt, tmp_path / "x", features="mu/mean/none")
     a_file = tmp_path / "file"
     a_file.write_text("keep")
-    err = _one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "t",
+    err = one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "t",
                                    "--registry", str(a_file)])  # fmt: skip
     assert err.startswith("error: --registry: ") and a_file.read_text() == "keep"
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
     argv = ["pretrained", "add", str(folder), "--name", "t", "--check-file", str(empty)]
-    err = _one_line_error(capsys, [*argv, "--registry", str(tmp_path / "r")])
+    err = one_line_error(capsys, [*argv, "--registry", str(tmp_path / "r")])
     assert "--check-file" in err and "no non-empty line" in err and not (tmp_path / "r").exists()
 
 
