@@ -87,7 +87,8 @@ def test_a_line_without_an_end_is_held_to_a_bound(tiny_ckpt, monkeypatch, capsys
 
 
 def test_reading_holds_one_bounded_line(tmp_path):
-    from vat.cli.common import MAX_LINE_BYTES, iter_text_lines
+    from vat.cli.common import iter_text_lines
+    from vat.data.corpus import MAX_LINE_BYTES
 
     # a 3 MB line of two-byte characters, then a short line: the long one is kept to its
     # first MAX_LINE_BYTES, cut between characters, and the next line is still its own
@@ -253,7 +254,8 @@ def test_training_refuses_the_same_prior_std(prior_std):
 def test_generate_input_lines_are_held_to_the_same_bound(tmp_path):
     # vat generate --input and vat pretrained --check-file keep every line (one output line
     # per input line); a line without an end no longer fills memory
-    from vat.cli.common import MAX_LINE_BYTES, read_text_lines
+    from vat.cli.common import read_text_lines
+    from vat.data.corpus import MAX_LINE_BYTES
 
     p = tmp_path / "in.txt"
     p.write_bytes(b"x" * (3 * MAX_LINE_BYTES) + b"\r\n\nlast")

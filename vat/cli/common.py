@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
+from vat.data.corpus import MAX_LINE_BYTES, bounded_lines
 from vat.errors import VatError, did_you_mean
 
 
@@ -202,15 +203,6 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-MAX_LINE_BYTES = 1 << 20
-"""The most bytes of one line `iter_text_lines` keeps (1 MiB). Far more than any model
-reads: the tokenizer clips a line to 2 * max_len * chars_per_token characters before it
-tokenises it (`VATTokenizer.clip`), about 3,000 for the shipped models. A line without an end
-(`tr -d '\\n' < big.txt`, `yes | tr -d '\\n'`) therefore costs at most this much memory."""
-
-_READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
-
-
 def iter_text_lines(
     source: str,
     option: str = "--input",
@@ -240,53 +232,9 @@ def iter_text_lines(
         stream = open_sentence_file(path)
     try:
         with stream as f:
-            yield from _split_lines(f, where if refuse_binary else None, max_line_bytes)
+            yield from bounded_lines(f, max_line_bytes, where if refuse_binary else None)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise VatError(f"{where} is a truncated or corrupt gzip file ({e})") from None
-
-
-def _split_lines(f, where: str | None, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
-    from vat.data.corpus import check_text
-
-    # read1 returns what has arrived (at most one read of the pipe) instead of waiting for
-    # a whole buffer, so a slow writer's first lines are scored without waiting for more
-    read = getattr(f, "read1", f.read)
-    line, number, cut, head = bytearray(), 0, False, 0
-    while chunk := read(_READ_BYTES):
-        if where is not None and head < 8192:
-            check_text(chunk[: 8192 - head], where)
-            head += len(chunk)
-        start = 0
-        while start <= len(chunk):
-            end = chunk.find(b"\n", start)
-            stop = len(chunk) if end < 0 else end
-            if not cut:
-                room = max_line_bytes - len(line)
-                line += chunk[start : min(stop, start + room)]
-                if stop - start > room:  # this line is longer than the bound: hand it on now
-                    cut = True
-                    number += 1
-                    yield number, _whole_characters(bytes(line))
-            if end < 0:
-                break
-            if not cut:
-                number += 1
-                yield number, bytes(line)
-            line.clear()
-            cut = False
-            start = end + 1
-    if line and not cut:  # a last line without a final newline
-        yield number + 1, bytes(line)
-
-
-def _whole_characters(data: bytes) -> bytes:
-    """`data` without a UTF-8 character cut at its end (the bytes of its start only)."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # not a continuation byte: ASCII or a character's start
-            size = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
-            return data[:-back] if byte >= 0xC0 and size > back else data
-    return data
 
 
 def read_text_lines(source: str, option: str = "--input") -> list[str]:

@@ -61,6 +61,65 @@ def open_sentence_file(path: Path):
     return gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")
 
 
+MAX_LINE_BYTES = 1 << 20
+"""The most bytes of one line `bounded_lines` keeps (1 MiB), for every reader of lines that
+may not end: a command's input (vat.cli.common.iter_text_lines), probe, BLEU and sample
+files (vat.geometry.probes.iter_lines). Far more than any model reads: the tokenizer clips a line to 2 * max_len * chars_per_token characters before it
+tokenises it (`VATTokenizer.clip`), about 3,000 for the shipped models. A line without an end
+(`tr -d '\\n' < big.txt`, `yes | tr -d '\\n'`) therefore costs at most this much memory."""
+
+_READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
+
+
+def bounded_lines(
+    f, max_line_bytes: int = MAX_LINE_BYTES, where: str | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the newline) of each line of the binary file `f`, read as
+    they arrive: memory holds one line, and a line longer than `max_line_bytes` is cut there
+    (at a character's start, so that it still decodes), handed on as soon as it is cut, and
+    the rest of it skipped. With `where`, a file whose first bytes hold a NUL is refused as
+    binary there (`check_text`)."""
+    # read1 returns what has arrived (at most one read of the pipe) instead of waiting for
+    # a whole buffer, so a slow writer's first lines are scored without waiting for more
+    read = getattr(f, "read1", f.read)
+    line, number, cut, head = bytearray(), 0, False, 0
+    while chunk := read(_READ_BYTES):
+        if where is not None and head < 8192:
+            check_text(chunk[: 8192 - head], where)
+            head += len(chunk)
+        start = 0
+        while start <= len(chunk):
+            end = chunk.find(b"\n", start)
+            stop = len(chunk) if end < 0 else end
+            if not cut:
+                room = max_line_bytes - len(line)
+                line += chunk[start : min(stop, start + room)]
+                if stop - start > room:  # this line is longer than the bound: hand it on now
+                    cut = True
+                    number += 1
+                    yield number, _whole_characters(bytes(line))
+            if end < 0:
+                break
+            if not cut:
+                number += 1
+                yield number, bytes(line)
+            line.clear()
+            cut = False
+            start = end + 1
+    if line and not cut:  # a last line without a final newline
+        yield number + 1, bytes(line)
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """`data` without a UTF-8 character cut at its end (the bytes of its start only)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: ASCII or a character's start
+            size = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
+            return data[:-back] if byte >= 0xC0 and size > back else data
+    return data
+
+
 TRAINING_SKIP_HINT = "set data.on_bad_bytes: skip to skip such lines"
 """How a training config skips lines that are not UTF-8 (each command names its own way)."""
 

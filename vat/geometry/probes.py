@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from vat.data.corpus import MAX_LINE_BYTES, bounded_lines, open_sentence_file
 from vat.errors import VatError
 from vat.io import regular_file
 
@@ -37,42 +38,22 @@ def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
     return files
 
 
-MAX_LINE_BYTES = 1 << 20
-"""A line is kept to its first MiB: a file without line ends (a binary or a one-line dump)
-is not read into memory whole, and no tokenizer keeps more of a sentence anyway."""
-
-
-def _raw_lines(f, limit: int) -> Iterator[tuple[bytes, bool]]:
-    """(bytes, whether they were cut) of each line of the binary file `f`."""
-    while raw := f.readline(limit):
-        cut = len(raw) == limit and not raw.endswith(b"\n")
-        if cut:
-            while (rest := f.readline(limit)) and not rest.endswith(b"\n"):
-                pass  # the rest of a long line is skipped, a MiB at a time
-        yield raw, cut
-
-
 def iter_lines(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
     """The non-empty stripped lines of a text file (plain or .gz), read one at a time and
     each kept to its first `max_line_bytes`: a reader that wants the first N holds N lines,
     not the file. A line that is not UTF-8 or a damaged gzip file is one VatError naming
     the file (and the line)."""
-    from vat.data.corpus import open_sentence_file
-
     path = Path(path).expanduser()
     try:
         with open_sentence_file(path) as f:
-            for number, (raw, cut) in enumerate(_raw_lines(f, max_line_bytes), 1):
+            for number, raw in bounded_lines(f, max_line_bytes):  # a cut line ends whole
                 try:
                     line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError as e:
-                    if cut and e.reason == "unexpected end of data":  # a character cut in two
-                        line = raw[: e.start].decode("utf-8").strip()
-                    else:
-                        raise VatError(
-                            f"{path}:{number}: bytes that are not UTF-8 (expected UTF-8 text, "
-                            "one sentence per line)"
-                        ) from None
+                except UnicodeDecodeError:
+                    raise VatError(
+                        f"{path}:{number}: bytes that are not UTF-8 (expected UTF-8 text, "
+                        "one sentence per line)"
+                    ) from None
                 if line:
                     yield line
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
