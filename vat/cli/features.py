@@ -69,30 +69,10 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
     add_train_data_dir(g)
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
-
-
-def check_not_evaluation_data(files: Sequence[str], data_dir: str, option: str) -> None:
-    """Refuse fitting files that lie in the evaluation data folder."""
-    from vat.data.corpus import expand_files
-
-    for f in expand_files(list(files), option):
-        if _inside(f, Path(data_dir)):
-            raise VatError(
-                f"{option}: {f} lies in the evaluation data ({data_dir}); fitting on the "
-                "evaluation sentences needs --fit-transductive"
-            )
-
-
 def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> tuple[FitOptions, bool]:
     """What `vat evaluate --features` fits on (vat.features.fitting.FitOptions), and whether
     the fit is stored beside the model, with the guard against evaluation data."""
-    from vat.features.fitting import FitOptions
+    from vat.features.fitting import FitOptions, check_not_evaluation_data
 
     if args.fit_sentences < 2:
         raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
@@ -180,7 +160,7 @@ def _main(argv: Sequence[str] | None) -> int:
         load_sts_tasks,
         write_compare_set,
     )
-    from vat.features.fitting import training_files
+    from vat.features.fitting import check_not_evaluation_data, training_files
     from vat.share.resolve import load_model
 
     data_dir = args.data_dir or str(default_senteval_dir())

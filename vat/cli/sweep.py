@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--values",
         type=_values,
-        help="comma-separated values of the (one) swept key, overriding the YAML's",
+        help="comma-separated values of the (one) swept key, overriding the YAML's (not for a "
+        "list of points)",
     )
     p.add_argument(
         "--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)"
@@ -84,6 +85,11 @@ def _main(argv: Sequence[str] | None) -> int:
             )
     check_place(Path(cfg.out_dir), what)  # not inside a run's checkpoints/
     if args.values is not None:
+        if cfg.is_point_list:
+            raise VatError(
+                f"--values needs a sweep over one key; {args.config} lists its points "
+                f"({len(cfg.sweep)}): edit the list there"
+            )
         if len(cfg.sweep) != 1:
             raise VatError(
                 f"--values needs a sweep over one key; {args.config} is a grid over "

@@ -7,8 +7,16 @@ line:
     sweep:
       model.loss.free_bits: [0.05, 0.1, 0.2, 0.35, 0.5]
 
-Each combination of values is one *point*: one run, trained with the same train config,
-seed, data and budget plus `--<key> <value>` for each swept key.
+or lists its points one by one, each setting any keys (an ablation; `{}` is the train config
+as it is):
+
+    sweep:
+      - {}
+      - {model.noise.encoder_mask: 0.3}
+      - {model.noise.decoder_word_dropout: 0.3, model.noise.encoder_delete: 0.3}
+
+Each point is one run, trained with the same train config, seed, data and budget plus
+`--<key> <value>` for each key the point sets.
 """
 
 from __future__ import annotations
@@ -28,6 +36,12 @@ from vat.io import regular_file
 Point = dict[str, Any]
 """One run of a sweep: {dotted key: value}, in the order the keys are declared."""
 
+DEFAULT_FIT_SENTENCES = 20_000
+"""The comparison's fitting sample, as `vat features compare` takes it by default."""
+
+DEFAULTS_RUN = "defaults"
+"""Run name and label of the empty point of a list sweep: the train config as it is."""
+
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 """The similarity tasks a sweep can measure (cosine Spearman, no training)."""
 
@@ -41,8 +55,9 @@ class SweepConfig:
 
     train_config: str
     """A `vat train` YAML; every run uses it unchanged but for the swept key(s) and extra_args."""
-    sweep: dict[str, list[Any]] = field(default_factory=dict)
-    """{dotted train key: [values]}: one key, or two for a grid over every combination."""
+    sweep: dict[str, list[Any]] | list[Point] = field(default_factory=dict)
+    """{dotted train key: [values]}: one key, or two for a grid over every combination; or a
+    list of points, each {dotted train key: value} with any keys ({} = the train config)."""
     out_dir: str = "runs/sweep"
     """Where the runs (<leaf>_<value>/), the table, the plots and hparams/ go."""
     extra_args: list[str] = field(default_factory=list)
@@ -69,6 +84,14 @@ class SweepConfig:
     """Runs trained at the same time, each in its own process (for a GPU that one small model
     does not fill). Every run still gets the same seed, data and step budget; a time budget
     (max_time) would then depend on how the runs share the device, so use max_steps."""
+    feature_compare: bool = False
+    """Score every feature spec of each run on STS12 + STS-B in senteval_dir (`vat features
+    compare`), writing <run>/feature_compare/ and select_* fields into the record."""
+    fit_files: list[str] | None = None
+    """Text files the comparison fits post-processing on; None = each model's own training
+    files. Never files inside senteval_dir (the evaluation data)."""
+    fit_sentences: int = DEFAULT_FIT_SENTENCES
+    """Sentences sampled from the fitting files for the comparison's post-processing."""
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
@@ -149,19 +172,83 @@ class SweepConfig:
             )
         if not isinstance(self.jobs, int) or isinstance(self.jobs, bool) or self.jobs < 1:
             raise VatError(f"{where}: jobs must be a whole number >= 1, got {self.jobs!r}")
+        self._validate_feature_compare(where)
+
+    def _validate_feature_compare(self, where: str) -> None:
+        if not isinstance(self.feature_compare, bool):
+            raise VatError(
+                f"{where}: feature_compare must be true or false, got {self.feature_compare!r}"
+            )
+        if (
+            not isinstance(self.fit_sentences, int)
+            or isinstance(self.fit_sentences, bool)
+            or self.fit_sentences < 2  # a post-processing fit needs two rows
+        ):
+            raise VatError(
+                f"{where}: fit_sentences must be a whole number >= 2, got {self.fit_sentences!r}"
+            )
+        if self.fit_files is not None and (
+            not isinstance(self.fit_files, list)
+            or not self.fit_files
+            or not all(isinstance(f, str) and f.strip() for f in self.fit_files)
+        ):
+            raise VatError(
+                f"{where}: fit_files must be a non-empty list of text files (paths), "
+                f"got {self.fit_files!r}"
+            )
+        if not self.feature_compare:
+            return
+        if self.senteval_dir is None:
+            raise VatError(
+                f"{where}: feature_compare needs senteval_dir (the STS12 and STS-B data it "
+                "scores on)"
+            )
+        if self.fit_files is not None:
+            # the same guard as `vat features compare`: fitting never reads evaluation data
+            from vat.data.corpus import expand_files
+            from vat.features.fitting import check_not_evaluation_data
+
+            expand_files(self.fit_files, f"{where}: fit_files")  # each exists, is a file
+            check_not_evaluation_data(
+                self.fit_files,
+                self.senteval_dir,
+                f"{where}: fit_files",
+                remedy="name text files outside it, or leave fit_files out (each model's own "
+                "training files)",
+            )
 
     def _validate_sweep(self, where: str) -> None:
+        if isinstance(self.sweep, list):
+            self._validate_point_list(where)
+        else:
+            self._validate_grid(where)
+        leaves: dict[str, str] = {}
+        for key in self.keys:
+            if leaf(key) in leaves:  # run names and labels would not say which key is set
+                raise VatError(
+                    f"{where}: the sweep keys must end in different names, got "
+                    f"{leaves[leaf(key)]} and {key}"
+                )
+            leaves[leaf(key)] = key
+        names: dict[str, Point] = {}
+        for point in self.points():  # e.g. "a b" and "a_b" both name the folder a_b
+            name = run_name(point)
+            if name in names:
+                raise VatError(
+                    f"{where}: sweep points {point_label(names[name])} and {point_label(point)} "
+                    f"would both be run {name}"
+                )
+            names[name] = point
+
+    def _validate_grid(self, where: str) -> None:
         if not isinstance(self.sweep, dict) or not 1 <= len(self.sweep) <= 2:
             raise VatError(
                 f"{where}: sweep must map one or two train keys to lists of values, e.g. "
-                f"{{model.loss.free_bits: [0.1, 0.2]}}, got {self.sweep!r}"
+                f"{{model.loss.free_bits: [0.1, 0.2]}}, or list points, e.g. "
+                f"[{{}}, {{model.noise.encoder_mask: 0.3}}], got {self.sweep!r}"
             )
         for key, values in self.sweep.items():
-            if not isinstance(key, str) or not _KEY.match(key) or key in _NOT_SWEEPABLE:
-                raise VatError(
-                    f"{where}: sweep key {key!r} must be a dotted `vat train` option such as "
-                    f"model.loss.free_bits (not {', '.join(sorted(_NOT_SWEEPABLE))})"
-                )
+            _check_key(where, key)
             if not isinstance(values, list) or not values:
                 raise VatError(
                     f"{where}: sweep values of {key} must be a non-empty list, got {values!r}"
@@ -174,19 +261,67 @@ class SweepConfig:
             parsed = [as_number(v) for v in values]
             _refuse_repeats(where, key, values, parsed)
             self.sweep[key] = parsed
-        leaves = [leaf(k) for k in self.sweep]
-        if len(set(leaves)) != len(leaves):
-            raise VatError(
-                f"{where}: the two sweep keys must end in different names, got {list(self.sweep)}"
-            )
+
+    def _validate_point_list(self, where: str) -> None:
+        if not self.sweep:
+            raise VatError(f"{where}: sweep is an empty list; list at least one point, e.g. {{}}")
+        points: list[Point] = []
+        seen: dict[frozenset, int] = {}
+        for i, point in enumerate(self.sweep):
+            if not isinstance(point, dict):
+                raise VatError(
+                    f"{where}: sweep point {i + 1} must be a mapping of train keys to values "
+                    f"({{}} for the train config as it is), got {point!r}"
+                )
+            for key, value in point.items():
+                _check_key(where, key)
+                if isinstance(value, dict | list):
+                    raise VatError(
+                        f"{where}: sweep point {i + 1} sets {key} to {value!r}; values must be "
+                        f"numbers, strings or booleans"
+                    )
+            parsed = {k: as_number(v) for k, v in point.items()}
+            # the same point twice, whatever the order of its keys or the spelling of its
+            # numbers (0.1 and 1e-1, 1 and 1.0), would train the same run twice
+            same = frozenset((k, _same_key(v)) for k, v in parsed.items())
+            if same in seen:
+                first = seen[same]
+                raise VatError(
+                    f"{where}: sweep points {first + 1} ({point_label(self.sweep[first])}) and "
+                    f"{i + 1} ({point_label(point)}) are the same point; each point trains its "
+                    f"own run"
+                )
+            seen[same] = i
+            points.append(parsed)
+        self.sweep = points
+
+    @property
+    def is_point_list(self) -> bool:
+        """True for `sweep:` as a list of points, False for the mapping form (key or grid)."""
+        return isinstance(self.sweep, list)
 
     @property
     def keys(self) -> list[str]:
+        """The swept keys: the mapping's, or every key some listed point sets, first-seen
+        order."""
+        if isinstance(self.sweep, list):
+            return list(dict.fromkeys(k for point in self.sweep for k in point))
         return list(self.sweep)
 
     def points(self) -> list[Point]:
-        """Every combination of the swept values; the first key varies slowest."""
+        """The listed points as given, or every combination of the swept values (the first
+        key varies slowest)."""
+        if isinstance(self.sweep, list):
+            return [dict(point) for point in self.sweep]
         return [dict(zip(self.sweep, combo)) for combo in itertools.product(*self.sweep.values())]
+
+
+def _check_key(where: str, key: Any) -> None:
+    if not isinstance(key, str) or not _KEY.match(key) or key in _NOT_SWEEPABLE:
+        raise VatError(
+            f"{where}: sweep key {key!r} must be a dotted `vat train` option such as "
+            f"model.loss.free_bits (not {', '.join(sorted(_NOT_SWEEPABLE))})"
+        )
 
 
 # A number in YAML 1.2 (and JSON, and Python): PyYAML follows YAML 1.1, which wants a dot in a
@@ -250,7 +385,10 @@ def cli_value(value: Any) -> str:
 
 
 def run_name(point: Point) -> str:
-    """Directory name of a point's run: free_bits_0.05, or free_bits_0.1-beta_0.5 for a grid."""
+    """Directory name of a point's run: free_bits_0.05, or free_bits_0.1-beta_0.5 for a grid;
+    `defaults` for the empty point (the train config as it is)."""
+    if not point:
+        return DEFAULTS_RUN
     name = "-".join(f"{leaf(k)}_{cli_value(v)}" for k, v in point.items())
     return re.sub(r"[^\w.+-]", "_", name)
 
@@ -261,5 +399,8 @@ def point_args(point: Point) -> list[str]:
 
 
 def point_label(point: Point) -> str:
-    """Short label for plots: free_bits=0.05 (grid: free_bits=0.1, beta=0.5)."""
+    """Short label for plots: free_bits=0.05 (grid: free_bits=0.1, beta=0.5); `defaults` for
+    the empty point."""
+    if not point:
+        return DEFAULTS_RUN
     return ", ".join(f"{leaf(k)}={cli_value(v)}" for k, v in point.items())

@@ -2,9 +2,13 @@
 
 - `sweep.csv` / `sweep.json`: one row per point, every record field except the curves;
 - `sweep.md`: the headline columns of that table (the swept values, steps, val KL and NLL,
-  BLEU, STS x 100, active units), which `vat sweep` also prints when it ends;
+  BLEU, STS x 100, active units, and the feature comparison's selection scores and specs when
+  measured), which `vat sweep` also prints when it ends; a key a point does not set is `-`
+  there (the train config's value);
 - `frontier.png`: the rate frontier: x = validation KL in nats per token, y =
   reconstruction BLEU (left axis) and STS Spearman x 100 (right axis), each point labelled;
+- `bleu_vs_select.png` (with the feature comparison): x = reconstruction BLEU, y = the
+  selection score of mean-of-mu, layer0/sif and the best contextual spec, every run labelled;
 - `fig3a_similarities.png`, `fig3b_losses.png`: geometry and losses against the swept key
   (one numeric key only; the paper's Figure 3 for the prior std);
 - `fig2_curves.png`: training curves of two runs (the paper's Figure 2);
@@ -24,17 +28,24 @@ from typing import Any
 
 from vat.errors import VatError
 from vat.experiments.config import cli_value, leaf, point_label
-from vat.experiments.measure import GEOMETRY_FIELDS, VAL_TAGS, sts_column
+from vat.experiments.measure import (
+    BASELINE_SPEC,
+    EXPORT_DEFAULT_SPEC,
+    GEOMETRY_FIELDS,
+    VAL_TAGS,
+    sts_column,
+)
 from vat.io import atomic_write, figure_class, save_png, temp_path, write_json_atomic
 
 Record = dict[str, Any]
 
 
-def table_columns(records: Sequence[Record]) -> list[str]:
-    """CSV columns: every record key except the curves and the recorded settings, in
-    first-seen order."""
+def table_columns(records: Sequence[Record], keys: Sequence[str] = ()) -> list[str]:
+    """CSV columns: the swept keys, then every other record key except the curves and the
+    recorded settings, in first-seen order (a list of points sets its keys in some records
+    only, so first-seen order alone could put a key after the measurements)."""
     skip = ("curves", "train_settings", "measure_settings")
-    cols: list[str] = []
+    cols: list[str] = list(keys)
     for r in records:
         cols += [k for k in r if k not in skip and k not in cols]
     return cols
@@ -43,7 +54,7 @@ def table_columns(records: Sequence[Record]) -> list[str]:
 def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> str:
     """sweep.csv, sweep.json and sweep.md in `out` (each written atomically); returns the
     markdown table (`markdown_table`), which the command prints."""
-    cols = table_columns(records)
+    cols = table_columns(records, keys)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
@@ -55,6 +66,12 @@ def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> st
     atomic_write(out / "sweep.md", lambda f: f.write(table + "\n"))
     return table
 
+
+UNSET = "-"
+"""The table cell of a key a point does not set: the run has the train config's value."""
+
+TEXT = "text"
+"""The format of a column shown as it is (a feature spec)."""
 
 HEADLINE = (
     ("step", "steps", "{:d}", 1),
@@ -70,12 +87,33 @@ HEADLINE = (
         )
     ),
     ("geometry_active_units", "active units", "{:d}", 1),
+    ("select_mu_mean", f"select {BASELINE_SPEC}", "{:.2f}", 1),
+    ("select_layer0_sif", f"select {EXPORT_DEFAULT_SPEC}", "{:.2f}", 1),
+    ("best_contextual_spec", "best contextual spec", TEXT, 1),
+    ("select_best_contextual", "select best contextual", "{:.2f}", 1),
+    ("best_spec", "best spec", TEXT, 1),
+    ("select_best", "select best", "{:.2f}", 1),
+    ("stsb_test_best", "STS-B test (best spec)", "{:.2f}", 1),
 )
 """The columns a reader compares across a sweep: record field, header, format, scale (STS is
-stored as a fraction and shown x 100, as in RESULTS.md)."""
+stored as a fraction and shown x 100, as in RESULTS.md; the feature comparison's scores are
+stored x 100 already)."""
+
+FEATURE_COMPARE_HEADLINE = {
+    "select_mu_mean",
+    "select_layer0_sif",
+    "best_contextual_spec",
+    "select_best_contextual",
+    "best_spec",
+    "stsb_test_best",
+}
+"""Feature-comparison columns the table holds but a run's finished line leaves out (it says
+only the winner's selection score)."""
 
 
 def _cell(value: Any, fmt: str, scale: float) -> str:
+    if fmt == TEXT:
+        return value if isinstance(value, str) and value else "-"
     if not _number(value):
         return "-"
     return fmt.format(int(value) if fmt == "{:d}" else value * scale)
@@ -88,7 +126,8 @@ def _headline_columns(records: Sequence[Record]) -> list[tuple[str, str, str, fl
 
 def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
     """One row per run: the swept key(s) and the headline measurements (`HEADLINE`); "-"
-    where a value was not measured. sweep.csv holds every column."""
+    where a value was not measured, and where a point of a list sweep does not set a key
+    (the run has the train config's value). sweep.csv holds every column."""
     cols = _headline_columns(records)
     header = [*keys, *(c[1] for c in cols)]
     lines = [
@@ -96,7 +135,8 @@ def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
         "|" + "|".join("---:" for _ in header) + "|",
     ]
     for r in records:
-        cells = [cli_value(r.get(k)) for k in keys] + [_cell(r.get(c[0]), c[2], c[3]) for c in cols]
+        cells = [cli_value(r[k]) if k in r else UNSET for k in keys]
+        cells += [_cell(r.get(c[0]), c[2], c[3]) for c in cols]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -106,7 +146,7 @@ def headline(record: Record) -> str:
     BLEU 0.0, STS-B 12.34` (the columns of `markdown_table` it has)."""
     parts = []
     for field, label, fmt, scale in _headline_columns([record]):
-        if field in ("step", "geometry_active_units"):
+        if field in ("step", "geometry_active_units") or field in FEATURE_COMPARE_HEADLINE:
             continue  # said elsewhere on the line / in the table
         label = label.replace(" (nats/token)", "")
         unit = " nats/token" if field == "val_kl" else ""
@@ -145,7 +185,7 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     ax.set(
         xlabel="validation KL, nats per token",
         ylabel="reconstruction BLEU (mu decoding)",
-        title=f"Rate frontier: sweep over {', '.join(keys)}",
+        title=f"Rate frontier: sweep over {', '.join(keys) or 'the train config'}",
     )
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
@@ -154,9 +194,8 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
         ax2.plot(x, [100 * v for v in y], style, color="tab:red", label=f"{col} x 100")
     ax2.set_ylabel("STS, cosine Spearman x 100 (mean pooling)", color="tab:red")
     for r, x in zip(pts, xs):
-        point = {k: r.get(k) for k in keys}
         ax.annotate(
-            point_label(point),
+            record_label(r, keys),
             (x, r.get("bleu") if _number(r.get("bleu")) else 0),
             textcoords="offset points",
             xytext=(4, 6),
@@ -165,6 +204,67 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
     if handles:
         ax.legend(handles, [h.get_label() for h in handles], loc="best", fontsize=8)
+    _save(fig, path)
+
+
+def record_label(record: Record, keys: Sequence[str]) -> str:
+    """A run's label in plots: the keys its point sets (`point_label`; `defaults` for none)."""
+    return point_label({k: record[k] for k in keys if k in record})
+
+
+SELECT_SERIES = (
+    ("select_mu_mean", BASELINE_SPEC, "o", "tab:blue"),
+    ("select_layer0_sif", EXPORT_DEFAULT_SPEC, "s", "tab:green"),
+    ("select_best_contextual", "best contextual spec", "^", "tab:red"),
+)
+"""The feature comparison's three specs of every run in bleu_vs_select.png: record field,
+legend, marker, colour."""
+
+
+def has_select_scores(records: Sequence[Record]) -> bool:
+    """Some run has both a BLEU and a selection score: bleu_vs_select.png has a point."""
+    return any(
+        _number(r.get("bleu")) and any(_number(r.get(f)) for f, *_ in SELECT_SERIES)
+        for r in records
+    )
+
+
+def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
+    """The frontier with every run on it: reconstruction BLEU (x) against the selection score
+    (y: mean of STS12's sets and STS-B dev, Spearman x 100) of three specs per run, mean of
+    mu, layer0/sif and the run's best contextual spec; each marker labelled with its run."""
+    fig, ax = _subplots((7, 4.5))
+    for r in records:  # a thin line joins a run's markers: which three belong together
+        ys = [r[f] for f, *_ in SELECT_SERIES if _number(r.get(f))]
+        if _number(r.get("bleu")) and len(ys) > 1:
+            ax.plot([r["bleu"]] * 2, [min(ys), max(ys)], "-", color="0.8", lw=0.8, zorder=0)
+    for field, legend, marker, color in SELECT_SERIES:
+        pts = [r for r in records if _number(r.get("bleu")) and _number(r.get(field))]
+        if not pts:
+            continue
+        ax.scatter(
+            [r["bleu"] for r in pts],
+            [r[field] for r in pts],
+            marker=marker,
+            color=color,
+            label=legend,
+        )
+        for r in pts:
+            ax.annotate(
+                record_label(r, keys),
+                (r["bleu"], r[field]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=color,
+            )
+    ax.set(
+        xlabel="reconstruction BLEU (mu decoding)",
+        ylabel="selection score: STS12 sets + STS-B dev, Spearman x 100",
+        title=f"BLEU against STS, every run: sweep over {', '.join(keys) or 'the train config'}",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
     _save(fig, path)
 
 
@@ -211,10 +311,14 @@ def _plot_against_key(
 
 
 def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
-    """frontier.png always; the against-the-key plots and the curves when one numeric key is
-    swept. Returns the paths written."""
+    """frontier.png always; bleu_vs_select.png when runs have the feature comparison and a
+    BLEU; the against-the-key plots and the curves when one numeric key is swept. Returns the
+    paths written."""
     written = [out / "frontier.png"]
     plot_frontier(records, keys, written[0])
+    if has_select_scores(records):
+        written.append(out / "bleu_vs_select.png")
+        plot_bleu_vs_select(records, keys, written[-1])
     if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
         return written
     key = keys[0]
@@ -269,7 +373,23 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
 
 
 # -- TensorBoard hparams ------------------------------------------------------------------
-HPARAM_METRICS = ("val_kl", "bleu", *VAL_TAGS, *(f"geometry_{f}" for f in GEOMETRY_FIELDS))
+HPARAM_METRICS = (
+    "val_kl",
+    "bleu",
+    *VAL_TAGS,
+    *(f"geometry_{f}" for f in GEOMETRY_FIELDS),
+    *(f for f, *_ in SELECT_SERIES),
+    "select_best",
+)
+
+
+def _hparam(record: Record, key: str, as_text: bool) -> bool | int | float | str:
+    if key not in record:
+        return UNSET
+    value = record[key]
+    if as_text:
+        return cli_value(value)
+    return value if isinstance(value, bool | int | float | str) else str(value)
 
 
 def _folder_name(run: object) -> str:
@@ -299,17 +419,13 @@ def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> 
     # writer would then write through it into the folder it points to
     tmp, old = temp_path(final), temp_path(final)
     metrics = [*HPARAM_METRICS[:2], *_sts_columns(records), *HPARAM_METRICS[2:]]
+    # a key some point of a list sweep does not set is text for every run ("-" where unset),
+    # so that each hparam has one type across the rows
+    as_text = {k for k in keys if any(k not in r for r in records)}
     try:
         with SummaryWriter(log_dir=str(tmp)) as w:
             for r in records:
-                hparams = {
-                    k: (
-                        r.get(k)
-                        if isinstance(r.get(k), bool | int | float | str)
-                        else str(r.get(k))
-                    )
-                    for k in (*keys, "checkpoint")
-                }
+                hparams = {k: _hparam(r, k, as_text=k in as_text) for k in (*keys, "checkpoint")}
                 values = {f"hparam/{m}": float(r[m]) for m in metrics if _number(r.get(m))}
                 w.add_hparams(
                     hparams, values, run_name=_folder_name(r["run"]), global_step=r.get("step")

@@ -1,12 +1,14 @@
-"""Measure one trained sweep run: final val losses, latent geometry, STS and BLEU.
+"""Measure one trained sweep run: final val losses, latent geometry, STS, BLEU and (when
+the sweep asks) the feature-spec comparison.
 
 The checkpoint is read once (`vat.share.resolve.load_model`), and that one loaded model
-serves the geometry probe, the STS encoder and the reconstruction BLEU.
+serves the geometry probe, the STS encoder, the reconstruction BLEU and the comparison.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,29 @@ GEOMETRY_FIELDS = (
 """GeometryReport fields copied into each record (prefixed with `geometry_`)."""
 
 CURVE_TAGS = ("train/loss", "val/loss")
+
+FEATURE_COMPARE_DIR = "feature_compare"
+"""The comparison's set (compare.csv, compare.md, compare.png) inside a run's folder."""
+
+BASELINE_SPEC = "mu/mean/none"
+"""The plain mean of mu: the spec the sweep's own STS columns measure."""
+
+EXPORT_DEFAULT_SPEC = "layer0/sif/none"
+"""The spec an exported model gets by default when the model stores token counts."""
+
+FEATURE_COMPARE_FIELDS = (
+    "select_mu_mean",
+    "select_layer0_sif",
+    "best_contextual_spec",
+    "select_best_contextual",
+    "best_spec",
+    "select_best",
+    "sts12_best",
+    "stsb_dev_best",
+    "stsb_test_best",
+)
+"""Record fields of the feature comparison. select_* is the selection score (mean of STS12's
+sets and STS-B dev), the *_best fields the winner's scores; all Spearman x 100 already."""
 
 STS_COLUMNS = {"STSBenchmark": "stsb_spearman", "SICKRelatedness": "sickr_spearman"}
 """Record column of each STS task; STS12-16 become sts12_spearman ... sts16_spearman."""
@@ -87,6 +112,8 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
     record.update(_geometry(cfg, loaded))
     record.update(_sts(cfg, loaded))
     record["bleu"] = _bleu(cfg, loaded)
+    if cfg.feature_compare:
+        record.update(_feature_compare(cfg, loaded, run_dir))
     record["curves"] = {tag: scalars.get(tag, []) for tag in CURVE_TAGS}
     return record
 
@@ -144,3 +171,70 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
     if not lines:
         raise VatError(f"bleu_file {cfg.bleu_file} has no non-empty lines")
     return float(VATGenerator.from_loaded(loaded).score(lines).bleu)
+
+
+def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
+    """Every feature spec of the run's model on STS12 + STS-B (`vat features compare`): the
+    set written into <run_dir>/feature_compare/ (replaced whole), the headline specs'
+    selection scores into the record (`compare_fields`)."""
+    from vat.features.compare import (
+        CompareSettings,
+        check_output_set,
+        compare_sts,
+        load_sts_tasks,
+        write_compare_set,
+    )
+    from vat.features.fitting import check_not_evaluation_data, training_files
+
+    out = check_output_set(str(run_dir / FEATURE_COMPARE_DIR), overwrite=True)
+    tasks = load_sts_tasks(cfg.senteval_dir)
+    if cfg.fit_files is not None:
+        fit_files = list(cfg.fit_files)  # checked against senteval_dir with the config
+    else:
+        fit_files = training_files(loaded, "fit_files", None)
+        check_not_evaluation_data(
+            fit_files,
+            cfg.senteval_dir,
+            f"the training files of {run_dir.name}",
+            remedy="name other text files as the sweep's fit_files",
+        )
+    comparison = compare_sts(
+        loaded,
+        tasks,
+        fit_files,
+        CompareSettings(fit_sentences=cfg.fit_sentences),
+        name=str(run_dir / "checkpoints" / "last.ckpt"),
+    )
+    write_compare_set(out, comparison)
+    return compare_fields(comparison.rows)
+
+
+def compare_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record fields (`FEATURE_COMPARE_FIELDS`) of a comparison's rows, which come best
+    first: mean of mu, the export default (None without sif weighting), the best contextual
+    spec (a transformer layer above the embeddings, or firstlast) and the winner."""
+    from vat.feature_spec import FeatureSpec
+    from vat.features.compare import SELECT
+
+    def score(row: dict[str, Any] | None, column: str = SELECT) -> float | None:
+        value = None if row is None else row.get(column)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    def contextual(spec: str) -> bool:
+        source = FeatureSpec.parse(spec).source
+        return source == "firstlast" or (source.startswith("layer") and source != "layer0")
+
+    by_spec = {r["spec"]: r for r in rows}
+    best_contextual = next((r for r in rows if contextual(r["spec"])), None)
+    best = rows[0] if rows else None
+    return {
+        "select_mu_mean": score(by_spec.get(BASELINE_SPEC)),
+        "select_layer0_sif": score(by_spec.get(EXPORT_DEFAULT_SPEC)),
+        "best_contextual_spec": None if best_contextual is None else best_contextual["spec"],
+        "select_best_contextual": score(best_contextual),
+        "best_spec": None if best is None else best["spec"],
+        "select_best": score(best),
+        "sts12_best": score(best, "STS12"),
+        "stsb_dev_best": score(best, "STS-B dev"),
+        "stsb_test_best": score(best, "STS-B test"),
+    }

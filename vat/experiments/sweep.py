@@ -5,11 +5,13 @@
 
 (the command line is `vat.cli.sweep`; this module is the library it drives)
 
-For each point of the sweep YAML (one value of one key, or a combination for a grid over two
-keys; see `vat.experiments.config`), trains a model with the same train config, seed, data
-and budget plus that point's `--<key> <value>` into `out_dir/<leaf>_<value>/` (through the
-`Runner`'s `vat train` entry point, in-process), then records its final validation losses,
-latent geometry, STS and mu-decoding BLEU in `record.json` (`vat.experiments.measure`).
+For each point of the sweep YAML (one value of one key, a combination for a grid over two
+keys, or one of a listed set of points; see `vat.experiments.config`), trains a model with
+the same train config, seed, data and budget plus that point's `--<key> <value>` into
+`out_dir/<leaf>_<value>/` (`defaults/` for the empty point; through the `Runner`'s `vat
+train` entry point, in-process), then records its final validation losses, latent geometry,
+STS, mu-decoding BLEU and, when asked, the feature-spec comparison in `record.json`
+(`vat.experiments.measure`).
 Finally it writes the table, the frontier and other plots, and a TensorBoard hparams view
 (`vat.experiments.frontier`).
 
@@ -170,19 +172,21 @@ def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
 
 
 def measure_settings(cfg: SweepConfig) -> dict[str, Any]:
-    """What defines a run's measurements (a change re-measures, it does not retrain)."""
-    return {
-        k: getattr(cfg, k)
-        for k in (
-            "probe",
-            "probe_max_sentences",
-            "min_count",
-            "senteval_dir",
-            "sts_tasks",
-            "bleu_file",
-            "bleu_lines",
-        )
-    }
+    """What defines a run's measurements (a change re-measures, it does not retrain). The
+    feature comparison's settings are there only when it runs: a sweep without it keeps the
+    records it measured before the comparison existed."""
+    names = [
+        "probe",
+        "probe_max_sentences",
+        "min_count",
+        "senteval_dir",
+        "sts_tasks",
+        "bleu_file",
+        "bleu_lines",
+    ]
+    if cfg.feature_compare:
+        names += ["feature_compare", "fit_files", "fit_sentences"]
+    return {k: getattr(cfg, k) for k in names}
 
 
 def _recorded_train_settings(run_dir: Path) -> dict[str, Any] | None:
@@ -229,6 +233,10 @@ def _check_sts_data(cfg: SweepConfig) -> None:
 
     for task in cfg.sts_tasks:
         load_task(cfg.senteval_dir, task)
+    if cfg.feature_compare:  # STS12 or STS-B: the comparison needs one of them
+        from vat.features.compare import load_sts_tasks
+
+        load_sts_tasks(cfg.senteval_dir)
 
 
 # -- the sweep ----------------------------------------------------------------------------
@@ -280,7 +288,7 @@ def run_sweep(
             records.append(_load_json(rec_path))
             continue
         t0 = time.perf_counter()
-        values = ", ".join(f"{k} {cli_value(v)}" for k, v in point.items())
+        values = ", ".join(f"{k} {cli_value(v)}" for k, v in point.items()) or "as configured"
         log(f"{name}: training ({values}; run {i} of {len(points)}) in {run_dir}")
         train_run(runner, cfg, point, run_dir)
         log(f"{name}: measuring")
@@ -396,7 +404,9 @@ def run_parallel(
                 "1",
                 "--no-summary",
             ]
-            if len(point) == 1:  # the parent's --values may differ from the YAML's
+            if not cfg.is_point_list and len(cfg.keys) == 1:
+                # the parent's --values may differ from the YAML's (a list of points takes
+                # none: the child reads the same points from the YAML)
                 cmd += ["--values", cli_value(next(iter(point.values())))]
             log(f"{name}: started in a child process (log: {run_dir / 'sweep.log'})")
             running.append(

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -238,6 +239,21 @@ def training_files(
     with the reason vat may read it; an OptionError naming `name`, saying where vat looked or
     why it will not read a file, otherwise."""
     return recorded_training_files(loaded, name, train_data_dir, doing="fitting features on")
+
+
+def check_not_evaluation_data(
+    files: Sequence[str],
+    data_dir: str | os.PathLike,
+    option: str,
+    remedy: str = "fitting on the evaluation sentences needs --fit-transductive",
+) -> None:
+    """Refuse fitting files that lie in the evaluation data folder `data_dir` (a VatError
+    naming `option` and saying `remedy`): a post-processing fitted on the sentences it is
+    scored on would score better than it should."""
+    folder = Path(data_dir).resolve()
+    for f in expand_files([str(x) for x in files], option):
+        if f.resolve().is_relative_to(folder):
+            raise VatError(f"{option}: {f} lies in the evaluation data ({data_dir}); {remedy}")
 
 
 def fit_post(spec: FeatureSpec, x: np.ndarray) -> dict[str, np.ndarray]:
