@@ -97,3 +97,25 @@ def test_vat_makes_no_sync_per_step_that_the_plain_loop_does_not(sync_ops, tmp_p
         - plain["logging"]["device_ops_per_step"][0]
     )
     assert 0 < extra < 100, r["device_op_difference"]["non_logging"]
+
+
+def test_input_noise_adds_no_sync_per_step(sync_ops, tmp_path, monkeypatch):
+    """Word dropout, deletion, masking and the shuffle run on the device from a generator
+    seeded on the host: the steps between logging steps still never wait for the device."""
+    monkeypatch.chdir(ROOT)
+    overrides = (  # the first test's settings, plus every noise
+        *("--model.optim.schedule", "noam", "--model.optim.warmup_unit", "sentences"),
+        *("--model.loss.target_kl", "5.0"),
+        *("--model.noise.decoder_word_dropout", "0.3", "--model.noise.encoder_delete", "0.2"),
+        *("--model.noise.encoder_mask", "0.2", "--model.noise.encoder_shuffle_distance", "2"),
+        *("--model.noise.replace_with", "random", "--data.cache_dir", str(tmp_path / "cache")),
+    )
+    r = sync_ops.count_loops(
+        Path("tests/assets/tiny.yaml"), 400, tmp_path, warmup=2, steps=3, log_every=2,
+        batch_size=4, overrides=overrides,
+    )  # fmt: skip
+    vat = r["vat"]
+    assert vat["non_logging"]["syncs_per_step"] == [0, 0], vat["non_logging"]["syncs"]
+    assert set(_kinds(vat["logging"]["syncs"])) <= LOGGING_SYNCS, vat["logging"]["syncs"]
+    # the noise ran: its sort (deletion, shuffle) is among the step's device ops
+    assert vat["non_logging"]["device_ops"].get("aten::sort", 0) >= 2, vat["non_logging"]

@@ -64,8 +64,9 @@ def open_sentence_file(path: Path):
 MAX_LINE_BYTES = 1 << 20
 """The most bytes of one line `bounded_lines` keeps (1 MiB), for every reader of lines that
 may not end: a command's input (vat.cli.common.iter_text_lines), probe, BLEU and sample
-files (vat.geometry.probes.iter_lines). Far more than any model reads: the tokenizer clips a line to 2 * max_len * chars_per_token characters before it
-tokenises it (`VATTokenizer.clip`), about 3,000 for the shipped models. A line without an end
+files (vat.geometry.probes.iter_lines). Far more than any model reads: the tokenizer clips
+a line to 2 * max_len * chars_per_token characters before it tokenises it
+(`VATTokenizer.clip`), about 3,000 for the shipped models. A line without an end
 (`tr -d '\\n' < big.txt`, `yes | tr -d '\\n'`) therefore costs at most this much memory."""
 
 _READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for

@@ -147,6 +147,7 @@ def model_card(
         # file names only: config.json records where they were on the training machine
         lines.append(f"- data: {_names(data['train_files'])}{_records_note(data)}")
     lines += _token_lines(training)
+    lines += _noise_lines(training.get("noise"))
     for key, label in (
         ("sentences_seen", "training sentences"),
         ("global_step", "optimizer steps"),
@@ -421,6 +422,33 @@ def _records_note(data: dict[str, Any]) -> str:
         "folder, else its name, with its size and digest, which vat checks before fitting on "
         "them)"
     )
+
+
+NOISE_LABELS = (
+    ("decoder_word_dropout", "decoder word dropout {:g} (Bowman et al. 2016)"),
+    ("encoder_delete", "encoder-input deletion {:g}"),
+    ("encoder_mask", "encoder-input masking {:g}"),
+    ("encoder_shuffle_distance", "encoder-input local shuffle over at most {} places"),
+)
+"""vat.train.config.NoiseConfig's rates as the card names them."""
+
+
+def _noise_lines(noise: Any) -> list[str]:
+    """The input noise the model was trained with (vat/train/noise.py), when there was any:
+    a reader comparing cards must not take a denoising autoencoder for the paper's setting."""
+    if not isinstance(noise, dict):
+        return []
+    parts = [
+        label.format(noise[key])
+        for key, label in NOISE_LABELS
+        if isinstance(noise.get(key), int | float) and noise[key] > 0
+    ]
+    if not parts:
+        return []
+    replaced = "<unk>" if noise.get("replace_with", "unk") == "unk" else "a random word"
+    if noise.get("decoder_word_dropout") or noise.get("encoder_mask"):
+        parts.append(f"a dropped or masked word became {replaced}")
+    return [f"- input noise in training (validation and evaluation were clean): {'; '.join(parts)}"]
 
 
 def _token_lines(training: dict[str, Any]) -> list[str]:

@@ -190,7 +190,7 @@ def training_facts(ckpt: dict, ckpt_path: str | os.PathLike) -> dict[str, Any]:
         if isinstance(ckpt.get(key), int):
             facts[key] = ckpt[key]
     hp = ckpt.get("hyper_parameters") or {}
-    for key in ("loss", "optim"):
+    for key in ("loss", "optim", "noise"):
         if isinstance(hp.get(key), dict):
             facts[key] = _plain(hp[key])
     metrics = dict(facts.get("metrics") or {})

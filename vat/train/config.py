@@ -122,6 +122,61 @@ class LossConfig:
 
 
 @dataclass
+class NoiseConfig:
+    """Noise on the training inputs (vat/train/noise.py), all off by default: the paper
+    trains on clean inputs. Validation, test and every evaluation always see clean inputs."""
+
+    decoder_word_dropout: float = 0.0
+    """Each word of the decoder's input replaced by `replace_with` with this probability, the
+    targets unchanged (Bowman et al. 2016, section 3.3): the decoder must take the words it
+    cannot read from z. 1.0 is their inputless decoder."""
+    encoder_mask: float = 0.0
+    """Each word of the encoder's input replaced by `replace_with` with this probability, the
+    clean sentence reconstructed (Shen et al. 2020's masking noise)."""
+    encoder_delete: float = 0.0
+    """Each word of the encoder's input deleted with this probability, the clean sentence
+    reconstructed (Shen et al. 2020's deletion noise; their best setting was 0.3)."""
+    encoder_shuffle_distance: int = 0
+    """Move each word of the encoder's input at most this many places (the local shuffle of
+    Lample et al. 2018, who used 3); 0 turns it off."""
+    replace_with: Literal["unk", "random"] = "unk"
+    """What a dropped or masked word becomes: <unk> (a token the byte-level tokenizer never
+    produces, so it learns to mean "a word is missing here") or a random word."""
+    seed: int = 0
+    """The noise of step k is drawn from a generator seeded with (seed, k, batch, rank): the
+    same after a resume, on any machine, and independent of the noise that samples z."""
+
+    def __post_init__(self) -> None:
+        o = "model.noise"
+        for name in ("decoder_word_dropout", "encoder_mask", "encoder_delete"):
+            value = getattr(self, name)
+            check(
+                finite(value) and 0 <= value <= 1,
+                f"{o}.{name}",
+                "a probability in [0, 1]",
+                value,
+            )
+        check_count(self.encoder_shuffle_distance, f"{o}.encoder_shuffle_distance", minimum=0)
+        check(
+            self.replace_with in ("unk", "random"),
+            f"{o}.replace_with",
+            "unk or random",
+            self.replace_with,
+        )
+        check_count(self.seed, f"{o}.seed", minimum=0)
+
+    @property
+    def active(self) -> bool:
+        """Whether any noise is on (off: the training step is the paper's, op for op)."""
+        return (
+            self.decoder_word_dropout > 0
+            or self.encoder_mask > 0
+            or self.encoder_delete > 0
+            or self.encoder_shuffle_distance > 0
+        )
+
+
+@dataclass
 class OptimConfig:
     """Adam with the Noam schedule (Vaswani et al. 2017, eq. 3)."""
 

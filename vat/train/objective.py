@@ -27,9 +27,9 @@ class Terms(NamedTuple):
     nll: torch.Tensor  # 0-d: mean reconstruction NLL per non-pad token
     kl: torch.Tensor  # 0-d: mean KL per non-pad token (the rate, nats per token)
     kl_objective: torch.Tensor  # 0-d: the KL term that is optimised (free bits applied)
-    ntokens: torch.Tensor  # 0-d: non-pad tokens
+    ntokens: torch.Tensor  # 0-d: non-pad target tokens
     logits: torch.Tensor | None  # (B, T, V) when asked for
-    mask: torch.Tensor  # (B, T) bool, True at non-pad tokens (the model's own)
+    mask: torch.Tensor  # (B, T) bool, True at non-pad target tokens
 
 
 def objective_terms(
@@ -47,10 +47,13 @@ def objective_terms(
     fused = fused_cross_entropy and not with_logits
     out = model(src, tgt_in, sample=sample, generator=generator, head=not fused)
     # Padding counts in neither term: both means run over non-pad tokens only (the paper).
+    # The NLL runs over the targets and the KL over the latents (the encoder's tokens): the
+    # same positions on clean inputs, not once encoder-input deletion shortened a sentence.
+    target = tgt_out != model.config.pad_id
     if fused:  # the same mean, without (B, T, V) logits (vat/train/fused_ce.py)
-        nll = fused_linear_cross_entropy(out.hidden, model.lm_head.weight, tgt_out, out.mask)
+        nll = fused_linear_cross_entropy(out.hidden, model.lm_head.weight, tgt_out, target)
     else:
-        nll = masked_mean(reconstruction_nll(out.logits, tgt_out, out.mask), out.mask)
+        nll = masked_mean(reconstruction_nll(out.logits, tgt_out, target), target)
     kl_per_dim = gaussian_kl(out.mu.float(), out.logvar.float(), prior_std)  # (B, T, d)
     kl = masked_mean(kl_per_dim.sum(-1), out.mask)
     # without free bits the optimised KL is the KL itself: the same ops, not run twice
@@ -58,7 +61,7 @@ def objective_terms(
     if free_bits > 0:
         kl_objective = masked_mean(free_bits_kl(kl_per_dim, out.mask, free_bits), out.mask)
     logits = out.logits if with_logits else None
-    return Terms(nll, kl, kl_objective, out.mask.sum(), logits, out.mask)
+    return Terms(nll, kl, kl_objective, target.sum(), logits, target)
 
 
 def pad_to_multiple(

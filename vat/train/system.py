@@ -25,7 +25,8 @@ from vat.model import VAT, VATConfig
 from vat.share.checkpoint import check_same_model_config, read_checkpoint, vat_metadata
 from vat.share.training_record import training_record
 from vat.tokenizer import PAD_ID, VATTokenizer
-from vat.train.config import LossConfig, OptimConfig, as_config
+from vat.train.config import LossConfig, NoiseConfig, OptimConfig, as_config
+from vat.train.noise import NoisedBatch, noised_batch, step_seed
 from vat.train.non_finite import check_finite_weights, stop_if_non_finite
 from vat.train.objective import CompiledObjective, objective_terms
 from vat.train.rate import KLController
@@ -72,6 +73,7 @@ class VATSystem(L.LightningModule):
         arch: VATConfig = VATConfig(),  # noqa: B008 - copied below, never mutated
         loss: LossConfig = LossConfig(),  # noqa: B008
         optim: OptimConfig = OptimConfig(),  # noqa: B008
+        noise: NoiseConfig = NoiseConfig(),  # noqa: B008
         compile: bool = False,
     ) -> None:
         """
@@ -79,6 +81,8 @@ class VATSystem(L.LightningModule):
             arch: The model architecture. vocab_size and max_len are linked from the data section.
             loss: The objective: prior scale, KL schedule or target rate, free bits.
             optim: Optimiser and learning-rate schedule.
+            noise: Noise on the training inputs: decoder word dropout and encoder-input
+                deletion, masking and local shuffling (vat/train/noise.py). Off by default.
             compile: torch.compile the training step's forward and loss (vat/train/objective.py).
                 Lengths are padded to multiples of 8; checkpoints are the same either way.
         """
@@ -86,6 +90,7 @@ class VATSystem(L.LightningModule):
         self.arch = as_config(VATConfig, arch)
         self.loss_cfg = as_config(LossConfig, loss)
         self.optim_cfg = as_config(OptimConfig, optim)
+        self.noise_cfg = as_config(NoiseConfig, noise)
         self.compile = bool(compile)
         # Plain dicts only, so checkpoints load with torch.load(weights_only=True).
         self.save_hyperparameters(
@@ -93,6 +98,7 @@ class VATSystem(L.LightningModule):
                 "arch": self.arch.to_dict(),
                 "loss": asdict(self.loss_cfg),
                 "optim": asdict(self.optim_cfg),
+                "noise": asdict(self.noise_cfg),
                 "compile": self.compile,
             }
         )
@@ -116,6 +122,8 @@ class VATSystem(L.LightningModule):
         self._val_generator: torch.Generator | None = None
         self._rng_to_restore: torch.Tensor | None = None
         self._compiled: CompiledObjective | None = None
+        self._noise_generator: torch.Generator | None = None
+        self._noised: NoisedBatch | None = None  # the step's noise counts, for logging
         self._step_terms: tuple[torch.Tensor, torch.Tensor] | None = None  # (nll, kl)
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
@@ -195,6 +203,8 @@ class VATSystem(L.LightningModule):
         )
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.noise_cfg.active:  # training only: validation and evaluation see clean inputs
+            batch = self._noised_batch(batch, batch_idx)
         out = self._shared_step(batch, "train")
         reduce = None
         if self.trainer.world_size > 1:
@@ -209,9 +219,47 @@ class VATSystem(L.LightningModule):
             self._log_train(out, batch)
         return out.loss
 
+    def _noised_batch(
+        self, batch: dict[str, torch.Tensor], batch_idx: int
+    ) -> dict[str, torch.Tensor]:
+        """The batch with the configured noise, drawn from a generator seeded for this step,
+        batch and rank (vat.train.noise.step_seed): a resumed run draws what an uninterrupted
+        one drew, with no random state to save, and z's sampling stream is left alone."""
+        if self._noise_generator is None or self._noise_generator.device != self.device:
+            self._noise_generator = torch.Generator(device=self.device)
+        n = self.noise_cfg
+        self._noise_generator.manual_seed(
+            step_seed(n.seed, self.global_step, batch_idx, self.global_rank)
+        )
+        vocab = self.tokenizer.vocab_size if self.tokenizer is not None else self.arch.vocab_size
+        self._noised = noised_batch(
+            batch,
+            self._noise_generator,
+            decoder_word_dropout=n.decoder_word_dropout,
+            encoder_delete=n.encoder_delete,
+            encoder_mask=n.encoder_mask,
+            encoder_shuffle_distance=n.encoder_shuffle_distance,
+            replace_with=n.replace_with,
+            vocab_size=vocab,
+        )
+        return self._noised.batch
+
     def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
         bs = batch["src"].shape[0]
         log = train_scalars(out, batch)
+        if self._noised is not None:  # the share of words each noise changed in this batch
+            nb = self._noised
+            if self.noise_cfg.decoder_word_dropout > 0:
+                log["train/noise/decoder_dropped"] = (
+                    nb.decoder_dropped / nb.decoder_words.clamp_min(1)
+                )
+            for name, count, on in (
+                ("encoder_deleted", nb.encoder_deleted, self.noise_cfg.encoder_delete),
+                ("encoder_masked", nb.encoder_masked, self.noise_cfg.encoder_mask),
+                ("encoder_moved", nb.encoder_moved, self.noise_cfg.encoder_shuffle_distance),
+            ):
+                if on:
+                    log[f"train/noise/{name}"] = count / nb.encoder_words.clamp_min(1)
         rate = self._token_rate.update(self.train_state.seen("tokens"))
         if rate is not None:  # MFU = train/model_tflops / the device's peak TFLOP/s
             log["train/tokens_per_s"] = rate

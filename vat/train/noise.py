@@ -1,0 +1,164 @@
+"""Noise on a training batch's inputs: decoder word dropout and encoder-input denoising.
+
+Two levers from text-autoencoder research, both off by default (the paper trains without
+them), both applied to the batch on the device just before the training step, never to
+validation, test or any evaluation:
+
+- **decoder word dropout** (Bowman et al. 2016, "Generating Sentences from a Continuous
+  Space", section 3.3): each word of the decoder's input `<s> w_1..w_n` is replaced, with
+  probability p, by `<unk>` (or a random word), while the targets stay clean. A decoder that
+  cannot read every previous word from its input has to take it from z.
+- **denoising the encoder's input** (Shen et al. 2020, "Educating Text Autoencoders: Latent
+  Representation Guidance via Denoising"; the local shuffle after Lample et al. 2018,
+  "Unsupervised Machine Translation Using Monolingual Corpora Only"): words of the encoder's
+  input `w_1..w_n </s>` are deleted, masked or moved a few places, and the model still
+  reconstructs the clean sentence. Shen et al. show that this maps sentences that differ by a
+  few words close together in the latent space.
+
+Only words are touched: `<s>`, `</s>` and padding never are, so a sentence keeps its end and
+at least one latent. Deletion keeps the batch's shape: the kept tokens move left and the row
+is padded at the end, so a compiled step sees the shapes it always sees.
+
+The functions are pure: the same ids, rates and generator state give the same noise. The
+system seeds one generator per step from (seed, step, batch, rank) (`step_seed`), so the noise
+of a step is the same whether the run was interrupted and resumed or not, on any machine,
+without a random state to save and without drawing from the global RNG (which samples z).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+
+FIRST_WORD_ID = len(SPECIAL_TOKENS)
+"""Ids below this are <pad>, <s>, </s> and <unk>; a random replacement is drawn above it."""
+
+
+class NoisedBatch(NamedTuple):
+    """The batch the training step sees, and how much of it the noise changed (0-d integer
+    tensors on the device, read only at logging steps)."""
+
+    batch: dict[str, torch.Tensor]
+    decoder_words: torch.Tensor  # words in the decoder's input
+    decoder_dropped: torch.Tensor  # of them replaced
+    encoder_words: torch.Tensor  # words in the encoder's input before the noise
+    encoder_deleted: torch.Tensor
+    encoder_masked: torch.Tensor
+    encoder_moved: torch.Tensor  # words that left their place in the shuffle
+
+
+def step_seed(seed: int, step: int, batch_idx: int, rank: int) -> int:
+    """A 63-bit seed for one batch of one step on one process: distinct for distinct inputs
+    (a splitmix64-style mix, so neighbouring steps get unrelated streams)."""
+    x = 0x243F6A8885A308D3  # pi's digits: no input maps to the all-zero state
+    for part in (seed, step, batch_idx, rank):
+        x = (x ^ (part & 0xFFFFFFFFFFFFFFFF)) * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 31
+    return x & 0x7FFFFFFFFFFFFFFF
+
+
+def words_of(ids: torch.Tensor) -> torch.Tensor:
+    """True at the tokens noise may touch: everything but <pad>, <s> and </s>."""
+    return (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)
+
+
+def replace_words(
+    ids: torch.Tensor,
+    rate: float,
+    generator: torch.Generator,
+    replace_with: str = "unk",
+    vocab_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each word replaced with probability `rate` by <unk> (`replace_with="unk"`) or by a
+    word drawn uniformly from the vocabulary's non-special ids (`"random"`, needs
+    `vocab_size`); returns the new ids and the mask of replaced positions."""
+    hit = words_of(ids) & (torch.rand(ids.shape, generator=generator, device=ids.device) < rate)
+    if replace_with == "unk":
+        return ids.masked_fill(hit, UNK_ID), hit
+    if replace_with != "random" or vocab_size is None or vocab_size <= FIRST_WORD_ID:
+        raise ValueError(
+            f"replace_with must be unk, or random with a vocab_size above {FIRST_WORD_ID}"
+        )
+    drawn = torch.randint(
+        FIRST_WORD_ID, vocab_size, ids.shape, generator=generator, device=ids.device
+    )
+    return torch.where(hit, drawn, ids), hit
+
+
+def delete_words(
+    ids: torch.Tensor, rate: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each word deleted with probability `rate`; the rest keep their order, move left, and
+    the row is padded at its end (same shape). Returns the new ids and the deleted mask
+    (positions in the input)."""
+    deleted = words_of(ids) & (torch.rand(ids.shape, generator=generator, device=ids.device) < rate)
+    T = ids.shape[1]
+    pos = torch.arange(T, device=ids.device).expand_as(ids)
+    # kept tokens (padding included) first in their order, deleted ones after them; a stable
+    # sort of these keys is a gather, no per-row loop and no host sync
+    order = torch.argsort(torch.where(deleted, pos + T, pos), dim=1, stable=True)
+    out = ids.gather(1, order)
+    kept = T - deleted.sum(1, keepdim=True)
+    return out.masked_fill(pos >= kept, PAD_ID), deleted
+
+
+def shuffle_words(
+    ids: torch.Tensor, distance: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The local shuffle of Lample et al. (2018, section 2.3): word i is sorted by
+    i + U(0, distance + 1), so no word moves more than `distance` places; </s> and padding
+    stay where they are. Returns the new ids and the mask of positions whose word changed."""
+    T = ids.shape[1]
+    pos = torch.arange(T, device=ids.device).expand_as(ids)
+    words = words_of(ids)
+    jitter = torch.rand(ids.shape, generator=generator, device=ids.device) * (distance + 1)
+    keys = torch.where(words, pos + jitter, pos + 2.0 * T + 1)  # non-words after every word
+    out = ids.gather(1, torch.argsort(keys, dim=1, stable=True))
+    return out, words & (out != ids)
+
+
+def noised_batch(
+    batch: dict[str, torch.Tensor],
+    generator: torch.Generator,
+    *,
+    decoder_word_dropout: float = 0.0,
+    encoder_delete: float = 0.0,
+    encoder_mask: float = 0.0,
+    encoder_shuffle_distance: int = 0,
+    replace_with: str = "unk",
+    vocab_size: int | None = None,
+) -> NoisedBatch:
+    """The training batch with the noise applied: the decoder's input `tgt_in` gets word
+    dropout; the encoder's input `src` gets deletion, then masking, then the local shuffle
+    (Lample et al.'s order: drop, then permute); the targets `tgt_out` stay clean. A noise
+    whose rate is 0 draws nothing."""
+    src, tgt_in = batch["src"], batch["tgt_in"]
+    zero = torch.zeros((), dtype=torch.long, device=src.device)
+    dropped = deleted = masked = moved = zero
+    if decoder_word_dropout > 0:
+        tgt_in, hit = replace_words(
+            tgt_in, decoder_word_dropout, generator, replace_with, vocab_size
+        )
+        dropped = hit.sum()
+    encoder_words = words_of(src).sum()
+    if encoder_delete > 0:
+        src, hit = delete_words(src, encoder_delete, generator)
+        deleted = hit.sum()
+    if encoder_mask > 0:
+        src, hit = replace_words(src, encoder_mask, generator, replace_with, vocab_size)
+        masked = hit.sum()
+    if encoder_shuffle_distance > 0:
+        src, hit = shuffle_words(src, encoder_shuffle_distance, generator)
+        moved = hit.sum()
+    return NoisedBatch(
+        {**batch, "src": src, "tgt_in": tgt_in},
+        words_of(batch["tgt_in"]).sum(),
+        dropped,
+        encoder_words,
+        deleted,
+        masked,
+        moved,
+    )
