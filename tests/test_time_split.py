@@ -237,3 +237,22 @@ def test_read_split_refuses_what_is_not_this_launch_s_split(tmp_path):
     assert read_split(tmp_path, since=time.time() + 60) is None  # an earlier launch's
     path.write_text("{")
     assert read_split(tmp_path) is None
+
+
+def test_resuming_a_finished_run_splits_no_steps_and_does_not_fail(tmp_path, capsys):
+    """`--ckpt_path last` on a run already at max_steps (what `vat sweep` does with a run it
+    finds trained but not marked) trains nothing: the split says 0 steps and no first step,
+    and the command ends with 0 (before: a TypeError traceback from the split's None)."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    extra = ["--trainer.max_steps", "2", "--data.num_workers", "0"]
+    code, err = train_main(fit_args(run, cache, *extra), capsys)
+    assert code == 0, err
+    code, err = train_main(fit_args(run, cache, *extra, "--ckpt_path", "last"), capsys)
+    assert code == 0, err
+    assert not any("Traceback" in line for line in err)
+    split = read_split(run)
+    assert (split["first_step"], split["last_step"], split["steps"]) == (2, 2, 0)
+    assert split["first_step_s"] is None
+    tb = scalars(run)
+    assert "time/first_step_s" in tb and tb["time/first_step_s"][-1][0] == 2  # the first fit's
+    assert tb["time/total_s"][-1] == (2, pytest.approx(split["total_s"], abs=1e-3))

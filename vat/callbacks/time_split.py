@@ -214,6 +214,7 @@ class TimeSplit(Callback):
         self._ledger = Ledger(clock() - (since or 0.0), compiled())
         self._first_step_s: float | None = None
         self._start_step = 0
+        self._train_started = False  # a finished run resumed skips on_train_start
         self._stepped = self._training = False
         self._counts = {"validations": 0, "checkpoint_saves": 0}
         self._saver: Callable[..., Any] | None = None
@@ -250,6 +251,7 @@ class TimeSplit(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start_step = trainer.global_step  # a resume's step, restored by now
+        self._train_started = True
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._enter(trainer, "validation")
@@ -310,6 +312,8 @@ class TimeSplit(Callback):
         if trainer.__dict__.get("save_checkpoint") is not None:
             del trainer.save_checkpoint  # the Trainer's own method again
         self._saver = None
+        if not self._train_started:  # nothing was left to train: no steps, from where it was
+            self._start_step = trainer.global_step
         _sync(trainer)
         self._ledger.charge(*self._now())
         record = split_record(
@@ -331,9 +335,12 @@ class TimeSplit(Callback):
         if self.run_dir is not None:
             where = self.run_dir / FILE_NAME
             write_json_atomic(where, record)
-        scalars = {f"time/{k}": float(record[k]) for k in record if k.endswith("_s")}
-        if record["first_step_s"] is None:
-            scalars.pop("time/first_step_s")
+        # a time not measured is None: first_step_s when no step ran, as when a finished
+        # run is resumed (`--ckpt_path last` at max_steps, what `vat sweep` does to a run it
+        # finds trained but unmarked)
+        scalars = {
+            f"time/{k}": float(v) for k, v in record.items() if k.endswith("_s") and v is not None
+        }
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
         if ended == "finished":  # a stop's or an error's own line stays the last one said
