@@ -232,39 +232,50 @@ def has_select_scores(records: Sequence[Record]) -> bool:
 def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
     """The frontier with every run on it: reconstruction BLEU (x) against the selection score
     (y: mean of STS12's sets and STS-B dev, Spearman x 100) of three specs per run, mean of
-    mu, layer0/sif and the run's best contextual spec; each marker labelled with its run."""
-    fig, ax = _subplots((7, 4.5))
-    for r in records:  # a thin line joins a run's markers: which three belong together
+    mu, layer0/sif and the run's best contextual spec, joined by a thin line. Each run is
+    numbered above its markers and named in a key beside the plot: runs close in BLEU would
+    overlap their names."""
+    import textwrap
+
+    fig, ax = _subplots((10, 5))
+    named = []
+    for r in records:
         ys = [r[f] for f, *_ in SELECT_SERIES if _number(r.get(f))]
-        if _number(r.get("bleu")) and len(ys) > 1:
+        if not (_number(r.get("bleu")) and ys):
+            continue
+        named.append(f"{len(named) + 1}  {record_label(r, keys)}")
+        if len(ys) > 1:  # which three belong together
             ax.plot([r["bleu"]] * 2, [min(ys), max(ys)], "-", color="0.8", lw=0.8, zorder=0)
+        ax.annotate(
+            str(len(named)),
+            (r["bleu"], max(ys)),
+            textcoords="offset points",
+            xytext=(0, 5),
+            ha="center",
+            fontsize=8,
+        )
     for field, legend, marker, color in SELECT_SERIES:
         pts = [r for r in records if _number(r.get("bleu")) and _number(r.get(field))]
-        if not pts:
-            continue
-        ax.scatter(
-            [r["bleu"] for r in pts],
-            [r[field] for r in pts],
-            marker=marker,
-            color=color,
-            label=legend,
-        )
-        for r in pts:
-            ax.annotate(
-                record_label(r, keys),
-                (r["bleu"], r[field]),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=7,
+        if pts:
+            ax.scatter(
+                [r["bleu"] for r in pts],
+                [r[field] for r in pts],
+                marker=marker,
                 color=color,
+                label=legend,
             )
+    ax.margins(x=0.06, y=0.12)
+    over = ", ".join(leaf(k) for k in keys) or "the train config"
     ax.set(
         xlabel="reconstruction BLEU (mu decoding)",
-        ylabel="selection score: STS12 sets + STS-B dev, Spearman x 100",
-        title=f"BLEU against STS, every run: sweep over {', '.join(keys) or 'the train config'}",
+        ylabel="STS12 sets + STS-B dev, Spearman x 100",
+        title=textwrap.fill(f"BLEU against sentence similarity, every run (over {over})", 80),
     )
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
+    wrapped = [textwrap.fill(n, 44, subsequent_indent="    ") for n in named]
+    fig.text(0.70, 0.88, "\n".join(wrapped), va="top", ha="left", fontsize=7, family="monospace")
+    fig.subplots_adjust(right=0.68)
     _save(fig, path)
 
 
