@@ -31,13 +31,11 @@ from typing import Any
 import yaml
 
 from vat.errors import VatError, did_you_mean
+from vat.features.fitting import DEFAULT_FIT_SENTENCES
 from vat.io import regular_file
 
 Point = dict[str, Any]
 """One run of a sweep: {dotted key: value}, in the order the keys are declared."""
-
-DEFAULT_FIT_SENTENCES = 20_000
-"""The comparison's fitting sample, as `vat features compare` takes it by default."""
 
 DEFAULTS_RUN = "defaults"
 """Run name and label of the empty point of a list sweep: the train config as it is."""
@@ -90,7 +88,7 @@ class SweepConfig:
     fit_files: list[str] | None = None
     """Text files the comparison fits post-processing on; None = each model's own training
     files. Never files inside senteval_dir (the evaluation data)."""
-    fit_sentences: int = DEFAULT_FIT_SENTENCES
+    fit_sentences: int = DEFAULT_FIT_SENTENCES  # as `vat features compare` takes it
     """Sentences sampled from the fitting files for the comparison's post-processing."""
 
     @classmethod

@@ -29,12 +29,12 @@ from typing import Any
 from vat.errors import VatError
 from vat.experiments.config import cli_value, leaf, point_label
 from vat.experiments.measure import (
-    BASELINE_SPEC,
-    EXPORT_DEFAULT_SPEC,
     GEOMETRY_FIELDS,
     VAL_TAGS,
     sts_column,
 )
+from vat.feature_spec import DEFAULT_EXPORT_SPEC
+from vat.features.compare import BASELINE
 from vat.io import atomic_write, figure_class, save_png, temp_path, write_json_atomic
 
 Record = dict[str, Any]
@@ -87,8 +87,8 @@ HEADLINE = (
         )
     ),
     ("geometry_active_units", "active units", "{:d}", 1),
-    ("select_mu_mean", f"select {BASELINE_SPEC}", "{:.2f}", 1),
-    ("select_layer0_sif", f"select {EXPORT_DEFAULT_SPEC}", "{:.2f}", 1),
+    ("select_mu_mean", f"select {BASELINE}", "{:.2f}", 1),
+    ("select_layer0_sif", f"select {DEFAULT_EXPORT_SPEC}", "{:.2f}", 1),
     ("best_contextual_spec", "best contextual spec", TEXT, 1),
     ("select_best_contextual", "select best contextual", "{:.2f}", 1),
     ("best_spec", "best spec", TEXT, 1),
@@ -213,8 +213,8 @@ def record_label(record: Record, keys: Sequence[str]) -> str:
 
 
 SELECT_SERIES = (
-    ("select_mu_mean", BASELINE_SPEC, "o", "tab:blue"),
-    ("select_layer0_sif", EXPORT_DEFAULT_SPEC, "s", "tab:green"),
+    ("select_mu_mean", BASELINE, "o", "tab:blue"),
+    ("select_layer0_sif", DEFAULT_EXPORT_SPEC, "s", "tab:green"),
     ("select_best_contextual", "best contextual spec", "^", "tab:red"),
 )
 """The feature comparison's three specs of every run in bleu_vs_select.png: record field,

@@ -15,7 +15,9 @@ from typing import Any
 from vat.errors import VatError
 from vat.eval.engine import EvalSettings, evaluate
 from vat.experiments.config import Point, SweepConfig, run_name
+from vat.feature_spec import DEFAULT_EXPORT_SPEC
 from vat.features import sentence_features, token_vectors
+from vat.features.compare import BASELINE
 from vat.generate.generator import VATGenerator
 from vat.geometry.metrics import geometry_report
 from vat.geometry.probes import iter_lines, load_probe_sentences
@@ -46,12 +48,6 @@ CURVE_TAGS = ("train/loss", "val/loss")
 
 FEATURE_COMPARE_DIR = "feature_compare"
 """The comparison's set (compare.csv, compare.md, compare.png) inside a run's folder."""
-
-BASELINE_SPEC = "mu/mean/none"
-"""The plain mean of mu: the spec the sweep's own STS columns measure."""
-
-EXPORT_DEFAULT_SPEC = "layer0/sif/none"
-"""The spec an exported model gets by default when the model stores token counts."""
 
 FEATURE_COMPARE_FIELDS = (
     "select_mu_mean",
@@ -228,8 +224,8 @@ def compare_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
     best_contextual = next((r for r in rows if contextual(r["spec"])), None)
     best = rows[0] if rows else None
     return {
-        "select_mu_mean": score(by_spec.get(BASELINE_SPEC)),
-        "select_layer0_sif": score(by_spec.get(EXPORT_DEFAULT_SPEC)),
+        "select_mu_mean": score(by_spec.get(BASELINE)),
+        "select_layer0_sif": score(by_spec.get(DEFAULT_EXPORT_SPEC)),
         "best_contextual_spec": None if best_contextual is None else best_contextual["spec"],
         "select_best_contextual": score(best_contextual),
         "best_spec": None if best is None else best["spec"],

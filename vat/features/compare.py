@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vat.errors import OptionError, VatError, check_count
+from vat.features.fitting import DEFAULT_FIT_SENTENCES
 from vat.io import atomic_write, figure_class, folder, remove_stale_temps, save_png, temp_path
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class CompareSettings:
     """How the comparison fits and encodes, checked when made: each bad value is one
     OptionError naming its field, before the model is read."""
 
-    fit_sentences: int = 20_000
+    fit_sentences: int = DEFAULT_FIT_SENTENCES
     """Sentences sampled from the fitting files for every post-processing (at least 2: a
     fit needs two rows)."""
     count_files: Sequence[str] | None = None
