@@ -313,3 +313,20 @@ def test_a_seed_report_this_call_cannot_continue_is_one_line_before_any_copy(tmp
         assert str(e.value).startswith(str(seed / "gpu_report.json")) and needle in str(e.value)
         assert str(e.value).endswith("use another --seed, or none to start afresh")
         assert not out.exists()
+
+
+def test_a_stop_inside_an_in_process_vat_command_stops_the_suite():
+    """vat's commands turn a Ctrl-C into exit 130 (vat.errors.run_cli). Run inside the suite,
+    that SIGINT was the suite's own stop (--call-limit-s): before, the stage was called failed
+    and the next stage started, until the call was killed with no report."""
+    from bench.gpu_suite.in_process import run_vat
+    from vat.errors import VatError, run_cli
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_vat(lambda argv: run_cli(interrupted, argv), [], "vat export X Y")
+    with pytest.raises(VatError, match=r"^vat export X Y failed \(exit 2\)$"):
+        run_vat(lambda argv: 2, [], "vat export X Y")
+    assert run_vat(lambda argv: 0, ["a"], "vat export X Y") is None

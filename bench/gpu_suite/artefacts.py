@@ -9,8 +9,8 @@ import time
 
 from bench.gpu_suite.call import MAX_OUT_FILE, Call, pack
 from bench.gpu_suite.frontier_train import evaluated
+from bench.gpu_suite.in_process import run_vat
 from bench.gpu_suite.records import Artefact, BestExports
-from vat.errors import VatError
 
 
 def run(call: Call, allot: float) -> str:
@@ -36,9 +36,7 @@ def run(call: Call, allot: float) -> str:
         folder = call.work / "export" / kind
         ckpt = fr.runs[name].eval.checkpoint
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = export_main([ckpt, str(folder), "--overwrite"])
-        if rc != 0:
-            raise VatError(f"vat export {ckpt} {folder} failed (exit {rc})")
+            run_vat(export_main, [ckpt, str(folder), "--overwrite"], f"vat export {ckpt} {folder}")
         tar = call.out / f"{kind}.tar"
         pack(tar, folder, arcname=f"{kind}_{name}")
         size = tar.stat().st_size

@@ -25,6 +25,7 @@ from typing import Any
 from bench.gpu_suite import schema
 from bench.gpu_suite.call import Call
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY, run_name
+from bench.gpu_suite.in_process import run_vat
 from bench.gpu_suite.plan import NEWSTEST2019, Plan
 from bench.gpu_suite.records import Best, BestExports, Brief, Evaluation, ExtraSts, FrontierRun, Sts
 from vat.errors import VatError
@@ -131,9 +132,7 @@ def best_run_option_sets(
     argv = ["compare", "--model", str(ckpt), "--output-dir", str(out), "--overwrite"]
     argv += ["--data-dir", str(data_dir / "senteval"), "--fit-sentences", str(fit_sentences)]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        rc = features_main(argv)
-    if rc != 0:
-        raise VatError(f"vat features {' '.join(argv)} failed (exit {rc})")
+        run_vat(features_main, argv, f"vat features {' '.join(argv)}")
     with open(out / "compare.csv", encoding="utf-8") as f:
         best = next(csv.DictReader(f))["spec"]  # rows are sorted by the selection score
     return [
@@ -149,9 +148,7 @@ def _evaluate_sts(ckpt: Path, data_dir: Path, opts: list[str], out: Path) -> Sts
     argv += ["--data-dir", str(data_dir / "senteval"), *opts]
     argv += ["--output", str(out), "--overwrite", "--quiet"]
     with contextlib.redirect_stdout(io.StringIO()):
-        rc = evaluate_main(argv)
-    if rc != 0:
-        raise VatError(f"vat evaluate {' '.join(argv)} failed (exit {rc})")
+        run_vat(evaluate_main, argv, f"vat evaluate {' '.join(argv)}")
     res = json.loads(out.read_text(encoding="utf-8"))
     return Sts(
         sts12=measured(res["STS12"]["all"]["spearman"]["mean"]),
@@ -172,9 +169,7 @@ def _bleu(ckpt: Path, data_dir: Path, limit: int | None, out: Path) -> dict[str,
     argv = ["bleu", "--ckpt", str(ckpt), "--input", str(data_dir / NEWSTEST2019)]
     argv += ["--long-over", str(LONG_OVER), "--json", "--output", str(out), "--overwrite"]
     argv += ["--quiet", "--no-progress"] + (["--limit", str(limit)] if limit else [])
-    rc = generate_main(argv)
-    if rc != 0:
-        raise VatError(f"vat generate {' '.join(argv)} failed (exit {rc})")
+    run_vat(generate_main, argv, f"vat generate {' '.join(argv)}")
     return json.loads(out.read_text(encoding="utf-8").strip().splitlines()[-1])
 
 

@@ -61,6 +61,7 @@ from bench.gpu_suite.call import (
 )
 from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
+from bench.gpu_suite.in_process import run_vat
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.records import (
     Basis,
@@ -683,9 +684,7 @@ def export(call: Call, ckpt: Path) -> Export:
     argv = [str(ckpt), str(folder), "--overwrite", "--evaluate", EXPORT_TASKS]
     argv += ["--data-dir", str(call.data_dir / "senteval")]
     with contextlib.redirect_stdout(io.StringIO()):
-        rc = export_main(argv)
-    if rc != 0:
-        raise VatError(f"vat export {' '.join(argv)} failed (exit {rc})")
+        run_vat(export_main, argv, f"vat export {' '.join(argv)}")
     e = call.state.reference.eval
     assert e is not None  # the stage exports what it evaluated
     evaluation = _folder_config(folder).get("evaluation", [])

@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.gpu_suite import schema
 from bench.gpu_suite.call import Call, remove_run
 from bench.gpu_suite.children import last_line, shield, spawn, stop
+from bench.gpu_suite.in_process import run_vat
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.records import CallLaunch, Report, TimeSplit
 from vat.errors import VatError
@@ -121,11 +122,13 @@ def prepare_data(call: Call, config: Path, cwd: Path | None = None) -> None:
     try:
         os.chdir(cwd or here)
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = vat_prepare(["-c", str(config), "--run_dir", str(call.work / ".prepare")])
+            run_vat(
+                vat_prepare,
+                ["-c", str(config), "--run_dir", str(call.work / ".prepare")],
+                f"preparing the data of {config}",
+            )
     finally:
         os.chdir(here)
-    if rc != 0:
-        raise VatError(f"preparing the data of {config} failed (exit {rc})")
 
 
 def train(call: Call, stage: str, runs: list[TrainRun], end: float) -> dict[str, Outcome]:
