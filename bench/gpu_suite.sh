@@ -8,6 +8,9 @@
 #   bench/gpu_suite.sh [--budget-min 24] [--stages facts,throughput,...] OUT_DIR
 #   bench/gpu_suite.sh --plan short ... OUT_DIR   # 15 minutes of a GPU allocation (plan.RECIPE_SHORT)
 #   bench/gpu_suite.sh --smoke OUT_DIR        # every stage on CPU, tiny shapes
+#   bench/gpu_suite.sh --seed DIR --trust-compile-cache ... OUT_DIR
+#       # the reference resumes with the compile cache an earlier call returned in DIR (or
+#       # OUT_DIR): code that torch runs; only for files your own earlier call returned
 #
 # One call of an allocated machine (docs/gpu.md's recipes; bench/gpu_suite/plan.py, RECIPE),
 # three more options, handled here (OUT_DIR must then be the last argument):

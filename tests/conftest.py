@@ -33,6 +33,23 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         pass
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache_key(tmp_path_factory) -> Path:
+    """The key that signs compile caches (vat.train.compile_cache.user_key) in a temporary
+    folder of the session, inherited by every command a test starts: the suite never makes or
+    reads the user's own key."""
+    from vat.train.compile_cache import KEY_ENV
+
+    path = tmp_path_factory.mktemp("compile_cache_key") / "compile_cache.key"
+    before = os.environ.get(KEY_ENV)
+    os.environ[KEY_ENV] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop(KEY_ENV, None)
+    else:
+        os.environ[KEY_ENV] = before
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One torch thread in-process: the test models are tiny, and on 2 shared cores a second

@@ -106,6 +106,18 @@ def train_captured(args: list[str]) -> tuple[int, list[str]]:
     return code, err.getvalue().strip().splitlines()
 
 
+def hold_lock(run: Path) -> subprocess.Popen:
+    """Another process holding RUN/.lock, as a run training there does, until it is killed."""
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
+        f"from vat.runs.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
+        f"print('locked', flush=True); time.sleep(120)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every TensorBoard scalar of a run: tag -> [(step, value), ...]."""
     ea = EventAccumulator(str(run_dir))

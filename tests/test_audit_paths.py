@@ -123,7 +123,10 @@ def test_a_sweep_log_that_is_a_link_is_not_appended_through(tmp_path):
     points = cfg.points()
     # the children: a real process that prints a line, as a child sweep run logs its work
     runner = sweep.Runner(
-        train=lambda argv: 0, prepare=lambda argv: 0, child=(sys.executable, "-c", "print(1)")
+        train=lambda argv: 0,
+        check=lambda argv: 0,
+        prepare=lambda argv: 0,
+        child=(sys.executable, "-c", "print(1)"),
     )
     theirs = tmp_path / "notes.txt"
     theirs.write_text("the user's notes\n")
@@ -326,7 +329,7 @@ def test_generate_bleu_limit_reads_only_that_many_lines(
     assert json.loads(capsys.readouterr().out)["n"] == 3
     assert main(argv) == 2  # the whole input: the bad line is named
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --input {path}: line 5 has bytes that are not UTF-8")
+    assert err.startswith(f"error: {path}:5: bytes that are not UTF-8")  # FILE:LINE, as all
 
 
 def test_a_line_without_an_end_is_kept_to_its_first_mib(tmp_path):

@@ -536,6 +536,9 @@ API_CASES = {
     # vat.load
     "load: model None": (lambda m: _load(None), "model"),
     "load: model empty": (lambda m: _load(""), "model: is empty"),  # Path("") is "."
+    # a name's control characters shown escaped (before: raw, a "one-line" error of two lines)
+    "load: model with a newline": (lambda m: _load("runs/x\ny"), "runs/x\\ny"),
+    "load: model with a terminal escape": (lambda m: _load("runs/\x1b[2Jx"), "runs/\\x1b[2Jx"),
     "load: model bytes": (lambda m: _load(b"runs/vat"), "model"),
     "load: model list": (lambda m: _load(["runs/vat"]), "model"),
     "load: model int": (lambda m: _load(3), "model"),
@@ -599,6 +602,26 @@ API_CASES = {
     ),
     "PretrainedVAT.similarity: 3-D": (lambda m: m.similarity(np.zeros((2, 2, 2)), [1.0, 2.0]), "a"),
     "PretrainedVAT.feature_encoder: features int": (lambda m: m.feature_encoder(3), "features"),
+    # a feature spec's own checks name `features` (before: unnamed, and "" was mu/mean/none)
+    "PretrainedVAT.encode: features mistyped": (
+        lambda m: m.encode(["a"], features="mu/sfi"),
+        "features",
+    ),
+    "PretrainedVAT.encode: features empty": (lambda m: m.encode(["a"], features=""), "features"),
+    "PretrainedVAT.encode: features beyond the layers": (
+        lambda m: m.encode(["a"], features="layer99/mean/none"),
+        "features",
+    ),
+    # a folder whose own spec lacks its statistics: the way out named as `features`
+    # (before: "... (--features SPEC, or vat.load(...).feature_encoder('SPEC'))")
+    "PretrainedVAT.encode: a folder spec without its statistics": (
+        lambda m: _unfitted_folder(m).encode(["a man plays"]),
+        "features",
+    ),
+    "PretrainedVAT.feature_encoder: features mistyped": (
+        lambda m: m.feature_encoder("mu/mean/pcx"),
+        "features",
+    ),
     "PretrainedVAT.save_pretrained: directory None": (
         lambda m: m.save_pretrained(None),
         "directory",
@@ -626,6 +649,18 @@ API_CASES = {
     "PretrainedVAT.save_pretrained: features int": (
         lambda m: m.save_pretrained("/nonexistent/out", features=3),
         "features",
+    ),
+    "PretrainedVAT.save_pretrained: features mistyped": (
+        lambda m: m.save_pretrained("/nonexistent/out", features="mu/sfi"),
+        "features",
+    ),
+    # before: "data dir ... does not exist (...; set --data-dir or VAT_SENTEVAL_DIR; ...)",
+    # after the features were fitted
+    "PretrainedVAT.save_pretrained: data_dir missing": (
+        lambda m: m.save_pretrained(
+            _EXPORTED["dir"].parent / "none", evaluate="STS12", data_dir="/nonexistent/senteval"
+        ),  # fmt: skip
+        "SentEval data folder /nonexistent/senteval does not exist",
     ),
     "PretrainedVAT.save_pretrained: data_dir int": (
         lambda m: m.save_pretrained("/nonexistent/out", data_dir=3),
@@ -712,6 +747,10 @@ API_CASES = {
     "PretrainedVAT.reconstruct: length_penalty nan": (
         lambda m: m.reconstruct(["a"], beam=2, length_penalty=NAN),
         "length_penalty",
+    ),
+    "PretrainedVAT.reconstruct: min_len beyond max_len": (
+        lambda m: m.reconstruct(["a"], min_len=9, max_len=3),  # before: every output cut
+        "min_len",
     ),
     "PretrainedVAT.reconstruct: use_cache str": (
         lambda m: m.reconstruct(["a"], use_cache="no"),
@@ -911,6 +950,10 @@ API_CASES = {
     "VATGenerator.prior: length str": (lambda m: m.generator.prior(2, "3"), "length"),
     "VATGenerator.score: sentences None": (lambda m: m.generator.score(None), "sentences"),
     "DecodeOptions: beam_size 2.5": (lambda m: _decoding("DecodeOptions")(beam_size=2.5), "beam"),
+    "DecodeOptions: min_len beyond max_len": (
+        lambda m: _generate("DecodeOptions")(min_len=9, max_len=3),
+        "min_len",
+    ),
     "DecodeOptions: strategy None": (
         lambda m: _decoding("DecodeOptions")(strategy=None),
         "strategy",
@@ -1068,7 +1111,113 @@ API_CASES = {
         lambda m: _auto_model(m).encode(["a"], pooling="nope"),
         "pooling",
     ),
+    # vat.eval's Python API (docs/evaluate.md "From Python", docs/geometry.md): before, its
+    # messages named --pooling, --hf-model, --layer, --preset and --data-dir, or were a
+    # KeyError, ValueError or TypeError from inside
+    "vat_encoder: pooling nope": (
+        lambda m: _eval("encoders.vat_encoder")(m.loaded, "nope"),
+        "pooling",
+    ),
+    "vat_encoder: batch_size 0": (
+        lambda m: _eval("encoders.vat_encoder")(m.loaded, "mean", batch_size=0),
+        "batch_size",
+    ),
+    "senteval_batcher: pooling nope": (
+        lambda m: _eval("encoders.senteval_batcher")(m.loaded, "nope"),
+        "pooling",
+    ),
+    "hf_encoder: pooling nope": (
+        lambda m: _eval("encoders.hf_encoder")("/nonexistent/hf", pooling="nope"),
+        "pooling",
+    ),
+    "hf_encoder: model_dir missing": (
+        lambda m: _eval("encoders.hf_encoder")("/nonexistent/hf"),
+        "model_dir",
+    ),
+    "hf_sentence_features: model_dir missing": (
+        lambda m: _eval("hf_encoders.hf_sentence_features")("/nonexistent/hf", ["a"]),
+        "model_dir",
+    ),
+    "hf_sentence_features: sentences None": (
+        lambda m: _eval("hf_encoders.hf_sentence_features")("/nonexistent/hf", None),
+        "sentences",
+    ),
+    "hf_token_vectors: model_dir empty": (
+        lambda m: _eval("hf_encoders.hf_token_vectors")("", ["a"]),
+        "model_dir",
+    ),
+    "EvalSettings: preset nope": (lambda m: _eval("engine.EvalSettings")(preset="nope"), "preset"),
+    "EvalSettings: classifier nope": (
+        lambda m: _eval("engine.EvalSettings")(classifier="nope"),
+        "classifier",
+    ),
+    "EvalSettings: relatedness nope": (
+        lambda m: _eval("engine.EvalSettings")(relatedness="nope"),
+        "relatedness",
+    ),
+    "EvalSettings: batch_size 0": (
+        lambda m: _eval("engine.EvalSettings")(batch_size=0),
+        "batch_size",
+    ),
+    "EvalSettings: mlp nhid 0": (
+        lambda m: _eval("engine.EvalSettings")(classifier="mlp", nhid=0),
+        "nhid",
+    ),
+    # before: "--pooling must be one of ... for fine-tuning", after the model was copied
+    "FinetuneSettings: pooling nope": (
+        lambda m: _eval("finetune.FinetuneSettings")(pooling="nope"),
+        "pooling",
+    ),
+    "FinetuneSettings: epochs 0": (
+        lambda m: _eval("finetune.FinetuneSettings")(epochs=0),
+        "epochs",
+    ),
+    "FinetuneSettings: lr nan": (lambda m: _eval("finetune.FinetuneSettings")(lr=NAN), "lr"),
+    "vat.eval evaluate: tasks unknown": (lambda m: _evaluate(m, tasks="STS99"), "tasks"),
+    "vat.eval evaluate: tasks int": (lambda m: _evaluate(m, tasks=3), "tasks"),
+    "vat.eval evaluate: tasks empty": (lambda m: _evaluate(m, tasks=""), "tasks"),
+    "vat.eval evaluate: data_dir None": (lambda m: _evaluate(m, data_dir=None), "data_dir"),
+    "vat.eval evaluate: data_dir missing": (
+        lambda m: _evaluate(m, data_dir="/nonexistent/senteval"),
+        "SentEval data folder /nonexistent/senteval does not exist",
+    ),
+    "vat.eval evaluate: encoder None": (lambda m: _evaluate(m, encoder=None), "encoder"),
+    "vat.eval evaluate: settings dict": (lambda m: _evaluate(m, settings={}), "settings"),
 }
+
+
+def _eval(name):
+    """A callable of vat.eval by its module-relative name ("engine.EvalSettings")."""
+    import importlib
+
+    module, attr = name.rsplit(".", 1)
+    return getattr(importlib.import_module(f"vat.eval.{module}"), attr)
+
+
+def _evaluate(m, **kw):
+    """vat.eval.engine.evaluate with good arguments but those in `kw`."""
+    args = {
+        "encoder": lambda s: np.zeros((len(s), 2)),
+        "tasks": "STS12",
+        "data_dir": str(ASSETS),
+        "settings": None,
+    }
+    return _eval("engine.evaluate")(**{**args, **kw})
+
+
+def _unfitted_folder(m):
+    """A folder exported from `m` whose sentence_vat_config.json was changed afterwards to a
+    spec it holds no statistics for, loaded."""
+    import json
+
+    import vat
+
+    folder = _EXPORTED["dir"].parent / "unfitted"
+    if not folder.exists():
+        m.save_pretrained(folder)
+        settings = {"pooling": "mean", "features": "mu/mean/whiten2"}
+        (folder / "sentence_vat_config.json").write_text(json.dumps(settings))
+    return vat.load(folder, device="cpu")
 
 
 def _load(model, **kw):
@@ -1118,14 +1267,15 @@ NO_ARGUMENTS = {
 
 def public_callables() -> set[str]:
     """Every public function and method of vat.api, vat.shipping, vat.generate (its exports
-    and the decoding functions), vat.features and the integrations, as the audit table names
-    them."""
+    and the decoding functions), vat.features, the integrations and vat.eval's documented
+    entry points, as the audit table names them."""
     import inspect
 
     import vat.api
     import vat.features
     import vat.generate
     import vat.shipping
+    from vat.eval import encoders, hf_encoders
     from vat.generate import decoding
     from vat.integrations import mteb, sentence_transformers, transformers_auto
 
@@ -1170,6 +1320,10 @@ def public_callables() -> set[str]:
     names.add("VATMTEBEncoder")  # its encode takes mteb's DataLoader, from mteb
     functions(transformers_auto)
     names |= {"VATTransformersModel.from_pretrained", "VATTransformersModel.encode"}
+    # vat.eval's documented Python API (docs/evaluate.md, docs/geometry.md)
+    functions(encoders, only={"vat_encoder", "hf_encoder", "senteval_batcher"})
+    functions(hf_encoders, only={"hf_token_vectors", "hf_sentence_features"})
+    names |= {"EvalSettings", "FinetuneSettings", "vat.eval evaluate"}  # apart from mteb's
     return names
 
 
@@ -1195,10 +1349,10 @@ def test_the_api_refuses_bad_arguments_like_the_cli(api_model, case, monkeypatch
     with pytest.raises(VatError) as e:
         call(api_model)
     message = str(e.value)
-    assert needle in message and "\n" not in message, message
+    assert needle in message and message.isprintable(), message  # one line, no escapes
     assert "--" not in message, f"an API message names a CLI flag: {message}"
-    if isinstance(e.value, OptionError) and needle.isidentifier():
-        assert e.value.name == needle, message
+    if needle.isidentifier():  # named as the argument: the CLI shows its flag from the name
+        assert isinstance(e.value, OptionError) and e.value.name == needle, message
     assert api_model.device.type == "cpu"  # a refused device leaves the model where it was
 
 

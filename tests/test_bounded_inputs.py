@@ -6,6 +6,7 @@ wherever it is typed."""
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import json
@@ -268,3 +269,169 @@ def test_training_files_too_long_for_a_path_are_one_line_in_the_api(tmp_path):
 
     with pytest.raises(VatError, match="--data.train_files .*file name too long"):
         expand_files([str(tmp_path / LONG)], "--data.train_files")
+
+
+# -- how every reader decodes text: one rule (vat.data.corpus.check_text, bounded_lines,
+# LineReader, decode_each; docs/cli.md "How vat reads text") --------------------------------
+TEXT = "A man plays a guitar.\nA dog runs in the park.\n"
+CLEAN = ["A man plays a guitar.", "A dog runs in the park."]
+
+
+def _sentences(lines) -> list[str]:
+    return [s.strip() for s in lines if s.strip()]
+
+
+def _read_with(reader: str, path: Path) -> list[str]:
+    from vat.cli.common import read_text_lines
+    from vat.cli.score import _read
+    from vat.data.corpus import read_lines
+    from vat.eval.tasks.files import iter_lines as senteval_lines
+    from vat.features.fitting import sample_lines
+    from vat.geometry.probes import iter_lines as probe_lines
+
+    return _sentences(
+        {
+            "score FILE": lambda: _read(str(path), "error", None),
+            "generate --input, pretrained --check-file": lambda: read_text_lines(str(path)),
+            "training, explore --corpus (LineReader)": lambda: read_lines(path)[0],
+            "--fit-files, --count-files": lambda: sample_lines([str(path)], 10),
+            "--probe, samples and sweep BLEU files": lambda: list(probe_lines(path)),
+            "SentEval's UTF-8 files": lambda: senteval_lines(path, "utf-8"),
+        }[reader]()
+    )
+
+
+READERS = (
+    "score FILE",
+    "generate --input, pretrained --check-file",
+    "training, explore --corpus (LineReader)",
+    "--fit-files, --count-files",
+    "--probe, samples and sweep BLEU files",
+    "SentEval's UTF-8 files",
+)
+SAMPLERS = ("training, explore --corpus (LineReader)", "--fit-files, --count-files")
+DECODING = {
+    # a UTF-8 byte-order mark is an editor's mark, not the first sentence's first character
+    # (before: kept by every reader but SentEval's, three more subwords of the first sentence)
+    "utf-8 byte-order mark": (codecs.BOM_UTF8 + TEXT.encode(), CLEAN),
+    "crlf line ends": (TEXT.replace("\n", "\r\n").encode(), CLEAN),
+    # invisible characters are the tokenizer's to see: kept, never silently dropped
+    "invisible characters": (
+        "A\u200bman plays.\n\u2060A dog\u00adruns.\n".encode(),
+        ["A\u200bman plays.", "\u2060A dog\u00adruns."],
+    ),
+    # UTF-16/32: one line naming the encoding (before: "line 1 has bytes that are not
+    # UTF-8", "looks like a binary file (NUL bytes)" or "not valid utf-8 at byte 0", by reader)
+    "utf-16": (TEXT.encode("utf-16"), "is UTF-16 text (it starts with a UTF-16 byte-order mark)"),
+    "utf-16 big-endian": (
+        codecs.BOM_UTF16_BE + TEXT.encode("utf-16-be"),
+        "is UTF-16 text (it starts with a UTF-16 byte-order mark)",
+    ),
+    "utf-32": (TEXT.encode("utf-32"), "is UTF-32 text (it starts with a UTF-32 byte-order mark)"),
+    # a NUL at the start: binary, whichever reader (before: kept as text by generate --input,
+    # pretrained --check-file, the probe and BLEU files and SentEval's files)
+    "nul bytes": (b"A man\x00plays.\n" + TEXT.encode(), "looks like a binary file (NUL bytes"),
+    # not UTF-8: FILE:LINE, or skipped and counted where a corpus is sampled
+    "latin-1": ("Un café.\n".encode("latin-1") + TEXT.encode(), ":1: bytes that are not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", DECODING)
+@pytest.mark.parametrize("reader", READERS)
+def test_every_reader_decodes_text_by_one_rule(reader, case, tmp_path):
+    content, expected = DECODING[case]
+    path = tmp_path / "in.txt"
+    path.write_bytes(content)
+    if case == "latin-1" and reader in SAMPLERS:
+        expected = CLEAN  # skipped, and counted in one warning (warn_skipped)
+    if isinstance(expected, list):
+        assert _read_with(reader, path) == expected
+        return
+    with pytest.raises(VatError) as e:
+        _read_with(reader, path)
+    assert expected in str(e.value) and str(path) in str(e.value), str(e.value)
+
+
+def test_a_byte_order_mark_changes_no_sentence(tiny_ckpt, tmp_path, capsys):
+    """The first sentence decodes the same with or without a UTF-8 byte-order mark (before:
+    its three bytes were three more subwords of it)."""
+    from vat.cli.generate import main as generate
+
+    outputs = []
+    for name, content in (("clean", TEXT.encode()), ("bom", codecs.BOM_UTF8 + TEXT.encode())):
+        p = tmp_path / f"{name}.txt"
+        p.write_bytes(content)
+        argv = ["reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(p), "--json"]
+        assert generate([*argv, "--max-len", "6", "--no-progress"]) == 0
+        outputs.append([json.loads(x) for x in capsys.readouterr().out.splitlines()])
+    assert outputs[0] == outputs[1] and outputs[1][0]["input"] == CLEAN[0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "--model", "{ckpt}", "{file}", *QUIET],
+        ["generate", "reconstruct", "--model", "{ckpt}", "--input", "{file}"],
+        ["generate", "bleu", "--model", "{ckpt}", "--input", "{file}"],
+        ["geometry", "--model", "{ckpt}", "--probe", "{file}"],
+    ],
+    ids=["score FILE", "generate --input", "generate bleu --input", "geometry --probe"],
+)
+def test_a_utf16_file_is_one_line_naming_it_in_every_command(argv, tiny_ckpt, tmp_path, capsys):
+    from helpers import one_line_error
+
+    path = tmp_path / "utf16.txt"
+    path.write_bytes(TEXT.encode("utf-16"))
+    err = one_line_error(capsys, [a.format(ckpt=tiny_ckpt, file=path) for a in argv])
+    assert f"{path} is UTF-16 text" in err and "expected UTF-8" in err, err
+
+
+# -- names with control characters: shown visibly, once (vat.errors.visible) -----------------
+NAMES = {
+    "newline": ("runs/x\ny", "runs/x\\ny"),
+    "carriage return": ("runs/x\rerror: fake", "runs/x\\rerror: fake"),
+    "terminal escape": ("runs/\x1b[2J\x1b[31mred", "runs/\\x1b[2J\\x1b[31mred"),
+    "bidi override": ("runs/a\u202eb", "runs/a\\u202eb"),
+}
+
+
+def test_shown_path_shows_control_characters_visibly():
+    from vat.errors import shown_path
+
+    assert shown_path("a\nb\x1b[2J\u2028c é") == "a\\nb\\x1b[2J\\u2028c é"
+    long = shown_path("\x1b" + "n" * 400)
+    assert long.startswith("\\x1bnnn") and long.isprintable()
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "--model", "{name}", "{file}"],
+        ["score", "--model", "{ckpt}", "{name}"],
+        ["generate", "reconstruct", "--model", "{ckpt}", "--input", "{name}"],
+        ["evaluate", "--model", "{ckpt}", "--tasks", "STS12", "--data-dir", "{name}/none"],
+        ["export", "{ckpt}", "{folder}"],
+    ],
+    ids=["--model", "score FILE", "--input", "--data-dir", "export DIR (not empty)"],
+)
+def test_a_name_with_control_characters_is_one_visible_line(
+    name, argv, tiny_ckpt, tmp_path, capsys, monkeypatch
+):
+    """A newline, carriage return, terminal escape or bidi override in a name a command
+    quotes is shown escaped: the error stays one line that cannot rewrite the terminal
+    (before: `--model` printed it raw, `score FILE` cut the message at the newline)."""
+    from helpers import one_line_error
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    raw, shown = NAMES[name]
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    folder = tmp_path / raw
+    folder.mkdir(exist_ok=True)
+    (folder / "kept.txt").write_text("not vat's")  # export refuses a folder that is not empty
+    file = tmp_path / "in.txt"
+    file.write_text(TEXT)
+    values = {"ckpt": tiny_ckpt, "file": file, "name": raw, "folder": folder}
+    err = one_line_error(capsys, [a.format(**values) for a in argv])
+    assert shown in err and err[:-1].isprintable(), repr(err)

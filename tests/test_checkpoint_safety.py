@@ -87,6 +87,10 @@ def _broken(tmp_path, tiny_ckpt, case):
         key = next(k for k, v in ckpt["state_dict"].items() if v.is_floating_point())
         ckpt["state_dict"][key] = ckpt["state_dict"][key].clone().fill_(float("nan"))
         needle = "non-finite weights"
+    elif case == "int32 weights":
+        key = next(k for k, v in ckpt["state_dict"].items() if v.is_floating_point())
+        ckpt["state_dict"][key] = ckpt["state_dict"][key].to(torch.int32)
+        needle = f"{key.removeprefix('model.')} is int32, not floating point"
     path = tmp_path / f"{case.replace(' ', '_')}.ckpt"
     torch.save(ckpt, path)
     return path, needle
@@ -101,6 +105,7 @@ CASES = [
     "config of wrong type",
     "metadata not a dict",
     "non-finite weights",
+    "int32 weights",
 ]
 
 
@@ -166,6 +171,23 @@ def test_corrupt_checkpoint_error_gives_no_advice_to_disable_weights_only(tmp_pa
     msg = str(e.value)
     assert msg.startswith(f"checkpoint {garbage} is truncated, corrupt or not a torch checkpoint (")
     assert "weights_only" not in msg and "Re-running" not in msg and "\n" not in msg
+
+
+def test_a_raw_pickle_as_a_checkpoint_is_vats_one_line_only(tmp_path, capsys):
+    """A plain pickle (protocol 4) named .ckpt: before, torch's weights-only unpickler warned
+    in two lines ("Detected pickle protocol 4 in the checkpoint ...") above vat's line."""
+    import pickle
+    import warnings
+
+    from helpers import one_line_error
+
+    raw = tmp_path / "raw.ckpt"
+    raw.write_bytes(pickle.dumps({"state_dict": {}}, protocol=4))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        err = one_line_error(capsys, ["generate", "reconstruct", "--model", str(raw), "a b"])
+    assert err.startswith(f"error: checkpoint {raw} is truncated, corrupt or not a torch"), err
+    assert [str(w.message) for w in said] == []
 
 
 def test_training_loads_every_checkpoint_weights_only_and_says_nothing_else(

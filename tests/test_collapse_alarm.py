@@ -124,6 +124,38 @@ def test_one_line_per_episode_and_again_after_a_recovery(caplog):
                           (159, 1)]  # fmt: skip
 
 
+def _validation(alarm, system, trainer, mu: torch.Tensor) -> None:
+    """One validation batch of means mu (B, T, d), no padding, through the alarm's hook."""
+    alarm.on_validation_epoch_start(trainer, system)
+    alarm.on_validation_batch_start(trainer, system, {"src": torch.ones(mu.shape[:2])}, 0)
+    system.model.mu_head(mu)
+    alarm.on_validation_batch_end(trainer, system)
+    alarm.on_validation_end(trainer, system)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_reading_neither_raises_nor_clears_the_alarm(caplog, bad):
+    """A NaN KL is below no threshold: it cleared the alarm ("cleared at step 110: train KL
+    nan"), and NaN means counted no active unit at all. Neither is a reading: the alarm
+    holds, silent, and the units of the last real count stay the ones compared with."""
+    alarm, rec, system = CollapseAlarm(warmup_steps=50), _Recorder(), _system()
+    alarm.setup(None, system, "fit")
+    spread = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(0))  # 8 active
+    with caplog.at_level("INFO"):
+        alarm.on_train_batch_end(_trainer(60, rec, train_kl=bad), system)  # none raised
+        _validation(alarm, system, _trainer(70, rec, val_kl=30.0), spread)
+        alarm.on_train_batch_end(_trainer(80, rec, train_kl=1.5), system)  # the alarm
+        alarm.on_train_batch_end(_trainer(110, rec, train_kl=bad), system)  # it holds
+        _validation(alarm, system, _trainer(120, rec, val_kl=bad), spread * bad)
+        alarm.on_train_batch_end(_trainer(130, rec, train_kl=5.0), system)  # cleared
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vat: ")]
+    assert [ln.split(":")[1] for ln in lines] == [
+        " warning",
+        " the collapse alarm of step 80 cleared at step 130",
+    ]
+    assert rec.logged == [(69, 0), (79, 1), (129, 0)] and alarm.previous_units == 8
+
+
 def test_active_units_counted_from_validation_s_own_means(caplog):
     """The hook on the mean head sums mu over the real tokens of each validation batch; a
     count under half the previous validation's is a collapse, said with both counts."""
@@ -226,3 +258,28 @@ def test_a_healthy_run_stays_silent_and_the_alarm_turns_off(
         assert [v for _, v in tb["alarm/collapse"]] == [0.0] * (11 + 3)
     else:
         assert "alarm/collapse" not in tb
+
+
+def test_a_damaged_alarm_state_in_a_checkpoint_is_one_line_naming_it(tmp_path, capsys):
+    """A resume whose checkpoint holds `previous_units: "abc"` stopped with int()'s
+    ValueError: it is refused as any damaged checkpoint is, and nothing is written in its
+    place (no on_exception.ckpt)."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    code, err = train_main(fit_args(run, cache), capsys)
+    assert code == 0, err
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    for bad in ("abc", -1):
+        ckpt["callbacks"]["CollapseAlarm"]["previous_units"] = bad
+        torch.save(ckpt, last)
+        resume = fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "3")
+        code, err = train_main(resume, capsys)
+        assert code == 2 and not [ln for ln in err if "Traceback" in ln], err
+        assert err[-1] == (
+            f"error: checkpoint {last}: the collapse alarm's state has previous_units {bad!r}, "
+            "not a count of active units (damaged or not written by vat)"
+        )
+        assert sorted(p.name for p in last.parent.iterdir()) == [
+            "best-step0000002.ckpt",
+            "last.ckpt",
+        ]

@@ -10,9 +10,12 @@ Everything else reads the files they left.
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,11 +25,18 @@ from helpers import fit_args, train_captured, train_subprocess
 
 from vat.train.compile_cache import (
     CACHE_FILE,
+    JOB_ID_RE,
+    KEY_ENV,
     RECORD_FILE,
     CompileCache,
+    artifacts,
+    blob_of,
+    digest,
     machine_record,
     merge,
     read_cache,
+    signature,
+    user_key,
     write_cache,
 )
 
@@ -95,6 +105,10 @@ def test_a_compiled_run_saves_its_step_and_its_resume_reads_it(launches):
     # torch's own counters in the resumed process: its graphs came from the cache
     saved = SAVED_RE.match(launches.second[1])
     assert saved and int(saved[3]) >= 2 and saved[3] == saved[4], launches.second
+    # the run's own job id (dynamo's profile of dynamic sizes), kept by its resume
+    resumed = json.loads((run / RECORD_FILE).read_text())
+    assert JOB_ID_RE.fullmatch(record["job_id"]) and resumed["job_id"] == record["job_id"]
+    assert record["signature"] == signature(record, user_key())
 
 
 def _copy(src: Path, dest: Path) -> Path:
@@ -152,6 +166,7 @@ def test_the_cache_is_never_read_or_written_through_a_link(launches, tmp_path):
         (folder / name).symlink_to(elsewhere / name)
     assert read_cache(folder, machine_record(CPU)) == (
         None,
+        None,
         "it is a symbolic link (vat neither reads nor writes through links)",
     )
     blob = (launches.kept / CACHE_FILE).read_bytes()
@@ -159,7 +174,7 @@ def test_the_cache_is_never_read_or_written_through_a_link(launches, tmp_path):
     for name in (CACHE_FILE, RECORD_FILE):
         assert not (folder / name).is_symlink()  # the link replaced, its target untouched
         assert (elsewhere / name).read_bytes() == b"someone else's file"
-    assert read_cache(folder, machine_record(CPU)) == (blob, None)
+    assert read_cache(folder, machine_record(CPU))[0] == blob
 
 
 @pytest.mark.slow
@@ -228,17 +243,18 @@ def test_the_suite_returns_the_cache_as_one_file_and_restores_it_with_the_parts(
     assert load_state(first.out, smoke=True) == first.state  # the report's types know it
 
     nxt = _call(tmp_path / "node" / "out")
+    nxt.trust_compile_cache = True  # the cache is code: a fresh node unpacks it only so
     for f in carry.part_files(first.out) + [first.out / "gpu_report.json"]:
         shutil.copy(f, nxt.out / f.name)
     nxt.state = load_state(nxt.out, smoke=True)
     node_run = tmp_path / "node" / "run"
     got = reference.choose_start(nxt, node_run)
-    assert got.how == "resumed" and got.carried
+    assert got.how == "resumed" and got.carried and got.trust_cache
     said = nxt.state.stages["reference"].notes[-1]
     assert "its compile cache came back (" in said and "the launch reads its compiled step" in said
     for name in (CACHE_FILE, RECORD_FILE):
         assert (node_run / name).read_bytes() == (run / name).read_bytes()
-    assert _load(node_run).startswith("loaded ")
+    assert _load(node_run).startswith("loaded ")  # (this machine's key signed it)
 
     # damaged on the way, or for another machine: said, and nothing unpacked
     pack = nxt.out / carry.CACHE_PACK
@@ -246,15 +262,17 @@ def test_the_suite_returns_the_cache_as_one_file_and_restores_it_with_the_parts(
     data[len(data) // 2] ^= 1
     pack.write_bytes(bytes(data))
     dest = tmp_path / "node" / "run2"
-    assert "fails its size or SHA-256 check" in carry.restore_compile_cache(
-        nxt.out, manifest, dest, machine_record(CPU)
+    assert (
+        "fails its size or SHA-256 check"
+        in carry.restore_compile_cache(nxt.out, manifest, dest, machine_record(CPU), True)[1]
     )
     shutil.copy(first.out / carry.CACHE_PACK, pack)
     other = {**machine_record(CPU), "device": "NVIDIA H200"}
     device = machine_record(CPU)["device"]
-    assert carry.restore_compile_cache(nxt.out, manifest, dest, other) == (
+    assert carry.restore_compile_cache(nxt.out, manifest, dest, other, True) == (
+        False,
         f"its compile cache is not for this machine (it was saved on {device}, this is "
-        "NVIDIA H200): compiled afresh"
+        "NVIDIA H200): compiled afresh",
     )
     assert not dest.exists()
 
@@ -289,11 +307,216 @@ def test_a_record_names_what_the_cache_is_valid_for():
 def test_a_cache_file_of_another_size_than_its_record_is_not_read(tmp_path):
     # the size is compared before the file is read: an 8 GiB file (sparse here) beside a
     # record of three bytes would otherwise be read whole into memory first
-    write_cache(tmp_path, b"abc", {**machine_record(CPU), "artifacts": {}, "step": 1})
-    assert read_cache(tmp_path, machine_record(CPU)) == (b"abc", None)
+    blob, _ = blob_of([("inductor", "fabc", b"code")])
+    write_cache(tmp_path, blob, {**machine_record(CPU), "artifacts": {}, "step": 1})
+    assert read_cache(tmp_path, machine_record(CPU))[0] == blob
     with open(tmp_path / CACHE_FILE, "r+b") as f:
         f.truncate(8 << 30)
     assert read_cache(tmp_path, machine_record(CPU)) == (
         None,
+        None,
         "its size differs from its record (damaged, or not this record's)",
+    )
+
+
+# -- a cache is code: only the user's own is loaded -------------------------------------------
+class _Opens:
+    """Unpickled, it opens (creates) its file: what a planted pickle could do instead."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _plant(folder: Path, found, key: bytes | None = None, **extra) -> Path:
+    """A cache of `found` artifacts in `folder` with a record that matches this machine and
+    the file, signed with `key` (someone else's) or not at all: what a copied run folder, a
+    download or a seed can hold."""
+    folder.mkdir(parents=True, exist_ok=True)
+    blob, counts = blob_of(found)
+    (folder / CACHE_FILE).write_bytes(blob)
+    record = {**machine_record(CPU), "artifacts": counts, "step": 1, "bytes": len(blob)}
+    record.update(sha256=digest(blob), job_id="vat-train-0123456789abcdef", **extra)
+    if key is not None:
+        record["signature"] = signature(record, key)
+    (folder / RECORD_FILE).write_text(json.dumps(record))
+    return folder
+
+
+def _inductor_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+@pytest.mark.parametrize("kind", ["inductor", "pgo", "aot_autograd"])
+@pytest.mark.parametrize("signed_by", ["nobody", "another key"])
+def test_a_planted_cache_runs_nothing_and_writes_nothing(kind, signed_by, tmp_path, monkeypatch):
+    """inductor's artifacts are unpickled as they load, pgo's written into the machine's
+    cache and unpickled at the first compile, the others written there for torch to run: a
+    cache the user's key did not sign is none of these. Trusted, the same inductor cache
+    runs its pickle at once: the signature is what stood between."""
+    inductor = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    marker = tmp_path / "marker"
+    key = None if signed_by == "nobody" else b"k" * 32
+    found = [(kind, "vat-train:0:" if kind == "pgo" else "fabc", pickle.dumps(_Opens(marker)))]
+    folder = _plant(tmp_path / "run", found, key)
+    line = _load(folder)
+    assert line.startswith(f"{folder / CACHE_FILE} not used: it is not signed with your key")
+    assert "--trust-compile-cache" in line and line.endswith("this launch saves its own")
+    assert not marker.exists() and _inductor_files(inductor) == []
+    if kind == "inductor":
+        cache = CompileCache(folder, trust=True)
+        cache._here = machine_record(CPU)
+        assert cache.load().endswith("not used: torch could not load it (AttributeError: "
+                                     "'_io.TextIOWrapper' object has no attribute "
+                                     "'_triton_bundle'); this launch saves its own")  # fmt: skip
+        assert marker.exists()
+
+
+def test_a_planted_cache_runs_nothing_through_vat_train(tmp_path, fast_compile, monkeypatch):
+    """A copied compiled run folder with a planted cache and a matching record, resumed with
+    `vat train --ckpt_path last --model.compile true`: nothing runs, one line says why."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    args = fit_args(run, tmp_path / "data", "--model.compile", "true")
+    code, err = train_captured([*args, "--trainer.max_steps", "1"])
+    assert code == 0, err
+    _plant(run, [("inductor", "fabc", pickle.dumps(_Opens(marker)))], b"k" * 32)
+    code, err = train_captured([*args, "--trainer.max_steps", "2", "--ckpt_path", "last"])
+    assert code == 0, err
+    assert not marker.exists()
+    said = [ln for ln in err if ln.startswith("vat: compile cache: ")]
+    assert said[0].startswith(f"vat: compile cache: {run / CACHE_FILE} not used: it is not signed")
+    # and vat's job id is not the planted record's: no run shares another's dynamo profile
+    import torch._dynamo.pgo as pgo
+
+    assert not any("0123456789abcdef" in p.name for p in (tmp_path / "inductor").rglob("*"))
+    assert pgo.get_cache_key() is None  # torch's own job id restored after the fit
+
+
+def test_trust_is_taken_from_the_command_line_only(tmp_path):
+    """--trust-compile-cache is taken out of the arguments before LightningCLI: never in a
+    config file vat writes, and refused as an unknown key in one it reads."""
+    from vat.cli.train import _trust_option
+
+    assert _trust_option(["fit", "--trust-compile-cache", "-c", "x"]) == (["fit", "-c", "x"], True)
+    assert _trust_option(["fit", "--trust_compile_cache"]) == (["fit"], True)
+    assert _trust_option(["fit"]) == (["fit"], False)
+    config = tmp_path / "c.yaml"
+    config.write_text("trust_compile_cache: true\n")
+    code, err = train_captured(fit_args(tmp_path / "run", None, "-c", str(config)))
+    assert code == 2 and "trust_compile_cache" in err[-1], err
+
+
+def test_every_run_has_its_own_job_id():
+    a, b = CompileCache("a"), CompileCache("b")
+    assert JOB_ID_RE.fullmatch(a.job_id) and JOB_ID_RE.fullmatch(b.job_id)
+    assert a.job_id != b.job_id
+
+
+def test_the_user_key_is_made_once_for_the_user_alone(tmp_path, monkeypatch):
+    path = tmp_path / "home" / "vat" / "compile_cache.key"
+    monkeypatch.setenv(KEY_ENV, str(path))
+    with pytest.raises(VatError, match="there is no signing key at"):
+        user_key()
+    key = user_key(create=True)
+    assert len(key) == 32 and user_key(create=True) == key == path.read_bytes()
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert os.listdir(path.parent) == ["compile_cache.key"]  # no temp left
+    blob, _ = blob_of([("inductor", "fabc", b"code")])
+    write_cache(tmp_path / "run", blob, {**machine_record(CPU), "artifacts": {}, "step": 1})
+    assert read_cache(tmp_path / "run", machine_record(CPU))[0] == blob
+    # a record changed after it was signed is not the user's
+    record = json.loads((tmp_path / "run" / RECORD_FILE).read_text())
+    (tmp_path / "run" / RECORD_FILE).write_text(json.dumps({**record, "step": 2}))
+    assert read_cache(tmp_path / "run", machine_record(CPU))[2] == (
+        f"it is not signed with your key ({path})"
+    )
+    (tmp_path / "run" / RECORD_FILE).write_text(json.dumps(record))
+    # a key others can read could sign a cache for this user: not used, and said
+    path.chmod(0o644)
+    why = read_cache(tmp_path / "run", machine_record(CPU))[2]
+    assert why.startswith(f"it is not signed with your key (the signing key {path} is not 32")
+    assert "(mode 644); remove it and vat makes a new one)" in why
+    with pytest.raises(VatError, match="mode 644"):  # and no save signs with it
+        write_cache(tmp_path / "run", blob, {**machine_record(CPU), "artifacts": {}, "step": 1})
+
+
+# -- torch's format, read with every length checked -------------------------------------------
+def test_the_blob_format_is_torch_s():
+    """What blob_of writes, torch's own reader reads as the same artifacts, and back."""
+    from torch.compiler._cache import CacheArtifactManager, _deserialize_single_cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    found = [("inductor", "k1", b"a"), ("pgo", "vat-train:0:", b"bb"), ("inductor", "k3", b"")]
+    blob, counts = blob_of(found)
+    assert counts == {"inductor": 2, "pgo": 1}
+    CacheArtifactManager._ensure_cache_artifacts_registered()
+    torch_s = AppendingByteSerializer.to_list(blob, deserialize_fn=_deserialize_single_cache)
+    assert [(k, a.key, a.content) for k, arts in torch_s for a in arts] == sorted(found)
+    assert artifacts(blob) == sorted(found)
+    # later wins on a key, the first place kept
+    assert artifacts(merge(blob, blob_of([("inductor", "k1", b"new")])[0])[0]) == [
+        ("inductor", "k1", b"new"), ("inductor", "k3", b""), ("pgo", "vat-train:0:", b"bb")
+    ]  # fmt: skip
+
+
+def _framed(body: bytes) -> bytes:
+    import zlib
+
+    return zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def test_a_blob_s_lengths_and_keys_are_checked_before_torch_reads_it(tmp_path):
+    """A 32-byte blob claiming 2**63 artifacts (torch's reader loops, allocating, until
+    memory runs out), a field past the end, a damaged checksum, keys that are paths."""
+    version, pgo = (1).to_bytes(8, "big"), (4).to_bytes(8, "big") + b"cGdv"
+    bomb = _framed(version + pgo + (2**63).to_bytes(8, "big"))
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="a field of 8 bytes at byte 32 runs past its end"):
+        artifacts(bomb)
+    with pytest.raises(ValueError, match="runs past its end"):
+        merge(bomb)  # the save-time merge reads the same way
+    assert time.perf_counter() - started < 1
+    with pytest.raises(ValueError, match="checksum"):
+        artifacts(b"\0" + bomb[1:])
+    for key in ("/etc/x", "../x", "..", "a/b", ""):
+        with pytest.raises(ValueError, match="is not a plain file name"):
+            artifacts(blob_of([("aot_autograd", key, b"x")])[0])
+    # through the loader, trusted or not: one line, nothing written
+    folder = _plant(tmp_path / "run", [("inductor", "fabc", b"x")])
+    (folder / CACHE_FILE).write_bytes(bomb)
+    record = json.loads((folder / RECORD_FILE).read_text())
+    record.update(bytes=len(bomb), sha256=digest(bomb))
+    (folder / RECORD_FILE).write_text(json.dumps(record))
+    cache = CompileCache(folder, trust=True)
+    cache._here = machine_record(CPU)
+    assert cache.load().endswith(
+        "not used: it is not a cache torch wrote (a field of 8 bytes at byte 32 runs past its "
+        "end); this launch saves its own"
+    )
+
+
+def test_a_cache_torch_cannot_load_is_one_line(tmp_path, capfd, monkeypatch):
+    """An artifact kind torch does not know: torch logs a 10-line traceback and returns
+    nothing; vat says one line."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    folder = _plant(tmp_path / "run", [("bogus", "fabc", b"x")])
+    cache = CompileCache(folder, trust=True)
+    cache._here = machine_record(CPU)
+    assert cache.load().endswith("not used: torch could not load it (ValueError: torch could "
+                                 "not read it); this launch saves its own")  # fmt: skip
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "un-pickle" not in err, err
+
+
+@pytest.mark.parametrize(("depth", "why"), [(30_000, "cannot be read (RecursionError)"),
+                                             (100_000, "is over 64 KiB")])  # fmt: skip
+def test_a_record_nested_too_deep_or_too_large_is_one_line(tmp_path, depth, why):
+    folder = _plant(tmp_path / "run", [("inductor", "fabc", b"x")])
+    (folder / RECORD_FILE).write_text("[" * depth + "]" * depth)
+    assert _load(folder) == (
+        f"{folder / CACHE_FILE} not used: its record {RECORD_FILE} {why}; this launch saves its own"
     )

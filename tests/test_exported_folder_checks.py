@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+import torch
 from helpers import copy_folder
 from safetensors.torch import load_file, save_file
 
@@ -26,6 +27,16 @@ def _with_inf_weight(folder):
     return "non-finite weights"
 
 
+def _with_int32_weight(folder):
+    """A weight stored as int32: before, load_state_dict cast it to float without a word."""
+    path = folder / fmt.WEIGHTS_NAME
+    tensors = load_file(path)
+    key = next(k for k, v in tensors.items() if v.is_floating_point())
+    tensors[key] = tensors[key].to(torch.int32)
+    save_file(tensors, path, metadata={"format": "pt"})
+    return f"{path}: {key} is int32, not floating point"
+
+
 def _with_prior_std(value):
     def damage(folder):
         path = folder / fmt.CONFIG_NAME
@@ -39,6 +50,7 @@ def _with_prior_std(value):
 
 DAMAGES = {
     "inf weights": _with_inf_weight,
+    "int32 weight": _with_int32_weight,
     "prior_std nan": _with_prior_std(float("nan")),
     "prior_std negative": _with_prior_std(-0.4),
     "prior_std zero": _with_prior_std(0),

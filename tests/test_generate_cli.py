@@ -262,7 +262,7 @@ def test_invalid_utf8_on_stdin_is_one_line_error(tiny_ckpt, monkeypatch, capsys)
     monkeypatch.setattr(sys, "stdin", stdin)
     rc, out, err = _main(capsys, "reconstruct", "--ckpt", str(tiny_ckpt), "--input", "-", *FAST)
     assert rc == 2 and out == [] and len(lines(err)) == 1
-    assert "stdin: line 2" in err and "UTF-8" in err
+    assert "error: stdin:2: bytes that are not UTF-8 (expected UTF-8 text)" in err
 
 
 @pytest.mark.slow

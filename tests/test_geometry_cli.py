@@ -184,7 +184,7 @@ def test_minilm_layers(tmp_path, probe, capsys, minilm_dir):
         ["--hf-model", model_dir, "--layer", 7, "--probe", probe, "--output", tmp_path / "x.json"],
         capsys,
     )
-    assert rc == 2 and "--layer 7" in err and "layers 0..6" in err
+    assert rc == 2 and "error: --layer: " in err and "layers 0..6" in err and "got 7" in err
 
 
 @pytest.mark.parametrize(

@@ -9,22 +9,38 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
+import pickle
 import shutil
 import sys
 import tarfile
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
 
 from bench.gpu_suite import carry, reference
-from bench.gpu_suite.plan import gpu_plan
+from bench.gpu_suite.plan import gpu_plan, smoke_plan
+from bench.gpu_suite.records import CACHE_PACK, CacheRecord, CompileCachePack
+from bench.gpu_suite.report import render_markdown
+from bench.gpu_suite.runs import Outcome
 from bench.gpu_suite.schema import write
 from bench.gpu_suite.state import Budget, Suite, load_state, new_state
 from vat.errors import VatError
+from vat.train.compile_cache import (
+    CACHE_FILE,
+    MATCHED,
+    RECORD_FILE,
+    CompileCache,
+    blob_of,
+    digest,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,3 +239,222 @@ def test_a_call_returns_its_own_files_within_the_limits(tmp_path, data_dir):
     assert len(kept) <= 8 and sum(kept.values()) <= 64 * mib
     assert (suite.work / "returned" / "best_sts.tar").stat().st_size == 12 * mib
     assert suite.make_room(since) == []  # within the limits: nothing moves
+
+
+# -- what an earlier call returned, read on a fresh node -------------------------------------
+def _carried(tmp_path: Path, data_dir: Path, cache: bool = False) -> Suite:
+    """A fresh node's call (smoke) whose OUT_DIR holds what an earlier call returned: the
+    reference's checkpoint at step 3 in parts and, with `cache`, its compile cache packed as
+    that call packs it (carry.pack_compile_cache), their manifests in the report."""
+    suite = Suite(tmp_path / "out", smoke_plan(), data_dir, Budget(5), None)
+    suite.write_config()
+    ckpt = tmp_path / "earlier" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"vat": {}, "state_dict": {}, "global_step": 3}, ckpt)  # read_checkpoint's keys
+    ref = suite.state.reference
+    ref.checkpoint_parts = carry.split(ckpt, suite.out, 3)
+    if cache:  # one whose code, run, leaves a marker: what a planted pack could do instead
+        here = carry.this_machine(smoke=True)
+        code = pickle.dumps(_Opens(tmp_path / "marker"))
+        blob, counts = blob_of([("inductor", "fabc", code)])
+        (ckpt.parent.parent / CACHE_FILE).write_bytes(blob)
+        record = {**here, "artifacts": counts, "bytes": len(blob), "sha256": digest(blob)}
+        (ckpt.parent.parent / RECORD_FILE).write_text(json.dumps(record))
+        ref.compile_cache, why = carry.pack_compile_cache(ckpt.parent.parent, suite.out)
+        assert why is None and ref.compile_cache is not None
+    return suite
+
+
+class _Opens:
+    """Unpickled, it opens (creates) its file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _fake_train(monkeypatch, outcomes: list[Outcome]) -> list[list[str]]:
+    """`vat train` replaced by `outcomes`, one per launch; the commands it was given."""
+    cmds: list[list[str]] = []
+
+    def train(call, stage, runs, end):
+        (r,) = runs
+        cmds.append(r.cmd)
+        return {r.name: outcomes.pop(0)}
+
+    monkeypatch.setattr(reference, "train", train)
+    monkeypatch.setattr(reference, "prepare_data", lambda *a, **k: None)
+    return cmds
+
+
+def _bomb_pack(
+    folder: Path, members: list[tarfile.TarInfo], data: dict[str, bytes]
+) -> CompileCachePack:
+    """`members` as a gzipped pack at folder/CACHE_PACK, and the manifest that vouches for it
+    (size, SHA-256, this machine's record): a pack whose report was made to match it."""
+    path = folder / CACHE_PACK
+    with tarfile.open(path, "w:gz") as tf:
+        for m in members:
+            tf.addfile(m, io.BytesIO(data[m.name]) if m.isfile() else None)
+    here = carry.this_machine(smoke=True)
+    return CompileCachePack(file=CACHE_PACK, bytes=path.stat().st_size,
+                            sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                            record=CacheRecord(**{k: here[k] for k in MATCHED}))  # fmt: skip
+
+
+def _member(name: str, size: int = 0, **pax: str) -> tarfile.TarInfo:
+    m = tarfile.TarInfo(name)
+    m.size, m.pax_headers = size, pax
+    return m
+
+
+@pytest.mark.parametrize("case", ["declared", "pax header", "members"])
+def test_a_compile_cache_pack_over_its_caps_writes_nothing(tmp_path, data_dir, monkeypatch, case):
+    """Before, a trusted pack was unpacked whatever it held: 3 MiB of gzip wrote 3 GiB into
+    the run folder, and tarfile read a long header whole into memory. Now its headers are
+    read first, through a counter that stops at the cap, and a pack over the caps (here 1 MiB
+    of content, 2 members: 8 MiB of zeros in 8 KiB of gzip; an 8-MiB pax header; a third
+    member) is said and leaves the run folder without a cache, memory within the
+    cap."""
+    monkeypatch.setattr(carry, "CACHE_UNPACKED_BYTES", 2**20, raising=False)
+    suite = _carried(tmp_path, data_dir)
+    suite.trust_compile_cache = True
+    big = 8 * 2**20
+    record = json.dumps(carry.this_machine(smoke=True)).encode()
+    data = {CACHE_FILE: b"", RECORD_FILE: record}
+    members = [_member(CACHE_FILE), _member(RECORD_FILE, len(record))]
+    if case == "declared":
+        data[CACHE_FILE] = bytes(big)
+        members[0].size = big
+    elif case == "pax header":
+        members[0] = _member(CACHE_FILE, comment="x" * big)
+    else:
+        members.append(_member("third"))
+        data["third"] = b""
+    suite.state.reference.compile_cache = _bomb_pack(suite.out, members, data)
+    run_dir = suite.work / "reference"
+    tracemalloc.start()
+    try:
+        start = reference.choose_start(suite, run_dir)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert start.how == "resumed"  # the checkpoint resumes; only its cache stays behind
+    assert not (run_dir / CACHE_FILE).exists() and not (run_dir / RECORD_FILE).exists()
+    assert peak < 4 * 2**20, peak
+    said = suite.state.stages["reference"].notes[-1]
+    assert "compiled afresh" in said and "\n" not in said
+
+
+@pytest.mark.parametrize("case", ["gzip", "over the bytes cap", "over the members cap", "link"])
+def test_a_reference_tar_over_its_caps_writes_nothing(tmp_path, data_dir, monkeypatch, case):
+    """Before, reference.tar was opened with tarfile.open, which decompresses gzip silently:
+    a 2 MiB file wrote 2 GiB. Now it is read as the plain tar the suite writes, its headers
+    first, within caps (here 1 MiB and 4 members) and through a counter that stops at the
+    cap: nothing is unpacked from one over them, said in a note."""
+    monkeypatch.setattr(reference, "TAR_BYTES", 2**20, raising=False)
+    monkeypatch.setattr(reference, "TAR_MEMBERS", 4, raising=False)
+    suite = Suite(tmp_path / "out", smoke_plan(), data_dir, Budget(5), None)
+    suite.write_config()
+    config = json.dumps({"training": {"tokens_seen": 5}}).encode()
+    files = {"m/config.json": config, "m/model.safetensors": bytes(8 * 2**20)}
+    link = None
+    if case == "over the bytes cap":  # a plain tar is as large as what it holds
+        files["m/model.safetensors"] = os.urandom(2**20)
+    elif case == "over the members cap":
+        files = {"m/config.json": config, **{f"m/{i}.txt": b"x" for i in range(4)}}
+    elif case == "link":  # after a file: before, the file was written, then the link refused
+        files = {"m/config.json": config}
+        link = _member("m/tokenizer.json")
+        link.type, link.linkname = tarfile.SYMTYPE, "../../../../secret"
+    with tarfile.open(suite.out / "reference.tar", "w:gz" if case == "gzip" else "w") as tf:
+        for name, data in files.items():
+            tf.addfile(_member(name, len(data)), io.BytesIO(data))
+        if link is not None:
+            tf.addfile(link)
+    assert reference.newest_weights(suite) is None
+    start = suite.work / "start"
+    assert not start.exists() or not any(p.is_file() for p in start.rglob("*"))
+    said = suite.state.stages["reference"].notes[-1]
+    assert "reference.tar holds no readable exported folder" in said and "\n" not in said
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_the_carried_compile_cache_is_unpacked_only_when_trusted(
+    tmp_path, data_dir, monkeypatch, capsys, trust
+):
+    """The compile cache is code that torch runs. Before, the one an earlier call returned was
+    unpacked into the run folder whenever its record named this machine. Now only with
+    --trust-compile-cache, which the suite then passes to the `vat train` that resumes the
+    reference (a fresh node's key did not sign it); without, one line says it was not used
+    and how to opt in, and the launch compiles afresh."""
+    suite = _carried(tmp_path, data_dir, cache=True)
+    suite.trust_compile_cache = trust
+    packed = (tmp_path / "earlier" / CACHE_FILE).read_bytes()
+    cmds = _fake_train(monkeypatch, [Outcome("trained", 8, 1.0, True)])
+    assert reference.ensure_trained(suite, time.monotonic() + 60) is None
+    run_dir = suite.work / "reference"
+    (cmd,) = cmds
+    # what the launch's vat train does with the run folder (the training is faked here): the
+    # seeded pack's code runs only when the user said to trust it
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    launch = CompileCache(run_dir, trust="--trust-compile-cache" in cmd)
+    launch._here = carry.this_machine(smoke=True)
+    launch.load()
+    assert (tmp_path / "marker").exists() == trust
+    if trust:
+        assert (run_dir / CACHE_FILE).read_bytes() == packed and (run_dir / RECORD_FILE).exists()
+        assert "--trust-compile-cache" in cmd
+        return
+    assert not (run_dir / CACHE_FILE).exists() and not (run_dir / RECORD_FILE).exists()
+    assert "--trust-compile-cache" not in cmd
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "compile cache" in ln]
+    assert len(said) == 1 and "code" in said[0] and "--trust-compile-cache" in said[0], said
+
+
+def test_trust_compile_cache_says_what_it_trusts(tmp_path, data_dir, monkeypatch):
+    """The suite's option: its --help says what it trusts, and the call gets it."""
+    from bench.gpu_suite import __main__ as entry
+    from bench.gpu_suite.__main__ import _parser
+
+    text = " ".join(_parser().format_help().split())
+    assert "--trust-compile-cache" in text and "code that torch runs" in text
+    assert "only for files your own earlier call returned" in text
+    assert _parser().parse_args(["--trust-compile-cache", "out"]).trust_compile_cache
+    assert not _parser().parse_args(["out"]).trust_compile_cache
+    sh = (ROOT / "bench" / "gpu_suite.sh").read_text()
+    assert "--trust-compile-cache" in sh
+    given = []
+
+    def suite(*args):
+        given.append(args[-1])
+        raise VatError("stop here")
+
+    monkeypatch.setattr(entry, "Suite", suite)
+    argv = ["--smoke", "--data-dir", str(data_dir), str(tmp_path / "out")]
+    assert entry.main(["--trust-compile-cache", *argv]) == 2 and entry.main(argv) == 2
+    assert given == [True, False]
+
+
+def test_another_models_checkpoint_is_said_not_resumed(tmp_path, data_dir, monkeypatch):
+    """Parts of another model's checkpoint (sound, but vat train refuses to resume them into
+    this reference's config). Before, the report said "resumed exactly from step 3" for the
+    launch vat refused, and then that it did not resume. Now that launch says it did not
+    resume, and why; the launch that follows says where it started."""
+    suite = _carried(tmp_path, data_dir)
+    refused = ("exit 2: error: --model.arch.d_model: a resume cannot change it (64 in "
+               "last.ckpt, 16 now); start a fresh run to change it")  # fmt: skip
+    _fake_train(monkeypatch, [Outcome("failed", 3, 4.0, True, refused),
+                              Outcome("trained", 8, 9.0, True)])  # fmt: skip
+    assert reference.ensure_trained(suite, time.monotonic() + 60) is None
+    first, second = suite.state.reference.launches
+    assert first.start == (
+        "did not resume the checkpoint an earlier call returned, joined from 1 part (step "
+        f"3): {refused}"
+    )
+    assert first.how is None and (second.how, second.start) == ("scratch", "from nothing")
+    md, state = render_markdown(suite.state), json.dumps(write(suite.state))
+    assert "resumed exactly" not in md and "resumed exactly" not in state
+    assert first.start in md

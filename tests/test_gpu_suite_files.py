@@ -192,6 +192,53 @@ def test_a_dangling_report_link_is_refused_and_seed_creates_nothing(tmp_path, da
     assert not target.exists() and sorted(p.name for p in out.iterdir()) == ["gpu_report.json"]
 
 
+def _no_secret_under(secret: bytes, *roots: Path) -> None:
+    for root in roots:
+        for p in root.rglob("*") if root.exists() else ():
+            assert p.is_symlink() or not p.is_file() or secret not in p.read_bytes(), p
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["best_sts.tar", "gpu_report.json", "reference.ckpt.part1", "reference.compile_cache.tar.gz"],
+)
+def test_seed_copies_no_link(tmp_path, data_dir, capsys, name):
+    """Before, --seed copied what a link in the seed folder pointed to: `ln -s ~/secret
+    runs/gpu_back/best_sts.tar` put the secret into OUT_DIR, and --copy-to returned it. Now a
+    link there (checked with O_NOFOLLOW, so that one swapped in after a check is refused too)
+    is one line naming it, exit 2, before anything is copied."""
+    seed, out = tmp_path / "back", tmp_path / "out"
+    _out_dir_with_report(seed)
+    state = write(new_state(smoke=True))
+    state["stages"]["facts"]["notes"] = ["SECRET-2f1c9e"]  # a report that reads as one
+    secret = tmp_path / "secret"
+    secret.write_text(json.dumps(state))
+    if name == "gpu_report.json":
+        (seed / name).unlink()
+    (seed / name).symlink_to(secret)
+    argv = ["--smoke", "--data-dir", str(data_dir), "--budget-min", "0.0001", "--seed", str(seed)]
+    assert main([*argv, str(out)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert str(seed / name) in line and "symbolic link" in line
+    assert not out.exists() or not any(out.iterdir())
+    _no_secret_under(b"SECRET-2f1c9e", out)
+
+
+def test_seed_returns_no_linked_secret_through_copy_to(tmp_path, data_dir):
+    """The probe itself, through the wrapper: a secret linked into the seed folder is neither
+    in OUT_DIR nor in --copy-to's folder."""
+    seed, out, back = tmp_path / "gpu_back", tmp_path / "out", tmp_path / "B"
+    _out_dir_with_report(seed)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"SECRET-7d41aa\n")
+    (seed / "best_sts.tar").symlink_to(secret)
+    cmd = [SH, "--seed", str(seed), "--copy-to", str(back), "--smoke", "--budget-min", "0.0001"]
+    r = subprocess.run([*cmd, str(out)], env=_env(data_dir), capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert str(seed / "best_sts.tar") in _one_line(r.stderr)
+    _no_secret_under(b"SECRET-7d41aa", out, back)
+
+
 @pytest.mark.parametrize("name", ["gpu_report.md", "reference.tar", "work"])
 def test_an_out_dir_with_suite_names_but_no_report_is_refused(tmp_path, data_dir, capsys, name):
     """Before, a user's gpu_report.md or reference.tar in an OUT_DIR without the suite's

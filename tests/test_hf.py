@@ -63,7 +63,7 @@ def test_cls_pooling_is_position_zero(minilm_dir):
     np.testing.assert_allclose(
         hf.hf_sentence_features(model_dir, SENTENCES[:1], pooling="cls", layer=2)[0], ref, atol=1e-5
     )
-    with pytest.raises(VatError, match="pooling must be"):
+    with pytest.raises(VatError, match="pooling: must be"):
         hf.hf_sentence_features(model_dir, SENTENCES, pooling="max")
 
 

@@ -7,14 +7,24 @@ train validate --ckpt_path SOURCE` computes without --init-from's code path."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import ROOT
-from helpers import TINY, export_folder, fit_args, scalars, train_captured
+from helpers import (
+    TINY,
+    copy_folder,
+    export_folder,
+    fit_args,
+    hold_lock,
+    scalars,
+    train_captured,
+)
 
 from vat.share.checkpoint import read_checkpoint
 
@@ -102,6 +112,141 @@ def test_a_continued_run_learns_and_its_resume_keeps_the_record(source, tmp_path
     assert after["init_from"] == first["init_from"]
     assert after["tokens_seen"] > first["tokens_seen"]
     assert after["tokens_total"] == after["tokens_seen"] + first["init_from"]["tokens_total"]
+
+
+def test_a_run_folder_still_training_is_refused_in_one_line(source, tmp_path):
+    """Another process holds the source run's lock: the checkpoint its folder stands for
+    changes as it trains, so which weights a start would take depends on the moment. The
+    line names the way out: wait, or give the file to start from."""
+    import signal
+
+    from vat.share.resolve import run_checkpoint
+
+    ckpt, cache, _ = source
+    src = ckpt.parent.parent
+    holder = hold_lock(src)
+    try:
+        run = tmp_path / "run"
+        code, err = train_captured(fit_args(run, cache, "--init-from", str(src)))
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert code == 2 and err == [
+        f"error: --init-from {src}: that run is training now (pid {holder.pid} holds "
+        f"{src / '.lock'}), and the checkpoint its folder stands for changes as it trains; "
+        f"wait for it to finish, or give the checkpoint file to start from, such as "
+        f"{run_checkpoint(src)}"
+    ]
+    assert not run.exists()
+
+
+def test_a_resume_refuses_another_init_from_than_the_one_it_started_from(source, tmp_path):
+    """A resume continues its checkpoint: an --init-from naming another model than the one
+    the run records starting from was ignored without a word. The model as recorded (any
+    spelling of its path), and a checkpoint of the run itself (vat's GPU suite resumes so),
+    are the same start."""
+    ckpt, cache, _ = source
+    run = tmp_path / "run"
+    code, err = train_captured(
+        fit_args(run, cache, "--trainer.max_steps", "2", "--init-from", str(ckpt))
+    )
+    assert code == 0, err
+    last = run / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    resume = fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps")
+    code, err = train_captured([*resume, "3", "--init-from", "demo-wordnet-d64"])
+    assert code == 2 and err == [
+        f"error: --init-from demo-wordnet-d64: this run started from src/checkpoints/last.ckpt, "
+        f"as {last} records, and a resume continues that checkpoint; give that model (or no "
+        f"--init-from) to resume, or a fresh --run_dir to start from demo-wordnet-d64"
+    ], err
+    assert last.read_bytes() == before
+    for steps, same in (("3", os.path.relpath(ckpt)), ("4", str(last))):
+        code, err = train_captured([*resume, steps, "--init-from", same])
+        assert code == 0, err
+
+
+def test_a_resume_of_a_run_not_started_from_a_model_refuses_init_from(source, tmp_path):
+    ckpt, cache, _ = source
+    run = tmp_path / "src"
+    shutil.copytree(ckpt.parent.parent, run)
+    last = run / "checkpoints" / "last.ckpt"
+    code, err = train_captured(
+        fit_args(run, cache, "--ckpt_path", "last", "--trainer.max_steps", "5")
+        + ["--init-from", str(ckpt)]
+    )
+    assert code == 2 and err == [
+        f"error: --init-from {ckpt}: this run started from nothing, as {last} records, and a "
+        f"resume continues that checkpoint; give no --init-from to resume, or a fresh "
+        f"--run_dir to start from {ckpt}"
+    ], err
+
+
+@pytest.fixture(scope="module")
+def exported(source, tmp_path_factory) -> Path:
+    """The source exported as a folder (config.json records its training)."""
+    return export_folder(source[0], tmp_path_factory.mktemp("exported") / "model")
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("global_step", "x"),
+        ("tokens_seen", float("inf")),  # JSON's Infinity
+        ("tokens_seen", [1]),
+        ("tokens_seen", "nan"),
+        ("tokens_seen", -5),
+        ("tokens_total", 2.5),
+        ("tokens_total", True),
+    ],
+)
+def test_a_recorded_count_that_is_no_count_is_one_line(source, exported, tmp_path, key, value):
+    """A ValueError, OverflowError or TypeError from int(), or "-5 tokens" said: refused where
+    --init-from reads it, naming the file and the key, on the command line and in Python."""
+    from vat.errors import VatError
+    from vat.share.resolve import load_model
+    from vat.train.init_from import from_loaded
+
+    folder = copy_folder(exported, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["training"][key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    line = (
+        f"--init-from {folder}: training.{key} in {folder / 'config.json'} is {value!r}, "
+        f"not a count (a whole number >= 0)"
+    )
+    run = tmp_path / "run"
+    code, err = train_captured(fit_args(run, source[1], "--init-from", str(folder)))
+    assert code == 2 and err == [f"error: {line}"] and not run.exists()
+    with pytest.raises(VatError) as e:
+        from_loaded(load_model(folder), str(folder))
+    assert str(e.value) == line
+
+
+def test_a_checkpoints_count_is_checked_as_its_folders_are(source, tmp_path):
+    from vat.errors import VatError
+    from vat.share.resolve import load_model
+    from vat.train.init_from import from_loaded
+
+    ckpt = torch.load(source[0], weights_only=True)
+    ckpt["vat"]["training"]["tokens_seen"] = -5
+    torch.save(ckpt, tmp_path / "bad.ckpt")
+    with pytest.raises(VatError, match=r"vat\.training\.tokens_seen in .*bad\.ckpt is -5, not a"):
+        from_loaded(load_model(tmp_path / "bad.ckpt"), "bad.ckpt")
+
+
+def test_large_token_counts_read_as_people_read_them(exported):
+    """A whole number of tokens, however large (1e308 said "1e+302M"), in the start's line."""
+    from vat.share.resolve import load_model
+    from vat.train.init_from import count, from_loaded, start_line
+
+    said = [count(n) for n in (0, 323, 1_650_000, 238_400_000, 999_999_999, 12_500_000_000)]
+    assert said == ["0", "323", "1.65M", "238.4M", "1B", "12.5B"]
+    assert count(int(3.2e12)) == "3.2T" and count(int(1e308)) == "1.00e+308"
+    loaded = load_model(exported)
+    loaded.training.update(tokens_seen=1e308, tokens_total=None)  # JSON's 1e308: a float
+    line = start_line(from_loaded(loaded, "m"))
+    assert ", 1.00e+308 tokens behind it);" in line
 
 
 def test_a_checkpoint_of_this_run_is_resumed_not_continued(source, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from helpers import checkpoint_with_counts, export_folder
 
 import vat
-from vat.errors import CheckpointError
+from vat.errors import OptionError
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
 from vat.features.choice import resolve_features
 from vat.features.fitting import FitOptions
@@ -253,13 +253,13 @@ def test_spec_changed_after_export_rerenders_a_true_card(trained, tmp_path):
             # and vat does what the card says: the vectors are refused, in one line saying
             # how to fit them; naming the spec fits whiten8 on the recorded training file and
             # stores it in the folder, whose vectors then follow its spec
-            with pytest.raises(CheckpointError) as e:
+            with pytest.raises(OptionError) as e:  # a command shows --features
                 vat.load(folder, device="cpu").encode(["a man plays"])
-            assert len(str(e.value).splitlines()) == 1
+            assert len(str(e.value).splitlines()) == 1 and e.value.name == "features"
             held = f"(features.safetensors holds {DEFAULT_EXPORT_SPEC}'s)"
             assert f"names the feature spec {new}, whose statistics" in str(e.value)
             assert f"the folder does not hold {held}" in str(e.value)
-            assert f"feature_encoder('{new}')" in str(e.value)
+            assert f"name {new} here to fit them" in str(e.value)
             assert f'`vat.load(DIR).feature_encoder("{new}")`' in about
             vat.load(folder, device="cpu").feature_encoder(new)
             assert vat.load(folder, device="cpu").encode(["a man plays"]).shape == (1, 8)

@@ -7,8 +7,6 @@ import errno
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -17,7 +15,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from helpers import fit_args, run_python, scalars, train_main, train_subprocess
+from helpers import fit_args, hold_lock, run_python, scalars, train_main, train_subprocess
 
 from vat.share.checkpoint import read_checkpoint
 
@@ -180,24 +178,13 @@ def test_ckpt_path_last_in_an_empty_run_dir_starts_fresh(tmp_path, trained, caps
     assert _step(tmp_path / "new" / "checkpoints" / "last.ckpt") == 1
 
 
-def _hold_lock(run) -> subprocess.Popen:
-    code = (
-        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
-        f"from vat.runs.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
-        f"print('locked', flush=True); time.sleep(120)"
-    )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "locked"
-    return p
-
-
 def test_second_run_in_a_locked_run_dir_fails_and_a_dead_holder_does_not_block(
     tmp_path, trained, capsys
 ):
     _, cache, _ = trained
     run = tmp_path / "run"
     run.mkdir()
-    holder = _hold_lock(run)
+    holder = hold_lock(run)
     try:
         code, err = train_main(fit_args(run, cache, "--trainer.max_steps", "1"), capsys)
         assert code == 2 and len(err) == 1
@@ -387,3 +374,111 @@ def test_hints_name_the_run_folder_as_given_when_checkpoints_is_a_link(
     assert code == 0, capsys.readouterr().err
     assert not [w for w in seen if "dirpath has changed" in str(w.message)]
     assert _step(tmp_path / "store" / "ckpts" / "last.ckpt") == 2
+
+
+# -- what a resume may change: the command's value is the one used ----------------------------
+def _value(model: dict, data: dict, key: str):
+    """model.x.y of `model`, data.x of `data` (a checkpoint's or a config's sections)."""
+    section, *path = key.split(".")
+    value = model if section == "model" else data
+    for part in path:
+        value = value[part]
+    return value
+
+
+# key: (its value on the command line, what the resumed process used of it, and that use
+# when it is not the value itself); the keys of vat.runs.run_dir.RESUME_MAY_CHANGE, but
+# model.compile (the next tests: one direction compiles)
+_USED = {
+    "model.loss.fused_cross_entropy": ("true", lambda s: s.fused_calls > 0, None),
+    "data.num_workers": ("1", lambda s: s.trainer.train_dataloader.num_workers, None),
+    "data.num_proc": ("2", lambda s: s.cache_settings.num_proc, None),
+    "data.progress": ("false", lambda s: s.cache_settings.progress, None),
+    "data.cache_dir": ("{tmp}/new", lambda s: str(s.cache_path.parent), None),
+    "data.test_files": ("[{tmp}/test.txt]", lambda s: len(s.data.splits["test"]), 3),
+}
+
+
+@pytest.fixture
+def resumed(run_copy, tmp_path, monkeypatch, capsys):
+    """resume(key, value, *extra): `--ckpt_path last --KEY VALUE` into a copy of the run whose
+    checkpoint records another value of KEY, a fresh cache folder for the data keys (so the
+    tokenizing runs); returns what the resumed process used and its config-resume-1.yaml."""
+    from types import SimpleNamespace
+
+    from vat.cli import train as cli
+    from vat.data import datamodule, token_cache
+    from vat.train import objective
+
+    run, cache = run_copy
+    seen = SimpleNamespace(fused_calls=0, cache_settings=None, cache_path=None)
+    before_fit, fused = cli.VATCLI.before_fit, objective.fused_linear_cross_entropy
+    write_cache, encode = datamodule.write_token_cache, token_cache.encode_chunks
+
+    def capture(self):
+        seen.model, seen.data, seen.trainer = self.model, self.datamodule, self.trainer
+        before_fit(self)
+
+    def counted(*args, **kwargs):
+        seen.fused_calls += 1
+        return fused(*args, **kwargs)
+
+    def recorded(path, tok, train_val, others, settings, **kwargs):
+        seen.cache_path, seen.cache_settings = path, settings
+        return write_cache(path, tok, train_val, others, settings, **kwargs)
+
+    monkeypatch.setattr(cli.VATCLI, "before_fit", capture)
+    monkeypatch.setattr(objective, "fused_linear_cross_entropy", counted)
+    monkeypatch.setattr(datamodule, "write_token_cache", recorded)
+    # a pool of spawned interpreters tokenizes the same: what it was asked for is recorded
+    monkeypatch.setattr(token_cache, "encode_chunks", lambda c, t, n: encode(c, t, 1))
+
+    def resume(key: str, value: str, *extra: str):
+        value = value.format(tmp=tmp_path)
+        last = run / "checkpoints" / "last.ckpt"
+        ckpt = torch.load(last, weights_only=True)
+        want = yaml.safe_load(value)
+        if key.startswith("model."):  # the checkpoint records the other value
+            *path, name = key.split(".")[1:]
+            d = ckpt["hyper_parameters"]
+            for part in path:
+                d = d[part]
+            d[name] = not want
+            torch.save(ckpt, last)
+        assert _value(ckpt["hyper_parameters"], ckpt["datamodule_hyper_parameters"], key) != want
+        (tmp_path / "test.txt").write_text("one test line\nand a second\nand a third\n")
+        args = ["--ckpt_path", "last", "--trainer.max_steps", "3", f"--{key}", value, *extra]
+        if key.startswith("data."):
+            args = ["--data.cache_dir", str(tmp_path / "fresh"), *args]
+        code, err = train_main(fit_args(run, cache, *args), capsys)
+        assert code == 0, err
+        config = yaml.safe_load((run / "config-resume-1.yaml").read_text())
+        return seen, _value(config["model"], config["data"], key), want
+
+    return resume
+
+
+@pytest.mark.parametrize("key", sorted(_USED))
+def test_a_resume_uses_the_commands_value_of_each_key_it_may_change(resumed, key):
+    value, used, use = _USED[key]
+    seen, written, want = resumed(key, value)
+    assert used(seen) == (want if use is None else use) and written == want
+
+
+def test_the_keys_a_resume_may_change_are_each_tested():
+    from vat.runs.run_dir import RESUME_MAY_CHANGE
+
+    assert set(_USED) | {"model.compile"} == RESUME_MAY_CHANGE
+
+
+def test_a_compiled_run_resumed_with_compile_false_runs_eagerly(resumed):
+    seen, written, _ = resumed("model.compile", "false")
+    assert seen.model.compile is False and seen.model._compiled is None and written is False
+
+
+def test_a_run_resumed_with_compile_true_compiles(resumed, fast_compile):
+    """The one compiled run of this module (aot_eager: vat's compiled step without
+    inductor's C++ build)."""
+    seen, written, _ = resumed("model.compile", "true", "--compile_cache", "false")
+    assert seen.model._compiled is not None and seen.model._compiled.graphs >= 1
+    assert written is True

@@ -399,17 +399,52 @@ def test_parallel_jobs_train_each_value_in_its_own_process(tmp_path, capsys):
         assert [float(r["model.loss.prior_std"]) for r in csv.DictReader(f)] == [0.3, 0.7]
 
 
-def test_failed_parallel_run_is_reported_with_its_log(tmp_path, capsys):
-    """A child that fails does not stop the others; the parent names it and its log."""
-    cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=2)
-    bad = tmp_path / "sweep" / "prior_std_0.7" / "checkpoints"
-    bad.mkdir(parents=True)
-    (bad / "last.ckpt").write_text("not a checkpoint")  # resume of 0.7 fails with a one-line error
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_failed_point_is_in_the_table_and_the_others_still_run(tmp_path, capsys, jobs):
+    """A point that fails while training does not stop the others, one after another or in
+    child processes alike: it is a row of the table saying why, and the sweep ends with exit 2
+    and one line naming it (before: with jobs 1 the sweep stopped there, so the points after it
+    never trained; with either, no table was written)."""
+    cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=jobs, device="cpu")
+    out = tmp_path / "sweep"
+    bad = out / "prior_std_0.3" / "checkpoints" / "last.ckpt"  # the first point: its resume fails
+    bad.parent.mkdir(parents=True)
+    bad.write_text("not a checkpoint")
+    assert sweep_cli.main(["-c", str(cfg), "--no-progress"]) == 2
+    cap = capsys.readouterr()
+    why = f"checkpoint {bad} is truncated, corrupt or not a torch checkpoint"
+    err = cap.err.strip().splitlines()
+    assert err[-1].startswith("error: 1 of 2 runs failed: prior_std_0.3 (") and why in err[-1]
+    assert "rerun the same command to resume" in err[-1]
+    if jobs > 1:  # the child's output is in its run's log
+        assert "sweep.log" in err[-1] and why in (out / "prior_std_0.3" / "sweep.log").read_text()
+    assert [ln for ln in err if ln.startswith("[sweep] prior_std_0.3: failed: ")], err
+    assert not (out / "prior_std_0.3" / "record.json").exists()
+    rec = json.loads((out / "prior_std_0.7" / "record.json").read_text())
+    assert rec["step"] == 4  # the point after the failed one trained and was measured
+    # the table, written and printed, holds both: the failed one with its reason
+    table = (out / "sweep.md").read_text()
+    assert cap.out == table
+    header, _, failed, done = (ln.strip("|").split(" | ") for ln in table.splitlines())
+    assert header[0].strip() == "model.loss.prior_std" and header[-1].strip() == "failed"
+    assert failed[0].strip() == "0.3" and set(failed[1:-1]) == {"-"} and why in failed[-1]
+    assert done[0].strip() == "0.7" and done[1] == "4" and done[-1].strip() == "-"
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    assert [r["run"] for r in runs] == ["prior_std_0.3", "prior_std_0.7"]
+    assert why in runs[0]["failed"] and "failed" not in runs[1]
+    with open(out / "sweep.csv") as f:
+        assert [bool(r["failed"]) for r in csv.DictReader(f)] == [True, False]
+
+
+def test_an_out_of_range_value_is_refused_before_any_point_trains(tmp_path, capsys):
+    """vat train's own checks (here the loss config's) run for every point before the first
+    trains (before: free_bits_0.5 trained, then -1.0 was refused when its turn came)."""
+    cfg = _config(tmp_path, sweep={KEY: [0.5, -1.0]})
     assert sweep_cli.main(["-c", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: 1 of 2 runs failed: prior_std_0.7") and "sweep.log" in err[-1]
-    assert (tmp_path / "sweep" / "prior_std_0.3" / "record.json").is_file()
-    assert "last.ckpt" in (tmp_path / "sweep" / "prior_std_0.7" / "sweep.log").read_text()
+    assert len(err) == 1 and err[0].startswith("error: sweep point free_bits_-1.0: "), err
+    assert "model.loss.free_bits must be finite and >= 0, got -1.0" in err[0]
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_a_rerun_with_other_train_settings_is_refused_not_mixed(swept, tmp_path, capsys):
@@ -499,7 +534,9 @@ def test_a_run_stopped_by_ctrl_c_stops_the_sweep_as_interrupted(tmp_path, code, 
         calls.append(argv)
         return code
 
-    runner = sweep.Runner(train=train, prepare=lambda argv: 0, child=("vat", "sweep"))
+    runner = sweep.Runner(
+        train=train, check=lambda argv: 0, prepare=lambda argv: 0, child=("vat", "sweep")
+    )
     cfg = SweepConfig(
         train_config=str(ROOT / "configs" / "demo.yaml"),
         sweep={"model.loss.prior_std": [0.4]},

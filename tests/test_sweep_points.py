@@ -17,7 +17,7 @@ from conftest import ASSETS
 from eval_helpers import write_mini_senteval
 
 from vat.cli import sweep as sweep_cli
-from vat.experiments import frontier, sweep
+from vat.experiments import frontier, measure, sweep
 from vat.experiments.config import SweepConfig, point_label, run_name
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -175,7 +175,9 @@ def test_parallel_children_of_a_list_sweep_get_no_values(tmp_path):
         "import json, sys; f = open(sys.argv[1], 'a'); f.write(json.dumps(sys.argv[2:]) + '\\n')",
         str(argv_file),
     )
-    runner = sweep.Runner(train=lambda argv: 0, prepare=lambda argv: 0, child=child)
+    runner = sweep.Runner(
+        train=lambda argv: 0, check=lambda argv: 0, prepare=lambda argv: 0, child=child
+    )
     for sweep_value, values in (
         (POINTS, [None, None]),
         ({FREE_BITS: [0.1, 0.2]}, ["0.1", "0.2"]),
@@ -383,3 +385,34 @@ def test_a_new_fit_sentences_measures_again_without_training(compared, tmp_path,
     rows = _rows_of(run, mini_senteval, fit_sentences=6)
     assert rec["best_spec"] == rows[0]["spec"]
     assert rec["select_best"] == pytest.approx(rows[0]["select (STS12 sets + STS-B dev)"], abs=1e-9)
+
+
+def test_turning_the_comparison_off_keeps_what_it_recorded(
+    compared, mini_senteval, tmp_path, capsys
+):
+    """A sweep without the comparison keeps the records it has (before: every run was
+    measured again and its select_* fields dropped); a change of another measurement setting
+    measures the runs again and keeps the comparison's fields, which it does not change."""
+    out = tmp_path / "sweep"
+    shutil.copytree(compared / "sweep", out)
+    records = {p: p.read_bytes() for p in out.glob("*/record.json")}
+    assert len(records) == 2
+    extra = ["--trainer.max_steps", "2", "--data.cache_dir", str(compared / "cache")]
+    same = {"out_dir": str(out), "extra_args": extra, "senteval_dir": str(mini_senteval)}
+    assert sweep_cli.main(["-c", str(_config(tmp_path, **same)), "--no-progress"]) == 0
+    cap = capsys.readouterr()
+    assert "measuring" not in cap.err and cap.err.count("done, skipping") == 2
+    assert {p: p.read_bytes() for p in out.glob("*/record.json")} == records
+    assert "select mu/mean/none" in cap.out.splitlines()[0] and "best spec" in cap.out
+    # bleu_lines 4: measured again, the comparison's fields and settings kept
+    assert sweep_cli.main(["-c", str(_config(tmp_path, **same, bleu_lines=4))]) == 0
+    assert capsys.readouterr().err.count("measuring") == 2
+    for path, before in records.items():
+        old, new = json.loads(before), json.loads(path.read_text())
+        assert new["measure_settings"] == {**old["measure_settings"], "bleu_lines": 4}
+        kept = measure.FEATURE_COMPARE_FIELDS
+        assert {k: new[k] for k in kept} == {k: old[k] for k in kept}
+    # with the comparison on again (its settings unchanged), the runs are measured already
+    cfg = _config(tmp_path, **same, bleu_lines=4, feature_compare=True)
+    assert sweep_cli.main(["-c", str(cfg), "--no-progress"]) == 0
+    assert capsys.readouterr().err.count("done, skipping") == 2

@@ -256,3 +256,46 @@ def test_resuming_a_finished_run_splits_no_steps_and_does_not_fail(tmp_path, cap
     tb = scalars(run)
     assert "time/first_step_s" in tb and tb["time/first_step_s"][-1][0] == 2  # the first fit's
     assert tb["time/total_s"][-1] == (2, pytest.approx(split["total_s"], abs=1e-3))
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+def test_a_non_finite_step_is_not_counted_as_trained(tmp_path, capsys, bad):
+    """NaN at step 1 recorded `steps: 2, last_step: 2` and two saves: the split counts the
+    steps trained to completion (those before the NaN, as the last good checkpoint holds
+    them) and the checkpoints written, not the save the guard refused."""
+    run = tmp_path / "run"
+    poison = [
+        "--trainer.callbacks+=crash_callbacks.PoisonAtStep",
+        f"--trainer.callbacks.step={bad}",
+    ]
+    args = fit_args(run, tmp_path / "cache", "--trainer.max_steps", "4", *poison)
+    code, err = train_main(args, capsys)
+    assert code == 2 and err[-1].startswith(f"error: non-finite loss at step {bad} "), err
+    split = read_split(run)
+    assert (split["ended"], split["first_step"], split["last_step"]) == ("failed", 0, bad)
+    assert split["steps"] == bad and split["checkpoint_saves"] == len(list(run.rglob("*.ckpt")))
+
+
+def test_a_split_that_cannot_be_written_is_a_warning_not_a_failed_run(tmp_path, capsys, caplog):
+    """A folder where RUN/time_split.json goes turned a run that trained and saved into exit 2
+    after its `next:` hints. The run's result stands; the split is said, not written."""
+    from vat.share.checkpoint import read_checkpoint
+
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    code, err = train_main(fit_args(run, cache), capsys)
+    assert code == 0, err
+    (run / "time_split.json").unlink()
+    (run / "time_split.json").mkdir()
+    more = ["--ckpt_path", "last", "--trainer.max_steps", "3"]
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        code, err = train_main(fit_args(run, cache, *more), capsys)
+    assert code == 0, err
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert err[-1] == (
+        f"vat: warning: time split not written: cannot write: output {run / 'time_split.json'} "
+        "is a folder, expected a file path to write"
+    )
+    said = [r.getMessage() for r in caplog.records if "time split of" in r.getMessage()]
+    assert len(said) == 1 and "written to" not in said[0]
+    assert (run / "time_split.json").is_dir() and not list((run / "time_split.json").iterdir())

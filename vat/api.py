@@ -47,7 +47,6 @@ import torch
 from vat.data.paths import default_senteval_dir
 from vat.errors import (
     OptionError,
-    VatError,
     check_choice,
     check_count,
     check_optional_text,
@@ -66,6 +65,7 @@ from vat.features.choice import (
     check_pooling,
     default_features,
     export_features,
+    parse_spec,
     resolve_features,
 )
 from vat.features.encoder import FeatureEncoder
@@ -91,13 +91,10 @@ def _device(device: str | torch.device | None) -> torch.device:
 
 
 def _check_features(features: object) -> None:
-    """A feature spec: None, a string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures."""
-    if features is not None and not isinstance(features, str | FeatureSpec | FittedFeatures):
-        raise OptionError(
-            "features",
-            f"expected a feature spec such as 'mu/sif/pc1', a FeatureSpec or a FittedFeatures, "
-            f"got {type(features).__name__} {features!r:.60}",
-        )
+    """A feature spec: None, a string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures
+    (`parse_spec`: a bad one is an OptionError naming `features`, before any work)."""
+    if features is not None and not isinstance(features, FittedFeatures):
+        parse_spec(features)
 
 
 def _vectors(x: Any, name: str) -> torch.Tensor:
@@ -356,22 +353,10 @@ class PretrainedVAT:
         check_path(train_data_dir, "train_data_dir", optional=True)
         for name, value in (("license", license), ("language", language), ("repo_id", repo_id)):
             check_optional_text(value, name)
-        if features is not None and not isinstance(features, str | FeatureSpec):
-            raise OptionError(
-                "features", f"expected a feature spec such as 'mu/sif/pc1', got {features!r:.60}"
-            )
+        spec = None if features is None else parse_spec(features)
         tasks = check_export(directory, overwrite=overwrite, evaluate=evaluate)
-        if show_progress_bar and (features is None or FeatureSpec.parse(features).needs_fit):
-            what = features if features is not None else "the model's default spec"
-            print(f"vat: fitting the folder's sentence features ({what})", file=sys.stderr)
-        fit = FitOptions(
-            fit_files=fit_files, count_files=count_files, train_data_dir=train_data_dir
-        )
-        fitted = export_features(self.loaded, features, fit)
-        evaluation = None
-        if tasks:
-            encoder = vat_encoder(self.loaded, features=fitted)
-            folder = data_dir if data_dir is not None else default_senteval_dir()
+        folder = data_dir if data_dir is not None else default_senteval_dir()
+        if tasks:  # the evaluation data is found before the fit, not after it
             # a group (sts, all) means its members present under the folder, as in evaluate
             choice = choose_tasks(evaluate if isinstance(evaluate, str) else tasks, folder)
             if choice.absent:
@@ -381,6 +366,16 @@ class PretrainedVAT:
                     file=sys.stderr,
                 )
             tasks = choice.tasks
+        if show_progress_bar and (spec is None or spec.needs_fit):
+            what = features if features is not None else "the model's default spec"
+            print(f"vat: fitting the folder's sentence features ({what})", file=sys.stderr)
+        fit = FitOptions(
+            fit_files=fit_files, count_files=count_files, train_data_dir=train_data_dir
+        )
+        fitted = export_features(self.loaded, spec, fit)
+        evaluation = None
+        if tasks:
+            encoder = vat_encoder(self.loaded, features=fitted)
             if show_progress_bar:
                 print(
                     f"vat: evaluating {', '.join(tasks)} on the sentence features {fitted.spec}",
@@ -598,7 +593,7 @@ def check_export(
     if evaluate:
         try:
             tasks = expand_tasks(evaluate)
-        except VatError as e:
-            raise OptionError("evaluate", str(e)) from None
+        except OptionError as e:  # the task names' problem, said of this argument
+            raise OptionError("evaluate", e.problem) from None
     check_output_dir(directory, overwrite)
     return tasks

@@ -18,7 +18,12 @@ from collections.abc import Callable, Sequence
 
 
 class VatError(Exception):
-    """An error caused by user input; its message is the whole story."""
+    """An error caused by user input; its message is the whole story, on one line: the
+    names and paths it quotes are shown with their control characters visible (`visible`),
+    so a name holding a newline or a terminal escape cannot break it or rewrite the screen."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(visible(str(message)), *args)
 
 
 class OptionError(VatError, ValueError):
@@ -26,7 +31,7 @@ class OptionError(VatError, ValueError):
     argument; a command names its flag instead (`--num-samples`, see `cli_message`)."""
 
     def __init__(self, name: str, problem: str) -> None:
-        self.name, self.problem = name, problem
+        self.name, self.problem = name, visible(problem)
         super().__init__(f"{name}: {problem}")
 
 
@@ -69,12 +74,22 @@ def debug_requested(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get("VAT_DEBUG") == "1"
 
 
+def visible(text: str) -> str:
+    """`text` with each character a terminal would act on or not show (newlines, escapes,
+    other control and format characters: those `str.isprintable` refuses) written as a
+    Python repr writes it (`\\n`, `\\x1b`, `\\u202e`): a name that holds one can neither make
+    a one-line message two lines nor rewrite the terminal. Idempotent."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def shown_path(path: str | os.PathLike, limit: int = 300) -> str:
-    """`path` for a one-line message: as it is when it could be a real path to read (the
-    limit is above any path a user types or a temporary folder makes), else its start and end
-    around "..." with its length, so that a pasted 5,000-character name does not fill the
-    screen."""
-    text = os.fspath(path)
+    """`path` for a one-line message: its control characters visible (`visible`); as it is
+    when it could be a real path to read (the limit is above any path a user types or a
+    temporary folder makes), else its start and end around "..." with its length, so that a
+    pasted 5,000-character name does not fill the screen."""
+    text = visible(os.fspath(path))
     if len(text) <= limit:
         return text
     keep = 40  # enough of each end to tell which path it was
@@ -87,7 +102,7 @@ def one_line(e: BaseException) -> str:
         name = e.filename if isinstance(e.filename, str | bytes | os.PathLike) else str(e.filename)
         return f"{e.strerror}: {shown_path(os.fsdecode(name))}"
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    return visible(text.splitlines()[0]) if text else type(e).__name__
 
 
 def run_cli(

@@ -25,7 +25,13 @@ import numpy as np
 import torch
 
 from vat.api import PretrainedVAT, require_loaded
-from vat.errors import OptionError, check_choice, check_optional_text, check_path, check_sentences
+from vat.errors import (
+    OptionError,
+    check_choice,
+    check_optional_text,
+    check_path,
+    check_sentences,
+)
 from vat.features.choice import default_features
 from vat.features.encoder import FeatureEncoder
 from vat.generate.generator import TruncationWarning, VATGenerator
@@ -55,6 +61,33 @@ CHECK_SENTENCES = (
 """What `add_pretrained` compares the half-precision weights on when given no sentences:
 short, everyday English of the kinds vat's models are trained on."""
 
+MAX_ABS_FEATURE = 1e-3
+MIN_COSINE = 0.9999
+MIN_SAME_SHARE = 0.99
+"""The tolerance docs/sharing.md states for a shipped model's stored weights against float32
+(`precision_match`): sentence features within 1e-3, every cosine above 0.9999, and at least
+99 % of greedy reconstructions identical."""
+
+
+def _outside_tolerance(match: dict[str, Any]) -> list[str]:
+    """What of a `precision_match` measurement lies outside the stated tolerance, each with
+    its bar, in words (empty: within it)."""
+    same, n = match["same_reconstructions"], match["sentences"]
+    found = []
+    if same < MIN_SAME_SHARE * n:
+        found.append(
+            f"{same} of {n} greedy reconstructions identical ({100 * same / n:.1f} %; the bar "
+            f"is at least {100 * MIN_SAME_SHARE:g} %)"
+        )
+    if not match["max_abs_feature"] <= MAX_ABS_FEATURE:  # NaN is outside too
+        found.append(
+            f"sentence features within {match['max_abs_feature']:.2e} (the bar is "
+            f"{MAX_ABS_FEATURE:g})"
+        )
+    if not match["min_cosine"] > MIN_COSINE:
+        found.append(f"lowest cosine {match['min_cosine']:.6f} (the bar is above {MIN_COSINE:g})")
+    return found
+
 
 def add_pretrained(
     model: PretrainedVAT,
@@ -70,6 +103,7 @@ def add_pretrained(
     registry: str | os.PathLike | None = None,
     overwrite: bool = False,
     train_data_dir: str | os.PathLike | None = None,
+    allow_outside_tolerance: bool = False,
 ) -> ShippedModel:
     """Add an exported folder (`vat.load(DIR)`) to the models that ship with vat, as `name`
     (`vat pretrained add DIR --name NAME`): its weights stored in `dtype` ("float16" or
@@ -80,7 +114,9 @@ def add_pretrained(
     `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
     vat/shipped/). The entry names its training files only by their path inside the data
     folder `train_data_dir` (default $VAT_DATA_DIR) or by name, and nothing it writes may name
-    a place on this machine (`vat.share.pretrained.write_shipped`)."""
+    a place on this machine (`vat.share.pretrained.write_shipped`). Weights that move the
+    outputs beyond the stated tolerance (`_outside_tolerance`) are refused, nothing written,
+    unless `allow_outside_tolerance` (an entry of one's own registry, recorded as measured)."""
     require_loaded(model, "add_pretrained")
     if summary is not None and (not isinstance(summary, str) or not summary.strip()):
         raise OptionError("summary", "must be one non-empty line saying what the model is")
@@ -114,6 +150,14 @@ def add_pretrained(
     # entry again with the registry held, since another add may write it meanwhile
     check_shipping(model.loaded, name, dtype, registry, info, train_data_dir, overwrite)
     info["fp32_match"] = precision_match(model.loaded, dtype, sentences, origin)
+    outside = _outside_tolerance(info["fp32_match"])
+    if outside and not allow_outside_tolerance:
+        raise OptionError(
+            "allow_outside_tolerance",
+            f"is off, and the {dtype} weights of {name} move its outputs from float32 beyond "
+            f"the tolerance of shipped models (docs/sharing.md): {'; '.join(outside)}; nothing "
+            "was written (turn it on to add the model anyway, as measured)",
+        )
     return write_shipped(
         model.loaded,
         name,

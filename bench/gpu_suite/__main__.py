@@ -9,10 +9,14 @@ Recipes (docs/gpu.md, "The GPU suite"; the bundle installed first):
 
 `--seed DIR`: a folder holding the files an earlier call returned (gpu_report.json, the
 .tar files, the reference's checkpoint parts), copied into OUT_DIR only when OUT_DIR has no
-report (a fresh node: the allocation's node was released between calls); a node that kept
-its OUT_DIR uses its own. (The lost
+report (a fresh node: the allocation's node was released between calls), regular files only
+(a link is refused); a node that kept its OUT_DIR uses its own. (The lost
 checkpoints are noticed: the reference resumes from its returned parts, or continues from
 the newest weights; the frontier trains again.)
+
+`--trust-compile-cache`: the compile cache an earlier call returned (carry.py) is code that
+torch runs; the reference's resumed launch uses it only with this option (for files your own
+earlier call returned), else compiles afresh.
 
 `--stages` naming `reference` when it is finished trains it further (another round:
 reference.begin_round); the default, every stage, leaves a finished reference as it is.
@@ -26,8 +30,10 @@ failed (named on stderr and in the report), 2 with one line when a prerequisite 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -44,9 +50,9 @@ from bench.gpu_suite.call import (  # noqa: E402
     OUT_FILES,
     REPORT,
     check_out_dir,
-    copy_atomic,
 )
-from bench.gpu_suite.carry import part_files  # noqa: E402
+from bench.gpu_suite.carry import checkpoint_parts, part_files  # noqa: E402
+from bench.gpu_suite.out_files import CACHE_PACK, open_regular  # noqa: E402
 from bench.gpu_suite.plan import (  # noqa: E402
     PLANS,
     ROOT,
@@ -56,6 +62,7 @@ from bench.gpu_suite.plan import (  # noqa: E402
 )
 from bench.gpu_suite.state import STAGES, Budget, Suite, read_report  # noqa: E402
 from vat.errors import VatError, run_cli  # noqa: E402
+from vat.io import atomic_write  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,7 +111,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         default=None,
         help="files an earlier call returned (gpu_report.json, .tar): copied into OUT_DIR "
-        "when it has no report (a fresh node); ignored otherwise",
+        "when it has no report (a fresh node), regular files only (a link is refused); "
+        "ignored otherwise",
+    )
+    p.add_argument(
+        "--trust-compile-cache",
+        action="store_true",
+        help="use the compile cache in the --seed folder / OUT_DIR from an earlier call "
+        f"({CACHE_PACK}): code that torch runs; only for files your own earlier call "
+        "returned. Without it the reference's resumed launch compiles afresh",
     )
     p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     return p
@@ -113,23 +128,32 @@ def _parser() -> argparse.ArgumentParser:
 def seed_out_dir(out: Path, seed: Path, smoke: bool) -> str:
     """Copy the suite's files from `seed` into `out` when `out` holds no report; says what
     it did (for stderr). A seed report that this call could not continue (another mode, a
-    broken field) is one line before anything is copied."""
+    broken field), or a file of the suite's names that is not a regular file of at most what
+    a call returns (a link, whatever it points to), is one line before anything is copied."""
     if (out / REPORT).exists():
         return f"--seed {seed}: ignored, {out} has its own report (this machine kept it)"
-    files = [seed / f for f in OUT_FILES if (seed / f).is_file()] + part_files(seed)
-    if not (seed / REPORT).is_file():
+    names = [*OUT_FILES, *(p.name for p in checkpoint_parts(seed)), CACHE_PACK]
+    found = [seed / n for n in names if os.path.lexists(seed / n)]  # links too: refused below
+    if seed / REPORT not in found:
         return f"--seed {seed}: no {REPORT} there; starting afresh"
-    read_report(seed / REPORT, smoke, "use another --seed, or none to start afresh")
-    for f in files:  # what a call returned: each at most MAX_OUT_FILE
-        if f.stat().st_size > MAX_OUT_FILE:
-            raise VatError(
-                f"--seed {seed}: {f} is over {MAX_OUT_FILE // 2**20} MiB, more than a call "
-                "returns; use another --seed, or none to start afresh"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        copy_atomic(f, out / f.name)
-    return f"--seed {seed}: copied {', '.join(f.name for f in files)} into {out} (a fresh machine)"
+    with contextlib.ExitStack() as stack:
+        opened = {}
+        for f in found:  # each opened once, never through a link, and copied from that open
+            try:
+                opened[f] = stack.enter_context(open_regular(f))
+            except OSError as e:
+                raise VatError(f"--seed {seed}: {f} is {e.strerror}; a seed holds the regular "
+                               "files a call returned: move it away") from None  # fmt: skip
+            if os.fstat(opened[f].fileno()).st_size > MAX_OUT_FILE:
+                raise VatError(
+                    f"--seed {seed}: {f} is over {MAX_OUT_FILE // 2**20} MiB, more than a call "
+                    "returns; use another --seed, or none to start afresh"
+                )
+        read_report(seed / REPORT, smoke, "use another --seed, or none to start afresh")
+        out.mkdir(parents=True, exist_ok=True)
+        for f, src in opened.items():
+            atomic_write(out / f.name, lambda o, s=src: shutil.copyfileobj(s, o), binary=True)
+    return f"--seed {seed}: copied {', '.join(f.name for f in found)} into {out} (a fresh machine)"
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -167,7 +191,7 @@ def _main(argv: Sequence[str]) -> int:
     budget = Budget(args.budget_min)
     out.mkdir(parents=True, exist_ok=True)
     suite = Suite(out.resolve(), make_plan(args.plan, args.smoke), data_dir, budget,
-                  args.frontier_steps)  # fmt: skip
+                  args.frontier_steps, args.trust_compile_cache)  # fmt: skip
     # SIGINT at Python's default even if the suite inherited it ignored (a background job of
     # a shell without job control): stopping the suite must stop its children cleanly
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -8,15 +8,18 @@ stage, throughput variant and evaluated run), so that the next call continues fr
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import gzip
 import json
 import os
 import re
 import shutil
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import yaml
 
@@ -76,6 +79,62 @@ def pack(dest: Path, folder: Path, arcname: str, gz: bool = False) -> None:
             tf.add(folder, arcname=arcname)
 
     atomic_write(dest, write, binary=True)
+
+
+TAR_SLACK = 2**20
+"""What a tar holds besides its members' content, at most: a 512-byte header each (and a pax
+header with its mtime, as tarfile writes), padding to 512 bytes, the end blocks."""
+
+
+class TarRefused(tarfile.TarError):
+    """A tar file the suite does not unpack (read_tar); its text says why, for one line."""
+
+
+class _Capped:
+    """`raw`'s bytes, at most `limit` of them (and TAR_SLACK), then TarRefused: tarfile reads
+    a tar through it, so that neither a member nor a header (tarfile reads a pax or long-name
+    header whole, into memory) makes gzip expand further than the cap."""
+
+    def __init__(self, raw: BinaryIO, limit: int) -> None:
+        self.raw, self.limit, self.left = raw, limit, limit + TAR_SLACK
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(self.left + 1 if n < 0 or n > self.left else n)
+        self.left -= len(data)
+        if self.left < 0:
+            raise TarRefused(f"it unpacks to more than {self.limit / 2**20:g} MiB")
+        return data
+
+
+@contextlib.contextmanager
+def read_tar(
+    src: BinaryIO, gz: bool, max_bytes: int, max_members: int
+) -> Iterator[tuple[list[tarfile.TarInfo], tarfile.TarFile]]:
+    """A tar file the suite wrote (gzipped when `gz`), open as `src`: its members and the
+    tar, open to be read once, in order (mode "r|"), after a first pass over its headers
+    found at most `max_members` files and folders (no link, device or sparse file) holding
+    at most `max_bytes`. Else TarRefused, before anything is written. Both passes read
+    through _Capped: the bytes read, and so memory and what is written, stay within the
+    caps (the tar's own framing aside, TAR_SLACK), whatever the headers say."""
+
+    def tar() -> tarfile.TarFile:
+        src.seek(0)
+        raw = gzip.GzipFile(fileobj=src, mode="rb") if gz else src
+        return tarfile.open(fileobj=_Capped(raw, max_bytes), mode="r|")
+
+    members, total = [], 0
+    with tar() as tf:
+        for m in tf:
+            members.append(m)
+            total += m.size
+            if not (m.isfile() or m.isdir()) or m.issparse():
+                raise TarRefused(f"{m.name} is not a file or a folder")
+            if len(members) > max_members:
+                raise TarRefused(f"it holds more than {max_members} files and folders")
+            if total > max_bytes:
+                raise TarRefused(f"its files hold more than {max_bytes / 2**20:g} MiB")
+    with tar() as tf:
+        yield members, tf
 
 
 def copy_atomic(src: Path, dest: Path) -> None:
@@ -210,9 +269,18 @@ class Call:
     (gpu_report.json's content) and the notes of one call; every stage's `run` gets one."""
 
     def __init__(
-        self, out: Path, plan: Plan, data_dir: Path, steps: int | None, state: Report
+        self,
+        out: Path,
+        plan: Plan,
+        data_dir: Path,
+        steps: int | None,
+        state: Report,
+        trust_compile_cache: bool = False,
     ) -> None:
         self.out, self.plan, self.data_dir, self.state = out, plan, data_dir, state
+        self.trust_compile_cache = trust_compile_cache
+        """--trust-compile-cache: the compile cache an earlier call returned is unpacked into
+        the reference's run folder and vat train told to load it (it is code torch runs)."""
         self.work = out / "work"
         self.logs = self.work / "logs"
         self.config = self.work / "suite_config.yaml"

@@ -17,22 +17,26 @@ The run's compile cache (vat.train.compile_cache: compile_cache.bin and its reco
 beside the parts as one more file, CACHE_PACK, so that the next launch reads the compiled
 training step instead of compiling it again (before, a resumed H200 launch spent 67.5 s of
 86 s starting). Its size, SHA-256 and record (torch, CUDA, Triton, Python, the device) are in
-the report; the next call unpacks it into the run folder only when all three match, and a
-cache over MAX_OUT_FILE stays behind (said): a call returns at most 8 files."""
+the report; a cache over MAX_OUT_FILE stays behind (said): a call returns at most 8 files.
+The cache is code that torch runs, and the next node's vat did not sign it: that call unpacks
+it into the run folder only with --trust-compile-cache (and tells vat train so), when all
+three match, within CACHE_UNPACKED_BYTES."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import math
+import os
 import shutil
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 from bench.gpu_suite import schema
-from bench.gpu_suite.call import MAX_OUT_FILE
-from bench.gpu_suite.out_files import sha256
+from bench.gpu_suite.call import MAX_OUT_FILE, TarRefused, read_tar
+from bench.gpu_suite.out_files import open_regular, sha256_of
 from bench.gpu_suite.records import (
     CACHE_PACK,
     PART_PREFIX,
@@ -60,6 +64,11 @@ CACHE_PACK_BYTES = MAX_OUT_FILE
 """The compile cache's pack (records.CACHE_PACK: compile_cache.bin and compile_cache.json) at
 most: gzipped, since what torch serialises (pickled graphs, generated source, Triton's kernel
 binaries) is not compressed, and a pack over MAX_OUT_FILE is left behind."""
+CACHE_UNPACKED_BYTES = 16 * CACHE_PACK_BYTES
+"""What a pack may unpack to (restore_compile_cache), 256 MiB: the caches measured so far
+gzip about 8:1 (2.2 MiB to 0.27, 4.5 to 0.55 on a CPU: generated source; Triton's binaries
+on a GPU compress less), so a pack within its 16 MiB holds about 128 MiB at most; twice
+that, and no more: a 3 MiB pack of zeros unpacked to 3 GiB before this cap."""
 
 
 def checkpoint_parts(folder: Path) -> list[Path]:
@@ -110,13 +119,15 @@ def join(folder: Path, manifest: CheckpointParts, dest: Path) -> str | None:
     n = len(manifest.parts)
     for p in manifest.parts:
         path = folder / p.name
+        if path.is_symlink():
+            return f"{p.name} is a symbolic link: the suite reads no part through one"
         if not path.is_file():
             return f"{p.name} is missing (the call that wrote it returned {n} parts)"
         size = path.stat().st_size
         if size != p.bytes:
             return f"{p.name} has {size:,} bytes, its manifest {p.bytes:,} (cut short?)"
         h = hashlib.sha256()
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # never through a link (nor below)
             for block in iter(lambda f=f: f.read(1 << 20), b""):
                 h.update(block)
                 whole.update(block)
@@ -128,7 +139,7 @@ def join(folder: Path, manifest: CheckpointParts, dest: Path) -> str | None:
 
     def write(out) -> None:
         for p in manifest.parts:
-            with open(folder / p.name, "rb") as f:
+            with open_regular(folder / p.name) as f:
                 shutil.copyfileobj(f, out)
 
     atomic_write(dest, write, binary=True)
@@ -182,37 +193,53 @@ def pack_compile_cache(run_dir: Path, folder: Path) -> tuple[CompileCachePack | 
 
 
 def restore_compile_cache(
-    folder: Path, manifest: CompileCachePack | None, run_dir: Path, here: dict[str, Any]
-) -> str | None:
+    folder: Path,
+    manifest: CompileCachePack | None,
+    run_dir: Path,
+    here: dict[str, Any],
+    trusted: bool,
+) -> tuple[bool, str | None]:
     """The pack `manifest` names, from `folder`, unpacked into `run_dir` (each file
-    atomically) when its size and SHA-256 are the manifest's and its record names this
-    machine (`here`); what happened, a line for the report (None: no cache travelled)."""
+    atomically) when `trusted` (--trust-compile-cache: the cache is code that torch runs),
+    its size and SHA-256 are the manifest's, its record names this machine (`here`) and it
+    holds what pack_compile_cache packs, within CACHE_UNPACKED_BYTES. (Whether it was
+    unpacked, what happened: a line for the report, None when no cache travelled.)"""
     if not manifest:
-        return None
-    path = folder / manifest.file
-    if not path.is_file():
-        return f"its compile cache {manifest.file} did not come back: compiled afresh"
-    size = path.stat().st_size  # checked before reading: no more than a returned file holds
-    if size != manifest.bytes or size > CACHE_PACK_BYTES or sha256(path) != manifest.sha256:
-        return (
-            f"its compile cache {manifest.file} fails its size or SHA-256 check (altered "
-            "or damaged on the way): compiled afresh"
+        return False, None
+    if not trusted:
+        return False, (
+            f"its compile cache {manifest.file} is code that torch runs and was not used: "
+            "compiled afresh (--trust-compile-cache uses it, for files your own earlier call "
+            "returned)"
         )
     why = mismatch(schema.write(manifest.record), here)
     if why is not None:
-        return f"its compile cache is not for this machine ({why}): compiled afresh"
-    with tarfile.open(path, mode="r:gz") as tf:
-        # read by name, never extracted (no path leaves run_dir), and streamed into place
-        # rather than held in memory: a small pack can unpack to much more
-        members = {m.name: m for m in tf.getmembers() if m.isfile()}
-        if not {CACHE_FILE, RECORD_FILE} <= set(members):
-            return f"its compile cache {manifest.file} lacks {CACHE_FILE} or its record"
-        for name in (CACHE_FILE, RECORD_FILE):  # the record last: it vouches for the file
-            src = tf.extractfile(members[name])
-            atomic_write(run_dir / name, lambda out, s=src: shutil.copyfileobj(s, out), binary=True)
-    cache_mib = members[CACHE_FILE].size / 2**20
+        return False, f"its compile cache is not for this machine ({why}): compiled afresh"
+    try:
+        with open_regular(folder / manifest.file) as f:
+            size = os.fstat(f.fileno()).st_size  # before reading: no more than a file returns
+            if size != manifest.bytes or size > CACHE_PACK_BYTES or sha256_of(f) != manifest.sha256:
+                return False, (
+                    f"its compile cache {manifest.file} fails its size or SHA-256 check (altered "
+                    "or damaged on the way): compiled afresh"
+                )
+            with read_tar(f, True, CACHE_UNPACKED_BYTES, 2) as (members, tf):
+                names = [m.name for m in members if m.isfile()]
+                if names != [CACHE_FILE, RECORD_FILE]:  # what pack_compile_cache writes
+                    raise TarRefused(f"it holds {names}, not {CACHE_FILE} and its record")
+                # streamed into place under the suite's names (never the tar's), the record
+                # last: it vouches for the file
+                for m, name in zip(tf, (CACHE_FILE, RECORD_FILE)):
+                    src = tf.extractfile(m)
+                    atomic_write(run_dir / name, lambda out, s=src: shutil.copyfileobj(s, out),
+                                 binary=True)  # fmt: skip
+    except FileNotFoundError:
+        return False, f"its compile cache {manifest.file} did not come back: compiled afresh"
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        return False, f"its compile cache {manifest.file} is not unpacked ({why}): compiled afresh"
     rec = manifest.record
-    return (
-        f"its compile cache came back ({cache_mib:.1f} MiB, saved on "
+    return True, (
+        f"its compile cache came back ({members[0].size / 2**20:.1f} MiB, saved on "
         f"{rec.device}, torch {rec.torch}): the launch reads its compiled step"
     )

@@ -16,6 +16,7 @@ lives in the Markdown rather than a file of its own: a call returns at most 8 fi
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 REPORT = "gpu_report.json"
 MARKDOWN = "gpu_report.md"
@@ -94,11 +96,34 @@ def link_text(path: Path) -> str:
     return f"a symbolic link to {os.path.realpath(path)}"
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading when it is a regular file. Never through a link: O_NOFOLLOW
+    refuses one at open, so a link swapped in after any check is refused too (a seed's
+    `ln -s ~/secret best_sts.tar` would otherwise be copied out); O_NONBLOCK: a FIFO does not
+    hang the call. Else OSError whose strerror says what is there ("a symbolic link to ...")."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(e.errno, link_text(path), str(path)) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, _kind(mode), str(path))
+    return os.fdopen(fd, "rb")
+
+
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+        return sha256_of(f)
+
+
+def sha256_of(f: BinaryIO) -> str:
+    """The SHA-256 of what is left to read in `f`."""
+    h = hashlib.sha256()
+    for block in iter(lambda: f.read(1 << 20), b""):
+        h.update(block)
     return h.hexdigest()
 
 
@@ -255,7 +280,7 @@ def copy(out: Path, dest: Path, rc: int, limit: str = "") -> list[str]:
             continue
 
         def write(f, p=p) -> None:
-            with open(p, "rb") as src:
+            with open_regular(p) as src:  # not a link swapped in since out_files() looked
                 h = hashlib.sha256()
                 for block in iter(lambda: src.read(1 << 20), b""):
                     f.write(block)
@@ -289,6 +314,9 @@ def main(argv: list[str]) -> int:
         raise CopyError("usage: out_files.py check DIR | copy OUT_DIR DIR EXIT LIMIT")
     except CopyError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # open_regular's refusal, a full disk: one line naming the file
+        print(f"error: {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
 
 

@@ -449,7 +449,9 @@ the last call returned."""
 
 
 def recipe_command(call: RecipeCall, plan: str = "full") -> str:
-    """One call's command line, as docs/gpu.md gives it."""
+    """One call's command line, as docs/gpu.md gives it: without --trust-compile-cache, since
+    the seed folder holds whatever was copied there and the compile cache is code (docs/gpu.md,
+    "What in OUT_DIR is code and what is data")."""
     stages = f" --stages {','.join(call.stages)}" if call.stages else ""
     which = "" if plan == "full" else f" --plan {plan}"
     return (

@@ -289,7 +289,8 @@ class Launch(Record):
     with the reference's recipe (compiled, bf16) when the throughput stage has not run."""
     round: FromOne | None = absent()
     how: Literal["resumed", "init_from", "scratch"] | None = absent()
-    """Where it started (reference.choose_start)."""
+    """Where it started (reference.choose_start); None: nowhere, vat train refused to resume
+    the checkpoint an earlier call returned (`start` says why)."""
     start: str | None = absent()
     from_step: Count | None = absent()
     tokens_total: NonNegative | None = None

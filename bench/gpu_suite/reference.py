@@ -48,12 +48,14 @@ import yaml
 
 from bench.gpu_suite import carry, schema
 from bench.gpu_suite.call import (
+    MAX_OUT_BYTES,
     MAX_OUT_FILE,
     RETURNED,
     Call,
     copy_atomic,
     now_iso,
     pack,
+    read_tar,
     remove_listed,
     remove_run,
     tokens_text,
@@ -62,6 +64,7 @@ from bench.gpu_suite.call import (
 from bench.gpu_suite.frontier_eval import BLEU_MIN, LONG_OVER, evaluate_run, measured
 from bench.gpu_suite.frontier_train import TARGET_KL_KEY
 from bench.gpu_suite.in_process import run_vat
+from bench.gpu_suite.out_files import open_regular
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.records import (
     Basis,
@@ -103,6 +106,10 @@ budgets unused, their evaluation and export taking about 30 s (finish_reserve_s)
 RUN = "reference"
 START = "start"
 """OUT_DIR/work/start/: the returned reference.tar unpacked, when a launch continues from it."""
+TAR_BYTES, TAR_MEMBERS = MAX_OUT_BYTES, 64
+"""reference.tar unpacks (_unpack) only within these: the exported folder it packs is 9 files,
+about 12 MiB for the d128 model in float32; a returned one is at most MAX_OUT_FILE (16 MiB),
+one this machine exported may be larger (a wider --plan), far from 64 MiB."""
 BLEU_ROW = "newstest2019 BLEU, greedy mu-decoding, all {n} lines"
 """The card's BLEU row (_add_to_card); a shipped model's is read back by the same words."""
 BLEU_ROW_RE = re.compile(re.escape(BLEU_ROW).replace(r"\{n\}", r"(\d+)"))
@@ -154,8 +161,13 @@ class Start:
     step: int = 0
     """The step the launch starts from (a fresh run's 0)."""
     init_from: str | None = None
-    carried: bool = False
-    """Resumed from the parts an earlier call returned (on this machine for the first time)."""
+    carried: str | None = None
+    """Resuming the parts an earlier call returned (on this machine for the first time): what
+    they are, for the report. vat train may still refuse them (another model's checkpoint),
+    so "resumed" is said only of a launch that did not fail at its start (_launch_record)."""
+    trust_cache: bool = False
+    """The run folder holds the compile cache an earlier call returned, unpacked because the
+    call trusts it (--trust-compile-cache): vat train is told so (train_cmd)."""
 
 
 def run(call: Call, allot: float) -> str:
@@ -230,12 +242,14 @@ def _train(call: Call, run_dir: Path, end: float, start: Start, parts: bool = Tr
     reserve, basis = finish_reserve_s(ref, plan) if one else (0.0, "")
     train_end = end - reserve
     every = val_every(ref, train_end - time.monotonic()) if one else ref.steps
-    cmd = train_cmd(call.reference_config, run_dir, ref.steps, one, start.init_from, every)
+    cmd = train_cmd(call.reference_config, run_dir, ref.steps, one, start.init_from, every,
+                    start.trust_cache)  # fmt: skip
     r = TrainRun(RUN, run_dir, cmd, ref.steps, call.logs / "train_reference.log", call.work)
     if one:
         call.note("reference", f"trains until {reserve:.0f} s before the stage's end ({basis}), "
                                f"validating every {every:,} steps")  # fmt: skip
-    call.note("reference", f"launch {len(ref.launches) + 1}: {start.text}")
+    said = f"resuming {start.carried} (step {start.step:,})" if start.carried else start.text
+    call.note("reference", f"launch {len(ref.launches) + 1}: {said}")
     try:
         o = train(call, "reference", [r], train_end)[RUN]
     except KeyboardInterrupt:  # the call's limit: the run saved its state; it travels back
@@ -292,14 +306,17 @@ def choose_start(call: Call, run_dir: Path, parts: bool = True) -> Start:
             why = "the joined file does not read as a vat checkpoint"
         if why is None:
             n = len(manifest.parts)
-            # the compiled step travels with the parts (carry.py): read, not compiled again
-            said = carry.restore_compile_cache(call.out, ref.compile_cache, run_dir,
-                                               carry.this_machine(call.plan.smoke))  # fmt: skip
+            what = f"the checkpoint an earlier call returned, joined from {n} part{'s' * (n > 1)}"
+            # the compiled step travels with the parts (carry.py): read, not compiled again,
+            # when the call trusts it (it is code)
+            trust, said = carry.restore_compile_cache(
+                call.out, ref.compile_cache, run_dir, carry.this_machine(call.plan.smoke),
+                call.trust_compile_cache,
+            )  # fmt: skip
             if said is not None:
                 call.note("reference", said)
-            return Start("resumed", f"{_resumed(step, dest)} (the checkpoint an earlier call "
-                         f"returned, joined from {n} part{'s' * (n > 1)})", step, str(dest),
-                         carried=True)  # fmt: skip
+            return Start("resumed", f"{_resumed(step, dest)} ({what})", step, str(dest),
+                         carried=what, trust_cache=trust)  # fmt: skip
         remove_run(run_dir)
         call.note("reference", f"the returned checkpoint (step {manifest.step:,}) cannot be "
                                f"resumed: {why}")  # fmt: skip
@@ -352,13 +369,14 @@ def _unpack(call: Call, tar: Path) -> tuple[Path | None, dict[str, Any]]:
     dest = call.work / START
     remove_listed(dest)  # an earlier unpack's, and nothing else
     try:
-        with tarfile.open(tar) as tf:
-            tops = {Path(m.name).parts[0] for m in tf.getmembers() if Path(m.name).parts}
-            tf.extractall(dest, filter="data")  # no absolute paths, links out or devices
+        # the plain tar call.pack writes: never decompressed (a 2 MiB gzip wrote 2 GiB)
+        with open_regular(tar) as f, read_tar(f, False, TAR_BYTES, TAR_MEMBERS) as (members, tf):
+            tops = {Path(m.name).parts[0] for m in members if Path(m.name).parts}
+            tf.extractall(dest, filter="data")  # no absolute path or ".." either
         write_listing(dest)
         folder = dest / tops.pop() if len(tops) == 1 else None
         config = json.loads((folder / "config.json").read_text("utf-8")) if folder else None
-    except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
+    except (tarfile.TarError, OSError, EOFError, ValueError, RecursionError) as e:
         call.note("reference", f"{tar.name} holds no readable exported folder ({e}): not "
                                "continued from it")  # fmt: skip
         return None, {}
@@ -540,6 +558,9 @@ def _launch_record(state: Report, plan: Plan, o: Outcome, start: Start, run_dir:
     tokens/s: start-up, compile, validation, stop), which sizes later launches
     (runs.launch_overhead_s)."""
     trained = max((o.step or 0) - start.step, 0)
+    how, text = start.how, start.text
+    if start.carried and o.status == "failed" and not trained:  # vat refused it, say
+        how, text = None, f"did not resume {start.carried} (step {start.step:,}): {o.note}"
     m = measured_throughput(state, plan)
     overhead = None
     if m is not None and trained:
@@ -548,7 +569,7 @@ def _launch_record(state: Report, plan: Plan, o: Outcome, start: Start, run_dir:
     return Launch(started=now_iso(), seconds=round(o.seconds, 1), steps=trained, step=o.step,
                   overhead_s=overhead, status=o.status,
                   logged_tokens_per_s=logged_tokens_per_s(run_dir, start.step),
-                  round=state.reference.round, how=start.how, start=start.text,
+                  round=state.reference.round, how=how, start=text,
                   from_step=start.step, tokens_total=t.get("tokens_total", t.get("tokens_seen")),
                   time_split=o.time_split)  # fmt: skip
 
@@ -619,9 +640,12 @@ def train_cmd(
     one_launch: bool = False,
     init_from: str | None = None,
     every: int | None = None,
+    trust_cache: bool = False,
 ) -> list[str]:
     """`vat train` of the reference (started in OUT_DIR/work: its config's data paths are
-    relative to it), `--init-from` the model it continues (choose_start) when given."""
+    relative to it), `--init-from` the model it continues (choose_start) when given, and
+    `--trust-compile-cache` when the run folder holds a carried compile cache the call trusts
+    (vat loads one it did not sign only then)."""
     # one validation, at the end; a launch stopped for time (the short plan) validates
     # `every` steps (val_every), so that its validation KL and NLL exist when it stops
     if every is None:
@@ -636,6 +660,7 @@ def train_cmd(
         "--checkpoint.every_n_train_steps", str(max(1, steps // 10)),
         "--ckpt_path", "last",
         *(["--init-from", init_from] if init_from else []),
+        *(["--trust-compile-cache"] if trust_cache else []),
     ]  # fmt: skip
 
 
@@ -784,7 +809,7 @@ def _add_to_card(folder: Path, state: Report) -> None:
     budget = ""
     if ref.tokens and ref.basis:
         budget = f" ({tokens_text(ref.tokens)} non-pad tokens, {ref.basis.replace('_', ' ')})"
-    starts = [la.start for la in ref.launches if (la.round or 1) == ref.round and la.start]
+    starts = [la.start for la in ref.launches if (la.round or 1) == ref.round and la.how]
     began = f"; {starts[0]}" if starts else ""
     total = ref.tokens_total
     behind = f"; {tokens_text(total)} non-pad tokens behind the model" if total else ""

@@ -31,6 +31,7 @@ from bench.gpu_suite import (
 )
 from bench.gpu_suite.call import MAX_REPORT_BYTES, REPORT, Call, now_iso
 from bench.gpu_suite.children import shield
+from bench.gpu_suite.out_files import open_regular
 from bench.gpu_suite.plan import Plan
 from bench.gpu_suite.records import CallRecord, Frontier, Report, StageRecord, Throughput
 from bench.gpu_suite.report import write_outputs
@@ -83,11 +84,12 @@ def read_report(path: Path, smoke: bool, fix: str) -> Report:
     """A report an earlier call wrote, every field checked against its type (records.py,
     schema.py) before any stage reads it: anything else is one line naming `path` and the
     field, ending with `fix`."""
-    if not path.is_file():  # a folder, a FIFO (would block), a dangling link or a loop
-        raise VatError(f"{path} is not a file; {fix}")
-    # read no more than a report can hold: a larger file was not written by the suite
-    with open(path, "rb") as f:
-        data = f.read(MAX_REPORT_BYTES + 1)
+    try:  # never through a link (a seed's could point anywhere), a folder or a FIFO
+        with open_regular(path) as f:
+            # no more than a report can hold: a larger file was not written by the suite
+            data = f.read(MAX_REPORT_BYTES + 1)
+    except OSError:
+        raise VatError(f"{path} is not a file; {fix}") from None
     if len(data) > MAX_REPORT_BYTES:
         raise VatError(f"{path} is over {MAX_REPORT_BYTES // 2**20} MiB, more than a "
                        f"gpu_report.json holds; {fix}")  # fmt: skip
@@ -143,9 +145,16 @@ class Suite(Call):
     """One call on OUT_DIR (its state loaded from there), which runs the stages in order."""
 
     def __init__(
-        self, out: Path, plan: Plan, data_dir: Path, budget: Budget, steps: int | None
+        self,
+        out: Path,
+        plan: Plan,
+        data_dir: Path,
+        budget: Budget,
+        steps: int | None,
+        trust_compile_cache: bool = False,
     ) -> None:
-        super().__init__(out, plan, data_dir, steps, load_state(out, plan.smoke))
+        state = load_state(out, plan.smoke)
+        super().__init__(out, plan, data_dir, steps, state, trust_compile_cache)
         self.budget = budget
         self.failed: list[str] = []
 

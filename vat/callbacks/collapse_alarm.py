@@ -36,13 +36,17 @@ zero's shard of the validation set.
 It says it once per episode: the line when the alarm starts, a `cleared` line when every
 signal is back (a KL at least twice its alarm threshold, hysteresis against a noisy batch
 KL; active units no longer halved), and the line again if it collapses again.
-`alarm/collapse` is 0 or 1 at every reading. A resumed run says an alarm that still holds
-once more, in its own log. Turned off by `vat train --enable_collapse_alarm false`.
+`alarm/collapse` is 0 or 1 at every reading. A non-finite KL (or NaN means, which count no
+active unit) is no reading: it neither raises nor clears the alarm. A resumed run says an
+alarm that still holds once more, in its own log; a damaged state in its checkpoint is
+refused in one line, as any damaged checkpoint is. Turned off by `vat train
+--enable_collapse_alarm false`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from typing import Any
 
@@ -52,6 +56,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from tqdm import tqdm
 
 from vat.callbacks.base import markdown_table, tensorboard_writer
+from vat.errors import CheckpointError
 from vat.geometry.collapse import ACTIVE_UNIT_THRESHOLD
 from vat.train.step_logging import logs_now
 
@@ -106,6 +111,16 @@ def variances_from_sums(s1: torch.Tensor, s2: torch.Tensor, n: torch.Tensor) -> 
     return ((s2 - s1 * s1 / n) / (n - 1)).clamp_min(0.0)
 
 
+def _finite(value: Any) -> float | None:
+    """A logged KL as a float, or None when missing or not finite: a NaN is no reading (it is
+    below no threshold, so it would clear the alarm; a diverged run is the non-finite guard's
+    business, vat.train.non_finite)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 # -- the callback -----------------------------------------------------------------------------
 @rank_zero_only
 def _say(text: str, level: int = logging.INFO) -> None:
@@ -146,14 +161,25 @@ class CollapseAlarm(Callback):
         self._sums: list[torch.Tensor] | None = None
         self._mask: torch.Tensor | None = None
         self._hook: Any = None
+        self._checkpoint: str | None = None  # the checkpoint restored from, for its errors
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"previous_units": self.previous_units}
 
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, ckpt: dict) -> None:
+        self._checkpoint = trainer.ckpt_path  # Lightning calls load_state_dict next
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # a damaged state is refused as vat refuses a damaged checkpoint: one line naming it
         units = state_dict.get("previous_units")
-        self.previous_units = None if units is None else int(units)
+        if units is not None and (type(units) is not int or units < 0):  # (a bool is no count)
+            raise CheckpointError(
+                f"checkpoint {self._checkpoint or '(unnamed)'}: the collapse alarm's state has "
+                f"previous_units {units!r:.40}, not a count of active units (damaged or "
+                "not written by vat)"
+            )
+        self.previous_units = units
 
     # -- the target -------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -178,9 +204,9 @@ class CollapseAlarm(Callback):
         step = trainer.global_step
         if step < self.warmup_steps or not logs_now(trainer, step):
             return  # host checks only: no device value is read between logging steps
-        kl = trainer.callback_metrics.get("train/kl")
+        kl = _finite(trainer.callback_metrics.get("train/kl"))
         if kl is not None:
-            self._judge(trainer, "train KL", float(kl), None)
+            self._judge(trainer, "train KL", kl, None)
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         head = getattr(getattr(pl_module, "model", None), "mu_head", None)
@@ -224,18 +250,19 @@ class CollapseAlarm(Callback):
                     f"{ACTIVE_UNIT_THRESHOLD}, Burda et al. 2016)"
                 )
             self.previous_units = units
-        kl = trainer.callback_metrics.get("val/kl")
+        kl = _finite(trainer.callback_metrics.get("val/kl"))
         if trainer.global_step >= self.warmup_steps and (kl is not None or units is not None):
-            self._judge(trainer, "val KL", None if kl is None else float(kl), drop)
+            self._judge(trainer, "val KL", kl, drop)
 
     def _active_units(self) -> tuple[int | None, int]:
         if self._sums is None:
             return None, 0
         s1, s2, n = self._sums
         self._sums = None
-        if float(n) < 2:
+        variances = variances_from_sums(s1, s2, n)
+        if float(n) < 2 or not bool(variances.isfinite().all()):  # NaN means: no count
             return None, 0
-        return int((variances_from_sums(s1, s2, n) > ACTIVE_UNIT_THRESHOLD).sum()), len(s1)
+        return int((variances > ACTIVE_UNIT_THRESHOLD).sum()), len(s1)
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._remove_hook()

@@ -49,6 +49,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tqdm import tqdm
 
+from vat.errors import VatError, one_line
 from vat.io import write_json_atomic
 
 PARTS = ("setup", "compile", "training", "validation", "checkpoint", "other")
@@ -241,10 +242,11 @@ class TimeSplit(Callback):
         def timed_save(*args: Any, **kwargs: Any) -> Any:
             self._enter(trainer, "checkpoint")
             try:
-                return saver(*args, **kwargs)
+                saved = saver(*args, **kwargs)
             finally:
                 self._leave(trainer, "checkpoint")
-                self._counts["checkpoint_saves"] += 1
+            self._counts["checkpoint_saves"] += 1  # (a save the guard refused wrote nothing)
+            return saved
 
         self._saver = saver
         trainer.save_checkpoint = timed_save  # an instance attribute: teardown removes it
@@ -301,12 +303,16 @@ class TimeSplit(Callback):
         saving last.ckpt in its own on_exception, which runs before this one): the GPU suite
         stops its launches that way. Or one that failed: its seconds were spent too."""
         ended = "stopped" if isinstance(exception, SIGTERMException) else "failed"
+        # a NaN step ran but did not train: the steps done are those before it
+        done = getattr(exception, "steps_done", None)  # (vat.train.non_finite)
         try:
-            self._finish(trainer, pl_module, ended)
+            self._finish(trainer, pl_module, ended, done)
         except Exception:  # (a full disk, a failed device): the stop or the error is the news
             return
 
-    def _finish(self, trainer: Trainer, pl_module: LightningModule, ended: str) -> None:
+    def _finish(
+        self, trainer: Trainer, pl_module: LightningModule, ended: str, done: int | None = None
+    ) -> None:
         if self._saver is None:
             return  # not a fit, or said already
         if trainer.__dict__.get("save_checkpoint") is not None:
@@ -316,6 +322,7 @@ class TimeSplit(Callback):
             self._start_step = trainer.global_step
         _sync(trainer)
         self._ledger.charge(*self._now())
+        last = trainer.global_step if done is None else max(done, self._start_step)
         record = split_record(
             self._ledger,
             self.clock_from,
@@ -323,8 +330,8 @@ class TimeSplit(Callback):
             {
                 "ended": ended,
                 "first_step": self._start_step,
-                "last_step": trainer.global_step,
-                "steps": trainer.global_step - self._start_step,
+                "last_step": last,
+                "steps": last - self._start_step,
                 **self._counts,
                 "device": str(pl_module.device.type),
             },
@@ -333,8 +340,15 @@ class TimeSplit(Callback):
             return
         where = None
         if self.run_dir is not None:
-            where = self.run_dir / FILE_NAME
-            write_json_atomic(where, record)
+            try:
+                write_json_atomic(self.run_dir / FILE_NAME, record)
+                where = self.run_dir / FILE_NAME
+            except (OSError, VatError) as e:
+                if ended != "finished":
+                    raise  # on_exception drops it: the stop's or the error's line stays last
+                # the run trained and saved: a record of its time is no reason to fail it
+                with tqdm.external_write_mode(file=sys.stderr):
+                    print(f"vat: warning: time split not written: {one_line(e)}", file=sys.stderr)
         # a time not measured is None: first_step_s when no step ran, as when a finished
         # run is resumed (`--ckpt_path last` at max_steps, what `vat sweep` does to a run it
         # finds trained but unmarked)

@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
-from vat.data.corpus import MAX_LINE_BYTES, bounded_lines
+from vat.data.corpus import MAX_LINE_BYTES, bounded_lines, decode_each
 from vat.errors import VatError, did_you_mean
 
 
@@ -204,18 +204,15 @@ def split_lines(text: str) -> list[str]:
 
 
 def iter_text_lines(
-    source: str,
-    option: str = "--input",
-    max_line_bytes: int = MAX_LINE_BYTES,
-    *,
-    refuse_binary: bool = True,
+    source: str, option: str = "--input", max_line_bytes: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of each line of a text file, plain or .gz, or of stdin for '-',
     read as they arrive: a caller that stops early (`--limit`) never waits for the rest of a
     pipe, and memory holds one line at a time. A line longer than `max_line_bytes` is cut
     there (at a character's start, so that it still decodes), handed on as soon as it is
-    cut, and the rest of it skipped. With `refuse_binary`, a file whose first bytes hold a
-    NUL is refused as binary (`check_text`)."""
+    cut, and the rest of it skipped. The text rule of every reader applies
+    (vat.data.corpus.bounded_lines: a UTF-16 file or a binary one refused, a UTF-8
+    byte-order mark and the \\r of \\r\\n dropped)."""
     from vat.data.corpus import open_sentence_file
     from vat.io import regular_file
 
@@ -232,23 +229,24 @@ def iter_text_lines(
         stream = open_sentence_file(path)
     try:
         with stream as f:
-            yield from bounded_lines(f, max_line_bytes, where if refuse_binary else None)
+            yield from bounded_lines(f, max_line_bytes, where)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise VatError(f"{where} is a truncated or corrupt gzip file ({e})") from None
 
 
-def read_text_lines(source: str, option: str = "--input") -> list[str]:
+def read_text_lines(source: str, option: str = "--input", limit: int | None = None) -> list[str]:
     """Lines of a UTF-8 text file, plain or .gz as training reads them ('-' = stdin), each
     kept to its first MAX_LINE_BYTES (`iter_text_lines`: a line without an end does not fill
-    memory); bad bytes are a one-line error naming the line."""
-    name = "stdin" if source == "-" else f"{option} {source}"
-    lines = []
-    for number, raw in iter_text_lines(source, option, refuse_binary=False):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise VatError(
-                f"{name}: line {number} has bytes that are not UTF-8 (expected UTF-8 text)"
-            ) from None
-        lines.append(text[:-1] if text.endswith("\r") else text)
+    memory), up to the `limit`-th non-empty one (all without one: `--limit N` holds N
+    sentences, and does not wait for the rest of a pipe). A line that is not UTF-8 is a
+    one-line error naming FILE:LINE (`decode_each`, the one rule of every reader)."""
+    where = "stdin" if source == "-" else source
+    lines, kept = [], 0
+    with contextlib.closing(iter_text_lines(source, option)) as numbered:  # closed at --limit
+        for number, raw in numbered:
+            (text,), _ = decode_each([raw], number, where, "error", "expected UTF-8 text")
+            lines.append(text)
+            kept += bool(text.strip())
+            if kept == limit:
+                break
     return lines

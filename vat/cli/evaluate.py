@@ -21,7 +21,7 @@ from pathlib import Path
 
 from vat.cli.common import Parser, add_common, add_model_option, add_renamed, show_progress
 from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
-from vat.errors import OptionError, VatError, run_cli
+from vat.errors import VatError, run_cli
 from vat.eval.tasks.files import MissingTaskData
 from vat.eval.tasks.registry import (
     ALL_TASKS,
@@ -267,7 +267,7 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
     return encoders.hf_encoder(
-        args.hf_model, args.pooling or "mean", args.batch_size, device
+        args.hf_model, args.pooling or "mean", args.batch_size, device, name="hf_model"
     ), f"hf:{args.hf_model}"
 
 
@@ -337,10 +337,7 @@ def _main(argv: Sequence[str] | None) -> int:
     check_count(args.nhid, "nhid")
     check_count(args.epochs, "epochs")
     check_non_negative_finite(args.lr, "lr", positive=True)
-    try:
-        expand_tasks(args.tasks)  # names checked (any case, did you mean) before any work
-    except VatError as e:
-        raise OptionError("tasks", str(e)) from None
+    expand_tasks(args.tasks)  # names checked (any case, did you mean) before any work
     choice = choose_tasks(args.tasks, args.data_dir)
     resolve_device(args.device)  # meta, xyz, cuda:7 ... refused in one line before any work
     out = check_output_file(args.output, args.overwrite, "--output", ".json file")

@@ -123,7 +123,7 @@ def served_url(host: str, port: int) -> str:
 def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None]:
     """(lines, name, note): --corpus FILE's first --corpus-limit lines, else the model's
     recorded training text if it can be read here, else None with a note saying why."""
-    from vat.data.corpus import LineReader
+    from vat.data.corpus import LineReader, warn_skipped
     from vat.io import regular_file
 
     if args.corpus is not None:
@@ -155,9 +155,7 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
         if len(lines) >= args.corpus_limit:
             break
     lines = lines[: args.corpus_limit]
-    if reader.bad:  # as training says it: a corpus shorter than the file is never silent
-        print(f"warning: {path}: skipped {reader.bad} line{'s' if reader.bad != 1 else ''} "
-              "with bytes that are not UTF-8", file=sys.stderr)  # fmt: skip
+    warn_skipped(path, reader.bad)  # as training says it
     if not lines:
         raise VatError(f"--corpus {path}: no non-empty line")
     return lines, path.name, None

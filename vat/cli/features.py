@@ -93,11 +93,10 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> tuple
         info = {"from": f"evaluation tasks {','.join(tasks)}", "transductive": True}
         # a transductive fit never becomes the checkpoint's stored default: not saved
         return FitOptions(fit_sentences=sentences, info=info, **common), False
-    from vat.feature_spec import FeatureSpec
-    from vat.features.choice import stored_features
+    from vat.features.choice import parse_spec, stored_features
     from vat.features.fitting import training_files
 
-    spec = FeatureSpec.parse(args.features)
+    spec = parse_spec(args.features)
     # statistics stored with the model are used as they are (check_fitted guards them);
     # only a fit still to come reads the training files
     if spec.post != "none" and stored_features(loaded, spec) is None:

@@ -10,32 +10,13 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
-from vat.cli.common import iter_text_lines, read_text_lines
+from vat.cli.common import read_text_lines
 from vat.errors import VatError
 from vat.generate.decoding import DecodeOptions
 from vat.generate.generator import TruncationWarning, VATGenerator, reconstruction_score
 from vat.generate.latents import InterpolationMethod
 from vat.generate.variation import deterministic_note, sample_agreement
 from vat.tokenizer import EOS_ID
-
-
-def _first_lines(source: str, limit: int) -> list[str]:
-    """The lines of --input up to its `limit`-th non-empty one, and no further: `--limit N`
-    holds N sentences, not the file, and does not wait for the rest of a pipe."""
-    lines, kept = [], 0
-    for number, raw in iter_text_lines(source, "--input", refuse_binary=False):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            name = "stdin" if source == "-" else f"--input {source}"
-            raise VatError(
-                f"{name}: line {number} has bytes that are not UTF-8 (expected UTF-8 text)"
-            ) from None
-        lines.append(text[:-1] if text.endswith("\r") else text)
-        kept += bool(text.strip())
-        if kept == limit:
-            break
-    return lines
 
 
 def _read_lines(args: argparse.Namespace, limit: int | None = None) -> list[str]:
@@ -45,7 +26,7 @@ def _read_lines(args: argparse.Namespace, limit: int | None = None) -> list[str]
         if not args.sentences:
             raise VatError("no input: give sentences as arguments or --input FILE")
         return list(args.sentences)
-    lines = read_text_lines(args.input) if limit is None else _first_lines(args.input, limit)
+    lines = read_text_lines(args.input, "--input", limit)
     if not any(s.strip() for s in lines):  # an exit 0 with no output reads as success
         where = "- (stdin)" if args.input == "-" else args.input
         raise VatError(f"--input {where} holds no sentence (no non-empty line): nothing to decode")

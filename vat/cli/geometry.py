@@ -244,7 +244,7 @@ def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
     from vat.eval.hf_encoders import hf_token_vectors, load_hf_encoder
 
     layer = -1 if args.layer is None else args.layer
-    encoder = load_hf_encoder(args.hf_model, args.device)
+    encoder = load_hf_encoder(args.hf_model, args.device, name="hf_model")
     tv = hf_token_vectors(
         args.hf_model, sentences, layer=layer, batch_size=args.batch_size, device=args.device
     )

@@ -69,6 +69,12 @@ def build_parser() -> Parser:
     )
     add_train_data_dir(add)  # the records it ships name files by their path inside it
     add.add_argument("--overwrite", action="store_true", help="replace a shipped model")
+    add.add_argument(
+        "--allow-outside-tolerance",
+        action="store_true",
+        help="add it even when its stored weights move its outputs from float32 beyond the "
+        "tolerance docs/sharing.md states for shipped models (refused without)",
+    )
     add.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
@@ -151,6 +157,7 @@ def _add(args) -> int:
         registry=args.registry,
         overwrite=args.overwrite,
         train_data_dir=args.train_data_dir,
+        allow_outside_tolerance=args.allow_outside_tolerance,
     )
     m = entry.info["fp32_match"]
     print(

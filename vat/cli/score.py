@@ -95,12 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read(source: str, on_bad_bytes: str, quiet: bool, limit: int | None) -> list[str]:
+def _read(source: str, on_bad_bytes: str, limit: int | None) -> list[str]:
     """The first `limit` (all without one) non-empty stripped lines of FILE (plain or gzip)
     or stdin, read lazily: reading stops once `limit` lines are found, so `yes | vat score -
     --limit 3` ends, and a line is held to its first MAX_LINE_BYTES. Lines that are not UTF-8
     are an error or skipped (--on-bad-bytes), and the skipped ones counted on stderr."""
-    from vat.data.corpus import decode_each
+    from vat.data.corpus import decode_each, warn_skipped
 
     where = "stdin" if source == "-" else source  # errors name it as FILE:LINE
     hint = "--on-bad-bytes skip skips such lines"
@@ -116,9 +116,7 @@ def _read(source: str, on_bad_bytes: str, quiet: bool, limit: int | None) -> lis
             if limit is not None and len(sentences) >= limit:
                 break
     lines.close()  # closes FILE now, not when the generator is collected
-    if bad and not quiet:
-        what = f"{bad} line{'s' if bad != 1 else ''} with bytes that are not UTF-8"
-        print(f"vat: {where}: skipped {what}", file=sys.stderr)
+    warn_skipped(where, bad)  # the one warning of every reader (a warning shows with --quiet)
     return sentences
 
 
@@ -147,7 +145,7 @@ def _main(argv: Sequence[str] | None) -> int:
         regular_file(args.sts_pairs, "--sts-pairs")
     if args.data_dir is not None:
         folder(args.data_dir, "--data-dir")
-    sentences = _read(args.file, args.on_bad_bytes, args.quiet, args.limit)
+    sentences = _read(args.file, args.on_bad_bytes, args.limit)
     if not sentences:
         raise VatError(f"FILE {args.file}: no non-empty line to score")
     pairs = None if args.no_representation else representation_pairs(args.sts_pairs, args.data_dir)

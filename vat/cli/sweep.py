@@ -17,7 +17,7 @@ from vat.cli.common import Parser, add_renamed
 from vat.cli.config import existing, resolve_config_args
 from vat.errors import VatError, run_cli
 from vat.experiments.config import SweepConfig
-from vat.experiments.frontier import markdown_table
+from vat.experiments.frontier import FAILED, markdown_table
 from vat.experiments.sweep import Runner, run_sweep
 from vat.io import folder
 from vat.runs.run_dir import MANIFEST_NAME, check_place
@@ -114,14 +114,22 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     if not args.no_summary:  # the results, on stdout (the table sweep.md holds)
         print(markdown_table(records, cfg.keys), flush=True)
+    failed = [r for r in records if FAILED in r]
+    if failed:  # after every other point ran and the table holds each reason
+        raise VatError(
+            f"{len(failed)} of {len(records)} runs failed: "
+            + ", ".join(f"{r['run']} ({r[FAILED]})" for r in failed)
+            + "; rerun the same command to resume "
+            + ("it" if len(failed) == 1 else "them")
+        )
     return 0
 
 
 def _runner() -> Runner:
+    from vat.cli.train import check_args, prepare_data
     from vat.cli.train import main as train_main
-    from vat.cli.train import prepare_data
 
-    return Runner(train_main, prepare_data, (sys.executable, "-m", "vat", "sweep"))
+    return Runner(train_main, check_args, prepare_data, (sys.executable, "-m", "vat", "sweep"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

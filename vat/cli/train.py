@@ -96,6 +96,9 @@ class VATCLI(LightningCLI):
         # run_now=False: parsed, checked and built, but not run: the recipe train.py runs the
         # fit itself, in the open (`fit_recipe_cli`)
         self._run_now = run_now
+        # taken from the command line alone, never from a config file (a run folder's own
+        # config.yaml could say it): it lets the run folder's compile cache run as code
+        kwargs["args"], self._trust_compile_cache = _trust_option(kwargs.get("args"))
         super().__init__(*args, **kwargs)
 
     def _run_subcommand(self, subcommand: str) -> None:
@@ -134,8 +137,11 @@ class VATCLI(LightningCLI):
             type=bool,
             default=True,
             help="With model.compile: keep the compiled training step in RUN_DIR/"
-            "compile_cache.bin and load it at the next launch on the same torch and device "
-            "(vat/train/compile_cache.py); false: compile afresh each launch.",
+            "compile_cache.bin, signed with your own key, and load it at the next launch on "
+            "the same torch and device (vat/train/compile_cache.py); false: compile afresh "
+            "each launch. The cache is code that torch runs: one you did not save (a copied "
+            "run folder) is loaded only with --trust-compile-cache, which vat takes from the "
+            "command line alone.",
         )
         parser.add_argument(
             "--init_from",
@@ -213,6 +219,10 @@ class VATCLI(LightningCLI):
             return
         hparams = copy.deepcopy(read(ckpt_path).get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
+        for key in rd.RESUME_MAY_CHANGE:  # this command's value wins, not the checkpoint's
+            section, _, rest = key.partition(".")
+            if section == "model":
+                _drop(hparams, rest)
         if not hparams:
             return
         if "_class_path" in hparams:
@@ -227,13 +237,20 @@ class VATCLI(LightningCLI):
         """--init-from MODEL: the run's config given the model's shape (vat.train.init_from).
         A resume of the continued run takes it from its own checkpoint instead, and a
         checkpoint of this very run is resumed, not continued."""
-        from vat.share.resolve import load_model
+        from vat.share.resolve import load_model, resolve_model
 
         defaults = self._subcommand_parsers["fit"].get_defaults()
         ckpt_dir = Path(cfg.checkpoint.dirpath or Path(cfg.run_dir) / "checkpoints")
         resume = rd.find_last(ckpt_dir) if cfg.ckpt_path == "last" else cfg.ckpt_path
-        if resume is None or not Path(resume).is_file():
-            loaded = load_model(cfg.init_from, "cpu", name="init_from")
+        if resume is not None and Path(resume).is_file():  # a resume: the start it records
+            init_from.check_resumed_start(
+                str(cfg.init_from), read(Path(resume)), Path(resume), cfg.run_dir, str(ckpt_dir)
+            )
+        else:
+            src = resolve_model(cfg.init_from, name="init_from")
+            if rd.is_global_rank_zero():  # (DDP's other ranks: rank 0 holds this run's lock)
+                init_from.check_not_training(str(cfg.init_from), src)
+            loaded = load_model(src, "cpu")
             resume = init_from.same_run_checkpoint(loaded, cfg.run_dir, str(ckpt_dir))
             if resume is None:
                 source = init_from.from_loaded(loaded, str(cfg.init_from))
@@ -296,7 +313,9 @@ class VATCLI(LightningCLI):
                 self.trainer_defaults["callbacks"].append(init_from.ValidateFirst())
             if cfg.model.get("compile") and cfg.get("compile_cache", True):
                 # the compiled step read from the run folder, not compiled again
-                self.trainer_defaults["callbacks"].append(CompileCache(run_dir))
+                self.trainer_defaults["callbacks"].append(
+                    CompileCache(run_dir, trust=self._trust_compile_cache)
+                )
             check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
 
     def before_fit(self) -> None:
@@ -340,6 +359,15 @@ class VATCLI(LightningCLI):
             raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
         self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if c is not self._best]
         print(f"vat: {why}: no best checkpoint on {cfg.best_monitor} is kept", file=sys.stderr)
+
+
+def _drop(tree: dict, dotted: str) -> None:
+    """Remove the key `a.b.c` from nested dicts, if there."""
+    *path, last = dotted.split(".")
+    for part in path:
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    if isinstance(tree, dict):
+        tree.pop(last, None)
 
 
 def _check_devices(accelerator, devices) -> None:
@@ -520,6 +548,14 @@ def prepare_data(args: list[str]) -> int:
     return _run(lambda a: _build_cli(a, run=False).datamodule.prepare_data(), args)
 
 
+def check_args(args: list[str]) -> int:
+    """Build the config, model, data module and trainer of a train config (their constructors
+    check every value's range) without reading data or training: nothing is written.
+    `args` as for `prepare_data`; `vat sweep` checks every point this way before any trains."""
+    _quiet_warnings()
+    return _run(lambda a: _build_cli(a, run=False), args)
+
+
 def _raise(e: BaseException) -> None:
     raise e
 
@@ -542,6 +578,18 @@ def _threads_option(args: list[str]) -> tuple[list[str], int | None]:
         rest.append(a)
         i += 1
     return rest, value
+
+
+TRUST_COMPILE_CACHE = ("--trust-compile-cache", "--trust_compile_cache")
+
+
+def _trust_option(args: list[str] | None) -> tuple[list[str] | None, bool]:
+    """`--trust-compile-cache` taken out of the arguments: (the other arguments, given)."""
+    if args is None:
+        return None, False
+    return [a for a in args if a not in TRUST_COMPILE_CACHE], any(
+        a in TRUST_COMPILE_CACHE for a in args
+    )
 
 
 _THREADS_NOTE: list[str] = []

@@ -8,13 +8,22 @@ Everything here yields sentences in chunks of a few thousand lines, so preparing
 holds one chunk of text in memory at a time whatever the corpus size.
 Only `\\n` (and `\\r\\n`) ends a line: bytes are split on b"\\n" before decoding, so form
 feeds, U+2028 and friends stay inside their sentence.
+
+How text is decoded is one rule for every reader (`check_text`, `bounded_lines`,
+`LineReader`, `decode_each`; docs/cli.md, "How vat reads text"): UTF-8; a UTF-8 byte-order
+mark at the start is dropped, a UTF-16 or UTF-32 one is refused naming the encoding; a NUL
+in the first 8 KB means a binary file; a `\\r` before `\\n` is part of the line end; a line
+that is not UTF-8 is an error naming FILE:LINE, or, where a reader samples a corpus, skipped
+and counted in one warning (`warn_skipped`); every other character is kept as it is.
 """
 
 from __future__ import annotations
 
+import codecs
 import glob
 import gzip
 import os
+import sys
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -75,18 +84,20 @@ _READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
 def bounded_lines(
     f, max_line_bytes: int = MAX_LINE_BYTES, where: str | None = None
 ) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes without the newline) of each line of the binary file `f`, read as
+    """(line number, bytes without the line end) of each line of the binary file `f`, read as
     they arrive: memory holds one line, and a line longer than `max_line_bytes` is cut there
     (at a character's start, so that it still decodes), handed on as soon as it is cut, and
-    the rest of it skipped. With `where`, a file whose first bytes hold a NUL is refused as
-    binary there (`check_text`)."""
+    the rest of it skipped. The first bytes are checked (`check_text`, its errors naming
+    `where`, else the file's name); a `\\r\\n` ends a line as `\\n` does, and a UTF-8
+    byte-order mark before the first line is dropped."""
     # read1 returns what has arrived (at most one read of the pipe) instead of waiting for
     # a whole buffer, so a slow writer's first lines are scored without waiting for more
     read = getattr(f, "read1", f.read)
+    where = getattr(f, "name", "the input") if where is None else where
     line, number, cut, head = bytearray(), 0, False, 0
     while chunk := read(_READ_BYTES):
-        if where is not None and head < 8192:
-            check_text(chunk[: 8192 - head], where)
+        if head < 8192:
+            check_text(chunk[: 8192 - head], where, start=head == 0)
             head += len(chunk)
         start = 0
         while start <= len(chunk):
@@ -98,17 +109,27 @@ def bounded_lines(
                 if stop - start > room:  # this line is longer than the bound: hand it on now
                     cut = True
                     number += 1
-                    yield number, _whole_characters(bytes(line))
+                    yield number, _whole_characters(_text_bytes(line, number))
             if end < 0:
                 break
             if not cut:
                 number += 1
-                yield number, bytes(line)
+                yield number, _text_bytes(line, number)
             line.clear()
             cut = False
             start = end + 1
     if line and not cut:  # a last line without a final newline
-        yield number + 1, bytes(line)
+        yield number + 1, _text_bytes(line, number + 1)
+
+
+def _text_bytes(line: bytearray, number: int) -> bytes:
+    """A whole line's bytes as text: without the `\\r` of a `\\r\\n` end, and the first line
+    without a UTF-8 byte-order mark (an editor's mark, not part of the sentence)."""
+    if line.endswith(b"\r"):
+        del line[-1]
+    if number == 1 and line.startswith(codecs.BOM_UTF8):
+        del line[: len(codecs.BOM_UTF8)]
+    return bytes(line)
 
 
 def _whole_characters(data: bytes) -> bytes:
@@ -125,12 +146,51 @@ TRAINING_SKIP_HINT = "set data.on_bad_bytes: skip to skip such lines"
 """How a training config skips lines that are not UTF-8 (each command names its own way)."""
 
 
-def check_text(head: bytes, where: object) -> None:
-    """A file whose first bytes (`head`) hold a NUL is binary, not sentences: one VatError."""
+# byte-order marks of the encodings vat does not read (UTF-32's first: FF FE 00 00 starts
+# with UTF-16's FF FE)
+_OTHER_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def check_text(head: bytes, where: object, start: bool = True) -> None:
+    """The first bytes (`head`, up to 8 KB; `start`: they begin the file) of a text vat reads,
+    checked by one rule: a UTF-16 or UTF-32 byte-order mark is one VatError naming that
+    encoding (vat reads UTF-8 only; a guess would decode some files wrongly), and a NUL
+    means a binary file (or UTF-16/32 text without a mark), not sentences."""
+    for bom, encoding in _OTHER_BOMS if start else ():
+        if head.startswith(bom):
+            raise VatError(
+                f"{where} is {encoding} text (it starts with a {encoding} byte-order mark), "
+                f"expected UTF-8: convert it first, e.g. iconv -f {encoding} -t UTF-8"
+            )
     if b"\x00" in head[:8192]:
         raise VatError(
-            f"{where} looks like a binary file (NUL bytes), expected UTF-8 text, one sentence "
-            "per line"
+            f"{where} looks like a binary file (NUL bytes; or UTF-16/UTF-32 text without a "
+            "byte-order mark), expected UTF-8 text"
+        )
+
+
+def warn_skipped(where: object, bad: int) -> None:
+    """The one warning for lines skipped because they are not UTF-8 (a corpus is never
+    silently shorter than its file): `warning: WHERE: skipped N lines with bytes that are not
+    UTF-8` on stderr, from the first process only under DDP. Printed, not warnings.warn:
+    Python shows a warning once per place, so a file read twice in one process (a page, a
+    notebook) would be said once."""
+    if not bad:
+        return
+    # Lightning (seconds to import) only when there is something to warn about: the feature
+    # encoder and vat.load read text files through this module too
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) == 0:
+        lines = "line" if bad == 1 else "lines"
+        print(
+            f"warning: {where}: skipped {bad} {lines} with bytes that are not UTF-8",
+            file=sys.stderr,
         )
 
 
@@ -172,8 +232,9 @@ class LineReader:
         lineno = 0
         try:
             with open_sentence_file(path) as f:
-                check_text(f.read(8192), path)
-                f.seek(0)
+                head = f.read(8192)
+                check_text(head, path)
+                f.seek(len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0)
                 while raw := f.readlines(CHUNK_BYTES):
                     try:
                         # Fast path: the whole chunk decodes; one split, no per-line decode.
@@ -213,13 +274,7 @@ def iter_files(
         for chunk in reader:
             got += len(chunk)
             yield chunk
-        if reader.bad:
-            # Lightning (seconds to import) only when there is something to warn about: the
-            # feature encoder and vat.load read text files through this module too
-            from lightning.pytorch.utilities import rank_zero_warn
-
-            lines = "line" if reader.bad == 1 else "lines"
-            rank_zero_warn(f"{p}: skipped {reader.bad} {lines} with bytes that are not UTF-8")
+        warn_skipped(p, reader.bad)
         if not got:
             raise VatError(f"{option}: {p} has no non-empty lines, expected one sentence per line")
 

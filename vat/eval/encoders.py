@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vat.errors import OptionError, VatError, did_you_mean
+from vat.errors import OptionError, VatError, check_count, did_you_mean
 from vat.eval.engine import SentenceEncoder
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FittedFeatures
@@ -49,10 +49,12 @@ def vat_encoder(
     P of mu is "mu/P/none") and `.why` (how it was chosen), for every table and results file.
     """
     if pooling is not None and pooling not in VAT_POOLINGS:
-        raise VatError(
-            f"--pooling for a vat checkpoint must be one of {', '.join(VAT_POOLINGS)}, "
-            f"got {pooling!r}{did_you_mean(pooling, VAT_POOLINGS)}"
+        raise OptionError(  # a command shows --pooling
+            "pooling",
+            f"for a vat model must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}"
+            + did_you_mean(pooling, VAT_POOLINGS),
         )
+    check_count(batch_size, "batch_size")
     check_pooling(pooling, features)
     if pooling is not None and features is None:
         return _mu_encoder(loaded, pooling, batch_size)
@@ -140,16 +142,21 @@ def hf_encoder(
     pooling: str = "mean",
     batch_size: int = 64,
     device: str | torch.device | None = None,
+    *,
+    name: str = "model_dir",
 ) -> SentenceEncoder:
     """A local Hugging Face encoder directory (needs the `transformers` extra), mean or CLS
-    pooling of the last layer, via vat.eval.hf_encoders."""
+    pooling of the last layer, via vat.eval.hf_encoders. A bad directory is an OptionError
+    naming `name` (`vat evaluate` passes hf_model, shown as --hf-model)."""
     if pooling not in HF_POOLINGS:
-        raise VatError(
-            f"--pooling for --hf-model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
-            + did_you_mean(pooling, HF_POOLINGS)
+        raise OptionError(
+            "pooling",
+            f"for a Hugging Face model must be one of {', '.join(HF_POOLINGS)}, got {pooling!r}"
+            + did_you_mean(pooling, HF_POOLINGS),
         )
-
-    load_hf_encoder(model_dir, device)  # fail now (missing dir, no transformers), not mid-run
+    check_count(batch_size, "batch_size")
+    # fail now (missing dir, no transformers), not mid-run
+    load_hf_encoder(model_dir, device, name=name)
 
     def encode(sentences: list[str]) -> np.ndarray:
         return hf_sentence_features(

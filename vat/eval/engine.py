@@ -25,7 +25,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from tqdm.auto import tqdm
 
-from vat.errors import OptionError, VatError
+from vat.errors import OptionError, VatError, check_choice, check_count, check_path
 from vat.eval import classifier as clf
 from vat.eval.batched_classifier import ClassifierConfig
 from vat.eval.sts import (
@@ -79,6 +79,14 @@ class EvalSettings:
                 "seed",
                 f"SentEval's seed must be a whole number in 0..{2**32 - 1}, got {self.seed!r}",
             )
+        # the rest checked here too, so that a bad one is one line naming it before any task
+        # runs (not a KeyError from the preset table at the first classifier)
+        check_choice(self.preset, "preset", tuple(clf.PRESETS))
+        check_choice(self.classifier, "classifier", ("logreg", "mlp"))
+        check_choice(self.relatedness, "relatedness", RELATEDNESS_MODES)
+        if self.classifier == "mlp":  # SentEval's nhid 0 is its logreg: not checked there
+            check_count(self.nhid, "nhid")
+        check_count(self.batch_size, "batch_size")
 
     def classifier_config(self) -> ClassifierConfig:
         return clf.make_config(self.preset, self.classifier, self.nhid)
@@ -265,13 +273,15 @@ def evaluate(
     starts, so a missing file fails fast.
     Returns (results in SentEval's layout, {task: {"encode": s, "total": s}}).
     """
-    settings = settings or EvalSettings()
-    if settings.relatedness not in RELATEDNESS_MODES:
-        raise VatError(
-            f"relatedness mode must be one of {', '.join(RELATEDNESS_MODES)}, "
-            f"got {settings.relatedness!r}"
+    settings = EvalSettings() if settings is None else settings  # checked when made
+    if not isinstance(settings, EvalSettings):
+        raise OptionError("settings", f"expected an EvalSettings, got {type(settings).__name__}")
+    if not callable(encoder):
+        raise OptionError(
+            "encoder", f"expected a function of a list of sentences, got {type(encoder).__name__}"
         )
-    names = choose_tasks(list(tasks) if not isinstance(tasks, str) else tasks, data_dir).tasks
+    check_path(data_dir, "data_dir")
+    names = choose_tasks(tasks, data_dir).tasks
     loaded = [load_task(data_dir, t) for t in names]
     feats = FeatureCache(encoder, settings.batch_size, settings.progress)
     results: dict = {}
@@ -288,9 +298,9 @@ def evaluate(
             try:
                 res = run_task(data, feats, settings)
             except clf.FoldError as e:  # SentEval's folds need more examples than the files hold
-                raise VatError(
-                    f"{data.name}: too few examples in {data.path} for --preset {settings.preset}: "
-                    f"{e}"
+                raise VatError(  # the data's fault, so the folder is named, not an option
+                    f"{data.name}: too few examples in {data.path} for the {settings.preset} "
+                    f"preset's folds: {e}"
                 ) from None
         t2 = time.perf_counter()
         seconds[data.name] = {"encode": round(t1 - t0, 3), "total": round(t2 - t0, 3)}

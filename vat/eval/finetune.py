@@ -24,7 +24,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vat.errors import VatError, did_you_mean
+from vat.errors import (
+    OptionError,
+    VatError,
+    check_count,
+    check_non_negative_finite,
+    did_you_mean,
+)
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import choose_tasks, load_task
 from vat.features import POOLINGS, pool
@@ -44,6 +50,18 @@ class FinetuneSettings:
     seed: int = 1111
     device: str = "cpu"
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        # checked when made: a bad value is one line naming it before any model is copied
+        if self.pooling not in POOLINGS:
+            raise OptionError(  # a command shows --pooling
+                "pooling",
+                f"for fine-tuning must be one of {', '.join(POOLINGS)}, "
+                f"got {self.pooling!r}{did_you_mean(self.pooling, POOLINGS)}",
+            )
+        check_count(self.epochs, "epochs")
+        check_count(self.batch_size, "batch_size")
+        check_non_negative_finite(self.lr, "lr", positive=True)
 
 
 def _split_ids(n: int, fractions: tuple[float, ...], seed: int) -> list[np.ndarray]:
@@ -122,11 +140,6 @@ def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings)
     """Fine-tune a copy of `loaded`'s model on one task (the loaded weights stay as they
     were); {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
 
-    if settings.pooling not in POOLINGS:
-        raise VatError(
-            f"--pooling must be one of {', '.join(POOLINGS)} for fine-tuning, "
-            f"got {settings.pooling!r}{did_you_mean(settings.pooling, POOLINGS)}"
-        )
     torch.manual_seed(settings.seed)
     model = copy.deepcopy(loaded.model).to(settings.device)
     splits = task_splits(data, settings.seed)

@@ -19,6 +19,7 @@ the k-th Transformer block, and negative layers count from the end (-1 = last).
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,7 +28,15 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from vat.errors import VatError
+from vat.errors import (
+    OptionError,
+    VatError,
+    check_choice,
+    check_count,
+    check_path,
+    check_sentences,
+    shown_path,
+)
 from vat.io import folder
 from vat.runtime import resolve_device
 
@@ -94,19 +103,30 @@ def _load_cached(path: str, device: str) -> HFEncoder:
 
 
 def load_hf_encoder(
-    model_dir: str | os.PathLike, device: str | torch.device | None = None
+    model_dir: str | os.PathLike,
+    device: str | torch.device | None = None,
+    *,
+    name: str = "model_dir",
 ) -> HFEncoder:
-    """Tokenizer and model (eval mode) from a local directory; cached for repeated calls."""
+    """Tokenizer and model (eval mode) from a local directory; cached for repeated calls. A
+    bad directory is an OptionError naming `name` (a command passes its option's, hf_model)."""
+    check_path(model_dir, name)
     p = Path(model_dir).expanduser()
     if p.is_symlink() and not p.exists():
-        folder(p, "--hf-model")  # a symlink loop, named as one
+        try:
+            folder(p, name)  # a symlink loop, named as one
+        except VatError as e:
+            raise OptionError(name, str(e).removeprefix(f"{name} ")) from None
     if not p.exists():
-        raise VatError(f"--hf-model {p}: directory does not exist")
+        raise OptionError(name, f"{shown_path(p)}: directory does not exist")
     if not p.is_dir():
-        raise VatError(f"--hf-model {p}: expected a Hugging Face model directory, got a file")
+        raise OptionError(
+            name, f"{shown_path(p)}: expected a Hugging Face model directory, got a file"
+        )
     if not (p / "config.json").is_file():
-        raise VatError(
-            f"--hf-model {p}: no config.json (expected a directory written by save_pretrained)"
+        raise OptionError(
+            name,
+            f"{shown_path(p)}: no config.json (expected a directory written by save_pretrained)",
         )
     return _load_cached(str(p.resolve()), str(device or _default_device()))
 
@@ -114,9 +134,11 @@ def load_hf_encoder(
 def _resolve_layer(encoder: HFEncoder, layer: int) -> int:
     """Index into `hidden_states` (length num_layers + 1); raises on out-of-range layers."""
     n = encoder.num_layers
-    if not -(n + 1) <= layer <= n:
-        raise VatError(
-            f"--layer {layer}: {encoder.path} has layers 0..{n} (0 = embeddings) or -1..-{n + 1}"
+    whole = isinstance(layer, numbers.Integral) and not isinstance(layer, bool)
+    if not whole or not -(n + 1) <= layer <= n:
+        raise OptionError(
+            "layer",
+            f"{encoder.path} has layers 0..{n} (0 = embeddings) or -1..-{n + 1}, got {layer!r}",
         )
     return layer % (n + 1)
 
@@ -125,8 +147,7 @@ def _batches(
     encoder: HFEncoder, sentences: Sequence[str], layer: int, batch_size: int
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor], torch.Tensor]]:
     """Yield (indices, tokenizer output, hidden states (B, L, d)) in length-sorted batches."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_count(batch_size, "batch_size")
     index = _resolve_layer(encoder, layer)
     tok, model = encoder.tokenizer, encoder.model
     max_length = min(
@@ -165,6 +186,7 @@ def hf_token_vectors(
     Rows are in input order (sentence 0's tokens first); padding and [CLS]/[SEP]-style
     special tokens are dropped, as Ethayarajh (2019) does for BERT.
     """
+    sentences = check_sentences(sentences)[0]
     encoder = load_hf_encoder(model_dir, device)
     per_sentence: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for idx, inputs, hidden in _batches(encoder, sentences, layer, batch_size):
@@ -203,8 +225,8 @@ def hf_sentence_features(
     - cls: the hidden state at position 0 ([CLS] for BERT-style models; the paper's
       "BERT-base-CLS").
     """
-    if pooling not in ("mean", "cls"):
-        raise VatError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+    sentences = check_sentences(sentences)[0]
+    check_choice(pooling, "pooling", ("mean", "cls"))
     encoder = load_hf_encoder(model_dir, device)
     out = np.zeros((len(sentences), encoder.hidden_size), dtype=np.float32)
     for idx, inputs, hidden in _batches(encoder, sentences, layer, batch_size):

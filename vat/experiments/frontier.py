@@ -67,6 +67,10 @@ def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> st
     return table
 
 
+FAILED = "failed"
+"""The record field of a point that failed (its one-line reason): a record with nothing
+measured, a row of the table, no point in the plots."""
+
 UNSET = "-"
 """The table cell of a key a point does not set: the run has the train config's value."""
 
@@ -94,6 +98,7 @@ HEADLINE = (
     ("best_spec", "best spec", TEXT, 1),
     ("select_best", "select best", "{:.2f}", 1),
     ("stsb_test_best", "STS-B test (best spec)", "{:.2f}", 1),
+    (FAILED, FAILED, TEXT, 1),
 )
 """The columns a reader compares across a sweep: record field, header, format, scale (STS is
 stored as a fraction and shown x 100, as in RESULTS.md; the feature comparison's scores are
@@ -112,8 +117,8 @@ only the winner's selection score)."""
 
 
 def _cell(value: Any, fmt: str, scale: float) -> str:
-    if fmt == TEXT:
-        return value if isinstance(value, str) and value else "-"
+    if fmt == TEXT:  # a reason may hold a "|", which would end the cell
+        return value.replace("|", "\\|") if isinstance(value, str) and value else "-"
     if not _number(value):
         return "-"
     return fmt.format(int(value) if fmt == "{:d}" else value * scale)

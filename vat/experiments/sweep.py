@@ -25,6 +25,12 @@ per point, each logging to its run's `sweep.log`) after the parent has built the
 and the tokenized-data cache once. A small model does not fill a GPU, so several runs share
 one; on a CPU keep jobs = 1 (the runs would only compete for the cores).
 
+Every point's arguments pass `vat train`'s own checks (its parser and the constructors of its
+config, model, data and trainer) before the first point trains. A point that fails later, in
+training or measuring, does not stop the others, one after another or in children alike: its
+record is `{point, run, failed: one-line reason}`, a row of the table, and `vat sweep` ends
+with exit 2 naming it.
+
 Resume: a run whose record.json exists is skipped; a run with checkpoints/last.ckpt but no
 `.trained` marker continues training with `--ckpt_path last`; a trained run without a record
 is only measured again. Paths in the sweep YAML are relative to the working directory.
@@ -41,6 +47,7 @@ import stat
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +56,11 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from vat.data.file_digest import file_digest
-from vat.errors import VatError
+from vat.errors import USER_ERRORS, VatError, one_line
 from vat.eval.tasks.registry import load_task
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
-from vat.experiments.frontier import headline, plot_all, write_hparams, write_table
-from vat.experiments.measure import measure_run
+from vat.experiments.frontier import FAILED, headline, plot_all, write_hparams, write_table
+from vat.experiments.measure import FEATURE_COMPARE_FIELDS, measure_run
 from vat.io import write_json_atomic
 from vat.train.interrupt import EXIT_CODES
 
@@ -79,29 +86,35 @@ def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
 @dataclass(frozen=True)
 class Runner:
     """How a sweep trains, supplied by the `vat sweep` command (the library never imports
-    the CLI): `train(argv)` is `vat train`'s entry point and `prepare(argv)` its data
-    preparation (both return an exit code), `child` the command that runs one point in a
-    child process (`--run NAME ...` is appended)."""
+    the CLI): `train(argv)` is `vat train`'s entry point, `check(argv)` its parse and build
+    without a fit and `prepare(argv)` its data preparation (each returns an exit code; the
+    last two take the arguments without the subcommand), `child` the command that runs one
+    point in a child process (`--run NAME ...` is appended)."""
 
     train: Callable[[list[str]], int]
+    check: Callable[[list[str]], int]
     prepare: Callable[[list[str]], int]
     child: tuple[str, ...]
 
     def run_train(self, args: list[str]) -> int:
-        try:
-            return self.train(args)
-        except SystemExit as e:  # the argument parser exits by itself
-            return e.code if isinstance(e.code, int) else 2
+        return _exit_code(self.train, args)
+
+
+def _exit_code(entry: Callable[[list[str]], int], args: list[str]) -> int:
+    try:
+        return entry(args)
+    except SystemExit as e:  # the argument parser exits by itself
+        return e.code if isinstance(e.code, int) else 2
 
 
 def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
-    """Let `vat train`'s own parser check a point's arguments (a key the train config does not
-    have, a value of the wrong type) before anything trains: `--print_config` parses and
-    exits without building data or a model."""
+    """Let `vat train` check a point's arguments before anything trains, with its own rules:
+    its parser (a key the train config does not have, a value of the wrong type) and the
+    constructors of what it builds (a value out of range), without data or a fit."""
     err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = runner.run_train(
-            [*train_args(cfg, point, Path(cfg.out_dir) / run_name(point)), "--print_config"]
+    with quiet_training(), contextlib.redirect_stderr(err):
+        code = _exit_code(
+            runner.check, train_args(cfg, point, Path(cfg.out_dir) / run_name(point))[1:]
         )
     if code != 0:
         msg = err.getvalue().strip().splitlines()
@@ -134,6 +147,23 @@ def quiet_training():
             lg.setLevel(level)
 
 
+class _LastError:
+    """A stream written through to `stream`, keeping the last `error: ...` line: what `vat
+    train` says when it fails, for the point's row in the table."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream, self.line = stream, None
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.startswith("error: "):
+                self.line = line.removeprefix("error: ")
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, ...
+        return getattr(self.stream, name)
+
+
 def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> None:
     """Train (or finish training) the model of one point in run_dir (`quiet_training`)."""
     if (run_dir / TRAINED_MARKER).exists():
@@ -141,7 +171,8 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
     args = train_args(cfg, point, run_dir)
     if (run_dir / "checkpoints" / "last.ckpt").is_file():
         args += ["--ckpt_path", "last"]
-    with quiet_training():
+    said = _LastError(sys.stderr)
+    with quiet_training(), contextlib.redirect_stderr(said):
         code = runner.run_train(args)
     name = run_name(point)
     if code in EXIT_CODES.values():  # Ctrl-C / SIGTERM: the run stopped at a step and saved
@@ -152,13 +183,9 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
         )
         raise KeyboardInterrupt
     if code != 0:
-        raise VatError(
-            f"training {name} failed (exit {code}; see the message above), run dir {run_dir}"
-        )
+        raise VatError(f"training failed: {said.line or f'exit {code}'}")
     if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-        raise VatError(
-            f"training {name} wrote no checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}"
-        )
+        raise VatError(f"training wrote no checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}")
     write_json_atomic(run_dir / TRAINED_MARKER, {"train_settings": train_settings(cfg, point)})
 
 
@@ -171,10 +198,14 @@ def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
     }
 
 
+COMPARE_SETTINGS = ("feature_compare", "fit_files", "fit_sentences")
+"""The feature comparison's measurement settings."""
+
+
 def measure_settings(cfg: SweepConfig) -> dict[str, Any]:
     """What defines a run's measurements (a change re-measures, it does not retrain). The
     feature comparison's settings are there only when it runs: a sweep without it keeps the
-    records it measured before the comparison existed."""
+    comparison a record has (`_measured`, `_keep_comparison`)."""
     names = [
         "probe",
         "probe_max_sentences",
@@ -185,7 +216,7 @@ def measure_settings(cfg: SweepConfig) -> dict[str, Any]:
         "bleu_lines",
     ]
     if cfg.feature_compare:
-        names += ["feature_compare", "fit_files", "fit_sentences"]
+        names += COMPARE_SETTINGS
     return {k: getattr(cfg, k) for k in names}
 
 
@@ -255,6 +286,8 @@ def run_sweep(
 
     `only`: run names to do (the others are left alone and the summary covers only these).
     `config_path` (the sweep YAML) is needed only with cfg.jobs > 1, to start the children.
+    A point that fails is the record `{point, run, failed: reason}` (none is written for it,
+    so the next invocation does it again) and the other points still run.
     """
     out = Path(cfg.out_dir)
     points = cfg.points()
@@ -274,10 +307,11 @@ def run_sweep(
     if pending:
         _check_sts_data(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    failed: dict[str, str] = {}  # run name -> why
     if cfg.jobs > 1 and len(pending) > 1:
         if config_path is None:
             raise VatError("jobs > 1 needs the sweep YAML's path to start the child processes")
-        run_parallel(runner, cfg, config_path, pending, log)
+        failed = run_parallel(runner, cfg, config_path, pending, log)
     records = []
     bar = tqdm(points, desc="sweep", unit="run", disable=not progress, file=sys.stderr)
     for i, point in enumerate(bar, 1):
@@ -287,27 +321,55 @@ def run_sweep(
             log(f"{name}: done, skipping ({rec_path})")
             records.append(_load_json(rec_path))
             continue
+        if name in failed:  # in its child process, which said why
+            records.append({**point, "run": name, FAILED: failed[name]})
+            continue
         t0 = time.perf_counter()
         values = ", ".join(f"{k} {cli_value(v)}" for k, v in point.items()) or "as configured"
         log(f"{name}: training ({values}; run {i} of {len(points)}) in {run_dir}")
-        train_run(runner, cfg, point, run_dir)
-        log(f"{name}: measuring")
-        record = measure_run(cfg, point, run_dir)
+        try:
+            train_run(runner, cfg, point, run_dir)
+            log(f"{name}: measuring")
+            record = measure_run(cfg, point, run_dir)
+        except Exception as e:  # the point fails, not the sweep, as a child process would
+            if not isinstance(e, USER_ERRORS):  # a bug: its traceback, as a child's log has it
+                traceback.print_exc()
+            why = (
+                one_line(e) if isinstance(e, USER_ERRORS) else f"{type(e).__name__}: {one_line(e)}"
+            )
+            log(f"{name}: failed: {why}")
+            records.append({**point, "run": name, FAILED: why})
+            continue
         record["train_settings"] = train_settings(cfg, point)
         record["measure_settings"] = measure_settings(cfg)
+        _keep_comparison(cfg, record, rec_path)
         write_json_atomic(rec_path, record)
         records.append(record)
         log(f"{name}: finished in {_clock(time.perf_counter() - t0)}: {_steps(record)}")
     if summary:
         write_table(records, cfg.keys, out)
-        plots = plot_all(records, cfg.keys, out)
-        write_hparams(records, cfg.keys, out)
+        measured = [r for r in records if FAILED not in r]  # the plots show measurements
+        plots = plot_all(measured, cfg.keys, out) if measured else []
+        write_hparams(measured, cfg.keys, out)
+        files = [str(out / f"sweep.{ext}") for ext in ("csv", "json", "md")]
         log(
-            f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {out / 'sweep.md'}, "
-            f"{', '.join(p.name for p in plots)} and {out / 'hparams'} "
+            f"wrote {', '.join(files + [p.name for p in plots])} and {out / 'hparams'} "
             f"(tensorboard --logdir {out / 'hparams'})"
         )
     return records
+
+
+def _keep_comparison(cfg: SweepConfig, record: dict[str, Any], rec_path: Path) -> None:
+    """A run measured again without the feature comparison (another probe, say) keeps the
+    comparison its record.json holds, fields and settings: it is of the same trained model
+    (`check_not_stale`), and a sweep without the comparison drops nothing it measured."""
+    if cfg.feature_compare or not rec_path.is_file():
+        return
+    old = _load_json(rec_path)
+    then = old.get("measure_settings") if isinstance(old, dict) else None
+    if isinstance(then, dict) and then.get("feature_compare"):
+        record.update({k: old.get(k) for k in FEATURE_COMPARE_FIELDS})
+        record["measure_settings"].update({k: then.get(k) for k in COMPARE_SETTINGS})
 
 
 def _steps(record: dict[str, Any]) -> str:
@@ -372,8 +434,9 @@ def run_parallel(
     """Train and measure `points` in up to cfg.jobs child processes at once.
 
     Each child is this command for one point (`--run NAME --jobs 1 --no-summary`) with its
-    output in the run's `sweep.log`; a failed child does not stop the others, and the
-    failures are reported together at the end (their runs resume on the next invocation).
+    output in the run's `sweep.log`; a failed child does not stop the others. Returns the
+    failed points, run name -> why (`_child_failure`); their runs resume on the next
+    invocation.
     """
     out = Path(cfg.out_dir)
     for point in points:  # before any child starts, not when the first ones are running
@@ -381,8 +444,8 @@ def run_parallel(
     log(f"preparing the data once for {len(points)} parallel runs")
     prepare_data(runner, cfg, out)
     queue = list(points)
-    running: list[tuple[str, subprocess.Popen, Any]] = []
-    failed: list[tuple[str, Path]] = []
+    running: list[tuple[str, subprocess.Popen, Any, int]] = []
+    failed: dict[str, str] = {}
     while queue or running:
         while queue and len(running) < cfg.jobs:
             point = queue.pop(0)
@@ -390,6 +453,7 @@ def run_parallel(
             run_dir = out / name
             run_dir.mkdir(parents=True, exist_ok=True)
             logf = open_log(run_dir / "sweep.log")  # closed when the child ends
+            start = os.fstat(logf.fileno()).st_size  # where this child's output begins
             cmd = [
                 *runner.child,
                 "-c",
@@ -410,11 +474,11 @@ def run_parallel(
                 cmd += ["--values", cli_value(next(iter(point.values())))]
             log(f"{name}: started in a child process (log: {run_dir / 'sweep.log'})")
             running.append(
-                (name, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), logf)
+                (name, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), logf, start)
             )
         time.sleep(poll_s)
         for item in list(running):
-            name, proc, logf = item
+            name, proc, logf, start = item
             if proc.poll() is None:
                 continue
             running.remove(item)
@@ -424,23 +488,37 @@ def run_parallel(
                 done = f": {_steps(_load_json(rec_path))}" if rec_path.is_file() else ""
                 log(f"{name}: finished{done}")
             else:
-                failed.append((name, out / name / "sweep.log"))
-                log(f"{name}: failed (exit {proc.returncode}; see {out / name / 'sweep.log'})")
-    if failed:
-        names = ", ".join(f"{n} ({p})" for n, p in failed)
-        raise VatError(
-            f"{len(failed)} of {len(points)} runs failed: {names}; "
-            "rerun the same command to resume them"
-        )
+                failed[name] = _child_failure(
+                    out / name / "sweep.log", start, name, proc.returncode
+                )
+                log(f"{name}: failed: {failed[name]}")
+    return failed
+
+
+def _child_failure(path: Path, start: int, name: str, code: int) -> str:
+    """Why a child failed, from what it wrote into its log from `start` on: its own
+    `[sweep] NAME: failed: ...` line, else its last line (an error before its point began,
+    the end of a traceback), then where the log is."""
+    with open(path, "rb") as f:
+        f.seek(max(start, os.fstat(f.fileno()).st_size - (64 << 10)))  # the end says it
+        lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    prefix = f"[sweep] {name}: failed: "
+    said = [ln.removeprefix(prefix) for ln in lines if ln.startswith(prefix)]
+    why = said[-1] if said else lines[-1].removeprefix("error: ") if lines else f"exit {code}"
+    return f"{why}; log: {path}"
 
 
 def _measured(cfg: SweepConfig, run_dir: Path) -> bool:
-    """record.json exists and was measured with this sweep's measurement settings."""
+    """record.json exists and was measured with this sweep's measurement settings; without
+    the feature comparison, whatever a record's comparison was (it is kept, not redone)."""
     path = run_dir / "record.json"
     if not path.is_file():
         return False
     rec = _load_json(path)
-    return isinstance(rec, dict) and rec.get("measure_settings") == _plain(measure_settings(cfg))
+    then = rec.get("measure_settings") if isinstance(rec, dict) else None
+    now = _plain(measure_settings(cfg))
+    return isinstance(then, dict) and {k: then.get(k) for k in now} == now
 
 
 def _plain(x: Any) -> Any:

@@ -73,7 +73,8 @@ def default_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     - an exported folder's own spec (sentence_vat_config.json), with the statistics it
       stores (read and checked when the folder was loaded: vat.share.folder), or those an
       earlier fit of that spec stored in it (`stored_features`); a folder holding neither
-      (its spec changed after export) is a CheckpointError saying how to fit them;
+      (its spec changed after export) is an OptionError naming `features`, the way to fit
+      them;
     - else (a training run or checkpoint, a folder from before specs) the spec `vat export`
       gives it, DEFAULT_EXPORT_SPEC: layer0/sif/none needs only SIF weights, from the
       statistics an earlier fit stored beside the checkpoint, else made from the training
@@ -91,7 +92,7 @@ def default_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     stored = stored_features(loaded, spec)  # an earlier fit's (on count_files, say)
     if loaded.feature_spec is not None:
         if stored is None:
-            raise CheckpointError(_unfitted_folder_spec(loaded))
+            raise OptionError("features", _unfitted_folder_spec(loaded))
         return ChosenFeatures(stored, "the folder's own spec, fitted after export")
     if stored is not None:
         return ChosenFeatures(stored, "vat's default for a checkpoint; the statistics beside it")
@@ -111,15 +112,35 @@ def default_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
 def _unfitted_folder_spec(loaded: LoadedVAT) -> str:
     """The one line for a folder whose own spec lacks its statistics (its
     sentence_vat_config.json changed after export): what it holds, and the one step that
-    fits them, which a caller names (the default rule never fits)."""
+    fits them, naming the spec as the `features` the error is about (a command shows
+    --features): the default rule never fits."""
     spec, held = loaded.feature_spec, loaded.feature_stats
     holds = "is absent" if held is None else f"holds {held.spec}'s"
     return (
         f"{loaded.path}: its {ST_MODULE_CONFIG_NAME} names the feature spec {spec}, whose "
-        f"statistics the folder does not hold ({FOLDER_STATS_NAME} {holds}); name the spec to "
-        f"fit them (--features {spec}, or vat.load(...).feature_encoder({str(spec)!r})), and "
-        "they are stored in the folder"
+        f"statistics the folder does not hold ({FOLDER_STATS_NAME} {holds}); name {spec} "
+        "here to fit them, and they are stored in the folder"
     )
+
+
+def parse_spec(features: object, name: str = "features") -> FeatureSpec:
+    """A feature spec a caller named: a FeatureSpec, or its text ("mu/sif/pc1"). A bad or
+    empty one is an OptionError naming `name` (a command shows its flag, --features); the
+    spec's own checks (vat.feature_spec) say what is wrong with it."""
+    if isinstance(features, FeatureSpec):
+        return features
+    if not isinstance(features, str):
+        raise OptionError(
+            name,
+            "expected a feature spec such as 'mu/sif/pc1' (its text or a FeatureSpec), got "
+            f"{type(features).__name__} {features!r:.60}",
+        )
+    if not features.strip():  # FeatureSpec.parse("") is mu/mean/none: never what "" meant
+        raise OptionError(name, "is empty; name a spec such as 'mu/sif/pc1', or none at all")
+    try:
+        return FeatureSpec.parse(features)
+    except VatError as e:
+        raise OptionError(name, str(e)) from None
 
 
 def chosen_spec(
@@ -252,8 +273,11 @@ def resolve_features(
         if not fit.names_data:
             return default_features(loaded, quiet=quiet).fitted
         spec = loaded.feature_spec or DEFAULT_EXPORT_SPEC
-    spec = FeatureSpec.parse(spec)
-    spec.layer(len(loaded.model.encoder))  # a layerK beyond the encoder fails here
+    spec = parse_spec(spec)
+    try:
+        spec.layer(len(loaded.model.encoder))  # a layerK beyond the encoder fails here
+    except VatError as e:
+        raise OptionError("features", str(e)) from None
     if not spec.needs_fit:
         return FittedFeatures(spec)
     if not fit.names_data:
@@ -311,7 +335,9 @@ def export_features(
     statistics. Files the caller named that cannot be read are an error, never a fallback."""
     fit = fit or FitOptions()
     if features is not None or fit.fit_files is not None or fit.count_files is not None:
-        spec = FeatureSpec.parse(features or loaded.feature_spec or DEFAULT_EXPORT_SPEC)
+        spec = parse_spec(
+            loaded.feature_spec or DEFAULT_EXPORT_SPEC if features is None else features
+        )
         return resolve_features(loaded, spec, fit, save=False)
     chosen = default_features(loaded, quiet=True)
     if chosen.fallback:

@@ -67,6 +67,11 @@ class DecodeOptions:
         }
         if not isinstance(self.use_cache, bool):
             raise OptionError("use_cache", f"must be True or False, got {self.use_cache!r}")
+        if checked["max_len"] is not None and checked["min_len"] > checked["max_len"]:
+            # else every output would stop unfinished at max_len, silently
+            raise OptionError(
+                "min_len", f"must be at most max_len ({self.max_len}), got {self.min_len}"
+            )
         for name, value in checked.items():  # numpy scalars become plain int and float
             object.__setattr__(self, name, value)
 

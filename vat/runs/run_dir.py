@@ -26,7 +26,9 @@ Rules (README, "Resume" and "What happens when..."):
   data.num_proc, data.cache_dir, data.test_files, data.progress, model.compile,
   model.loss.fused_cross_entropy) and nothing that defines what is trained (the rest of
   model.* and data.*): those are refused in one line naming the option, because the
-  checkpoint's optimiser, schedules and tokenizer would silently win.
+  checkpoint's optimiser, schedules and tokenizer would silently win. The keys it may
+  change (RESUME_MAY_CHANGE) take this command's values (vat.cli.train applies the
+  checkpoint's model hyperparameters to the other keys only), and so does its config file.
 - Each start writes its resolved config without destroying the first: config.yaml, then
   config-resume-1.yaml, config-resume-2.yaml, ...
 - One process at a time per run directory: an flock on RUN_DIR/.lock held for the run's
@@ -65,7 +67,8 @@ TRASH_MARK = ".vat-trash"
 # .vat-run.json names a run's files: a few hundred bytes, a few kilobytes for a folder with
 # many files of its own; one far larger was not written by vat and is not read into memory
 MANIFEST_MAX_BYTES = 1 << 20
-# Options a resume may change: they drive the run, they do not define what is trained.
+# Options a resume may change: they drive the run, they do not define what is trained; the
+# command's value is the one used (tests/test_run_dir.py checks each).
 RESUME_MAY_CHANGE = {
     "model.compile",
     "model.loss.fused_cross_entropy",
@@ -142,6 +145,25 @@ def lock_folder(folder: Path, option: str) -> None:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _held_locks.append(fd)
+
+
+def lock_holder(folder: Path) -> str | None:
+    """The process id another process holding FOLDER/.lock wrote there (a run training in
+    FOLDER), or None. Probed with a shared lock, dropped at once; a lock file that is a link,
+    or none, has no holder."""
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # drops the probe's lock
+    return None
 
 
 def release_locks(failed: bool = False) -> None:

@@ -21,6 +21,7 @@ import math
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -63,7 +64,11 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
     regular_file(p, "checkpoint")  # a FIFO would block torch.load, /dev/zero fill memory
     try:
-        ckpt = torch.load(p, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():
+            # a file that is no zip archive (a plain pickle) makes torch warn about its pickle
+            # protocol before it fails: the one-line error below says what the file is
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+            ckpt = torch.load(p, map_location=map_location, weights_only=True)
     except (
         RuntimeError,
         pickle.UnpicklingError,
@@ -141,7 +146,15 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
 
 
 def check_finite(path: str | os.PathLike, state: dict) -> None:
-    """Refuse weights holding NaN or inf: a model that would only ever produce garbage."""
+    """Refuse weights that are not floating point (load_state_dict would cast an int32
+    tensor to float without a word) or hold NaN or inf: a model that would only ever produce
+    garbage. Called on the tensors as stored, before they are loaded."""
+    for k, v in state.items():
+        if torch.is_tensor(v) and not v.is_floating_point():
+            raise CheckpointError(
+                f"{path}: {k} is {str(v.dtype).removeprefix('torch.')}, not floating point; "
+                "a model's weights are floating point"
+            )
     bad = [
         k
         for k, v in state.items()

@@ -318,8 +318,6 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
     if (folder / WEIGHTS_NAME).exists():
         regular_file(folder / WEIGHTS_NAME, "model folder file")
     model = _load_weights(model_config, folder / WEIGHTS_NAME)
-    # the same checks as a .ckpt (vat.share.checkpoint.check_finite): NaN/inf weights are refused
-    check_finite(folder / WEIGHTS_NAME, model.state_dict())
     training = config.get("training") if isinstance(config.get("training"), dict) else {}
     files = _recorded_train_files(folder, training)
     counts = check_token_counts(config.get("token_counts"), folder / CONFIG_NAME, model_config)
@@ -523,12 +521,13 @@ def _load_weights(config: VATConfig, path: Path) -> VAT:
                 path, config, {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
             )
             state = {k: f.get_tensor(k) for k in f.keys()}
+        check_finite(path, state)  # the same checks as a .ckpt's weights, as stored
         model = VAT(config)
         # Tied embeddings are stored under one of their two names (safetensors' save_model);
         # both names are one Parameter, so loading either fills both. check_weight_shapes has
         # made sure that nothing else is missing or extra.
         model.load_state_dict(state, strict=False)
-    except CheckpointError:  # check_weight_shapes' own refusal (sizes, a position table) says why
+    except CheckpointError:  # check_weight_shapes' and check_finite's own refusals say why
         raise
     except (RuntimeError, SafetensorError, OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

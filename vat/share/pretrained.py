@@ -9,8 +9,9 @@ shipped.json says what the model is and how it was checked: its name, a one-line
 what it is good for and not, the weights' dtype, how far the half-precision weights move
 encode and generate from the float32 model (measured when it was added), how to rebuild it,
 and the SHA-256 and size of every other file, checked each time the model is loaded (and by
-`vat pretrained show`): every file it names sits directly in the entry's folder, no link, and
-all sizes are checked before any file is hashed. A second model is a second folder
+`vat pretrained show`): every file it names sits directly in the entry's folder, no link (nor
+is the folder one: the registry does not follow a link in an entry's place), and all sizes are
+checked before any file is hashed. A second model is a second folder
 (`vat pretrained add DIR --name NAME` writes one); no code names a model.
 
 How a model argument is told apart (vat.share.resolve):
@@ -315,7 +316,14 @@ def _check_record(path: Path, info: Any, name: str) -> dict[str, Any]:
 
 def _read_entry(folder: Path) -> ShippedModel | None:
     """The entry in `folder`, None when it has no shipped.json (a folder that is no entry),
-    a one-line CheckpointError naming its shipped.json when that is damaged."""
+    a one-line CheckpointError naming its shipped.json when that is damaged, or the folder
+    when it is a symbolic link: an entry's files are its own (`verify` checks each one)."""
+    if folder.is_symlink():
+        raise CheckpointError(
+            f"shipped model {folder.name}: {folder} is a symbolic link, which the registry does "
+            "not follow; put the entry's folder itself there (vat pretrained add DIR --name "
+            f"{folder.name})"
+        )
     path = folder / SHIPPED_NAME
     if not (path.exists() or path.is_symlink()):
         return None
@@ -369,7 +377,8 @@ def shipped_model(name: str, registry: Path | None = None) -> ShippedModel | Non
     if not NAME_PATTERN.fullmatch(name):
         return None
     root = shipped_dir() if registry is None else Path(registry)
-    return _read_entry(root / name) if (root / name).is_dir() else None
+    entry = root / name
+    return _read_entry(entry) if entry.is_dir() or entry.is_symlink() else None
 
 
 def check_name(name: str, option: str = "name") -> str:

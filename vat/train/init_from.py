@@ -22,7 +22,11 @@ its curves start at the source model's own numbers on the new data, and its chec
 record where it started (`init_record`): the model card then counts the tokens behind it.
 
 A resume of a continued run (the same command plus `--ckpt_path last`) reads none of this
-again: the checkpoint holds the architecture, the tokenizer and the record.
+again: the checkpoint holds the architecture, the tokenizer and the record. Its --init-from
+must name the model the record names (or a checkpoint of this run): another would be
+ignored, so it is refused in one line. So is a run folder another process is training in
+(the checkpoint it stands for changes as it trains), and a recorded count (steps, tokens)
+that is not a whole number >= 0.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from lightning.pytorch.callbacks import Callback
 
 from vat.errors import VatError
 from vat.model import VATConfig
-from vat.share.loaded import LoadedVAT
+from vat.runs.run_dir import LOCK_NAME, lock_holder
+from vat.share.loaded import LoadedVAT, ModelSource
 from vat.tokenizer import VATTokenizer
 
 OPTION = "--init-from"
@@ -75,15 +80,14 @@ def portable_name(loaded: LoadedVAT) -> str:
 def from_loaded(loaded: LoadedVAT, given: str) -> Source:
     """The source a fresh continued run starts from (weights, record and all); `given` is
     the model as the command named it."""
-    training = loaded.training or {}
-    own = int(training.get("tokens_seen") or 0)
+    own = _count(loaded, given, "tokens_seen")
     record = {
         "model": portable_name(loaded),
         "kind": loaded.source.kind,
-        "global_step": int(training.get("global_step") or 0),
+        "global_step": _count(loaded, given, "global_step"),
         "tokens_seen": own,
         # the tokens behind the source, its own start included when it was itself continued
-        "tokens_total": int(training.get("tokens_total") or own),
+        "tokens_total": _count(loaded, given, "tokens_total") or own,
     }
     return Source(
         given,
@@ -92,6 +96,29 @@ def from_loaded(loaded: LoadedVAT, given: str) -> Source:
         float(loaded.prior_std),
         loaded,
         record,
+    )
+
+
+def _count(loaded: LoadedVAT, given: str, key: str) -> int:
+    """The model's recorded training.KEY as a count (absent or null: 0). Anything but a whole
+    number >= 0 is refused here, where it is read, naming the file and the key: int() of
+    "x", [1] or infinity stopped with a traceback, and -5 was said as "-5 tokens"."""
+    value = (loaded.training or {}).get(key)
+    if value is None:
+        return 0
+    if (type(value) is int and value >= 0) or (
+        type(value) is float and math.isfinite(value) and value >= 0 and value.is_integer()
+    ):
+        return int(value)
+    src = loaded.source
+    where, entry = (
+        (src.location, "vat.training")
+        if src.kind == "checkpoint"
+        else (Path(src.folder or src.location) / "config.json", "training")
+    )
+    raise VatError(
+        f"{OPTION} {given}: {entry}.{key} in {where} is {value!r:.40}, not a count (a whole "
+        f"number >= 0)"
     )
 
 
@@ -113,8 +140,57 @@ def same_run_checkpoint(loaded: LoadedVAT, run_dir: str, ckpt_dir: str) -> Path 
     if loaded.source.kind != "checkpoint":
         return None
     ckpt = Path(loaded.source.location).resolve()
-    mine = {Path(ckpt_dir).resolve(), (Path(run_dir) / "checkpoints").resolve()}
-    return ckpt if ckpt.parent in mine else None
+    return ckpt if _this_run(ckpt, run_dir, ckpt_dir) else None
+
+
+def _this_run(path: Path, run_dir: str, ckpt_dir: str) -> bool:
+    """`path` is this run's folder or a file in its checkpoint folder."""
+    path, run = path.expanduser().resolve(), Path(run_dir).resolve()
+    return path == run or path.parent in {Path(ckpt_dir).resolve(), run / "checkpoints"}
+
+
+def check_not_training(given: str, src: ModelSource) -> None:
+    """A run folder stands for its best checkpoint, else last.ckpt: while another process
+    trains in it (holds its lock) both change, and the weights taken would depend on the
+    moment. Refused, naming the file it stands for now; a file given is read as it is."""
+    pid = None if src.run_dir is None else lock_holder(Path(src.run_dir))
+    if pid is not None:
+        raise VatError(
+            f"{OPTION} {given}: that run is training now (pid {pid} holds "
+            f"{Path(src.run_dir) / LOCK_NAME}), and the checkpoint its folder stands for "
+            f"changes as it trains; wait for it to finish, or give the checkpoint file to "
+            f"start from, such as {src.location}"
+        )
+
+
+def check_resumed_start(given: str, ckpt: dict, path: Path, run_dir: str, ckpt_dir: str) -> None:
+    """A resume continues its checkpoint, which records the model its run started from: an
+    --init-from naming another would be ignored, so it is refused. The model as the record
+    names it (portable_name) and this run itself (vat's GPU suite resumes with its own
+    checkpoint) are the same start."""
+    if _this_run(Path(given), run_dir, ckpt_dir):
+        return
+    record = ((ckpt.get("vat") or {}).get("training") or {}).get("init_from")
+    model = record.get("model") if isinstance(record, dict) else None
+    if model is not None and _names(given, str(model)):
+        return
+    started, way = (
+        (model, "that model (or no --init-from)") if model else ("nothing", "no --init-from")
+    )
+    raise VatError(
+        f"{OPTION} {given}: this run started from {started}, as {path} records, and a resume "
+        f"continues that checkpoint; give {way} to resume, or a fresh --run_dir to start "
+        f"from {given}"
+    )
+
+
+def _names(given: str, recorded: str) -> bool:
+    """Whether `given` names the model a record names: a shipped name or Hub id as it is, a
+    path by its last parts (run/checkpoints/x.ckpt, a run folder's record of its checkpoint
+    also by the run folder's name)."""
+    parts, ours = Path(recorded).parts, Path(given).expanduser().resolve().parts
+    run_folder = len(parts) == 3 and parts[1] == "checkpoints" and ours[-1:] == parts[:1]
+    return given == recorded or (bool(parts) and ours[-len(parts) :] == parts) or run_folder
 
 
 def _get(ns: Any, dotted: str) -> Any:
@@ -220,8 +296,15 @@ class ValidateFirst(Callback):
 
 
 def count(tokens: int) -> str:
-    """238.4M, 1.65M, 323: a token count as people read it."""
-    return f"{tokens / 1e6:.4g}M" if tokens >= 1_000_000 else f"{tokens:,}"
+    """323, 1.65M, 238.4M, 12.5B, 3.2T, 1.00e+308: a token count as people read it."""
+    if tokens < 1_000_000:
+        return f"{tokens:,}"
+    for unit, power in (("M", 6), ("B", 9), ("T", 12)) if tokens < 10**15 else ():
+        text = f"{tokens / 10**power:.4g}"
+        if float(text) < 1000:  # 999,999,999 is 1B, not 1000M
+            return f"{text}{unit}"
+    digits = str(tokens)  # not via float: a recorded count may be larger than a float holds
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
 def say(line: str) -> None:

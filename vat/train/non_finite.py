@@ -15,7 +15,12 @@ from vat.train.state import TrainState
 
 
 class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss, gradient or weight; nothing non-finite was saved."""
+    """Training produced a NaN/inf loss, gradient or weight; nothing non-finite was saved.
+    `steps_done`: the steps trained to completion before it (what the time split counts)."""
+
+    def __init__(self, message: str, steps_done: int | None = None) -> None:
+        super().__init__(message)
+        self.steps_done = steps_done
 
 
 def stop_if_non_finite(train_state: TrainState, trainer) -> None:
@@ -27,7 +32,8 @@ def stop_if_non_finite(train_state: TrainState, trainer) -> None:
     what = f"nll={f[1]:.4g}, kl={f[2]:.4g}, grad_norm={f[3]:.4g}" if here else "on another rank"
     raise NonFiniteLossError(
         f"non-finite loss at step {step} ({what}); stopped, no checkpoint written since; "
-        f"last good checkpoint: {last_checkpoint(trainer) or 'none saved yet'}"
+        f"last good checkpoint: {last_checkpoint(trainer) or 'none saved yet'}",
+        step,  # the first bad step, counted from 0: the steps before it are done
     )
 
 
@@ -37,7 +43,8 @@ def check_finite_weights(state_dict: dict, step: int, trainer) -> None:
     if weights and not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
         raise NonFiniteLossError(
             f"non-finite weights after step {step}; stopped before saving them; "
-            f"last good checkpoint: {last_checkpoint(trainer) or 'none saved yet'}"
+            f"last good checkpoint: {last_checkpoint(trainer) or 'none saved yet'}",
+            max(step - 1, 0),  # step `step` made them non-finite (its loss was finite)
         )
 
 

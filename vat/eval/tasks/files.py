@@ -7,6 +7,7 @@ expected layout (`LAYOUT`), a malformed line a `VatError` naming the line.
 
 from __future__ import annotations
 
+import codecs
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vat.data.corpus import check_text
 from vat.errors import VatError
 
 STS_SUBSETS: dict[str, list[str]] = {
@@ -117,13 +119,21 @@ def need_file(path: Path, task: str, data_dir: Path) -> Path:
 
 
 def _read_text(path: Path, encoding: str) -> str:
-    """Whole file, universal newlines (CRLF -> LF), a UTF-8 byte-order mark dropped."""
-    enc = "utf-8-sig" if encoding == "utf-8" else encoding
+    """Whole file, universal newlines (CRLF and CR -> LF, as SentEval's `open` reads it). A
+    UTF-8 file follows vat's rule for text (vat.data.corpus.check_text: a UTF-16/32 file or a
+    binary one refused, a UTF-8 byte-order mark dropped, bytes that are not UTF-8 named as
+    FILE:LINE); SentEval's latin-1 files are read as SentEval reads them."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if encoding == "utf-8":
+        check_text(data[:8192], path)
+        data = data.removeprefix(codecs.BOM_UTF8)
     try:
-        with open(path, encoding=enc) as f:
-            return f.read()
+        text = data.decode(encoding)
     except UnicodeDecodeError as e:
-        raise VatError(f"{path}: not valid {encoding} at byte {e.start} ({e.reason})") from None
+        line = data.count(b"\n", 0, e.start) + 1
+        raise VatError(f"{path}:{line}: bytes that are not UTF-8 (expected UTF-8 text)") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def iter_lines(path: Path, encoding: str) -> list[str]:

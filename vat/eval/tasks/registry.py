@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vat.errors import VatError, did_you_mean
+from vat.errors import OptionError, VatError, check_sentences, did_you_mean, shown_path
 from vat.eval.tasks.classification import (
     BINARY_FILES,
     load_binary,
@@ -78,17 +78,18 @@ TASK_FOLDERS: dict[str, str] = {
 
 def task_name(name: str) -> str:
     """The SentEval name of one task given in any case or as tables print it ('sts-b',
-    'STS-B', 'stsbenchmark' -> 'STSBenchmark'). Unknown names raise VatError naming the nearest
-    known name and listing them all."""
+    'STS-B', 'stsbenchmark' -> 'STSBenchmark'). An unknown name is an OptionError naming
+    `tasks` (a command shows --tasks), the nearest known name and them all."""
     found = _BY_LOWER.get(name.strip().lower())
     if found is None:
         hint = did_you_mean(name, [*ALL_TASKS, *TABLE_NAMES.values()]) or did_you_mean(
             name, list(TASK_GROUPS)
         )
-        raise VatError(
+        raise OptionError(
+            "tasks",
             f"unknown task {name!r}{hint}; valid tasks: "
             f"{', '.join(ALL_TASKS)} ({', '.join(f'{v} = {k}' for k, v in TABLE_NAMES.items())}"
-            f"; any case); groups: {', '.join(TASK_GROUPS)}"
+            f"; any case); groups: {', '.join(TASK_GROUPS)}",
         )
     return found
 
@@ -96,15 +97,18 @@ def task_name(name: str) -> str:
 def _parse(spec: str | list[str]) -> list[tuple[str, bool]]:
     """(task, named on its own) pairs of 'sts,MR' in order, without duplicates (a task named
     on its own and through a group counts as named on its own)."""
-    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    if not isinstance(spec, str):
+        spec = check_sentences(spec, "tasks")[0]  # a list of names; 3 or None is no list
+    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else spec
     out: dict[str, bool] = {}
     for name in filter(None, (str(n).strip() for n in names)):
         group = TASK_GROUPS.get(name.lower())
         for t in group if group is not None else [task_name(name)]:
             out[t] = out.get(t, False) or group is None
     if not out:
-        raise VatError(
-            f"no task given; valid tasks: {', '.join(ALL_TASKS)}; groups: {', '.join(TASK_GROUPS)}"
+        raise OptionError(
+            "tasks",
+            f"no task given; valid tasks: {', '.join(ALL_TASKS)}; groups: {', '.join(TASK_GROUPS)}",
         )
     return list(out.items())
 
@@ -176,8 +180,10 @@ def load_task(data_dir: str | Path, task: str) -> TaskData:
 def _need_data_dir(data_dir: str | Path, task: str) -> None:
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
+        # the folder is named, not the option: commands, the API and training name it apart
         raise VatError(
-            f"data dir {data_dir} does not exist (expected SentEval's data/downstream layout, "
-            f"e.g. {data_dir}/{LAYOUT[task]}; set --data-dir or VAT_SENTEVAL_DIR; "
-            "scripts/get_senteval_data.sh in the vat source repository fetches it)"
+            f"SentEval data folder {shown_path(data_dir)} does not exist (expected SentEval's "
+            f"data/downstream layout, e.g. {shown_path(data_dir / LAYOUT[task])}; the default "
+            "is $VAT_SENTEVAL_DIR; scripts/get_senteval_data.sh in the vat source repository "
+            "fetches it)"
         )
