@@ -264,3 +264,38 @@ def tiny_datamodule(tmp_path: Path, train: Path, **kw):
     )
     args.update(kw)
     return VATDataModule(**args)
+
+
+# -- planted compile caches (vat.train.compile_cache) -----------------------------------------
+class _OpensWhenUnpickled:
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def marker_pickle(path: Path) -> bytes:
+    """A pickle that, unpickled, creates the file `path`: what planted code could do instead."""
+    import pickle
+
+    return pickle.dumps(_OpensWhenUnpickled(path))
+
+
+def plant_compile_cache(folder: Path, found, key: bytes | None = None) -> Path:
+    """A compile cache of `found` (kind, key, content) artifacts in `folder`, with a record
+    that matches this CPU and the file, signed with `key` (someone else's) or not at all:
+    what a copied run folder, a download or a seed can hold."""
+    import json
+
+    from vat.train.compile_cache import blob_of, digest, machine_record, signature
+
+    folder.mkdir(parents=True, exist_ok=True)
+    blob, counts = blob_of(found)
+    (folder / "compile_cache.bin").write_bytes(blob)
+    record = {**machine_record(torch.device("cpu")), "artifacts": counts, "step": 1}
+    record.update(bytes=len(blob), sha256=digest(blob), job_id="vat-train-0123456789abcdef")
+    if key is not None:
+        record["signature"] = signature(record, key)
+    (folder / "compile_cache.json").write_text(json.dumps(record))
+    return folder

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
 import shutil
 import sys
@@ -21,7 +20,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import fit_args, train_captured, train_subprocess
+from helpers import (
+    fit_args,
+    marker_pickle,
+    plant_compile_cache,
+    train_captured,
+    train_subprocess,
+)
 
 from vat.train.compile_cache import (
     CACHE_FILE,
@@ -320,31 +325,6 @@ def test_a_cache_file_of_another_size_than_its_record_is_not_read(tmp_path):
 
 
 # -- a cache is code: only the user's own is loaded -------------------------------------------
-class _Opens:
-    """Unpickled, it opens (creates) its file: what a planted pickle could do instead."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
-def _plant(folder: Path, found, key: bytes | None = None, **extra) -> Path:
-    """A cache of `found` artifacts in `folder` with a record that matches this machine and
-    the file, signed with `key` (someone else's) or not at all: what a copied run folder, a
-    download or a seed can hold."""
-    folder.mkdir(parents=True, exist_ok=True)
-    blob, counts = blob_of(found)
-    (folder / CACHE_FILE).write_bytes(blob)
-    record = {**machine_record(CPU), "artifacts": counts, "step": 1, "bytes": len(blob)}
-    record.update(sha256=digest(blob), job_id="vat-train-0123456789abcdef", **extra)
-    if key is not None:
-        record["signature"] = signature(record, key)
-    (folder / RECORD_FILE).write_text(json.dumps(record))
-    return folder
-
-
 def _inductor_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
 
@@ -360,8 +340,8 @@ def test_a_planted_cache_runs_nothing_and_writes_nothing(kind, signed_by, tmp_pa
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
     marker = tmp_path / "marker"
     key = None if signed_by == "nobody" else b"k" * 32
-    found = [(kind, "vat-train:0:" if kind == "pgo" else "fabc", pickle.dumps(_Opens(marker)))]
-    folder = _plant(tmp_path / "run", found, key)
+    found = [(kind, "vat-train:0:" if kind == "pgo" else "fabc", marker_pickle(marker))]
+    folder = plant_compile_cache(tmp_path / "run", found, key)
     line = _load(folder)
     assert line.startswith(f"{folder / CACHE_FILE} not used: it is not signed with your key")
     assert "--trust-compile-cache" in line and line.endswith("this launch saves its own")
@@ -383,7 +363,7 @@ def test_a_planted_cache_runs_nothing_through_vat_train(tmp_path, fast_compile, 
     args = fit_args(run, tmp_path / "data", "--model.compile", "true")
     code, err = train_captured([*args, "--trainer.max_steps", "1"])
     assert code == 0, err
-    _plant(run, [("inductor", "fabc", pickle.dumps(_Opens(marker)))], b"k" * 32)
+    plant_compile_cache(run, [("inductor", "fabc", marker_pickle(marker))], b"k" * 32)
     code, err = train_captured([*args, "--trainer.max_steps", "2", "--ckpt_path", "last"])
     assert code == 0, err
     assert not marker.exists()
@@ -486,7 +466,7 @@ def test_a_blob_s_lengths_and_keys_are_checked_before_torch_reads_it(tmp_path):
         with pytest.raises(ValueError, match="is not a plain file name"):
             artifacts(blob_of([("aot_autograd", key, b"x")])[0])
     # through the loader, trusted or not: one line, nothing written
-    folder = _plant(tmp_path / "run", [("inductor", "fabc", b"x")])
+    folder = plant_compile_cache(tmp_path / "run", [("inductor", "fabc", b"x")])
     (folder / CACHE_FILE).write_bytes(bomb)
     record = json.loads((folder / RECORD_FILE).read_text())
     record.update(bytes=len(bomb), sha256=digest(bomb))
@@ -503,7 +483,7 @@ def test_a_cache_torch_cannot_load_is_one_line(tmp_path, capfd, monkeypatch):
     """An artifact kind torch does not know: torch logs a 10-line traceback and returns
     nothing; vat says one line."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    folder = _plant(tmp_path / "run", [("bogus", "fabc", b"x")])
+    folder = plant_compile_cache(tmp_path / "run", [("bogus", "fabc", b"x")])
     cache = CompileCache(folder, trust=True)
     cache._here = machine_record(CPU)
     assert cache.load().endswith("not used: torch could not load it (ValueError: torch could "
@@ -515,7 +495,7 @@ def test_a_cache_torch_cannot_load_is_one_line(tmp_path, capfd, monkeypatch):
 @pytest.mark.parametrize(("depth", "why"), [(30_000, "cannot be read (RecursionError)"),
                                              (100_000, "is over 64 KiB")])  # fmt: skip
 def test_a_record_nested_too_deep_or_too_large_is_one_line(tmp_path, depth, why):
-    folder = _plant(tmp_path / "run", [("inductor", "fabc", b"x")])
+    folder = plant_compile_cache(tmp_path / "run", [("inductor", "fabc", b"x")])
     (folder / RECORD_FILE).write_text("[" * depth + "]" * depth)
     assert _load(folder) == (
         f"{folder / CACHE_FILE} not used: its record {RECORD_FILE} {why}; this launch saves its own"

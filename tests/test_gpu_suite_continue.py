@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import pickle
 import shutil
 import sys
 import tarfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import marker_pickle, plant_compile_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
 
@@ -38,8 +38,6 @@ from vat.train.compile_cache import (
     MATCHED,
     RECORD_FILE,
     CompileCache,
-    blob_of,
-    digest,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,25 +252,12 @@ def _carried(tmp_path: Path, data_dir: Path, cache: bool = False) -> Suite:
     ref = suite.state.reference
     ref.checkpoint_parts = carry.split(ckpt, suite.out, 3)
     if cache:  # one whose code, run, leaves a marker: what a planted pack could do instead
-        here = carry.this_machine(smoke=True)
-        code = pickle.dumps(_Opens(tmp_path / "marker"))
-        blob, counts = blob_of([("inductor", "fabc", code)])
-        (ckpt.parent.parent / CACHE_FILE).write_bytes(blob)
-        record = {**here, "artifacts": counts, "bytes": len(blob), "sha256": digest(blob)}
-        (ckpt.parent.parent / RECORD_FILE).write_text(json.dumps(record))
+        plant_compile_cache(
+            ckpt.parent.parent, [("inductor", "fabc", marker_pickle(tmp_path / "marker"))]
+        )
         ref.compile_cache, why = carry.pack_compile_cache(ckpt.parent.parent, suite.out)
         assert why is None and ref.compile_cache is not None
     return suite
-
-
-class _Opens:
-    """Unpickled, it opens (creates) its file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
 
 
 def _fake_train(monkeypatch, outcomes: list[Outcome]) -> list[list[str]]:
