@@ -6,17 +6,30 @@
 #   scripts/build_demo_model.sh [WORK_DIR]      (default .cache/demo-model; about 4 minutes)
 #
 # Needs SentEval's STS12 and STS-B ($VAT_SENTEVAL_DIR, default ../shared/data/senteval).
-# tests/test_shipped.py retrains the model from configs/demo.yaml and compares it with the
-# shipped card's validation numbers.
+# It also records the run's first 500 steps (tests/assets/demo_trajectory.json): the same
+# command stopped at its first validation, whose training record tests/test_shipped.py
+# compares a 500-step retrain with; the record's step 2000 is this build's shipped card.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One thread: the order of a multi-threaded reduction moves a 2,000-step run (the first demo,
 # 1 thread against 2: validation BLEU 92.6 against 95.7), and the retrain test runs on one
-# thread, so on a CPU like the one that built it the test reproduces the shipped numbers exactly.
+# thread, so on the CPU that recorded it the test reproduces the recorded numbers exactly.
 export OMP_NUM_THREADS=1
 WORK=${1:-.cache/demo-model}
 mkdir -p "$WORK"
 vat train -c configs/demo.yaml --run_dir "$WORK/run" --overwrite
+vat train -c configs/demo.yaml --run_dir "$WORK/run500" --overwrite --trainer.max_steps 500
+python - "$WORK" > tests/assets/demo_trajectory.json <<'EOF'
+import json, sys
+import vat
+
+steps = {}
+for run in ("run500", "run"):
+    t = vat.load(f"{sys.argv[1]}/{run}", device="cpu").loaded.training
+    steps[str(t["global_step"])] = {"tokens_seen": t["tokens_seen"], "global_step": t["global_step"],
+                                    **{m: t["metrics"][m] for m in ("val/nll", "val/kl", "val/recon_bleu")}}
+print(json.dumps({"config": "configs/demo.yaml", "made_by": "scripts/build_demo_model.sh", "steps": steps}, indent=1))
+EOF
 vat export "$WORK/run" "$WORK/export" --evaluate STS12,STSBenchmark --overwrite
 vat pretrained add "$WORK/export" --name demo-wordnet-d64 --overwrite \
   --check-file data/demo_val.txt \

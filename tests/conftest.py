@@ -33,6 +33,50 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         pass
 
 
+# The contributors' tier, `python -m pytest -q -m "not slow"` (docs/testing.md): the main
+# path of vat in about three minutes: the model, the objective and KL, data and tokenizer, a
+# tiny `vat train` and its exact resume, generate, evaluate, features, score, export and
+# load. Every test outside these files is slow; inside them, a test marked slow stays out.
+CONTRIBUTOR_TIER = frozenset(
+    {
+        "test_model.py",
+        "test_losses.py",
+        "test_likelihood.py",
+        "test_module.py",
+        "test_training_step.py",
+        "test_sync_ops.py",
+        "test_data.py",
+        "test_tokenizer.py",
+        "test_tokenizer_training.py",
+        "test_train_cli.py",
+        "test_rate_and_progress.py",
+        "test_generate.py",
+        "test_generate_cli.py",
+        "test_eval_tasks.py",
+        "test_eval_cli.py",
+        "test_eval_pooling.py",
+        "test_feature_spec.py",
+        "test_feature_statistics.py",
+        "test_fit_sentences.py",
+        "test_score.py",
+        "test_diversity.py",
+        "test_representation.py",
+        "test_api.py",
+        "test_hub.py",
+        "test_model_path.py",
+        "test_geometry.py",
+        "test_vat_command.py",
+        "test_faults_catalogue.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in CONTRIBUTOR_TIER:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def compile_cache_key(tmp_path_factory) -> Path:
     """The key that signs compile caches (vat.train.compile_cache.user_key) in a temporary

@@ -1,25 +1,28 @@
 """The compiled training step kept with the run (vat/train/compile_cache.py) and carried by
 the GPU suite (bench/gpu_suite/carry.py).
 
-One compiled tiny run and its resume, each a fresh process with a fresh
-TORCHINDUCTOR_CACHE_DIR (so only the run folder's cache can help), are shared by the module:
-inductor builds C++ on this CPU (tens of seconds to minutes per launch on a busy machine).
-Everything else reads the files they left.
+One compiled tiny run and its resume, each a fresh process, are shared by the module; the
+resume's inductor cache holds none of the compiled graphs a compile cache carries, so only the
+run folder's cache can give them. Everything else reads the files they left, or the runs of
+tests/compile_fixtures.py.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from compile_fixtures import ONE_LAYER
 from helpers import (
     fit_args,
     marker_pickle,
@@ -54,35 +57,77 @@ from bench.gpu_suite.schema import write  # noqa: E402
 from bench.gpu_suite.state import load_state, new_state  # noqa: E402
 from vat.errors import VatError  # noqa: E402
 
+pytest_plugins = ["compile_fixtures"]  # compiled_fit, compiled_resume
+
 CPU = torch.device("cpu")
 SAVED_RE = re.compile(
     r"vat: compile cache: saved (\d+) artifacts .* at step (\d+)(?:; (\d+) of (\d+))?"
 )
 
 
+# What of an inductor cache folder (TORCHINDUCTOR_CACHE_DIR) a compile cache carries: the
+# compiled graphs (inductor's, AOTAutograd's) and dynamo's profiles of dynamic sizes. The rest
+# is the C++ kernels built from the graphs' code, which a CPU's compile cache does not carry
+# (the module docstring of vat/train/compile_cache.py): a machine without them builds them.
+GRAPH_CACHES = ("fxgraph", "aotautograd", "dynamo")
+
+
+def _machine_inductor_dir() -> Path:
+    """The first launch's inductor cache folder: these tests' own, kept across sessions as
+    torch's default one is (/tmp/torchinductor_USER), so that inductor builds the tiny run's
+    C++ kernels (minutes on 2 busy cores) once per machine and torch, not once per session.
+    What that launch saves does not depend on it: torch records a graph read from its caches
+    as it records one it compiled."""
+    name = f"vat-tests-inductor-{getpass.getuser()}-torch-{torch.__version__}"
+    return Path(tempfile.gettempdir()) / name.replace("+", "-")
+
+
+def _kernels_only(src: Path, dest: Path) -> Path:
+    """A copy of the inductor cache folder SRC without GRAPH_CACHES: a machine that has never
+    compiled these graphs, as far as a compile cache goes, but need not build their C++ again
+    (a kernel's file is named by its code and build command, not its folder)."""
+
+    def copy(s: str, d: str) -> str:
+        try:
+            return shutil.copy2(s, d)
+        except FileNotFoundError:  # a temporary file another launch has renamed meanwhile
+            return d
+
+    try:
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(*GRAPH_CACHES, "locks"),
+                        copy_function=copy)  # fmt: skip
+    except shutil.Error:  # a folder gone meanwhile: what it held is built again, not missed
+        pass
+    assert not [p for p in dest.rglob("*") if p.name in GRAPH_CACHES]
+    return dest
+
+
 def _launch(run: Path, data_cache: Path, inductor: Path, *extra: str):
-    """`vat train` of the tiny config, compiled, in a fresh process and inductor cache."""
+    """`vat train` of the tiny config (1+1 layers), compiled, in a fresh process and the
+    inductor cache folder INDUCTOR: its `compile cache` lines."""
     args = fit_args(run, data_cache, "--model.compile", "true", "--data.num_workers", "0", *extra)
     env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    r = train_subprocess(args, env_extra=env, timeout=1500)
+    r = train_subprocess([*args, *ONE_LAYER], env_extra=env, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     return [ln for ln in r.stderr.splitlines() if "compile cache" in ln]
 
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
-    """A fresh compiled run of 2 steps (it saves the cache), then its resume to 3 steps on
-    an empty inductor cache (it loads it); the first launch's files kept apart."""
+    """A fresh compiled run of 2 steps (it saves the cache; step 2, at another padded length,
+    compiles the graph with a dynamic length), then its resume to 3 steps in an inductor cache
+    without any compiled graph (it loads them, and dynamo's profile of sizes with them); the
+    first launch's files kept apart."""
     root = tmp_path_factory.mktemp("compile_cache")
-    run = root / "run"
-    first = _launch(run, root / "data", root / "inductor1", "--trainer.max_steps", "2")
+    run, machine = root / "run", _machine_inductor_dir()
+    first = _launch(run, root / "data", machine, "--trainer.max_steps", "2")
     kept = root / "after_first"
     kept.mkdir()
     for name in (CACHE_FILE, RECORD_FILE):
         shutil.copy(run / name, kept / name)
-    second = _launch(
-        run, root / "data", root / "inductor2", "--trainer.max_steps", "3", "--ckpt_path", "last"
-    )
+    fresh = _kernels_only(machine, root / "inductor")
+    more = ["--trainer.max_steps", "3", "--ckpt_path", "last"]
+    second = _launch(run, root / "data", fresh, *more)
     return SimpleNamespace(root=root, run=run, first=first, second=second, kept=kept)
 
 
@@ -202,20 +247,16 @@ def test_merge_keeps_what_torch_s_second_save_would_drop(launches):
     assert merge(blob, blob)[1] == merge(blob)[1] == {k: len(v) for k, v in kinds.items()}
 
 
-def test_no_cache_when_compile_or_the_cache_is_off(tmp_path, fast_compile):
-    """model.compile off: no callback, no line, no file; on with --compile-cache false: the
-    same (aot_eager here: nothing to build)."""
-    for name, extra in (
-        ("eager", []),
-        ("off", ["--model.compile", "true", "--compile-cache", "false"]),
-    ):
-        run = tmp_path / name
-        code, err = train_captured(
-            fit_args(run, tmp_path / "data", "--trainer.max_steps", "1", *extra)
-        )
-        assert code == 0, err
+def test_no_cache_when_compile_or_the_cache_is_off(tmp_path, compiled_fit):
+    """model.compile off: no callback, no line, no file; on with --compile-cache false
+    (compiled_fit, which compiled): the same."""
+    eager = tmp_path / "eager"
+    code, said = train_captured(fit_args(eager, tmp_path / "data", "--trainer.max_steps", "1"))
+    assert code == 0, said
+    for run, err in ((eager, said), (compiled_fit.run, compiled_fit.err)):
         assert not [ln for ln in err if "compile cache" in ln], err
         assert not (run / CACHE_FILE).exists() and not (run / RECORD_FILE).exists()
+    assert any(ln.startswith("vat: model.compile: ") for ln in compiled_fit.lines)
 
 
 # -- the GPU suite carries it -----------------------------------------------------------------
@@ -355,25 +396,22 @@ def test_a_planted_cache_runs_nothing_and_writes_nothing(kind, signed_by, tmp_pa
         assert marker.exists()
 
 
-def test_a_planted_cache_runs_nothing_through_vat_train(tmp_path, fast_compile, monkeypatch):
-    """A copied compiled run folder with a planted cache and a matching record, resumed with
+def test_a_planted_cache_runs_nothing_through_vat_train(compiled_resume):
+    """A run folder with a planted cache and a matching record (compiled_resume), resumed with
     `vat train --ckpt_path last --model.compile true`: nothing runs, one line says why."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    run, marker = tmp_path / "run", tmp_path / "marker"
-    args = fit_args(run, tmp_path / "data", "--model.compile", "true")
-    code, err = train_captured([*args, "--trainer.max_steps", "1"])
-    assert code == 0, err
-    plant_compile_cache(run, [("inductor", "fabc", marker_pickle(marker))], b"k" * 32)
-    code, err = train_captured([*args, "--trainer.max_steps", "2", "--ckpt_path", "last"])
-    assert code == 0, err
-    assert not marker.exists()
+    run, err = compiled_resume.run, compiled_resume.err
+    assert not compiled_resume.marker.exists()
     said = [ln for ln in err if ln.startswith("vat: compile cache: ")]
     assert said[0].startswith(f"vat: compile cache: {run / CACHE_FILE} not used: it is not signed")
-    # and vat's job id is not the planted record's: no run shares another's dynamo profile
-    import torch._dynamo.pgo as pgo
-
-    assert not any("0123456789abcdef" in p.name for p in (tmp_path / "inductor").rglob("*"))
-    assert pgo.get_cache_key() is None  # torch's own job id restored after the fit
+    # and vat's job id is not the planted record's: no run shares another's dynamo profile.
+    # The launch's own id (in the record of the cache it saved over the planted one) names
+    # the profile dynamo kept of its compile
+    files = [p.name for p in compiled_resume.inductor.rglob("*")]
+    assert not any("0123456789abcdef" in name for name in files), files
+    record = json.loads((run / RECORD_FILE).read_text())
+    assert record["signature"] == signature(record, user_key())
+    assert JOB_ID_RE.fullmatch(record["job_id"]) and any(record["job_id"] in n for n in files)
+    assert compiled_resume.pgo_key_after is None  # torch's own job id restored after the fit
 
 
 def test_trust_is_taken_from_the_command_line_only(tmp_path):

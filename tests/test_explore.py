@@ -13,13 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import export_folder
+from cli_fixtures import Stdout, ctrl_c_once, free_port, main_thread_in
+from helpers import copy_folder
 
 import vat
 from vat.errors import OptionError, VatError
@@ -299,12 +299,6 @@ def vat_cmd(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedPr
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_command_errors_are_one_line(tmp_path, capsys):
     from vat.cli.explore import main
 
@@ -334,19 +328,12 @@ def test_command_errors_are_one_line(tmp_path, capsys):
         assert message in one_line("--port", "0", *args)  # a later --port wins
 
 
-def test_missing_extra_is_one_line():
-    code = (  # gradio absent: an import of it fails as when the extra was not installed
-        "import sys; sys.modules['gradio'] = None; from vat.cli import main; "
-        "sys.exit(main(sys.argv[1:]))"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code, "explore", "--model", DEMO],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2
-    assert r.stderr.strip() == (
+def test_missing_extra_is_one_line(monkeypatch, capsys):
+    from vat.cli import main
+
+    monkeypatch.setitem(sys.modules, "gradio", None)  # an import of it fails as without the extra
+    assert main(["explore", "--model", DEMO, "--port", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
         "error: vat explore needs gradio, which is not installed: "
         'pip install "variational-auto-transformer[explore]"'
     )
@@ -361,21 +348,17 @@ def serve(model, tmp_path, corpus=None):
 
 
 @pytest.mark.slow
-def test_the_page_serves_every_kind_of_model(tiny_ckpt, run_dir, tmp_path):
-    from gradio_client import Client
-
-    exported = export_folder(tiny_ckpt, tmp_path / "exported")
-    for model in (tiny_ckpt, run_dir, exported):
+def test_the_page_serves_every_kind_of_model(tiny_ckpt, run_dir, tiny_export, tmp_path):
+    for model in (tiny_ckpt, run_dir, tiny_export):
         page, url = serve(model, tmp_path, corpus=["a b c", "the cat sat"])
         try:
-            client = Client(url, verbose=False)
-            html = client.predict("the cat sat", 1, api_name="/encode")
+            html = _view(url, "encode", ["the cat sat", 1])
             assert 'id="encode-rows"' in html and "vat-error" not in html
-            nb = client.predict("the cat sat", 2, api_name="/neighbours")
+            nb = _view(url, "neighbours", ["the cat sat", 2])
             assert "the cat sat" in nb and 'id="neighbours-table"' in nb
-            bad = client.predict("", 1, api_name="/encode")  # the server keeps serving
+            bad = _view(url, "encode", ["", 1])  # the server keeps serving
             assert "sentence: is empty" in bad
-            assert "vat-error" not in client.predict("a b", 1, api_name="/encode")
+            assert "vat-error" not in _view(url, "encode", ["a b", 1])
         finally:
             page.close()
 
@@ -410,7 +393,7 @@ def test_command_prints_the_address_and_stops_on_ctrl_c(run_dir):
 
 # -- vat export --space --------------------------------------------------------------------------
 @pytest.mark.slow
-def test_export_space_runs_the_page(tiny_ckpt, tmp_path, capsys):
+def test_export_space_runs_the_page(tiny_ckpt, tmp_path, capsys, monkeypatch):
     from vat.cli.export import main as export
 
     out = tmp_path / "space"
@@ -426,51 +409,52 @@ def test_export_space_runs_the_page(tiny_ckpt, tmp_path, capsys):
     capsys.readouterr()
     assert export([str(out), "--push-to-hub", "u/m", "--space"]) == 2
     assert "--space: writes into DIR" in capsys.readouterr().err
+    # the Space runs app.py as a script, in a folder of its own: here in this process, served
+    # on GRADIO_SERVER_PORT as app.py reads it, until Ctrl-C
+    import runpy
+    import urllib.request
+
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(out / "app.py")],
-        cwd=tmp_path,  # the app finds its model beside itself, from any folder
-        env={**os.environ, "GRADIO_SERVER_PORT": str(port)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        from gradio_client import Client
+    url = f"http://127.0.0.1:{port}/"
+    monkeypatch.setenv("GRADIO_SERVER_PORT", str(port))
+    monkeypatch.chdir(tmp_path)  # the app finds its model beside itself, from any folder
 
-        deadline = time.time() + 120  # gradio and vat import slowly on a loaded machine
-        while True:
-            try:
-                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-                break
-            except Exception:
-                if proc.poll() is not None or time.time() > deadline:
-                    proc.kill()  # before reading: a live app's stderr never ends
-                    pytest.fail(f"the Space's app did not serve:\n{proc.communicate()[1][-3000:]}")
-                time.sleep(0.5)
-        assert 'id="encode-rows"' in client.predict("the cat sat", 1, api_name="/encode")
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+    def serving() -> str | None:
+        if not main_thread_in("block_thread"):  # gradio's wait for Ctrl-C
+            return None
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200
+        return _api(url, "encode", ["the cat sat", 1])
+
+    app, answer = ctrl_c_once(lambda: runpy.run_path(str(out / "app.py"), run_name="__main__"),
+                              serving)  # fmt: skip
+    from vat.explore.page import stop
+
+    stop(app["demo"])
+    assert 'id=\\"encode-rows\\"' in answer  # JSON
+    assert app["HERE"] == out and app["demo"].title == "vat explore: space"
 
 
-def test_generate_resample_token_from_the_prior(demo):
-    r = vat_cmd("generate", "resample-token", "--model", DEMO, SENTENCE, "--positions", "8",
-                "--source", "prior", "-n", "3", "--seed", "0")  # fmt: skip
-    assert r.returncode == 0, r.stderr
+def test_generate_resample_token_from_the_prior(demo, capsys):
+    from vat.cli import main
+
+    rc = main(["generate", "resample-token", "--model", DEMO, SENTENCE, "--positions", "8",
+               "--source", "prior", "-n", "3", "--seed", "0"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 0, err
     (texts,) = demo.resample_token([SENTENCE], [8], num_samples=3, seed=0, source="prior")
-    assert r.stdout.split("\n")[:3] == texts
+    assert out.split("\n")[:3] == texts
     with pytest.raises(VatError, match="source"):
         demo.resample_token([SENTENCE], [8], source="nowhere")
 
 
-def test_default_corpus_is_the_recorded_training_text(tiny_ckpt, tmp_path, monkeypatch):
+def test_default_corpus_is_the_recorded_training_text(tiny_export, tmp_path, monkeypatch):
     import argparse
     import dataclasses
 
     from vat.cli.explore import corpus_lines, training_text
 
-    folder = export_folder(tiny_ckpt, tmp_path / "model")
+    folder = copy_folder(tiny_export, tmp_path)  # the tiny checkpoint exported, to add to
     loaded = vat.load(folder, device="cpu").loaded
     assert training_text(loaded) is None  # records none
     named = dataclasses.replace(loaded, train_files=["train.txt"])
@@ -502,6 +486,16 @@ def _api(url: str, name: str, data) -> str:
     event = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
     with urllib.request.urlopen(f"{url}gradio_api/call/{name}/{event}", timeout=60) as r:
         return r.read().decode()
+
+
+def _view(url: str, name: str, data) -> str:
+    """What a view answers over the page's HTTP API (as a browser's client reads it): the HTML
+    of its one output."""
+    stream = _api(url, name, data)
+    event, line = stream.split("\n")[:2]
+    assert event == "event: complete" and line.startswith("data: "), stream[:2000]
+    (html,) = json.loads(line.removeprefix("data: "))
+    return html
 
 
 API_PAYLOADS = [  # (view, values as a client sends them, what the page answers)
@@ -608,33 +602,34 @@ def test_an_ipv6_page_serves(demo):
         stop(page)
 
 
-@pytest.mark.slow
-def test_every_interface_is_warned_and_the_bound_address_printed(tmp_path):
+def test_every_interface_is_warned_and_the_bound_address_printed(tmp_path, monkeypatch, capsys):
+    from vat.cli import main
+
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes("a first line\ncaf\xe9 au lait\nna\xefve\nthe last line\n".encode("latin-1"))
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vat", "explore", "--model", DEMO, "--host", "0.0.0.0",
-         "--port", str(port), "--corpus", str(corpus)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    out = Stdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    code, _ = ctrl_c_once(
+        lambda: main(["explore", "--model", DEMO, "--host", "0.0.0.0", "--port", str(port),
+                      "--corpus", str(corpus)]),
+        lambda: out.has("vat explore: http") or None,  # said once served, inside its try
     )  # fmt: skip
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith(
-            f"vat explore: http://0.0.0.0:{port}/ (every interface; on this machine "
-            f"http://127.0.0.1:{port}/)"
-        ), line
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    err = capsys.readouterr().err
+    assert out.getvalue().startswith(
+        f"vat explore: http://0.0.0.0:{port}/ (every interface; on this machine "
+        f"http://127.0.0.1:{port}/)"
+    ), out.getvalue()
+    assert code == 0 and "Traceback" not in err and "vat explore: stopped" in err, err
     assert (
         f"warning: --host 0.0.0.0: the page is reachable from other machines on the network: "
         f"anyone who can reach port {port} can run the model and read its neighbours corpus "
         "(the 2 lines of latin1.txt)"
     ) in err
     assert f"warning: {corpus}: skipped 2 lines with bytes that are not UTF-8" in err
+    from vat.cli.explore import check_port
+
+    assert check_port("0.0.0.0", port) == port  # stopped: the port is free again
 
 
 def test_a_corpus_with_lines_that_are_not_utf8_says_how_many_it_skipped(demo, tmp_path, capsys):

@@ -1,6 +1,6 @@
-"""`vat explore` end to end in a real browser: the command serves a shipped model and headless
-Chromium drives every view through Playwright, checking what the page shows against the same
-calls in Python (`vat.explore.Explorer`).
+"""`vat explore` end to end in a real browser: the command serves a shipped model (run in the
+test's process) and headless Chromium drives every view through Playwright, checking what the
+page shows against the same calls in Python (`vat.explore.Explorer`).
 
 The model is wmt-tatoeba-en-d128, the one docs/explore.md shows; $VAT_EXPLORE_MODEL names
 another (demo-wordnet-d64 has sentences of its own in SCENES; any other model, a run folder
@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from cli_fixtures import Stdout, ctrl_c_once, free_port
 
 import vat
+from vat.cli import main as vat_main
 from vat.data.corpus import LineReader
 from vat.explore import Explorer
 
@@ -87,42 +86,6 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def server():
-    """`vat explore` as a user starts it, on a free port, one torch thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vat",
-            "explore",
-            "--model",
-            MODEL,
-            "--corpus",
-            str(CORPUS),
-            "--corpus-limit",
-            str(CORPUS_LIMIT),
-            "--port",
-            str(port),
-        ],  # fmt: skip
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    line = proc.stdout.readline()
-    if not line.startswith("vat explore: http://"):
-        proc.kill()
-        pytest.fail(f"vat explore did not start: {line!r} {proc.stderr.read()}")
-    yield line.split()[2]
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err, err
-
-
-@pytest.fixture(scope="module")
 def explorer() -> Explorer:
     lines: list[str] = []  # read as vat.cli.explore.corpus_lines reads them (plain or .gz)
     for chunk in LineReader(CORPUS, "skip"):
@@ -141,29 +104,47 @@ def shots(tmp_path_factory) -> Path:
     return out
 
 
-def test_every_view_in_chromium(server, explorer, shots):
+def test_every_view_in_chromium(explorer, shots, monkeypatch, capsys):
+    """`vat explore` as a user starts it, run in this process (no interpreter start-up; the
+    command's own process and its Ctrl-C are tests/test_explore.py's), one torch thread; the
+    browser drives it from another thread, then presses Ctrl-C."""
     sync_api = pytest.importorskip("playwright.sync_api")
     executable = chromium()
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.set_default_timeout(TIMEOUT_MS)
-            outside: list[str] = []  # nothing may leave the machine
-            page.on(
-                "request",
-                lambda r: (
-                    outside.append(r.url)
-                    if urlparse(r.url).hostname not in ("127.0.0.1", None, "")
-                    else None
-                ),
-            )
-            sync_api.expect.set_options(timeout=TIMEOUT_MS)  # a busy CI machine is slow
-            page.goto(server)
-            drive(page, sync_api.expect, explorer, shots)
-            assert outside == [], outside
-        finally:
-            browser.close()
+    out = Stdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    argv = ["explore", "--model", MODEL, "--corpus", str(CORPUS), "--corpus-limit",
+            str(CORPUS_LIMIT), "--port", str(free_port())]  # fmt: skip
+
+    def browse() -> list[str] | None:
+        if not out.has("vat explore: http://"):
+            return None
+        url = out.getvalue().split()[2]
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1200, "height": 900})
+                page.set_default_timeout(TIMEOUT_MS)
+                outside: list[str] = []  # nothing may leave the machine
+                page.on(
+                    "request",
+                    lambda r: (
+                        outside.append(r.url)
+                        if urlparse(r.url).hostname not in ("127.0.0.1", None, "")
+                        else None
+                    ),
+                )
+                sync_api.expect.set_options(timeout=TIMEOUT_MS)  # a busy CI machine is slow
+                page.goto(url)
+                drive(page, sync_api.expect, explorer, shots)
+            finally:
+                browser.close()
+        return outside
+
+    code, outside = ctrl_c_once(lambda: vat_main(argv), browse)
+    err = capsys.readouterr().err
+    assert code == 0 and "Traceback" not in err and "vat explore: stopped" in err, err
+    assert out.getvalue().startswith("vat explore: http://127.0.0.1:"), out.getvalue()
+    assert outside == [], outside
     for name in ("encode", "resample", "interpolate", "sample", "neighbours", "model", "error"):
         png = shots / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -1,5 +1,8 @@
 """model.loss.fused_cross_entropy (vat/train/fused_ce.py): the same loss and gradients as the full
-logits, chunk by chunk, in fp32, bf16 and a compiled step, and from the CLI."""
+logits, chunk by chunk, in fp32, bf16 and a compiled step, and from the CLI. The compiled step
+is compared in tests/test_training_step.py
+(test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths[True]), whose compiled fused
+steps it shares: dynamo traces each graph for tens of seconds."""
 
 from __future__ import annotations
 
@@ -48,13 +51,12 @@ def test_uniform_logits_cost_log_vocabulary_per_token():
     assert loss.item() == pytest.approx(math.log(50), rel=1e-6)
 
 
-def _system(tok_size: int, fused: bool, compile: bool = False) -> VATSystem:
+def _system(tok_size: int, fused: bool) -> VATSystem:
     torch.manual_seed(0)
     return VATSystem(
         arch=tiny_config(tok_size),
         loss=LossConfig(sample_latent=False, fused_cross_entropy=fused),
         optim=OptimConfig(schedule="constant", lr=1e-3),
-        compile=compile,
     )
 
 
@@ -62,15 +64,15 @@ def _grads(system: VATSystem) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in system.parameters() if p.grad is not None])
 
 
-@pytest.mark.parametrize("mode", ["fp32", "bf16", "compiled"])
-def test_training_step_matches_the_full_logits(mode, fast_compile):
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_training_step_matches_the_full_logits(mode):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(4, 64, (5, 11), generator=g)
     ids[0, 7:] = 0  # pad
     ids[3, 4:] = 0
     batch = {"src": ids, "tgt_in": ids.roll(1, 1), "tgt_out": ids.clone()}
     full = _system(64, fused=False)
-    fused = _system(64, fused=True, compile=mode == "compiled")
+    fused = _system(64, fused=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
         a, b = full._shared_step(batch, "train"), fused._shared_step(batch, "train")
     assert b.logits is None  # no (B, T, V) tensor was kept

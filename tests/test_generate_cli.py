@@ -1,8 +1,10 @@
-"""`vat generate`: every command through `python -m vat generate` in a subprocess, plus
-in-process checks of the bad-input paths (fast: no interpreter start-up)."""
+"""`vat generate`: every command in-process through `vat.cli.main` (what vat does, without an
+interpreter start-up per case), the bad-input paths, and one `python -m vat generate` in a
+subprocess, where the process itself decodes its arguments."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -12,23 +14,22 @@ from pathlib import Path
 import pytest
 import torch
 
+from vat.cli import main as vat_main
 from vat.cli.generate import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--max-len", "6"]  # random weights never say </s>: keep every decode short
 
 
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "vat", "generate", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def run(capsys, *args: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
+    """`vat generate ARGS` in-process (as `python -m vat generate` runs it: vat.cli.main),
+    STDIN as its standard input: exit code, stdout, stderr."""
+    if stdin is not None:
+        stream = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
+        monkeypatch.setattr(sys, "stdin", stream)
+    rc = vat_main(["generate", *args])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
 
 
 def lines(text: str) -> list[str]:
@@ -44,21 +45,21 @@ def input_file(tmp_path) -> Path:
     return p
 
 
-@pytest.mark.slow
-def test_reconstruct_input_file_one_line_per_input_line(tiny_ckpt, input_file):
-    r = run(
-        "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--beam", "3", *FAST
-    )
-    assert r.returncode == 0, r.stderr
-    out = lines(r.stdout)
+def test_reconstruct_input_file_one_line_per_input_line(tiny_ckpt, input_file, capsys):
+    rc, out, err = run(
+        capsys,
+        "reconstruct", "--ckpt", str(tiny_ckpt), "--input", str(input_file), "--beam", "3", *FAST,
+    )  # fmt: skip
+    assert rc == 0, err
+    out = lines(out)
     assert len(out) == 5  # blank lines 2 and 4 give empty output lines
     assert out[1] == "" and out[3] == "" and all(out[i] for i in (0, 2, 4))
-    assert "skipped 2 empty input line" in r.stderr
+    assert "skipped 2 empty input line" in err
 
 
-@pytest.mark.slow
-def test_sample_json(tiny_ckpt):
-    r = run(
+def test_sample_json(tiny_ckpt, capsys):
+    rc, out, err = run(
+        capsys,
         "sample",
         "--ckpt",
         str(tiny_ckpt),
@@ -71,15 +72,15 @@ def test_sample_json(tiny_ckpt):
         "--json",
         *FAST,
     )
-    assert r.returncode == 0, r.stderr
-    recs = [json.loads(x) for x in lines(r.stdout)]
+    assert rc == 0, err
+    recs = [json.loads(x) for x in lines(out)]
     assert [x["input"] for x in recs] == ["The cat sat.", "Two dogs run."]
     assert all(len(x["samples"]) == 3 and x["tau"] == 0.5 for x in recs)
 
 
-@pytest.mark.slow
-def test_resample_token_text(tiny_ckpt):
-    r = run(
+def test_resample_token_text(tiny_ckpt, capsys):
+    rc, out, err = run(
+        capsys,
         "resample-token",
         "--ckpt",
         str(tiny_ckpt),
@@ -90,13 +91,13 @@ def test_resample_token_text(tiny_ckpt):
         "2",
         *FAST,
     )
-    assert r.returncode == 0, r.stderr
-    assert len(lines(r.stdout)) == 2  # n lines per input
+    assert rc == 0, err
+    assert len(lines(out)) == 2  # n lines per input
 
 
-@pytest.mark.slow
-def test_interpolate_stdin_pairs(tiny_ckpt):
-    r = run(
+def test_interpolate_stdin_pairs(tiny_ckpt, capsys, monkeypatch):
+    rc, out, err = run(
+        capsys,
         "interpolate",
         "--ckpt",
         str(tiny_ckpt),
@@ -107,30 +108,27 @@ def test_interpolate_stdin_pairs(tiny_ckpt):
         "--slerp",
         *FAST,
         stdin="The cat sat.\tTwo dogs run through the snow.\nA b.\tC d e.\n",
+        monkeypatch=monkeypatch,
     )
-    assert r.returncode == 0, r.stderr
-    assert len(lines(r.stdout)) == 6  # 3 alphas x 2 pairs
+    assert rc == 0, err
+    assert len(lines(out)) == 6  # 3 alphas x 2 pairs
 
 
-@pytest.mark.slow
-def test_prior_json_lengths_from_histogram(tiny_ckpt):
-    r = run("prior", "--ckpt", str(tiny_ckpt), "-n", "4", "--json", *FAST)
-    assert r.returncode == 0, r.stderr
-    recs = [json.loads(x) for x in lines(r.stdout)]
+def test_prior_json_lengths_from_histogram(tiny_ckpt, capsys):
+    rc, out, err = run(capsys, "prior", "--ckpt", str(tiny_ckpt), "-n", "4", "--json", *FAST)
+    assert rc == 0, err
+    recs = [json.loads(x) for x in lines(out)]
     assert len(recs) == 4 and all(
         2 <= x["length"] <= 7 for x in recs
     )  # tiny_ckpt's histogram support
 
 
-@pytest.mark.slow
-def test_bad_checkpoint_is_one_line_exit_2(tmp_path):
+def test_bad_checkpoint_is_one_line_exit_2(tmp_path, capsys):
     corrupt = tmp_path / "corrupt.ckpt"
     corrupt.write_bytes(b"PK\x03\x04 this is not a checkpoint")
-    r = run("reconstruct", "--ckpt", str(corrupt), "hello")
-    assert r.returncode == 2
-    assert (
-        r.stderr.startswith("error:") and len(lines(r.stderr)) == 1 and "Traceback" not in r.stderr
-    )
+    rc, out, err = run(capsys, "reconstruct", "--ckpt", str(corrupt), "hello")
+    assert rc == 2 and out == ""
+    assert err.startswith("error:") and len(lines(err)) == 1 and "Traceback" not in err
 
 
 # -- in process: bad input, options, JSON layout -------------------------------------------------
@@ -267,6 +265,8 @@ def test_invalid_utf8_on_stdin_is_one_line_error(tiny_ckpt, monkeypatch, capsys)
 
 @pytest.mark.slow
 def test_invalid_utf8_argument_is_one_line_error(tiny_ckpt):
+    """The one `python -m vat generate` process: its arguments are bytes the interpreter
+    decodes (a latin-1 byte becomes a surrogate), and the exit code is the process's."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     args = [
         sys.executable.encode(),

@@ -119,7 +119,9 @@ def test_bad_input_is_one_line(tmp_path, tiny_ckpt, probe, capsys, args, message
     assert not (tmp_path / "g.json").exists()
 
 
-def test_python_m_vat_geometry(tmp_path, tiny_ckpt, probe):
+def test_python_m_vat_geometry(tmp_path, tiny_ckpt, probe, capsys):
+    """`python -m vat geometry` in a process of its own (once: the exit code is the process's);
+    the second run, in-process, never overwrites the first's --output."""
     out = tmp_path / "g.json"
     args = [
         "geometry",
@@ -138,18 +140,13 @@ def test_python_m_vat_geometry(tmp_path, tiny_ckpt, probe):
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["model"]["kind"] == "vat"
     # A second run never overwrites the first's --output: one line, exit 2.
-    again = subprocess.run(
-        [sys.executable, "-m", "vat", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert (
-        again.returncode == 2
-        and again.stderr.startswith("error: --output")
-        and "Traceback" not in again.stderr
-    )
+    from vat.cli import main as vat_main
+
+    written = out.read_bytes()
+    assert vat_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --output") and err.count("\n") == 1 and "Traceback" not in err
+    assert out.read_bytes() == written
 
 
 def test_minilm_layers(tmp_path, probe, capsys, minilm_dir):

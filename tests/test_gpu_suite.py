@@ -1,13 +1,16 @@
 """bench/gpu_suite/: the budget, the choice of the best run, the targets, the sizing of the
 reference and the frontier, the one-line errors, and the whole suite in --smoke mode on CPU
-(two calls: resume). The rehearsal's findings are in tests/test_gpu_suite_rehearsal.py."""
+(two calls: resume; made once, gpu_suite_fixtures.smoke_suite, and read by the tests
+below, which continue it on another machine). The rehearsal's findings are in
+tests/test_gpu_suite_rehearsal.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 import os
-import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -22,6 +25,8 @@ from vat.feature_spec import DEFAULT_EXPORT_SPEC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
 
+import gpu_suite_fixtures
+from gpu_suite_fixtures import returned_files
 from helpers import load_file_module
 
 from bench.gpu_suite.__main__ import main
@@ -53,6 +58,7 @@ from bench.gpu_suite.report import render_markdown
 from bench.gpu_suite.schema import read, write
 from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
 from bench.gpu_suite.throughput import (
+    SMOKE_PROFILE_STEPS,
     compile_diagnosis,
     judge_targets,
     profile_record,
@@ -61,6 +67,8 @@ from bench.gpu_suite.throughput import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+smoke_suite = gpu_suite_fixtures.smoke_suite  # the finished smoke run the tests below read
+suite_data_dir = gpu_suite_fixtures.suite_data_dir
 
 
 def _rec(run, bleu, stsb_mean, stsb_prec):
@@ -262,24 +270,16 @@ def _schema(obj, depth=2):
 
 
 @pytest.mark.slow
-def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
-    """bench/gpu_suite.sh --smoke: facts and throughput in a first call, the rest in a second
-    one on the same OUT_DIR (the finished stages are not run again); the report's schema,
-    the reference model (budget, scores, export, registry line), the frontier records (the
-    two targets train apart), the best run, the exported folders, every stage within its
-    allotment, and the OUT_DIR limits."""
-    out = tmp_path / "suite"
-    env = {**os.environ, "VAT_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
-    sh = [str(ROOT / "bench" / "gpu_suite.sh"), "--smoke"]
-    r1 = subprocess.run([*sh, "--stages", "facts,throughput", str(out)], env=env, text=True,
-                        capture_output=True)  # fmt: skip
-    assert r1.returncode == 0, r1.stderr[-2000:]
-    first = json.loads((out / "gpu_report.json").read_text())
+def test_smoke_suite_two_calls_resume_and_report(smoke_suite, tmp_path):
+    """bench/gpu_suite.sh --smoke (gpu_suite_fixtures.smoke_suite): facts and throughput in a
+    first call, the rest in a second one on the same OUT_DIR (the finished stages are not run
+    again); the report's schema, the reference model (budget, scores, export), the frontier
+    records (the two targets train apart), the best run, the exported folders, every stage
+    within its allotment, and the OUT_DIR limits."""
+    out, first, rep = smoke_suite.out, smoke_suite.first, smoke_suite.rep
+    assert smoke_suite.exits == [0, 0]
     assert first["stages"]["facts"]["status"] == "done"
     assert first["stages"]["frontier_train"]["status"] == "pending"
-    r2 = subprocess.run([*sh, str(out)], env=env, text=True, capture_output=True)
-    assert r2.returncode == 0, r2.stderr[-2000:]
-    rep = json.loads((out / "gpu_report.json").read_text())
     assert write(load_state(out, smoke=True)) == rep  # every field as its type says
 
     assert _schema(rep) == _schema(write(new_state(smoke=False))) | {
@@ -293,6 +293,7 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert set(rep["facts"]) >= {"device", "torch", "cuda", "bf16_matmul_tflops"}
     assert rep["facts"]["bf16_matmul_tflops"] > 0
     assert len(rep["calls"]) == 2 and [c["exit"] for c in rep["calls"]] == [0, 0]
+    assert [c["command"].split()[-1] for c in rep["calls"]] == [str(out)] * 2  # the call's own
     assert {n: s["status"] for n, s in rep["stages"].items()} == dict.fromkeys(STAGES, "done")
     for c in rep["calls"]:  # every stage ended within what its call allotted it
         assert set(c["used_s"]) == set(c["allotted_s"])
@@ -312,9 +313,10 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert rep["throughput"]["targets"]["tokens_per_s_8k"]["measured"] is None  # no 8k in smoke
     # the first eager variant profiled both loops (on CPU: no device time, no sync mode)
     prof = rep["throughput"]["profile"]
-    assert prof["status"] == "done" and prof["variant"] == "smoke_eager" and prof["steps"] == 3
+    assert prof["status"] == "done" and prof["variant"] == "smoke_eager"
+    assert prof["steps"] == SMOKE_PROFILE_STEPS == 1
     for loop in ("vat", "plain"):
-        assert prof[loop]["steps"] == 3 and prof[loop]["wall_ms_per_step"] > 0
+        assert prof[loop]["steps"] == 1 and prof[loop]["wall_ms_per_step"] > 0
         assert prof[loop]["syncs_per_step"] is None and prof[loop]["top_ops"]
     assert "profile" not in rep["throughput"]["variants"]["smoke_eager"]["result"]["vocabs"][0]
 
@@ -337,15 +339,6 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     card = (folder / "README.md").read_text()
     assert "## Measured by vat's GPU suite" in card and f"{e['bleu']:.2f}" in card
     assert "STSBenchmark" in card  # vat export --evaluate: the folder's own STS on its card
-    # the one-line registry command works, and the shipped card keeps the suite's measurements
-    from vat.cli import main as vat_main
-
-    registry = tmp_path / "registry"
-    name = "wmt-tatoeba-en-d16"
-    argv = ["pretrained", "add", str(folder), "--name", name, "--registry", str(registry)]
-    assert vat_main(argv) == 0
-    shipped_card = (registry / name / "README.md").read_text()
-    assert "## Measured by vat's GPU suite" in shipped_card and f"{e['bleu']:.2f}" in shipped_card
     with tarfile.open(out / "reference.tar") as tf:
         assert tf.getnames()[0] == "wmt-tatoeba-en-d16"
 
@@ -399,45 +392,64 @@ def test_smoke_suite_two_calls_resume_and_report(tmp_path, data_dir):
     assert curves == {"logs/tensorboard/reference"} | {
         f"logs/tensorboard/frontier/{r}" for r in fr["runs"]
     }
-    _continue_on_another_machine(tmp_path, out, data_dir, env, registry)
 
 
-def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
+@pytest.mark.slow
+def test_smoke_suite_continues_on_another_machine(smoke_suite, tmp_path, monkeypatch):
     """The next call, on another machine, continues the reference instead of restarting it.
-    Seeded with only the files the first call returned (what --copy-to copies), in another
-    OUT_DIR, the data folder at another path and the first call's model shipped under the
-    reference's name: it resumes the reference exactly (the same weights and tokens as one
-    uninterrupted run of both calls' steps), adds its tokens and says so, and compares its
-    BLEU with the shipped model's. With the checkpoint's part damaged, a call continues from
-    the returned reference.tar's weights (said), its tokens counted on."""
-    from bench.gpu_suite import reference
-    from bench.gpu_suite.__main__ import seed_out_dir
-    from bench.gpu_suite.carry import part_files
-    from bench.gpu_suite.children import child_env
+    Seeded with only the files the smoke run returned (what --copy-to copies), in another
+    OUT_DIR, the data folder at another path and the smoke run's model shipped under the
+    reference's name (its one-line registry command, which keeps the suite's measurements on
+    the shipped card): it resumes the reference exactly (the same weights and tokens as one
+    uninterrupted run of both calls' steps), adds its tokens and says so, compares its BLEU
+    with the shipped model's, and returns its checkpoint within the limits. (With the part
+    damaged: test_one_launch_stopped_for_time_is_evaluated_and_exported.)
+
+    The call is bench/gpu_suite.sh's three steps in this process: --copy-to's check
+    (out_files.py check), the suite (__main__.main), the copy (out_files.py copy); the
+    wrapper's own run of them is tests/test_gpu_suite_rehearsal.py's."""
+    from bench.gpu_suite import out_files, reference
     from bench.gpu_suite.plan import make_plan
+    from vat.cli import main as vat_main
+    from vat.cli.train import vat_train
     from vat.share.checkpoint import read_checkpoint
 
-    back = tmp_path / "back"  # what bench/gpu_suite.sh --copy-to returns: OUT_DIR's files
-    back.mkdir()
-    for f in out.iterdir():
-        if f.is_file():
-            shutil.copy(f, back / f.name)
-    ref1 = json.loads((back / "gpu_report.json").read_text())["reference"]
+    out, data_dir = smoke_suite.out, smoke_suite.data_dir
+    ref1 = smoke_suite.rep["reference"]
+    folder, e = Path(ref1["export"]["folder"]), ref1["eval"]
+    # the one-line registry command works, and the shipped card keeps the suite's measurements
+    registry = tmp_path / "registry"
+    name = "wmt-tatoeba-en-d16"
+    argv = ["pretrained", "add", str(folder), "--name", name, "--registry", str(registry)]
+    assert vat_main(argv) == 0
+    shipped_card = (registry / name / "README.md").read_text()
+    assert "## Measured by vat's GPU suite" in shipped_card and f"{e['bleu']:.2f}" in shipped_card
+
+    back = returned_files(out, tmp_path / "back")  # what --copy-to returned: OUT_DIR's files
+    assert json.loads((back / "gpu_report.json").read_text())["reference"] == ref1
     n1, t1 = ref1["eval"]["step"], ref1["tokens_total"]
     assert ref1["checkpoint_parts"]["step"] == n1 and t1 == ref1["launches"][-1]["tokens_total"]
     assert ref1["device"] == {"device": "CPU", "torch": torch.__version__,
                               "cuda": torch.version.cuda}  # fmt: skip
-    node_data = tmp_path / "node" / "data"  # the bundle's data folder sits elsewhere there
-    node_data.parent.mkdir()
-    node_data.symlink_to(data_dir)
-    env2 = {**env, "VAT_DATA_DIR": str(node_data), "VAT_SHIPPED_DIR": str(registry)}
+    # the data folder elsewhere there: a folder of its own whose contents link to the data
+    node_data = tmp_path / "node" / "data"
+    node_data.mkdir(parents=True)
+    for sub in ("corpus", "senteval"):
+        (node_data / sub).symlink_to((data_dir / sub).resolve())
+    monkeypatch.setenv("VAT_SHIPPED_DIR", str(registry))
     out2, back2 = tmp_path / "node" / "runs" / "gpu", tmp_path / "back2"
-    sh = [str(ROOT / "bench" / "gpu_suite.sh"), "--seed", str(back), "--copy-to", str(back2)]
-    sh += ["--smoke", "--plan", "short", "--stages", "reference", str(out2)]
-    r = subprocess.run(sh, env=env2, text=True, capture_output=True)
-    assert r.returncode == 0, r.stderr[-2000:]
+    plan = make_plan("short", smoke=True)
+    # one launch, its steps a ceiling counted on from round 1's: the floor's tokens
+    n2 = reference.reference_budget(load_state(out, smoke=True), plan, one=True, base=n1).steps
+    n2 -= n1
+    assert out_files.main(["check", str(back2)]) == 0
+    argv = ["--data-dir", str(node_data), "--seed", str(back), "--smoke", "--plan", "short"]
+    rc = main([*argv, "--stages", "reference", str(out2)])
+    assert rc == 0
+    assert out_files.main(["copy", str(out2), str(back2), str(rc), ""]) == 0
     rep2 = json.loads((back2 / "gpu_report.json").read_text())
     ref2, md2 = rep2["reference"], (back2 / "gpu_report.md").read_text()
+    assert md2.rstrip().splitlines()[-1].startswith("**This call: exit 0**")  # the copy's line
     launch = ref2["launches"][-1]
     said = f"resumed exactly from step {n1:,} (the checkpoint an earlier call returned, joined"
     assert launch["how"] == "resumed" and launch["start"].startswith(said) and said in md2
@@ -445,17 +457,8 @@ def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
         {"round": 1, "step": n1, "tokens_total": t1, "bleu": ref1["eval"]["bleu"],
          "ended": ref2["rounds"][0]["ended"]}
     ]  # fmt: skip
-    n2 = launch["steps"]
-    assert n2 > 0 and ref2["eval"]["step"] == launch["step"] == n1 + n2
+    assert launch["steps"] == n2 > 0 and ref2["eval"]["step"] == launch["step"] == n1 + n2
     ckpt = read_checkpoint(out2 / "work" / "reference" / "checkpoints" / "last.ckpt")
-    # one run of n1 + n2 steps, uninterrupted, from the same config on this machine (beside
-    # the damaged variant below, which waits on its own child)
-    alone = tmp_path / "uninterrupted"
-    cmd = reference.train_cmd(out2 / "work" / "reference_config.yaml", alone, n1 + n2)
-    plan = make_plan("short", smoke=True)
-    log = open(tmp_path / "uninterrupted.log", "w")  # noqa: SIM115 (closed after the wait)
-    whole_run = subprocess.Popen(cmd, cwd=out2 / "work", env=child_env(plan), stdout=log,
-                                 stderr=subprocess.STDOUT)  # fmt: skip
     tokens = ckpt["vat"]["training"]["tokens_seen"]
     assert ref2["tokens_total"] == tokens > t1
     assert f"**{tokens:,} non-pad tokens behind the model**" in md2
@@ -473,44 +476,121 @@ def _continue_on_another_machine(tmp_path, out, data_dir, env, registry):
     assert {p["name"] for p in ref2["checkpoint_parts"]["parts"]} <= set(returned)
     assert len(returned) <= 8 and max(returned.values()) <= 16 * 2**20
 
-    # the part damaged on the way: the same call continues from the returned weights
-    back3, out3 = tmp_path / "back3", tmp_path / "node3"
-    shutil.copytree(back, back3)
-    (part,) = part_files(back3)
-    data = bytearray(part.read_bytes())
-    data[len(data) // 2] ^= 1
-    part.write_bytes(bytes(data))
-    seed_out_dir(out3, back3, smoke=True)
-    suite = Suite(out3, plan, node_data, Budget(5), None)
-    suite.write_config()
-    assert reference.begin_round(suite)  # what a call that names --stages reference does
-    assert reference.ensure_trained(suite, time.monotonic() + 300) is None
-    ref3 = write(suite.state)["reference"]
-    launch = ref3["launches"][-1]
-    said = "continued from the weights of reference.tar (wmt-tatoeba-en-d16, "
-    assert launch["how"] == "init_from" and launch["start"].startswith(said)
-    assert launch["start"].endswith("(optimizer fresh)") and said in render_markdown(suite.state)
-    notes = suite.state.stages["reference"].notes
-    damaged = "cannot be resumed: reference.ckpt.part1 fails its SHA-256 check"
-    assert any(damaged in n for n in notes)
-    trained = read_checkpoint(out3 / "work" / "reference" / "checkpoints" / "last.ckpt")
-    record = trained["vat"]["training"]
-    assert record["init_from"]["global_step"] == n1 and record["init_from"]["tokens_total"] == t1
-    assert trained["global_step"] == launch["steps"] == launch["step"] > 0  # a fresh run
-    assert ref3["tokens_total"] == record["tokens_total"] == record["tokens_seen"] + t1
-    assert suite.parts_written and ref3["checkpoint_parts"]["step"] == trained["global_step"]
-    # the exact resume: the weights and tokens of the uninterrupted run
-    rc = whole_run.wait(timeout=600)
-    log.close()
-    assert rc == 0, (tmp_path / "uninterrupted.log").read_text()[-2000:]
+    # the exact resume: one run of n1 + n2 steps, uninterrupted, from the same config on this
+    # machine (in this process: it is the yardstick here, not the subject), has the same
+    # weights and tokens
+    alone = tmp_path / "uninterrupted"
+    cmd = reference.train_cmd(out2 / "work" / "reference_config.yaml", alone, n1 + n2)
+    assert cmd[1:4] == ["-m", "vat", "train"]
+    monkeypatch.chdir(out2 / "work")  # where the suite starts it: its data paths are relative
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = vat_train(cmd[4:])  # `python -m vat train ARGS`' entry point
+    assert code == 0, err.getvalue()[-2000:]
     whole = read_checkpoint(alone / "checkpoints" / "last.ckpt")
     assert whole["global_step"] == ckpt["global_step"] == n1 + n2
     assert whole["vat"]["training"]["tokens_seen"] == tokens
     assert all(torch.equal(whole["state_dict"][k], v) for k, v in ckpt["state_dict"].items())
+
+
+class StopAfterFirstStep:
+    """A clock for bench.gpu_suite.runs (its `time` module): the real one, except that once
+    the launch's log says it made its first optimizer step (`vat train`'s own line) and
+    `after_s` more seconds have passed, one reading of monotonic() lies past any deadline.
+    runs.train then stops the launch as at the end of its stage's time (SIGINT: it saves its
+    state), a step or more into it however long its process took to start, instead of
+    after a fixed wait sized for the slowest start. Everything after the stop (the
+    evaluation, the export, their clock) runs as it would."""
+
+    LINE = b"vat: first optimizer step"
+
+    def __init__(self, log: Path, after_s: float = 1.0) -> None:
+        self.log, self.after_s = log, after_s
+        self.seen: float | None = None
+        self.fired = False
+        self.time, self.sleep = time.time, time.sleep
+
+    def monotonic(self) -> float:
+        now = time.monotonic()
+        if self.fired:
+            return now
+        if self.seen is None and self.log.is_file() and self.LINE in self.log.read_bytes():
+            self.seen = now
+        if self.seen is not None and now >= self.seen + self.after_s:
+            self.fired = True
+            return now + 1e9
+        return now
+
+
+@pytest.mark.slow
+def test_one_launch_stopped_for_time_is_evaluated_and_exported(smoke_suite, tmp_path, monkeypatch):
+    """A call on a fresh node seeded with what the smoke run returned, its checkpoint's part
+    damaged on the way: the reference continues from the returned reference.tar's weights
+    (said; `vat train --init-from`, the optimizer fresh), its tokens counted on. That launch
+    is the short plan's one launch: stopped for time (SIGINT: vat writes last.ckpt at the end
+    of the step it was in; an older vat left on_exception.ckpt), it is not left for a later
+    launch but evaluated as it stands, on the checkpoint it saved, its tokens read from that
+    checkpoint; a call whose time ends before the export leaves it for the next, which does
+    not train again. With the part missing instead, the call starts the same way, said so."""
+    from bench.gpu_suite import reference, runs
+    from bench.gpu_suite.__main__ import seed_out_dir
+    from bench.gpu_suite.carry import part_files
+    from bench.gpu_suite.plan import make_plan
+    from bench.gpu_suite.throughput import measured_throughput
+    from vat.share.checkpoint import read_checkpoint
+
+    back = returned_files(smoke_suite.out, tmp_path / "back")
+    ref1 = json.loads((back / "gpu_report.json").read_text())["reference"]
+    n1, t1 = ref1["eval"]["step"], ref1["tokens_total"]
+    (part,) = part_files(back)
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 1
+    part.write_bytes(bytes(data))
+    out = tmp_path / "node"
+    seed_out_dir(out, back, smoke=True)
+    plan = make_plan("short", smoke=True)
+    assert plan.reference_launches == 1
+    plan.reference_min_tokens = 1e9  # the steps' ceiling far away: only the time stops it
+    suite = Suite(out, plan, smoke_suite.data_dir, Budget(5), None)
+    suite.write_config()
+    assert reference.begin_round(suite)  # what a call that names --stages reference does
+    monkeypatch.setattr(runs, "time", StopAfterFirstStep(suite.logs / "train_reference.log"))
+    first = reference.run(suite, 120.0)
+    ref = suite.state.reference
+    # a slow machine may leave the evaluation or the export to the next call, never training
+    assert first == "done" or (first == "partial" and ref.trained)
+    assert len(ref.launches) == 2  # round 1's, and this one
+    launch = ref.launches[-1]
+    said = "continued from the weights of reference.tar (wmt-tatoeba-en-d16, "
+    assert launch.how == "init_from" and launch.start.startswith(said)
+    assert launch.start.endswith("(optimizer fresh)") and said in render_markdown(suite.state)
+    damaged = "cannot be resumed: reference.ckpt.part1 fails its SHA-256 check"
+    assert any(damaged in n for n in suite.state.stages["reference"].notes)
+    ceiling = math.ceil(1e9 / measured_throughput(suite.state, plan)[2])
+    assert launch.status == "interrupted" and 0 < launch.step < ref.steps == ceiling
+    assert ref.trained and ref.basis == "time"
+    if first == "partial":
+        assert reference.run(suite, 60.0) == "done"
+    trained = read_checkpoint(out / "work" / "reference" / "checkpoints" / "last.ckpt")
+    record = trained["vat"]["training"]
+    assert trained["global_step"] == launch.steps == launch.step == ref.eval.step  # a fresh run
+    assert ref.tokens == record["tokens_seen"] > 0
+    assert record["init_from"]["global_step"] == n1 and record["init_from"]["tokens_total"] == t1
+    assert ref.tokens_total == record["tokens_total"] == record["tokens_seen"] + t1
+    assert suite.parts_written and ref.checkpoint_parts.step == trained["global_step"]
+    assert launch.logged_tokens_per_s is None or launch.logged_tokens_per_s > 0
+    assert any("stopped for time at step" in n for n in suite.state.stages["reference"].notes)
+    assert (out / "reference.tar").is_file()
+    ref.export = None  # a call that ran out of time before the export: the next exports
+    (out / "reference.tar").unlink()
+    assert reference.run(suite, 60.0) == "done"
+    assert len(ref.launches) == 2 and (out / "reference.tar").is_file()  # no further launch
+    assert f"at most {ceiling:,} steps" in render_markdown(suite.state)
+
     # the part left behind: the same start, said so
     part.unlink()
-    seed_out_dir(tmp_path / "node4", back3, smoke=True)
-    suite = Suite(tmp_path / "node4", plan, node_data, Budget(5), None)
+    seed_out_dir(tmp_path / "node2", back, smoke=True)
+    suite = Suite(tmp_path / "node2", plan, smoke_suite.data_dir, Budget(5), None)
     suite.write_config()
     assert reference.begin_round(suite)
     start = reference.choose_start(suite, suite.work / "reference")
@@ -932,44 +1012,3 @@ def test_one_launch_budget_is_a_ceiling_of_steps():
     assert every[every.index("--trainer.val_check_interval") + 1] == "500"
     once = reference_cmd(Path("c.yaml"), Path("r"), 10_000)
     assert once[once.index("--trainer.val_check_interval") + 1] == "10000"
-
-
-@pytest.mark.slow
-def test_one_launch_stopped_for_time_is_evaluated_and_exported(tmp_path, data_dir, monkeypatch):
-    """The short plan's reference: a launch stopped for time (SIGINT: Lightning saves
-    on_exception.ckpt, not last.ckpt) is not left for a later launch but evaluated as it
-    stands, on the checkpoint it saved, its tokens read from that checkpoint; a call whose
-    time ends before the export leaves it for the next, which does not train again."""
-    from bench.gpu_suite import reference
-    from bench.gpu_suite.plan import make_plan
-    from vat.share.checkpoint import read_checkpoint
-
-    plan = make_plan("short", smoke=True)
-    plan.reference_steps_default = plan.max_steps = 1_000_000  # only the time stops it
-    plan.eval_run_s, plan.export_s, plan.stop_grace_s = 2.0, 2.0, 10.0
-    monkeypatch.setattr(reference, "ONE_LAUNCH_MARGIN_S", 0.0)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    out = tmp_path / "out"
-    suite = Suite(out, plan, data_dir, Budget(5), None)
-    suite.write_config()
-    first = reference.run(suite, 60.0)  # 40 s was tight where `import vat` is slow
-    ref = suite.state.reference
-    # a slow machine may leave the evaluation or the export to the next call, never training
-    assert first == "done" or (first == "partial" and ref.trained)
-    (launch,) = ref.launches
-    assert launch.status == "interrupted" and 0 < launch.step < 1_000_000
-    assert ref.trained and ref.basis == "time"
-    if first == "partial":
-        assert reference.run(suite, 60.0) == "done"
-    ckpts = out / "work" / "reference" / "checkpoints"
-    last = read_checkpoint(ckpts / "last.ckpt")
-    assert last["global_step"] == launch.step == ref.eval.step
-    assert ref.tokens == last["vat"]["training"]["tokens_seen"] > 0
-    assert launch.logged_tokens_per_s is None or launch.logged_tokens_per_s > 0
-    assert any("stopped for time at step" in n for n in suite.state.stages["reference"].notes)
-    assert (out / "reference.tar").is_file()
-    ref.export = None  # a call that ran out of time before the export: the next exports
-    (out / "reference.tar").unlink()
-    assert reference.run(suite, 60.0) == "done"
-    assert len(ref.launches) == 1 and (out / "reference.tar").is_file()  # no second launch
-    assert "at most 1,000,000 steps" in render_markdown(suite.state)

@@ -1,9 +1,9 @@
 """The GPU suite continues the reference instead of restarting it: the checkpoint that travels
 in parts (bench/gpu_suite/carry.py), the start a launch picks, the shipped model it may
-continue and the BLEU it must beat to replace it. The whole path (a call on another machine
-resuming the reference exactly, and falling back to its exported weights when the parts are
-damaged) runs at the end of tests/test_gpu_suite.py's smoke test, which returns the files such
-a call starts from."""
+continue and the BLEU it must beat to replace it. The whole path runs in tests/test_gpu_suite.py
+from the files the smoke run returned: a call on another machine resuming the reference
+exactly (test_smoke_suite_continues_on_another_machine), and falling back to its exported
+weights when the parts are damaged (test_one_launch_stopped_for_time_is_evaluated_and_exported)."""
 
 from __future__ import annotations
 

@@ -224,18 +224,23 @@ def test_seed_copies_no_link(tmp_path, data_dir, capsys, name):
     _no_secret_under(b"SECRET-2f1c9e", out)
 
 
-def test_seed_returns_no_linked_secret_through_copy_to(tmp_path, data_dir):
-    """The probe itself, through the wrapper: a secret linked into the seed folder is neither
-    in OUT_DIR nor in --copy-to's folder."""
+def test_seed_returns_no_linked_secret_through_copy_to(tmp_path, data_dir, capsys):
+    """The probe itself, as bench/gpu_suite.sh --seed --copy-to runs it (its three steps,
+    here in this process: out_files.py check, the suite, out_files.py copy, which the wrapper
+    runs whatever the suite's exit): a secret linked into the seed folder is neither in
+    OUT_DIR nor in --copy-to's folder. (The wrapper running those steps and passing the
+    suite's exit on: tests/test_gpu_suite_rehearsal.py's failed and stopped calls.)"""
     seed, out, back = tmp_path / "gpu_back", tmp_path / "out", tmp_path / "B"
     _out_dir_with_report(seed)
     secret = tmp_path / "secret"
     secret.write_bytes(b"SECRET-7d41aa\n")
     (seed / "best_sts.tar").symlink_to(secret)
-    cmd = [SH, "--seed", str(seed), "--copy-to", str(back), "--smoke", "--budget-min", "0.0001"]
-    r = subprocess.run([*cmd, str(out)], env=_env(data_dir), capture_output=True, text=True)
-    assert r.returncode == 2, r.stderr
-    assert str(seed / "best_sts.tar") in _one_line(r.stderr)
+    assert out_files.main(["check", str(back)]) == 0
+    argv = ["--seed", str(seed), "--smoke", "--data-dir", str(data_dir), "--budget-min", "0.0001"]
+    rc = main([*argv, str(out)])
+    assert rc == 2
+    assert str(seed / "best_sts.tar") in _one_line(capsys.readouterr().err)
+    assert out_files.main(["copy", str(out), str(back), str(rc), ""]) == 0
     _no_secret_under(b"SECRET-7d41aa", out, back)
 
 

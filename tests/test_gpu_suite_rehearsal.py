@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,11 +20,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
 
+import gpu_suite_fixtures
+
 from bench.gpu_suite import frontier_eval
 from bench.gpu_suite.__main__ import main, seed_out_dir
 from bench.gpu_suite.call import MAX_OUT_BYTES, MAX_OUT_FILE, MAX_OUT_FILES
-from bench.gpu_suite.children import child_env
-from bench.gpu_suite.frontier_train import train_cmd
 from bench.gpu_suite.plan import (
     CALL_GUARD_S,
     CALL_LIMIT_S,
@@ -42,13 +44,15 @@ from bench.gpu_suite.plan import (
     recipe_device_s,
     smoke_plan,
 )
-from bench.gpu_suite.runs import checkpoint_step, prepare_data
+from bench.gpu_suite.runs import checkpoint_step
 from bench.gpu_suite.schema import write
 from bench.gpu_suite.state import STAGES, Budget, Suite, new_state, stage_allot
 from vat.errors import VatError
 
 ROOT = Path(__file__).resolve().parents[1]
 SH = str(ROOT / "bench" / "gpu_suite.sh")
+smoke_suite = gpu_suite_fixtures.smoke_suite  # the finished smoke run, made once a session
+suite_data_dir = gpu_suite_fixtures.suite_data_dir
 
 
 def _env(data_dir: Path) -> dict[str, str]:
@@ -56,50 +60,48 @@ def _env(data_dir: Path) -> dict[str, str]:
 
 
 def test_runs_killed_before_their_first_checkpoint_start_afresh_and_finished_runs_stay(
-    tmp_path, data_dir
+    smoke_suite, tmp_path
 ):
     """Run 5.0 is killed (SIGKILL, as by the OOM killer) after vat wrote its run folder and
     before its first checkpoint: `--ckpt_path last` refuses such a folder, so every later
     call failed. Run 20.0 reached its last step but the suite never recorded it (stopped
     in its last seconds): it was counted as interrupted and relaunched. Now the first starts
-    afresh and the second is found finished and not launched."""
+    afresh and the second is found finished and not launched.
+
+    The kill is the smoke run's (gpu_suite_fixtures._make_smoke_run: its second call found
+    the killed folder); the finished runs are the smoke run's two frontier runs, copied into
+    a fresh OUT_DIR without the marks the suite writes after a run."""
+    k = smoke_suite.killed
+    assert k["folder_written"] and k["returncode"] == -signal.SIGKILL
+    assert k["step"] is None and k["config_yaml"]  # a folder, no checkpoint: then the call
+    killed = smoke_suite.out / "work" / "frontier" / "target_kl_5.0"
+    rep = smoke_suite.rep
+    assert rep["stages"]["frontier_train"]["status"] == "done"
+    assert checkpoint_step(killed) == 8 and (killed / ".trained").is_file()
+    notes = rep["stages"]["frontier_train"]["notes"]
+    assert any("target_kl_5.0: no checkpoint from its earlier start" in n for n in notes)
+
     out = tmp_path / "out"
-    plan = smoke_plan()
-    suite = Suite(out, plan, data_dir, Budget(5), 8)
+    suite = Suite(out, smoke_plan(), smoke_suite.data_dir, Budget(5), 8)
     suite.save()  # a call saves its report before it writes work/ (the suite's own OUT_DIR)
     suite.write_config()
-    prepare_data(suite, suite.config)
     runs = out / "work" / "frontier"
-    killed, finished = runs / "target_kl_5.0", runs / "target_kl_20.0"
-    kw = {
-        "cwd": ROOT,
-        "env": child_env(plan),
-        "stdout": subprocess.DEVNULL,
-        "stderr": subprocess.DEVNULL,
-    }
-    done = subprocess.Popen(train_cmd(suite.config, finished, 20.0, 8), **kw)
-    # 500 steps: its first checkpoint would come at step 125, long after its folder is written
-    victim = subprocess.Popen(train_cmd(suite.config, killed, 5.0, 500), **kw)
-    deadline = time.monotonic() + 120
-    while not (killed / "config.yaml").exists() and victim.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    victim.kill()
-    victim.wait()
-    assert done.wait(timeout=120) == 0
-    assert checkpoint_step(killed) is None and (killed / "config.yaml").is_file()
-    assert checkpoint_step(finished) == 8 and not (finished / ".trained").exists()
+    suite_wrote = (".trained", "suite_eval.json", "bleu_*.json", "sts_*.json", "feature_compare")
+    for run in ("target_kl_5.0", "target_kl_20.0"):
+        shutil.copytree(smoke_suite.out / "work" / "frontier" / run, runs / run,
+                        ignore=shutil.ignore_patterns(*suite_wrote))  # fmt: skip
+        assert checkpoint_step(runs / run) == 8 and not (runs / run / ".trained").exists()
 
-    argv = ["--smoke", "--data-dir", str(data_dir), "--stages", "frontier_train"]
+    argv = ["--smoke", "--data-dir", str(smoke_suite.data_dir), "--stages", "frontier_train"]
     assert main([*argv, "--frontier-steps", "8", str(out)]) == 0
     rep = json.loads((out / "gpu_report.json").read_text())
     assert rep["stages"]["frontier_train"]["status"] == "done"
-    assert checkpoint_step(killed) == 8 and (killed / ".trained").is_file()
-    assert (finished / ".trained").is_file()
-    assert not list(finished.glob("config-resume-*.yaml"))  # not launched again
-    assert not (out / "work" / "logs" / "train_target_kl_20.0.log").exists()
-    notes = rep["stages"]["frontier_train"]["notes"]
-    assert any("target_kl_5.0: no checkpoint from its earlier start" in n for n in notes)
+    for run in ("target_kl_5.0", "target_kl_20.0"):
+        finished = runs / run
+        assert (finished / ".trained").is_file()
+        assert not list(finished.glob("config-resume-*.yaml"))  # not launched again
+        assert not (out / "work" / "logs" / f"train_{run}.log").exists()
+    assert "launches" not in rep["calls"][-1]
 
 
 def _simulate(plan, recipe):
@@ -218,13 +220,28 @@ def _copied(folder: Path) -> tuple[dict, str]:
 
 
 def test_a_call_with_a_failed_stage_or_at_its_limit_returns_its_files_and_exit_code(
-    tmp_path, data_dir
+    tmp_path, suite_data_dir
 ):
     """The old recipe's `; find ... $OUT` made the call's exit code find's, and a call past
     10 minutes was killed before copying. Now bench/gpu_suite.sh --copy-to copies OUT_DIR's
     files whatever happened and exits with the suite's code, which the copied report shows;
-    --call-limit-s stops the suite before the limit (its state saved)."""
-    env = _env(data_dir)
+    --call-limit-s stops the suite before the limit (its state saved). (The call with a
+    failed stage runs while the one at its limit waits for it.)"""
+    env = _env(suite_data_dir)
+    # a call at its limit: `window` s after the 40-s guard, inside the smoke run's stages (12 s
+    # once stopped it while Python was still importing Lightning on a loaded machine: no
+    # report yet; the suite now imports Lightning only when a stage needs it, and writes its
+    # report within seconds of its start)
+    window = 20
+    out2, back2 = tmp_path / "out2", tmp_path / "back2"
+    limit = CALL_GUARD_S + window
+    cmd = [SH, "--copy-to", str(back2), "--call-limit-s", str(limit), "--smoke", str(out2)]
+    t0 = time.monotonic()
+    at_limit = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    while not (out2 / "gpu_report.json").exists() and at_limit.poll() is None:
+        time.sleep(0.05)  # its start not slowed by the call below
+
     # a stage that fails: a run marked trained whose checkpoint is not there
     out, back = tmp_path / "out", tmp_path / "back"
     state = write(new_state(smoke=True))
@@ -240,15 +257,10 @@ def test_a_call_with_a_failed_stage_or_at_its_limit_returns_its_files_and_exit_c
     assert rep["calls"][-1]["exit"] == 1 and rep["stages"]["frontier_eval"]["status"] == "failed"
     assert md.rstrip().splitlines()[-1].startswith("**This call: exit 1** (a stage failed")
 
-    # a call at its limit: 30 s after the 40-s guard, inside the smoke run's stages (12 s
-    # stopped it, under a loaded machine, while Python was still importing: no report yet)
-    out2, back2 = tmp_path / "out2", tmp_path / "back2"
-    limit = CALL_GUARD_S + 30
-    cmd = [SH, "--copy-to", str(back2), "--call-limit-s", str(limit), "--smoke", str(out2)]
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert r.returncode == 124, r.stderr[-2000:]
-    assert time.monotonic() - t0 < 30 + 28  # stopped, not killed: the suite wrote its report
+    _, err = at_limit.communicate()
+    assert at_limit.returncode == 124, err[-2000:]
+    # stopped, not killed (SIGKILL 28 s after the SIGINT): the suite wrote its report
+    assert time.monotonic() - t0 < window + 28
     rep, md = _copied(back2)
     assert rep["calls"][-1]["exit"] == 130
     stopped = [s for s, st in rep["stages"].items() if st["status"] == "partial"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,10 @@ from helpers import (
     copy_folder,
     export_folder,
     fit_args,
-    hold_lock,
     scalars,
     train_captured,
 )
+from train_fixtures import one_torch_thread
 
 from vat.share.checkpoint import read_checkpoint
 
@@ -43,10 +44,11 @@ def source(tmp_path_factory) -> tuple[Path, Path, float]:
     `vat train validate --ckpt_path` measures it."""
     tmp = tmp_path_factory.mktemp("init_from")
     cache = tmp / "cache"
-    code, err = train_captured(fit_args(tmp / "src", cache, "--trainer.max_steps", "4"))
-    assert code == 0, err
-    ckpt = tmp / "src" / "checkpoints" / "last.ckpt"
-    return ckpt, cache, _own_nll(ckpt, cache, tmp / "val")
+    with one_torch_thread():  # as in the tests (a module fixture runs before conftest's)
+        code, err = train_captured(fit_args(tmp / "src", cache, "--trainer.max_steps", "4"))
+        assert code == 0, err
+        ckpt = tmp / "src" / "checkpoints" / "last.ckpt"
+        return ckpt, cache, _own_nll(ckpt, cache, tmp / "val")
 
 
 def _own_nll(ckpt: Path, cache: Path, run: Path) -> float:
@@ -114,6 +116,30 @@ def test_a_continued_run_learns_and_its_resume_keeps_the_record(source, tmp_path
     assert after["tokens_total"] == after["tokens_seen"] + first["init_from"]["tokens_total"]
 
 
+def _hold_lock(run: Path) -> int:
+    """Another process holding RUN/.lock, as a run training there does, until it is killed:
+    a fork of this one (helpers.hold_lock's fresh interpreter imports Lightning first, seconds
+    of start-up for one flock). Returns its process id."""
+    from vat.runs.run_dir import lock_run_dir
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: take the lock, say so, hold it; never back into pytest
+        try:
+            os.close(read)
+            lock_run_dir(run)
+            os.write(write, b"locked")
+            time.sleep(120)
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 6) == b"locked"
+    finally:
+        os.close(read)
+    return pid
+
+
 def test_a_run_folder_still_training_is_refused_in_one_line(source, tmp_path):
     """Another process holds the source run's lock: the checkpoint its folder stands for
     changes as it trains, so which weights a start would take depends on the moment. The
@@ -124,15 +150,15 @@ def test_a_run_folder_still_training_is_refused_in_one_line(source, tmp_path):
 
     ckpt, cache, _ = source
     src = ckpt.parent.parent
-    holder = hold_lock(src)
+    holder = _hold_lock(src)
     try:
         run = tmp_path / "run"
         code, err = train_captured(fit_args(run, cache, "--init-from", str(src)))
     finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
     assert code == 2 and err == [
-        f"error: --init-from {src}: that run is training now (pid {holder.pid} holds "
+        f"error: --init-from {src}: that run is training now (pid {holder} holds "
         f"{src / '.lock'}), and the checkpoint its folder stands for changes as it trains; "
         f"wait for it to finish, or give the checkpoint file to start from, such as "
         f"{run_checkpoint(src)}"

@@ -1,7 +1,14 @@
 """Crash safety: SIGKILL mid-epoch, a Ctrl-C (SIGINT) or SIGTERM anywhere, then
 `--ckpt_path last` equals an uninterrupted run (weights, optimizer, step, checkpoint names,
 TensorBoard curves); non-finite losses stop the run without touching the last good
-checkpoint."""
+checkpoint.
+
+What vat does runs in-process (`vat train` as `vat.cli.train.main`, exit code and stderr
+lines): the reference, every resume, a requested stop, and the signals a callback sends to
+its own process (crash_callbacks.SignalAt: vat's handler takes them in this process as it
+would in any other). Two runs stay real processes, where the process is the subject: a SIGKILL
+(nothing of the process survives) and a terminal's Ctrl-C to a whole process group (the
+training process and its data loader worker)."""
 
 from __future__ import annotations
 
@@ -15,8 +22,9 @@ import time
 import pytest
 import torch
 from conftest import ROOT
-from helpers import fit_args, train_env, train_subprocess
+from helpers import fit_args, train_captured, train_env, train_subprocess
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from train_fixtures import train_once
 
 # 12 training sentences / batch 4 = 3 steps per epoch; 8 steps cross two epoch boundaries.
 COMMON = [
@@ -38,20 +46,34 @@ def _weights(path):
     return ckpt["state_dict"], ckpt["optimizer_states"][0]["state"], ckpt["global_step"]
 
 
+@pytest.fixture(autouse=True)
+def signal_handlers():
+    """A terminal's SIGINT for the test (conftest.py's rule: an earlier in-process run may
+    have left it ignored, and vat's handler leaves an ignored SIGINT ignored), and this
+    process's SIGINT and SIGTERM handlers as they were afterwards: the in-process runs get
+    real signals, and Lightning leaves SIGINT ignored after a second Ctrl-C (its
+    `_call_and_handle_interrupt`), which later runs and subprocesses would inherit."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    if before[signal.SIGINT] is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted 8-step run (and the data cache the interrupted runs share)."""
     base = tmp_path_factory.mktemp("resume")
-    r = train_subprocess(fit_args(base / "ref", base / "cache", *COMMON))
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, err = train_once(fit_args(base / "ref", base / "cache", *COMMON))
+    assert code == 0, err[-20:]
     return base / "ref" / "checkpoints" / "last.ckpt", base / "cache"
 
 
-def _resume_matches_reference(
-    run, cache, reference_ckpt, *extra: str
-) -> subprocess.CompletedProcess:
-    r = train_subprocess(fit_args(run, cache, *COMMON, "--ckpt_path", "last", *extra))
-    assert r.returncode == 0, r.stderr[-2000:]
+def _resume_matches_reference(run, cache, reference_ckpt, *extra: str) -> str:
+    """`--ckpt_path last` in-process, compared with the reference; returns its stderr."""
+    code, err = train_captured(fit_args(run, cache, *COMMON, "--ckpt_path", "last", *extra))
+    assert code == 0, err[-20:]
     ref_w, ref_opt, ref_step = _weights(reference_ckpt)
     got_w, got_opt, got_step = _weights(run / "checkpoints" / "last.ckpt")
     assert ref_step == got_step == 8
@@ -62,7 +84,7 @@ def _resume_matches_reference(
     for i in ref_opt:
         for k in ref_opt[i]:
             assert torch.equal(ref_opt[i][k], got_opt[i][k]), (i, k)
-    return r
+    return "\n".join(err)
 
 
 @pytest.mark.slow
@@ -87,8 +109,8 @@ def test_stop_mid_epoch_then_resume_matches_uninterrupted(tmp_path, reference):
     ref_ckpt, cache = reference
     run = tmp_path / "run"
     stop = ["--trainer.callbacks+=crash_callbacks.StopAtStep", "--trainer.callbacks.step=5"]
-    r = train_subprocess(fit_args(run, cache, *COMMON, *stop))
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, err = train_captured(fit_args(run, cache, *COMMON, *stop))
+    assert code == 0, err[-20:]
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 5 and last["epoch"] == 1  # step 5 is batch 2 of epoch 1
     _resume_matches_reference(run, cache, ref_ckpt)
@@ -98,13 +120,13 @@ def test_stop_mid_epoch_then_resume_matches_uninterrupted(tmp_path, reference):
 def test_non_finite_loss_stops_with_message_and_keeps_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     poison = ["--trainer.callbacks+=crash_callbacks.PoisonAtStep", "--trainer.callbacks.step=3"]
-    r = train_subprocess(fit_args(run, tmp_path / "cache", *COMMON, *poison))
-    assert r.returncode == 2
-    msg = r.stderr.strip().splitlines()[-1]
+    code, err = train_captured(fit_args(run, tmp_path / "cache", *COMMON, *poison))
+    assert code == 2
+    msg = err[-1]
     assert (
         msg.startswith("error: non-finite loss at step 3")
         and "last.ckpt" in msg
-        and "Traceback" not in r.stderr
+        and not any("Traceback" in line for line in err)
     )
     state, _, step = _weights(run / "checkpoints" / "last.ckpt")
     assert step == 2
@@ -146,15 +168,14 @@ def _interrupt(
     run, cache, step: int, phase: str, sig: str = "SIGINT", resume: bool = True, stops_after=None
 ):
     """A run (or a resume) that gets `sig` at `phase` of step `step`, and the stop it makes:
-    after that step, or (a signal during a validation) after the next one."""
+    after that step, or (a signal during a validation) after the next one. In-process: the
+    signal comes to this process, whose handler is vat's while it trains."""
     stops_after = step if stops_after is None else stops_after
     args = [*COMMON, *(["--ckpt_path", "last"] if resume else []), *_signal_at(step, phase, sig)]
-    r = train_subprocess(fit_args(run, cache, *args))
-    code = {"SIGINT": 130, "SIGTERM": 143}[sig]
+    code, lines = train_captured(fit_args(run, cache, *args))
     name = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}[sig]
-    assert r.returncode == code, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
+    assert code == {"SIGINT": 130, "SIGTERM": 143}[sig], lines[-20:]
+    assert not any("Traceback" in line for line in lines)
     last = run / "checkpoints" / "last.ckpt"
     assert lines[-1] == (
         f"vat: stopped by {name} after step {stops_after}; {last} holds it: resume with the "
@@ -191,14 +212,14 @@ def test_ctrl_c_mid_step_in_validation_and_sigterm_at_a_checkpoint_resume_exactl
     _interrupt(run, cache, 6, "batch_end", sig="SIGTERM")
     # the last resume with a progress bar, slowed to at most 5 steps/s (0.2 s a step)
     slow = ["--trainer.callbacks+=crash_callbacks.SlowSteps", "--trainer.callbacks.seconds=0.2"]
-    r = _resume_matches_reference(
+    err = _resume_matches_reference(
         run, cache, ref_ckpt, "--trainer.enable_progress_bar", "true", *slow
     )
     assert _checkpoint_names(run) == ref_names
     assert _curves(run) == ref_curves
-    # steps/s counts the 2 steps run by this process, not the 8 of the whole run
-    rates = [float(m) for m in re.findall(r"8/8 \[[^\]]*?([0-9.]+)step/s", r.stderr)]
-    assert rates and rates[-1] <= 5.0, r.stderr[-1500:]
+    # steps/s counts the 2 steps run by this command, not the 8 of the whole run
+    rates = [float(m) for m in re.findall(r"8/8 \[[^\]]*?([0-9.]+)step/s", err)]
+    assert rates and rates[-1] <= 5.0, err[-1500:]
 
 
 @pytest.mark.slow
@@ -208,10 +229,10 @@ def test_a_second_ctrl_c_stops_at_once_and_saves_nothing(tmp_path, reference):
     on_exception.ckpt offers the half-stopped one."""
     _, cache = reference
     run = tmp_path / "run"
-    r = train_subprocess(fit_args(run, cache, *COMMON, *_signal_at(5, "batch_end", times=2)))
-    assert r.returncode == 130, r.stderr[-2000:]
-    assert r.stderr.strip().splitlines()[-1] == "error: interrupted"
-    assert "Traceback" not in r.stderr
+    code, err = train_captured(fit_args(run, cache, *COMMON, *_signal_at(5, "batch_end", times=2)))
+    assert code == 130, err[-20:]
+    assert err[-1] == "error: interrupted"
+    assert not any("Traceback" in line for line in err)
     assert _weights(run / "checkpoints" / "last.ckpt")[2] == 4
     assert not (run / "checkpoints" / "on_exception.ckpt").exists()
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from helpers import fit_args, hold_lock, run_python, scalars, train_main, train_subprocess
+from helpers import fit_args, hold_lock, scalars, train_main, train_subprocess
 
 from vat.share.checkpoint import read_checkpoint
 
@@ -24,16 +24,14 @@ def _step(path) -> int:
     return int(read_checkpoint(path)["global_step"])
 
 
+pytest_plugins = ["compile_fixtures"]  # fresh_run, compiled_resume
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A fresh 2-step run, trained in a subprocess with warnings on; tests work on copies."""
-    base = tmp_path_factory.mktemp("rundir")
-    run = base / "run"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-    env.pop("PYTHONWARNINGS", None)
-    r = run_python(["-m", "vat", "train", *fit_args(run, base / "cache")], env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return run, base / "cache", r.stderr
+def trained(fresh_run):
+    """A fresh 2-step run, trained in a subprocess with warnings on (compile_fixtures.fresh_run,
+    which other modules read too): (run, data cache, stderr); tests work on copies."""
+    return fresh_run
 
 
 @pytest.fixture
@@ -476,10 +474,11 @@ def test_a_compiled_run_resumed_with_compile_false_runs_eagerly(resumed):
     assert seen.model.compile is False and seen.model._compiled is None and written is False
 
 
-def test_a_run_resumed_with_compile_true_compiles(resumed, fast_compile):
-    """The one compiled run of this module (aot_eager: vat's compiled step without
-    inductor's C++ build)."""
-    torch._dynamo.reset()  # graphs an earlier test in this process compiled would serve it
-    seen, written, _ = resumed("model.compile", "true", "--compile_cache", "false")
-    assert seen.model._compiled is not None and seen.model._compiled.graphs >= 1
-    assert written is True
+def test_a_run_resumed_with_compile_true_compiles(compiled_resume):
+    """compiled_resume: a run whose checkpoint records model.compile false, resumed with
+    --model.compile true (aot_eager: vat's compiled step without inductor's C++ build), a
+    dynamo reset before it, so that it compiles its own graphs."""
+    model = compiled_resume.model
+    assert model.compile is True and model._compiled is not None and model._compiled.graphs >= 1
+    config = yaml.safe_load((compiled_resume.run / "config-resume-1.yaml").read_text())
+    assert config["model"]["compile"] is True

@@ -200,6 +200,7 @@ def test_measure_run_reads_the_checkpoint_once(swept, monkeypatch):
 
 
 def test_rerun_skips_finished_runs(swept, capsys):
+    """A rerun trains nothing, and its bar counts the runs (2/2 here, both finished)."""
     out = swept / "sweep"
     events = _events(out)
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")}
@@ -207,7 +208,9 @@ def test_rerun_skips_finished_runs(swept, capsys):
     assert sweep_cli.main(["-c", str(swept / "sweep.yaml")]) == 0
     assert _events(out) == events  # no training ran
     assert {p: p.stat().st_mtime_ns for p in out.glob("free_bits_*/record.json")} == mtimes
-    assert capsys.readouterr().err.count("done, skipping") == 2
+    err = capsys.readouterr().err
+    assert err.count("done, skipping") == 2
+    assert "sweep: 100%" in err and "2/2" in err and "[sweep]" in err  # the bar over runs
     assert sorted(p.name for p in (out / "hparams").iterdir() if p.is_dir()) == [
         "free_bits_0.0",
         "free_bits_0.5",
@@ -215,12 +218,9 @@ def test_rerun_skips_finished_runs(swept, capsys):
 
 
 def test_progress_bar_over_runs_and_quiet(swept, capsys):
-    """A bar counts the runs (2/2 here, both finished); --no-progress drops the bar, --quiet
+    """--no-progress drops the bar over runs (test_rerun_skips_finished_runs shows it), --quiet
     the bar and the [sweep] log lines."""
     cfg = str(swept / "sweep.yaml")
-    assert sweep_cli.main(["-c", cfg]) == 0
-    err = capsys.readouterr().err
-    assert "sweep: 100%" in err and "2/2" in err and "[sweep]" in err
     assert sweep_cli.main(["-c", cfg, "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "sweep: " not in err and "2/2" not in err and "[sweep]" in err
@@ -237,23 +237,24 @@ def test_trained_run_without_record_is_measured_not_retrained(swept):
     assert _events(out) == events
 
 
-def test_interrupted_training_resumes_from_last_checkpoint(tmp_path, monkeypatch):
+def test_interrupted_training_resumes_from_last_checkpoint(swept, tmp_path, monkeypatch):
     """A run with checkpoints/last.ckpt but no .trained marker continues with --ckpt_path last.
-    (A sweep of its own: resuming changes the run, and the tests sharing `swept` may run after
-    this one on the same pytest-xdist worker.)"""
+    (On a copy of the module's run: resuming changes the run, and the tests sharing `swept`
+    may run after this one on the same pytest-xdist worker.)"""
+    import shutil
+
     import vat.cli.train
 
-    swept = tmp_path
-    assert sweep_cli.main(["-c", str(_config(swept, sweep={KEY: [0.0]}))]) == 0
-    out = swept / "sweep"
+    out = tmp_path / "sweep"
     run = out / "free_bits_0.0"
+    shutil.copytree(swept / "sweep" / "free_bits_0.0", run)
     (run / "record.json").unlink()
     (run / sweep.TRAINED_MARKER).unlink()  # as if killed mid-training
     calls = []
     real = vat.cli.train.main
     monkeypatch.setattr(vat.cli.train, "main", lambda args: calls.append(args) or real(args))
     cfg = _config(
-        swept / "resume",
+        tmp_path,
         out_dir=str(out),
         extra_args=["--trainer.max_steps", "6", "--data.cache_dir", str(swept / "cache")],
     )
@@ -380,32 +381,18 @@ def test_values_on_a_grid_is_a_usage_error(tmp_path, capsys):
     assert "grid" in capsys.readouterr().err
 
 
-def test_parallel_jobs_train_each_value_in_its_own_process(tmp_path, capsys):
-    """jobs=2: the data is prepared once, each value trains in a child process with its own
-    log, and the parent writes the same table as a sequential sweep would."""
-    cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=2, device="cpu")
-    assert sweep_cli.main(["-c", str(cfg)]) == 0
-    out = tmp_path / "sweep"
-    err = capsys.readouterr().err
-    assert err.count("started in a child process") == 2 and "preparing the data once" in err
-    caches = list((tmp_path / "cache").glob("data-*"))
-    assert len(caches) == 1  # one tokenized cache, built by the parent, read by both children
-    for name in ("prior_std_0.3", "prior_std_0.7"):
-        log = (out / name / "sweep.log").read_text()
-        assert "measuring" in log  # the child trained and measured this value
-        rec = json.loads((out / name / "record.json").read_text())
-        assert rec["step"] == 4 and rec["prior_std"] == pytest.approx(float(name.rsplit("_", 1)[1]))
-    with open(out / "sweep.csv") as f:
-        assert [float(r["model.loss.prior_std"]) for r in csv.DictReader(f)] == [0.3, 0.7]
-
-
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_failed_point_is_in_the_table_and_the_others_still_run(tmp_path, capsys, jobs):
     """A point that fails while training does not stop the others, one after another or in
     child processes alike: it is a row of the table saying why, and the sweep ends with exit 2
     and one line naming it (before: with jobs 1 the sweep stopped there, so the points after it
-    never trained; with either, no table was written)."""
-    cfg = _config(tmp_path, sweep={"model.loss.prior_std": [0.3, 0.7]}, jobs=jobs, device="cpu")
+    never trained; with either, no table was written).
+
+    jobs=2 is also the parallel sweep: the data is prepared once, each value trains in a child
+    process of its own with its own log, and the parent writes the same table as a sequential
+    sweep would."""
+    values = [0.3, 0.7]
+    cfg = _config(tmp_path, sweep={"model.loss.prior_std": values}, jobs=jobs, device="cpu")
     out = tmp_path / "sweep"
     bad = out / "prior_std_0.3" / "checkpoints" / "last.ckpt"  # the first point: its resume fails
     bad.parent.mkdir(parents=True)
@@ -414,26 +401,40 @@ def test_a_failed_point_is_in_the_table_and_the_others_still_run(tmp_path, capsy
     cap = capsys.readouterr()
     why = f"checkpoint {bad} is truncated, corrupt or not a torch checkpoint"
     err = cap.err.strip().splitlines()
-    assert err[-1].startswith("error: 1 of 2 runs failed: prior_std_0.3 (") and why in err[-1]
-    assert "rerun the same command to resume" in err[-1]
+    assert err[-1].startswith(f"error: 1 of {len(values)} runs failed: prior_std_0.3 (")
+    assert why in err[-1] and "rerun the same command to resume" in err[-1]
     if jobs > 1:  # the child's output is in its run's log
         assert "sweep.log" in err[-1] and why in (out / "prior_std_0.3" / "sweep.log").read_text()
+        assert cap.err.count("started in a child process") == 2
+        assert "preparing the data once" in cap.err
+        caches = list((tmp_path / "cache").glob("data-*"))
+        assert len(caches) == 1  # one tokenized cache, built by the parent, read by the children
+        for value in values:  # each child did its own point, and only that one
+            log = (out / f"prior_std_{value}" / "sweep.log").read_text()
+            assert f"prior_std_{value}: training (model.loss.prior_std {value}; run 1 of 1)" in log
+            assert all(f"prior_std_{v}" not in log for v in values if v != value), log
     assert [ln for ln in err if ln.startswith("[sweep] prior_std_0.3: failed: ")], err
     assert not (out / "prior_std_0.3" / "record.json").exists()
-    rec = json.loads((out / "prior_std_0.7" / "record.json").read_text())
-    assert rec["step"] == 4  # the point after the failed one trained and was measured
-    # the table, written and printed, holds both: the failed one with its reason
+    for value in values[1:]:  # the points after the failed one trained and were measured
+        rec = json.loads((out / f"prior_std_{value}" / "record.json").read_text())
+        assert rec["step"] == 4 and rec["prior_std"] == pytest.approx(value)  # its own value
+        if jobs > 1:  # the child trained and measured this value
+            assert "measuring" in (out / f"prior_std_{value}" / "sweep.log").read_text()
+    # the table, written and printed, holds them all: the failed one with its reason
     table = (out / "sweep.md").read_text()
     assert cap.out == table
-    header, _, failed, done = (ln.strip("|").split(" | ") for ln in table.splitlines())
+    header, _, failed, *done = (ln.strip("|").split(" | ") for ln in table.splitlines())
     assert header[0].strip() == "model.loss.prior_std" and header[-1].strip() == "failed"
     assert failed[0].strip() == "0.3" and set(failed[1:-1]) == {"-"} and why in failed[-1]
-    assert done[0].strip() == "0.7" and done[1] == "4" and done[-1].strip() == "-"
+    assert [row[0].strip() for row in done] == [str(v) for v in values[1:]]
+    assert all(row[1] == "4" and row[-1].strip() == "-" for row in done)
     runs = json.loads((out / "sweep.json").read_text())["runs"]
-    assert [r["run"] for r in runs] == ["prior_std_0.3", "prior_std_0.7"]
-    assert why in runs[0]["failed"] and "failed" not in runs[1]
+    assert [r["run"] for r in runs] == [f"prior_std_{v}" for v in values]
+    assert why in runs[0]["failed"] and not any("failed" in r for r in runs[1:])
     with open(out / "sweep.csv") as f:
-        assert [bool(r["failed"]) for r in csv.DictReader(f)] == [True, False]
+        rows = list(csv.DictReader(f))
+    assert [float(r["model.loss.prior_std"]) for r in rows] == values  # in the sweep's order
+    assert [bool(r["failed"]) for r in rows] == [True] + [False] * (len(values) - 1)
 
 
 def test_an_out_of_range_value_is_refused_before_any_point_trains(tmp_path, capsys):

@@ -23,6 +23,8 @@ from vat.callbacks.time_split import (
     split_line,
 )
 
+pytest_plugins = ["compile_fixtures"]  # compiled_fit
+
 SPLIT_KEYS = [f"{p}_s" for p in PARTS]
 # "vat: first optimizer step (step 1) 25.8 s after the command started: set-up 0.3 s,
 # compile 25.2 s, training steps 0.2 s"
@@ -205,20 +207,15 @@ def test_compile_seconds_is_dynamo_s_own_clock():
 
 
 @pytest.mark.slow
-def test_a_compiled_fit_counts_dynamo_s_compile_time(
-    tmp_path, capsys, caplog, monkeypatch, fast_compile
-):
-    """model.compile (aot_eager: 20-170 s of a test on 2 busy cores, inductor more). The first
-    step's compile is inside the time to the first step; the run's compile (step 2 may
-    compile a second graph, for another padded length) is inside its whole time."""
-    torch._dynamo.reset()  # this run compiles its own graphs
-    run = tmp_path / "run"
-    extra = ["--model.compile", "true", "--trainer.max_steps", "2"]
-    _, _, lines = _wall_fit(fit_args(run, tmp_path / "cache", *extra), capsys, caplog, monkeypatch)
-    split = json.loads((run / "time_split.json").read_text())
+def test_a_compiled_fit_counts_dynamo_s_compile_time(compiled_fit):
+    """model.compile (compiled_fit: a fresh in-process run, aot_eager, which compiles its own
+    graph). The first step's compile is inside the time to the first step; the run's compile
+    (a later step may compile a second graph, for another padded length) is inside its whole
+    time."""
+    split = json.loads((compiled_fit.run / "time_split.json").read_text())
     assert split["compile_s"] > 0.2  # aot_eager: dynamo's trace, AOTAutograd's forward+backward
-    first = [m for line in lines if (m := FIRST_STEP_LINE.match(line))]
-    assert len(first) == 1, lines
+    first = [m for line in compiled_fit.lines if (m := FIRST_STEP_LINE.match(line))]
+    assert len(first) == 1, compiled_fit.lines
     to_first_step, compile_by_then = float(first[0]["seconds"]), float(first[0]["compile"])
     assert 0.2 < compile_by_then < to_first_step
     assert to_first_step == pytest.approx(split["first_step_s"], abs=0.05)  # shown to 0.1 s

@@ -3,14 +3,14 @@ resume, DDP."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import ASSETS, ROOT
-from helpers import TINY, fit_args, run_python, scalars, train_main, train_subprocess
+from helpers import TINY, fit_args, scalars, train_main
+from train_fixtures import train_once
 
 from vat.features import token_vectors
 from vat.share.resolve import load_model
@@ -19,8 +19,8 @@ from vat.share.resolve import load_model
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("fit") / "run"
-    r = train_subprocess(fit_args(run, run.parent / "cache"))
-    assert r.returncode == 0, r.stderr[-3000:]
+    code, err = train_once(fit_args(run, run.parent / "cache"))
+    assert code == 0, err[-20:]
     return run
 
 
@@ -76,18 +76,18 @@ def test_checkpoint_roundtrip_gives_same_mu(fitted, tiny_sentences):
     assert sum(loaded.length_histogram) == 12  # 16 sentences, 25% held out
 
 
-def test_validate_and_test_subcommands(fitted):
+def test_validate_and_test_subcommands(fitted, capsys):
+    from vat.cli.train import main
+
     # fit_args with "fit" swapped for the subcommand
     args = fit_args(fitted, fitted.parent / "cache")[1:]
     last = ["--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")]
-    r = train_subprocess(["validate", *args, *last])
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "val/loss" in r.stdout
-    r = train_subprocess(
-        ["test", *args, "--data.test_files", f"[{ASSETS / 'sentences.txt'}]", *last]
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "test/nll" in r.stdout
+    assert main(["validate", *args, *last]) == 0
+    out, err = capsys.readouterr()
+    assert "val/loss" in out, err[-2000:]
+    assert main(["test", *args, "--data.test_files", f"[{ASSETS / 'sentences.txt'}]", *last]) == 0
+    out, err = capsys.readouterr()
+    assert "test/nll" in out, err[-2000:]
 
 
 def test_every_config_parses(tmp_path):
@@ -181,11 +181,11 @@ def test_unwritable_run_dir_and_too_many_devices(tmp_path, capsys):
     assert code == 2 and err[-1].startswith(expected)
 
 
-def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
+def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path, capsys):
     """Lightning 2.6 alone keeps last.ckpt from the last periodic save (step 4 here) when fit
     stops at step 7; vat's FinalLastCheckpoint rewrites it at the end of fit."""
     run = tmp_path / "run"
-    r = train_subprocess(
+    code, err = train_main(
         fit_args(
             run,
             tmp_path / "cache",
@@ -193,26 +193,20 @@ def test_last_checkpoint_holds_the_final_step_between_periodic_saves(tmp_path):
             "7",
             "--checkpoint.every_n_train_steps",
             "4",
-        )
+        ),
+        capsys,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert code == 0, err[-20:]
     from vat.share.checkpoint import read_checkpoint
 
     assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 7
 
 
 # -- the `vat train` command ----------------------------------------------------------------
-
-
-def test_vat_train_fit_in_a_fresh_interpreter(tmp_path):
-    """python -m vat train fit ARGS = vat train ARGS (here: a usage error, one line, exit 2)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    r = run_python(
-        ["-m", "vat", "train", "fit", "-c", TINY, "--model.loss.prior_stdd", "1"], env, tmp_path
-    )
-    assert (
-        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "prior_stdd" in r.stderr
-    )
+# `python -m vat train fit ARGS` in a fresh interpreter: test_hints.py's
+# test_training_data_that_is_not_utf8_is_one_warning_line (exit 0), and the DDP tests (exit 2,
+# test_non_finite.py, test_outside_failures.py); its usage error in one line:
+# test_config_typo_is_one_line_error.
 
 
 def test_predict_is_not_offered(capsys):

@@ -13,7 +13,8 @@ import shutil
 
 import pytest
 from conftest import ASSETS
-from helpers import fit_args, train_captured, train_main
+from helpers import fit_args, train_main
+from train_fixtures import train_once
 
 from vat.runs.run_dir import MANIFEST_NAME
 from vat.share.checkpoint import read_checkpoint
@@ -35,7 +36,7 @@ def one_step(tmp_path_factory, cache):
     """A finished 1-step run without validation (tests work on copies)."""
     run = tmp_path_factory.mktemp("settings") / "run"
     args = fit_args(run, cache, "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0")
-    code, err = train_captured(args)
+    code, err = train_once(args)
     assert code == 0, err
     return run, err
 

@@ -56,3 +56,51 @@ def test_sweep_dispatches_with_packaged_config_names(monkeypatch):
     monkeypatch.setattr(vat.cli.sweep, "_main", lambda argv: seen.append(argv) or 0)
     assert main(["sweep", "-c", "sweeps/sweep", "--jobs", "2"]) == 0
     assert seen == [["-c", str(find_config("sweeps/sweep")), "--jobs", "2"]]
+
+
+# The commands a user runs to read about vat answer without torch or Lightning (issue: fast
+# feedback); each runs in one fresh interpreter, which then must not have imported either.
+LIGHT_COMMANDS = [
+    ["--help"],
+    ["config"],
+    ["config", "demo"],
+    ["pretrained"],
+    ["pretrained", "show", "demo-wordnet-d64"],
+    *([name, "--help"] for name in COMMANDS if name != "train"),
+    ["generate", "reconstruct", "--help"],
+    ["features", "compare", "--help"],
+    ["pretrained", "add", "--help"],
+]
+
+
+def test_help_and_listing_commands_import_neither_torch_nor_lightning():
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from vat.cli import main\n"
+        "seen = {}\n"
+        f"for argv in {LIGHT_COMMANDS!r}:\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        try:\n"
+        "            code = main(argv)\n"
+        "        except SystemExit as e:\n"
+        "            code = e.code\n"
+        "    heavy = sorted(m for m in ('torch', 'lightning') if m in sys.modules)\n"
+        "    seen[' '.join(argv)] = [code, heavy, len(out.getvalue())]\n"
+        "print(json.dumps(seen))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert set(seen) == {" ".join(a) for a in LIGHT_COMMANDS}
+    for argv, (exit_code, heavy, printed) in seen.items():
+        assert exit_code in (0, None) and printed > 0, (argv, exit_code)
+        assert heavy == [], f"vat {argv} imported {heavy}"

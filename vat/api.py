@@ -72,13 +72,8 @@ from vat.features.encoder import FeatureEncoder
 from vat.features.fitting import DEFAULT_FIT_SENTENCES, FitOptions
 from vat.generate.generator import DecodeOptions, VATGenerator
 from vat.runtime import resolve_device
-from vat.score.table import (
-    DEFAULT_SAMPLES,
-    ScoreSettings,
-    ScoreTable,
-    representation_pairs,
-    score_table,
-)
+from vat.score.settings import DEFAULT_SAMPLES, ScoreSettings
+from vat.score.table import ScoreTable, representation_pairs, score_table
 from vat.share.export import export_model
 from vat.share.folder import check_output_dir
 from vat.share.hub import upload

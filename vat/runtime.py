@@ -10,11 +10,13 @@ import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from vat.errors import OptionError, VatError
+
+if TYPE_CHECKING:  # torch is imported where a function runs: `vat CMD --help` stays light
+    import torch
+    from torch import nn
 
 
 def resolve_device(name: str | torch.device | None = "auto", option: str = "device") -> str:
@@ -24,6 +26,8 @@ def resolve_device(name: str | torch.device | None = "auto", option: str = "devi
     torch.backends.mps is available. "meta" (a device without data: nothing computes there)
     and names torch does not know ("xyz") are refused. Errors are one line naming `option`,
     the Python argument (a command shows it as its flag, `--device`)."""
+    import torch
+
     if name is None or (isinstance(name, str) and name == "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not isinstance(name, str | torch.device):
@@ -112,6 +116,8 @@ def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
     """Apply `cpu_threads` to this process. Returns (threads set, or None where torch's
     default stays; reason). Processes that DDP starts re-run the command and so the rule; the
     environment is left alone (in-process callers such as the sweep share it)."""
+    import torch
+
     n, why = cpu_threads(requested, os.environ.get(THREADS_ENV), torch.cuda.is_available())
     if n is not None and n != torch.get_num_threads():
         torch.set_num_threads(n)
@@ -122,6 +128,8 @@ def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode (no dropout) and no autograd for the block. Afterwards every submodule gets
     back the mode it had (a LightningModule in train mode may hold a model in eval mode)."""
+    import torch
+
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
@@ -135,6 +143,8 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 # -- what the machine can hold: requests checked before allocating -----------------------------
 def device_memory(device: torch.device | str) -> int:
     """Total memory of `device` in bytes (physical RAM for the CPU)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(device).total_memory)
@@ -154,6 +164,8 @@ def _human(n: float) -> str:
 
 def check_allocation(nbytes: float, what: str, device: torch.device | str) -> None:
     """Refuse a request whose tensors alone would need more than the device's memory."""
+    import torch
+
     have = device_memory(device)
     if not math.isfinite(nbytes) or nbytes > have:
         raise VatError(

@@ -198,7 +198,8 @@ def _main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        rc = suite.run(stages, again=named)
+        # the arguments given, not this process's: main(argv) may run inside another program
+        rc = suite.run(stages, again=named, command=" ".join(["gpu_suite", *argv]))
     finally:
         for s, h in handlers.items():
             if h is not None:  # None: a handler not set from Python, left as it is

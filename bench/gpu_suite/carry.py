@@ -47,14 +47,10 @@ from bench.gpu_suite.records import (
     Part,
 )
 from vat.io import atomic_write
-from vat.train.compile_cache import (
-    CACHE_FILE,
-    MATCHED,
-    RECORD_FILE,
-    machine_record,
-    mismatch,
-    read_record,
-)
+
+# vat.train.compile_cache (CACHE_FILE, RECORD_FILE, MATCHED, its record's readers) is imported
+# where it is used: it imports Lightning, seconds that a call's start (its report written,
+# its first stages) need not wait for, nor a call stopped early (--call-limit-s) lose
 
 PART_BYTES = MAX_OUT_FILE
 """A part's size at most. Parts are named PART_PREFIX + N from 1 (records.PART_RE: the report
@@ -151,6 +147,8 @@ def this_machine(smoke: bool) -> dict[str, Any]:
     trains on (the GPU; the CPU in --smoke)."""
     import torch
 
+    from vat.train.compile_cache import machine_record
+
     gpu = not smoke and torch.cuda.is_available()
     return machine_record(torch.device("cuda" if gpu else "cpu"))
 
@@ -160,6 +158,8 @@ def pack_compile_cache(run_dir: Path, folder: Path) -> tuple[CompileCachePack | 
     manifest, None); (None, None) when the run has none (not compiled, or compile_cache off);
     (None, why) when it is not carried (a line for the report). A pack of an earlier launch
     that is not replaced is removed: it would describe another cache."""
+    from vat.train.compile_cache import CACHE_FILE, MATCHED, RECORD_FILE, read_record
+
     bin_, rec = run_dir / CACHE_FILE, run_dir / RECORD_FILE
     if not all(p.is_file() and not p.is_symlink() for p in (bin_, rec)):
         (folder / CACHE_PACK).unlink(missing_ok=True)
@@ -204,6 +204,8 @@ def restore_compile_cache(
     its size and SHA-256 are the manifest's, its record names this machine (`here`) and it
     holds what pack_compile_cache packs, within CACHE_UNPACKED_BYTES. (Whether it was
     unpacked, what happened: a line for the report, None when no cache travelled.)"""
+    from vat.train.compile_cache import CACHE_FILE, RECORD_FILE, mismatch
+
     if not manifest:
         return False, None
     if not trusted:

@@ -6,10 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from vat.errors import VatError
-from vat.train.interrupt import EXIT_CODES
 
-INTERRUPTED = EXIT_CODES["Ctrl-C"]
-"""What a vat command returns when a SIGINT reached it (vat.errors.run_cli: 130)."""
+
+def interrupted_code() -> int:
+    """What a vat command returns when a SIGINT reached it (vat.errors.run_cli: 130), from
+    vat.train.interrupt, imported when first needed: it imports Lightning, seconds that a
+    call's start need not wait for (a --call-limit-s stop then finds its report written)."""
+    from vat.train.interrupt import EXIT_CODES
+
+    return EXIT_CODES["Ctrl-C"]
 
 
 def run_vat(main: Callable[[list[str]], int], argv: Sequence[str], what: str) -> None:
@@ -20,7 +25,7 @@ def run_vat(main: Callable[[list[str]], int], argv: Sequence[str], what: str) ->
     calling the stage failed and starting the next one (which the call's kill then cut
     short, with no report)."""
     rc = main(list(argv))
-    if rc == INTERRUPTED:
+    if rc == interrupted_code():
         raise KeyboardInterrupt
     if rc != 0:
         raise VatError(f"{what} failed (exit {rc})")

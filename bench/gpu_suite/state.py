@@ -158,9 +158,10 @@ class Suite(Call):
         self.budget = budget
         self.failed: list[str] = []
 
-    def run(self, stages: Sequence[str], again: bool = False) -> int:
+    def run(self, stages: Sequence[str], again: bool = False, command: str | None = None) -> int:
         """The `stages` not done, in order. `again`: the call named the reference in
-        --stages, and a finished reference is trained further (reference.begin_round)."""
+        --stages, and a finished reference is trained further (reference.begin_round).
+        `command`: the call's command line, for its record (default: this process's)."""
         if self.plan.smoke:  # tiny shapes: a second thread only spins on a shared CPU
             import torch
 
@@ -178,7 +179,7 @@ class Suite(Call):
             started=now_iso(),
             budget_min=round((self.budget.deadline - self.budget.clock()) / 60, 2),
             stages=list(stages),
-            command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            command=command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             allotted_s={},
             used_s={},
             exit=None,

@@ -36,7 +36,10 @@ from bench.gpu_suite.records import (
 from vat.errors import VatError
 
 PROFILE_STEPS = 10
-"""Profiled steps of each loop (after 3 more), in the first eager variant of a call (--smoke: 3)."""
+"""Profiled steps of each loop (after 3 more), in the first eager variant of a call."""
+SMOKE_PROFILE_STEPS = 1
+"""--smoke: one profiled step of each loop (the profiler's own summary of a CPU step's
+thousands of ops took seconds a step on a busy 2-core machine)."""
 FINAL_TIMEOUT_S = 240.0
 """A throughput variant stopped after this long is reported, not retried by a later call."""
 TARGETS = {
@@ -78,7 +81,7 @@ def run(call: Call, allot: float) -> str:
                     note=f"the stage's time was short ({left:.0f} s left; a variant and "
                     f"its profile run with {call.plan.min_s['throughput']:.0f} s)",
                 )
-        steps = (3 if call.plan.smoke else PROFILE_STEPS) if profile else 0
+        steps = (SMOKE_PROFILE_STEPS if call.plan.smoke else PROFILE_STEPS) if profile else 0
         cmd = variant_cmd(call.plan, v, call.config, peak, out, steps)
         rc, secs = run_child(cmd, call.logs / f"throughput_{v.name}.log", left, call.plan)
         if rc in (0, None) and out.is_file():  # stopped in its profile: the figures stand

@@ -11,7 +11,7 @@ import io
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from vat.cli.common import (
     Parser,
@@ -22,13 +22,11 @@ from vat.cli.common import (
     number_list,
     show_progress,
 )
-from vat.cli.generate_runners import RUNNERS
 from vat.errors import VatError, check_count, check_non_negative_finite, run_cli
-from vat.generate.decoding import DecodeOptions, Strategy
-from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.io import atomic_write, check_output_file
-from vat.runtime import resolve_device
-from vat.share.resolve import load_model
+
+if TYPE_CHECKING:
+    from vat.generate.decoding import DecodeOptions
 
 COMMANDS = ("reconstruct", "sample", "resample-token", "interpolate", "prior", "bleu")
 
@@ -203,6 +201,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> DecodeOptions:
+    from vat.generate.decoding import DecodeOptions, Strategy
+
     if args.sampling and args.beam > 1:
         raise VatError("--sampling and --beam > 1 exclude each other")
     strategy: Strategy = "sample" if args.sampling else "beam" if args.beam > 1 else "greedy"
@@ -252,6 +252,12 @@ def _main(argv: Sequence[str]) -> int:
     if args.batch_size < 1:
         raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
     output = check_output_file(args.output, args.overwrite, "--output", "text file")
+    # torch is imported once the arguments are good: `vat generate --help` answers at once
+    from vat.cli.generate_runners import RUNNERS
+    from vat.generate.generator import TruncationWarning, VATGenerator
+    from vat.runtime import resolve_device
+    from vat.share.resolve import load_model
+
     device = resolve_device(args.device)
     loaded = load_model(args.model, device)  # read once
     gen = VATGenerator.from_loaded(loaded, batch_size=args.batch_size)

@@ -20,6 +20,7 @@ import argparse
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vat.cli.common import (
     Parser,
@@ -31,12 +32,10 @@ from vat.cli.common import (
 )
 from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
 from vat.errors import VatError, run_cli
-from vat.geometry.metrics import METRICS, GeometryReport, geometry_report
-from vat.geometry.probes import load_probe_sentences
 from vat.io import check_output_file, write_json_atomic
-from vat.runtime import resolve_device
 
-TABLE_ROWS = (*METRICS.items(), ("num_types", "types with >= min_count"))
+if TYPE_CHECKING:
+    from vat.geometry.metrics import GeometryReport
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +120,11 @@ class _PlotFile(argparse.Action):
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    # torch is imported once the arguments are parsed: `vat geometry --help` answers at once
+    from vat.geometry.metrics import geometry_report
+    from vat.geometry.probes import load_probe_sentences
+    from vat.runtime import resolve_device
+
     args.device = resolve_device(args.device)
     output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
     if args.plot_dir is not None:  # before the encoding, not after it
@@ -261,12 +265,14 @@ def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
 
 
 def format_table(report: GeometryReport, name: str, num_sentences: int) -> str:
+    from vat.geometry.metrics import METRICS
+
     lines = [
         f"geometry of {name}: {num_sentences} sentences, {report.num_tokens} tokens, "
         f"d = {report.dim}",
         f"{'metric':<40} {'value':>10}",
     ]
-    for key, label in TABLE_ROWS:
+    for key, label in (*METRICS.items(), ("num_types", "types with >= min_count")):
         value = getattr(report, key)
         if value is None:
             continue

@@ -51,10 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)  # before torch is imported: --help answers at once
     from vat.api import load
     from vat.integrations.mteb import VATMTEBEncoder, check_no_links, evaluate, select_tasks
 
-    args = _parser().parse_args(argv)
     check_count(args.batch_size, "batch_size")
     args.device = resolve_device(args.device)  # one line for meta, xyz, cuda:7, ...
     if Path(args.output_dir).exists() or Path(args.output_dir).is_symlink():

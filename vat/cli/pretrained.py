@@ -112,7 +112,7 @@ def _print_rows(rows: list[dict[str, str]]) -> None:
 
 
 def _show(name: str) -> int:
-    from vat.share.folder import CARD_NAME
+    from vat.share import CARD_NAME
     from vat.share.pretrained import named_shipped
 
     try:

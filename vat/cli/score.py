@@ -23,7 +23,7 @@ from vat.errors import VatError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vat.score.table import DEFAULT_SAMPLES, ScoreSettings
+    from vat.score.settings import DEFAULT_SAMPLES, ScoreSettings
 
     defaults = ScoreSettings()
     p = Parser(
@@ -121,13 +121,14 @@ def _read(source: str, on_bad_bytes: str, limit: int | None) -> list[str]:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)  # before torch is imported: --help answers at once
     from vat.errors import OptionError
     from vat.io import check_output_file, folder, regular_file, write_json_atomic
     from vat.runtime import resolve_device
-    from vat.score.table import ScoreSettings, representation_pairs, score_table
+    from vat.score.settings import ScoreSettings
+    from vat.score.table import representation_pairs, score_table
     from vat.share.resolve import load_model
 
-    args = build_parser().parse_args(argv)
     device = resolve_device(args.device)
     output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
     settings = ScoreSettings(  # its checks name Python arguments; run_cli shows their flags

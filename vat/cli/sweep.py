@@ -8,20 +8,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from tqdm import tqdm
 
 from vat.cli.common import Parser, add_renamed
 from vat.cli.config import existing, resolve_config_args
 from vat.errors import VatError, run_cli
-from vat.experiments.config import SweepConfig
-from vat.experiments.frontier import FAILED, markdown_table
-from vat.experiments.sweep import Runner, run_sweep
 from vat.io import folder
-from vat.runs.run_dir import MANIFEST_NAME, check_place
-from vat.runtime import apply_cpu_threads
+
+if TYPE_CHECKING:
+    from vat.experiments.sweep import Runner
 
 
 def _values(text: str) -> list[Any]:
@@ -70,6 +67,15 @@ def _main(argv: Sequence[str] | None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
+    # torch and Lightning are imported once the arguments are parsed: --help answers at once
+    from tqdm import tqdm
+
+    from vat.experiments.config import SweepConfig
+    from vat.experiments.frontier import FAILED, markdown_table
+    from vat.experiments.sweep import run_sweep
+    from vat.runs.run_dir import MANIFEST_NAME, check_place
+    from vat.runtime import apply_cpu_threads
+
     cfg = SweepConfig.from_yaml(existing(args.config, "sweep"))  # else: the nearest config
     if args.output_dir:
         cfg.out_dir = args.output_dir
@@ -128,6 +134,7 @@ def _main(argv: Sequence[str] | None) -> int:
 def _runner() -> Runner:
     from vat.cli.train import check_args, prepare_data
     from vat.cli.train import main as train_main
+    from vat.experiments.sweep import Runner
 
     return Runner(train_main, check_args, prepare_data, (sys.executable, "-m", "vat", "sweep"))
 

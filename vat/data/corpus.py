@@ -27,12 +27,13 @@ import sys
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from vat.errors import VatError
 from vat.io import regular_file
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `vat --help` reads this module
+    import numpy as np
 
 CHUNK_BYTES = 1 << 20  # read ~1 MB of text at a time (~10,000 sentences)
 HUB_CHUNK = 10_000  # rows of a `datasets` table per chunk
@@ -333,6 +334,8 @@ def held_out_indices(n: int, fraction: float, seed: int) -> np.ndarray:
     Memory is proportional to the held-out set only: `Generator.choice` without replacement
     draws k of n without materialising a permutation of n when k is small.
     """
+    import numpy as np
+
     n_val = min(n - 1, max(1, int(round(fraction * n))))
     if n_val < 1:
         raise VatError(
@@ -347,6 +350,8 @@ def split_held_out(
     val_idx: np.ndarray,
 ) -> Iterator[tuple[list[str], list[str]]]:
     """(train, val) parts of each chunk, given the sorted global indices of held-out lines."""
+    import numpy as np
+
     start = 0
     for chunk in chunks:
         lo, hi = np.searchsorted(val_idx, [start, start + len(chunk)])

@@ -24,11 +24,6 @@ import sys
 from typing import Any
 
 from vat.errors import check_choice, check_sentences
-from vat.features import POOLINGS, sentence_features
-from vat.features.choice import default_features
-from vat.features.encoder import FeatureEncoder
-from vat.model import VAT, VATConfig
-from vat.share.resolve import load_model
 
 MODEL_TYPE = "vat"
 _registered = False
@@ -48,9 +43,16 @@ def register() -> None:
 
 
 def _classes() -> tuple[type, type]:
+    # imported here, not at the top: `import vat` installs the hook below and must stay light
     import torch
     from transformers import PretrainedConfig, PreTrainedModel
     from transformers.modeling_outputs import BaseModelOutput
+
+    from vat.features import POOLINGS, sentence_features
+    from vat.features.choice import default_features
+    from vat.features.encoder import FeatureEncoder
+    from vat.model import VAT, VATConfig
+    from vat.share.resolve import load_model
 
     class VATTransformersConfig(PretrainedConfig):
         """config.json of an exported vat folder (vat.share.folder), as a transformers config."""

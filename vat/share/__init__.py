@@ -17,3 +17,11 @@
 
 Nothing here fits features, evaluates or generates: those take a LoadedVAT, one floor up.
 """
+
+# The names of an exported folder's files, here and not in folder.py (which imports torch) so
+# that `vat pretrained` lists the shipped models without loading a deep-learning framework.
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+TOKENIZER_NAME = "tokenizer.json"
+CARD_NAME = "README.md"
+SHIPPED_NAME = "shipped.json"  # a shipped model's record and checksums (vat.share.pretrained)

@@ -41,6 +41,7 @@ from vat.feature_spec import (
 )
 from vat.io import atomic_write, filesystem_write_error, regular_file, write_json_atomic
 from vat.model import VAT, VATConfig, prior_std_problem
+from vat.share import CARD_NAME, CONFIG_NAME, TOKENIZER_NAME, WEIGHTS_NAME
 from vat.share.checkpoint import check_finite, check_weight_shapes
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.model_card import folder_features, model_card
@@ -48,10 +49,6 @@ from vat.share.space import SPACE_FILES, space_settings, write_space_files
 from vat.tokenizer import VATTokenizer
 
 HUB_FORMAT_VERSION = 1
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-TOKENIZER_NAME = "tokenizer.json"
-CARD_NAME = "README.md"
 # sentence-transformers reads these three (see vat.integrations.sentence_transformers)
 ST_MODULES_NAME = "modules.json"
 ST_MODULE_CONFIG_NAME = "sentence_vat_config.json"
@@ -66,7 +63,6 @@ FILES = (
     ST_MODULE_CONFIG_NAME,
     ST_CONFIG_NAME,
 )
-SHIPPED_NAME = "shipped.json"  # a shipped model's record and checksums (vat.share.pretrained)
 FEATURES_NAME = FOLDER_STATS_NAME  # present when the folder's feature spec needs statistics
 ALL_FILES = (*FILES, FEATURES_NAME, *SPACE_FILES)  # what the Hub upload and download carry
 

@@ -41,25 +41,14 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vat.errors import CheckpointError, OptionError, VatError
 from vat.io import remove_stale_temps, temp_prefix
-from vat.share.folder import (
-    ALL_FILES,
-    CARD_NAME,
-    CONFIG_NAME,
-    FEATURES_NAME,
-    SHIPPED_NAME,
-    WEIGHTS_NAME,
-    is_export_file,
-    replace_dir,
-)
-from vat.share.loaded import LoadedVAT, check_loaded
-from vat.share.model_card import model_card
-from vat.share.training_record import check_portable, portable_fit, portable_training
+from vat.share import CARD_NAME, CONFIG_NAME, SHIPPED_NAME, WEIGHTS_NAME
+
+if TYPE_CHECKING:  # listing reads JSON only; adding a model imports torch where it runs
+    from vat.share.loaded import LoadedVAT
 
 SHIPPED_DIR_ENV = "VAT_SHIPPED_DIR"
 PACKAGE_SHIPPED_DIR = Path(__file__).resolve().parents[1] / "shipped"
@@ -423,6 +412,11 @@ def check_shipping(
     and `info`, shipped.json's texts); given `overwrite` (True or False), also an entry of
     that name it may not replace (`_check_replaceable`). Returns the registry folder
     ($VAT_SHIPPED_DIR or the package's by default)."""
+
+    from vat.share.folder import FEATURES_NAME
+    from vat.share.loaded import check_loaded
+    from vat.share.training_record import check_portable
+
     check_loaded(loaded, "write_shipped")
     check_name(name)
     if dtype not in DTYPES:
@@ -457,6 +451,9 @@ def _shipped_config(path: Path, train_data_dir: str | os.PathLike | None) -> dic
     """An exported folder's config.json as it ships: its training record made portable (a
     shipped model goes to every machine: the builder's paths stay behind, where an export
     keeps them absolute for fitting; the portable records go)."""
+
+    from vat.share.training_record import portable_training
+
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
@@ -468,6 +465,9 @@ def _shipped_config(path: Path, train_data_dir: str | os.PathLike | None) -> dic
 def _shipped_stats(loaded: LoadedVAT, train_data_dir: str | os.PathLike | None):
     """The folder's feature statistics with their fit record as it ships (the files a fit
     read named as the training records name them), or None."""
+
+    from vat.share.training_record import portable_fit
+
     stats = loaded.feature_stats
     if stats is not None and portable_fit(stats.fit, train_data_dir) != stats.fit:
         stats = dataclasses.replace(stats, fit=portable_fit(stats.fit, train_data_dir))
@@ -481,6 +481,9 @@ def _files_to_copy(folder: Path) -> tuple[list[Path], list[str]]:
     files, links, folders, pipes). A file under an export file's name that is no regular
     file (a link, a pipe, a folder) is refused in one line: leaving it out would ship a
     model without it, and following a link would copy a file from elsewhere."""
+
+    from vat.share.folder import ALL_FILES, is_export_file
+
     copy, left_out = [], []
     for p in sorted(folder.iterdir()):
         if p.name in (WEIGHTS_NAME, SHIPPED_NAME, CARD_NAME, CONFIG_NAME):
@@ -503,6 +506,9 @@ def _check_replaceable(out: Path, name: str, overwrite: bool) -> None:
     all of it: a folder holding its shipped.json (damaged or not: `--overwrite` is how a
     damaged entry is repaired) and no file but those an export writes or its shipped.json
     lists, no link, no folder; what vat did not write is never deleted."""
+
+    from vat.share.folder import is_export_file
+
     if not (out.exists() or out.is_symlink()):
         return
     if not overwrite:
@@ -593,7 +599,11 @@ def write_shipped(
     left out), never with wider permissions than the source's. Written into a temp folder
     and renamed into place, with the registry held (`registry_lock`); an existing entry
     needs `overwrite` and must hold only what vat wrote (`_check_replaceable`)."""
+    import torch
     from safetensors.torch import save_model
+
+    from vat.share.folder import FEATURES_NAME, replace_dir
+    from vat.share.model_card import model_card
 
     record = {"format": SHIPPED_FORMAT, "name": name, **info, "dtype": dtype}
     root = check_shipping(loaded, name, dtype, registry, record, train_data_dir)
