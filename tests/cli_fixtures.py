@@ -24,23 +24,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ctrl_c_once(run: Callable[[], Any], serving: Callable[[], Any]) -> tuple[Any, Any]:
+def ctrl_c_once(
+    run: Callable[[], Any], serving: Callable[[], Any], timeout: float = 300
+) -> tuple[Any, Any]:
     """`run()` in this thread, the main one, while another thread calls `serving()` until it
     returns something other than None (it checks the page that run() serves once it is
     served, and returns what it saw), then presses Ctrl-C. Returns (what run returned, what
     serving returned). An exception of serving() (a failed check) is raised here once run()
-    has returned, the page stopped."""
+    has returned, the page stopped; so is a page not served within `timeout` seconds (Ctrl-C
+    is pressed then too, so that nothing waits for ever)."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("SIGINT reaches only the main thread")  # pytest and xdist run tests there
     finished = threading.Event()
     seen: dict[str, Any] = {}
 
     def watch() -> None:
+        deadline = time.monotonic() + timeout
         try:
             while not finished.is_set():
                 seen["value"] = serving()
                 if seen["value"] is not None:
                     break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the page was not served within {timeout:g} s")
                 time.sleep(0.2)
         except BaseException as e:  # raised in the main thread
             seen["error"] = e

@@ -1,42 +1,34 @@
-"""Runs of the tiny config that several test modules read, each made once per session (and
-xdist worker) instead of once per test: compiling vat's training step costs dynamo and
-AOTAutograd tens of seconds a graph on 2 busy CPU cores, whatever the backend. A module takes
-them with `pytest_plugins = ["compile_fixtures"]` (a fixture imported by name would be made
-once per importing module).
+"""The compiled `vat train` that several test modules read (tests/test_training_step.py,
+tests/test_time_split.py, tests/test_compile_cache.py, tests/test_run_dir.py), made once per
+session (and xdist worker) instead of once per test: compiling vat's training step costs
+dynamo and AOTAutograd tens of seconds a graph on 2 busy CPU cores, whatever the backend. A
+module takes it with `pytest_plugins = ["compile_fixtures"]` (a fixture imported by name would
+be made once per importing module).
 
-- `fresh_run`: a fresh eager run of tiny.yaml (2 steps), in its own process with Python's
-  warnings on, its stderr kept: what a user's first `vat train` prints;
-- `compiled_fit`: a fresh compiled run (`--model.compile true --compile-cache false`, aot_eager:
-  dynamo and AOTAutograd as with inductor, without its C++ build; 4 steps of COMPILED_FIT),
-  in-process after `torch._dynamo.reset()`, so that it compiles its own graph;
-- `compiled_resume`: a copy of compiled_fit's run as an eager run leaves it, with a planted
-  compile cache (signed with another key, a pickle that would create a marker file), resumed
-  in-process with `--model.compile true` (aot_eager, after a dynamo reset, into an inductor
-  cache folder of its own): the model it trained, what it said, what it left.
-
-Tests that change a run folder copy it first.
+`compiled_resume`: a fresh eager run (2 steps), a compile cache planted in its folder (signed
+with another key; unpickled, it would create a marker file), then `--ckpt_path last
+--model.compile true` to step 6, in-process after `torch._dynamo.reset()` (so that it compiles
+its own graph), with aot_eager (dynamo and AOTAutograd as with inductor, without inductor's
+C++ build) and an inductor cache folder of its own. Tests that change its folder copy it first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import ROOT
-from helpers import fit_args, marker_pickle, plant_compile_cache, run_python, train_captured
+from helpers import fit_args, marker_pickle, plant_compile_cache, train_captured
 
 ONE_LAYER = ["--model.arch.n_encoder_layers", "1", "--model.arch.n_decoder_layers", "1"]
 """1+1 layers (tiny.yaml's has 2+2): dynamo and AOTAutograd trace every op of a compiled step,
 and a test of what vat compiles is no test of the model's depth."""
-COMPILED_FIT = [*ONE_LAYER, "--data.max_len", "8"]
-"""compiled_fit's options, which a resume of its run repeats: 1+1 layers, and sentences cut to
-8 tokens, so that every batch has one padded length and the fit compiles one graph (the
-graphs of other lengths are tests/test_training_step.py's subject)."""
+COMPILED_RUN = [*ONE_LAYER, "--data.max_len", "8", "--data.num_workers", "0"]
+"""compiled_resume's options, which every later launch of its run repeats: 1+1 layers, and
+sentences cut to 8 tokens, so that every batch has one padded length and the run compiles one
+graph (the graphs of other lengths are tests/test_training_step.py's subject)."""
 PLANTED_KEY = b"k" * 32
 """The key a planted cache is signed with: someone else's, never this user's."""
 
@@ -79,53 +71,21 @@ def compiling_in_process():
 
 
 @pytest.fixture(scope="session")
-def fresh_run(tmp_path_factory):
-    """(run folder, data cache folder, stderr) of a fresh 2-step eager run of tiny.yaml in a
-    process of its own, with Python's warnings on (they are part of what it is tested for)."""
-    base = tmp_path_factory.mktemp("fresh_run")
-    run = base / "run"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-    env.pop("PYTHONWARNINGS", None)
-    r = run_python(["-m", "vat", "train", *fit_args(run, base / "cache")], env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return run, base / "cache", r.stderr
-
-
-@pytest.fixture(scope="session")
-def compiled_fit(tmp_path_factory):
-    """A fresh compiled 4-step run, in-process: its folder, data cache, stderr lines and the
-    `vat:` lines it logged (compile cache off: it writes and says nothing of one)."""
-    root = tmp_path_factory.mktemp("compiled_fit")
-    run, cache = root / "run", root / "cache"
-    extra = ["--model.compile", "true", "--compile-cache", "false", "--trainer.max_steps", "4"]
-    args = fit_args(run, cache, *extra, "--data.num_workers", "0", *COMPILED_FIT)
-    with compiling_in_process() as logged:
-        code, err = train_captured(args)
-    assert code == 0, err
-    lines = [m for m in logged if m.startswith("vat: ")]
-    return SimpleNamespace(run=run, cache=cache, err=err, lines=lines)
-
-
-@pytest.fixture(scope="session")
-def compiled_resume(compiled_fit, tmp_path_factory):
-    """compiled_fit's run as an eager run leaves it (its checkpoint records model.compile
-    false: the state_dict is the same either way), a compile cache planted in it (an inductor
-    artifact that creates `marker` when unpickled, its record matching this machine and
-    signed with PLANTED_KEY), resumed in-process one step with `--ckpt_path last
-    --model.compile true`, the compile cache on: the trained model, stderr lines, the folder
-    torch's caches went to, and dynamo's PGO cache key after the fit."""
+def compiled_resume(tmp_path_factory):
+    """The run (module docstring) and what its compiled launch left: `run`, `data` (the data
+    cache folder), `err` (its stderr lines), `lines` (the `vat:` lines it logged), `model` (the
+    VATSystem it trained), `marker` (created if the planted cache ran), `inductor` (where
+    torch's caches went) and `pgo_key_after` (dynamo's PGO cache key after the fit)."""
     import torch._dynamo.pgo as pgo
 
     from vat.cli import train as cli
 
     root = tmp_path_factory.mktemp("compiled_resume")
-    run, marker, inductor = root / "run", root / "marker", root / "inductor"
-    shutil.copytree(compiled_fit.run, run)
-    last = run / "checkpoints" / "last.ckpt"
-    ckpt = torch.load(last, weights_only=True)
-    assert ckpt["hyper_parameters"]["compile"] is True
-    ckpt["hyper_parameters"]["compile"] = False
-    torch.save(ckpt, last)
+    run, data = root / "run", root / "data"
+    marker, inductor = root / "marker", root / "inductor"
+    with compiling_in_process():  # (one thread)
+        code, err = train_captured(fit_args(run, data, *COMPILED_RUN))
+    assert code == 0, err
     plant_compile_cache(run, [("inductor", "fabc", marker_pickle(marker))], PLANTED_KEY)
     seen = SimpleNamespace()
     before_fit = cli.VATCLI.before_fit
@@ -134,15 +94,15 @@ def compiled_resume(compiled_fit, tmp_path_factory):
         seen.model = self.model
         before_fit(self)
 
-    args = fit_args(run, compiled_fit.cache, "--ckpt_path", "last", "--model.compile", "true")
-    args += ["--trainer.max_steps", "5", "--data.num_workers", "0", *COMPILED_FIT]
-    with pytest.MonkeyPatch.context() as mp, compiling_in_process():
+    args = fit_args(run, data, "--ckpt_path", "last", "--model.compile", "true")
+    args += ["--trainer.max_steps", "6", *COMPILED_RUN]
+    with pytest.MonkeyPatch.context() as mp, compiling_in_process() as logged:
         mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
         mp.setattr(cli.VATCLI, "before_fit", capture)
         code, err = train_captured(args)
         pgo_key = pgo.get_cache_key()
     assert code == 0, err
     return SimpleNamespace(
-        run=run, err=err, model=seen.model, marker=marker, inductor=inductor,
-        pgo_key_after=pgo_key,
+        run=run, data=data, err=err, lines=[m for m in logged if m.startswith("vat: ")],
+        model=seen.model, marker=marker, inductor=inductor, pgo_key_after=pgo_key,
     )  # fmt: skip

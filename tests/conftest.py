@@ -49,6 +49,7 @@ CONTRIBUTOR_TIER = frozenset(
         "test_tokenizer.py",
         "test_tokenizer_training.py",
         "test_train_cli.py",
+        "test_resume.py",
         "test_rate_and_progress.py",
         "test_generate.py",
         "test_generate_cli.py",

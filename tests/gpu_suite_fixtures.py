@@ -1,10 +1,12 @@
 """What the GPU suite's tests share: a small data folder for the suite, and one finished
 `--smoke` run (two calls), made once per test session and read by several tests.
 
-Import the fixtures a test module uses (`from gpu_suite_fixtures import smoke_suite`).
-Under pytest-xdist each worker is its own process: the smoke run is made by the first worker
-that needs it, in the session's shared temporary folder under a lock, and read by the others
-(`_once`). Tests only read it: a test that changes files copies them first.
+A test module binds the fixtures it uses at its top (`smoke_suite =
+gpu_suite_fixtures.smoke_suite`: pytest finds them there, and a test's argument of that name
+does not shadow an import). Under pytest-xdist each worker is its own process: the smoke run
+is made by the first worker that needs it, in the session's shared temporary folder under a
+lock, and read by the others (`_once`). Tests only read it: a test that changes files copies
+them first.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ full files (17,600 sentences a call) made that most of its time."""
 def _once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
     """A folder `make(folder)` filled once per test session: under xdist in the session's
     shared temporary folder, under a lock, so that the workers make it once between them
-    (a worker that finds it being made waits for it). `make` that fails leaves nothing: the
-    next test that asks makes it again."""
+    (a worker that finds it being made waits for it). A `make` that fails leaves the folder
+    unfinished (no `.done`): the next test that asks makes it again."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # popen-gwN's parent: this session's, shared by its workers

@@ -11,6 +11,8 @@ import io
 import json
 import math
 import os
+import shutil
+import signal
 import sys
 import tarfile
 import time
@@ -55,6 +57,7 @@ from bench.gpu_suite.records import (
 from bench.gpu_suite.reference import reference_budget
 from bench.gpu_suite.reference import train_cmd as reference_cmd
 from bench.gpu_suite.report import render_markdown
+from bench.gpu_suite.runs import checkpoint_step
 from bench.gpu_suite.schema import read, write
 from bench.gpu_suite.state import STAGES, Budget, Suite, load_state, new_state
 from bench.gpu_suite.throughput import (
@@ -555,7 +558,7 @@ def test_one_launch_stopped_for_time_is_evaluated_and_exported(smoke_suite, tmp_
     suite.write_config()
     assert reference.begin_round(suite)  # what a call that names --stages reference does
     monkeypatch.setattr(runs, "time", StopAfterFirstStep(suite.logs / "train_reference.log"))
-    first = reference.run(suite, 120.0)
+    first = reference.run(suite, 300.0)  # the smoke share; the clock above stops it sooner
     ref = suite.state.reference
     # a slow machine may leave the evaluation or the export to the next call, never training
     assert first == "done" or (first == "partial" and ref.trained)
@@ -597,6 +600,52 @@ def test_one_launch_stopped_for_time_is_evaluated_and_exported(smoke_suite, tmp_
     assert start.how == "init_from" and start.text.startswith(said)
     missing = "cannot be resumed: reference.ckpt.part1 is missing"
     assert missing in suite.state.stages["reference"].notes[-1]
+
+
+@pytest.mark.slow
+def test_runs_killed_before_their_first_checkpoint_start_afresh_and_finished_runs_stay(
+    smoke_suite, tmp_path
+):
+    """Run 5.0 is killed (SIGKILL, as by the OOM killer) after vat wrote its run folder and
+    before its first checkpoint: `--ckpt_path last` refuses such a folder, so every later
+    call failed. Run 20.0 reached its last step but the suite never recorded it (stopped
+    in its last seconds): it was counted as interrupted and relaunched. Now the first starts
+    afresh and the second is found finished and not launched.
+
+    The kill is the smoke run's (gpu_suite_fixtures._make_smoke_run: its second call found
+    the killed folder); the finished runs are the smoke run's two frontier runs, copied into
+    a fresh OUT_DIR without the marks the suite writes after a run."""
+    k = smoke_suite.killed
+    assert k["folder_written"] and k["returncode"] == -signal.SIGKILL
+    assert k["step"] is None and k["config_yaml"]  # a folder, no checkpoint: then the call
+    killed = smoke_suite.out / "work" / "frontier" / "target_kl_5.0"
+    rep = smoke_suite.rep
+    assert rep["stages"]["frontier_train"]["status"] == "done"
+    assert checkpoint_step(killed) == 8 and (killed / ".trained").is_file()
+    notes = rep["stages"]["frontier_train"]["notes"]
+    assert any("target_kl_5.0: no checkpoint from its earlier start" in n for n in notes)
+
+    out = tmp_path / "out"
+    suite = Suite(out, smoke_plan(), smoke_suite.data_dir, Budget(5), 8)
+    suite.save()  # a call saves its report before it writes work/ (the suite's own OUT_DIR)
+    suite.write_config()
+    runs = out / "work" / "frontier"
+    suite_wrote = (".trained", "suite_eval.json", "bleu_*.json", "sts_*.json", "feature_compare")
+    for run in ("target_kl_5.0", "target_kl_20.0"):
+        shutil.copytree(smoke_suite.out / "work" / "frontier" / run, runs / run,
+                        ignore=shutil.ignore_patterns(*suite_wrote))  # fmt: skip
+        assert checkpoint_step(runs / run) == 8 and not (runs / run / ".trained").exists()
+
+    argv = ["--smoke", "--data-dir", str(smoke_suite.data_dir), "--stages", "frontier_train"]
+    assert main([*argv, "--frontier-steps", "8", str(out)]) == 0
+    rep = json.loads((out / "gpu_report.json").read_text())
+    assert rep["stages"]["frontier_train"]["status"] == "done"
+    for run in ("target_kl_5.0", "target_kl_20.0"):
+        finished = runs / run
+        assert (finished / ".trained").is_file()
+        assert not list(finished.glob("config-resume-*.yaml"))  # not launched again
+        assert not (out / "work" / "logs" / f"train_{run}.log").exists()
+    assert "launches" not in rep["calls"][-1]
 
 
 def test_a_missing_package_is_one_line(tmp_path, monkeypatch, capsys):

@@ -101,7 +101,6 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, reference
     _resume_matches_reference(crash, cache, ref_ckpt)
 
 
-@pytest.mark.slow
 def test_stop_mid_epoch_then_resume_matches_uninterrupted(tmp_path, reference):
     """A requested stop (max_time, EarlyStopping) mid-epoch: last.ckpt is taken with the loops
     mid-epoch, so the resume finishes that epoch's batches instead of skipping to the next
@@ -264,3 +263,20 @@ def test_ctrl_c_from_a_terminal_at_any_moment_resumes_exactly(tmp_path, referenc
     assert re.search(r"vat: stopped by Ctrl-C after step \d", err.strip().splitlines()[-1])
     _resume_matches_reference(run, cache, ref_ckpt)
     assert _checkpoint_names(run) == ref_names and _curves(run) == ref_curves
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["mid_step", "batch_end", "validation"])
+def test_a_ctrl_c_during_the_last_step_is_not_lost(tmp_path, reference, phase):
+    """A Ctrl-C in the run's last step (step 8 of 8): the run ends there whole, as it would
+    have, and the command still exits 130, so that a script that sent it (at its time limit)
+    learns that it was stopped. (During the last validation it used to be lost: exit 0.)"""
+    ref_ckpt, cache = reference
+    run = tmp_path / "run"
+    code, err = train_captured(fit_args(run, cache, *COMMON, *_signal_at(8, phase)))
+    assert code == 130, err[-20:]
+    assert not any("Traceback" in line for line in err)
+    assert _weights(run / "checkpoints" / "last.ckpt")[2] == 8
+    assert any(line.startswith("vat: Ctrl-C: stopping at the end of a step") for line in err)
+    if phase == "validation":  # after the last step had ended: it ends where it would have
+        assert "vat: stopped by Ctrl-C at the run's last step (8)" in err

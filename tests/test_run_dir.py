@@ -15,23 +15,27 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from helpers import fit_args, hold_lock, scalars, train_main, train_subprocess
+from helpers import fit_args, hold_lock, run_python, scalars, train_main, train_subprocess
 
 from vat.share.checkpoint import read_checkpoint
+
+pytest_plugins = ["compile_fixtures"]  # compiled_resume
 
 
 def _step(path) -> int:
     return int(read_checkpoint(path)["global_step"])
 
 
-pytest_plugins = ["compile_fixtures"]  # fresh_run, compiled_resume
-
-
 @pytest.fixture(scope="module")
-def trained(fresh_run):
-    """A fresh 2-step run, trained in a subprocess with warnings on (compile_fixtures.fresh_run,
-    which other modules read too): (run, data cache, stderr); tests work on copies."""
-    return fresh_run
+def trained(tmp_path_factory):
+    """A fresh 2-step run, trained in a subprocess with warnings on; tests work on copies."""
+    base = tmp_path_factory.mktemp("rundir")
+    run = base / "run"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    env.pop("PYTHONWARNINGS", None)
+    r = run_python(["-m", "vat", "train", *fit_args(run, base / "cache")], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run, base / "cache", r.stderr
 
 
 @pytest.fixture
@@ -475,10 +479,12 @@ def test_a_compiled_run_resumed_with_compile_false_runs_eagerly(resumed):
 
 
 def test_a_run_resumed_with_compile_true_compiles(compiled_resume):
-    """compiled_resume: a run whose checkpoint records model.compile false, resumed with
-    --model.compile true (aot_eager: vat's compiled step without inductor's C++ build), a
-    dynamo reset before it, so that it compiles its own graphs."""
-    model = compiled_resume.model
+    """compiled_resume: an eager run resumed with --model.compile true (aot_eager: vat's
+    compiled step without inductor's C++ build), a dynamo reset before it, so that it
+    compiles its own graphs."""
+    run, model = compiled_resume.run, compiled_resume.model
+    first = yaml.safe_load((run / "config.yaml").read_text())
+    assert first["model"]["compile"] is False  # what its checkpoint recorded
     assert model.compile is True and model._compiled is not None and model._compiled.graphs >= 1
-    config = yaml.safe_load((compiled_resume.run / "config-resume-1.yaml").read_text())
+    config = yaml.safe_load((run / "config-resume-1.yaml").read_text())
     assert config["model"]["compile"] is True

@@ -23,7 +23,7 @@ from vat.callbacks.time_split import (
     split_line,
 )
 
-pytest_plugins = ["compile_fixtures"]  # compiled_fit
+pytest_plugins = ["compile_fixtures"]  # compiled_resume
 
 SPLIT_KEYS = [f"{p}_s" for p in PARTS]
 # "vat: first optimizer step (step 1) 25.8 s after the command started: set-up 0.3 s,
@@ -207,15 +207,15 @@ def test_compile_seconds_is_dynamo_s_own_clock():
 
 
 @pytest.mark.slow
-def test_a_compiled_fit_counts_dynamo_s_compile_time(compiled_fit):
-    """model.compile (compiled_fit: a fresh in-process run, aot_eager, which compiles its own
+def test_a_compiled_fit_counts_dynamo_s_compile_time(compiled_resume):
+    """model.compile (compiled_resume: an in-process launch, aot_eager, which compiles its own
     graph). The first step's compile is inside the time to the first step; the run's compile
     (a later step may compile a second graph, for another padded length) is inside its whole
     time."""
-    split = json.loads((compiled_fit.run / "time_split.json").read_text())
+    split = json.loads((compiled_resume.run / "time_split.json").read_text())
     assert split["compile_s"] > 0.2  # aot_eager: dynamo's trace, AOTAutograd's forward+backward
-    first = [m for line in compiled_fit.lines if (m := FIRST_STEP_LINE.match(line))]
-    assert len(first) == 1, compiled_fit.lines
+    first = [m for line in compiled_resume.lines if (m := FIRST_STEP_LINE.match(line))]
+    assert len(first) == 1, compiled_resume.lines
     to_first_step, compile_by_then = float(first[0]["seconds"]), float(first[0]["compile"])
     assert 0.2 < compile_by_then < to_first_step
     assert to_first_step == pytest.approx(split["first_step_s"], abs=0.05)  # shown to 0.1 s

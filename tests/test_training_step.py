@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from vat.tokenizer import make_batch
 from vat.train.system import LossConfig, OptimConfig, VATSystem
 
-pytest_plugins = ["compile_fixtures"]  # compiled_fit
+pytest_plugins = ["compile_fixtures"]  # compiled_resume
 
 # dynamo and AOTAutograd trace every op of a compiled step (tens of seconds a graph on 2 busy
 # cores): the tests of what vat compiles, not of the model's depth, compile 1+1 layers
@@ -182,6 +182,7 @@ def test_forward_and_shared_step_agree(tiny_tokenizer, tiny_sentences):
     assert out.logits.shape[:2] == batch["src"].shape
 
 
+@pytest.mark.slow  # compiles (tens of seconds): out of the contributors' tier
 @pytest.mark.parametrize("backend", ["inductor"])
 def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, backend, monkeypatch):
     """inductor (what training uses) builds C++ kernels: about 40 s here, once per machine
@@ -214,6 +215,7 @@ def _agree(eager, a, compiled, b, loss_tol=None, grad_tol=None) -> None:
     assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefixes
 
 
+@pytest.mark.slow  # compiles (tens of seconds): out of the contributors' tier
 @pytest.mark.parametrize("fused", [False, True])
 def test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths(
     tiny_tokenizer, tiny_sentences, fast_compile, fused
@@ -259,25 +261,27 @@ def test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths(
     )
 
 
-def test_resume_across_compile_change(compiled_fit, tmp_path, capsys):
-    """A compiled run's checkpoint (compiled_fit's, 4 steps) holds the model's own keys, and an
-    eager launch resumes it (model.compile is one of the keys a resume may change)."""
+@pytest.mark.slow  # compiles (tens of seconds): out of the contributors' tier
+def test_resume_across_compile_change(compiled_resume, tmp_path, capsys):
+    """A compiled run's checkpoint (compiled_resume's, at step 6) holds the model's own keys,
+    and an eager launch resumes it (model.compile is one of the keys a resume may change)."""
     import shutil
 
-    from compile_fixtures import COMPILED_FIT
+    from compile_fixtures import COMPILED_RUN
     from helpers import fit_args, train_main
 
     run = tmp_path / "run"
-    shutil.copytree(compiled_fit.run, run)
+    shutil.copytree(compiled_resume.run, run)
     last = run / "checkpoints" / "last.ckpt"
-    sd = torch.load(last, weights_only=True)["state_dict"]
-    assert not any("_orig_mod" in k for k in sd)
-    more = ["--ckpt_path", "last", "--model.compile", "false", "--trainer.max_steps", "6"]
-    args = fit_args(run, compiled_fit.cache, *more, "--data.num_workers", "0", *COMPILED_FIT)
-    code, err = train_main(args, capsys)
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["hyper_parameters"]["compile"] is True and ckpt["global_step"] == 6
+    assert not any("_orig_mod" in k for k in ckpt["state_dict"])
+    more = ["--ckpt_path", "last", "--model.compile", "false", "--trainer.max_steps", "8"]
+    code, err = train_main(fit_args(run, compiled_resume.data, *more, *COMPILED_RUN), capsys)
     assert code == 0, err
-    ckpt = torch.load(last, weights_only=True)  # steps counted on from the compiled run's 4
-    assert ckpt["global_step"] == 6 and ckpt["vat_train_state"]["progress"][0].item() == 6
+    ckpt = torch.load(last, weights_only=True)  # steps counted on from the compiled run's 6
+    assert ckpt["global_step"] == 8 and ckpt["vat_train_state"]["progress"][0].item() == 8
+    assert ckpt["hyper_parameters"]["compile"] is False
 
 
 def test_bf16_autocast_close_to_fp32(tiny_tokenizer, tiny_sentences, tmp_path):
@@ -298,14 +302,16 @@ def test_bf16_autocast_close_to_fp32(tiny_tokenizer, tiny_sentences, tmp_path):
     assert all(torch.isfinite(p).all() for p in system.parameters())
 
 
-def test_train_cli_compiles_and_reports_its_graphs(compiled_fit):
-    """`vat train --model.compile true` (compiled_fit: a fresh run, its own graphs): the graphs
-    compiled so far on the curve at every step, and their number in the run's summary."""
+@pytest.mark.slow  # compiles (tens of seconds): out of the contributors' tier
+def test_train_cli_compiles_and_reports_its_graphs(compiled_resume):
+    """`vat train --model.compile true` (compiled_resume: 4 compiled steps, its own graphs):
+    the graphs compiled so far on the curve at every step, and their number in the run's
+    summary."""
     from helpers import scalars
 
-    graphs = [v for _, v in scalars(compiled_fit.run)["train/compiled_graphs"]]
+    graphs = [v for _, v in scalars(compiled_resume.run)["train/compiled_graphs"]]
     assert len(graphs) == 4 and 1 <= graphs[0] <= graphs[-1] <= 4
-    (line,) = [m for m in compiled_fit.lines if "model.compile:" in m]
+    (line,) = [m for m in compiled_resume.lines if "model.compile:" in m]
     assert line.startswith("vat: model.compile: ") and line.endswith(
         f"{int(graphs[-1])} compiled graphs"
     )

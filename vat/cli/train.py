@@ -494,6 +494,9 @@ def _run(fn, args: list[str] | None) -> int:
         try:
             fn(argv)
             ok = True
+            stopped = _STOPS[-1].stopped if _STOPS else None
+            if stopped is not None:  # a signal after the last step: the run ended whole
+                return EXIT_CODES[stopped]
         except SystemExit:
             if not was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
                 raise

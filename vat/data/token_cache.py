@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import Dataset
 
 from vat.data.sampler import collate_ids
@@ -342,6 +341,9 @@ def read_cached_tokenizer(path: Path) -> VATTokenizer | None:
     try:
         return VATTokenizer.from_file(path)
     except Exception as e:
+        # imported here: this module runs in every data.num_proc worker, which needs no Lightning
+        from lightning.pytorch.utilities import rank_zero_warn
+
         rank_zero_warn(
             f"vat: the cached tokenizer {path} is damaged ({str(e)[:80]}); training it again"
         )

@@ -148,6 +148,14 @@ class StopOnSignal(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._restore()
+        if self.requested is not None and not self.stopping:
+            # the signal came after the last step had ended (in its validation or checkpoint):
+            # the run ends whole where it would have, and the command still exits as a
+            # stopped one, so that whoever pressed it (a script at its time limit) knows
+            self.stopped = self.requested
+            if trainer.is_global_zero:
+                print(f"vat: stopped by {self.requested} at the run's last step "
+                      f"({trainer.global_step})", file=sys.stderr)  # fmt: skip
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self._restore()
