@@ -14,6 +14,7 @@ children save their state, the report is written, exit code 130."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -188,6 +189,7 @@ class Suite(Call):
         self.save()
         todo = [s for s in STAGES if s in stages]
         try:
+            _import_training_stack()
             rc = self._run_stages(todo, call)
         except KeyboardInterrupt:  # between two stages
             shield()
@@ -248,3 +250,24 @@ class Suite(Call):
             if rc:
                 break
         return rc
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _import_training_stack() -> None:
+    """Lightning (and torch, torchmetrics, scipy under it), which the stages import, imported
+    once here with SIGINT and SIGTERM only noted. A stop that lands inside a C extension's
+    import breaks it (scipy: `ImportError: generic_type: type "ObjSense" is already
+    registered`, the suite ending without its report), or is swallowed by a library's `except
+    ImportError` (the call then runs on until its kill). Noted, it is raised once the import
+    is whole, as the KeyboardInterrupt the suite stops on."""
+    got: list[int] = []
+    kept = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in _STOPS}
+    try:
+        import lightning.pytorch  # noqa: F401
+    finally:
+        for s, handler in kept.items():
+            signal.signal(s, handler)
+    if got:
+        raise KeyboardInterrupt
