@@ -34,7 +34,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 # The contributors' tier, `python -m pytest -q -m "not slow"` (docs/testing.md): the main
-# path of vat in about three minutes: the model, the objective and KL, data and tokenizer, a
+# path of vat in about a minute: the model, the objective and KL, data and tokenizer, a
 # tiny `vat train` and its exact resume, generate, evaluate, features, score, export and
 # load. Every test outside these files is slow; inside them, a test marked slow stays out.
 CONTRIBUTOR_TIER = frozenset(

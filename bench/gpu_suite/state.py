@@ -259,8 +259,7 @@ def _import_training_stack() -> None:
     """Lightning (and torch, torchmetrics, scipy under it), which the stages import, imported
     once here with SIGINT and SIGTERM only noted. A stop that lands inside a C extension's
     import breaks it (scipy: `ImportError: generic_type: type "ObjSense" is already
-    registered`, the suite ending without its report), or is swallowed by a library's `except
-    ImportError` (the call then runs on until its kill). Noted, it is raised once the import
+    registered`), and the suite ended without its report. Noted, it is raised once the import
     is whole, as the KeyboardInterrupt the suite stops on."""
     got: list[int] = []
     kept = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in _STOPS}
