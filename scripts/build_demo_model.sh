@@ -6,9 +6,9 @@
 #   scripts/build_demo_model.sh [WORK_DIR]      (default .cache/demo-model; about 4 minutes)
 #
 # Needs SentEval's STS12 and STS-B ($VAT_SENTEVAL_DIR, default ../shared/data/senteval).
-# It also records the run's first 500 steps (tests/assets/demo_trajectory.json): the same
-# command stopped at its first validation, whose training record tests/test_shipped.py
-# compares a 500-step retrain with; the record's step 2000 is this build's shipped card.
+# It also records the run's first 100 steps (tests/assets/demo_trajectory.json): the same
+# command stopped at step 100 and validated there, whose training record tests/test_shipped.py
+# compares a 100-step retrain with; the record's step 2000 is this build's shipped card.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One thread: the order of a multi-threaded reduction moves a 2,000-step run (the first demo,
@@ -18,13 +18,14 @@ export OMP_NUM_THREADS=1
 WORK=${1:-.cache/demo-model}
 mkdir -p "$WORK"
 vat train -c configs/demo.yaml --run_dir "$WORK/run" --overwrite
-vat train -c configs/demo.yaml --run_dir "$WORK/run500" --overwrite --trainer.max_steps 500
+vat train -c configs/demo.yaml --run_dir "$WORK/run100" --overwrite --trainer.max_steps 100 \
+  --trainer.val_check_interval 100
 python - "$WORK" > tests/assets/demo_trajectory.json <<'EOF'
 import json, sys
 import vat
 
 steps = {}
-for run in ("run500", "run"):
+for run in ("run100", "run"):
     t = vat.load(f"{sys.argv[1]}/{run}", device="cpu").loaded.training
     steps[str(t["global_step"])] = {"tokens_seen": t["tokens_seen"], "global_step": t["global_step"],
                                     **{m: t["metrics"][m] for m in ("val/nll", "val/kl", "val/recon_bleu")}}

@@ -95,6 +95,16 @@ def compile_cache_key(tmp_path_factory) -> Path:
         os.environ[KEY_ENV] = before
 
 
+@pytest.fixture
+def vat_children():
+    """The test's in-process code starts its children in the tests' vat interpreter
+    (helpers.children_in_vat_python)."""
+    from helpers import children_in_vat_python
+
+    with children_in_vat_python():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One torch thread in-process: the test models are tiny, and on 2 shared cores a second

@@ -121,6 +121,13 @@ def _make_smoke_run(root: Path, data_dir: Path) -> None:
     bench/gpu_suite/__main__.main, which the wrapper execs): facts and throughput, then the
     rest. Meanwhile the frontier's first run is started by hand and killed (SIGKILL) once vat
     has written its run folder, before its first checkpoint: the second call finds it so."""
+    from helpers import children_in_vat_python
+
+    with children_in_vat_python():  # its training runs start as bench/gpu_suite.sh's do
+        _make_smoke_suite(root, data_dir)
+
+
+def _make_smoke_suite(root: Path, data_dir: Path) -> None:
     from bench.gpu_suite.__main__ import main
     from bench.gpu_suite.children import child_env
     from bench.gpu_suite.frontier_train import run_name, train_cmd

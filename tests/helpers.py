@@ -3,6 +3,8 @@ argument lists of the common CLI calls, and a minimal LightningModule around a c
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import os
 import subprocess
@@ -10,9 +12,11 @@ import sys
 from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ASSETS, ROOT
+from plain_site import plain_interpreter
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader
 
@@ -54,25 +58,49 @@ def fit_args(run: Path, cache: Path | None = None, *extra: str) -> list[str]:
     return [*args, *extra]
 
 
-def run_python(
-    argv: list[str], env: dict, cwd: Path = ROOT, timeout: int = 240
-) -> subprocess.CompletedProcess:
-    """`python ARGV` in a fresh interpreter with ENV, its output captured as text."""
-    return subprocess.run(
-        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+@functools.cache
+def _plain() -> tuple[str, dict[str, str]]:
+    return plain_interpreter()
+
+
+def vat_python() -> str:
+    """The interpreter of the vat processes tests start (plain_site.plain_interpreter: the
+    plain install's packages and the checkout); run it with train_env()."""
+    return _plain()[0]
 
 
 def train_env() -> dict[str, str]:
-    """The environment of a `vat train` subprocess: tests/ importable (crash_callbacks.py)."""
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    """The environment of a vat_python() process: the plain site, the checkout and tests/
+    (the callbacks of crash_callbacks.py) on its path."""
+    return dict(_plain()[1])
+
+
+@contextlib.contextmanager
+def children_in_vat_python():
+    """While in-process code starts children with sys.executable (the GPU suite's training
+    runs, a parallel sweep's points): that interpreter and path are vat_python()'s, as if this
+    process had been started with it (as bench/gpu_suite.sh's PYTHON starts the suite)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "executable", vat_python())
+        mp.setenv("PYTHONPATH", train_env()["PYTHONPATH"])
+        mp.setenv("PYTHONNOUSERSITE", "1")
+        yield
+
+
+def run_python(
+    argv: list[str], env: dict, cwd: Path = ROOT, timeout: int = 240
+) -> subprocess.CompletedProcess:
+    """`python ARGV` in a fresh vat_python() with ENV (train_env() and more), its output
+    captured as text."""
+    return subprocess.run(
+        [vat_python(), *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def train_subprocess(
     args: list[str], cwd: Path = ROOT, env_extra: dict | None = None, timeout: int = 240
 ) -> subprocess.CompletedProcess:
-    """`python -m vat train ARGS` in a fresh interpreter (tests/ importable, for the
-    callbacks of crash_callbacks.py)."""
+    """`python -m vat train ARGS` in a fresh vat_python()."""
     env = {**train_env(), "PYTHONWARNINGS": "ignore"}
     env.update(env_extra or {})
     return run_python(["-m", "vat", "train", *args], env, cwd, timeout)

@@ -12,8 +12,12 @@ plain install imports: the same packages at the same versions, and no others. Me
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -79,3 +83,39 @@ def plain_env(folder: Path) -> dict[str, str]:
 def plain_python() -> list[str]:
     """The command line of that interpreter (append `-c CODE` or `-m MODULE ...`)."""
     return [sys.executable, "-S"]
+
+
+def plain_interpreter() -> tuple[str, dict[str, str]]:
+    """A `python` that sees only the plain site and the checkout, and its environment: what
+    the tests' vat processes run in (tests/helpers.py). The environment a user's
+    `pip install vat` gives, and 2-3 s faster to start a training process than the test
+    environment's: with transformers installed, torchmetrics (which Lightning imports)
+    imports it too (BENCHMARKS.md, "The test suite").
+
+    A venv without pip or the system site-packages, so that the processes its processes start
+    with sys.executable (DDP's second rank, a sweep's points) see the same. Made once per
+    machine and set of versions, as torch keeps its inductor cache: in a folder of the
+    temporary directory named by the interpreter, the checkout and the plain requirements'
+    versions, moved into place whole (two workers that make it at once keep the first)."""
+    versions = sorted((n, metadata.version(n)) for n in plain_requirements() - {DISTRIBUTION}
+                      if _installed(n))  # fmt: skip
+    key = hashlib.sha256(repr((sys.executable, sys.version, str(ROOT), versions)).encode())
+    home = Path(tempfile.gettempdir()) / f"vat-tests-plain-{os.getuid()}-{key.hexdigest()[:16]}"
+    if not home.is_dir():
+        part = Path(tempfile.mkdtemp(prefix=home.name + ".part-", dir=home.parent))
+        make_plain_site(part / "site")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(part / "venv")],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+        try:
+            part.rename(home)
+        except OSError:  # another worker's is there: keep it
+            shutil.rmtree(part, ignore_errors=True)
+    return str(home / "venv" / "bin" / "python"), plain_env(home / "site")
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True

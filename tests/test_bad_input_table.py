@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from conftest import ASSETS, ROOT
+from helpers import train_env, vat_python
 
 from vat.errors import OptionError, VatError
 
@@ -1377,13 +1377,12 @@ def test_vat_load_refuses_paths_of_the_wrong_kind(bad_paths, kind):
 @pytest.mark.slow
 def test_a_fifo_never_hangs_a_real_vat_process(bad_paths):
     """`python -m vat sweep -c FIFO` in a process of its own: it ends, exit 2, one line."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r = subprocess.run(
-        [sys.executable, "-m", "vat", "sweep", "-c", str(bad_paths["fifo"])],
+        [vat_python(), "-m", "vat", "sweep", "-c", str(bad_paths["fifo"])],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env=train_env(),
     )
     lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(LOG_LINES)]
     assert r.returncode == 2 and len(lines) == 1 and "named pipe (FIFO)" in lines[0], r.stderr

@@ -398,7 +398,7 @@ def test_smoke_suite_two_calls_resume_and_report(smoke_suite, tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_suite_continues_on_another_machine(smoke_suite, tmp_path, monkeypatch):
+def test_smoke_suite_continues_on_another_machine(smoke_suite, tmp_path, monkeypatch, vat_children):
     """The next call, on another machine, continues the reference instead of restarting it.
     Seeded with only the files the smoke run returned (what --copy-to copies), in another
     OUT_DIR, the data folder at another path and the smoke run's model shipped under the
@@ -526,7 +526,9 @@ class StopAfterFirstStep:
 
 
 @pytest.mark.slow
-def test_one_launch_stopped_for_time_is_evaluated_and_exported(smoke_suite, tmp_path, monkeypatch):
+def test_one_launch_stopped_for_time_is_evaluated_and_exported(
+    smoke_suite, tmp_path, monkeypatch, vat_children
+):
     """A call on a fresh node seeded with what the smoke run returned, its checkpoint's part
     damaged on the way: the reference continues from the returned reference.tar's weights
     (said; `vat train --init-from`, the optimizer fresh), its tokens counted on. That launch
@@ -604,7 +606,7 @@ def test_one_launch_stopped_for_time_is_evaluated_and_exported(smoke_suite, tmp_
 
 @pytest.mark.slow
 def test_runs_killed_before_their_first_checkpoint_start_afresh_and_finished_runs_stay(
-    smoke_suite, tmp_path
+    smoke_suite, tmp_path, vat_children
 ):
     """Run 5.0 is killed (SIGKILL, as by the OOM killer) after vat wrote its run folder and
     before its first checkpoint: `--ckpt_path last` refuses such a folder, so every later

@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the checkout
 
 import gpu_suite_fixtures
+from helpers import train_env, vat_python
 
 from bench.gpu_suite import frontier_eval
 from bench.gpu_suite.__main__ import seed_out_dir
@@ -52,7 +53,10 @@ suite_data_dir = gpu_suite_fixtures.suite_data_dir  # the shared data, its STS f
 
 
 def _env(data_dir: Path) -> dict[str, str]:
-    return {**os.environ, "VAT_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
+    """bench/gpu_suite.sh's environment: the suite and its children in the tests' vat
+    interpreter (helpers.vat_python: `PYTHON`, which the script runs)."""
+    return {**train_env(), "PYTHON": vat_python(), "VAT_DATA_DIR": str(data_dir),
+            "OMP_NUM_THREADS": "1"}  # fmt: skip
 
 
 def _simulate(plan, recipe):

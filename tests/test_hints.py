@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import ROOT
+from helpers import train_env, vat_python
 
 from vat.cli import main as vat
 
@@ -193,9 +193,9 @@ def test_training_data_that_is_not_utf8_is_one_warning_line(tmp_path):
     train.write_bytes(
         ("\n".join(lines[:5]) + "\ncaf\xe9\n" + "\n".join(lines[5:])).encode("latin-1")
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env = {k: v for k, v in train_env().items() if k != "PYTHONWARNINGS"}
     r = subprocess.run(
-        [sys.executable, "-m", "vat", "train", "fit", "-c", "tests/assets/tiny.yaml",
+        [vat_python(), "-m", "vat", "train", "fit", "-c", "tests/assets/tiny.yaml",
          "--data.train_files", f"[{train}]", "--run_dir", str(tmp_path / "run"),
          "--data.cache_dir", str(tmp_path / "cache"), "--trainer.max_steps", "1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,

@@ -9,8 +9,13 @@ from helpers import export_folder
 import vat
 import vat.errors
 
-sentence_transformers = pytest.importorskip("sentence_transformers")
-mteb = pytest.importorskip("mteb")
+
+@pytest.fixture(scope="module", autouse=True)
+def _integrations_extra():
+    """sentence-transformers and mteb, imported when a test here runs rather than when every
+    worker collects the module (mteb alone takes 2-3 s to import)."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("mteb")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +67,7 @@ def test_sentence_transformer_loads_an_exported_folder(exported, tiny_sentences,
 
 
 def test_mteb_encoder_protocol(exported, tiny_sentences):
+    import mteb
     from mteb.models import EncoderProtocol
     from torch.utils.data import DataLoader
 
@@ -92,6 +98,7 @@ def test_mteb_sts_spearman_equals_vat_harness(exported, senteval_dir):
     mteb: scikit-learn and torch). Round-off only reorders pairs whose cosines agree to
     ~1e-7; swapping two neighbouring ranks moves Spearman by at most 24 / (n^2 - 1) =
     1.3e-5 for n = 1,379 pairs, so 1e-4 allows a handful of such swaps (we see ~3e-6)."""
+    import mteb
     from datasets import Dataset, DatasetDict
     from mteb.tasks.sts.eng.sts_benchmark_sts import STSBenchmarkSTS
 

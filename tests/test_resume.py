@@ -16,13 +16,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 from conftest import ROOT
-from helpers import fit_args, train_captured, train_env, train_subprocess
+from helpers import fit_args, train_captured, train_env, train_subprocess, vat_python
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from train_fixtures import train_once
 
@@ -247,7 +246,7 @@ def test_ctrl_c_from_a_terminal_at_any_moment_resumes_exactly(tmp_path, referenc
     run = tmp_path / "run"
     slow = ["--trainer.callbacks+=crash_callbacks.SlowSteps", "--trainer.callbacks.seconds=0.05"]
     workers = ["--data.num_workers", "1"]
-    args = [sys.executable, "-m", "vat", "train", *fit_args(run, cache, *COMMON, *slow, *workers)]
+    args = [vat_python(), "-m", "vat", "train", *fit_args(run, cache, *COMMON, *slow, *workers)]
     env = {**train_env(), "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(
         args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True

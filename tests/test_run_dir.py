@@ -15,7 +15,15 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from helpers import fit_args, hold_lock, run_python, scalars, train_main, train_subprocess
+from helpers import (
+    fit_args,
+    hold_lock,
+    run_python,
+    scalars,
+    train_env,
+    train_main,
+    train_subprocess,
+)
 
 from vat.share.checkpoint import read_checkpoint
 
@@ -31,7 +39,7 @@ def trained(tmp_path_factory):
     """A fresh 2-step run, trained in a subprocess with warnings on; tests work on copies."""
     base = tmp_path_factory.mktemp("rundir")
     run = base / "run"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    env = train_env()
     env.pop("PYTHONWARNINGS", None)
     r = run_python(["-m", "vat", "train", *fit_args(run, base / "cache")], env)
     assert r.returncode == 0, r.stderr[-3000:]

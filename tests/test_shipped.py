@@ -8,16 +8,14 @@ it). Tests that change a registry copy it to tmp_path and point $VAT_SHIPPED_DIR
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from helpers import export_folder, one_line_error
+from helpers import export_folder, one_line_error, train_env, vat_python
 
 import vat
 from vat.cli import main as vat_main
@@ -251,11 +249,11 @@ def test_add_refuses_weights_outside_the_stated_tolerance(
 
 
 # -- the shipped demo model is what the committed config trains ------------------------------
-# scripts/build_demo_model.sh records the committed config's run at its first validation
-# (step 500) and at its end (tests/assets/demo_trajectory.json). The end must match the
-# shipped card, and a retrain of the config must reach the recorded step 500: the first 500
+# scripts/build_demo_model.sh records the committed config's run at step 100 (stopped and
+# validated there) and at its end (tests/assets/demo_trajectory.json). The end must match the
+# shipped card, and a retrain of the config must reach the recorded step 100: the first 100
 # steps run the whole pipeline (data, tokenizer, model, objective, optimizer, rate controller,
-# validation) in a quarter of the 4.5 minutes all 2,000 took.
+# validation and its callbacks) in a twentieth of the 4.5 minutes all 2,000 took.
 TRAJECTORY = ROOT / "tests" / "assets" / "demo_trajectory.json"
 
 
@@ -278,27 +276,27 @@ def _record(training: dict) -> dict:
 def test_the_recorded_demo_trajectory_ends_at_the_shipped_card():
     steps = json.loads(TRAJECTORY.read_text())["steps"]
     shipped = json.loads((DEMO_DIR / "config.json").read_text())["training"]
-    assert list(steps) == ["500", str(shipped["global_step"])]
-    assert steps["500"]["global_step"] == 500
+    assert list(steps) == ["100", str(shipped["global_step"])]
+    assert steps["100"]["global_step"] == 100
     assert_same_run(steps[str(shipped["global_step"])], _record(shipped))
 
 
 @pytest.mark.slow
 def test_retraining_the_demo_follows_the_recorded_trajectory(tmp_path):
-    """Retrain from configs/demo.yaml (the README's first command) to its first validation,
-    on one thread as scripts/build_demo_model.sh trains it, and compare with the record: on
-    the CPU that recorded it the numbers are the same to the last digit."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    """Retrain from configs/demo.yaml (the README's first command) to step 100, validated
+    there, on one thread as scripts/build_demo_model.sh trains it, and compare with the
+    record: on the CPU that recorded it the numbers are the same to the last digit."""
+    env = {**train_env(), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     run = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "vat", "train", "-c", "configs/demo.yaml", "--run_dir", str(run),
+        [vat_python(), "-m", "vat", "train", "-c", "configs/demo.yaml", "--run_dir", str(run),
          "--data.cache_dir", str(tmp_path / "cache"), "--trainer.enable_progress_bar", "false",
-         "--quiet", "--trainer.max_steps", "500"],
+         "--quiet", "--trainer.max_steps", "100", "--trainer.val_check_interval", "100"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     retrained = vat.load(run, device="cpu").loaded.training
-    assert_same_run(_record(retrained), json.loads(TRAJECTORY.read_text())["steps"]["500"])
+    assert_same_run(_record(retrained), json.loads(TRAJECTORY.read_text())["steps"]["100"])
 
 
 # -- the card says what the folder does (each kind of spec: tests/test_model_card.py) ----------

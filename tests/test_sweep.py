@@ -382,7 +382,9 @@ def test_values_on_a_grid_is_a_usage_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_a_failed_point_is_in_the_table_and_the_others_still_run(tmp_path, capsys, jobs):
+def test_a_failed_point_is_in_the_table_and_the_others_still_run(
+    tmp_path, capsys, jobs, vat_children
+):
     """A point that fails while training does not stop the others, one after another or in
     child processes alike: it is a row of the table saying why, and the sweep ends with exit 2
     and one line naming it (before: with jobs 1 the sweep stopped there, so the points after it
