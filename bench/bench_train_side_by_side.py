@@ -367,7 +367,8 @@ def run_plain(
     loss_fn = _plain_loss
     if compile_:
         # As vat's model.compile does: lengths padded to a multiple of 8 (see pad_to_multiple),
-        # the batch dimension dynamic, and a recompile limit above the number of lengths.
+        # the batch and length dimensions dynamic, and a recompile limit above the number of
+        # lengths.
         limit = -(-system.arch.max_len // PAD_MULTIPLE) + 4
         for name in ("recompile_limit", "cache_size_limit"):  # renamed across releases
             if hasattr(torch._dynamo.config, name):
@@ -390,6 +391,7 @@ def run_plain(
         if compile_:
             for v in b.values():
                 torch._dynamo.maybe_mark_dynamic(v, 0)
+                torch._dynamo.maybe_mark_dynamic(v, 1)
         with autocast:
             nll, kl = loss_fn(
                 model, b["src"], b["tgt_in"], b["tgt_out"], prior_std, lc.free_bits, fused_ce

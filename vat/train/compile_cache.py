@@ -5,17 +5,17 @@ A launch of a compiled run (`model.compile: true`) spends most of its start-up i
 torch.compile: an H200 launch of the reference trained 219 steps in 86 s, 67.5 s of them
 start-up. torch keeps what it compiles in TORCHINDUCTOR_CACHE_DIR (/tmp by default), which a
 fresh machine does not have. Its portable "mega-cache" (`torch.compiler.save_cache_artifacts`,
-`load_cache_artifacts`) serialises those entries (dynamo's automatic-dynamic profile,
-AOTAutograd's joint graphs, inductor's generated code and, on CUDA, the Triton kernels bundled
-with it) as one blob that populates the local caches of another process.
+`load_cache_artifacts`) serialises those entries (AOTAutograd's joint graphs, inductor's
+generated code and, on CUDA, the Triton kernels bundled with it) as one blob that populates
+the local caches of another process.
 
 `CompileCache` (a callback `vat train` adds when model.compile is on; `--compile-cache false`
 turns it off) keeps that blob in the run folder:
 
 - RUN_DIR/compile_cache.bin: the blob, one block per kind of artifact;
 - RUN_DIR/compile_cache.json: the record of what it is valid for (torch, CUDA, Triton,
-  Python, the device), of the file (its size and SHA-256, its artifacts), the run's job id,
-  and its signature.
+  Python, the device), of the file (its size and SHA-256, its artifacts) and its
+  signature.
 
 **The blob is code.** torch unpickles its entries and runs the code inductor generated, so a
 blob is as trusted as whoever wrote it; a record beside it proves nothing, since whoever
@@ -29,20 +29,16 @@ file. Loaded or trusted, the blob is read with every length checked against its 
 every key kept to a plain file name (`artifacts`) before torch sees it.
 
 Before the first compile it loads the blob when the record matches this machine and is
-signed, or says in one `vat:` line why not. It also names the job for dynamo's
-profile-guided dynamic shapes (`torch.compiler.config.job_id`, unless one is set): without a
-job id dynamo keeps no record of which sizes it saw vary, and each launch compiles a graph
-for its first padded length before the dynamic one it needs at the second (objective.py);
-with it, that record travels in the blob and a resumed launch compiles (or reads) the dynamic
-graph at once. The job id is the run's own (drawn at random, kept in the signed record):
-dynamo keys its profile files in the machine's cache by job id alone, so one id for every run
-would let one run's profile steer another's.
+signed, or says in one `vat:` line why not. vat names no job for dynamo's profile-guided
+dynamic shapes (`torch.compiler.config.job_id`): the compiled step marks its sizes dynamic
+from the first call (objective.py), so there is no profile of sizes to carry from one launch
+to the next, nor one run's profile to steer another's.
 
 It saves after the first optimizer step (when the step has compiled, forward and backward),
 and again at a checkpoint save, at the end of training and on an error, whenever dynamo has
 compiled graphs since. Each save merges what was loaded with what
 this process compiled (newer entries win), so a graph one launch needed and the next did not
-(a batch of one sentence, a second padded length) stays for the one after. Both files are
+(a batch of one sentence) stays for the one after. Both files are
 written atomically (vat.io.atomic_write: a link there is replaced, never written through).
 The cache holds compiled code only: a checkpoint and an exact resume are the same with it or
 without it; on a mismatch torch compiles as it would have.
@@ -81,7 +77,6 @@ RECORD_MAX_BYTES = 1 << 16
 """A record vat writes is a few hundred bytes; a larger one is not read."""
 KEY_ENV = "VAT_COMPILE_CACHE_KEY"
 """The path of the user's signing key, instead of `$XDG_CACHE_HOME/vat/compile_cache.key`."""
-JOB_ID_RE = re.compile(r"vat-train-[0-9a-f]{16}")
 MATCHED = ("torch", "cuda", "triton", "python", "device")
 """The record's keys that must equal this machine's for the cache to be loaded."""
 _SAID = {
@@ -395,21 +390,16 @@ class CompileCache(Callback):
         self.trust = trust
         self._here: dict[str, Any] | None = None
         self._loaded: bytes | None = None  # the blob this launch loaded: kept in every save
-        self.job_id = f"vat-train-{secrets.token_hex(8)}"  # the loaded record's, if any
         self._saved_graphs: int | None = None  # dynamo's graph count at the last save
         self._start_step = 0
         self._saves = 0
         self._off = False  # a save failed (full disk, a folder at the name): said once
-        self._job_id: list[str | None] = []  # torch's job id before setup (restored after)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit":
             return
         self._here = machine_record(trainer.strategy.root_device)
         line = self.load()
-        self._job_id = [torch.compiler.config.job_id]
-        if torch.compiler.config.job_id is None:
-            torch.compiler.config.job_id = self.job_id
         if trainer.is_global_zero:
             _say(line)
 
@@ -434,17 +424,11 @@ class CompileCache(Callback):
                 )
             return f"{path} not used: {why}; this launch saves its own"
         self._loaded = blob
-        if isinstance(record.get("job_id"), str) and JOB_ID_RE.fullmatch(record["job_id"]):
-            self.job_id = record["job_id"]  # its profile of dynamic sizes is under this id
         trusted = "" if signed_by_user(record) is None else ", trusted by --trust-compile-cache"
         return (
             f"loaded {_artifacts_text(counts)} from {path}{trusted}; graphs that match them "
             "are read, not compiled"
         )
-
-    def teardown(self, trainer, pl_module, stage: str) -> None:
-        if stage == "fit" and self._job_id:
-            torch.compiler.config.job_id = self._job_id.pop()
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._start_step = trainer.global_step
@@ -475,12 +459,7 @@ class CompileCache(Callback):
             return  # nothing cacheable (a backend other than inductor, its caches off)
         try:
             blob, counts = merge(self._loaded, saved[0])
-            record = {
-                **self._here,
-                "artifacts": counts,
-                "step": trainer.global_step,
-                "job_id": torch.compiler.config.job_id,
-            }
+            record = {**self._here, "artifacts": counts, "step": trainer.global_step}
             write_cache(self.run_dir, blob, record)
         except (OSError, VatError, ValueError) as e:  # ValueError: torch's format changed
             self._off = True

@@ -78,13 +78,14 @@ def pad_to_multiple(
 class CompiledObjective:
     """torch.compile of `objective_terms` for training steps, and what it compiled.
 
-    Shapes (measured, tests/test_training_step.py): lengths are padded to multiples of 8 and
-    the batch dimension is marked dynamic from the first call, so batches of other sizes
-    (token budgets, an epoch's last) reuse the graph. A second length makes dynamo trace
-    the length as dynamic too (its automatic dynamic shapes), and a batch of one sentence
-    gets a graph of its own (dynamo specialises sizes 0 and 1). A run therefore compiles at
-    most 4 graphs, whatever max_len: {first length, any length} x {batch > 1, batch 1};
-    twice that with `fused_cross_entropy`, whose eager chunk loop splits the step in two.
+    Shapes (measured, tests/test_training_step.py): lengths are padded to multiples of 8, and
+    the batch and length dimensions are marked dynamic from the first call (the length only
+    when the model takes more than one padded length), so batches of other sizes and lengths
+    reuse the graph; a batch of one sentence gets a graph of its own (dynamo specialises
+    sizes 0 and 1). A run therefore compiles at most 2 graphs, whatever max_len; twice that
+    with `fused_cross_entropy`, whose eager chunk loop splits the step in two. Left to
+    dynamo's automatic dynamic shapes, each launch would compile a graph for its first length
+    and then the dynamic one at its second, which it uses from then on.
     The recompile limit is still raised above the number of padded lengths, so that even
     with automatic dynamic shapes turned off no length falls back to eager.
     """
@@ -96,14 +97,17 @@ class CompiledObjective:
             if hasattr(dyn, name):
                 setattr(dyn, name, max(getattr(dyn, name), 2 * lengths + 2))
         self._fn = torch.compile(objective_terms, backend=COMPILE_BACKEND)
+        self._dynamic_dims = (0, 1) if lengths > 1 else (0,)
         self._graphs_before = _graphs_compiled()
         self.shapes: set[tuple[int, int]] = set()  # (batch, padded length) seen; host ints
 
     def prepare(self, batch: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
-        """Pad the lengths to a multiple of 8 and mark the batch dimension dynamic."""
+        """Pad the lengths to a multiple of 8 and mark the batch and length dimensions
+        dynamic."""
         batch = pad_to_multiple(batch, pad_id)
         for v in batch.values():
-            torch._dynamo.maybe_mark_dynamic(v, 0)
+            for dim in self._dynamic_dims:
+                torch._dynamo.maybe_mark_dynamic(v, dim)
         self.shapes.add(tuple(batch["src"].shape))  # shapes are host metadata: no sync
         return batch
 
