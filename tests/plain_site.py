@@ -40,9 +40,8 @@ def plain_requirements(root: str = DISTRIBUTION) -> set[str]:
         if (name, extra) in seen:
             continue
         seen.add((name, extra))
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+        dist = _distribution(name)
+        if dist is None:
             continue  # an optional platform dependency that is not installed here
         for text in dist.requires or []:
             req = Requirement(text)
@@ -58,9 +57,8 @@ def make_plain_site(folder: Path) -> Path:
     goes on PYTHONPATH instead); returns `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in plain_requirements() - {DISTRIBUTION}:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+        dist = _distribution(name)
+        if dist is None:
             continue
         base = Path(dist.locate_file(""))
         for top in {Path(str(f)).parts[0] for f in dist.files or []}:
@@ -97,8 +95,8 @@ def plain_interpreter() -> tuple[str, dict[str, str]]:
     machine and set of versions, as torch keeps its inductor cache: in a folder of the
     temporary directory named by the interpreter, the checkout and the plain requirements'
     versions, moved into place whole (two workers that make it at once keep the first)."""
-    versions = sorted((n, metadata.version(n)) for n in plain_requirements() - {DISTRIBUTION}
-                      if _installed(n))  # fmt: skip
+    dists = {n: _distribution(n) for n in plain_requirements() - {DISTRIBUTION}}
+    versions = sorted((n, d.version) for n, d in dists.items() if d is not None)
     key = hashlib.sha256(repr((sys.executable, sys.version, str(ROOT), versions)).encode())
     home = Path(tempfile.gettempdir()) / f"vat-tests-plain-{os.getuid()}-{key.hexdigest()[:16]}"
     if not home.is_dir():
@@ -113,9 +111,9 @@ def plain_interpreter() -> tuple[str, dict[str, str]]:
     return str(home / "venv" / "bin" / "python"), plain_env(home / "site")
 
 
-def _installed(name: str) -> bool:
+def _distribution(name: str) -> metadata.Distribution | None:
+    """The installed distribution `name`, or None."""
     try:
-        metadata.distribution(name)
+        return metadata.distribution(name)
     except metadata.PackageNotFoundError:
-        return False
-    return True
+        return None
