@@ -22,7 +22,7 @@ from vat.eval.encoders import vat_encoder
 from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import choose_tasks
-from vat.features.choice import chosen_features
+from vat.features.choice import features_for
 from vat.io import check_output_file
 from vat.runtime import resolve_device
 from vat.share.resolve import load_model
@@ -58,7 +58,7 @@ def main(argv: list[str] | None) -> int:
     # 2. The features: by default the model's own vectors (its feature spec:
     #    docs/features.md), or the spec --features names, with the statistics the model
     #    has, else fitted on its own training sentences (never on evaluation data).
-    features = chosen_features(loaded, args.features)
+    features = features_for(loaded, args.features)
 
     # 3. The encoder: sentences -> vectors, as the features say.
     encoder = vat_encoder(loaded, features=features)

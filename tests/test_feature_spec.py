@@ -16,7 +16,7 @@ from helpers import checkpoint_with_counts, export_folder
 import vat
 from vat.errors import VatError
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.features.choice import resolve_features, stats_path_for
+from vat.features.choice import features_for, stats_path_for
 from vat.features.encoder import FeatureEncoder, encoder_states, pooled_features, weighted_pool
 from vat.features.fitting import FitOptions
 from vat.features.postprocess import (
@@ -220,10 +220,10 @@ def test_training_files_inside_the_evaluation_data_are_refused(trained_files, tm
 def test_sif_without_counts_says_how_to_count(tiny_ckpt, tmp_path, tiny_sentences):
     loaded = load_model(tiny_ckpt)
     with pytest.raises(VatError, match="count_files"):
-        resolve_features(loaded, "mu/sif", save=False)
+        features_for(loaded, "mu/sif", save=False)
     f = tmp_path / "t.txt"
     f.write_text("\n".join(tiny_sentences) + "\n")
-    fitted = resolve_features(loaded, "mu/sif", FitOptions(count_files=[str(f)]), save=False)
+    fitted = features_for(loaded, "mu/sif", FitOptions(count_files=[str(f)]), save=False).fitted
     counts = np.zeros(loaded.tokenizer.vocab_size)
     for ids in loaded.tokenizer.encode_batch(tiny_sentences):
         np.add.at(counts, ids, 1)

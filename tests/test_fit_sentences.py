@@ -22,7 +22,7 @@ from helpers import export_folder
 import vat
 from vat.errors import OptionError
 from vat.feature_spec import FeatureSpec
-from vat.features.choice import resolve_features, stats_path_for
+from vat.features.choice import features_for, stats_path_for
 from vat.features.encoder import pooled_features
 from vat.features.fitting import FitOptions, count_tokens, reservoir_sample, sample_lines
 from vat.share.checkpoint import read_checkpoint
@@ -80,7 +80,7 @@ def test_training_files_are_recorded_absolute_and_found_from_any_folder(
     monkeypatch.chdir(tmp_path / "elsewhere")  # a file of the same name here is not it
 
     loaded = load_model(ckpt)
-    fitted = resolve_features(loaded, "mu/mean/pc1", save=False)
+    fitted = features_for(loaded, "mu/mean/pc1", save=False).fitted
     assert fitted.fit["files"] == [str(train)] and fitted.fit["sentences"] == len(TRAIN)
     np.testing.assert_allclose(fitted.arrays["mean"], _mean_of_mu(loaded, TRAIN), atol=1e-5)
 
@@ -128,13 +128,13 @@ def test_a_recorded_name_is_never_read_from_the_current_folder(tiny_ckpt, tmp_pa
     run = tmp_path / "run"
     ckpt = _checkpoint(tiny_ckpt, run / "checkpoints" / "old.ckpt", old, ["train.txt"])
     with pytest.raises(OptionError) as e:
-        resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
     assert f"looked for {run / 'train.txt'} and {run / 'checkpoints' / 'train.txt'};" in str(
         e.value
     )
     train = _write(run / "train.txt", TRAIN)  # beside the run: the model's own folder
     loaded = load_model(ckpt)
-    fitted = resolve_features(loaded, "mu/mean/pc1", save=False)
+    fitted = features_for(loaded, "mu/mean/pc1", save=False).fitted
     assert fitted.fit["files"] == [str(train)]
     np.testing.assert_allclose(fitted.arrays["mean"], _mean_of_mu(loaded, TRAIN), atol=1e-5)
 
@@ -214,28 +214,28 @@ def test_fit_options_refuse_strings_bytes_and_none_but_take_one_path(
     ]
     for kwargs, message in refused:
         with pytest.raises(OptionError) as e:
-            resolve_features(loaded, spec, FitOptions(**kwargs))
+            features_for(loaded, spec, FitOptions(**kwargs))
         assert str(e.value).startswith(message) and "--" not in str(e.value), (kwargs, e.value)
         assert not stats.exists()  # nothing fitted on letters was stored beside the model
 
     train = _write(tmp_path / "t.txt", tiny_sentences)
-    one = resolve_features(
+    one = features_for(
         loaded, spec, FitOptions(fit_files=str(train)), save=False
-    )  # one path: one file
+    ).fitted  # one path: one file
     assert one.fit["files"] == [str(train)] and one.fit["sentences"] == len(tiny_sentences)
-    as_path = resolve_features(loaded, spec, FitOptions(fit_files=train), save=False)
+    as_path = features_for(loaded, spec, FitOptions(fit_files=train), save=False).fitted
     np.testing.assert_array_equal(as_path.arrays["mean"], one.arrays["mean"])
-    gen = resolve_features(
+    gen = features_for(
         loaded, spec, FitOptions(fit_sentences=(s for s in tiny_sentences)), save=False
-    )
+    ).fitted
     np.testing.assert_allclose(gen.arrays["mean"], one.arrays["mean"], atol=1e-6)
-    numpy_strings = resolve_features(
+    numpy_strings = features_for(
         loaded, spec, FitOptions(fit_sentences=np.array(tiny_sentences)), save=False
-    )
+    ).fitted
     np.testing.assert_allclose(numpy_strings.arrays["mean"], one.arrays["mean"], atol=1e-6)
     counts = count_tokens(loaded.tokenizer, str(train), loaded.config.vocab_size)
     assert counts.sum() == sum(len(ids) for ids in loaded.tokenizer.encode_batch(tiny_sentences))
-    sif = resolve_features(loaded, "mu/sif", FitOptions(count_files=str(train)), save=False)
+    sif = features_for(loaded, "mu/sif", FitOptions(count_files=str(train)), save=False).fitted
     assert sif.fit["count_files"] == [str(train)]
 
 

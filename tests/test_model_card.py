@@ -18,7 +18,7 @@ from helpers import checkpoint_with_counts, export_folder
 import vat
 from vat.errors import OptionError
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FeatureSpec, FittedFeatures
-from vat.features.choice import resolve_features
+from vat.features.choice import features_for
 from vat.features.fitting import FitOptions
 from vat.share.export import export_model
 from vat.share.folder import record_measurements
@@ -171,18 +171,18 @@ def test_fit_on_given_sentences_and_a_transductive_fit(trained, tiny_sentences):
     ckpt, *_ = trained
     loaded = vat.load(ckpt, device="cpu").loaded
     config = {"model_config": loaded.config.to_dict(), "prior_std": 0.4, "training": {}}
-    given = resolve_features(
+    given = features_for(
         loaded, "mu/mean/whiten8", FitOptions(fit_sentences=tiny_sentences), save=False
-    )
+    ).fitted
     card = model_card(config, loaded.tokenizer.vocab_size, given)
     _check_card(card, given.spec, 32, ckpt.parent.parent)
     n = len(tiny_sentences)
     assert f"fitted on {n:,} sentences given to the fit directly, not read from files" in card
     assert "transductive" not in card
     info = {"from": "evaluation tasks STS12", "transductive": True}
-    tasks = resolve_features(
+    tasks = features_for(
         loaded, "mu/mean/pc2", FitOptions(fit_sentences=tiny_sentences, info=info), save=False
-    )
+    ).fitted
     card = model_card(config, loaded.tokenizer.vocab_size, tasks)
     _check_card(card, tasks.spec, 32, ckpt.parent.parent)
     assert f"fitted on {n:,} sentences from evaluation tasks STS12" in card
@@ -228,7 +228,7 @@ def test_spec_changed_after_export_rerenders_a_true_card(trained, tmp_path):
 
     ckpt, train, *_ = trained
     loaded = vat.load(ckpt, device="cpu").loaded
-    fitted = resolve_features(loaded, DEFAULT_EXPORT_SPEC, save=False)
+    fitted = features_for(loaded, DEFAULT_EXPORT_SPEC, save=False).fitted
     folder = export_model(loaded, tmp_path / "m", features=fitted, evaluation=[dict(SCORE)])
     recorded = json.loads((folder / "config.json").read_text())["evaluation"]
     assert [s["features"] for s in recorded] == [DEFAULT_EXPORT_SPEC]  # scores name their spec
@@ -274,7 +274,7 @@ def test_reexport_keeps_scores_only_for_the_same_vectors(trained, tmp_path):
     the same statistics; refitting the spec on other sentences drops them."""
     ckpt, _, other, _ = trained
     loaded = vat.load(ckpt, device="cpu").loaded
-    fitted = resolve_features(loaded, "mu/mean/whiten8", save=False)
+    fitted = features_for(loaded, "mu/mean/whiten8", save=False).fitted
     folder = export_model(loaded, tmp_path / "m", features=fitted, evaluation=[dict(SCORE)])
     same = export_folder(folder, tmp_path / "same")
     kept = json.loads((same / "config.json").read_text())["evaluation"]
@@ -287,7 +287,7 @@ def test_reexport_keeps_scores_only_for_the_same_vectors(trained, tmp_path):
 def test_folder_features_gives_the_folders_own_spec(trained, tmp_path):
     ckpt, *_ = trained
     loaded = vat.load(ckpt, device="cpu").loaded
-    stats = resolve_features(loaded, DEFAULT_EXPORT_SPEC, save=False).save(tmp_path / "f.st")
+    stats = features_for(loaded, DEFAULT_EXPORT_SPEC, save=False).fitted.save(tmp_path / "f.st")
     held = folder_features(FeatureSpec.parse(DEFAULT_EXPORT_SPEC), stats)
     assert isinstance(held, FittedFeatures) and "sif_weights" in held.arrays
     other = FeatureSpec.parse("mu/mean/whiten8")

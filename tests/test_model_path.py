@@ -1,5 +1,5 @@
 """A loaded model's path through the feature code: checked once where it enters, and a spec's
-statistics resolved in steps a caller composes (vat.features.choice, vat.features.fitting)."""
+statistics found, fitted or stored by one entry (vat.features.choice.features_for)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ import pytest
 from vat.errors import OptionError
 from vat.eval.encoders import vat_encoder
 from vat.feature_spec import FeatureSpec
-from vat.features.choice import (
-    chosen_features,
-    fit_for,
-    resolve_features,
-    stats_path_for,
-    store_features,
-    stored_features,
-)
+from vat.features.choice import features_for, stats_path_for
 from vat.features.fitting import FitOptions
 from vat.share.loaded import check_loaded
 from vat.share.resolve import load_model
@@ -48,11 +41,12 @@ def test_a_loaded_model_is_checked_once_per_entry(tiny_ckpt, tmp_path, tiny_sent
     ckpt = tmp_path / "m.ckpt"
     ckpt.write_bytes(tiny_ckpt.read_bytes())
     loaded = load_model(ckpt)
-    fit = FitOptions(fit_sentences=tiny_sentences)
+    # without --features, evaluate fits nothing: its model's own vectors
+    fit = FitOptions(fit_sentences=tiny_sentences) if features else None
     chosen, vectors = [], []
 
     def choose() -> None:
-        chosen.append(chosen_features(loaded, features, fit, save=False))
+        chosen.append(features_for(loaded, features, fit, save=False))
 
     def encode() -> None:
         vectors.append(vat_encoder(loaded, features=chosen[0])(tiny_sentences[:5]))
@@ -61,19 +55,19 @@ def test_a_loaded_model_is_checked_once_per_entry(tiny_ckpt, tmp_path, tiny_sent
     assert _calls_of(check_loaded, encode) == 1
     assert vectors[0].shape == (5, loaded.config.d_model) and np.isfinite(vectors[0]).all()
     assert chosen[0].spec == (FeatureSpec.parse(features) if features else chosen[0].spec)
-    for entry in (vat_encoder, chosen_features):
+    for entry in (vat_encoder, features_for):
         with pytest.raises(OptionError, match=f"^model: {entry.__name__} takes a loaded model"):
             entry(str(ckpt))
 
 
 def test_vat_encoder_takes_fitted_features_never_a_spec_to_fit(tiny_ckpt, tiny_sentences):
     """The encoder never fits: a spec's statistics are chosen (found or fitted) by the caller,
-    with `chosen_features`, and the encoder says how to."""
+    with `features_for`, and the encoder says how to."""
     loaded = load_model(tiny_ckpt)
     with pytest.raises(OptionError, match=r"^features: vat_encoder takes fitted features.*"
-                       r"chosen_features\(loaded, spec\)"):  # fmt: skip
+                       r"features_for\(loaded, spec\)"):  # fmt: skip
         vat_encoder(loaded, features="mu/mean/pc1")
-    chosen = chosen_features(loaded, "mu/mean/none")
+    chosen = features_for(loaded, "mu/mean/none")
     encode = vat_encoder(loaded, features=chosen)
     assert encode.features == "mu/mean/none" and encode.why == "as named"
     np.testing.assert_array_equal(
@@ -81,31 +75,34 @@ def test_vat_encoder_takes_fitted_features_never_a_spec_to_fit(tiny_ckpt, tiny_s
     )
 
 
-def test_the_steps_of_a_resolution_compose_as_resolve_features_does(
-    tiny_ckpt, tmp_path, tiny_sentences, capsys
-):
+def test_a_spec_is_fitted_stored_then_found(tiny_ckpt, tmp_path, tiny_sentences, capsys):
+    """features_for's steps: a fit that is not saved writes nothing; a saved one writes the
+    statistics beside the checkpoint and says so; the next call without data finds them (the
+    same arrays, nothing fitted); naming data fits anew."""
     ckpt = tmp_path / "m.ckpt"
     ckpt.write_bytes(tiny_ckpt.read_bytes())
     loaded = load_model(ckpt)
     spec = FeatureSpec.parse("mu/mean/pc1")
     fit = FitOptions(fit_sentences=tiny_sentences, info={"note": "mine"})
-    assert stored_features(loaded, spec) is None  # nothing stored yet
-    fitted = fit_for(loaded, spec, fit)
+    fitted = features_for(loaded, spec, fit, save=False).fitted
     assert fitted.fit["sentences"] == len(tiny_sentences) and fitted.fit["note"] == "mine"
     # the first principal component of the pooled training vectors, unit length
     assert np.isclose(np.linalg.norm(fitted.arrays["components"][0]), 1.0, atol=1e-5)
-    assert not stats_path_for(ckpt, spec).exists()  # a fit alone writes nothing
-    out = store_features(loaded, fitted, quiet=True)
-    assert out == stats_path_for(ckpt, spec) and out.is_file()
-    found = stored_features(loaded, spec)
-    assert found is not None and found.spec == spec
-    np.testing.assert_array_equal(found.arrays["components"], fitted.arrays["components"])
-    # resolve_features composes the same steps: it finds what store_features wrote
-    again = resolve_features(loaded, spec)
-    np.testing.assert_array_equal(again.arrays["mean"], fitted.arrays["mean"])
-    # and fitting anew from the same sentences gives the same arrays
-    fresh = resolve_features(loaded, spec, fit, save=False)
-    np.testing.assert_allclose(fresh.arrays["mean"], fitted.arrays["mean"], atol=1e-6)
+    assert not stats_path_for(ckpt, spec).exists()  # not saved: nothing written
+    stored = features_for(loaded, spec, fit).fitted
+    out = stats_path_for(ckpt, spec)
+    assert out.is_file() and f"wrote {out}" in capsys.readouterr().err
+    np.testing.assert_allclose(stored.arrays["mean"], fitted.arrays["mean"], atol=1e-6)
+    out.write_bytes(out.read_bytes())  # the file, not the object in hand, is what is found
+    found = features_for(loaded, spec)
+    assert found.why == "as named" and found.spec == spec
+    np.testing.assert_array_equal(found.fitted.arrays["components"], stored.arrays["components"])
+    assert found.fitted is not stored and "wrote" not in capsys.readouterr().err  # nothing fitted
+    # naming data always fits anew, here on other sentences: other arrays
+    other = FitOptions(fit_sentences=tiny_sentences[: len(tiny_sentences) // 2])
+    fresh = features_for(loaded, spec, other, save=False).fitted
+    assert fresh.fit["sentences"] == len(tiny_sentences) // 2
+    assert not np.allclose(fresh.arrays["mean"], stored.arrays["mean"])
 
 
 def test_fit_options_are_checked_when_made():

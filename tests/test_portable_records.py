@@ -20,7 +20,7 @@ from test_hub import RecordingHfApi
 import vat
 from vat.cli import main as vat_main
 from vat.errors import CheckpointError, OptionError, VatError
-from vat.features.choice import resolve_features
+from vat.features.choice import features_for
 from vat.features.encoder import pooled_features
 from vat.features.fitting import FitOptions
 from vat.share.checkpoint import read_checkpoint
@@ -100,7 +100,7 @@ def test_training_records_absolute_paths_and_each_file_inside_the_data_folder(tr
 def test_the_training_machine_reads_its_absolute_paths(trained, monkeypatch, tmp_path, capsys):
     ckpt, data, outside = trained
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nowhere"))  # not needed here
-    fitted = resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+    fitted = features_for(load_model(ckpt), "mu/mean/pc1", save=False).fitted
     # the files checked are the files read: the glob expanded, each one the recorded bytes
     assert fitted.fit["files"] == [
         str(data / "corpus" / "a.1.txt"),
@@ -112,7 +112,7 @@ def test_the_training_machine_reads_its_absolute_paths(trained, monkeypatch, tmp
     # edited since training: no longer the file the model records, so not read
     _write(outside, ["an extra line of mine, edited"] * 3)
     with pytest.raises(OptionError, match="match none of the files the model records"):
-        resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
 
 
 def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
@@ -128,7 +128,7 @@ def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
     _write(moved / "run" / "mine.txt", ["an extra line of mine"] * 3)  # beside the run
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "unset"))
     loaded = load_model(ckpt)
-    fitted = resolve_features(loaded, "mu/mean/pc1", FitOptions(train_data_dir=here), save=False)
+    fitted = features_for(loaded, "mu/mean/pc1", FitOptions(train_data_dir=here), save=False).fitted
     assert fitted.fit["files"] == [
         str(here / "corpus" / "a.1.txt"),
         str(here / "corpus" / "a.2.txt"),
@@ -146,9 +146,7 @@ def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
     # another file at the recorded place: refused, naming it, before any fit
     _write(here / "corpus" / "a.2.txt", TRAIN[12:] + ["one more line"])
     with pytest.raises(OptionError) as e:
-        resolve_features(
-            load_model(ckpt), "mu/mean/pc1", FitOptions(train_data_dir=here), save=False
-        )
+        features_for(load_model(ckpt), "mu/mean/pc1", FitOptions(train_data_dir=here), save=False)
     assert e.value.name == "fit_files" and "is not the training file 'corpus/a.2.txt'" in str(
         e.value
     )
@@ -158,12 +156,12 @@ def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
     assert "--fit-files: " in err and "a.2.txt" in err and not (moved / "out2").exists()
     _write(here / "corpus" / "a.2.txt", OTHER[12:])  # the same size, other bytes
     with pytest.raises(OptionError, match="other bytes \\(its digest differs"):
-        resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
 
     # missing: where vat looked, and how to point it at the data folder
     (here / "corpus" / "a.2.txt").unlink()
     with pytest.raises(MissingTrainingFile) as e:
-        resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
     assert e.value.tried == [
         here.absolute() / "corpus" / "a.2.txt",
         moved / "run" / "corpus" / "a.2.txt",
@@ -184,7 +182,7 @@ def test_a_malformed_record_is_one_line(trained):
         raw["vat"]["training"]["data"][RECORDS_KEY] = bad
         torch.save(raw, ckpt)
         with pytest.raises(CheckpointError, match=f"training.data.{RECORDS_KEY}"):
-            resolve_features(load_model(ckpt), "mu/mean/pc1", save=False)
+            features_for(load_model(ckpt), "mu/mean/pc1", save=False)
 
 
 # -- what leaves the machine -------------------------------------------------------------------

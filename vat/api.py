@@ -15,7 +15,7 @@
 The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded.LoadedVAT`
 (`model.loaded`), and everything below works on that object. Sentence vectors follow the
 model's feature spec (`vat.feature_spec`), by one rule for every loader
-(`vat.features.choice.default_features`, docs/features.md): an exported folder's own; for a
+(`vat.features.choice.features_for`, docs/features.md): an exported folder's own; for a
 training run or checkpoint the spec its export gets (DEFAULT_EXPORT_SPEC, from the token
 counts it records); the mean of mu, with a warning, where no counts are recorded.
 Generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam,
@@ -60,14 +60,7 @@ from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import choose_tasks, expand_tasks
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, sentence_features
-from vat.features.choice import (
-    ChosenFeatures,
-    check_pooling,
-    default_features,
-    export_features,
-    parse_spec,
-    resolve_features,
-)
+from vat.features.choice import ChosenFeatures, check_pooling, features_for, parse_spec
 from vat.features.encoder import FeatureEncoder
 from vat.features.fitting import DEFAULT_FIT_SENTENCES, FitOptions
 from vat.generate.generator import DecodeOptions, VATGenerator
@@ -177,11 +170,11 @@ class PretrainedVAT:
     @property
     def default_features(self) -> ChosenFeatures:
         """Which vectors `encode` gives when no spec or pooling is named, and why (the one rule
-        of every loader, `vat.features.choice.default_features`): `.spec`, `.why`,
+        of every loader, `vat.features.choice.features_for`): `.spec`, `.why`,
         `.fallback` (True: the mean of mu, because the default spec could not be had).
         Resolved once per loaded model; a fallback is said once on stderr."""
         if self._default_features is None:
-            self._default_features = default_features(self.loaded)
+            self._default_features = features_for(self.loaded)
         return self._default_features
 
     @property
@@ -286,7 +279,7 @@ class PretrainedVAT:
     ) -> FeatureEncoder:
         """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own,
         `default_features`). Statistics come with the model or are fitted
-        (`vat.features.choice.resolve_features`) on `fit_sentences`, up to n_fit lines of
+        (`vat.features.choice.features_for`) on `fit_sentences`, up to n_fit lines of
         `fit_files`, or the model's own training sentences; SIF counts from `count_files`
         or the model's record; stored beside the model unless `save` is off."""
         _check_features(features)
@@ -305,7 +298,7 @@ class PretrainedVAT:
             return FeatureEncoder(self.loaded, features)
         key = (str(features), repr(fit), save)
         if key not in self._feature_encoders:
-            fitted = resolve_features(self.loaded, features, fit, save=save)
+            fitted = features_for(self.loaded, features, fit, save=save).fitted
             self._feature_encoders[key] = FeatureEncoder(self.loaded, fitted)
         return self._feature_encoders[key]
 
@@ -367,7 +360,11 @@ class PretrainedVAT:
         fit = FitOptions(
             fit_files=fit_files, count_files=count_files, train_data_dir=train_data_dir
         )
-        fitted = export_features(self.loaded, spec, fit)
+        # the folder holds its statistics: nothing is stored beside the model
+        chosen = features_for(self.loaded, spec, fit, save=False, quiet=True)
+        if chosen.fallback:
+            print(f"warning: exporting {chosen.why}", file=sys.stderr)
+        fitted = chosen.fitted
         evaluation = None
         if tasks:
             encoder = vat_encoder(self.loaded, features=fitted)

@@ -43,7 +43,7 @@ FOLDER_STATS_NAME = "features.safetensors"  # the statistics of an exported fold
 # on both CPU models of RESULTS.md ("Sentence features", 2026-11-24): the SIF-weighted mean
 # of the encoder's input layer (embeddings + positions), +11.2 (demo) and +5.4 (corpus)
 # over mean-of-mu. It needs only the training token counts; a checkpoint without them is
-# exported with mean-of-mu (vat.share.export.export_features warns).
+# exported with mean-of-mu (vat.api.PretrainedVAT.save_pretrained warns).
 DEFAULT_EXPORT_SPEC = "layer0/sif/none"
 
 

@@ -32,7 +32,7 @@ from vat.errors import (
     check_path,
     check_sentences,
 )
-from vat.features.choice import default_features
+from vat.features.choice import features_for
 from vat.features.encoder import FeatureEncoder
 from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.share.loaded import LoadedVAT, takes_loaded
@@ -191,7 +191,7 @@ def precision_match(
     half_model = type(loaded.model)(loaded.config).to(loaded.device)
     half_model.load_state_dict(rounded)
     half = dataclasses.replace(loaded, model=half_model.eval())
-    fitted = default_features(loaded, quiet=True).fitted  # the vectors encode gives
+    fitted = features_for(loaded, quiet=True).fitted  # the vectors encode gives
     full_features = FeatureEncoder(loaded, fitted)(sentences, progress=False)
     half_features = FeatureEncoder(half, fitted)(sentences, progress=False)
     norms = np.linalg.norm(full_features, axis=1) * np.linalg.norm(half_features, axis=1)

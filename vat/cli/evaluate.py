@@ -253,10 +253,10 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
     device = resolve_device(args.device)
     if loaded is not None and args.features:
         from vat.cli.features import check_fitted, fit_options
-        from vat.features.choice import chosen_features
+        from vat.features.choice import features_for
 
-        fit, save = fit_options(args, tasks, loaded)
-        chosen = chosen_features(
+        fit, save = fit_options(args, tasks)
+        chosen = features_for(
             loaded, args.features, fit, save=save, batch_size=args.batch_size, quiet=args.quiet
         )
         check_fitted(chosen.fitted, args)

@@ -69,7 +69,7 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
     add_train_data_dir(g)
 
 
-def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> tuple[FitOptions, bool]:
+def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOptions, bool]:
     """What `vat evaluate --features` fits on (vat.features.fitting.FitOptions), and whether
     the fit is stored beside the model, with the guard against evaluation data."""
     from vat.features.fitting import FitOptions, check_not_evaluation_data
@@ -93,19 +93,9 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str], loaded) -> tuple
         info = {"from": f"evaluation tasks {','.join(tasks)}", "transductive": True}
         # a transductive fit never becomes the checkpoint's stored default: not saved
         return FitOptions(fit_sentences=sentences, info=info, **common), False
-    from vat.features.choice import parse_spec, stored_features
-    from vat.features.fitting import training_files
-
-    spec = parse_spec(args.features)
-    # statistics stored with the model are used as they are (check_fitted guards them);
-    # only a fit still to come reads the training files
-    if spec.post != "none" and stored_features(loaded, spec) is None:
-        check_not_evaluation_data(
-            training_files(loaded, "fit_files", args.train_data_dir),
-            args.data_dir,
-            "the checkpoint's training files",
-        )
-    return FitOptions(**common), True
+    # statistics stored with the model are used as they are (check_fitted guards them); a
+    # fit still to come checks the training files it reads (FitOptions.evaluation_data)
+    return FitOptions(evaluation_data=args.data_dir, **common), True
 
 
 def check_fitted(fitted, args: argparse.Namespace) -> None:

@@ -18,9 +18,9 @@ import torch
 from vat.errors import OptionError, VatError, check_count, did_you_mean
 from vat.eval.engine import SentenceEncoder
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
-from vat.feature_spec import FittedFeatures
+from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import sentence_features
-from vat.features.choice import ChosenFeatures, check_pooling, given_features, spec_name
+from vat.features.choice import ChosenFeatures, check_pooling, features_for
 from vat.features.encoder import FeatureEncoder
 from vat.share.loaded import LoadedVAT, takes_loaded
 
@@ -38,12 +38,12 @@ def vat_encoder(
     quiet: bool = False,
 ) -> SentenceEncoder:
     """The sentence vectors of a loaded VAT. By default the model's own
-    (`vat.features.choice.default_features`, the one rule of every loader), so its scores
+    (`vat.features.choice.features_for`, the one rule of every loader), so its scores
     are those of the vectors vat.load, AutoModel, sentence-transformers and MTEB give. A
     `pooling` of the token means mu (the paper's VAT-mean, VAT-sum, VAT-start, or
     `precision`: mu weighted by exp(-logvar), see vat.features.pool), or fitted `features`
     replace it: those of a feature spec (vat.feature_spec), found or fitted by
-    `vat.features.choice.chosen_features(loaded, spec, fit)`, which the caller composes.
+    `vat.features.choice.features_for(loaded, spec, fit)`, which the caller composes.
 
     The encoder names what it gives: `.features` (the spec, e.g. "layer0/sif/none"; pooling
     P of mu is "mu/P/none") and `.why` (how it was chosen), for every table and results file.
@@ -62,10 +62,11 @@ def vat_encoder(
         raise OptionError(
             "features",
             f"vat_encoder takes fitted features, got {type(features).__name__} "
-            f"{str(features)[:80]!r}: vat.features.choice.chosen_features(loaded, spec) finds "
+            f"{str(features)[:80]!r}: vat.features.choice.features_for(loaded, spec) finds "
             "or fits a spec's statistics",
         )
-    chosen = given_features(loaded, features, quiet)
+    # features_for's body: the model was checked as vat_encoder took it (@takes_loaded)
+    chosen = features_for.__wrapped__(loaded, features, quiet=quiet)
     encoder = FeatureEncoder(loaded, chosen.fitted)
 
     def encode(sentences: list[str]) -> np.ndarray:
@@ -87,7 +88,7 @@ def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> SentenceEnc
         )
 
     encode.__name__ = f"vat[{loaded.name}, {pooling}]"
-    encode.features = spec_name(None, pooling)  # type: ignore[attr-defined]
+    encode.features = str(FeatureSpec("mu", pooling))  # type: ignore[attr-defined]
     encode.why = f"{pooling} pooling of mu, as named"  # type: ignore[attr-defined]
     return encode
 

@@ -7,9 +7,8 @@
                    `vat.load(...).encode`, sentence-transformers and MTEB
 - `fitting.py`     fitting a spec's statistics on unlabeled text (never the evaluation data
                    by default): FitOptions and the steps of a fit
-- `choice.py`      which vectors a model gives (`default_features`, the one rule: never a
-                   fit) and a named spec's statistics: found, fitted or stored
-                   (`chosen_features`, `resolve_features`)
+- `choice.py`      `features_for`: which vectors a model gives (its own by one rule that
+                   never fits), or a named spec's statistics, found, fitted or stored
 - `compare.py`     the experiment behind `vat features compare`: every source x weighting x
                    post-processing scored on STS, as a table and a plot
 

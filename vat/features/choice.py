@@ -1,17 +1,13 @@
-"""Which vectors a model gives, and the statistics behind them: found, fitted or stored.
+"""Which vectors a model gives, and the statistics behind them: `features_for`, the one
+entry (docs/features.md, "Which vectors a model gives").
 
-Which vectors a model gives when nobody names a spec is one rule, `default_features`
-(docs/features.md, "Which vectors a model gives"): a model's sentence vectors follow its
-feature spec. An exported folder's is its own (sentence_vat_config.json). A training run or
-checkpoint (or a folder from before specs) has the spec `vat export` would give it,
-DEFAULT_EXPORT_SPEC, whose SIF weights come from the training token counts the checkpoint
-records, so a model and its export give the same vectors. Where that spec cannot be had (no
-recorded counts), the vectors are the mean of mu, and `ChosenFeatures.why` says so. Naming
-a spec (`features`) or a pooling of mu (`pooling`) replaces the rule.
-
-A named spec's statistics are resolved in small steps a caller may compose:
-`stored_features` (what the model already has), the fit of vat.features.fitting, and
-`store_features` (the file beside a checkpoint). `resolve_features` composes them.
+With no spec named, a model's sentence vectors follow its feature spec. An exported folder's
+is its own (sentence_vat_config.json). A training run or checkpoint (or a folder from before
+specs) has the spec `vat export` would give it, DEFAULT_EXPORT_SPEC, whose SIF weights come
+from the training token counts the checkpoint records, so a model and its export give the
+same vectors. Where that spec cannot be had (no recorded counts), the vectors are the mean
+of mu, and `ChosenFeatures.why` says so. A named spec's statistics are the model's own, those
+an earlier fit stored beside it, or fitted (vat.features.fitting) and stored there.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ def check_pooling(pooling: str | None, features: object) -> None:
 
 @dataclass(frozen=True)
 class ChosenFeatures:
-    """The fitted features a caller gets, and why (`default_features`, `chosen_features`)."""
+    """The fitted features a caller gets, and why (`features_for`)."""
 
     fitted: FittedFeatures
     why: str
@@ -65,14 +61,14 @@ class ChosenFeatures:
         return self.fitted.spec
 
 
-def default_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
+def _own_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     """THE rule of every loader (vat.load(...).encode, AutoModel, sentence-transformers, MTEB,
     `vat evaluate`, `vat score`, `vat export`) for which vectors a model gives by default. It
     never fits and never writes: a model's own vectors are those its files hold.
 
     - an exported folder's own spec (sentence_vat_config.json), with the statistics it
       stores (read and checked when the folder was loaded: vat.share.folder), or those an
-      earlier fit of that spec stored in it (`stored_features`); a folder holding neither
+      earlier fit of that spec stored in it (`_stored`); a folder holding neither
       (its spec changed after export) is an OptionError naming `features`, the way to fit
       them;
     - else (a training run or checkpoint, a folder from before specs) the spec `vat export`
@@ -89,7 +85,7 @@ def default_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     if own is not None:
         return ChosenFeatures(own, "the folder's own spec")
     spec = loaded.feature_spec or FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
-    stored = stored_features(loaded, spec)  # an earlier fit's (on count_files, say)
+    stored = _stored(loaded, spec)  # an earlier fit's (on count_files, say)
     if loaded.feature_spec is not None:
         if stored is None:
             raise OptionError("features", _unfitted_folder_spec(loaded))
@@ -143,39 +139,9 @@ def parse_spec(features: object, name: str = "features") -> FeatureSpec:
         raise OptionError(name, str(e)) from None
 
 
-def chosen_spec(
-    loaded: LoadedVAT,
-    pooling: str | None = None,
-    features: str | FeatureSpec | FittedFeatures | None = None,
-    quiet: bool = False,
-) -> str | FeatureSpec | FittedFeatures | None:
-    """Which vectors a caller gets: `features` if given; else for an explicit `pooling`,
-    None, meaning that pooling of the token means mu (vat.features.pool); else the model's
-    own (`default_features`, the one rule). `pooling` other than "mean" with `features` is
-    refused (`check_pooling`)."""
-    check_pooling(pooling, features)
-    if features is not None:
-        return features
-    if pooling is not None:
-        return None
-    return default_features(loaded, quiet=quiet).fitted
-
-
-def spec_name(
-    features: str | FeatureSpec | FittedFeatures | None, pooling: str | None = None
-) -> str:
-    """The spec a choice of `chosen_spec` stands for, as tables and results files name it:
-    pooling P of mu is the spec mu/P/none."""
-    if isinstance(features, FittedFeatures):
-        return str(features.spec)
-    if features is None:
-        return str(FeatureSpec("mu", pooling or "mean"))
-    return str(FeatureSpec.parse(features))
-
-
 def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
-    """Where vat keeps the statistics of `spec` fitted for a model (`store_features`), and
-    finds them again (`stored_features`): beside a checkpoint, or inside an exported folder
+    """Where vat keeps the statistics of `spec` fitted for a model (`_store`), and
+    finds them again (`_stored`): beside a checkpoint, or inside an exported folder
     by slug (its `features.safetensors` holds the folder's own spec)."""
     p = Path(home)
     if p.is_dir():
@@ -183,7 +149,7 @@ def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
     return p.with_name(f"{p.name}.features-{spec.slug}.safetensors")
 
 
-def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
+def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
     """Statistics of `spec` the model already has: an exported folder's own (checked against
     the model when it was loaded), or the file vat wrote beside the model (`stats_path_for`)
     when an earlier fit stored them."""
@@ -204,32 +170,28 @@ def stored_features(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | No
     return fitted if fitted.spec == spec else None
 
 
-def store_features(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool = False) -> Path | None:
+def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
     """Keep fitted statistics beside the model (`stats_path_for`), where a later call finds
-    them (`stored_features`): the file written, or None for a model vat never writes into
-    (a Hub download, a shipped model) or when the write failed (a warning, never an error:
-    the statistics are in hand)."""
+    them (`_stored`); nothing for a model vat never writes into (a Hub download, a shipped
+    model), and a warning, never an error, when the write fails: the statistics are in hand."""
     home = loaded.source.writable_home
     if home is None:
-        return None
+        return
     out = stats_path_for(home, fitted.spec)
     try:
         fitted.save(out)
     except (VatError, OSError) as e:
         print(f"warning: could not store the feature statistics ({e})", file=sys.stderr)
-        return None
+        return
     if not quiet:
         print(
             f"vat: fitted {fitted.spec} on {fitted.fit['sentences']} sentences, "
             f"{fitted.fit['seconds']} s; wrote {out}",
             file=sys.stderr,
         )
-    return out
 
 
-def fit_for(
-    loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int = 128
-) -> FittedFeatures:
+def _fit(loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int):
     """A fresh fit of what `spec` needs for `loaded`: token counts (`token_counts_for`) for
     SIF weights, sentences (`fit_sentences_for`) for post-processing; the fit's record says
     where each came from (the model card reports it)."""
@@ -248,98 +210,52 @@ def fit_for(
     return fit_features(loaded.model, loaded.tokenizer, spec, sentences, counts, batch_size, info)
 
 
-def resolve_features(
+@takes_loaded
+def features_for(
     loaded: LoadedVAT,
-    spec: str | FeatureSpec | None = None,
+    features: str | FeatureSpec | FittedFeatures | ChosenFeatures | None = None,
     fit: FitOptions | None = None,
     *,
     save: bool = True,
     batch_size: int = 128,
     quiet: bool = False,
-) -> FittedFeatures:
-    """The fitted statistics of `spec` for `loaded`. Without `spec`: the model's own
-    (`default_features`, the one rule), or, when `fit` names files or sentences, an exported
-    folder's own spec else DEFAULT_EXPORT_SPEC fitted on them.
+) -> ChosenFeatures:
+    """The features of this model, given an optional spec (`features`) and optional data to
+    fit on (`fit`), and why: vat's one entry for them.
 
-    In order: a spec with nothing to fit; statistics the model already has
-    (`stored_features`); else a fit (`fit_for`) on what `fit` names, by default on up to
-    n_fit of the model's own training sentences, stored beside the model (`store_features`,
-    unless `save` is off). Naming files or sentences always fits anew (and replaces only a
-    file vat wrote).
+    - fitted features (ChosenFeatures, FittedFeatures) are taken as they are;
+    - no spec, and `fit` names no data: the model's own vectors, by the one rule of every
+      loader (`_own_features`), which never fits nor writes;
+    - no spec, but `fit` names files or sentences: the model's own spec (an exported
+      folder's, else DEFAULT_EXPORT_SPEC) fitted on them;
+    - a spec: as it is when it needs nothing fitted; else the statistics the model already
+      has (unless `fit` names data: that always fits anew); else a fit on what `fit` names,
+      by default on up to n_fit of the model's own training sentences, stored beside the
+      model unless `save` is off (an export keeps them in its folder instead).
     """
+    if isinstance(features, ChosenFeatures):
+        return features
+    if isinstance(features, FittedFeatures):
+        return ChosenFeatures(features, "as named")
     fit = fit or FitOptions()
     check_count(batch_size, "batch_size")
-    if spec is None:
+    why = "as named"
+    if features is None:
         if not fit.names_data:
-            return default_features(loaded, quiet=quiet).fitted
-        spec = loaded.feature_spec or DEFAULT_EXPORT_SPEC
-    spec = parse_spec(spec)
+            return _own_features(loaded, quiet)
+        features, why = loaded.feature_spec or DEFAULT_EXPORT_SPEC, "fitted on the data named"
+    spec = parse_spec(features)
     try:
         spec.layer(len(loaded.model.encoder))  # a layerK beyond the encoder fails here
     except VatError as e:
         raise OptionError("features", str(e)) from None
     if not spec.needs_fit:
-        return FittedFeatures(spec)
+        return ChosenFeatures(FittedFeatures(spec), why)
     if not fit.names_data:
-        found = stored_features(loaded, spec)
+        found = _stored(loaded, spec)
         if found is not None:
-            return found
-    fitted = fit_for(loaded, spec, fit, batch_size)
+            return ChosenFeatures(found, why)
+    fitted = _fit(loaded, spec, fit, batch_size)
     if save:
-        store_features(loaded, fitted, quiet)
-    return fitted
-
-
-@takes_loaded
-def chosen_features(
-    loaded: LoadedVAT,
-    features: str | FeatureSpec | FittedFeatures | None = None,
-    fit: FitOptions | None = None,
-    *,
-    save: bool = True,
-    batch_size: int = 128,
-    quiet: bool = False,
-) -> ChosenFeatures:
-    """The fitted features a caller's choice stands for, and why: a FittedFeatures as given;
-    a named spec resolved (`resolve_features`: found, else fitted on what `fit` names and
-    stored unless `save` is off); none, the model's own (`default_features`). The first of
-    the two steps `vat evaluate` composes; `vat.eval.encoders.vat_encoder(loaded,
-    features=chosen)` is the second, and never fits."""
-    if not isinstance(features, str | FeatureSpec):
-        return given_features(loaded, features, quiet)
-    fitted = resolve_features(loaded, features, fit, save=save, batch_size=batch_size, quiet=quiet)
-    return ChosenFeatures(fitted, "as named")
-
-
-def given_features(
-    loaded: LoadedVAT, features: ChosenFeatures | FittedFeatures | None, quiet: bool = False
-) -> ChosenFeatures:
-    """Features that need no resolving: chosen ones as they are, fitted ones "as named",
-    none the model's own (`default_features`). Nothing here fits."""
-    if isinstance(features, ChosenFeatures):
-        return features
-    if isinstance(features, FittedFeatures):
-        return ChosenFeatures(features, "as named")
-    return default_features(loaded, quiet=quiet)
-
-
-def export_features(
-    loaded: LoadedVAT, features: str | FeatureSpec | None = None, fit: FitOptions | None = None
-) -> FittedFeatures:
-    """The feature spec an exported folder carries, with its statistics: `features` if given
-    (fitted as `resolve_features` does, on what `fit` names or the model's training
-    sentences, with token counts from `fit.count_files` or the model's own), else the model's
-    own vectors (`default_features`, the one rule: an exported source's own spec, else
-    DEFAULT_EXPORT_SPEC, else the mean of mu with a warning), so the folder gives the
-    vectors its source gave. Nothing is stored beside the model: the folder holds the
-    statistics. Files the caller named that cannot be read are an error, never a fallback."""
-    fit = fit or FitOptions()
-    if features is not None or fit.fit_files is not None or fit.count_files is not None:
-        spec = parse_spec(
-            loaded.feature_spec or DEFAULT_EXPORT_SPEC if features is None else features
-        )
-        return resolve_features(loaded, spec, fit, save=False)
-    chosen = default_features(loaded, quiet=True)
-    if chosen.fallback:
-        print(f"warning: exporting {chosen.why}", file=sys.stderr)
-    return chosen.fitted
+        _store(loaded, fitted, quiet)
+    return ChosenFeatures(fitted, why)

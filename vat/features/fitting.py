@@ -2,7 +2,7 @@
 post-processing (top-PC removal, whitening) on sentences. Fitting reads only what it is
 given: by default a sample of the model's own training files, never evaluation data.
 
-The steps a caller composes (vat.features.choice.resolve_features composes them):
+The steps a caller composes (vat.features.choice.features_for composes them):
 `FitOptions` (what to read, checked once), `token_counts_for` (SIF counts: named files or
 the model's record), `fit_sentences_for` (the sentences: given, sampled from named files,
 or from the model's training files), `fit_features` (the arrays).
@@ -54,6 +54,9 @@ class FitOptions:
     info: dict = field(default_factory=dict)
     """Extra facts kept in the fit's record (FittedFeatures.fit), e.g. the evaluation's
     guard against fitting on its own data."""
+    evaluation_data: str | os.PathLike | None = None
+    """The evaluation's data folder, which a fit on the model's training files must not read
+    (`check_not_evaluation_data`; a fit on named files or sentences is the caller's to check)."""
 
     def __post_init__(self) -> None:
         check_path(self.train_data_dir, "train_data_dir", optional=True)
@@ -96,6 +99,8 @@ def fit_sentences_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[str]
     files = (
         options.fit_files if named else training_files(loaded, "fit_files", options.train_data_dir)
     )
+    if not named and options.evaluation_data is not None:
+        check_not_evaluation_data(files, options.evaluation_data, "the checkpoint's training files")
     info.update({"files": files, "from": "named files" if named else "training files"})
     return sample_lines(files, options.n_fit, options.seed), info
 
@@ -332,5 +337,5 @@ def fit_features(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     if "sif_weights" in arrays:
-        fit.setdefault("counts_from", "given")  # resolve_features names its source
+        fit.setdefault("counts_from", "given")  # features_for names its source
     return FittedFeatures(spec, arrays, fit)

@@ -13,7 +13,7 @@ only with that flag, and the flag runs the Python code the folder's modules.json
 own module for a folder vat wrote; a tampered one can name a `file.Class` whose file.py in
 the folder then runs, docs/sharing.md). From a Hub id, pass it only for repositories you trust.
 Embeddings are `vat.load(path).encode(...)`'s: the model's own vectors by the one rule of every
-loader (`vat.features.choice.default_features`: the folder's feature spec, which
+loader (`vat.features.choice.features_for`: the folder's feature spec, which
 sentence_vat_config.json names), or a pooling of the token means mu when one is named.
 """
 
@@ -31,7 +31,7 @@ from vat.api import PretrainedVAT, require_loaded
 from vat.errors import OptionError, check_choice, check_sentences
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features import POOLINGS, pool
-from vat.features.choice import check_pooling, default_features, resolve_features, spec_name
+from vat.features.choice import check_pooling, features_for
 from vat.features.encoder import FeatureEncoder
 from vat.runtime import resolve_device
 from vat.share.folder import ST_MODULE_CONFIG_NAME, write_feature_stats, write_model_files
@@ -55,7 +55,7 @@ class VATSentenceEncoder(InputModule):
     ) -> None:
         """`features`: a fitted vat.feature_spec.FittedFeatures, or a spec whose statistics
         the loaded model has or can make; `pooling`: that pooling of the token means mu;
-        neither: the model's own vectors (`default_features`, as vat.load(...).encode)."""
+        neither: the model's own vectors (`features_for`, as vat.load(...).encode)."""
         check_loaded(loaded, "VATSentenceEncoder")
         if pooling is not None:
             check_choice(pooling, "pooling", POOLINGS)
@@ -68,14 +68,9 @@ class VATSentenceEncoder(InputModule):
         self.pooling = pooling
         self.feature_encoder = None
         if features is None and pooling is not None:  # pooling of mu, as named
-            self.features = spec_name(None, pooling)
+            self.features = str(FeatureSpec("mu", pooling))
             return
-        if features is None:
-            fitted = default_features(loaded).fitted
-        elif isinstance(features, FittedFeatures):
-            fitted = features
-        else:
-            fitted = resolve_features(loaded, features, save=False)
+        fitted = features_for(loaded, features, save=False).fitted
         self.feature_encoder = FeatureEncoder(loaded, fitted)
         self.features = str(fitted.spec)
 

@@ -49,7 +49,7 @@ def _classes() -> tuple[type, type]:
     from transformers.modeling_outputs import BaseModelOutput
 
     from vat.features import POOLINGS, sentence_features
-    from vat.features.choice import default_features
+    from vat.features.choice import features_for
     from vat.features.encoder import FeatureEncoder
     from vat.model import VAT, VATConfig
     from vat.share.resolve import load_model
@@ -110,7 +110,7 @@ def _classes() -> tuple[type, type]:
 
         def encode(self, sentences: list[str], pooling: str | None = None):
             """(N, k) sentence features, as vat.load(...).encode gives them: the model's own
-            (vat.features.choice.default_features: the folder's feature spec, what its card
+            (vat.features.choice.features_for: the folder's feature spec, what its card
             names), or, with `pooling`, that pooling of the token means mu. A single string
             is one sentence and gives one vector."""
             texts, single = check_sentences(sentences)  # a single string: one vector (d,)
@@ -121,7 +121,7 @@ def _classes() -> tuple[type, type]:
                     sentence_features(self.vat, self.tokenizer, texts, pooling or "mean"), single
                 )
             if self._features is None:  # resolved once per model, as vat.load's
-                fitted = default_features(self.loaded).fitted
+                fitted = features_for(self.loaded).fitted
                 self._features = FeatureEncoder(self.loaded, fitted)
             return _one(self._features(texts), single)
 

@@ -292,7 +292,7 @@ def _integration_lines(repo: str, shipped: bool, spec: FeatureSpec | None) -> li
             "only for repositories you trust.",
             "",
         ]
-    # vat.integrations.transformers_auto: encode follows the folder's spec (chosen_spec),
+    # vat.integrations.transformers_auto: encode follows the folder's spec (features_for),
     # forward gives the token means, as every transformers encoder gives its hidden states
     vectors = f"the `{spec}` vectors" if spec is not None else "the mean of mu"
     return [
@@ -517,7 +517,7 @@ def _sif_source(fit: dict[str, Any]) -> str:
     if counted:
         where = f"the subword counts of {_names(counted)}{of}"
     elif source in (None, "training"):
-        # resolve_features takes the model's recorded counts unless count files are named
+        # features_for takes the model's recorded counts unless count files are named
         # (records from before counts_from was written all came that way)
         where = f"the subword counts of the model's training text{of}, recorded during training"
     else:
@@ -559,7 +559,7 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
 def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
     """The sentence for a folder whose spec needs statistics it does not hold: the loaders
     refuse its vectors (vat.features.choice.default_features never fits), and naming the spec
-    fits them (vat.features.choice.resolve_features) from what the folder records."""
+    fits them (vat.features.choice.features_for) from what the folder records."""
     data = (config.get("training") or {}).get("data") or {}
     files = data.get("train_files") or []
     needs = []
