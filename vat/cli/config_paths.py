@@ -3,8 +3,8 @@ that is not there says where relative paths are read from.
 
 A config's relative paths are read from the folder `vat train` runs in, not from the config
 file's folder (LightningCLI's rule, and the packaged configs' assumption: they name files of
-vat's checkout, such as data/demo_val.txt). Run from elsewhere, the first callback to open its
-file used to say only "sentences_file data/demo_val.txt does not exist".
+vat's checkout, such as data/demo_val.txt). Run from elsewhere, a missing file is told apart
+from a path read from the wrong folder.
 """
 
 from __future__ import annotations

@@ -218,8 +218,8 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    """Counts and scales checked before the checkpoint loads (before: --long-over 0 failed
-    only after every line was decoded)."""
+    """Counts and scales checked before the checkpoint loads, so that a bad one fails at once,
+    not after every line was decoded."""
 
     for opt in ("num_samples", "limit", "long_over", "length", "beam", "max_len"):
         value = getattr(args, opt, None)

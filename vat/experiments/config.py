@@ -377,8 +377,8 @@ def cli_value(value: Any) -> str:
     """A value as `vat train`'s command line takes it: 0.05, 1, true, null, constant."""
     if isinstance(value, str):
         return value
-    # floats exactly (shortest round-trip repr): 3e-11 stays 3e-11 (before, rounding to 10
-    # decimals trained it as 0.0 and called [1e-11, 2e-11] a repeat)
+    # floats exactly (shortest round-trip repr): 3e-11 stays 3e-11, where a rounded value
+    # would train another point, or call [1e-11, 2e-11] a repeat
     return json.dumps(value)
 
 

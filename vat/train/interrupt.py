@@ -2,9 +2,8 @@
 
 Lightning turns a Ctrl-C into a KeyboardInterrupt wherever Python happens to be: inside a
 forward pass, between the optimizer step and the loop's counters, half-way through a
-validation. vat used to save that state as on_exception.ckpt, and `--ckpt_path last` resumed
-from it into a different run (the demo, Ctrl-C at about step 620: val NLL 1.0386 at step 1,000
-against 1.0974 uninterrupted, weights up to 0.66 apart, the best checkpoint named step 999).
+validation. A checkpoint of that state resumes into a different run than the one
+interrupted (docs/FAULTS.md has the demo's figures).
 
 Here the first signal only asks for a stop. Training finishes the step it is in, and the
 validation (and epoch end) that step runs, and stops where Lightning stops for SIGTERM: after

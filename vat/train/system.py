@@ -325,12 +325,11 @@ class VATSystem(L.LightningModule):
         kw = {"betas": o.betas, "eps": o.eps, "weight_decay": o.weight_decay}
         device = self.device.type
         if self._tensor_lr():
-            # The lr is a device tensor set every step from the progress counters (no sync).
-            # Fused Adam reads it on the device: one update for all parameters, where
-            # capturable foreach Adam ran 17 _foreach ops a step and the single-tensor path
-            # (the CPU's before) ten ops and a host read of lr / bias correction per
-            # parameter (bench/bench_sync_ops.py). Elsewhere the single-tensor path, the one
-            # that takes a tensor lr without capturable.
+            # The lr is a device tensor set every step from the progress counters, so no
+            # step waits on the host: fused Adam reads it on the device in one update for
+            # all parameters (bench/bench_sync_ops.py counts the alternatives' ops).
+            # Elsewhere the single-tensor path, the one that takes a tensor lr without
+            # capturable.
             lr = torch.tensor(0.0, device=self.device)  # set before the first update
             if device in FUSED_DEVICES:
                 return opt_cls(self.parameters(), lr=lr, fused=True, **kw)
