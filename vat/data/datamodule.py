@@ -144,14 +144,6 @@ class VATDataModule(L.LightningDataModule):
             )
 
     # -- sources --------------------------------------------------------------------------
-    def _has_val(self) -> bool:
-        h = self.hparams
-        return (
-            bool(h.val_files)
-            or (bool(h.hf_dataset) and h.hf_val_split is not None)
-            or h.val_fraction > 0
-        )
-
     def _source_files(self) -> dict[str, list[Path]]:
         h = self.hparams
         out = {"train": expand_files(h.train_files or [], "data.train_files")}

@@ -22,7 +22,6 @@ sigma, |mu|), `vat.explore.wording` (changed words), `vat.explore.neighbours` (c
 from __future__ import annotations
 
 import math
-import time
 import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
@@ -187,17 +186,14 @@ class Explorer:
         self.generator = model.generator
         self.corpus_name = corpus_name
         self.index: NeighbourIndex | None = None
-        self.index_seconds = 0.0
         if corpus is not None:
             lines = [" ".join(s.split()) for s in corpus]
             lines = [s for s in lines if s]
             if not lines:
                 raise OptionError("corpus", "holds no non-empty line")
-            start = time.perf_counter()
             with quiet_truncation():  # long corpus lines are cut like every input
                 vectors = model.encode(lines, show_progress_bar=progress)
             self.index = NeighbourIndex(lines, vectors)
-            self.index_seconds = time.perf_counter() - start
 
     @property
     def max_len(self) -> int:

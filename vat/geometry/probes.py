@@ -68,11 +68,6 @@ def iter_sentences(path: str | os.PathLike) -> Iterator[str]:
         yield from (f.strip() for f in line.split("\t") if f.strip())
 
 
-def read_sentences(path: str | os.PathLike) -> list[str]:
-    """Every sentence of a text file (`iter_sentences`)."""
-    return list(iter_sentences(path))
-
-
 def _first_occurrences(items: Iterable[str]) -> Iterator[str]:
     seen: set[str] = set()
     for item in items:
