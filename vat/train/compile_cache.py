@@ -2,8 +2,8 @@
 compiling it again: the start-up is GPU time that trains nothing.
 
 A launch of a compiled run (`model.compile: true`) spends most of its start-up in
-torch.compile: an H200 launch of the reference trained 219 steps in 86 s, 67.5 s of them
-start-up. torch keeps what it compiles in TORCHINDUCTOR_CACHE_DIR (/tmp by default), which a
+torch.compile, which on a short GPU allocation can be most of the launch (BENCHMARKS.md,
+"Compile cache"). torch keeps what it compiles in TORCHINDUCTOR_CACHE_DIR (/tmp by default), which a
 fresh machine does not have. Its portable "mega-cache" (`torch.compiler.save_cache_artifacts`,
 `load_cache_artifacts`) serialises those entries (AOTAutograd's joint graphs, inductor's
 generated code and, on CUDA, the Triton kernels bundled with it) as one blob that populates
