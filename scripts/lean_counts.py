@@ -12,8 +12,10 @@ ensure, guard): the issue that asked for these figures counted them that way.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 GUARD = re.compile(r"^_?(check|refuse|verify|validate|require|ensure|guard)(_|$)")
@@ -45,9 +47,6 @@ def to_first_step() -> dict[str, int]:
     """The files of vat/ and the lines of the functions of vat/ that run from `vat train`'s
     entry to the first `VATSystem.training_step` (`vat train -c tests/assets/tiny.yaml`, one
     step, in this process): the code a reader follows to see how training starts."""
-    import os
-    import tempfile
-
     root = Path(__file__).resolve().parents[1]
     package = str(root / "vat") + os.sep
     seen: dict[tuple[str, int], int] = {}

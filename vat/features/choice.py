@@ -191,7 +191,9 @@ def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
         )
 
 
-def _fit(loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int):
+def _fit(
+    loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int
+) -> FittedFeatures:
     """A fresh fit of what `spec` needs for `loaded`: token counts (`token_counts_for`) for
     SIF weights, sentences (`fit_sentences_for`) for post-processing; the fit's record says
     where each came from (the model card reports it)."""

@@ -60,6 +60,7 @@ class FitOptions:
 
     def __post_init__(self) -> None:
         check_path(self.train_data_dir, "train_data_dir", optional=True)
+        check_path(self.evaluation_data, "evaluation_data", optional=True)
         object.__setattr__(self, "fit_files", text_files(self.fit_files, "fit_files"))
         object.__setattr__(self, "count_files", text_files(self.count_files, "count_files"))
         object.__setattr__(
