@@ -233,8 +233,9 @@ def checkpoint_with_counts(
     length_histogram: tuple[int, ...] = (0, 1),
 ):
     """The tiny checkpoint as `vat train` would have written it on `lines`: their subword
-    counts in its `vat` entry and their file as its training file (root/train.txt), saved as
-    `path` (default root/run/model.ckpt). Returns (checkpoint, training file, the counts)."""
+    counts and all of them as its fitting sample in its `vat` entry, their file as its
+    training file (root/train.txt), saved as `path` (default root/run/model.ckpt). Returns
+    (checkpoint, training file, the counts)."""
     import numpy as np
 
     from vat.share.checkpoint import read_checkpoint, vat_metadata
@@ -248,16 +249,28 @@ def checkpoint_with_counts(
     for ids in loaded.tokenizer.encode_batch(lines):
         np.add.at(counts, ids, 1)
     ckpt["vat"] = vat_metadata(
-        loaded.model, loaded.tokenizer, 0.4, list(length_histogram), token_counts=counts.tolist()
+        loaded.model,
+        loaded.tokenizer,
+        0.4,
+        list(length_histogram),
+        token_counts=counts.tolist(),
+        fit_sample=sample_of(loaded.tokenizer, lines),
     )
     ckpt["datamodule_hyper_parameters"] = {"train_files": [str(train)]}
-    # as `vat train` records it: the file's size and digest, which let vat read it from
-    # outside the model's folder (vat.share.training_record.locate_training_files)
     ckpt["vat"]["training"] = {"data": data_record({"train_files": [str(train)]})}
     path = path or root / "run" / "model.ckpt"
     path.parent.mkdir(parents=True)
     torch.save(ckpt, path)
     return path, train, counts
+
+
+def sample_of(tokenizer, lines: list[str]) -> dict:
+    """`lines` as a checkpoint's fitting sample (vat.data.token_counts.fit_sample's layout)."""
+    ids = tokenizer.encode_batch(lines)
+    return {
+        "ids": torch.tensor([i for x in ids for i in x], dtype=torch.int32),
+        "lengths": torch.tensor([len(x) for x in ids], dtype=torch.int32),
+    }
 
 
 def copy_folder(folder: Path, tmp_path: Path) -> Path:

@@ -448,29 +448,25 @@ def test_generate_resample_token_from_the_prior(demo, capsys):
         demo.resample_token([SENTENCE], [8], source="nowhere")
 
 
-def test_default_corpus_is_the_recorded_training_text(tiny_export, tmp_path, monkeypatch):
+def test_default_corpus_is_the_checkpoints_fitting_sample(tiny_ckpt, tiny_export, tmp_path):
+    """Without --corpus, a training checkpoint's neighbours are its fitting sample (held in
+    the checkpoint: no file is opened, whatever its record names); an exported folder
+    carries no training text, so it has none, and a note says how to give one."""
     import argparse
-    import dataclasses
 
-    from vat.cli.explore import corpus_lines, training_text
+    from helpers import checkpoint_with_counts
 
-    folder = copy_folder(tiny_export, tmp_path)  # the tiny checkpoint exported, to add to
-    loaded = vat.load(folder, device="cpu").loaded
-    assert training_text(loaded) is None  # records none
-    named = dataclasses.replace(loaded, train_files=["train.txt"])
-    monkeypatch.chdir(tmp_path)
-    assert training_text(named) is None  # recorded, but not here
-    (folder / "train.txt").write_text("one line\n\ntwo line\nthree\n")
-    assert training_text(named) == folder / "train.txt"  # beside the model
-    args = argparse.Namespace(corpus=None, corpus_limit=2)
-    assert corpus_lines(args, named) == (["one line", "two line"], "train.txt", None)
-    absolute = dataclasses.replace(loaded, train_files=[str(folder / "train.txt")])
-    assert training_text(absolute) == folder / "train.txt"
-    lines, name, note = corpus_lines(args, dataclasses.replace(loaded, train_files=["gone.txt"]))
-    assert lines is None and "training text (gone.txt) is not read here" in note
-    many = dataclasses.replace(loaded, train_files=[f"gone{i}.txt" for i in range(12)])
-    lines, name, note = corpus_lines(args, many)  # the first file, not a dozen, in the note
-    assert "(gone0.txt and 11 more)" in note and "gone5.txt" not in note.split(";")[0]
+    from vat.cli.explore import corpus_lines
+
+    lines = [f"the dog number {i} runs in the park" for i in range(8)]
+    ckpt, train, _ = checkpoint_with_counts(tiny_ckpt, tmp_path, lines)
+    train.unlink()  # the record names it; nothing reads it
+    args = argparse.Namespace(corpus=None, corpus_limit=3)
+    shown, name, note = corpus_lines(args, vat.load(ckpt, device="cpu").loaded)
+    assert shown == lines[:3] and name == "the model's fitting sample" and note is None
+    shown, name, note = corpus_lines(args, vat.load(tiny_export, device="cpu").loaded)
+    assert shown is None and "holds no sample of its training sentences" in note
+    assert note.endswith("give --corpus FILE")
 
 
 # -- what a request can send, and where the page listens -----------------------------------------
@@ -661,7 +657,6 @@ def test_a_corpus_with_lines_that_are_not_utf8_says_how_many_it_skipped(demo, tm
     ],
 )
 def test_a_hand_edited_score_or_record_is_refused_at_load(tiny_export, tmp_path, scores, key):
-    from helpers import copy_folder
 
     from vat.errors import CheckpointError
 
@@ -681,7 +676,6 @@ def test_a_hand_edited_score_or_record_is_refused_at_load(tiny_export, tmp_path,
 
 def test_the_model_view_shows_hand_edited_training_facts(tiny_export, tmp_path):
     """A record's sections of the wrong kind show nothing; a sound score is shown."""
-    from helpers import copy_folder
 
     from vat.explore.page import facts_html
 

@@ -1,15 +1,12 @@
-"""Which sentences feature statistics are fitted on: recorded training files are found from
-any folder and never replaced by a file of the same name in the current one; `--fit-files` is
-sampled in one pass (reservoir); a bare string is not read as a list of characters; `vat
-features compare` replaces its output set whole; `--seed -1` and `--pooling` with `--features`
-are one line."""
+"""Which sentences feature statistics are fitted on: a training checkpoint's fitting sample
+(no training file is read again), else `--fit-files`, sampled in one pass (reservoir); a bare
+string is not read as a list of characters; `vat features compare` replaces its output set
+whole; `--seed -1` and `--pooling` with `--features` are one line."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import itertools
-import json
 import tracemalloc
 from pathlib import Path
 
@@ -17,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from eval_helpers import write_sts
-from helpers import export_folder
 
 import vat
 from vat.errors import OptionError
@@ -27,7 +23,6 @@ from vat.features.encoder import pooled_features
 from vat.features.fitting import FitOptions, count_tokens, reservoir_sample, sample_lines
 from vat.share.checkpoint import read_checkpoint
 from vat.share.resolve import load_model
-from vat.share.training_record import training_record
 
 TRAIN = [f"the dog number {i} runs in the park" for i in range(24)]
 UNRELATED = [f"a totally unrelated line {i} about ships" for i in range(24)]
@@ -59,84 +54,103 @@ def _mean_of_mu(loaded, lines: list[str]) -> np.ndarray:
     ].mean(0)
 
 
-# -- 1. recorded training files ------------------------------------------------------------
-def test_training_files_are_recorded_absolute_and_found_from_any_folder(
-    tiny_ckpt, tmp_path, monkeypatch
+# -- 1. the checkpoint's fitting sample ----------------------------------------------------
+def test_the_fitting_sample_is_a_fixed_uniform_draw_of_the_training_split(tmp_path):
+    from helpers import tiny_datamodule
+
+    from vat.data.token_counts import fit_sample
+
+    lines = [f"the dog number {i} runs in the park" for i in range(40)]
+    dm = tiny_datamodule(tmp_path, _write(tmp_path / "train.txt", lines))
+    dm.setup("fit")
+    train = dm.splits["train"]
+    every = [train[i] for i in range(len(train))]
+    # more asked than there are: every training sentence, in corpus order
+    whole = dm.fit_sample
+    assert whole["ids"].dtype == torch.int32 and whole["lengths"].tolist() == [
+        len(x) for x in every
+    ]
+    assert whole["ids"].tolist() == [i for x in every for i in x]
+
+    def drawn(seed):
+        sample = fit_sample(train, n=7, seed=seed)
+        return [x.tolist() for x in sample["ids"].split(sample["lengths"].tolist())]
+
+    first = drawn(0)
+    where = [every.index(x) for x in first]  # each one a training sentence ...
+    assert len(set(where)) == 7 and where == sorted(where)  # ... once each, in corpus order
+    assert drawn(0) == first and drawn(1) != first  # fixed by its seed
+
+
+def test_features_fit_on_the_sample_with_the_training_text_gone(
+    tmp_path, capsys, senteval_dir, tiny_sentences
 ):
-    train = _write(tmp_path / "data" / "train.txt", TRAIN)
-    monkeypatch.chdir(tmp_path / "data")  # `vat train --data.train_files '[train.txt]'` here
-    record = training_record(
-        global_step=1,
-        epoch=0,
-        tokens_seen=10,
-        sentences_seen=2,
-        data_hparams={"train_files": ["train.txt"]},
-    )
-    assert record["data"]["train_files"] == [str(train)]
-    ckpt = _checkpoint(
-        tiny_ckpt, tmp_path / "run" / "checkpoints" / "best.ckpt", record, ["train.txt"]
-    )
-    _write(tmp_path / "elsewhere" / "train.txt", UNRELATED)
-    monkeypatch.chdir(tmp_path / "elsewhere")  # a file of the same name here is not it
+    """The issue's user path: train, move the training text away, then a post-processing spec
+    is fitted from the checkpoint alone (`vat evaluate`, `vat export`); the export carries the
+    statistics and no training text, so another spec on it takes --fit-files."""
+    from helpers import TINY, one_line_error, train_main
 
-    loaded = load_model(ckpt)
-    fitted = features_for(loaded, "mu/mean/pc1", save=False).fitted
-    assert fitted.fit["files"] == [str(train)] and fitted.fit["sentences"] == len(TRAIN)
-    np.testing.assert_allclose(fitted.arrays["mean"], _mean_of_mu(loaded, TRAIN), atol=1e-5)
+    from vat.cli import main as vat_main
+    from vat.features.encoder import pooled_ids
 
-    folder = export_folder(ckpt, tmp_path / "model")
-    config = json.loads((folder / "config.json").read_text())
-    assert config["training"]["data"]["train_files"] == [str(train)]
-    model = vat.load(folder, device="cpu")
-    assert model.feature_encoder("mu/mean/pc1", save=False).fitted.fit["files"] == [str(train)]
-
-
-def test_a_recorded_name_is_never_read_from_the_current_folder(tiny_ckpt, tmp_path, monkeypatch):
-    """Older records (bare names; relative paths as typed) are looked for in the model's own
-    folders only; otherwise an OptionError naming fit_files says where."""
-    import argparse
-
-    from vat.cli.explore import corpus_lines, training_text
-
-    monkeypatch.chdir(tmp_path)
-    with gzip.open(tmp_path / "demo_en.txt.gz", "wt") as f:
-        f.write("\n".join(UNRELATED) + "\n")
-    _write(tmp_path / "train.txt", UNRELATED)
-
-    # the shipped demo records ["demo_en.txt.gz"]
-    demo = vat.load("demo-wordnet-d64", device="cpu")
-    with pytest.raises(OptionError) as e:
-        demo.encode(["a dog runs"], features="mu/mean/pc1")
-    want = str(demo.loaded.path.absolute() / "demo_en.txt.gz")
-    assert e.value.name == "fit_files" and f"looked for {want};" in str(e.value)
-    assert "--" not in str(e.value)
-    assert training_text(demo.loaded) is None
-    _, _, note = corpus_lines(argparse.Namespace(corpus=None, corpus_limit=5), demo.loaded)
-    assert f"looked for {want}" in note
-
-    # an exported folder recording a bare name: nothing fitted, nothing written into it
-    folder = export_folder(tiny_ckpt, tmp_path / "model")
-    config = json.loads((folder / "config.json").read_text())
-    config.setdefault("training", {})["data"] = {"train_files": ["train.txt"]}
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(OptionError, match=f"looked for {folder.absolute() / 'train.txt'};"):
-        vat.load(folder, device="cpu").feature_encoder("mu/mean/pc1")
-    assert not stats_path_for(folder, FeatureSpec.parse("mu/mean/pc1")).exists()
-
-    # an old checkpoint: a bare name recorded, a relative path typed; RUN/checkpoints/x.ckpt
-    old = {"global_step": 1, "epoch": 0, "data": {"train_files": ["train.txt"]}}
+    train = _write(tmp_path / "text" / "train.txt", tiny_sentences)
     run = tmp_path / "run"
-    ckpt = _checkpoint(tiny_ckpt, run / "checkpoints" / "old.ckpt", old, ["train.txt"])
-    with pytest.raises(OptionError) as e:
-        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
-    assert f"looked for {run / 'train.txt'} and {run / 'checkpoints' / 'train.txt'};" in str(
-        e.value
-    )
-    train = _write(run / "train.txt", TRAIN)  # beside the run: the model's own folder
-    loaded = load_model(ckpt)
-    fitted = features_for(loaded, "mu/mean/pc1", save=False).fitted
-    assert fitted.fit["files"] == [str(train)]
-    np.testing.assert_allclose(fitted.arrays["mean"], _mean_of_mu(loaded, TRAIN), atol=1e-5)
+    code, err = train_main(
+        ["fit", "-c", TINY, "--run_dir", str(run), f"--data.train_files=[{train}]",
+         "--data.cache_dir", str(tmp_path / "cache")], capsys)  # fmt: skip
+    assert code == 0, err
+    train.unlink()
+    (tmp_path / "text").rmdir()
+
+    argv = ["evaluate", "--model", str(run), "--features", "mu/mean/whiten", "--tasks", "STS12",
+            "--data-dir", str(senteval_dir), "--no-progress"]  # fmt: skip
+    assert vat_main(argv) == 0, capsys.readouterr().err
+    assert "STS12" in capsys.readouterr().out
+    out = tmp_path / "export"
+    assert vat_main(["export", str(run), str(out), "--features", "mu/mean/pc1"]) == 0
+    capsys.readouterr()
+
+    loaded = load_model(run)
+    fitted = vat.load(out, device="cpu").default_features.fitted
+    assert fitted.spec == FeatureSpec.parse("mu/mean/pc1")
+    assert fitted.fit["from"] == "the checkpoint's fitting sample"
+    assert fitted.fit["sentences"] == len(loaded.fit_sample) > 2
+    mu = pooled_ids(loaded.model, loaded.fit_sample, [("mu", "mean")])[("mu", "mean")]
+    np.testing.assert_allclose(fitted.arrays["mean"], mu.mean(0), atol=1e-5)
+    assert vat.load(out, device="cpu").encode(["a dog runs"]).shape == (1, 32)
+
+    # the export holds no training text: no sentence of the sample in any of its files
+    text = "".join(f.read_text(errors="replace") for f in out.iterdir())
+    shown = loaded.tokenizer.decode_batch(loaded.fit_sample)
+    assert not [s for s in shown if len(s) > 12 and s in text]
+    err = one_line_error(capsys, ["export", str(out), str(tmp_path / "again"),
+                                  "--features", "mu/mean/whiten", "--no-progress"])  # fmt: skip
+    assert err.startswith("error: --fit-files: ") and "carries the statistics of its own" in err
+
+
+def test_a_checkpoint_without_a_sample_names_fit_files_and_a_damaged_one_is_one_line(
+    tiny_ckpt, tmp_path, capsys
+):
+    from helpers import one_line_error
+
+    from vat.errors import CheckpointError
+
+    err = one_line_error(capsys, ["export", str(tiny_ckpt), str(tmp_path / "out"),
+                                  "--features", "mu/mean/pc1", "--no-progress"])  # fmt: skip
+    assert err.startswith("error: --fit-files: ") and "before vat kept a fitting sample" in err
+    train = _write(tmp_path / "train.txt", TRAIN)
+    fitted = features_for(load_model(tiny_ckpt), "mu/mean/pc1", FitOptions(fit_files=train),
+                          save=False).fitted  # fmt: skip
+    assert fitted.fit["files"] == [str(train)] and fitted.fit["sentences"] == len(TRAIN)
+
+    raw = read_checkpoint(tiny_ckpt)
+    for bad in ({"ids": torch.tensor([1, 2, 3]), "lengths": torch.tensor([2])},
+                {"ids": torch.tensor([1, 10_000]), "lengths": torch.tensor([2])},
+                {"ids": torch.tensor([1.0]), "lengths": torch.tensor([1])}, [1, 2]):  # fmt: skip
+        raw["vat"]["fit_sample"] = bad
+        torch.save(raw, tmp_path / "bad.ckpt")
+        with pytest.raises(CheckpointError, match="'vat.fit_sample' is damaged"):
+            load_model(tmp_path / "bad.ckpt")
 
 
 # -- 2. one pass over --fit-files ----------------------------------------------------------

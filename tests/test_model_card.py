@@ -133,14 +133,14 @@ def test_default_sif_card_and_what_it_says_of_the_loaders(trained, tmp_path, tin
     np.testing.assert_allclose(st.encode(tiny_sentences[:4]), ours, atol=1e-6)
 
 
-@pytest.mark.parametrize("how", ["training files", "named files", "counted"])
+@pytest.mark.parametrize("how", ["fitting sample", "named files", "counted"])
 def test_fitted_specs_say_where_their_statistics_came_from(trained, tmp_path, how):
-    """whiten8 fitted on the training files or on named files, and a pc spec whose SIF weights
-    come from named count files: the card gives the count, the file names and the seconds
-    that features.safetensors records."""
+    """whiten8 fitted on the checkpoint's fitting sample or on named files, and a pc spec
+    whose SIF weights come from named count files: the card gives the count, where the
+    sentences came from and the seconds that features.safetensors records."""
     ckpt, train, other, lines = trained
     options = {
-        "training files": {"features": "mu/mean/whiten8"},
+        "fitting sample": {"features": "mu/mean/whiten8"},
         "named files": {"features": "mu/mean/whiten8", "fit_files": [str(other)]},
         "counted": {"features": "layer1/sif/pc1", "count_files": [str(other)]},
     }[how]
@@ -149,14 +149,16 @@ def test_fitted_specs_say_where_their_statistics_came_from(trained, tmp_path, ho
     card = (folder / "README.md").read_text()
     _check_card(card, spec, 32, ckpt.parent.parent)
     about = _sections(card)
-    files = "other.txt" if how == "named files" else "train.txt"
     n = 20 if how == "named files" else len(lines)
     assert fit["sentences"] == n  # every line (fewer than the sample size) was used
     what = "mean and principal components" if spec.pcs else "whitening mean and matrix"
-    where = "the model's training files (train.txt)" if how != "named files" else "other.txt"
-    assert f"The {what} (`features.safetensors`) were fitted on {n:,} sentences sampled " \
-        f"(seed 0) from {where} in {fit['seconds']:g} s." in about  # fmt: skip
-    assert files in about
+    where = (
+        "sampled (seed 0) from other.txt"
+        if how == "named files"
+        else "from the checkpoint's fitting sample"
+    )
+    assert f"The {what} (`features.safetensors`) were fitted on {n:,} sentences " \
+        f"{where} in {fit['seconds']:g} s." in about  # fmt: skip
     if how == "counted":
         assert fit["counts_from"] == "count_files"
         assert "The SIF weights (`features.safetensors`) come from the subword counts of " \
@@ -248,11 +250,11 @@ def test_spec_changed_after_export_rerenders_a_true_card(trained, tmp_path):
         if spec.needs_fit:
             about = _sections(card)
             assert "This folder does not hold the statistics this spec needs" in about
-            assert "sampled from the model's training files (train.txt)" in about
+            assert "an exported folder carries no training text (`--fit-files`" in about
             assert "SIF weights (`features.safetensors`) come from" not in about
             # and vat does what the card says: the vectors are refused, in one line saying
-            # how to fit them; naming the spec fits whiten8 on the recorded training file and
-            # stores it in the folder, whose vectors then follow its spec
+            # how to fit them; naming the spec and files fits whiten8 on them and stores it
+            # in the folder, whose vectors then follow its spec
             with pytest.raises(OptionError) as e:  # a command shows --features
                 vat.load(folder, device="cpu").encode(["a man plays"])
             assert len(str(e.value).splitlines()) == 1 and e.value.name == "features"
@@ -261,7 +263,7 @@ def test_spec_changed_after_export_rerenders_a_true_card(trained, tmp_path):
             assert f"the folder does not hold {held}" in str(e.value)
             assert f"name {new} here to fit them" in str(e.value)
             assert f'`vat.load(DIR).feature_encoder("{new}")`' in about
-            vat.load(folder, device="cpu").feature_encoder(new)
+            vat.load(folder, device="cpu").feature_encoder(new, fit_files=train)
             assert vat.load(folder, device="cpu").encode(["a man plays"]).shape == (1, 8)
 
     again = export_folder(folder, tmp_path / "again")  # mu/sum/none now: the scores are not its

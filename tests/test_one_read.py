@@ -274,9 +274,9 @@ def test_config_counts_are_checked_in_one_place():
 
 
 def test_models_fixture_records_what_training_records(models):
-    """The fixture's checkpoint carries token counts and training files, as vat train's do."""
+    """The fixture's checkpoint carries token counts and a fitting sample, as vat train's do."""
     loaded = load_model(models["checkpoint"][0])
-    assert loaded.token_counts is not None and loaded.train_files
+    assert loaded.token_counts is not None and loaded.fit_sample
     folder = load_model(models["exported folder"][0])
     assert str(folder.feature_spec) == "layer0/sif/none" and folder.own_features is not None
     assert json.loads((models["exported folder"][0] / "config.json").read_text())["training"]

@@ -1,14 +1,13 @@
 """Portable training-file records: each training file recorded by its path inside the data
-folder ($VAT_DATA_DIR) with its size and digest, beside the training machine's absolute paths;
-found on another machine through the data folder and checked; what leaves the machine (`vat
-pretrained add`, a Hub push) names no place on it; a continued run's tokens (init_from,
-tokens_total) on the card and in the listing."""
+folder ($VAT_DATA_DIR) with its size and digest, beside the training machine's absolute paths
+(provenance, which nothing opens); what leaves the machine (`vat pretrained add`, a Hub push)
+names no place on it; a continued run's tokens (init_from, tokens_total) on the card and in
+the listing."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +19,7 @@ from test_hub import RecordingHfApi
 import vat
 from vat.cli import main as vat_main
 from vat.errors import CheckpointError, OptionError, VatError
-from vat.features.choice import features_for
 from vat.features.encoder import pooled_features
-from vat.features.fitting import FitOptions
 from vat.share.checkpoint import read_checkpoint
 from vat.share.model_card import model_card
 from vat.share.pretrained import SHIPPED_DIR_ENV, listing_facts
@@ -30,7 +27,6 @@ from vat.share.resolve import load_model
 from vat.share.training_record import (
     DATA_DIR_ENV,
     RECORDS_KEY,
-    MissingTrainingFile,
     machine_path,
     machine_paths,
     portable_training,
@@ -96,83 +92,6 @@ def test_training_records_absolute_paths_and_each_file_inside_the_data_folder(tr
     ]
 
 
-# -- finding them again --------------------------------------------------------------------
-def test_the_training_machine_reads_its_absolute_paths(trained, monkeypatch, tmp_path, capsys):
-    ckpt, data, outside = trained
-    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nowhere"))  # not needed here
-    fitted = features_for(load_model(ckpt), "mu/mean/pc1", save=False).fitted
-    # the files checked are the files read: the glob expanded, each one the recorded bytes
-    assert fitted.fit["files"] == [
-        str(data / "corpus" / "a.1.txt"),
-        str(data / "corpus" / "a.2.txt"),
-        str(data.parent / "mine.txt"),
-    ]
-    assert "(their sizes and digests match the model's record)" in capsys.readouterr().err
-
-    # edited since training: no longer the file the model records, so not read
-    _write(outside, ["an extra line of mine, edited"] * 3)
-    with pytest.raises(OptionError, match="match none of the files the model records"):
-        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
-
-
-def test_another_machine_finds_them_in_its_data_folder_and_checks_them(
-    trained, tmp_path, monkeypatch, capsys
-):
-    ckpt, data, outside = trained
-    moved = tmp_path / "other"
-    shutil.copytree(tmp_path / "machine" / "run", moved / "run")
-    shutil.rmtree(tmp_path / "machine")  # the training machine's folders are gone
-    ckpt = moved / "run" / "checkpoints" / "last.ckpt"
-    here = _write(moved / "data" / "corpus" / "a.1.txt", TRAIN[:12]).parent.parent
-    _write(here / "corpus" / "a.2.txt", TRAIN[12:])
-    _write(moved / "run" / "mine.txt", ["an extra line of mine"] * 3)  # beside the run
-    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "unset"))
-    loaded = load_model(ckpt)
-    fitted = features_for(loaded, "mu/mean/pc1", FitOptions(train_data_dir=here), save=False).fitted
-    assert fitted.fit["files"] == [
-        str(here / "corpus" / "a.1.txt"),
-        str(here / "corpus" / "a.2.txt"),
-        str(moved / "run" / "mine.txt"),
-    ]
-    lines = TRAIN + ["an extra line of mine"] * 3
-    np.testing.assert_allclose(fitted.arrays["mean"], _mean_of_mu(loaded, lines), atol=1e-5)
-
-    # the command's option; $VAT_DATA_DIR is its default
-    common = ["--model", str(ckpt), "--features", "mu/mean/pc1", "--no-progress"]
-    argv = ["export", str(moved / "out"), *common]
-    assert vat_main([*argv, "--train-data-dir", str(here)]) == 0
-    capsys.readouterr()
-
-    # another file at the recorded place: refused, naming it, before any fit
-    _write(here / "corpus" / "a.2.txt", TRAIN[12:] + ["one more line"])
-    with pytest.raises(OptionError) as e:
-        features_for(load_model(ckpt), "mu/mean/pc1", FitOptions(train_data_dir=here), save=False)
-    assert e.value.name == "fit_files" and "is not the training file 'corpus/a.2.txt'" in str(
-        e.value
-    )
-    assert "bytes where the model's file had" in str(e.value) and "$VAT_DATA_DIR" in str(e.value)
-    monkeypatch.setenv(DATA_DIR_ENV, str(here))
-    err = one_line_error(capsys, ["export", str(moved / "out2"), *common])
-    assert "--fit-files: " in err and "a.2.txt" in err and not (moved / "out2").exists()
-    _write(here / "corpus" / "a.2.txt", OTHER[12:])  # the same size, other bytes
-    with pytest.raises(OptionError, match="other bytes \\(its digest differs"):
-        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
-
-    # missing: where vat looked, and how to point it at the data folder
-    (here / "corpus" / "a.2.txt").unlink()
-    with pytest.raises(MissingTrainingFile) as e:
-        features_for(load_model(ckpt), "mu/mean/pc1", save=False)
-    assert e.value.tried == [
-        here.absolute() / "corpus" / "a.2.txt",
-        moved / "run" / "corpus" / "a.2.txt",
-        moved / "run" / "checkpoints" / "corpus" / "a.2.txt",
-    ]
-    assert (
-        f"the data folder is {here}: point $VAT_DATA_DIR at the one that holds corpus/a.2.txt"
-        in str(e.value)
-    )
-
-
 def test_a_malformed_record_is_one_line(trained):
     ckpt, _, _ = trained
     raw = read_checkpoint(ckpt)
@@ -182,7 +101,7 @@ def test_a_malformed_record_is_one_line(trained):
         raw["vat"]["training"]["data"][RECORDS_KEY] = bad
         torch.save(raw, ckpt)
         with pytest.raises(CheckpointError, match=f"training.data.{RECORDS_KEY}"):
-            features_for(load_model(ckpt), "mu/mean/pc1", save=False)
+            portable_training(load_model(ckpt).training)
 
 
 # -- what leaves the machine -------------------------------------------------------------------
@@ -241,11 +160,10 @@ def test_pretrained_add_writes_portable_records_and_refuses_a_machine_path(
     assert info["fp32_match"]["from"] == "check/sentences.txt"  # inside the data folder
     for f in shipped.iterdir():
         assert str(tmp_path) not in f.read_text(errors="replace"), f.name
-    # from the shipped copy: the data folder's files are found and checked; the file that
-    # was outside it by its name, in the model's own folder only
-    with pytest.raises(MissingTrainingFile) as e:
+    # the shipped copy carries no training text: another spec is fitted on files named
+    with pytest.raises(OptionError, match="carries the statistics of its own spec") as e:
         vat.load("tiny-portable", device="cpu").feature_encoder("mu/mean/pc1", save=False)
-    assert e.value.recorded == "mine.txt" and e.value.tried == [shipped.absolute() / "mine.txt"]
+    assert e.value.name == "fit_files"
 
     # a path in a text given, or left anywhere in config.json, is refused naming the key,
     # before any work

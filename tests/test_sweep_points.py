@@ -246,7 +246,7 @@ def test_feature_compare_settings_are_measure_settings_only_when_it_runs(tmp_pat
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory, mini_senteval) -> Path:
     """The two POINTS trained for 2 steps and measured with the feature comparison, fitted on
-    each model's own training file (tests/assets/sentences.txt)."""
+    each run's fitting sample."""
     tmp = tmp_path_factory.mktemp("sweep_points")
     cfg = _config(tmp, feature_compare=True, senteval_dir=str(mini_senteval))
     assert sweep_cli.main(["-c", str(cfg), "--no-progress"]) == 0
@@ -256,14 +256,12 @@ def compared(tmp_path_factory, mini_senteval) -> Path:
 def _rows_of(run_dir: Path, senteval: Path, fit_sentences: int = 20_000) -> list[dict]:
     """`compare_sts` on the run's model, as `vat features compare` runs it."""
     from vat.features.compare import CompareSettings, compare_sts, load_sts_tasks
-    from vat.features.fitting import training_files
     from vat.share.resolve import load_model
 
     loaded = load_model(run_dir / "checkpoints" / "last.ckpt", "cpu")
-    fit_files = training_files(loaded, "fit_files", None)
-    assert [Path(f).name for f in fit_files] == ["sentences.txt"]  # the model's own
+    assert loaded.fit_sample  # what the comparison fits on
     comparison = compare_sts(
-        loaded, load_sts_tasks(senteval), fit_files, CompareSettings(fit_sentences=fit_sentences)
+        loaded, load_sts_tasks(senteval), None, CompareSettings(fit_sentences=fit_sentences)
     )
     return comparison.rows
 

@@ -274,13 +274,12 @@ class PretrainedVAT:
         count_files: Sequence[str] | str | os.PathLike | None = None,
         n_fit: int = DEFAULT_FIT_SENTENCES,
         seed: int = 0,
-        train_data_dir: str | os.PathLike | None = None,
         save: bool = True,
     ) -> FeatureEncoder:
         """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own,
         `default_features`). Statistics come with the model or are fitted
         (`vat.features.choice.features_for`) on `fit_sentences`, up to n_fit lines of
-        `fit_files`, or the model's own training sentences; SIF counts from `count_files`
+        `fit_files`, or a training checkpoint's fitting sample; SIF counts from `count_files`
         or the model's record; stored beside the model unless `save` is off."""
         _check_features(features)
         if isinstance(features, FittedFeatures):
@@ -291,7 +290,6 @@ class PretrainedVAT:
             count_files=count_files,
             n_fit=n_fit,
             seed=seed,
-            train_data_dir=train_data_dir,
         )
         if features is None and not fit.names_data:
             features = self.default_features.fitted  # resolved once, said once
@@ -324,17 +322,17 @@ class PretrainedVAT:
         tokenizer.json, the sentence-transformers files and a model card, written atomically.
 
         `features` is the folder's feature spec (default: an exported source's own, else
-        vat.feature_spec.DEFAULT_EXPORT_SPEC), fitted on the model's training sentences or
-        `fit_files` (`count_files`: token counts for SIF). `evaluate` (task names or groups of
-        `vat evaluate`) scores the folder's vectors with the SentEval harness (data in
+        vat.feature_spec.DEFAULT_EXPORT_SPEC), fitted on a training checkpoint's fitting
+        sample or `fit_files` (`count_files`: token counts for SIF). `evaluate` (task names
+        or groups of `vat evaluate`) scores the folder's vectors with the SentEval harness (data in
         `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores in config.json and the
         card's model-index. `license`, `language` and `repo_id` go on the card. `space` also
         writes the app.py and requirements.txt that make the folder a Hugging Face Space
         running `vat explore`'s page (vat.share.space). `show_progress_bar`: say each stage
         (fitting the features, evaluating) and show the evaluation's bars, on stderr.
-        `train_data_dir` is the data folder where the model's portable training records are
-        found (default $VAT_DATA_DIR, vat.share.training_record); with `repo_id` the folder
-        records its training files only in that portable form (it is going to the Hub).
+        With `repo_id` (the folder is going to the Hub) its record names each training file
+        by its path inside the data folder `train_data_dir` (default $VAT_DATA_DIR), else by
+        name, never by a path on this machine (vat.share.training_record).
         """
         check_path(directory, "directory")
         check_path(data_dir, "data_dir", optional=True)
@@ -357,9 +355,7 @@ class PretrainedVAT:
         if show_progress_bar and (spec is None or spec.needs_fit):
             what = features if features is not None else "the model's default spec"
             print(f"vat: fitting the folder's sentence features ({what})", file=sys.stderr)
-        fit = FitOptions(
-            fit_files=fit_files, count_files=count_files, train_data_dir=train_data_dir
-        )
+        fit = FitOptions(fit_files=fit_files, count_files=count_files)
         # the folder holds its statistics: nothing is stored beside the model
         chosen = features_for(self.loaded, spec, fit, save=False, quiet=True)
         if chosen.fallback:

@@ -3,7 +3,7 @@
 Option names are one vocabulary (docs/cli.md): `--model` (alias `--ckpt`), `--output FILE`
 (always a file), `--output-dir DIR` (a folder a command writes), `--plot FILE` (a PNG),
 `--plot-dir DIR` (a folder of PNGs), `--data-dir DIR` (SentEval's data), `--train-data-dir
-DIR` (where a model's recorded training files are), `--device auto`, `--debug`,
+DIR` (what a shared model's record names its training files against), `--device auto`, `--debug`,
 `--no-progress`, `--quiet`. An older spelling users already type stays as a
 renamed option (`add_renamed`): it works, with one warning line on stderr.
 """
@@ -131,20 +131,16 @@ def add_model_option(p, *, required: bool = True) -> None:
 
 
 def add_train_data_dir(p) -> None:
-    """`--train-data-dir DIR`, on the commands that fit on a model's recorded training files.
-
-    Why this name: every vat command already spells SentEval's folder `--data-dir` (docs/cli.md),
-    so the folder of training text cannot take it without meaning two things in `vat export`
-    and `vat evaluate`, which take both; "train" as in `data.train_files`, the files it finds.
-    Its default is the data folder's variable, $VAT_DATA_DIR (the folder the tests, the
-    offline bundle and the GPU suite call the data folder; SentEval's is its senteval/)."""
+    """`--train-data-dir DIR`, on the commands whose output leaves this machine (`vat export
+    --repo-id`, `vat pretrained add`): its record names each training file by its path inside
+    this folder, else by name. Not `--data-dir`: every command spells SentEval's folder that
+    way (docs/cli.md), and `vat export` takes both."""
     p.add_argument(
         "--train-data-dir",
         metavar="DIR",
         default=None,
-        help="the data folder where the model's recorded training files are found by their "
-        "path inside it (a fit on the training sentences; each file's size and digest are "
-        "checked); default $VAT_DATA_DIR, else ../shared/data",
+        help="the data folder a shared model's record names its training files against "
+        "(their path inside it, else their name); default $VAT_DATA_DIR, else ../shared/data",
     )
 
 

@@ -17,7 +17,6 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from vat.cli.common import Parser, add_common, add_model_option, show_progress
 from vat.errors import OptionError, VatError, run_cli
@@ -121,33 +120,22 @@ def served_url(host: str, port: int) -> str:
 
 
 def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None]:
-    """(lines, name, note): --corpus FILE's first --corpus-limit lines, else the model's
-    recorded training text if it can be read here, else None with a note saying why."""
+    """(lines, name, note): --corpus FILE's first --corpus-limit lines, else the first
+    --corpus-limit sentences of a training checkpoint's fitting sample (held in the
+    checkpoint, so no file is read), else None with a note saying why."""
     from vat.data.corpus import LineReader, warn_skipped
     from vat.io import regular_file
 
-    if args.corpus is not None:
-        path = regular_file(args.corpus, "--corpus")
-    else:
-        path, why = _training_text(loaded)
-        if path is not None:  # a file the user did not name is never read silently
-            from vat.share.training_record import say_training_files
-
-            say_training_files([(str(path), why)], "neighbours from")
-        if path is None:
-            files = [str(f) for f in loaded.train_files]
-            # the first file names the text; a dozen more would fill the terminal
-            recorded = (files[0] + (f" and {len(files) - 1} more" if len(files) > 1 else "")
-                        if files else "none")  # fmt: skip
-            where = f" ({why})" if why else ""
-            return (
-                None,
-                None,
-                (
-                    f"neighbours: no --corpus, and the model's training text ({recorded}) is not "
-                    f"read here{where}; give --corpus FILE"
-                ),
+    if args.corpus is None:
+        if loaded.fit_sample is None:
+            note = (
+                f"neighbours: no --corpus, and {loaded.name} holds no sample of its training "
+                "sentences (only a training checkpoint does); give --corpus FILE"
             )
+            return None, None, note
+        lines = loaded.tokenizer.decode_batch(loaded.fit_sample[: args.corpus_limit])
+        return lines, "the model's fitting sample", None
+    path = regular_file(args.corpus, "--corpus")
     lines: list[str] = []
     reader = LineReader(path, "skip")
     for chunk in reader:
@@ -159,32 +147,6 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
     if not lines:
         raise VatError(f"--corpus {path}: no non-empty line")
     return lines, path.name, None
-
-
-def training_text(loaded) -> Path | None:
-    """The model's first recorded training file if vat may read it here, found as feature
-    fitting finds it (vat.share.training_record.recorded_training_files: inside the model's
-    own folders, or byte for byte the file its record describes; never the current folder,
-    never a file elsewhere that the model merely names)."""
-    return _training_text(loaded)[0]
-
-
-def _training_text(loaded) -> tuple[Path | None, str]:
-    """(the file, why vat may read it) or (None, why it is not read: where vat looked, or why
-    it refused)."""
-    from vat.share.training_record import MissingTrainingFile, locate_training_files
-
-    if not loaded.train_files:
-        return None, ""
-    try:
-        ((found, why),) = locate_training_files(loaded, "corpus", limit=1)
-    except MissingTrainingFile as e:
-        return None, f"looked for {' and '.join(str(t) for t in e.tried)}"
-    except OptionError as e:  # another file where the record points, or not the model's own
-        return None, e.problem
-    if not Path(found).is_file():  # a glob or a folder is no corpus to browse
-        return None, f"looked for {found}"
-    return Path(found), why
 
 
 def _main(argv: Sequence[str] | None) -> int:

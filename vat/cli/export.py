@@ -87,7 +87,7 @@ def build_parser() -> Parser:
         default=None,
         help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; "
         "default: an exported MODEL's own, else vat.feature_spec.DEFAULT_EXPORT_SPEC); "
-        "post-processing is fitted on the model's training sentences or --fit-files",
+        "post-processing is fitted on a training checkpoint's fitting sample or --fit-files",
     )
     p.add_argument(
         "--space",

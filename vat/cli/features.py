@@ -7,9 +7,8 @@
 present (STS12, STS-B dev and test; optionally the classification tasks for the best
 three), writing `compare.csv`, `compare.md` and `compare.png` and printing the table of
 `compare.md` on stdout at the end (notes and bars go to stderr). The experiment and its
-output set are vat.features.compare; here are its options, the fitting files (the
-checkpoint's own training sentences, or --fit-files, never the evaluation sentences) and
-the report.
+output set are vat.features.compare; here are its options, the fitting sentences (the
+checkpoint's fitting sample, or --fit-files, never the evaluation sentences) and the report.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vat.cli.common import add_model_option, add_train_data_dir
+from vat.cli.common import add_model_option
 from vat.errors import VatError, run_cli
 
 if TYPE_CHECKING:
@@ -35,8 +34,8 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         default=None,
         help="SOURCE/WEIGHTING/POST, e.g. mu/sif/pc1 or firstlast/mean/whiten64; replaces "
-        "--pooling. Post-processing is fitted on unlabeled sentences: by default a sample of "
-        "the checkpoint's own training files, stored beside the checkpoint",
+        "--pooling. Post-processing is fitted on unlabeled sentences: by default the "
+        "checkpoint's fitting sample of its training sentences, stored beside the checkpoint",
     )
     g.add_argument(
         "--fit-files",
@@ -66,7 +65,6 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
         help="allow fitting on the evaluation data: on --fit-files inside --data-dir, or, "
         "without --fit-files, on the sentences of the tasks being evaluated (not stored)",
     )
-    add_train_data_dir(g)
 
 
 def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOptions, bool]:
@@ -78,7 +76,6 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOpti
         raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
     common = {
         "n_fit": args.fit_sentences,
-        "train_data_dir": args.train_data_dir,
         "count_files": args.count_files or None,
     }
     if args.fit_files:
@@ -94,8 +91,8 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOpti
         # a transductive fit never becomes the checkpoint's stored default: not saved
         return FitOptions(fit_sentences=sentences, info=info, **common), False
     # statistics stored with the model are used as they are (check_fitted guards them); a
-    # fit still to come checks the training files it reads (FitOptions.evaluation_data)
-    return FitOptions(evaluation_data=args.data_dir, **common), True
+    # fit still to come reads the checkpoint's own fitting sample
+    return FitOptions(**common), True
 
 
 def check_fitted(fitted, args: argparse.Namespace) -> None:
@@ -129,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-files", nargs="+", default=None, metavar="FILE")
     p.add_argument("--fit-sentences", type=int, default=20_000, metavar="N")
     p.add_argument("--count-files", nargs="+", default=None, metavar="FILE")
-    add_train_data_dir(p)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--seed", type=int, default=0, help="seed of the fitting sample")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -149,7 +145,7 @@ def _main(argv: Sequence[str] | None) -> int:
         load_sts_tasks,
         write_compare_set,
     )
-    from vat.features.fitting import check_not_evaluation_data, training_files
+    from vat.features.fitting import check_not_evaluation_data
     from vat.share.resolve import load_model
 
     data_dir = args.data_dir or str(default_senteval_dir())
@@ -163,9 +159,9 @@ def _main(argv: Sequence[str] | None) -> int:
     out_dir = check_output_set(args.output_dir, args.overwrite)
     tasks = load_sts_tasks(data_dir)
     loaded = load_model(args.model)  # read once; everything below takes the loaded model
-    fit_files = args.fit_files or training_files(loaded, "fit_files", args.train_data_dir)
-    check_not_evaluation_data(fit_files, data_dir, "fit files")
-    comparison = compare_sts(loaded, tasks, fit_files, settings, name=str(args.model))
+    if args.fit_files:
+        check_not_evaluation_data(args.fit_files, data_dir, "--fit-files")
+    comparison = compare_sts(loaded, tasks, args.fit_files, settings, name=str(args.model))
     write_compare_set(out_dir, comparison)
     if args.classification:  # the STS table is on disk first: classification takes longer
         print("vat: STS table written; classification tasks next", file=sys.stderr)

@@ -50,7 +50,7 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     verify,
     write_token_cache,
 )
-from vat.data.token_counts import train_token_counts
+from vat.data.token_counts import fit_sample, train_token_counts
 from vat.errors import VatError
 from vat.io import regular_file
 from vat.tokenizer import VATTokenizer
@@ -136,6 +136,7 @@ class VATDataModule(L.LightningDataModule):
         self.splits: dict[str, TokenizedDataset] = {}
         self.length_histogram: list[int] = []
         self.token_counts: list[int] = []  # training subword counts (for SIF weights)
+        self.fit_sample: dict | None = None  # training sentences for fitting features
         self._verified: dict[Path, dict] = {}
         if max_tokens is not None:
             rank_zero_info(
@@ -348,6 +349,7 @@ class VATDataModule(L.LightningDataModule):
         counts = np.bincount(self.splits["train"].lengths + 1, minlength=h.max_len + 1)
         self.length_histogram = counts.tolist()
         self.token_counts = train_token_counts(self.splits["train"], self.tokenizer.vocab_size)
+        self.fit_sample = fit_sample(self.splits["train"])
         self.overlength_stats = info["stats"]
 
     # -- loaders ----------------------------------------------------------------------------

@@ -211,8 +211,8 @@ class SweepConfig:
                 self.fit_files,
                 self.senteval_dir,
                 f"{where}: fit_files",
-                remedy="name text files outside it, or leave fit_files out (each model's own "
-                "training files)",
+                remedy="name text files outside it, or leave fit_files out (each run's own "
+                "fitting sample)",
             )
 
     def _validate_sweep(self, where: str) -> None:

@@ -180,24 +180,13 @@ def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
         load_sts_tasks,
         write_compare_set,
     )
-    from vat.features.fitting import check_not_evaluation_data, training_files
 
     out = check_output_set(str(run_dir / FEATURE_COMPARE_DIR), overwrite=True)
     tasks = load_sts_tasks(cfg.senteval_dir)
-    if cfg.fit_files is not None:
-        fit_files = list(cfg.fit_files)  # checked against senteval_dir with the config
-    else:
-        fit_files = training_files(loaded, "fit_files", None)
-        check_not_evaluation_data(
-            fit_files,
-            cfg.senteval_dir,
-            f"the training files of {run_dir.name}",
-            remedy="name other text files as the sweep's fit_files",
-        )
     comparison = compare_sts(
         loaded,
         tasks,
-        fit_files,
+        cfg.fit_files,  # checked against senteval_dir with the config; None: the run's sample
         CompareSettings(fit_sentences=cfg.fit_sentences),
         name=str(run_dir / "checkpoints" / "last.ckpt"),
     )

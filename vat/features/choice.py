@@ -24,7 +24,7 @@ from vat.feature_spec import DEFAULT_EXPORT_SPEC, FOLDER_STATS_NAME, FeatureSpec
 from vat.features.fitting import (
     FitOptions,
     fit_features,
-    fit_sentences_for,
+    fit_ids_for,
     recorded_sif_features,
     token_counts_for,
 )
@@ -195,13 +195,13 @@ def _fit(
     loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int
 ) -> FittedFeatures:
     """A fresh fit of what `spec` needs for `loaded`: token counts (`token_counts_for`) for
-    SIF weights, sentences (`fit_sentences_for`) for post-processing; the fit's record says
+    SIF weights, sentences (`fit_ids_for`) for post-processing; the fit's record says
     where each came from (the model card reports it)."""
     counts = token_counts_for(loaded, options) if spec.weighting == "sif" else None
     info = dict(options.info)
-    sentences: list[str] = []
+    ids: list[list[int]] = []
     if spec.post != "none":
-        sentences, found = fit_sentences_for(loaded, options)
+        ids, found = fit_ids_for(loaded, options)
         for key, value in found.items():  # the caller's record wins, but not over the seed
             info[key] = value if key == "seed" else info.get(key, value)
     if options.count_files:
@@ -209,7 +209,7 @@ def _fit(
     if counts is not None:  # where the SIF weights came from, for the model card
         info["counts_from"] = "count_files" if options.count_files else "training"
         info["count_tokens"] = int(np.asarray(counts).sum())
-    return fit_features(loaded.model, loaded.tokenizer, spec, sentences, counts, batch_size, info)
+    return fit_features(loaded.model, spec, ids, counts, batch_size, info)
 
 
 @takes_loaded
@@ -232,7 +232,7 @@ def features_for(
       folder's, else DEFAULT_EXPORT_SPEC) fitted on them;
     - a spec: as it is when it needs nothing fitted; else the statistics the model already
       has (unless `fit` names data: that always fits anew); else a fit on what `fit` names,
-      by default on up to n_fit of the model's own training sentences, stored beside the
+      by default on a training checkpoint's fitting sample, stored beside the
       model unless `save` is off (an export keeps them in its folder instead).
     """
     if isinstance(features, ChosenFeatures):

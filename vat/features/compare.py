@@ -1,15 +1,15 @@
 """The feature-spec comparison (`vat features compare`): one model's sentence vectors under
 every source x weighting x post-processing, scored on the STS tasks present.
 
-    comparison = compare_sts(loaded, load_sts_tasks(data_dir), fit_files, CompareSettings())
+    comparison = compare_sts(loaded, load_sts_tasks(data_dir), None, CompareSettings())
     add_classification(comparison, loaded, data_dir)        # optional, minutes more
     write_compare_set(check_output_set("feature-compare", overwrite=False), comparison)
 
 Each row is one spec with its Spearman x 100 (cosine protocol) on STS12's five sets, their
 mean, STS-B dev and test, and the selection score: the mean of STS12's five sets and STS-B
 dev, by which the rows are sorted (STS-B test never chooses). Every post-processing is
-fitted on a sample of the text files the caller names (`vat features compare`: the model's
-own training files or --fit-files, never the evaluation sentences); what the fit cost
+fitted on the checkpoint's fitting sample or on a sample of the text files the caller
+names (--fit-files, never the evaluation sentences); what the fit cost
 (seconds, sentences) is in the row. Each sentence is encoded once for all source x
 weighting pairs together and a spec then only applies its post-processing, so the table
 costs two encoding passes, not one per spec.
@@ -84,7 +84,7 @@ class Comparison:
     rows: list[dict]
     """One row per spec, best first (by SELECT)."""
     meta: dict
-    """model, fit_files, fit_sentences, read_s, fit_encode_s, combos_encoded, date."""
+    """model, fit_from, fit_files, fit_sentences, read_s, fit_encode_s, combos_encoded, date."""
     fit_x: dict[tuple[str, str], np.ndarray]
     sif: np.ndarray | None
 
@@ -162,22 +162,23 @@ def load_sts_tasks(data_dir: str | os.PathLike) -> dict:
 def compare_sts(
     loaded: LoadedVAT,
     tasks: dict,
-    fit_files: Sequence[str],
+    fit_files: Sequence[str] | None,
     settings: CompareSettings,
     name: str = "",
 ) -> Comparison:
     """Score every spec of `loaded` on the STS `tasks` (`load_sts_tasks`), post-processing
-    fitted on a sample of `fit_files`; the caller chooses those files and keeps them clear of
-    the evaluation data. `name` names the model in the table's heading."""
+    fitted on a sample of `fit_files` (the caller keeps them clear of the evaluation data),
+    else on the checkpoint's fitting sample. `name` names the model in the table's heading."""
     from vat.feature_spec import FeatureSpec
-    from vat.features.encoder import apply_post, pooled_features
-    from vat.features.fitting import count_tokens, fit_post, sample_lines
+    from vat.features.encoder import apply_post, pooled_features, pooled_ids
+    from vat.features.fitting import FitOptions, count_tokens, fit_ids_for, fit_post
     from vat.features.postprocess import sif_weights
 
     model, tok = loaded.model, loaded.tokenizer
     n_layers, d = len(model.encoder), model.config.d_model
     t0 = time.perf_counter()
-    fit_sents = sample_lines(fit_files, settings.fit_sentences, settings.seed)
+    fit = FitOptions(fit_files=fit_files, n_fit=settings.fit_sentences, seed=settings.seed)
+    fit_sents, fit_info = fit_ids_for(loaded, fit)
     t_read = time.perf_counter() - t0
     counts = (
         count_tokens(tok, settings.count_files, model.config.vocab_size)
@@ -198,7 +199,7 @@ def compare_sts(
     combos = combos_of(n_layers, sif is not None)
     eval_sents = sorted({s for data in tasks.values() for s in data.sentences()})
     t0 = time.perf_counter()
-    fit_x = pooled_features(model, tok, fit_sents, combos, sif, settings.batch_size)
+    fit_x = pooled_ids(model, fit_sents, combos, sif, settings.batch_size)
     t_fit_encode = time.perf_counter() - t0
     t0 = time.perf_counter()
     eval_in = [s or "." for s in eval_sents]
@@ -227,7 +228,8 @@ def compare_sts(
     rows.sort(key=lambda r: -r[SELECT])
     meta = {
         "model": name,
-        "fit_files": [str(f) for f in fit_files],
+        "fit_from": fit_info["from"],
+        "fit_files": [str(f) for f in fit_files or []],
         "fit_sentences": len(fit_sents),
         "read_s": round(t_read, 2),
         "fit_encode_s": round(t_fit_encode, 2),
@@ -299,6 +301,10 @@ def add_classification(
 
 
 # -- the table and the plot --------------------------------------------------------------------
+def _fit_source(meta: dict) -> str:
+    return ", ".join(meta.get("fit_files") or []) or meta.get("fit_from", "the fitting sample")
+
+
 def compare_markdown(rows: list[dict], meta: dict) -> str:
     """compare.md: a sentence on how it was measured, then one row per spec, best first
     (STS12's five sets are in compare.csv only)."""
@@ -309,7 +315,7 @@ def compare_markdown(rows: list[dict], meta: dict) -> str:
     md = [
         f"Feature specs of `{meta['model']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
         f"by the mean of STS12's five sets and STS-B dev. Post-processing fitted on "
-        f"{meta['fit_sentences']} sentences of {', '.join(meta['fit_files'])}; encoding them "
+        f"{meta['fit_sentences']} sentences of {_fit_source(meta)}; encoding them "
         f"for all {meta['combos_encoded']} source x weighting pairs took "
         f"{meta['fit_encode_s']} s (reading {meta['read_s']} s).",
         "",

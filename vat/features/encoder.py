@@ -143,6 +143,18 @@ def pooled_features(
     """{(source, weighting): (N, d) float32} in input order, before post-processing; with
     `progress` a bar over the batches on stderr (as `vat.features.sentence_features`)."""
     ids = tokenize(tokenizer, sentences, model.config.max_len)
+    return pooled_ids(model, ids, combos, sif, batch_size, progress)
+
+
+def pooled_ids(
+    model: VAT,
+    ids: Sequence[Sequence[int]],
+    combos: Sequence[Combo],
+    sif: np.ndarray | torch.Tensor | None = None,
+    batch_size: int = 128,
+    progress: bool = False,
+) -> dict[Combo, np.ndarray]:
+    """`pooled_features` of sentences already tokenized (at most max_len - 1 ids each)."""
     d = model.config.d_model
     out = {c: np.zeros((len(ids), d), dtype=np.float32) for c in combos}
     device = next(model.parameters()).device
@@ -152,7 +164,7 @@ def pooled_features(
         for index in tqdm(
             batches, desc="encoding", unit="batch", disable=not progress, leave=False
         ):
-            batch = [ids[i] for i in index]
+            batch = [list(ids[i]) for i in index]
             src = make_batch(batch)["src"].to(device)
             lengths = torch.tensor([len(x) for x in batch], device=device)
             for c, v in pool_batch(model, src, lengths, combos, sif_t).items():

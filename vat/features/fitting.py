@@ -1,11 +1,12 @@
 """Fitting a feature spec's statistics on unlabeled text: SIF weights from token counts,
 post-processing (top-PC removal, whitening) on sentences. Fitting reads only what it is
-given: by default a sample of the model's own training files, never evaluation data.
+given: by default the training counts and the fitting sample a training checkpoint holds
+(vat.data.token_counts), else files the user names; never a file a model's records name.
 
 The steps a caller composes (vat.features.choice.features_for composes them):
 `FitOptions` (what to read, checked once), `token_counts_for` (SIF counts: named files or
-the model's record), `fit_sentences_for` (the sentences: given, sampled from named files,
-or from the model's training files), `fit_features` (the arrays).
+the model's own), `fit_ids_for` (the sentences as subword ids: given, sampled from named
+files, or the checkpoint's fitting sample), `fit_features` (the arrays).
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from vat.data.corpus import expand_files, iter_files
-from vat.errors import OptionError, VatError, check_count, check_path
+from vat.errors import OptionError, VatError, check_count
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.features.encoder import pooled_features
+from vat.features.encoder import pooled_ids, tokenize
 from vat.features.postprocess import fit_pc_removal, fit_whitening, sif_weights
 from vat.model import VAT
 from vat.share.loaded import LoadedVAT
-from vat.share.training_record import recorded_training_files
 from vat.tokenizer import VATTokenizer
 
 DEFAULT_FIT_SENTENCES = 20_000
@@ -40,8 +40,8 @@ class FitOptions:
     `fit_sentences` a list of at least 2 sentences, never a bare string."""
 
     fit_files: Sequence[str] | str | os.PathLike | None = None
-    """Text files to sample up to n_fit fitting sentences from (default: the model's own
-    training files)."""
+    """Text files to sample up to n_fit fitting sentences from (default: a training
+    checkpoint's fitting sample)."""
     fit_sentences: Sequence[str] | None = None
     """The fitting sentences themselves (instead of files)."""
     count_files: Sequence[str] | str | os.PathLike | None = None
@@ -49,18 +49,11 @@ class FitOptions:
     n_fit: int = DEFAULT_FIT_SENTENCES
     seed: int = 0
     """The seed of the sample of fit_files."""
-    train_data_dir: str | os.PathLike | None = None
-    """Where portable training records are found (default $VAT_DATA_DIR)."""
     info: dict = field(default_factory=dict)
     """Extra facts kept in the fit's record (FittedFeatures.fit), e.g. the evaluation's
     guard against fitting on its own data."""
-    evaluation_data: str | os.PathLike | None = None
-    """The evaluation's data folder, which a fit on the model's training files must not read
-    (`check_not_evaluation_data`; a fit on named files or sentences is the caller's to check)."""
 
     def __post_init__(self) -> None:
-        check_path(self.train_data_dir, "train_data_dir", optional=True)
-        check_path(self.evaluation_data, "evaluation_data", optional=True)
         object.__setattr__(self, "fit_files", text_files(self.fit_files, "fit_files"))
         object.__setattr__(self, "count_files", text_files(self.count_files, "count_files"))
         object.__setattr__(
@@ -89,21 +82,33 @@ def token_counts_for(loaded: LoadedVAT, options: FitOptions) -> np.ndarray:
     return loaded.token_counts
 
 
-def fit_sentences_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[str], dict]:
-    """The sentences a post-processing fit reads, and what the fit's record says of them:
-    `fit_sentences` as given, else up to n_fit lines sampled from `fit_files`, else from the
-    model's recorded training files (`training_files`), never from the current folder."""
+def fit_ids_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[list[int]], dict]:
+    """The sentences a post-processing fit reads, as subword ids, and what the fit's record
+    says of them: `fit_sentences` as given, else up to n_fit lines sampled from `fit_files`,
+    else up to n_fit of a training checkpoint's fitting sample. A model without one (an
+    exported folder, a checkpoint saved before vat kept one) is an OptionError naming
+    fit_files."""
     info: dict = {"seed": options.seed}
     if options.fit_sentences is not None:
-        return list(options.fit_sentences), info
-    named = bool(options.fit_files)
-    files = (
-        options.fit_files if named else training_files(loaded, "fit_files", options.train_data_dir)
-    )
-    if not named and options.evaluation_data is not None:
-        check_not_evaluation_data(files, options.evaluation_data, "the checkpoint's training files")
-    info.update({"files": files, "from": "named files" if named else "training files"})
-    return sample_lines(files, options.n_fit, options.seed), info
+        sentences = list(options.fit_sentences)
+    elif options.fit_files:
+        info.update({"files": options.fit_files, "from": "named files"})
+        sentences = sample_lines(options.fit_files, options.n_fit, options.seed)
+    elif loaded.fit_sample is not None:
+        info["from"] = "the checkpoint's fitting sample"
+        sample = reservoir_sample([loaded.fit_sample], options.n_fit, options.seed)
+        return [ids[: loaded.config.max_len - 1] for ids in sample], info
+    else:
+        raise OptionError("fit_files", _no_fit_sample(loaded))
+    return tokenize(loaded.tokenizer, sentences, loaded.config.max_len), info
+
+
+def _no_fit_sample(loaded: LoadedVAT) -> str:
+    if loaded.source.kind == "checkpoint":
+        why = "was saved before vat kept a fitting sample in its checkpoints"
+    else:  # an export leaves its training text behind: it is the user's, not the model's
+        why = "is an exported model, which carries the statistics of its own spec and no text"
+    return f"{loaded.path} {why}; give text files of unlabeled sentences (one per line)"
 
 
 def text_files(value: object, name: str) -> list[str] | None:
@@ -235,18 +240,6 @@ def sample_lines(
         return reservoir_sample(iter_files(paths, "skip", name), int(n), int(seed))
 
 
-def training_files(
-    loaded: LoadedVAT, name: str = "fit_files", train_data_dir: str | os.PathLike | None = None
-) -> list[str]:
-    """The model's recorded training files, found as `recorded_training_files` finds them
-    (only inside the model's own folders, or byte for byte the files its record describes:
-    absolute ones on the training machine, portable records inside the data folder
-    `train_data_dir`, default $VAT_DATA_DIR; never the current folder), each named on stderr
-    with the reason vat may read it; an OptionError naming `name`, saying where vat looked or
-    why it will not read a file, otherwise."""
-    return recorded_training_files(loaded, name, train_data_dir, doing="fitting features on")
-
-
 def check_not_evaluation_data(
     files: Sequence[str],
     data_dir: str | os.PathLike,
@@ -312,29 +305,27 @@ def recorded_sif_features(
 
 def fit_features(
     model: VAT,
-    tokenizer: VATTokenizer,
     spec: FeatureSpec,
-    sentences: Sequence[str] = (),
+    ids: Sequence[Sequence[int]] = (),
     token_counts: np.ndarray | None = None,
     batch_size: int = 128,
     info: dict | None = None,
 ) -> FittedFeatures:
-    """Fit what `spec` needs: SIF weights from `token_counts`, post-processing on `sentences`."""
+    """Fit what `spec` needs: SIF weights from `token_counts`, post-processing on sentences
+    given as subword ids (`fit_ids_for`)."""
     t0 = time.perf_counter()
     arrays: dict[str, np.ndarray] = {}
     if spec.weighting == "sif":
         arrays["sif_weights"] = sif_weights_for(spec, token_counts, model.config.vocab_size)
     if spec.post != "none":
-        if len(sentences) < 2:
-            raise VatError(f"fitting {spec} needs at least 2 sentences, got {len(sentences)}")
+        if len(ids) < 2:
+            raise VatError(f"fitting {spec} needs at least 2 sentences, got {len(ids)}")
         combo = (spec.source, spec.weighting)
-        x = pooled_features(
-            model, tokenizer, sentences, [combo], arrays.get("sif_weights"), batch_size
-        )[combo]
+        x = pooled_ids(model, ids, [combo], arrays.get("sif_weights"), batch_size)[combo]
         arrays.update(fit_post(spec, x))
     fit = {
         **(info or {}),
-        "sentences": len(sentences) if spec.post != "none" else 0,
+        "sentences": len(ids) if spec.post != "none" else 0,
         "seconds": round(time.perf_counter() - t0, 3),
     }
     if "sif_weights" in arrays:

@@ -10,6 +10,8 @@ prefix `model.` and whose `vat` entry carries everything needed to use it alone:
         "tokenizer": str,               # the tokenizers JSON
         "length_histogram": [int, ...], # counts of training sequence lengths (with </s>)
         "token_counts": [int, ...],     # optional: training subword counts (SIF weighting)
+        "fit_sample": {"ids": int32 tensor, "lengths": int32 tensor},
+                                        # optional: training sentences to fit features on
     }
 """
 
@@ -254,7 +256,6 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
         ) from None
     counts = check_token_counts(meta.get("token_counts"), f"checkpoint {path}", model.config)
     training = training_facts(ckpt, path)
-    files = (training.get("data") or {}).get("train_files") or []  # absolute; old records: as typed
     return LoadedVAT(
         model.to(device).eval(),
         tokenizer,
@@ -263,8 +264,28 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
         source,
         training=training,
         token_counts=counts,
-        train_files=[str(f) for f in files] if isinstance(files, list | tuple) else [],
+        fit_sample=_fit_sample(path, meta.get("fit_sample"), model.config.vocab_size),
     )
+
+
+def _fit_sample(path: str | os.PathLike, sample: object, vocab_size: int) -> list[list[int]] | None:
+    """The checkpoint's fitting sample (vat.data.token_counts.fit_sample) as one list of
+    subword ids per sentence; None when it has none (saved before vat kept one)."""
+    if sample is None:
+        return None
+    ids = sample.get("ids") if isinstance(sample, dict) else None
+    lengths = sample.get("lengths") if isinstance(sample, dict) else None
+    ok = all(
+        torch.is_tensor(t) and t.dim() == 1 and not t.is_floating_point() for t in (ids, lengths)
+    )
+    if ok and len(ids):
+        ok = int(ids.min()) >= 0 and int(ids.max()) < vocab_size
+    if not ok or int(lengths.sum()) != len(ids) or (len(lengths) and int(lengths.min()) < 0):
+        raise CheckpointError(
+            f"checkpoint {path}: 'vat.fit_sample' is damaged (expected 'ids' and 'lengths', "
+            f"1-D integer tensors whose lengths add up to the ids, each id below {vocab_size})"
+        )
+    return [chunk.tolist() for chunk in ids.split(lengths.tolist())]
 
 
 def _model_and_tokenizer(
@@ -314,6 +335,7 @@ def vat_metadata(
     prior_std: float,
     length_histogram: list[int],
     token_counts: list[int] | None = None,
+    fit_sample: dict | None = None,
 ) -> dict:
     """The `checkpoint["vat"]` entry (plain types only, so weights_only loading works)."""
     meta = {
@@ -325,6 +347,8 @@ def vat_metadata(
     }
     if token_counts:
         meta["token_counts"] = [int(c) for c in token_counts]
+    if fit_sample is not None:
+        meta["fit_sample"] = fit_sample
     return meta
 
 

@@ -315,7 +315,7 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
         regular_file(folder / WEIGHTS_NAME, "model folder file")
     model = _load_weights(model_config, folder / WEIGHTS_NAME)
     training = config.get("training") if isinstance(config.get("training"), dict) else {}
-    files = _recorded_train_files(folder, training)
+    _check_training_data(folder, training)
     counts = check_token_counts(config.get("token_counts"), folder / CONFIG_NAME, model_config)
     spec = _folder_spec(folder)
     stats_file = folder / FEATURES_NAME
@@ -331,7 +331,6 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
         source,
         training=training,
         token_counts=counts,
-        train_files=files,
         feature_spec=spec,
         feature_stats=stats,
         card=dict(config.get("card") or {}),
@@ -416,12 +415,12 @@ def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float,
     return float(s), list(hist)
 
 
-def _recorded_train_files(folder: Path, training: dict[str, Any]) -> list[str]:
-    """config.json's training.data.train_files: names the model records (labels, never read
-    unless vat.share.training_record allows it), checked to be a list of text."""
+def _check_training_data(folder: Path, training: dict[str, Any]) -> None:
+    """config.json's training.data, which the card and the listing show: an object whose
+    train_files, when present, is a list of names (provenance; vat never opens them)."""
     data = training.get("data")
     if data is None:
-        return []
+        return
     if not isinstance(data, dict):
         raise CheckpointError(
             f"{folder / CONFIG_NAME}: training.data must be an object, got {data!r:.60}"
@@ -432,7 +431,6 @@ def _recorded_train_files(folder: Path, training: dict[str, Any]) -> list[str]:
             f"{folder / CONFIG_NAME}: training.data.train_files must be a list of file names, "
             f"got {files!r:.60}"
         )
-    return list(files)
 
 
 EVALUATION_TEXT_KEYS = ("task", "split", "metric")

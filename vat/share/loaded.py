@@ -77,9 +77,10 @@ class LoadedVAT:
     for a checkpoint, config.json's `training` for a folder): steps, tokens, data, metrics."""
     token_counts: np.ndarray | None = None
     """Subword counts of the training split (SIF weights), when recorded."""
-    train_files: list[str] = field(default_factory=list)
-    """The training text files, as recorded (a checkpoint's data hyperparameters, a folder's
-    training data names)."""
+    fit_sample: list[list[int]] | None = None
+    """A training checkpoint's sample of its training sentences as subword ids, which
+    features are fitted on (vat.data.token_counts.fit_sample); an exported folder carries
+    no training text."""
     feature_spec: FeatureSpec | None = None
     """An exported folder's own feature spec (what its users' vectors are), else None."""
     feature_stats: FittedFeatures | None = None

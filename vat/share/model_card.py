@@ -537,7 +537,7 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
     )
     files, origin = fit.get("files") or [], fit.get("from")
     seed = f" (seed {fit['seed']})" if files and isinstance(fit.get("seed"), int) else ""
-    if origin == "training files":
+    if origin == "training files":  # a fit from before checkpoints kept a fitting sample
         where = f"sampled{seed} from the model's training files ({_names(files)})"
     elif files:
         where = f"sampled{seed} from {_names(files)}"
@@ -558,10 +558,8 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
 
 def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
     """The sentence for a folder whose spec needs statistics it does not hold: the loaders
-    refuse its vectors (vat.features.choice.default_features never fits), and naming the spec
-    fits them (vat.features.choice.features_for) from what the folder records."""
-    data = (config.get("training") or {}).get("data") or {}
-    files = data.get("train_files") or []
+    refuse its vectors (the default rule never fits), and naming the spec fits them
+    (vat.features.choice.features_for) from what the folder records or the user gives."""
     needs = []
     if spec.weighting == "sif":
         needs.append(
@@ -572,11 +570,9 @@ def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
         )
     if spec.post != "none":
         needs.append(
-            f"its {spec.post} statistics are fitted on sentences sampled from the model's "
-            f"training files ({_names(files)}), found where training recorded them"
-            if files
-            else f"its {spec.post} statistics need sentences, and this folder records no "
-            "training files (`fit_files` of `vat.load(...).feature_encoder` names some)"
+            f"its {spec.post} statistics need sentences, and an exported folder carries no "
+            "training text (`--fit-files`, or `fit_files` of `vat.load(...).feature_encoder`, "
+            "names some)"
         )
     return (
         f"This folder does not hold the statistics this spec needs (`{FOLDER_STATS_NAME}` is "

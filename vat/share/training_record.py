@@ -1,4 +1,6 @@
-"""What a checkpoint records about its own training, for the model card.
+"""What a checkpoint records about its own training, for the model card: provenance only,
+which no vat command opens (features fit on the checkpoint's own fitting sample,
+vat.data.token_counts).
 
 `training_facts` gathers it from a checkpoint already read: the recorded training below, the
 step and epoch, ModelCheckpoint's scores, the loss and optimiser settings, and the run's data.
@@ -12,31 +14,18 @@ how well it did:
      "data": {"train_files": ["/data/demo_en.txt.gz"], "hf_dataset": None, ...},
      "metrics": {"val/nll": 2.31, "val/kl": 11.9, "val/recon_bleu": 71.2, ...}}
 
-Training files are recorded twice. `train_files` holds them by their absolute path
-(made absolute in the folder `vat train` ran in), for the training machine itself; a Hub
-dataset is recorded by its id. `train_file_records` holds each file the patterns matched as
-it can be found on another machine: its path inside the data folder ($VAT_DATA_DIR, else
-../shared/data: the folder the tests, the offline bundle and the GPU suite copy with the same
-layout) when it lies there, else its name alone, with its size and digest
-(`vat.data.file_digest`), so that a file found elsewhere is known to be the one trained on:
+Training files are recorded twice. `train_files` holds them by their absolute path, as the
+training machine knew them; a Hub dataset is recorded by its id. `train_file_records` holds
+each file the patterns matched as another machine would name it: its path inside the data
+folder ($VAT_DATA_DIR, else ../shared/data) when it lies there, else its name alone, with
+its size and digest (`vat.data.file_digest`), so that a reader can tell which file it was:
 
     "train_files": ["/home/u/shared/data/corpus/newstest_en.201[0-7].txt.gz"],
     "train_file_records": [{"path": "corpus/newstest_en.2010.txt.gz", "bytes": 125409,
                             "digest": "0c5e..."}, ...]
 
-`recorded_training_files` is the one way to find them again, and it treats the record as a
-label, never as an instruction: a file the user did not name is read only when it lies inside
-the model's own folders (links and `..` resolved) or when it is byte for byte a file the
-record describes (its size and digest match, so its contents were already known to whoever
-wrote the model). That holds the absolute paths on the training machine, and each record
-under the data folder, else in the model's own folders; older records (plain strings, no
-`train_file_records`, so no digest) only in the model's own folders, never in the current
-folder, where an unrelated file of the same name could be fitted on, and never at an
-absolute path elsewhere, which a downloaded model could point at any file of its user's.
-Every file so read is named on stderr, with the reason.
-
-`portable_training` is what leaves the machine (`vat pretrained add`, a Hub push): the
-records alone, and `machine_paths` finds any string that still names a place on it.
+`portable_training` is what leaves the machine (`vat pretrained add`, an export for the
+Hub): the records alone, and `machine_paths` finds any string that still names a place on it.
 """
 
 from __future__ import annotations
@@ -46,18 +35,14 @@ import glob
 import math
 import os
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from vat.data.file_digest import file_digest
-from vat.errors import CheckpointError, OptionError, VatError
-
-if TYPE_CHECKING:
-    from vat.share.loaded import LoadedVAT, ModelSource
+from vat.errors import CheckpointError, VatError
 
 # Validation and training scalars worth a card (when the run logged them).
 CARD_METRICS = (
@@ -225,121 +210,6 @@ def _all_absolute(files: Any) -> bool:
     )
 
 
-# -- finding the recorded training files again ------------------------------------------------
-class MissingTrainingFile(OptionError):
-    """A recorded training file that is not on this machine; `tried` lists where vat looked."""
-
-    def __init__(
-        self, name: str, recorded: str, tried: list[Path], model: str, hint: str = ""
-    ) -> None:
-        self.recorded, self.tried = recorded, tried
-        super().__init__(
-            name,
-            f"{model} records the training file {recorded!r}, which is not here: looked for "
-            f"{' and '.join(str(t) for t in tried)}; {hint}give text files of unlabeled "
-            "sentences (one per line) instead",
-        )
-
-
-def training_file_homes(source: ModelSource) -> list[Path]:
-    """The folders a relative recorded training file is relative to: an exported folder
-    (also a Hub download or a shipped model), else a checkpoint's run folder and the
-    checkpoint's own folder. Never the current folder: a name looked up there finds whatever
-    file happens to share it."""
-    if source.kind != "checkpoint":
-        return [source.path.absolute()]
-    ckpt = Path(source.location).absolute()
-    homes = []
-    if source.run_dir:
-        homes.append(Path(source.run_dir).absolute())
-    elif ckpt.parent.name == "checkpoints":  # RUN/checkpoints/*.ckpt (vat.runs.run_dir)
-        homes.append(ckpt.parent.parent)
-    homes.append(ckpt.parent)
-    return list(dict.fromkeys(homes))
-
-
-INSIDE = "inside the model's folder"
-MATCHES = "its size and digest match the model's record"
-
-
-def _own_roots(source: ModelSource, homes: Sequence[Path]) -> list[Path]:
-    """The model's folders with links resolved, for the test of what lies inside them. A Hub
-    download's snapshot folder holds links into its repository's cache folder (../../blobs),
-    so that folder counts as the model's own too."""
-    roots = [Path(os.path.realpath(h)) for h in homes]
-    if source.kind == "hub" and roots and roots[0].parent.name == "snapshots":
-        roots.append(roots[0].parent.parent)
-    return roots
-
-
-def _is_own(path: str | os.PathLike, roots: Sequence[Path]) -> bool:
-    """`path` lies inside one of the model's folders once links and `..` are resolved, so a
-    recorded name cannot climb out of them or lead out through a link."""
-    return any(_inside(path, root) for root in roots)
-
-
-def _matches(path: str | os.PathLike, record: dict) -> bool:
-    """The file holds the bytes `record` describes: its size (cheap, first), then its digest."""
-    if not isinstance(record.get("bytes"), int) or not isinstance(record.get("digest"), str):
-        return False
-    if not os.path.isfile(path):  # reading a FIFO or a device to digest it would block
-        return False
-    try:
-        return os.stat(path).st_size == record["bytes"] and file_digest(path) == record["digest"]
-    except OSError:
-        return False
-
-
-def _why_readable(path: str | os.PathLike, roots: Sequence[Path], records: list[dict]) -> str:
-    """Why vat may read a file the model names ("" when it may not): it lies inside the
-    model's own folders, or it is byte for byte a file the model's record describes, which
-    means the model's author already knew its contents and reading it reveals nothing."""
-    if _is_own(path, roots):
-        return INSIDE
-    if any(_matches(path, r) for r in records):
-        return MATCHES
-    return ""
-
-
-def _refused(name: str, model: str, path: str | os.PathLike, records: list[dict]) -> OptionError:
-    """A file the model names outside its own folders that vat will not read."""
-    why = (
-        "that file's size and digest match none of the files the model records"
-        if any("digest" in r for r in records)
-        else "the model records no size and digest to check it by (an older record)"
-    )
-    real = os.path.realpath(path)
-    link = f" (that is {real})" if real != os.path.abspath(path) else ""
-    return OptionError(
-        name,
-        f"{model} names the training file {str(path)!r}{link}, outside the model's own "
-        "folder, and "
-        f"{why}; vat reads a file a model names only inside its folder or when it is "
-        "byte for byte the file recorded, so give the text files yourself (one sentence "
-        "per line)",
-    )
-
-
-def resolve_recorded_file(recorded: str, homes: Sequence[Path]) -> tuple[Path | None, list[Path]]:
-    """(the file or glob `recorded` names here, or None; the paths tried): an absolute path
-    as it is, a relative one in the first of `homes` where it exists."""
-    p = Path(os.path.expanduser(recorded))
-    tried = [p] if p.is_absolute() else [Path(h) / p for h in homes]
-    for t in tried:
-        # a glob counts when it matches; a path when anything is there (a link, a folder or a
-        # FIFO is then named as such by vat.data.corpus.expand_files, not skipped)
-        if (glob.has_magic(str(t)) and glob.glob(str(t))) or os.path.lexists(t):
-            return t, tried
-    return None, tried
-
-
-def _expanded(pattern: Path) -> list[Path]:
-    """The files a found path or glob names, in the order vat.data.corpus reads them."""
-    if glob.has_magic(str(pattern)):
-        return [Path(m) for m in sorted(glob.glob(str(pattern)))]
-    return [pattern]
-
-
 def training_file_records(training: dict[str, Any], model: str = "the model") -> list[dict]:
     """The portable records of a training record (`file_records`; [] for older records, which
     have none), each checked: a dict naming a "path" inside the data folder (relative, never
@@ -369,175 +239,6 @@ def training_file_records(training: dict[str, Any], model: str = "the model") ->
                 'folder} or {"name": a file name}, with "bytes" (int) and "digest" (str)'
             )
     return records
-
-
-def _check_record(found: Path, record: dict, model: str, name: str, hint: str) -> None:
-    """The file found for `record` is the one trained on: its size, then its digest (a read
-    of the file, which a fit reads anyway), when recorded."""
-    label = record.get("path") or record["name"]
-    size = os.stat(found).st_size
-    if "bytes" in record and size != record["bytes"]:
-        why = f"{size:,} bytes where the model's file had {record['bytes']:,}"
-    elif "digest" in record and file_digest(found) != record["digest"]:
-        why = "the same size but other bytes (its digest differs from the recorded one)"
-    else:
-        return
-    raise OptionError(
-        name,
-        f"{found} is not the training file {label!r} that {model} records: it has {why}; "
-        f"{hint}give text files of unlabeled sentences (one per line) instead",
-    )
-
-
-def _locate_record(
-    record: dict,
-    loaded: LoadedVAT,
-    data_dir: Path,
-    homes: list[Path],
-    roots: list[Path],
-    name: str,
-) -> tuple[Path, str]:
-    """Where `record` is here, and why vat may read it: inside the data folder when its size
-    and digest match (a record without them is never read from there: vat could not tell the
-    file from another), else in the model's own folders; a file found is checked against the
-    record's size and digest."""
-    model = str(loaded.path)
-    label = record.get("path") or record["name"]
-    tried: list[Path] = []
-    hint = (
-        f"the data folder is {os.path.abspath(data_dir)}: point $VAT_DATA_DIR at the one that "
-        f"holds {label}, or "
-        if "path" in record
-        else ""
-    )
-    if "path" in record:
-        candidate = Path(os.path.abspath(data_dir)) / record["path"]
-        tried.append(candidate)
-        if os.path.lexists(candidate):
-            if not candidate.is_file():  # a folder or a FIFO: named by expand_files
-                return candidate, ""
-            _check_record(candidate, record, model, name, hint)
-            if _matches(candidate, record) or _is_own(candidate, roots):
-                return candidate, MATCHES if _matches(candidate, record) else INSIDE
-            raise _refused(name, model, candidate, [record])
-    found, more = resolve_recorded_file(label, homes)
-    tried += more
-    if found is None:
-        raise MissingTrainingFile(name, label, tried, model, hint)
-    if not found.is_file():  # a folder or a FIFO is named by vat.data.corpus.expand_files
-        return found, ""
-    _check_record(found, record, model, name, hint)
-    why = _why_readable(found, roots, [record])
-    if not why:  # a link in the model's folder that leads out of it
-        raise _refused(name, model, found, [record])
-    return found, why
-
-
-def locate_training_files(
-    loaded: LoadedVAT,
-    name: str = "fit_files",
-    train_data_dir: str | os.PathLike | None = None,
-    limit: int | None = None,
-) -> list[tuple[str, str]]:
-    """(path here, why vat may read it) of each of the model's recorded training files.
-
-    A model's record of where it was trained is a label, not an instruction: it never makes
-    vat read a file the user did not name unless the file lies inside the model's own
-    folders (`training_file_homes`, links and `..` resolved), or it is byte for byte a file
-    the model records (size and digest of a portable record), which tells its author
-    nothing new. So: the recorded absolute paths when every one is here and each passes that
-    test (the training machine); else each portable record inside the data folder
-    `train_data_dir` (default $VAT_DATA_DIR, else ../shared/data), its size and digest
-    matching, or inside the model's own folders; an older record (no sizes and digests) only
-    inside the model's own folders. An OptionError naming the argument `name` when the model
-    records none or a file is refused, a MissingTrainingFile saying where vat looked when one
-    is not here. `limit`: only the first so many files (vat explore browses one)."""
-    model = str(loaded.path)
-    records = training_file_records(loaded.training, model)
-    if not loaded.train_files and not records:
-        raise OptionError(
-            name,
-            f"{loaded.path} names no training files to fit the features on; give text files "
-            "of unlabeled sentences (one per line)",
-        )
-    homes = training_file_homes(loaded.source)
-    roots = _own_roots(loaded.source, homes)
-    absolute = [f for f in loaded.train_files if os.path.isabs(os.path.expanduser(str(f)))]
-    refusal: OptionError | None = None
-    if records and absolute:
-        here = [resolve_recorded_file(str(f), [])[0] for f in absolute]
-        if all(here):  # the training machine: each file checked before it is read
-            files = [f for p in here for f in _expanded(p)][:limit]
-            whys = [_why_readable(f, roots, records) for f in files]
-            if all(whys):
-                return [(str(f), w) for f, w in zip(files, whys)]
-            refusal = _refused(name, model, files[whys.index("")], records)
-    if records:
-        data_dir = _data_dir(train_data_dir)
-        try:
-            return [
-                (str(p), why)
-                for p, why in (
-                    _locate_record(r, loaded, data_dir, homes, roots, name) for r in records[:limit]
-                )
-            ]
-        except OptionError:
-            if refusal is not None:  # the file at the recorded place says more
-                raise refusal from None
-            raise
-    out: list[tuple[str, str]] = []
-    for recorded in loaded.train_files:
-        found, tried = resolve_recorded_file(str(recorded), homes)
-        if found is None:
-            raise MissingTrainingFile(name, str(recorded), tried, model)
-        for f in _expanded(found):
-            if f.is_file() and not _is_own(f, roots):
-                raise _refused(name, model, f, [])
-            out.append((str(f), INSIDE if f.is_file() else ""))
-        if limit and len(out) >= limit:
-            break
-    return out[:limit]
-
-
-_SAID: set[tuple] = set()
-
-
-def say_training_files(found: list[tuple[str, str]], doing: str) -> None:
-    """One line on stderr naming the training files vat reads for `doing` and why it may, once
-    per process for the same files: a file a user did not name is never read silently."""
-    key = (doing, tuple(found))
-    if not found or key in _SAID:
-        return
-    _SAID.add(key)
-    paths = [p for p, _ in found]
-    whys = list(dict.fromkeys(w for _, w in found if w))
-    if len(paths) == 1:
-        what = f"the model's training file {paths[0]}"
-    else:
-        shown = ", ".join(paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
-        what = f"the model's {len(paths)} training files {shown}"
-    if len(whys) == 1 and len(paths) > 1:
-        why = {INSIDE: "inside the model's folder", MATCHES: "their sizes and digests match "
-               "the model's record"}[whys[0]]  # fmt: skip
-    else:
-        why = " or ".join(whys)
-    print(f"vat: {doing} {what}" + (f" ({why})" if why else ""), file=sys.stderr)
-
-
-def recorded_training_files(
-    loaded: LoadedVAT,
-    name: str = "fit_files",
-    train_data_dir: str | os.PathLike | None = None,
-    limit: int | None = None,
-    doing: str | None = "fitting on",
-) -> list[str]:
-    """The model's recorded training files as paths here (`locate_training_files`), said on
-    stderr (`say_training_files`: "vat: fitting on the model's training file X (inside the
-    model's folder)") unless `doing` is None."""
-    found = locate_training_files(loaded, name, train_data_dir, limit)
-    if doing:
-        say_training_files(found, doing)
-    return [p for p, _ in found]
 
 
 # -- what leaves the machine: portable records only -----------------------------------------

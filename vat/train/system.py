@@ -115,6 +115,7 @@ class VATSystem(L.LightningModule):
         self.tokenizer: VATTokenizer | None = None
         self.length_histogram: list[int] = []
         self.token_counts: list[int] = []
+        self.fit_sample: dict | None = None  # vat.data.token_counts.fit_sample
         self.val_nll, self.val_kl, self.val_kl_weighted, self.val_loss = (
             MeanMetric() for _ in range(4)
         )
@@ -398,6 +399,7 @@ class VATSystem(L.LightningModule):
         self.tokenizer = dm.tokenizer
         self.length_histogram = list(dm.length_histogram)
         self.token_counts = list(getattr(dm, "token_counts", []) or [])
+        self.fit_sample = getattr(dm, "fit_sample", None)
         if stage == "fit":
             # trainer.log_dir is a collective call under DDP: every rank must ask for it.
             self._save_tokenizer(self.trainer.log_dir)
@@ -443,6 +445,7 @@ class VATSystem(L.LightningModule):
             float(self.prior_std),
             self.length_histogram,
             self.token_counts,
+            self.fit_sample,
         )
         checkpoint["vat"]["training"] = self._training_record()  # the model card's facts
         checkpoint["vat_rng"] = {"torch": torch.get_rng_state()}
@@ -497,6 +500,7 @@ class VATSystem(L.LightningModule):
             self.tokenizer = VATTokenizer.from_str(meta["tokenizer"])
             self.length_histogram = list(meta.get("length_histogram", []))
             self.token_counts = list(meta.get("token_counts", []))
+            self.fit_sample = meta.get("fit_sample")
         rng = checkpoint.get("vat_rng", {}).get("torch")
         if rng is not None:
             self._rng_to_restore = rng
