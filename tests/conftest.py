@@ -7,12 +7,12 @@ under CI=true, where missing data is a failure (CI must never silently skip them
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = Path(__file__).parent / "assets"
@@ -72,6 +72,16 @@ CONTRIBUTOR_TIER = frozenset(
 )
 
 
+def pytest_configure(config):
+    """Bytecode for the checkout, written once before the workers start: the suite starts
+    about 60 Python processes that import vat, and in a fresh clone under
+    PYTHONDONTWRITEBYTECODE (as on CI) each would compile vat's sources again, about 1 s each
+    (BENCHMARKS.md, "The test suite")."""
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
+        for folder in ("vat", "bench", "tests"):
+            compileall.compile_dir(ROOT / folder, quiet=1)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name not in CONTRIBUTOR_TIER:
@@ -109,6 +119,8 @@ def vat_children():
 def one_thread():
     """One torch thread in-process: the test models are tiny, and on 2 shared cores a second
     thread only spins against other work (subprocess tests choose their own)."""
+    import torch
+
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -206,6 +218,8 @@ def tiny_config(vocab_size: int, **overrides):
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory, tiny_tokenizer) -> Path:
     """A randomly initialised tiny vat checkpoint (no training) with its tokenizer."""
+    import torch
+
     from vat.model import VAT
     from vat.share.checkpoint import save_vat
 
