@@ -233,7 +233,7 @@ def tiny_ckpt(tmp_path_factory, tiny_tokenizer) -> Path:
 @pytest.fixture
 def fast_compile(monkeypatch):
     """model.compile with aot_eager: dynamo + AOTAutograd, as with inductor, without a C++
-    build per graph (test_training_step.py runs inductor itself once)."""
+    build per graph (tests/test_compile_cache.py runs inductor itself)."""
     import vat.train.objective
 
     monkeypatch.setattr(vat.train.objective, "COMPILE_BACKEND", "aot_eager")

@@ -340,3 +340,17 @@ def plant_compile_cache(folder: Path, found, key: bytes | None = None) -> Path:
         record["signature"] = signature(record, key)
     (folder / "compile_cache.json").write_text(json.dumps(record))
     return folder
+
+
+def assert_steps_agree(eager, a, compiled, b, loss_tol=None, grad_tol=None) -> None:
+    """The compiled step `b` of `compiled` has the eager step `a`'s loss, KL and gradients, and
+    no `_orig_mod.` prefixes in its state_dict."""
+    loss_tol = loss_tol or {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(b.loss, a.loss, **loss_tol)
+    torch.testing.assert_close(b.kl, a.kl, **loss_tol)
+    a.loss.backward()
+    b.loss.backward()
+    ga = torch.cat([p.grad.flatten() for p in eager.parameters() if p.grad is not None])
+    gb = torch.cat([p.grad.flatten() for p in compiled.parameters() if p.grad is not None])
+    torch.testing.assert_close(gb, ga, **(grad_tol or {"rtol": 1e-3, "atol": 1e-5}))
+    assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefixes

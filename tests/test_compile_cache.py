@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,12 +24,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 from compile_fixtures import COMPILED_RUN, ONE_LAYER
+from conftest import ROOT
 from helpers import (
+    assert_steps_agree,
     fit_args,
     marker_pickle,
     plant_compile_cache,
     train_captured,
-    train_subprocess,
 )
 
 from vat.train.compile_cache import (
@@ -101,12 +103,32 @@ def _kernels_only(src: Path, dest: Path) -> Path:
     return dest
 
 
+STEP_WITHOUT_CHANCE = ["--model.arch.dropout", "0", "--model.loss.sample_latent", "false"]
+"""No dropout and no sampled latent: a step whose compiled loss and gradients can be held to
+eager's (test_inductor_s_step_has_eager_s_loss_and_gradients), and 28 C++ kernels instead of
+41 to build."""
+
+
 def _launch(run: Path, data_cache: Path, inductor: Path, *extra: str):
-    """`vat train` of the tiny config (1+1 layers), compiled, in a fresh process and the
-    inductor cache folder INDUCTOR: its `compile cache` lines, then its `model.compile` one."""
-    args = fit_args(run, data_cache, "--model.compile", "true", "--data.num_workers", "0", *extra)
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    r = train_subprocess([*args, *ONE_LAYER], env_extra=env, timeout=1500)
+    """`vat train` of the tiny config (1+1 layers, STEP_WITHOUT_CHANCE), compiled, in a fresh
+    process and the inductor cache folder INDUCTOR: its `compile cache` lines, then its
+    `model.compile` one.
+
+    This interpreter, not the plain install's (helpers.vat_python): inductor names a C++
+    kernel by its code and its build command, which holds torch's include folder as the
+    process found it, so only a launch of this interpreter builds the kernels that this
+    process's compile of the same step finds."""
+    args = fit_args(run, data_cache, "--model.compile", "true", "--data.num_workers", "0",
+                    *STEP_WITHOUT_CHANCE, *extra)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONWARNINGS": "ignore",
+        "TORCHINDUCTOR_CACHE_DIR": str(inductor),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
+    r = subprocess.run([sys.executable, "-m", "vat", "train", *args, *ONE_LAYER], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=1500)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     said = ("vat: compile cache: ", "vat: model.compile: ")
     return [ln for ln in r.stderr.splitlines() if ln.startswith(said)]
@@ -127,7 +149,9 @@ def launches(tmp_path_factory):
     fresh = _kernels_only(machine, root / "inductor")
     more = ["--trainer.max_steps", "3", "--ckpt_path", "last"]
     second = _launch(run, root / "data", fresh, *more)
-    return SimpleNamespace(root=root, run=run, first=first, second=second, kept=kept)
+    return SimpleNamespace(
+        root=root, run=run, first=first, second=second, kept=kept, inductor=machine
+    )
 
 
 @pytest.mark.slow
@@ -158,6 +182,33 @@ def test_a_compiled_run_saves_its_step_and_its_resume_reads_it(launches):
     # two padded lengths, one graph: the first step's serves the second length (objective.py)
     assert re.fullmatch(r"vat: model.compile: 2 batch shapes, 2 padded lengths \(\d+-\d+\), "
                         r"1 compiled graphs", launches.first[-1]), launches.first  # fmt: skip
+
+
+@pytest.mark.slow
+def test_inductor_s_step_has_eager_s_loss_and_gradients(launches, tiny_sentences):
+    """inductor, what training compiles with, against eager on the first launch's model: the
+    same loss, KL and gradients, on a batch whose length is not a multiple of 8. In the first
+    launch's inductor folder: the step's graph is that launch's, so its C++ kernels are there
+    and none is built again."""
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    from vat.tokenizer import make_batch
+    from vat.train.objective import COMPILE_BACKEND
+    from vat.train.system import VATSystem
+
+    assert COMPILE_BACKEND == "inductor"
+
+    ckpt = launches.run / "checkpoints" / "last.ckpt"
+    eager, compiled = (
+        VATSystem.load_from_checkpoint(ckpt, weights_only=True, compile=c) for c in (False, True)
+    )
+    batch = make_batch(eager.tokenizer.encode_batch(tiny_sentences[:5]))
+    assert batch["src"].shape[1] % 8 != 0
+    torch._dynamo.reset()  # earlier tests' graphs (aot_eager's) would serve this code
+    with temporary_cache_dir(str(launches.inductor)):
+        a, b = eager._shared_step(batch, "train"), compiled._shared_step(batch, "train")
+        assert_steps_agree(eager, a, compiled, b)
+    assert compiled._compiled.graphs == 1
 
 
 def _copy(src: Path, dest: Path) -> Path:

@@ -8,6 +8,7 @@ import lightning as L
 import pytest
 import torch
 from conftest import tiny_config
+from helpers import assert_steps_agree
 from torch.utils.data import DataLoader
 
 from vat.tokenizer import make_batch
@@ -183,39 +184,6 @@ def test_forward_and_shared_step_agree(tiny_tokenizer, tiny_sentences):
 
 
 @pytest.mark.slow  # compiles (tens of seconds): out of the contributors' tier
-@pytest.mark.parametrize("backend", ["inductor"])
-def test_compiled_and_eager_losses_agree(tiny_tokenizer, tiny_sentences, backend, monkeypatch):
-    """inductor (what training uses) builds C++ kernels: about 40 s here, once per machine
-    (torch keeps them in its cache folder, /tmp/torchinductor_USER), then dynamo's trace.
-    aot_eager's case is the first batch of
-    test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths[False]."""
-    import vat.train.objective
-
-    monkeypatch.setattr(vat.train.objective, "COMPILE_BACKEND", backend)
-    batch = make_batch(tiny_tokenizer.encode_batch(tiny_sentences[:5]))  # T not a multiple of 8
-    eager, compiled = (
-        _system(tiny_tokenizer, arch=ONE_LAYER, sample_latent=False),
-        _system(tiny_tokenizer, compile=True, arch=ONE_LAYER, sample_latent=False),
-    )
-    a, b = eager._shared_step(batch, "train"), compiled._shared_step(batch, "train")
-    _agree(eager, a, compiled, b)
-
-
-def _agree(eager, a, compiled, b, loss_tol=None, grad_tol=None) -> None:
-    """The compiled step `b` of `compiled` has the eager step `a`'s loss, KL and gradients, and
-    no `_orig_mod.` prefixes in its state_dict."""
-    loss_tol = loss_tol or {"rtol": 1e-4, "atol": 1e-5}
-    torch.testing.assert_close(b.loss, a.loss, **loss_tol)
-    torch.testing.assert_close(b.kl, a.kl, **loss_tol)
-    a.loss.backward()
-    b.loss.backward()
-    ga = torch.cat([p.grad.flatten() for p in eager.parameters() if p.grad is not None])
-    gb = torch.cat([p.grad.flatten() for p in compiled.parameters() if p.grad is not None])
-    torch.testing.assert_close(gb, ga, **(grad_tol or {"rtol": 1e-3, "atol": 1e-5}))
-    assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefixes
-
-
-@pytest.mark.slow  # compiles (tens of seconds): out of the contributors' tier
 @pytest.mark.parametrize("fused", [False, True])
 def test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths(
     tiny_tokenizer, tiny_sentences, fast_compile, fused
@@ -245,11 +213,11 @@ def test_compiled_graphs_stay_bounded_across_batch_sizes_and_lengths(
         if i > 0:
             torch.testing.assert_close(got.loss, want.loss, rtol=1e-4, atol=1e-5)
         elif not fused:
-            _agree(eager, want, compiled, got)
+            assert_steps_agree(eager, want, compiled, got)
         else:
             assert got.logits is None  # no (B, T, V) tensor was kept
             tol = {"rtol": 1e-4, "atol": 1e-6}
-            _agree(eager, want, compiled, got, loss_tol=tol, grad_tol=tol)
+            assert_steps_agree(eager, want, compiled, got, loss_tol=tol, grad_tol=tol)
             val = compiled._shared_step(batch, "val", generator=torch.Generator().manual_seed(0))
             assert val.logits.shape == (b, t, tiny_tokenizer.vocab_size)
     objective = compiled._compiled
