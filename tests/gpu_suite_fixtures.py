@@ -5,27 +5,25 @@ A test module binds the fixtures it uses at its top (`smoke_suite =
 gpu_suite_fixtures.smoke_suite`: pytest finds them there, and a test's argument of that name
 does not shadow an import). Under pytest-xdist each worker is its own process: the smoke run
 is made by the first worker that needs it, in the session's shared temporary folder under a
-lock, and read by the others (`_once`). Tests only read it: a test that changes files copies
-them first.
+lock, and read by the others (`helpers.made_once`). Tests only read it: a test that changes
+files copies them first.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import made_once
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/: from the checkout
@@ -34,30 +32,6 @@ STS_LINES = 64
 """Lines kept of each STS file in the suite's data folder: the smoke run evaluates STS12 and
 STS-B for every run and spec (a dozen `vat evaluate` and a `vat features compare`), and the
 full files (17,600 sentences a call) made that most of its time."""
-
-
-def _once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
-    """A folder `make(folder)` filled once per test session: under xdist in the session's
-    shared temporary folder, under a lock, so that the workers make it once between them
-    (a worker that finds it being made waits for it). A `make` that fails leaves the folder
-    unfinished (no `.done`): the next test that asks makes it again."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # popen-gwN's parent: this session's, shared by its workers
-    root = base / f"shared_{name}"
-    done = root / ".done"
-    base.mkdir(parents=True, exist_ok=True)
-    with open(base / f"shared_{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not done.exists():
-                shutil.rmtree(root, ignore_errors=True)
-                root.mkdir()
-                make(root)
-                done.write_text("")
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return root
 
 
 def make_suite_data(dest: Path, data_dir: Path) -> None:
@@ -79,7 +53,7 @@ def make_suite_data(dest: Path, data_dir: Path) -> None:
 def suite_data_dir(tmp_path_factory, data_dir) -> Path:
     """The shared data with short STS files (make_suite_data): what the suite's tests give
     it as --data-dir."""
-    return _once(tmp_path_factory, "gpu_suite_data", lambda d: make_suite_data(d, data_dir))
+    return made_once(tmp_path_factory, "gpu_suite_data", lambda d: make_suite_data(d, data_dir))
 
 
 @dataclass(frozen=True)
@@ -170,7 +144,9 @@ def _make_smoke_suite(root: Path, data_dir: Path) -> None:
 @pytest.fixture(scope="session")
 def smoke_suite(tmp_path_factory, suite_data_dir) -> SmokeRun:
     """The finished smoke OUT_DIR (_make_smoke_run), made once per session."""
-    root = _once(tmp_path_factory, "gpu_suite_smoke", lambda d: _make_smoke_run(d, suite_data_dir))
+    root = made_once(
+        tmp_path_factory, "gpu_suite_smoke", lambda d: _make_smoke_run(d, suite_data_dir)
+    )
     info = json.loads((root / "info.json").read_text())
     out = root / "suite"
     return SmokeRun(

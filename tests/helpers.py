@@ -4,11 +4,14 @@ argument lists of the common CLI calls, and a minimal LightningModule around a c
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -354,3 +357,27 @@ def assert_steps_agree(eager, a, compiled, b, loss_tol=None, grad_tol=None) -> N
     gb = torch.cat([p.grad.flatten() for p in compiled.parameters() if p.grad is not None])
     torch.testing.assert_close(gb, ga, **(grad_tol or {"rtol": 1e-3, "atol": 1e-5}))
     assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefixes
+
+
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """A folder `make(folder)` filled once per test session: under xdist in the session's
+    shared temporary folder, under a lock, so that the workers make it once between them
+    (a worker that finds it being made waits for it). A `make` that fails leaves the folder
+    unfinished (no `.done`): the next test that asks makes it again."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # popen-gwN's parent: this session's, shared by its workers
+    root = base / f"shared_{name}"
+    done = root / ".done"
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / f"shared_{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                shutil.rmtree(root, ignore_errors=True)
+                root.mkdir()
+                make(root)
+                done.write_text("")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return root

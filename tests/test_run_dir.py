@@ -18,6 +18,7 @@ from conftest import ROOT
 from helpers import (
     fit_args,
     hold_lock,
+    made_once,
     run_python,
     scalars,
     train_env,
@@ -34,16 +35,23 @@ def _step(path) -> int:
     return int(read_checkpoint(path)["global_step"])
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A fresh 2-step run, trained in a subprocess with warnings on; tests work on copies."""
-    base = tmp_path_factory.mktemp("rundir")
-    run = base / "run"
+def _train(base: Path) -> None:
     env = train_env()
     env.pop("PYTHONWARNINGS", None)
-    r = run_python(["-m", "vat", "train", *fit_args(run, base / "cache")], env)
+    r = run_python(["-m", "vat", "train", *fit_args(base / "run", base / "cache")], env)
     assert r.returncode == 0, r.stderr[-3000:]
-    return run, base / "cache", r.stderr
+    (base / "stderr.txt").write_text(r.stderr)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A fresh 2-step run, trained in a subprocess with warnings on, once per session (the
+    workers share it: a worker that steals this module's tests sets the fixture up again);
+    tests work on copies of the run, and each module instance on its own copy of the data
+    cache, which the tests' runs write into."""
+    base = made_once(tmp_path_factory, "run_dir_trained", _train)
+    cache = shutil.copytree(base / "cache", tmp_path_factory.mktemp("rundir") / "cache")
+    return base / "run", cache, (base / "stderr.txt").read_text()
 
 
 @pytest.fixture
