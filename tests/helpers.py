@@ -141,7 +141,7 @@ def hold_lock(run: Path) -> subprocess.Popen:
     """Another process holding RUN/.lock, as a run training there does, until it is killed."""
     code = (
         f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
-        f"from vat.runs.run_dir import lock_run_dir; lock_run_dir(Path({str(run)!r})); "
+        f"from vat.runs.run_dir import lock_folder; lock_folder(Path({str(run)!r}), '--run_dir'); "
         f"print('locked', flush=True); time.sleep(120)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

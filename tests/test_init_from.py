@@ -120,14 +120,14 @@ def _hold_lock(run: Path) -> int:
     """Another process holding RUN/.lock, as a run training there does, until it is killed:
     a fork of this one (helpers.hold_lock's fresh interpreter imports Lightning first, seconds
     of start-up for one flock). Returns its process id."""
-    from vat.runs.run_dir import lock_run_dir
+    from vat.runs.run_dir import lock_folder
 
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: take the lock, say so, hold it; never back into pytest
         try:
             os.close(read)
-            lock_run_dir(run)
+            lock_folder(run, "--run_dir")
             os.write(write, b"locked")
             time.sleep(120)
         finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vat.runs.outside_failures import missing_compiler
+from vat.runs.outside_failures import outside_failure
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def no_compiler_error():
 def test_a_missing_cxx_compiler_is_one_line_with_the_way_out(no_compiler_error, capsys):
     from vat.cli.train import _run
 
-    msg = missing_compiler(no_compiler_error)
+    msg = outside_failure(no_compiler_error)
     assert msg is not None and "--model.compile false" in str(msg)
 
     def fit(_):
@@ -43,8 +43,9 @@ def test_a_missing_cxx_compiler_is_one_line_with_the_way_out(no_compiler_error, 
     assert len(err) == 1 and err[0].startswith("error: model.compile: torch.compile found no")
 
 
-def test_other_errors_are_not_taken_for_a_missing_compiler():
-    assert missing_compiler(RuntimeError("CUDA out of memory")) is None
+def test_other_errors_are_not_taken_for_an_outside_failure():
+    assert outside_failure(RuntimeError("CUDA out of memory")) is None
+    assert outside_failure(BrokenPipeError(32, "Broken pipe")) is None  # vat's own output
 
 
 @pytest.mark.slow

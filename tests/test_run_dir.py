@@ -89,19 +89,19 @@ def test_second_fresh_run_stops_and_overwrite_replaces_the_old_run(run_copy, cap
     assert len(new_events) == 1 and not set(new_events) & set(old_events)
     assert [s for s, _ in scalars(run)["train/loss"]] == [0]  # no curve of the old run left
     assert (run / "notes.txt").read_text() == "mine"
-    assert not list(run.glob(".overwritten-*"))
 
 
 def test_the_runs_own_records_are_its_files(run_copy):
-    """--overwrite moves what the earlier run wrote, its time split too: a new fit stopped
+    """--overwrite deletes what the earlier run wrote, its time split too: a new fit stopped
     before its end must not leave the old run's split beside its own checkpoints."""
-    from vat.runs.run_dir import previous_run_files
+    from vat.runs.run_dir import run_files
 
     run, _ = run_copy
     assert (run / "time_split.json").is_file()
     (run / "compile_cache.bin").write_bytes(b"x")  # as a compiled run leaves it
-    names = {p.name for p in previous_run_files(run)}
-    assert {"time_split.json", "compile_cache.bin", "checkpoints"} <= names
+    ours, foreign = run_files(run, {"--run_dir": run})
+    assert {"time_split.json", "compile_cache.bin", "checkpoints"} <= {p.name for p in ours}
+    assert foreign == []
 
 
 def test_overwrite_cannot_be_combined_with_a_resume(run_copy, capsys):

@@ -508,11 +508,11 @@ def test_numbers_are_read_as_numbers_and_two_spellings_of_one_are_refused(tmp_pa
 def test_output_in_a_train_run_is_one_line(tmp_path, capsys):
     """A sweep's folder that is a `vat train` run, or lies in that run's checkpoints (which
     the run's --overwrite removes), is refused before anything is written."""
-    from vat.runs.run_dir import write_manifest
+    from vat.runs.run_dir import FreshStart, begin_fresh
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    write_manifest(run, {"--run_dir": run}, [])
+    begin_fresh(FreshStart(run, {"--run_dir": run}, ["checkpoints"], [], False))
     cfg = str(_config(tmp_path))
     for output, msg in [
         (run, f"error: --output-dir {run} is the folder of a vat train run"),

@@ -110,14 +110,13 @@ def test_shipped_configs_and_options_are_read_as_written(plain_site, tmp_path, p
         assert opts["1.0"][key] == ["float", 1.0]  # the whole epoch
 
 
-def test_a_float_over_one_names_the_whole_number(tmp_path, capsys):
-    from helpers import fit_args, train_main
+def test_a_whole_float_limit_is_that_many_batches_as_lightning_reads_it():
+    """Lightning reads `limit_train_batches 3.0` as 3 batches (not 3 epochs): vat's check of
+    the settings against the data counts it the same way."""
+    from vat.errors import VatError
+    from vat.runs.settings import EpochSize, check_against_data
 
-    code, err = train_main(
-        fit_args(tmp_path / "run", None, "--trainer.limit_val_batches", "8.0"), capsys
-    )
-    assert code == 2
-    assert err[-1] == (
-        "error: --trainer.limit_val_batches 8.0: must be a fraction of the epoch in (0, 1], "
-        "or a whole number of batches (write 8 for 8 batches)"
-    )
+    trainer = {"limit_train_batches": 3.0, "val_check_interval": 5}
+    with pytest.raises(VatError, match=r"interval 5 is longer than an epoch \(3 training batches"):
+        check_against_data(trainer, EpochSize(train=10, val=1))
+    check_against_data({**trainer, "limit_train_batches": 0.5}, EpochSize(train=10, val=1))

@@ -194,7 +194,6 @@ RUN_NAMES = [
         *RUN_FILE_PATTERNS,
         r"\.lock",
         r"\.vat-run\.json",
-        r"\.overwritten-.*",
         # what the suite writes there: the finished mark and the evaluations
         r"\.trained",
         r"suite_eval\.json",

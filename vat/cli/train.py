@@ -198,7 +198,7 @@ class VATCLI(LightningCLI):
         # settings Lightning would reject only once training started: before any file exists
         settings.check_settings(self.config[sub].trainer, sub)
         _check_devices(self.config[sub].trainer.accelerator, self.config[sub].trainer.devices)
-        rd.check_folder_options(self.config[sub])
+        rd.check_folders(self.config[sub])
         given = [Path(str(c)) for c in (self.config[sub].get("config") or [])]
         check_input_paths(self.config[sub], given, checkout_root())
         read = self._checkpoint_io().read
@@ -212,8 +212,6 @@ class VATCLI(LightningCLI):
             self._init = self._continue_from(self.config[sub], read)
         if sub == "fit":
             self._config_filename, self._fresh = rd.prepare_fit(self.config[sub], read)
-        else:
-            rd.check_lightning_files(self.config[sub])
         ckpt_path = self.config[sub].get("ckpt_path")
         if not (ckpt_path and Path(ckpt_path).is_file()):
             return
