@@ -1,10 +1,9 @@
 """The shipped-model registry keeps to vat's rules on files: `vat pretrained add` copies only
-what an exported folder consists of, never widens a file's permissions, replaces only what it
-wrote, cleans up after a killed add and lets one add of a name at a time through; a damaged
-shipped.json is one line naming it and does not break paths, Hub ids or typo suggestions;
-shipped.json names only files inside its entry, checked (with their sizes) before any read;
-`vat pretrained show` checks the SHA-256 sums as loading does; and model names that are no
-path (a Path spelling a shipped name, a name too long for the filesystem) say so.
+what an exported folder consists of, replaces only what it wrote and cleans up after a killed
+add; a damaged shipped.json is one line naming it and does not break paths, Hub ids or typo
+suggestions; shipped.json names only files inside its entry, whose sizes loading checks
+without reading them; `vat pretrained show` checks what loading checks; and model names that
+are no path (a Path spelling a shipped name, a name too long for the filesystem) say so.
 
 Every test works on a registry in tmp_path ($VAT_SHIPPED_DIR or --registry), never on the
 package's vat/shipped/.
@@ -54,9 +53,7 @@ def _add(folder: Path, name: str, *extra: str) -> list[str]:
 
 
 # -- what add copies ---------------------------------------------------------------------------
-def test_add_copies_only_the_files_of_an_export_and_keeps_them_private(
-    tiny_export, tmp_path, empty_registry, capsys
-):
+def test_add_copies_only_the_files_of_an_export(tiny_export, tmp_path, empty_registry, capsys):
     folder = copy_folder(tiny_export, tmp_path)
     outside = tmp_path / "outside.txt"
     outside.write_text("a file elsewhere on this machine")
@@ -65,7 +62,6 @@ def test_add_copies_only_the_files_of_an_export_and_keeps_them_private(
     (folder / "sub").mkdir()
     (folder / "sub" / "x.txt").write_text("x")
     os.mkfifo(folder / "pipe")
-    os.chmod(folder / "tokenizer.json", 0o600)  # the user marked it private
     # a link under an export file's name is not followed out: refused, nothing written
     st_file = folder / "config_sentence_transformers.json"
     st_file.rename(tmp_path / "st.json")
@@ -88,8 +84,6 @@ def test_add_copies_only_the_files_of_an_export_and_keeps_them_private(
     assert warning.startswith("warning: left out of tiny, as no part of an exported folder: ")
     for left in ("notes.txt", "link.json", "sub", "pipe"):
         assert left in warning, (left, warning)
-    assert (entry / "tokenizer.json").stat().st_mode & 0o777 == 0o600  # not widened
-    assert (entry / "config.json").stat().st_mode & 0o777 == 0o644
     assert shipped_model("tiny").verify() is None
     vat.load("tiny", device="cpu")  # the entry is whole without the left-out files
 
@@ -112,7 +106,7 @@ def test_overwrite_refuses_an_entry_holding_a_file_vat_did_not_write(
     assert vat_main(_add(tiny_export, "tiny", "--overwrite")) == 0
 
 
-# -- a killed add, two adds at once -------------------------------------------------------------
+# -- a killed add ---------------------------------------------------------------------------------
 def test_the_next_add_removes_the_temp_folder_of_a_killed_add(tiny_export, empty_registry, capsys):
     empty_registry.mkdir()
     # an add killed mid-write: its temp folder, named after its process, which has ended
@@ -135,30 +129,28 @@ def test_the_next_add_removes_the_temp_folder_of_a_killed_add(tiny_export, empty
 
 
 def test_two_adds_of_one_name_at_once_write_it_once(tiny_export, empty_registry):
-    from vat.share.pretrained import registry_lock
     from vat.shipping import add_pretrained
 
     model = vat.load(tiny_export, device="cpu")
     results: list[object] = []
+    start = threading.Barrier(2)
 
     def add() -> None:
+        start.wait()
         try:
             results.append(add_pretrained(model, "tiny", check_sentences=["a test"]))
         except VatError as e:
             results.append(e)
 
-    empty_registry.mkdir()
-    with registry_lock(empty_registry):  # another add is writing: both wait for it
-        threads = [threading.Thread(target=add) for _ in range(2)]
-        for t in threads:
-            t.start()
-        time.sleep(1.0)
-        assert not results and not (empty_registry / "tiny").exists()
+    threads = [threading.Thread(target=add) for _ in range(2)]
+    for t in threads:
+        t.start()
     for t in threads:
         t.join(60)
     errors = [r for r in results if isinstance(r, VatError)]
     assert len(results) == 2 and len(errors) == 1, results
     assert "already ships a model named tiny" in str(errors[0])
+    assert [p.name for p in empty_registry.iterdir()] == ["tiny"]
 
 
 # -- a damaged shipped.json -----------------------------------------------------------------------
@@ -264,7 +256,7 @@ def test_an_entry_that_is_a_symbolic_link_is_named_as_one(target, registry_copy,
         assert cap.err.count("\n") == 1 and expected in cap.err, cap.err
 
 
-def test_sizes_are_checked_before_any_file_is_hashed(registry_copy, capsys):
+def test_sizes_are_checked_without_reading_the_files(registry_copy, capsys):
     entry = registry_copy / DEMO
     info = json.loads((entry / "shipped.json").read_text())
     assert info["bytes"]["model.safetensors"] == (entry / "model.safetensors").stat().st_size
@@ -284,13 +276,11 @@ def test_every_package_entry_records_its_sizes():
 
 
 # -- show checks what loading checks ---------------------------------------------------------------
-def test_show_checks_the_sha256_sums(registry_copy, capsys):
+def test_show_checks_what_loading_checks(registry_copy, capsys):
     path = registry_copy / DEMO / "config.json"
-    data = bytearray(path.read_bytes())
-    data[5] ^= 0x01
-    path.write_bytes(bytes(data))
+    path.write_bytes(path.read_bytes() + b" ")
     err = one_line_error(capsys, ["pretrained", "show", DEMO])
-    assert "config.json fails its SHA-256 check" in err
+    assert "config.json is" in err and "where shipped.json records" in err
 
 
 # -- names that are no path ------------------------------------------------------------------

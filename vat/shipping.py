@@ -1,16 +1,7 @@
-"""Adding a model to the models that ship with vat (`vat pretrained add DIR --name NAME`).
-
-    import vat
-    from vat.shipping import add_pretrained
-
-    add_pretrained(vat.load("my-export"), "my-model", summary="...")
-
-The registry itself (vat/shipped/NAME/: names, listing, SHA-256 checks, writing an entry) is
-`vat.share.pretrained`, files only; `vat.list_pretrained` lists it. What this module adds
-sits one floor up, because it runs the model: `precision_match` measures how far the
-half-precision weights move encode and generate from the float32 model, and `add_pretrained`
-records that measurement in the entry it writes (`vat.share.pretrained.write_shipped`).
-"""
+"""Adding a model to the models that ship with vat (`vat pretrained add DIR --name NAME`,
+or `add_pretrained(vat.load(DIR), NAME)`). It sits above the registry (vat.share.pretrained,
+files only) because it runs the model: `precision_match` measures how far the half-precision
+weights move encode and generate from float32, and the entry records it."""
 
 from __future__ import annotations
 
@@ -105,18 +96,14 @@ def add_pretrained(
     train_data_dir: str | os.PathLike | None = None,
     allow_outside_tolerance: bool = False,
 ) -> ShippedModel:
-    """Add an exported folder (`vat.load(DIR)`) to the models that ship with vat, as `name`
-    (`vat pretrained add DIR --name NAME`): its weights stored in `dtype` ("float16" or
-    "bfloat16"), with what it is (`summary`, `good_for`, `not_for`), how to rebuild it, and
-    how far the stored weights move encode and generate from the float32 model, measured
-    here on `check_sentences` (named `check_from` in the card; default CHECK_SENTENCES).
-    Without `summary`, the card's first line states the model's shape, data and rate.
-    `registry` is the registry folder (default: $VAT_SHIPPED_DIR, else the package's
-    vat/shipped/). The entry names its training files only by their path inside the data
-    folder `train_data_dir` (default $VAT_DATA_DIR) or by name, and nothing it writes may name
-    a place on this machine (`vat.share.pretrained.write_shipped`). Weights that move the
-    outputs beyond the stated tolerance (`_outside_tolerance`) are refused, nothing written,
-    unless `allow_outside_tolerance` (an entry of one's own registry, recorded as measured)."""
+    """Add an exported folder (`vat.load(DIR)`) to the shipped models as `name`: its weights
+    stored in `dtype`, with what it is (`summary`, `good_for`, `not_for`; without a summary the
+    card states shape, data and rate), how to rebuild it, and how far the stored weights move
+    encode and generate from float32 on `check_sentences` (named `check_from` on the card;
+    default CHECK_SENTENCES). `registry` defaults to $VAT_SHIPPED_DIR, else the package's
+    vat/shipped/; training files are named by their path inside `train_data_dir` (default
+    $VAT_DATA_DIR) or by name. Weights beyond the stated tolerance are refused, nothing
+    written, unless `allow_outside_tolerance` (one's own registry, recorded as measured)."""
     require_loaded(model, "add_pretrained")
     if summary is not None and (not isinstance(summary, str) or not summary.strip()):
         raise OptionError("summary", "must be one non-empty line saying what the model is")
@@ -146,8 +133,7 @@ def add_pretrained(
         "rebuild": rebuild,
         "fp32_match": {"from": origin},
     }
-    # before the measurement (minutes for a long check file); write_shipped checks the
-    # entry again with the registry held, since another add may write it meanwhile
+    # before the measurement, which takes minutes for a long check file
     check_shipping(model.loaded, name, dtype, registry, info, train_data_dir, overwrite)
     info["fp32_match"] = precision_match(model.loaded, dtype, sentences, origin)
     outside = _outside_tolerance(info["fp32_match"])
