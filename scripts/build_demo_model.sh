@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuild the shipped model demo-wordnet-d64 (vat/shipped/demo-wordnet-d64) from a checkout:
 # the README's first command (configs/demo.yaml, seed 1234), its export with STS12 and STS-B
-# scores, then `vat pretrained add` (float16 weights, SHA-256 sums, the card below).
+# scores, then `python scripts/add_pretrained.py` (float16 weights, SHA-256 sums, the card below).
 #
 #   scripts/build_demo_model.sh [WORK_DIR]      (default .cache/demo-model; about 4 minutes)
 #
@@ -32,7 +32,7 @@ for run in ("run100", "run"):
 print(json.dumps({"config": "configs/demo.yaml", "made_by": "scripts/build_demo_model.sh", "steps": steps}, indent=1))
 EOF
 vat export "$WORK/run" "$WORK/export" --evaluate STS12,STSBenchmark --overwrite
-vat pretrained add "$WORK/export" --name demo-wordnet-d64 --overwrite \
+python scripts/add_pretrained.py "$WORK/export" --name demo-wordnet-d64 --overwrite \
   --check-file data/demo_val.txt \
   --summary "A small demo VAT (2+2 layers, d 64, 4,096 BPE subwords) trained for about three CPU minutes on vat's bundled demo sentences, 33,595 WordNet usage examples (data/demo_en.txt.gz), with the rate held at 25 nats per token. It is not a general sentence encoder." \
   --good-for "trying vat without training first: reconstruct, sample, resample a token, interpolate, evaluate, export, the Python API and the integrations, in tests and examples. It reconstructs short everyday sentences like its training data (validation BLEU under Metrics), and its variational samples vary: about half of such sentences get several different samples at tau 1." \

@@ -283,11 +283,26 @@ def copy_folder(folder: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(folder, tmp_path / "model"))
 
 
-def one_line_error(capsys, argv: list[str]) -> str:
-    """`vat ARGV` exits 2 with one `error: ...` line on stderr, which is returned."""
+def add_pretrained_script():
+    """scripts/add_pretrained.py, the maintainer's step that adds a shipped model, as a module."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    import add_pretrained
+
+    return add_pretrained
+
+
+def add_main(argv: list[str]) -> int:
+    """`python scripts/add_pretrained.py ARGV`, in this process."""
+    return add_pretrained_script().main(argv)
+
+
+def one_line_error(capsys, argv: list[str], main=None) -> str:
+    """`vat ARGV` (or `main(ARGV)`) exits 2 with one `error: ...` line on stderr, which is
+    returned."""
     from vat.cli import main as vat_main
 
-    assert vat_main(argv) == 2
+    assert (main or vat_main)(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: "), err
     return err

@@ -1235,9 +1235,9 @@ def _api(name):
 
 
 def _shipping(name):
-    import vat.shipping
+    from helpers import add_pretrained_script
 
-    return getattr(vat.shipping, name)
+    return getattr(add_pretrained_script(), name)
 
 
 def _generate(name):
@@ -1268,15 +1268,15 @@ NO_ARGUMENTS = {
 
 
 def public_callables() -> set[str]:
-    """Every public function and method of vat.api, vat.shipping, vat.generate (its exports
-    and the decoding functions), vat.features, the integrations and vat.eval's documented
-    entry points, as the audit table names them."""
+    """Every public function and method of vat.api, the maintainer's
+    scripts/add_pretrained.py, vat.generate (its exports and the decoding functions),
+    vat.features, the integrations and vat.eval's documented entry points, as the audit table
+    names them."""
     import inspect
 
     import vat.api
     import vat.features
     import vat.generate
-    import vat.shipping
     from vat.eval import encoders, hf_encoders
     from vat.generate import decoding
     from vat.integrations import mteb, sentence_transformers, transformers_auto
@@ -1299,7 +1299,9 @@ def public_callables() -> set[str]:
                 names.add(f"{label or cls.__name__}.{name}")
 
     functions(vat.api)
-    functions(vat.shipping)
+    from helpers import add_pretrained_script
+
+    functions(add_pretrained_script(), only={"add_pretrained", "precision_match"})
     methods(vat.api.PretrainedVAT)
     names.discard("PretrainedVAT")  # made by vat.load
     names.add("load")

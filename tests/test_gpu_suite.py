@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: from the
 
 import gpu_suite_fixtures
 from gpu_suite_fixtures import returned_files
-from helpers import load_file_module
+from helpers import add_main, load_file_module
 
 from bench.gpu_suite.__main__ import main
 from bench.gpu_suite.call import OUT_FILES
@@ -338,7 +338,8 @@ def test_smoke_suite_two_calls_resume_and_report(smoke_suite, tmp_path):
     a = ref["export"]
     folder = out.resolve() / "work" / "export" / "wmt-tatoeba-en-d16"
     assert a["folder"] == str(folder) and (folder / "model.safetensors").is_file()
-    assert a["registry_command"] == f"vat pretrained add {folder} --name wmt-tatoeba-en-d16"
+    add = "python scripts/add_pretrained.py"
+    assert a["registry_command"] == f"{add} {folder} --name wmt-tatoeba-en-d16"
     card = (folder / "README.md").read_text()
     assert "## Measured by vat's GPU suite" in card and f"{e['bleu']:.2f}" in card
     assert "STSBenchmark" in card  # vat export --evaluate: the folder's own STS on its card
@@ -413,7 +414,6 @@ def test_smoke_suite_continues_on_another_machine(smoke_suite, tmp_path, monkeyp
     wrapper's own run of them is tests/test_gpu_suite_rehearsal.py's."""
     from bench.gpu_suite import out_files, reference
     from bench.gpu_suite.plan import make_plan
-    from vat.cli import main as vat_main
     from vat.cli.train import vat_train
     from vat.share.checkpoint import read_checkpoint
 
@@ -423,8 +423,8 @@ def test_smoke_suite_continues_on_another_machine(smoke_suite, tmp_path, monkeyp
     # the one-line registry command works, and the shipped card keeps the suite's measurements
     registry = tmp_path / "registry"
     name = "wmt-tatoeba-en-d16"
-    argv = ["pretrained", "add", str(folder), "--name", name, "--registry", str(registry)]
-    assert vat_main(argv) == 0
+    argv = [str(folder), "--name", name, "--registry", str(registry)]
+    assert add_main(argv) == 0
     shipped_card = (registry / name / "README.md").read_text()
     assert "## Measured by vat's GPU suite" in shipped_card and f"{e['bleu']:.2f}" in shipped_card
 
@@ -868,7 +868,7 @@ def _finished_report():
     ref.eval = read(Evaluation, _eval("reference", 20.0), "eval")
     ref.export = Export(name="m", folder="/x/m", file="reference.tar", folder_in_tar="m",
                         bytes=92160, within_16_mib=True,
-                        registry_command="vat pretrained add /x/m --name m",
+                        registry_command="python scripts/add_pretrained.py /x/m --name m",
                         registry_command_from_tar="tar xf reference.tar")  # fmt: skip
     fr = state.frontier
     fr.values, fr.steps, fr.steps_from = [5.0, 20.0], 8, "measured"

@@ -137,11 +137,12 @@ def test_the_replace_line_only_when_bleu_beats_the_shipped_models(tmp_path, monk
     monkeypatch.setenv("VAT_SHIPPED_DIR", str(registry))
     folder, name = Path("/x/wmt-tatoeba-en-d128"), "wmt-tatoeba-en-d128"
     got = reference.registry_lines(name, folder, "reference.tar", 86.0, 1997)
-    assert got["registry_command"] == f"vat pretrained add {folder} --name {name}"
+    assert got["registry_command"] == f"python scripts/add_pretrained.py {folder} --name {name}"
     assert got["compare"] == f"vat ships no {name} yet: add it"
     _entry(registry, name, {"measurements": [_row("85.90", 1997)]})
     got = reference.registry_lines(name, folder, "reference.tar", 86.0, 1997)
-    assert got["registry_command"] == f"vat pretrained add {folder} --name {name} --overwrite"
+    add = "python scripts/add_pretrained.py"
+    assert got["registry_command"] == f"{add} {folder} --name {name} --overwrite"
     assert got["registry_command_from_tar"].endswith(f"--name {name} --overwrite")
     assert got["shipped_bleu"] == 85.9 and "86.00 > the shipped" in got["compare"]
     got = reference.registry_lines(name, folder, "reference.tar", 85.904, 1997)

@@ -334,7 +334,7 @@ def test_the_report_prints_only_registry_commands_vat_builds(tmp_path):
     md = render_markdown(bad)
     assert "curl" not in md and "not the one vat builds" in md
     quoted = reference.registry_commands("m", Path("/x/a b; rm -rf ~"), "reference.tar", True)
-    assert quoted[0] == "vat pretrained add '/x/a b; rm -rf ~' --name m --overwrite"
+    assert quoted[0] == "python scripts/add_pretrained.py '/x/a b; rm -rf ~' --name m --overwrite"
 
 
 def test_bundle_json_has_the_mode_of_the_other_files(tmp_path):

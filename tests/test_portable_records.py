@@ -1,7 +1,7 @@
 """Portable training-file records: each training file recorded by its path inside the data
 folder ($VAT_DATA_DIR) with its size and digest, beside the training machine's absolute paths
-(provenance, which nothing opens); what leaves the machine (`vat pretrained add`, a Hub push)
-names no place on it; a continued run's tokens (init_from, tokens_total) on the card and in
+(provenance, which nothing opens); what leaves the machine (scripts/add_pretrained.py, a Hub
+push) names no place on it; a continued run's tokens (init_from, tokens_total) on the card and in
 the listing."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import export_folder, one_line_error
+from helpers import add_main, export_folder, one_line_error
 from test_hub import RecordingHfApi
 
 import vat
@@ -146,8 +146,8 @@ def test_pretrained_add_writes_portable_records_and_refuses_a_machine_path(
     reg = tmp_path / "registry"
     monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
     check = _write(data / "check" / "sentences.txt", TRAIN[:3])
-    argv = ["pretrained", "add", str(folder), "--name", "tiny-portable", "--check-file", str(check)]
-    assert vat_main(argv) == 0
+    argv = [str(folder), "--name", "tiny-portable", "--check-file", str(check)]
+    assert add_main(argv) == 0
     capsys.readouterr()
     shipped = reg / "tiny-portable"
     config = json.loads((shipped / "config.json").read_text())
@@ -167,13 +167,13 @@ def test_pretrained_add_writes_portable_records_and_refuses_a_machine_path(
 
     # a path in a text given, or left anywhere in config.json, is refused naming the key,
     # before any work
-    err = one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "other",
-                                   "--rebuild", "cd ~/vat && make"])  # fmt: skip
+    err = one_line_error(capsys, [str(folder), "--name", "other",
+                                   "--rebuild", "cd ~/vat && make"], main=add_main)  # fmt: skip
     assert "shipped.json rebuild names a place on this machine ('~/vat')" in err
     config = json.loads((folder / "config.json").read_text())
     config["measurements"] = [{"title": "m", "text": "run in /home/u/runs/x", "rows": []}]
     (folder / "config.json").write_text(json.dumps(config))
-    err = one_line_error(capsys, [*argv[:5], "--overwrite"])
+    err = one_line_error(capsys, [*argv[:5], "--overwrite"], main=add_main)
     assert "cannot add tiny-portable to the shipped models: config.json measurements[0].text" in err
     assert "'/home/u/runs/x'" in err
     assert sorted(p.name for p in reg.iterdir()) == ["tiny-portable"]

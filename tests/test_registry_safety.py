@@ -1,5 +1,5 @@
-"""The shipped-model registry keeps to vat's rules on files: `vat pretrained add` copies only
-what an exported folder consists of, replaces only what it wrote and cleans up after a killed
+"""The shipped-model registry keeps to vat's rules on files: scripts/add_pretrained.py copies
+only what an exported folder consists of, replaces only what it wrote and cleans up after a killed
 add; a damaged shipped.json is one line naming it and does not break paths, Hub ids or typo
 suggestions; shipped.json names only files inside its entry, whose sizes loading checks
 without reading them; `vat pretrained show` checks what loading checks; and model names that
@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import copy_folder, one_line_error
+from helpers import add_main, add_pretrained_script, copy_folder, one_line_error
 
 import vat
 from vat.cli import main as vat_main
@@ -49,7 +49,7 @@ def empty_registry(tmp_path, monkeypatch):
 def _add(folder: Path, name: str, *extra: str) -> list[str]:
     # the random tiny model's greedy decoding is nearly tied: float16 changes a line of the
     # check sentences, beyond the tolerance of a shipped model (tests/test_shipped.py)
-    return ["pretrained", "add", str(folder), "--name", name, "--allow-outside-tolerance", *extra]
+    return [str(folder), "--name", name, "--allow-outside-tolerance", *extra]
 
 
 # -- what add copies ---------------------------------------------------------------------------
@@ -66,13 +66,13 @@ def test_add_copies_only_the_files_of_an_export(tiny_export, tmp_path, empty_reg
     st_file = folder / "config_sentence_transformers.json"
     st_file.rename(tmp_path / "st.json")
     st_file.symlink_to(tmp_path / "st.json")
-    err = one_line_error(capsys, _add(folder, "tiny"))
+    err = one_line_error(capsys, _add(folder, "tiny"), main=add_main)
     assert f"{st_file} is a symbolic link" in err and not empty_registry.exists()
     st_file.unlink()
     (tmp_path / "st.json").rename(st_file)
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # the test settings silence UserWarning
-        assert vat_main(_add(folder, "tiny")) == 0
+        assert add_main(_add(folder, "tiny")) == 0
     err = capsys.readouterr().err
     entry = empty_registry / "tiny"
     names = {p.name for p in entry.iterdir()}
@@ -92,18 +92,18 @@ def test_add_copies_only_the_files_of_an_export(tiny_export, tmp_path, empty_reg
 def test_overwrite_refuses_an_entry_holding_a_file_vat_did_not_write(
     tiny_export, empty_registry, capsys
 ):
-    assert vat_main(_add(tiny_export, "tiny")) == 0
+    assert add_main(_add(tiny_export, "tiny")) == 0
     capsys.readouterr()
     (empty_registry / "tiny" / "my-notes.txt").write_text("keep")
-    err = one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
+    err = one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"), main=add_main)
     assert "my-notes.txt" in err and str(empty_registry / "tiny") in err
     assert (empty_registry / "tiny" / "my-notes.txt").read_text() == "keep"
     (empty_registry / "tiny" / "my-notes.txt").unlink()
     (empty_registry / "tiny" / "sub").mkdir()  # a folder is no file vat writes either
-    err = one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"))
+    err = one_line_error(capsys, _add(tiny_export, "tiny", "--overwrite"), main=add_main)
     assert "sub" in err and (empty_registry / "tiny" / "sub").is_dir()
     (empty_registry / "tiny" / "sub").rmdir()
-    assert vat_main(_add(tiny_export, "tiny", "--overwrite")) == 0
+    assert add_main(_add(tiny_export, "tiny", "--overwrite")) == 0
 
 
 # -- a killed add ---------------------------------------------------------------------------------
@@ -122,14 +122,14 @@ def test_the_next_add_removes_the_temp_folder_of_a_killed_add(tiny_export, empty
     alive.mkdir()
     assert vat_main(["pretrained"]) == 0  # listing ignores both
     assert "no models ship" in capsys.readouterr().out
-    assert vat_main(_add(tiny_export, "tiny")) == 0
+    assert add_main(_add(tiny_export, "tiny")) == 0
     capsys.readouterr()
     assert not dead.exists() and alive.is_dir()
     assert sorted(p.name for p in empty_registry.iterdir()) == sorted([alive.name, "tiny"])
 
 
 def test_two_adds_of_one_name_at_once_write_it_once(tiny_export, empty_registry):
-    from vat.shipping import add_pretrained
+    add_pretrained = add_pretrained_script().add_pretrained
 
     model = vat.load(tiny_export, device="cpu")
     results: list[object] = []
@@ -191,7 +191,7 @@ def test_a_damaged_shipped_json_is_one_line_and_breaks_nothing_else(
     err = one_line_error(capsys, ["generate", "reconstruct", "--model", "demo-wordnet-d46", "x"])
     assert "does not exist" in err and "Traceback" not in err
     # --overwrite repairs it
-    assert vat_main(_add(tiny_export, DEMO, "--overwrite")) == 0
+    assert add_main(_add(tiny_export, DEMO, "--overwrite")) == 0
     capsys.readouterr()
     assert vat.load(DEMO, device="cpu").loaded.source.kind == "shipped"
 

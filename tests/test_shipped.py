@@ -7,6 +7,7 @@ it). Tests that change a registry copy it to tmp_path and point $VAT_SHIPPED_DIR
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -15,7 +16,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from helpers import export_folder, one_line_error, train_env, vat_python
+from helpers import (
+    add_main,
+    add_pretrained_script,
+    export_folder,
+    one_line_error,
+    train_env,
+    vat_python,
+)
 
 import vat
 from vat.cli import main as vat_main
@@ -23,8 +31,6 @@ from vat.errors import CheckpointError, OptionError
 from vat.share.pretrained import (
     PACKAGE_SHIPPED_DIR,
     SHIPPED_DIR_ENV,
-    check_name,
-    file_sha256,
     shipped_model,
     shipped_models,
 )
@@ -100,7 +106,7 @@ def test_every_shipped_model_is_intact_and_within_the_stated_tolerance(entry):
     here, for every model the package ships."""
     entry.verify()
     for fname, digest in entry.files.items():
-        assert file_sha256(entry.folder / fname) == digest, fname
+        assert hashlib.sha256((entry.folder / fname).read_bytes()).hexdigest() == digest, fname
     info, card = entry.info, (entry.folder / "README.md").read_text()
     match = info["fp32_match"]
     # the tolerance docs/sharing.md states for shipped half-precision weights
@@ -177,7 +183,7 @@ def test_names_paths_and_hub_ids_are_told_apart(offline, tmp_path, monkeypatch, 
     # a shipped name never has a slash, so it is never a Hub repo id
     for bad in ("user/model", "Demo", "../x", "", "a" * 65):
         with pytest.raises(OptionError, match="not a shipped-model name"):
-            check_name(bad)
+            add_pretrained_script().check_name(bad)
     assert shipped_model("user/model") is None and shipped_model("..") is None
 
 
@@ -186,13 +192,13 @@ def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys)
     reg = tmp_path / "registry"
     monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
     folder = export_folder(tiny_ckpt, tmp_path / "export", features="mu/mean/none")
-    err = one_line_error(capsys, ["pretrained", "add", str(tiny_ckpt), "--name", "tiny"])
+    err = one_line_error(capsys, [str(tiny_ckpt), "--name", "tiny"], main=add_main)
     assert "not an exported folder" in err and "vat export" in err
     sentences = tmp_path / "check.txt"
     sentences.write_text("a small test sentence\nanother one here\nthe cat sat\n")
-    argv = ["pretrained", "add", str(folder), "--name", "tiny-test", "--check-file",
+    argv = [str(folder), "--name", "tiny-test", "--check-file",
             str(sentences), "--not-for", "anything"]  # fmt: skip
-    assert vat_main(argv) == 0
+    assert add_main(argv) == 0
     assert "3 sentences" in capsys.readouterr().out
     entry = shipped_model("tiny-test")
     assert entry is not None and entry.folder == reg / "tiny-test"
@@ -211,21 +217,21 @@ def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys)
     assert "**Not for:** anything" in card and 'vat.load("tiny-test")' in card
     assert "trained on" in entry.info["summary"]  # no --summary: the facts
     # an existing entry needs --overwrite; a folder vat did not write is never replaced
-    err = one_line_error(capsys, [*argv[:5]])
+    err = one_line_error(capsys, [*argv[:5]], main=add_main)
     assert "already ships a model named tiny-test" in err
     # bfloat16's 7 mantissa bits move the features beyond the stated 1e-3: said outright
     bf16 = [*argv[:5], "--overwrite", "--dtype", "bfloat16"]
-    err = one_line_error(capsys, bf16)
+    err = one_line_error(capsys, bf16, main=add_main)
     assert "bfloat16 weights" in err and "the bar is 0.001" in err, err
-    assert vat_main([*bf16, "--allow-outside-tolerance"]) == 0
+    assert add_main([*bf16, "--allow-outside-tolerance"]) == 0
     from safetensors import safe_open
 
     with safe_open(str(entry.folder / "model.safetensors"), "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     (reg / "mine").mkdir()
     (reg / "mine" / "data.txt").write_text("keep")
-    err = one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "mine",
-                                   "--overwrite"])  # fmt: skip
+    err = one_line_error(capsys, [str(folder), "--name", "mine",
+                                   "--overwrite"], main=add_main)  # fmt: skip
     assert "not a shipped model" in err and (reg / "mine" / "data.txt").read_text() == "keep"
 
 
@@ -236,19 +242,20 @@ def test_add_refuses_weights_outside_the_stated_tolerance(
     99 % of greedy reconstructions identical among it (before: add wrote the entry with
     "15/16 reconstructions identical" and no word). The random tiny model's greedy decoding
     is nearly tied, so float16 rounding changes a line of the 16 built-in sentences."""
-    from vat.shipping import CHECK_SENTENCES, precision_match
+    script = add_pretrained_script()
+    CHECK_SENTENCES, precision_match = script.CHECK_SENTENCES, script.precision_match
 
     reg = tmp_path / "registry"
     monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))
     m = precision_match(vat.load(tiny_export).loaded, "float16", CHECK_SENTENCES, "built-in")
     same, n = m["same_reconstructions"], len(CHECK_SENTENCES)
     assert same < 0.99 * n and m["max_abs_feature"] <= 1e-3  # the premise: only one bar missed
-    argv = ["pretrained", "add", str(tiny_export), "--name", "tiny"]
-    err = one_line_error(capsys, argv)
+    argv = [str(tiny_export), "--name", "tiny"]
+    err = one_line_error(capsys, argv, main=add_main)
     share = f"{same} of {n} greedy reconstructions identical ({100 * same / n:.1f} %"
     assert share in err and "at least 99 %" in err and "features" not in err, err
     assert "--allow-outside-tolerance" in err and not (reg / "tiny").exists()
-    assert vat_main([*argv, "--allow-outside-tolerance"]) == 0  # said outright: added as measured
+    assert add_main([*argv, "--allow-outside-tolerance"]) == 0  # said outright: added as measured
     assert f"{same}/{n} reconstructions identical" in capsys.readouterr().out
     assert shipped_model("tiny").info["fp32_match"]["same_reconstructions"] == same
 
@@ -316,7 +323,7 @@ def test_card_follows_a_spec_changed_after_export(tiny_ckpt, tmp_path):
 
 
 def test_python_api_names_its_own_arguments(tiny_ckpt, tmp_path, offline):
-    from vat.shipping import add_pretrained
+    add_pretrained = add_pretrained_script().add_pretrained
 
     assert DEMO in [m.name for m in vat.list_pretrained()]
     with pytest.raises(OptionError, match="^model: expected a path, a shipped model's name"):
@@ -350,7 +357,7 @@ def test_measurements_recorded_in_a_folder_reach_its_card_and_its_shipped_copy(t
     card = (folder / "README.md").read_text()
     assert card.count("## Measured elsewhere") == 1 and "| BLEU | 99.10 |" in card
     assert "12.00" not in card and "`mu/mean/none`" in card  # the rest of the card is kept
-    from vat.shipping import add_pretrained
+    add_pretrained = add_pretrained_script().add_pretrained
 
     entry = add_pretrained(
         vat.load(folder), "tiny-measured", registry=tmp_path / "reg", allow_outside_tolerance=True
@@ -362,13 +369,13 @@ def test_add_refuses_a_registry_that_is_a_file_and_an_empty_check_file(tiny_ckpt
     folder = export_folder(tiny_ckpt, tmp_path / "x", features="mu/mean/none")
     a_file = tmp_path / "file"
     a_file.write_text("keep")
-    err = one_line_error(capsys, ["pretrained", "add", str(folder), "--name", "t",
-                                   "--registry", str(a_file)])  # fmt: skip
+    err = one_line_error(capsys, [str(folder), "--name", "t",
+                                   "--registry", str(a_file)], main=add_main)  # fmt: skip
     assert err.startswith("error: --registry: ") and a_file.read_text() == "keep"
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
-    argv = ["pretrained", "add", str(folder), "--name", "t", "--check-file", str(empty)]
-    err = one_line_error(capsys, [*argv, "--registry", str(tmp_path / "r")])
+    argv = [str(folder), "--name", "t", "--check-file", str(empty)]
+    err = one_line_error(capsys, [*argv, "--registry", str(tmp_path / "r")], main=add_main)
     assert "--check-file" in err and "no non-empty line" in err and not (tmp_path / "r").exists()
 
 

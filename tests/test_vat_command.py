@@ -69,7 +69,6 @@ LIGHT_COMMANDS = [
     *([name, "--help"] for name in COMMANDS if name != "train"),
     ["generate", "reconstruct", "--help"],
     ["features", "compare", "--help"],
-    ["pretrained", "add", "--help"],
 ]
 
 

@@ -12,7 +12,7 @@ orchestrates):
 3. reference.py: one model alone with the recipe that reached BLEU 99 before
    (configs/reference_gpu.yaml), at least 600M tokens or the stage's share (the short plan,
    `--plan short`: one launch trained for its call's time); evaluated, exported as a folder
-   ready for `vat pretrained add`. Continued, never restarted: each launch resumes
+   ready for `python scripts/add_pretrained.py`. Continued, never restarted: each launch resumes
    the newest checkpoint (this machine's, or the one the last call returned in parts) or
    continues from the newest weights, and a call that names it in --stages trains a
    finished reference further.

@@ -24,7 +24,7 @@ exported as a folder ready to become a shipped model.
 - Exported (`vat export`, as artefacts.py does) to OUT_DIR/work/export/NAME and packed as
   OUT_DIR/reference.tar; the card gets a section with the suite's measurements (the device
   and torch the stage ran on, recorded by the stage itself); the report prints the line that
-  adds it to the registry, `vat pretrained add FOLDER --name NAME`, or, when vat ships a model
+  adds it to the registry, `python scripts/add_pretrained.py FOLDER --name NAME`, or, when vat ships a model
   of that name, the line that replaces it (`--overwrite`) if newstest2019 BLEU improved on the
   BLEU its card records (or says why it cannot compare).
 
@@ -801,7 +801,7 @@ def _folder_config(folder: Path) -> dict[str, Any]:
 def _add_to_card(folder: Path, state: Report) -> None:
     """The suite's measurements (BLEU, the rate, STS with each pooling, the budget and the
     device) go into the folder's config.json and its card (vat.share.folder
-    .record_measurements), so that `vat pretrained add` and a Hub upload keep them."""
+    .record_measurements), so that `python scripts/add_pretrained.py` and a Hub upload keep them."""
     ref = state.reference
     f = ref.device or state.facts
     e = ref.eval

@@ -269,8 +269,8 @@ def registry_commands(
         return None
     more = " --overwrite" if overwrite else ""
     return (
-        f"vat pretrained add {shlex.quote(str(folder))} --name {name}{more}",
-        f"tar xf {tar_name} && vat pretrained add {name} --name {name}{more}",
+        f"python scripts/add_pretrained.py {shlex.quote(str(folder))} --name {name}{more}",
+        f"tar xf {tar_name} && python scripts/add_pretrained.py {name} --name {name}{more}",
     )
 
 

@@ -132,8 +132,8 @@ def add_model_option(p, *, required: bool = True) -> None:
 
 def add_train_data_dir(p) -> None:
     """`--train-data-dir DIR`, on the commands whose output leaves this machine (`vat export
-    --repo-id`, `vat pretrained add`): its record names each training file by its path inside
-    this folder, else by name. Not `--data-dir`: every command spells SentEval's folder that
+    --repo-id`, scripts/add_pretrained.py): its record names each training file by its path
+    inside this folder, else by name. Not `--data-dir`: every command spells SentEval's folder that
     way (docs/cli.md), and `vat export` takes both."""
     p.add_argument(
         "--train-data-dir",

@@ -269,7 +269,7 @@ def record_measurements(
     """Add measurements made outside `vat export` (e.g. the GPU suite's BLEU) to an exported
     folder: config.json's "measurements" (one entry per `title`, replaced when given again)
     and the card, rendered again from config.json, so that every later copy of the folder
-    (`vat pretrained add`, the Hub) keeps them. Both files are written atomically."""
+    (`python scripts/add_pretrained.py`, the Hub) keeps them. Both files are written atomically."""
     folder = Path(folder)
     config = read_config(folder)
     entry = {"title": str(title), "text": str(text), "rows": [[str(a), str(b)] for a, b in rows]}

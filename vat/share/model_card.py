@@ -327,8 +327,9 @@ def _shipped_lines(shipped: dict[str, Any]) -> list[str]:
     match = shipped.get("fp32_match") or {}
     if dtype:
         text = (
-            f"- weights: stored in {dtype} (safetensors) and computed in float32; a SHA-256 of "
-            "every file (shipped.json) is checked each time the model is loaded"
+            f"- weights: stored in {dtype} (safetensors) and computed in float32; every file's "
+            "size (shipped.json) is checked each time the model is loaded, and its SHA-256 by "
+            "vat's tests"
         )
         lines.append(text)
     if match:

@@ -1,37 +1,24 @@
-"""The models that ship with vat: exported folders inside the package, vat/shipped/NAME/.
-
-Each is an ordinary exported folder (vat.share.folder) with half-precision weights and a
-shipped.json that says what the model is (name, summary, good_for, not_for, rebuild), its
-dtype, how far its weights move encode and generate from float32 (fp32_match), and the
-SHA-256 and size of every other file. Loading checks that each listed file is a regular file
-of the folder (no link, no other file) of its recorded size; tests/test_shipped.py checks the
-SHA-256 sums. `vat pretrained add DIR --name NAME` writes an entry (vat.shipping); no code
-names a model. How a model argument is told apart from a path or a Hub id: vat.share.resolve.
-$VAT_SHIPPED_DIR points the registry at another folder (tests; a site's own models).
-"""
+"""The models that ship with vat: exported folders inside the package, vat/shipped/NAME/,
+each with half-precision weights and a shipped.json: what the model is (name, summary,
+good_for, not_for, rebuild), its dtype, how far its weights move its outputs from float32
+(fp32_match), and every other file's SHA-256 and size. Loading checks that each listed file
+is a regular file of the folder of its recorded size, and that nothing else is there; the
+tests check the sums. A maintainer adds an entry with scripts/add_pretrained.py; no code
+names a model. vat.share.resolve tells a model's name from a path or a Hub id;
+$VAT_SHIPPED_DIR points the registry at another folder (tests; a site's own models)."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import hashlib
 import json
 import os
 import re
-import shutil
 import stat
-import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vat.errors import CheckpointError, OptionError, VatError
-from vat.io import remove_stale_temps, temp_prefix
-from vat.share import CARD_NAME, CONFIG_NAME, SHIPPED_NAME, WEIGHTS_NAME
-
-if TYPE_CHECKING:  # listing reads JSON only; adding a model imports torch where it runs
-    from vat.share.loaded import LoadedVAT
+from vat.share import CONFIG_NAME, SHIPPED_NAME
 
 SHIPPED_DIR_ENV = "VAT_SHIPPED_DIR"
 PACKAGE_SHIPPED_DIR = Path(__file__).resolve().parents[1] / "shipped"
@@ -39,8 +26,7 @@ PREFIX = "vat:"
 # lowercase letters, digits, '.', '_' and '-', and no slash, so that it is never a Hub id
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 DTYPES = ("float16", "bfloat16")
-SHIPPED_FORMAT = 1
-REPAIR = "reinstall vat, or write the entry again: vat pretrained add DIR --name NAME --overwrite"
+REPAIR = "reinstall vat (or write it again: scripts/add_pretrained.py DIR --name NAME --overwrite)"
 RECORD_LIMIT = 1 << 20  # a shipped.json is kilobytes: a larger one is damaged, and not read
 CONFIG_LIMIT = 64 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -69,12 +55,16 @@ class ShippedModel:
     def size_bytes(self) -> int:
         return sum(self.info["bytes"].values())
 
+    @property
+    def config(self) -> Any:
+        """The folder's config.json (for listing; loading goes through vat.load)."""
+        return _read_json(self.folder / CONFIG_NAME, CONFIG_LIMIT)
+
     def facts(self) -> dict[str, str]:
         """What `vat pretrained` lists: shape, rate, training data, recorded scores, size."""
         path = self.folder / CONFIG_NAME
         try:
-            config = _read_json(path, CONFIG_LIMIT)
-            return listing_facts(config, self.size_bytes, self.info["dtype"])
+            return listing_facts(self.config, self.size_bytes, self.info["dtype"])
         except (OSError, ValueError, RecursionError, AttributeError, TypeError) as e:
             why = _reason(e)
             raise CheckpointError(f"shipped model {self.name}: {path}: {why}; {REPAIR}") from None
@@ -140,20 +130,6 @@ def listing_facts(config: dict[str, Any], size_bytes: int, dtype: str) -> dict[s
     }
 
 
-def default_summary(config: dict[str, Any]) -> str:
-    """A one-line summary from the facts alone, for a model added without one."""
-    f = listing_facts(config, 0, "")
-    return f"A VAT ({f['shape']}) trained on {f['trained on']}, rate {f['rate']}."
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _reason(e: BaseException) -> str:
     if isinstance(e, RecursionError):
         return "nested too deeply to be vat's JSON"
@@ -211,8 +187,7 @@ def _read_entry(folder: Path) -> ShippedModel | None:
     if folder.is_symlink():
         raise CheckpointError(
             f"shipped model {folder.name}: {folder} is a symbolic link, which the registry does "
-            f"not follow; put the entry's folder itself there (vat pretrained add DIR --name "
-            f"{folder.name})"
+            "not follow; put the entry's folder itself there"
         )
     path = folder / SHIPPED_NAME
     if not (path.exists() or path.is_symlink()):
@@ -267,16 +242,6 @@ def shipped_model(name: str, registry: Path | None = None) -> ShippedModel | Non
     return _read_entry(entry) if entry.is_dir() or entry.is_symlink() else None
 
 
-def check_name(name: str, option: str = "name") -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise OptionError(
-            option,
-            f"{name!r} is not a shipped-model name (lowercase letters, digits, '.', '_', '-'; "
-            "at most 64 characters; no slash, so that it is never a Hub repo id)",
-        )
-    return name
-
-
 def named_shipped(text: str, option: str = "name") -> ShippedModel:
     """The shipped model `text` (`NAME` or `vat:NAME`) names; one line listing the shipped
     names when there is none."""
@@ -289,201 +254,4 @@ def named_shipped(text: str, option: str = "name") -> ShippedModel:
         raise OptionError(
             option, f"{shown}: vat ships no model named {bare!r:.80} (shipped models: {names})"
         )
-    return entry
-
-
-def check_shipping(
-    loaded: LoadedVAT,
-    name: str,
-    dtype: str,
-    registry: str | os.PathLike | None,
-    info: dict[str, Any] | None = None,
-    train_data_dir: str | os.PathLike | None = None,
-    overwrite: bool | None = None,
-) -> Path:
-    """What `write_shipped` refuses, checked before any work: a training checkpoint (a shipped
-    model is an exported folder), a bad name or dtype, a registry that is no folder, an export
-    file that is no regular file, anything that would name a place on this machine
-    (`check_portable`), and, given `overwrite`, an entry it may not replace. Returns the
-    registry folder."""
-    from vat.share.folder import FEATURES_NAME
-    from vat.share.loaded import check_loaded
-    from vat.share.training_record import check_portable
-
-    check_loaded(loaded, "write_shipped")
-    check_name(name)
-    if dtype not in DTYPES:
-        raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if loaded.source.kind == "checkpoint":
-        raise OptionError(
-            "model",
-            f"{loaded.source.location} is a training checkpoint; a shipped model is an "
-            "exported folder: export it first (vat export MODEL DIR)",
-        )
-    root = shipped_dir() if registry is None else Path(registry)
-    if (root.exists() or root.is_symlink()) and not root.is_dir():
-        raise OptionError("registry", f"{root} exists and is not a folder")
-    _files_to_copy(loaded.source.path)
-    if overwrite is not None:
-        _check_replaceable(root / name, name, overwrite)
-    stats = _shipped_stats(loaded, train_data_dir)
-    check_portable(
-        {
-            CONFIG_NAME: _shipped_config(loaded.source.path / CONFIG_NAME, train_data_dir),
-            SHIPPED_NAME: info or {},
-            FEATURES_NAME: {"fit": stats.fit} if stats is not None else {},
-        },
-        f"cannot add {name} to the shipped models",
-        "rewrite it in the exported folder (or the text given) first",
-    )
-    return root
-
-
-def _shipped_config(path: Path, train_data_dir: str | os.PathLike | None) -> dict[str, Any]:
-    """An exported folder's config.json as it ships: its training record in the portable
-    form (a shipped model goes to every machine: the builder's paths stay behind)."""
-    from vat.share.training_record import portable_training
-
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{path}: unreadable ({e})") from None
-    config["training"] = portable_training(config.get("training") or {}, train_data_dir)
-    return config
-
-
-def _shipped_stats(loaded: LoadedVAT, train_data_dir: str | os.PathLike | None):
-    """The folder's feature statistics with their fit record as it ships, or None."""
-    from vat.share.training_record import portable_fit
-
-    stats = loaded.feature_stats
-    if stats is not None and portable_fit(stats.fit, train_data_dir) != stats.fit:
-        stats = dataclasses.replace(stats, fit=portable_fit(stats.fit, train_data_dir))
-    return stats
-
-
-def _files_to_copy(folder: Path) -> tuple[list[Path], list[str]]:
-    """The files of the exported `folder` an entry copies as they are, and the names of what
-    it leaves out (the user's own files, links, folders). A file under an export file's name
-    that is no regular file is refused: following a link would copy a file from elsewhere."""
-    from vat.share.folder import ALL_FILES, is_export_file
-
-    copied, left_out = [], []
-    for p in sorted(folder.iterdir()):
-        if p.name in (WEIGHTS_NAME, SHIPPED_NAME, CARD_NAME, CONFIG_NAME):
-            continue  # written anew: the weights cast, config.json made portable, the card
-        if is_export_file(p):
-            copied.append(p)
-        elif p.name in ALL_FILES:
-            what = "a symbolic link" if p.is_symlink() else "not a regular file"
-            raise VatError(
-                f"{p} is {what}; vat copies only regular files into the shipped models: "
-                "put the file itself there (or export the model again)"
-            )
-        else:
-            left_out.append(p.name)
-    return copied, left_out
-
-
-def _check_replaceable(out: Path, name: str, overwrite: bool) -> None:
-    """An existing entry is replaced only with `overwrite`, and only when vat wrote all of it
-    (a shipped.json, damaged or not, and only files an export writes or it lists)."""
-    from vat.share.folder import is_export_file
-
-    if not (out.exists() or out.is_symlink()):
-        return
-    if not overwrite:
-        raise VatError(
-            f"{out} exists: vat already ships a model named {name} (overwrite replaces it)"
-        )
-    record = out / SHIPPED_NAME
-    if out.is_symlink() or not out.is_dir() or record.is_symlink() or not record.is_file():
-        raise VatError(f"{out} exists and is not a shipped model; vat replaces only its entries")
-    try:
-        listed = set(_read_json(record, RECORD_LIMIT).get("sha256") or {})
-    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
-        listed = set()  # damaged: the names an export writes still tell vat's files
-    foreign = sorted(
-        p.name
-        for p in out.iterdir()
-        if p.name != SHIPPED_NAME
-        and not is_export_file(p)
-        and not (p.name in listed and p.is_file() and not p.is_symlink())
-    )
-    if foreign:
-        raise VatError(
-            f"{out} holds files vat did not write ({', '.join(foreign[:3])}); overwrite "
-            "replaces only a shipped model's own files: move them out first"
-        )
-
-
-def write_shipped(
-    loaded: LoadedVAT,
-    name: str,
-    info: dict[str, Any],
-    *,
-    dtype: str = "float16",
-    registry: Path | None = None,
-    overwrite: bool = False,
-    train_data_dir: str | os.PathLike | None = None,
-) -> ShippedModel:
-    """Write the exported folder `loaded` was read from into the registry as `name`: its
-    export files as they are (a warning names what is left out), the weights cast to `dtype`,
-    config.json's training record in its portable form, a card (README.md) saying what the
-    model is (`info`: summary, good_for, not_for, rebuild, fp32_match), and shipped.json
-    (`info`, the dtype, each file's SHA-256 and size). Written into a temp folder and renamed
-    into place; an existing entry needs `overwrite` (`_check_replaceable`)."""
-    import torch
-    from safetensors.torch import save_model
-
-    from vat.share.folder import FEATURES_NAME, replace_dir
-    from vat.share.model_card import model_card
-
-    record = {"format": SHIPPED_FORMAT, "name": name, **info, "dtype": dtype}
-    root = check_shipping(loaded, name, dtype, registry, record, train_data_dir, overwrite)
-    half = copy.deepcopy(loaded.model).to("cpu", getattr(torch, dtype))
-    for key, tensor in half.state_dict().items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise VatError(f"{key} does not fit in {dtype} (inf after the cast): use bfloat16")
-    folder = loaded.source.path
-    copied, left_out = _files_to_copy(folder)
-    if left_out:
-        warnings.warn(
-            f"left out of {name}, as no part of an exported folder: {', '.join(left_out)}",
-            stacklevel=2,
-        )
-    root.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(root)  # the temp folders of killed adds
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=temp_prefix(root / name)))
-    try:
-        for p in copied:
-            shutil.copyfile(p, tmp / p.name, follow_symlinks=False)
-        save_model(half, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        config = _shipped_config(folder / CONFIG_NAME, train_data_dir)
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-        record.setdefault("summary", default_summary(config))
-        stats = _shipped_stats(loaded, train_data_dir)
-        if stats is not loaded.feature_stats:
-            stats.save(tmp / FEATURES_NAME)
-        own = stats if loaded.own_features is loaded.feature_stats else loaded.own_features
-        card = model_card(config, loaded.tokenizer.vocab_size, own, record)
-        (tmp / CARD_NAME).write_text(card, encoding="utf-8")
-        files = sorted(tmp.iterdir())
-        record["sha256"] = {p.name: file_sha256(p) for p in files}
-        record["bytes"] = {p.name: p.stat().st_size for p in files}
-        (tmp / SHIPPED_NAME).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)  # package data: readable by all, like the code beside it
-        if overwrite:
-            replace_dir(tmp, root / name)
-        else:  # a rename never replaces a folder that holds files: two adds write it once
-            try:
-                os.rename(tmp, root / name)
-            except OSError:
-                _check_replaceable(root / name, name, overwrite)
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    entry = _read_entry(root / name)
-    assert entry is not None
     return entry

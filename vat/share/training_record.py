@@ -24,7 +24,7 @@ its size and digest (`vat.data.file_digest`), so that a reader can tell which fi
     "train_file_records": [{"path": "corpus/newstest_en.2010.txt.gz", "bytes": 125409,
                             "digest": "0c5e..."}, ...]
 
-`portable_training` is what leaves the machine (`vat pretrained add`, an export for the
+`portable_training` is what leaves the machine (scripts/add_pretrained.py, an export for the
 Hub): the records alone, and `machine_paths` finds any string that still names a place on it.
 """
 
