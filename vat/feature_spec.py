@@ -1,7 +1,7 @@
 """What a sentence vector is made of: a feature spec, and its fitted statistics on disk.
 
-A spec names three choices, written `SOURCE/WEIGHTING/POST` (e.g. `mu/mean/none`, today's
-default and the paper's VAT-mean; `firstlast/sif/pc1`; `mu/mean/whiten64`):
+A spec names three choices, written `SOURCE/WEIGHTING/POST` (e.g. `mu/mean/none`,
+`FeatureSpec()` and the paper's VAT-mean; `firstlast/sif/pc1`; `mu/mean/whiten64`):
 
 - SOURCE: `mu` (the posterior means), `layerK` (the encoder's hidden state after layer K
   before the mu / log-variance heads: layer0 is the embeddings plus positions, the last
@@ -39,11 +39,10 @@ DEFAULT_SIF_A = 1e-3
 STATS_FORMAT = "vat-features"
 STATS_VERSION = "1"
 FOLDER_STATS_NAME = "features.safetensors"  # the statistics of an exported folder's own spec
-# The spec `vat export` gives a folder: the best by the mean of STS12 (5 sets) and STS-B dev
-# on both CPU models of RESULTS.md ("Sentence features", 2026-11-24): the SIF-weighted mean
-# of the encoder's input layer (embeddings + positions), +11.2 (demo) and +5.4 (corpus)
-# over mean-of-mu. It needs only the training token counts; a checkpoint without them is
-# exported with mean-of-mu (vat.api.PretrainedVAT.save_pretrained warns).
+# The spec `vat export` gives a folder, the SIF-weighted mean of the encoder's input layer: the
+# best by the mean of STS12 and STS-B dev on both CPU models of RESULTS.md ("The default for
+# exported models"), and it needs only the training token counts; a checkpoint without them
+# is exported with mean-of-mu (vat.api.PretrainedVAT.save_pretrained warns).
 DEFAULT_EXPORT_SPEC = "layer0/sif/none"
 
 

@@ -85,8 +85,7 @@ def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int
     3. with a CUDA GPU, torch's default: the CPU only feeds the GPU;
     4. on the CPU, one thread. vat's models (d 64-128) multiply matrices too small for thread
        hand-offs to pay on a quiet machine, and on a shared one torch's default (one thread
-       per core) spin-waits in OpenMP barriers whenever another process holds a core: the
-       demo ran 2.9 steps/s with 2 threads against 10.9 with one beside other jobs
+       per core) spin-waits in OpenMP barriers whenever another process holds a core
        (bench/bench_threads.py, BENCHMARKS.md "CPU threads").
     """
     if requested is not None:

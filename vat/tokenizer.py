@@ -161,8 +161,8 @@ class VATTokenizer:
 
     def clip(self, text: str, max_tokens: int) -> str:
         """`text` cut to max_chars(max_tokens) characters before it is tokenised: the model
-        reads only its first max_tokens tokens, and tokenising a whole 10 MB line first
-        took 2 GB."""
+        reads only its first max_tokens tokens, and tokenising a whole line costs memory in
+        proportion to its length, however long."""
         limit = self.max_chars(max_tokens)
         return text if len(text) <= limit else text[:limit]
 

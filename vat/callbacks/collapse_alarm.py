@@ -1,16 +1,14 @@
 """A posterior-collapse alarm: one `vat:` warning line, a TensorBoard scalar and a text entry
 when the run's latents stop carrying information.
 
-The H200 reference run of 2026-11-27 held its rate near 28 nats per token until the rate
-controller squeezed it to 0.06 for the first 1,000 steps, and nothing said so. The alarm
-fires on any of:
+A squeezed posterior can last many steps with no curve at hand saying so (RESULTS.md, "The
+rate controller's start"). The alarm fires on any of:
 
 - **a rate far below its target**: the KL under 10% of the target, `model.loss.target_kl`,
   or free bits x latent dimensions when `model.loss.free_bits` > 0 (the floor the objective
   keeps every dimension at; Kingma et al. 2016). Why 10%: a held rate lives within tens of
-  percent of its target (RESULTS.md, "The rate held by the controller": train KL at 94-107%
-  of targets 2-40, validation KL within 30% of it), while a squeeze is orders of magnitude
-  (0.06 of 28 is 0.2%); a tenth is far outside the first and well before the second.
+  percent of its target (RESULTS.md, "The rate held by the controller"), while a squeeze is
+  orders of magnitude below it; a tenth is far outside the first and well before the second.
 - **a KL near 0 in a run without a target**: under 0.05 nats per token (summed over the
   latent dimensions: 0.05 nats is under 0.1 bit for the whole token), the classic collapse
   of a KL schedule (Bowman et al. 2016; configs' kl_schedule notes);
@@ -20,11 +18,10 @@ fires on any of:
 
 Both KL readings count: validation's `val/kl` (noise-free: a fixed noise stream over the
 whole validation set) at each validation's end, and the logged `train/kl` at each logging
-step (between validations, which may be 1,000 steps apart: the reference's squeeze lasted
-1,000 steps). Each signal is judged on its own (the train KL, with dropout on, reads
-several times the val KL near a collapse). The first `warmup_steps` (50) steps are not
-judged: they judge the initialisation, not the run (tests' tiny run fell from 237 to 4.6
-nats/token in its first 24 steps).
+step (between validations, which may be further apart than a squeeze lasts). Each signal is
+judged on its own (the train KL, with dropout on, reads several times the val KL near a
+collapse). The first `warmup_steps` (50) steps are not judged: their KL falls steeply from
+the initialisation's, which says nothing about the run.
 
 Cost: no host synchronisation per training step. Values are read from
 `trainer.callback_metrics` only at logging steps (where the system already waits for the
@@ -272,8 +269,7 @@ class CollapseAlarm(Callback):
         """One reading of `signal` (train KL, or val KL with the active units' `drop` when they
         dropped): the alarm starts, holds or clears, and alarm/collapse says which. Each signal
         keeps its own state: the train KL, measured with dropout on, reads several times the
-        val KL near a collapse (0.37 against 0.047 nats/token in tests' tiny run), so one
-        must not clear what the other raised."""
+        val KL near a collapse, so one must not clear what the other raised."""
         reading = "" if kl is None else f"{signal} {kl:.4g} nats/token"
         reasons = []
         if kl is not None:

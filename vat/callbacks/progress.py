@@ -92,8 +92,8 @@ class StepProgressBar(TQDMProgressBar):
         bar = self.train_progress_bar
         if self._budget(trainer) is not None and not bar.disable and trainer.global_step:
             # A resumed run: the steps before this process are tqdm's `initial`, so steps/s
-            # and the time left count only the steps run here (with n = global_step alone a
-            # resume at step 620 showed 37 steps/s and a 30-s ETA at a real 10 steps/s).
+            # and the time left count only the steps run here (n = global_step alone would
+            # count the resumed steps as run in this process's time).
             bar.initial = bar.n = bar.last_print_n = trainer.global_step
             bar.start_t = bar.last_print_t = bar._time()
             bar.refresh()

@@ -16,7 +16,7 @@ of mu by default. It is the number `vat evaluate --tasks STSBenchmark` reports a
 the harness's own. `val/stsb_seconds` is the time it took.
 
 Cost: the ~2,900 distinct dev sentences are encoded once per validation (encoder only, no
-decoder), in length-sorted batches, under no_grad; measured on 2 CPU cores in docs/evaluate.md.
+decoder), in length-sorted batches, under no_grad (timings: docs/evaluate.md).
 
 It runs on every rank (each holds the whole model) and is averaged over ranks, so a
 ModelCheckpoint that monitors it takes the same decision on all ranks under DDP.

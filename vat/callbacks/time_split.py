@@ -1,8 +1,8 @@
 """Where a fit's wall time goes: set-up, compile, training steps, validation, checkpoint
 saving and the rest, so that a launch shows what its GPU time went to.
 
-Users train in GPU allocations with a time limit; a 600-s call spent 106 s before its first
-useful step and nothing said so. `vat train` now says, through Lightning's logger like its
+Users train in GPU allocations with a time limit, where the time before the first useful step
+is spent and nothing else would say so. `vat train` says, through Lightning's logger like its
 other `vat:` lines:
 
     vat: first optimizer step (step 1) 12.4 s after the process started: set-up 11.2 s, ...
@@ -72,7 +72,7 @@ def process_seconds(stat: str = "/proc/self/stat") -> float | None:
 
     Linux records a process's start in /proc/self/stat (field 22, clock ticks since boot);
     CLOCK_BOOTTIME is the same clock read now, so the difference counts the interpreter's
-    start and every import before vat's first line ran (`import vat` takes about 8 s). Not
+    start and every import before vat's first line ran (`import vat` alone takes seconds). Not
     psutil's create_time(): it is not a vat dependency, and it is the wall clock rebuilt from
     the boot time in whole seconds (up to 1 s off, and shifted by NTP since boot). Not a time
     taken in vat/__main__.py: the `vat` script never runs it, and `python -m vat` runs it

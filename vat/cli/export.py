@@ -5,21 +5,13 @@
     vat export my-vat --push-to-hub user/my-vat          # push a folder already exported
     vat export runs/demo my-vat --evaluate STS12,STSBenchmark --license mit
 
-MODEL is anything `--model` takes (a .ckpt, a run folder, an exported folder, a Hub id;
-`--model MODEL` / `--ckpt MODEL` work too). The folder (config.json, model.safetensors,
-tokenizer.json, a README.md model card and the sentence-transformers files) loads with
-`vat.load(DIR)`, every `--model`, and sentence-transformers
-(`to_sentence_transformer(vat.load(DIR))`, which runs no code from the folder); see
-`vat.share.folder` and docs/sharing.md. The model is read once (`vat.load`), and the
-command is `vat.load(MODEL).save_pretrained(DIR, ...)` (fit the folder's feature spec,
-evaluate it, write the folder and its card), then an upload. With --evaluate it says on
-stderr what it is doing (fitting the features, evaluating each task) and prints the scores
-it recorded as a table on stdout:
-
-    | task | split | metric | value |
-    |---|---|---|---:|
-    | STS12 | test | spearman | 50.99 |
-    | STSBenchmark | test | spearman | 49.40 |
+MODEL is anything `--model` takes (`--model MODEL` / `--ckpt MODEL` work too). The folder
+(`vat.share.folder`, docs/sharing.md) loads with `vat.load(DIR)`, every `--model`, and
+sentence-transformers (`to_sentence_transformer(vat.load(DIR))`, which runs no code from the
+folder). The model is read once: the command is `vat.load(MODEL).save_pretrained(DIR, ...)`
+(fit the folder's feature spec, evaluate it, write the folder and its card), then an upload.
+With --evaluate it says on stderr what it is doing and prints the scores it recorded on
+stdout (`scores_table`).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def _run_sample(
             continue
         record: dict = {"input": src, "tau": args.tau, "samples": samples}
         if positions is not None:
-            # as encoded (no 2nd warning)
+            # the positions' tokens as the model encoded them (cut as it cut them)
             ids = gen.tokenizer.encode(src)[: gen.max_len - 1] + [EOS_ID]
             record["positions"] = list(positions)
             record["tokens"] = [
@@ -122,10 +122,9 @@ def _note_if_deterministic(
     results: Sequence[Sequence[str]],
     labels: Sequence[str],
 ) -> None:
-    """One stderr note when the samples repeat the mu-decoding (vat.generate.variation;
-    before, the demo's five samples were its input five times, with nothing said). Not for
-    token sampling (its variation is not the latent's), tau 0 (z = mu) or latents from the
-    prior."""
+    """One stderr note when the samples repeat the mu-decoding (vat.generate.variation): n
+    copies of the input would otherwise pass for n samples. Not for token sampling (its
+    variation is not the latent's), tau 0 (z = mu) or latents from the prior."""
     if args.quiet or opts.strategy == "sample" or args.tau == 0:
         return
     if getattr(args, "source", "posterior") != "posterior":

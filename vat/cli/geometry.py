@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 class _PlotFile(argparse.Action):
     """`--plot` names one PNG file in every vat command; geometry draws three figures. So
     `--plot X.png` is a one-line error naming --plot-dir (never a folder named X.png), and
-    `--plot DIR`, the spelling docs gave before, is an older spelling of --plot-dir."""
+    `--plot DIR` still works, as an older spelling of --plot-dir."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if Path(values).suffix.lower() == ".png":

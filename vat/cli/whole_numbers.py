@@ -2,17 +2,12 @@
 
 Lightning declares `limit_val_batches: Optional[Union[int, float]]` (also limit_train/test/
 predict_batches and gradient_clip_val): an int counts batches, a float is a fraction of the
-epoch, so `8` and `8.0` mean different things. jsonargparse tries a union's types in the order
-of the annotation's `__args__`, and that order is not always the one written: typing caches
-unions, and `Union[int, float] == Union[float, int]`, so `Optional[Union[int, float]]`
-returns whichever of the two was built first while the cache still held it. On a plain
-install `lightning_fabric` builds `Optional[Union[float, int]]` first (Fabric.clip_gradients),
-the Trainer's annotation comes back float-first, `8` is read as `8.0` and refused; with more
-packages installed the cache (an LRU of 128 entries) happened to evict that entry in between,
-so the same command worked. The fix cannot depend on import order, so the parser's types are
-put right after it is built: in every union that holds both int and float, int is tried
-first. A whole number then stays an int (`8`, `1`: batches) and a number with a point stays a
-float (`0.5`, `1.0`: a fraction), which is what Lightning documents for each form.
+epoch. jsonargparse tries a union's types in the order of its `__args__`, but typing caches
+unions and `Union[int, float] == Union[float, int]`, so that order is whichever spelling was
+built first, which depends on what was imported and evicted (lightning_fabric builds it
+float-first, and then `8` is read as `8.0` and refused). So once the parser is built, every
+union holding both tries int first: `8` stays batches and `0.5` or `1.0` a fraction, as
+Lightning documents.
 """
 
 from __future__ import annotations

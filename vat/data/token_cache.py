@@ -152,8 +152,8 @@ def _check_layout(info: dict) -> None:
 def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
     """done.json of a complete, intact cache folder; `CacheDamaged` saying what is wrong.
 
-    Cost: one sequential read of the files (CRC-32 runs at about 1 GB/s) and vectorised
-    checks of the offsets, so flipped bytes anywhere are caught before training starts.
+    Cost: one sequential read of the files and vectorised checks of the offsets, so flipped
+    bytes anywhere are caught before training starts.
     """
     done = folder / "done.json"
     if not done.is_file():

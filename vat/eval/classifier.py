@@ -57,7 +57,7 @@ def make_config(
 @contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """Run tiny-op loops on `n` intra-op threads: with small matmuls, thread hand-offs cost
-    more than they save (10-50x slower steps on a busy 2-core machine)."""
+    more than they save (BENCHMARKS.md, "Where the speed comes from")."""
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

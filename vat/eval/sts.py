@@ -22,8 +22,8 @@ from scipy.stats import pearsonr, spearmanr
 TIE_TOL = 1e-12
 """Cosines closer than this (times max(1, |score|)) are ties for Spearman ranking. Float64
 rounding of a d-term dot product in any summation order stays below ~3 d eps64 (7e-14 for
-d = 256; 1e-12 covers d up to ~3,000), while distinct cosines of float32 features are far
-apart (the closest distinct pair in SentEval's STS12 with the oracle's features: 1.1e-7)."""
+d = 256; 1e-12 covers d up to ~3,000), while distinct cosines of float32 features lie
+orders of magnitude further apart."""
 
 
 def cosine_scores(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -33,7 +33,7 @@ def cosine_scores(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     with a BLAS dot in the features' dtype. That is machine-dependent: pairs of
     identical sentences score cos = 1 +- 1 float32 ulp, the OpenBLAS kernel's summation
     order (SkylakeX, Haswell, Sandybridge) breaks those ties, and Spearman ranks them, which
-    moves STS12 SMTeuroparl by up to 8e-4. Here products are taken in float64 (exact for
+    moves STS12's scores (docs/evaluate.md). Here products are taken in float64 (exact for
     float32 features) and summed by NumPy's own fixed-order pairwise summation, never BLAS;
     `correlations` then treats cosines within TIE_TOL as ties. A zero vector scores 0."""
     u = np.nan_to_num(np.asarray(u, dtype=np.float64))
@@ -127,10 +127,10 @@ class RelatednessRegressor:
     batch 64, 50 passes per dev check, early stopping after 4 checks without a better dev
     Pearson, at most 1000 passes.
 
-    It runs in float32 NumPy on the CPU whatever the device: one tiny model takes ~4,500
-    sequential steps per check, so per-operation overhead is everything, and NumPy's is a
-    third of PyTorch's (a GPU's kernel launches would be slower still). The gradient of
-    softmax + MSE is written out in closed form.
+    It runs in float32 NumPy on the CPU whatever the device: one tiny model takes thousands
+    of sequential steps per check, so per-operation overhead is everything, and NumPy's is
+    smaller than PyTorch's or a GPU's kernel launches (BENCHMARKS.md, "Where the speed comes
+    from"). The gradient of softmax + MSE is written out in closed form.
     """
 
     def __init__(

@@ -4,7 +4,8 @@
 - `wording.py`    which words of a decoding changed against a reference
 - `neighbours.py` a cosine index over a corpus's sentence features
 - `page.py`       the gradio page over an Explorer (optional extra: `[explore]`)
-- `space.py`      the files that make an exported folder a Hugging Face Space with this page
+(`vat.share.space` writes the files that make an exported folder a Hugging Face Space with
+this page.)
 """
 
 from vat.explore.explorer import Explorer

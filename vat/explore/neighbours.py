@@ -1,8 +1,8 @@
 """Nearest sentences by cosine of sentence features: `vat explore`'s neighbours view.
 
-A brute-force index: one (N, d) matrix of unit vectors and a matrix-vector product per query.
-For the tens of thousands of lines a page encodes at start-up this is exact and takes
-milliseconds; an approximate index (faiss, annoy) would add a dependency for nothing.
+A brute-force index: one (N, d) matrix of unit vectors and a matrix-vector product per query,
+exact and fast enough for the corpus a page encodes at start-up; an approximate index (faiss,
+annoy) would add a dependency for nothing.
 """
 
 from __future__ import annotations

@@ -28,11 +28,9 @@ from vat.errors import OptionError
 
 NEARLY_DETERMINISTIC = 0.95
 """Fraction of variational samples equal to the mu-decoding from which the posterior is
-called nearly deterministic: at most one sample in twenty differs. Measured on the d = 64
-WordNet demos (4 samples of each of 200 validation sentences, tau 1): the first shipped demo
-(158 nats per token) 0.99, where 168 of the 200 sentences got one text five times;
-the demo held at 25 nats per token 0.86-0.89 (half of the sentences get different samples);
-at 20 nats per token 0.74."""
+called nearly deterministic: at most one sample in twenty differs, a line that separates a
+demo trained at a high rate from demos held at a few tens of nats per token (BENCHMARKS.md,
+"Figures moved out of the code's comments")."""
 
 MIN_SAMPLES = 4
 """Fewer samples say too little: one or two identical draws happen at any rate."""

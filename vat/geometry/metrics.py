@@ -8,8 +8,8 @@ u_1..u_n is
     (1 / (n (n - 1))) sum_{i != j} u_i . u_j = (||sum_i u_i||^2 - n) / (n (n - 1)),
 
 which costs O(n d) instead of O(n^2 d). Everything is computed in float64 with torch, on the
-device of the input (a CUDA tensor stays on the GPU, so the training callback costs
-milliseconds there); results come back as Python floats, dicts, or numpy arrays.
+device of the input (a CUDA tensor stays on the GPU, so the training callback copies nothing
+to the CPU); results come back as Python floats, dicts, or numpy arrays.
 
 Ethayarajh (2019), "How Contextual are Contextualized Word Representations?", EMNLP:
 anisotropy (the random-word baseline), self-similarity, intra-sentence similarity, and the

@@ -85,11 +85,10 @@ def load_probe_sentences(
     """The probe set the geometry is measured on: a text file, or STS12 from a SentEval folder.
 
     The paper ("Latent-space measurements") measures on STS12's sentences, as
-    Ethayarajh (2019) does on STS 2012-2016. STS12 has 6,216 sentences of which 4,946 are
-    distinct; with `deduplicate` (default) a repeated sentence is kept once, because a
-    deterministic encoder maps the copies to identical vectors, and their pairs would inflate
-    self-similarity with "different contexts" that are the same context. Order is kept
-    (first occurrence), so `max_sentences` takes a fixed prefix.
+    Ethayarajh (2019) does on STS 2012-2016. STS12 repeats sentences; with `deduplicate`
+    (default) each is kept once, because a deterministic encoder maps the copies to identical
+    vectors, and their pairs would inflate self-similarity with "different contexts" that are
+    the same context. Order is kept (first occurrence), so `max_sentences` takes a fixed prefix.
     """
     if (probe_file is None) == (senteval_dir is None):
         raise ValueError("give exactly one of a probe file or a SentEval folder")

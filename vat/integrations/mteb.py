@@ -12,7 +12,7 @@ cosine, the score vat's own STS harness uses).
 data is downloaded from the Hugging Face Hub, or read from a local HF datasets cache) and
 prints each task's main score (cosine Spearman). `evaluate` asks the Hub once first: when
 it cannot be reached, the tasks run offline (cached data only), and a task whose data is not
-cached fails at once instead of after datasets' ~20 s of retried requests.
+cached fails at once instead of after datasets' retried requests.
 `register_model(vat.load(DIR))` puts a vat folder in mteb's model registry, so that
 `mteb.get_model(DIR)` / `mteb.get_model_meta(DIR)` work.
 """
@@ -49,7 +49,7 @@ from vat.share.folder import CONFIG_NAME
 
 class VATMTEBEncoder(AbsEncoder):
     """The sentence features of a VAT as an MTEB encoder: `vat.load(...).encode`'s, the
-    model's own by the one rule of every loader (vat.features.choice.default_features), or
+    model's own by the one rule of every loader (vat.features.choice.features_for), or
     the `features` or `pooling` named. `.features` names the spec it gives, `.why` how it
     was chosen (the command prints both)."""
 
@@ -283,7 +283,7 @@ def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike)
     its ModelResult; `tasks` are mteb tasks, or what `select_tasks` takes. The Hub is
     asked once first (`hub_unreachable`): when it cannot be reached the tasks run offline
     (`_hub_offline`), so cached task data still works and a task whose data is not cached
-    is one VatError at once, not ~20 s of retries first."""
+    is one VatError at once, not after datasets' retries."""
     import datasets.config
     import mteb
     from mteb.cache import ResultCache

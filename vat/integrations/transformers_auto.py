@@ -13,7 +13,7 @@ heavy and optional). The folder is read once through vat.share.resolve (safetens
 embedding, the checks every --model gets); the folder's tokenizer is `model.tokenizer` (a
 VATTokenizer: vat's special-token layout, which AutoTokenizer does not know), and
 `model.encode` gives the vectors `vat.load(...).encode` gives (the folder's card names its
-spec; the one rule is vat.features.choice.default_features).
+spec; the one rule is vat.features.choice.features_for).
 """
 
 from __future__ import annotations

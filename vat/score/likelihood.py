@@ -12,7 +12,7 @@ sum over the T target tokens w_1..w_n </s> of log p(w_t | w_<t, Z):
 and ELBO <= E[L_K] <= E[L_{K+1}] <= log p(x), with L_K -> log p(x) as K grows (Burda et al.,
 Theorem 1). -L_K is the "NLL" of text-VAE tables (He et al. 2019; Li et al. 2020). Its cost
 is K decoder passes per sentence; the K draws go through the decoder in passes of at most
-`ROWS_PER_PASS` decoded tokens, so K = 1000 fits on a CPU for 64-subword lines.
+`ROWS_PER_PASS` decoded tokens, so memory does not grow with K.
 """
 
 from __future__ import annotations

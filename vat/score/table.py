@@ -345,8 +345,8 @@ PPL_NOTE = (
     "note: PPL bounds the likelihood of a model with a latent per token and includes what those "
     "latents cost (the rate, KL above): it is not comparable to a language model's perplexity"
 )
-"""Said under every table: the demo's PPL of about 1e9 reads as broken to anyone who knows
-language-model perplexities."""
+"""Said under every table: a model's PPL with a latent per token reads as broken to anyone who
+knows language-model perplexities."""
 
 
 def format_table(t: ScoreTable) -> str:

@@ -9,7 +9,7 @@
 - `folder.py`           the exported folder format: writing it atomically, reading it
 - `hub.py`              the Hugging Face Hub: download by repo id, upload a folder
 - `pretrained.py`       the models that ship with vat (vat/shipped/NAME/): names, listing,
-                        SHA-256 checks, writing an entry with half-precision weights
+                        size checks, writing an entry with half-precision weights
 - `export.py`           a loaded model into an exported folder, with its card settings
 - `model_card.py`       the folder's README.md
 - `training_record.py`  what a checkpoint records of its own training (the card's facts),

@@ -217,10 +217,9 @@ def check_weight_shapes(
             f"{path}: its config's max_len {config.max_len} needs a position table of "
             f"{table / 1e9:.1f} GB, more than this machine's memory"
         )
-    # Building the table takes about twice its size at once, so a max_len of 8,000,000 in a
-    # 1 MB model's config made every command that reads it take 4 GB. A real model's
-    # positions cost a fraction of its weights; a table beyond both the weights' size and
-    # POSITION_TABLE_BYTES is a tampered or mistyped max_len, refused before it is built.
+    # Building the table takes about twice its size at once, and a real model's positions cost
+    # a fraction of its weights: a table beyond both the weights' size and POSITION_TABLE_BYTES
+    # is a tampered or mistyped max_len, refused before it is built.
     weights = 4.0 * sum(math.prod(shape) for shape in shapes.values())
     allowed = max(weights, POSITION_TABLE_BYTES)
     if table > allowed:
@@ -285,7 +284,7 @@ def _fit_sample(path: str | os.PathLike, sample: object, vocab_size: int) -> lis
             f"checkpoint {path}: 'vat.fit_sample' is damaged (expected 'ids' and 'lengths', "
             f"1-D integer tensors whose lengths add up to the ids, each id below {vocab_size})"
         )
-    # one tolist and list slices: 5x faster than a tensor split, on every checkpoint load
+    # one tolist and list slices, not a tensor split: this runs on every checkpoint load
     flat, ends = ids.tolist(), lengths.cumsum(0).tolist()
     return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 

@@ -339,15 +339,12 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
 
 
 def _folder_spec(folder: Path) -> FeatureSpec | None:
-    """The feature spec sentence_vat_config.json names (None: a folder from before specs,
-    whose vectors follow the one rule, vat.features.choice.default_features). Files written
-    before it said one thing also hold a `pooling`: "mean" beside a spec or alone was the
-    default and says nothing; another pooling without a spec (a sentence-transformers
-    module saved with it) is the spec mu/POOLING/none. A file that cannot say (not a regular
-    file, not a JSON object, nested too deeply, a `features` that is no spec) is a
-    CheckpointError naming it, never read as "no spec": that would silently give other
-    vectors and ignore the folder's features.safetensors. So is a folder whose statistics
-    no spec names."""
+    """The feature spec sentence_vat_config.json names; None for a folder from before specs,
+    whose vectors follow vat.features.choice.features_for. An older file's `pooling` is
+    read too: "mean" says nothing, another pooling without a spec is mu/POOLING/none. A file
+    that cannot say (not a regular file or JSON object, nested too deeply, a `features` that
+    is no spec), or statistics no spec names, is a CheckpointError naming it: read as "no
+    spec" it would silently give other vectors and ignore features.safetensors."""
     path = folder / ST_MODULE_CONFIG_NAME
     stats = folder / FEATURES_NAME
     has_stats = stats.exists() or stats.is_symlink()

@@ -357,7 +357,7 @@ _WEIGHTINGS = {
     "precision": "averaged over the subwords with weights exp(-logvar) (precision weighting)",
 }
 # Why vat exports folders with DEFAULT_EXPORT_SPEC, said on the card itself: its readers have
-# the folder, not vat's repository (the measurements are vat's RESULTS.md, 2026-11-24).
+# the folder, not vat's repository (RESULTS.md, "The default for exported models").
 DEFAULT_SPEC_REASON = (
     "vat gives exported folders this spec by default: among the specs `vat features compare` "
     "scores, it had the best mean of STS12 and STS-B dev on both models vat compared them on "

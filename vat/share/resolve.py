@@ -24,7 +24,7 @@ Hub id that cannot be downloaded says first that no such folder exists here. A f
 text (a config.json, results.json, a .yaml or .txt) is named for what it is, not read as a
 corrupt checkpoint.
 
-`resolve_model` says which (downloading a Hub repo, checking a shipped model's SHA-256 sums);
+`resolve_model` says which (downloading a Hub repo, checking a shipped model's file sizes);
 `load_model` reads it, once, into a `vat.share.loaded.LoadedVAT` that travels on. Errors
 name the Python argument (`model`); the command line shows its flag (`--model`,
 vat.errors.run_cli).
@@ -94,7 +94,7 @@ def resolve_model(
     is_path = not isinstance(model, str) and (p.exists() or p.is_symlink())
     shipped = None if is_path else _shipped(text, p, name)
     if shipped is not None:
-        shipped.verify()  # SHA-256 of every file, before anything is read
+        shipped.verify()  # every file's recorded size, before anything is read
         return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
     if p.is_file():
         _check_not_text(p, name)

@@ -196,8 +196,7 @@ def training_facts(ckpt: dict, ckpt_path: str | os.PathLike) -> dict[str, Any]:
     typed = (ckpt.get("datamodule_hyper_parameters") or {}).get("train_files")
     data = facts.get("data") if isinstance(facts.get("data"), dict) else {}
     if not _all_absolute(data.get("train_files")) and isinstance(typed, list | tuple) and typed:
-        # an older record holds bare names: the files as `vat train` was given
-        # them say more on the card
+        # an older record holds bare names: the files as `vat train` was given them say more
         facts["data"] = {**data, "train_files": [str(f) for f in typed]}
     return facts
 

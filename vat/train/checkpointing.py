@@ -66,23 +66,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 class FinalLastCheckpoint(ModelCheckpoint):
     """ModelCheckpoint whose last.ckpt always holds the final training step.
 
-    Lightning 2.6 writes last.ckpt at the end of fit only when no last.ckpt was written during
-    the run, so a run that stops (max_steps, max_time) between two `every_n_train_steps` saves
-    kept a stale last.ckpt: sweep runs that trained 5,000 steps had last.ckpt from step 4,000.
-    Resume, evaluation and the sweep all read last.ckpt, so it must be the final state.
+    Lightning 2.6 writes last.ckpt at the end of fit only when none was written during the
+    run, so a run that stops (max_steps, max_time) between two `every_n_train_steps` saves
+    would keep a stale one, and resume, evaluation and the sweep all read last.ckpt.
 
     A stop requested mid-epoch (`trainer.should_stop`: max_time's Timer, EarlyStopping, a
-    callback) is saved when it is requested, with the loops mid-epoch. At the end of fit
-    Lightning has already counted the interrupted epoch as completed, so a last.ckpt written
-    then resumed at the next epoch and skipped the rest of this one's data (measured: the
-    resumed weights differed from an uninterrupted run's; tests/test_resume.py).
+    callback) is saved when it is requested, with the loops mid-epoch: by the end of fit
+    Lightning has counted the interrupted epoch as completed, so a last.ckpt written then
+    would resume at the next epoch and skip the rest of this one's data (tests/test_resume.py).
     """
 
     def name_folder_as_given(self, dirpath: str | os.PathLike) -> None:
-        """Keep the checkpoint folder as the user named it. Lightning resolves symbolic links
-        in it, so with RUN/checkpoints a link to another disk, last.ckpt's path (and the
-        hints built from it) named the link's target instead of the run folder. The files
-        land in the same place either way."""
+        """Keep the checkpoint folder as the user named it: Lightning resolves symbolic links
+        in it, so a RUN/checkpoints linked to another disk would make last.ckpt's path (and
+        the hints built from it) name the link's target, not the run folder."""
         self.dirpath = os.path.normpath(os.path.expanduser(str(dirpath)))
 
     def state_dict(self) -> dict:

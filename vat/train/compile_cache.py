@@ -269,8 +269,8 @@ def write_cache(folder: Path, blob: bytes, record: dict[str, Any]) -> None:
 # CRC32, the version (uint64 1), then per kind of artifact its name, its count and each
 # artifact's key and content; a name or key is base64 text, every field a big-endian uint64
 # length and its bytes. Read and written here, not with torch's reader, which trusts the
-# counts: a 40-byte blob claiming 2**63 artifacts made it loop, allocating, until memory ran
-# out. The record pins the torch version that wrote the blob.
+# counts: a small blob claiming a huge count would make it allocate until memory runs out.
+# The record pins the torch version that wrote the blob.
 _KEY_RE = re.compile(r"[A-Za-z0-9_+=:-][A-Za-z0-9_.+=:-]*")
 """An artifact's key, which torch joins onto its cache folder: a plain file name."""
 

@@ -46,9 +46,8 @@ class LossConfig:
     (error about 0.1) multiplies the weight by exp(0.001) per step, x2.7 in 1,000 steps."""
     kl_control_error: Literal["log_ratio", "relative"] = "log_ratio"
     """The controller's error: log(KL / target), or the earlier (KL - target) / target. The
-    two agree near the target; far above it (an untrained encoder's KL is 10-45 times the
-    target) the relative error drove the weight to its clamp in ~20 steps and the posterior
-    collapsed for ~1,000 (vat/train/rate.py says why)."""
+    two agree near the target; far above it (an untrained encoder's KL) the relative error
+    drives the weight to its clamp at once and squeezes the posterior (vat/train/rate.py)."""
     kl_control_max_error: float | None = 1.0
     """Clip the error to +-this per step, so the weight changes by at most exp(ki * this) per
     step. null: no clip (with `relative`, the earlier controller)."""

@@ -4,9 +4,8 @@
 (V x d) never exist for the whole batch. Per chunk of rows, the forward computes the logits,
 the loss and at once both gradients (softmax - onehot, as Liger Kernel's fused linear
 cross-entropy; Hsu et al. 2024), so memory holds one chunk of logits instead of all of them
-(8.6 GB in fp32 at 65,536 tokens and V = 32,768) and the FLOPs are those of the full path.
-Hand-rolled because torch has no fused linear cross-entropy; measured faster and leaner on
-CPU at both vocabularies (BENCHMARKS.md, "Cross-entropy").
+and the FLOPs are those of the full path. Hand-rolled because torch has no fused linear
+cross-entropy (time and memory: BENCHMARKS.md, "Cross-entropy").
 
 The loss is a weighted sum over rows, sum_i w_i CE_i, so the gradients are known in the
 forward up to the upstream scalar; with w = mask / ntokens it is the masked mean NLL of

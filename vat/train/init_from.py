@@ -101,8 +101,8 @@ def from_loaded(loaded: LoadedVAT, given: str) -> Source:
 
 def _count(loaded: LoadedVAT, given: str, key: str) -> int:
     """The model's recorded training.KEY as a count (absent or null: 0). Anything but a whole
-    number >= 0 is refused here, where it is read, naming the file and the key: int() of
-    "x", [1] or infinity stopped with a traceback, and -5 was said as "-5 tokens"."""
+    number >= 0 is refused here, where it is read, naming the file and the key, so that no
+    malformed record reaches int() (a traceback) or the start's line (a negative count)."""
     value = (loaded.training or {}).get(key)
     if value is None:
         return 0

@@ -140,8 +140,8 @@ class StopOnSignal(Callback):
         """The stop's own save: everything as it is now (weights, optimizer, RNG, the rate
         controller, the callbacks after this step's validation), and the loops as they stood
         at the step's end. Lightning 2.6 resumes wrongly from the loops as they stand at the
-        stop itself: after the last batch of an epoch it skipped the whole next epoch, and
-        after a validation it logged every later point one step late (tests/test_resume.py)."""
+        stop itself: after the last batch of an epoch it skips the whole next epoch, and after
+        a validation it logs every later point one step late (tests/test_resume.py)."""
         if self._saving and self._loops is not None:
             checkpoint["loops"]["fit_loop"], checkpoint["epoch"] = copy.deepcopy(self._loops)
 

@@ -38,8 +38,8 @@ def reconstruction_nll(
     logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
     """Per-token cross-entropy (B, T) of logits (B, T, V) against targets (B, T); 0 at pads."""
-    # Rows of V contiguous logits: the (B, V, T) layout of a transpose made log-softmax run
-    # over a strided axis, 2.3x slower on CPU (BENCHMARKS.md, "Cross-entropy").
+    # Rows of V contiguous logits: a (B, V, T) transpose would make log-softmax run over a
+    # strided axis, much slower on CPU (BENCHMARKS.md, "Cross-entropy").
     V = logits.shape[-1]
     nll = F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1), reduction="none")
     return nll.view_as(targets) * mask  # (B, T)

@@ -78,7 +78,7 @@ def pad_to_multiple(
 class CompiledObjective:
     """torch.compile of `objective_terms` for training steps, and what it compiled.
 
-    Shapes (measured, tests/test_training_step.py): lengths are padded to multiples of 8, and
+    Shapes (tests/test_training_step.py): lengths are padded to multiples of 8, and
     the batch and length dimensions are marked dynamic from the first call (the length only
     when the model takes more than one padded length), so batches of other sizes and lengths
     reuse the graph; a batch of one sentence gets a graph of its own (dynamo specialises

@@ -15,14 +15,11 @@ integral never winds up beyond what the output can express.
 
 Why the error is a clipped log-ratio (`kl_control_error: log_ratio`, `kl_control_max_error:
 1`): near the target log(KL / target) is the relative error (KL - target) / target, so the
-gains mean what they meant; far from it the two differ. An untrained encoder's KL is 10 to 45
-times the target (about 900 nats per token for the paper's shape against a target of 20). The
-relative error fed that start +44 per step, so with ki 0.01 the weight ran from 0.001 to its
-clamp 10 in about 21 steps, while the same error is bounded by -1 below the target: coming
-back down from the clamp took about 800 steps, during which the posterior was squeezed to
-0.06 nats per token (the H200 reference run of 2026-11-27; RESULTS.md, "The rate
-controller's start"). Clipped at +-1, the weight moves at most by exp(ki) per step either way
-(x2.7 per 100 steps at ki 0.01), so the start moves it only as fast as a KL e times the target
+gains mean what they meant; far above it (an untrained encoder's KL is tens of times the
+target) the relative error drives the weight to its clamp within steps, while below the
+target it is bounded by -1, so the way back is slow and squeezes the posterior meanwhile
+(RESULTS.md, "The rate controller's start"). Clipped at +-1, the weight moves at most by
+exp(ki) per step either way, so the start moves it only as fast as a KL e times the target
 would, and a collapse below target/e is undone as fast as it was made. `relative` with no clip
 (`kl_control_max_error: null`) is the earlier controller, kept for comparison.
 

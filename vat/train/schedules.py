@@ -45,10 +45,9 @@ class KLSchedule:
     """What `warmup_steps` and `cycle_steps` count: optimiser steps, or sentences or non-pad
     tokens seen (summed over DDP ranks). Sentences or tokens keep the schedule's meaning when
     the batch size changes; steps keep how many updates the decoder gets before the weight
-    rises. The trade-off: at 32,768-token batches, W = 6.4 million sentences (the
-    paper's 50,000 steps x 128) raised the weight within ~2,000 updates, before the decoder had
-    learned (NLL 1.7 at weight 0.26), and the posterior collapsed (KL 0). So a schedule in
-    sentences needs W large in updates too, or use `target_kl`, which cannot collapse."""
+    rises. At large batches a W in sentences is few updates, and a weight that rises before
+    the decoder has learned collapses the posterior: so a schedule in sentences needs W large
+    in updates too, or use `target_kl`, which cannot collapse."""
 
     def __post_init__(self) -> None:
         o = "model.loss.kl_schedule"

@@ -326,17 +326,15 @@ class VATSystem(L.LightningModule):
         kw = {"betas": o.betas, "eps": o.eps, "weight_decay": o.weight_decay}
         device = self.device.type
         if self._tensor_lr():
-            # The lr is a device tensor set every step from the progress counters, so no
-            # step waits on the host: fused Adam reads it on the device in one update for
-            # all parameters (bench/bench_sync_ops.py counts the alternatives' ops).
-            # Elsewhere the single-tensor path, the one that takes a tensor lr without
-            # capturable.
+            # The lr is a device tensor set every step from the progress counters, so no step
+            # waits on the host: fused Adam reads it on the device; elsewhere the single-tensor
+            # path is the one that takes a tensor lr without capturable.
             lr = torch.tensor(0.0, device=self.device)  # set before the first update
             if device in FUSED_DEVICES:
                 return opt_cls(self.parameters(), lr=lr, fused=True, **kw)
             return opt_cls(self.parameters(), lr=lr, foreach=False, **kw)
-        # Fused on CUDA, as the plain loop of bench/ has it; on the CPU torch's default (the
-        # single-tensor path, which trained the shipped demo model).
+        # Fused on CUDA; on the CPU torch's default single-tensor path, which trained the
+        # shipped demo model, so that retraining it follows its recorded trajectory.
         fused = True if device == "cuda" else None
         lr = 1.0 if o.schedule == "noam" else o.lr
         optimizer = opt_cls(self.parameters(), lr=lr, fused=fused, **kw)
