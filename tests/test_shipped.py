@@ -188,6 +188,12 @@ def test_names_paths_and_hub_ids_are_told_apart(offline, tmp_path, monkeypatch, 
 
 
 # -- adding a model: a second one, with no code changes ---------------------------------------
+def test_vat_pretrained_add_names_the_maintainers_script(capsys):
+    err = one_line_error(capsys, ["pretrained", "add", "DIR", "--name", "x"])
+    assert "python scripts/add_pretrained.py DIR --name NAME" in err
+    assert (ROOT / "scripts" / "add_pretrained.py").is_file()
+
+
 def test_add_a_second_model_by_command(tiny_ckpt, tmp_path, monkeypatch, capsys):
     reg = tmp_path / "registry"
     monkeypatch.setenv(SHIPPED_DIR_ENV, str(reg))

@@ -82,6 +82,9 @@ def _show(name: str) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    if argv[:1] == ["add"]:
+        raise VatError("adding a shipped model is a maintainer's step, in a checkout of vat: "
+                       "python scripts/add_pretrained.py DIR --name NAME")  # fmt: skip
     args = build_parser().parse_args(argv)
     if args.action in (None, "list"):
         return _list()

@@ -118,11 +118,9 @@ def listing_facts(config: dict[str, Any], size_bytes: int, dtype: str) -> dict[s
         for e in config.get("evaluation") or []
         if isinstance(e, dict)
     )
+    layers = f"{mc.get('n_encoder_layers')}+{mc.get('n_decoder_layers')} layers"
     return {
-        "shape": (
-            f"{mc.get('n_encoder_layers')}+{mc.get('n_decoder_layers')} layers, "
-            f"d {mc.get('d_model')}, {mc.get('vocab_size')} BPE"
-        ),
+        "shape": f"{layers}, d {mc.get('d_model')}, {mc.get('vocab_size')} BPE",
         "rate": f"{kl:.1f} nats/token" if isinstance(kl, int | float) else "not recorded",
         "trained on": trained,
         "scores": scores or "none recorded",
@@ -229,8 +227,7 @@ def shipped_models(
 
 
 def list_pretrained() -> list[ShippedModel]:
-    """The models that ship with the installed vat (`vat pretrained`), by name; each loads
-    with `vat.load(entry.name)`."""
+    """The models that ship with vat (`vat pretrained`), by name: `vat.load(entry.name)`."""
     return shipped_models()
 
 
