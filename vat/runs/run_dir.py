@@ -162,7 +162,12 @@ def run_files(run_dir: Path, dirs: dict[str, Path]) -> tuple[list[Path], list[Pa
     foreign: list[Path] = []
     for option, d in dirs.items():
         same = d.resolve() == run_dir.resolve()
-        if not d.is_dir() or (same and option not in ("--run_dir", "--checkpoint.dirpath")):
+        inside = d.resolve() == (run_dir / "checkpoints").resolve()  # one of run_dir's files
+        if (
+            not d.is_dir()
+            or inside
+            or (same and option not in ("--run_dir", "--checkpoint.dirpath"))
+        ):
             continue
         for p in sorted(d.iterdir()):
             if option == "--run_dir":
@@ -170,8 +175,6 @@ def run_files(run_dir: Path, dirs: dict[str, Path]) -> tuple[list[Path], list[Pa
                 if not any(r.fullmatch(p.name) for r in RUN_FILE_RES) or empty:
                     continue
                 mine = before is not None and p.name not in before
-            elif d.resolve() == (run_dir / "checkpoints").resolve():
-                break  # run_dir's own checkpoints/ is judged as one of its files
             elif p.suffix == ".ckpt" or (not same and p.name.startswith("events.out.tfevents.")):
                 mine = recorded.get(option) == str(d.resolve())
             else:
@@ -313,10 +316,15 @@ def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
             )
 
 
+def _resumes(run_dir: Path) -> list[int]:
+    """N of each config-resume-N.yaml: the resumes this run folder recorded."""
+    return [int(p.stem.rsplit("-", 1)[1]) for p in run_dir.glob("config-resume-*.yaml")]
+
+
 def warn_trainer_changes(cfg, run_dir: Path) -> None:
     """One line per trainer option that makes the resumed run differ from an uninterrupted
     one, against the newest config the run wrote (one of another shape is no record)."""
-    n = [int(p.stem.rsplit("-", 1)[1]) for p in run_dir.glob("config-resume-*.yaml")]
+    n = _resumes(run_dir)
     try:
         with open(run_dir / (f"config-resume-{max(n)}.yaml" if n else "config.yaml"), "rb") as f:
             raw = f.read(MAX_RECORD_BYTES + 1)
@@ -416,9 +424,9 @@ def prepare_fit(
                 f"inside a step: not bitwise the run it would have been",
                 file=sys.stderr,
             )
-    n = [int(p.stem.rsplit("-", 1)[1]) for p in run_dir.glob("config-resume-*.yaml")]
-    first = not (run_dir / "config.yaml").exists()
-    return "config.yaml" if first else f"config-resume-{max(n, default=0) + 1}.yaml", None
+    if not (run_dir / "config.yaml").exists():
+        return "config.yaml", None
+    return f"config-resume-{max(_resumes(run_dir), default=0) + 1}.yaml", None
 
 
 def begin_fresh(start: FreshStart) -> None:

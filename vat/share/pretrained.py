@@ -204,15 +204,17 @@ def shipped_models(
     damaged entry raises its one-line error, or with `problems` (a list) is left out and its
     error appended there: what lists or suggests names goes on with the intact ones."""
     root = shipped_dir() if registry is None else Path(registry)
-    found = []
+    if not root.is_dir():
+        return []
     try:  # a dot-folder is a write in progress (or one a kill left), never an entry
         folders = [p for p in sorted(root.iterdir()) if p.is_dir() and p.name[0] != "."]
     except OSError as e:
-        folders, why = [], e.strerror or str(e)
-        if root.is_dir() and problems is None:
-            raise VatError(f"shipped models: cannot read the registry {root} ({why})") from None
-        if root.is_dir():
-            problems.append(VatError(f"shipped models: cannot read the registry {root} ({why})"))
+        error = VatError(f"shipped models: cannot read the registry {root} ({e.strerror or e})")
+        if problems is None:
+            raise error from None
+        problems.append(error)
+        return []
+    found = []
     for p in folders:
         try:
             entry = _read_entry(p)
@@ -220,9 +222,8 @@ def shipped_models(
             if problems is None:
                 raise
             problems.append(e)
-            continue
-        if entry is not None:
-            found.append(entry)
+        else:
+            found += [entry] if entry is not None else []
     return found
 
 
