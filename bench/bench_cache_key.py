@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_prepare import build_corpus  # noqa: E402
 
-from vat.data.datamodule import file_digest as fd  # noqa: E402
+from vat.data import file_digest as fd  # noqa: E402
 
 
 def main() -> None:

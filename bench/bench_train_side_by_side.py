@@ -98,10 +98,14 @@ from vat.train.losses import (  # noqa: E402
 from vat.train.schedules import noam_lr  # noqa: E402
 from vat.train.system import LossConfig, OptimConfig, VATSystem  # noqa: E402
 
-try:  # after the package re-layout the train CLI lives in vat/cli/train.py
-    from vat.cli.train import _build_cli, _quiet_warnings  # noqa: E402
+try:  # vat's train CLI before it built in its own step (`build`) built in its constructor
+    from vat.cli.train import _build_cli, _quiet_warnings, build  # noqa: E402
 except ImportError:
-    from vat.cli import _build_cli, _quiet_warnings  # noqa: E402
+    from vat.cli.train import _build_cli, _quiet_warnings  # noqa: E402
+
+    def build(cli):
+        return cli
+
 
 FLOPS_FORMULA = (
     "FLOPs per step = 6 * N * sum_i L_i + 12 * d * A * sum_i L_i^2, where L_i = non-pad tokens "
@@ -263,7 +267,9 @@ class WindowTimer(L.Callback):
 
 def build_cli(config: Path, overrides: list[str]):
     """vat's train CLI without running it: what `vat train -c CONFIG OVERRIDES` builds."""
-    return _build_cli(["-c", str(config), *overrides], run=False)
+    cli = _build_cli(["-c", str(config), *overrides], run=False)
+    build(cli)
+    return cli
 
 
 def take_batches(dm, n: int) -> list[dict]:

@@ -88,17 +88,17 @@ def compiled_resume(tmp_path_factory):
     assert code == 0, err
     plant_compile_cache(run, [("inductor", "fabc", marker_pickle(marker))], PLANTED_KEY)
     seen = SimpleNamespace()
-    before_fit = cli.VATCLI.before_fit
+    begin = cli.begin
 
-    def capture(self):
-        seen.model = self.model
-        before_fit(self)
+    def capture(run_cli, start):
+        seen.model = run_cli.model
+        begin(run_cli, start)
 
     args = fit_args(run, data, "--ckpt_path", "last", "--model.compile", "true")
     args += ["--trainer.max_steps", "6", *COMPILED_RUN]
     with pytest.MonkeyPatch.context() as mp, compiling_in_process() as logged:
         mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
-        mp.setattr(cli.VATCLI, "before_fit", capture)
+        mp.setattr(cli, "begin", capture)
         code, err = train_captured(args)
         pgo_key = pgo.get_cache_key()
     assert code == 0, err

@@ -70,12 +70,12 @@ def test_done_json_names_only_the_cache_s_own_files(tmp_path, train, edit):
         info[key] = {**info[key], **value} if key == "files" else value
     done.write_text(json.dumps(info))
     with pytest.raises(vat.data.token_cache.CacheDamaged):
-        vat.data.token_cache.verify(folder, 300, 24)
+        vat.data.token_cache.verify(folder, 24)
     dm = tiny_datamodule(tmp_path, train)
     with pytest.warns(UserWarning, match="tokenized cache .* is damaged"):
         dm.setup("fit")
     assert {k: list(v.ids) for k, v in dm.splits.items()} == ids
-    vat.data.token_cache.verify(folder, 300, 24)  # intact again
+    vat.data.token_cache.verify(folder, 24)  # intact again
 
 
 def test_a_damaged_cache_behind_a_link_is_named_not_removed(tmp_path, train):

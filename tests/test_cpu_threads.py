@@ -84,18 +84,19 @@ def test_threads_option_and_environment_win(two_threads, monkeypatch, flag):
     assert torch.get_num_threads() == 3
 
 
-def test_the_line_names_the_reason_and_quiet_says_nothing(two_threads, monkeypatch, capsys):
-    from vat.cli import train
+def test_the_line_names_the_reason_and_quiet_says_nothing(
+    two_threads, monkeypatch, tmp_path, capsys
+):
+    from vat.cli.train import parse
 
-    train._use_threads(2, quiet=False)
-    assert train._THREADS_NOTE == ["vat: training on 2 CPU threads (--threads)"]
+    args = ["fit", "-c", TINY, "--run_dir", str(tmp_path / "r")]
+    assert parse([*args, "--threads", "2"])[1] == "vat: training on 2 CPU threads (--threads)"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    train._use_threads(None, quiet=False)
-    assert train._THREADS_NOTE == [
+    assert parse(args)[1] == (
         "vat: training on 3 CPU threads ($OMP_NUM_THREADS; --threads N to change)"
-    ]
-    train._use_threads(None, quiet=True)
-    assert train._THREADS_NOTE == []
+    )
+    assert vat_train([*args[1:], "--trainer.max_steps", "1", "--quiet"]) == 0
+    assert "CPU thread" not in capsys.readouterr().err
 
 
 def test_bad_values_are_one_line(two_threads, capsys):

@@ -71,7 +71,7 @@ def test_a_damaged_cache_is_detected_and_rebuilt(tmp_path, train, damage):
         dm.setup("fit")
     assert _ids(dm) == ids
     assert json.loads((folder / "done.json").read_text())["format"] == vat.data.token_cache.FORMAT
-    vat.data.token_cache.verify(folder, 300, 24)  # intact again
+    vat.data.token_cache.verify(folder, 24)  # intact again
 
 
 def test_a_damaged_cached_tokenizer_is_trained_again(tmp_path, train):

@@ -102,7 +102,7 @@ def test_output_is_never_overwritten_without_flag(tmp_path, tiny_ckpt, probe, ca
             ["--ckpt", "{ckpt}", "--min-count", "1000"],
             "no word type occurs at least min_count=1000",
         ),
-        (["--ckpt", "{ckpt}", "--min-count", "1"], "--min-count must be >= 2"),
+        (["--ckpt", "{ckpt}", "--min-count", "1"], "--min-count: must be at least 2, got 1"),
         (["--ckpt", "{ckpt}", "--probe", "{tmp}/nope.txt"], "No such file or directory"),
         (["--ckpt", "{ckpt}", "--data-dir", "{tmp}"], "no STS12 files"),
         (["--hf-model", "{tmp}/no_model"], "directory does not exist"),

@@ -46,9 +46,7 @@ def test_no_compatibility_layer_remains(old):
 
     assert importlib.util.find_spec(old) is None
     train, evaluate = (ROOT / "train.py").read_text(), (ROOT / "evaluate.py").read_text()
-    assert (
-        "trainer.fit(system, datamodule=data" in train and "vat.cli.train import main" not in train
-    )
+    assert "fit(trainer, system, data" in train and "vat.cli.train import main" not in train
     assert "evaluate(encoder, tasks" in evaluate and "vat.cli.evaluate import main" not in evaluate
 
 

@@ -89,10 +89,12 @@ def test_generate_model_option_and_its_alias(run_dir, capsys):
 @pytest.mark.parametrize(
     "argv,message",
     [
+        # counts are refused as argparse reads them, before the model loads
+        (["sample", "--num-samples", "0", "A cat."], "error: argument -n/--num-samples: must be"),
+        (["reconstruct", "--max-len", "0", "A."], "error: argument --max-len: must be at least"),
         # library errors name the Python argument; the command shows its flag
-        (["sample", "--num-samples", "0", "A cat."], "error: --num-samples: must be at least 1"),
-        (["reconstruct", "--beam", "0", "A cat."], "error: --beam: must be at least 1, got 0"),
-        (["reconstruct", "--max-len", "0", "A cat."], "error: --max-len: must be at least 1"),
+        (["reconstruct", "--sampling", "--top-p", "1.5", "A cat."], "error: --top-p: must be"),
+        (["reconstruct", "--sampling", "--temperature", "0", "A."], "error: --temperature: must"),
         # no prefix matching: --num-sample is not --num-samples
         (["sample", "--num-sample", "2", "A cat."], "error: unrecognized arguments: --num-sample "),
     ],

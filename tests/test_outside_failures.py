@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vat.runs.outside_failures import outside_failure
+from vat.cli.outside_failures import outside_failure
 
 
 @pytest.fixture(scope="module")

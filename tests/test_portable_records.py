@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from vat.cli import main as vat_main
 from vat.errors import CheckpointError, OptionError, VatError
 from vat.features.encoder import pooled_features
 from vat.share.checkpoint import read_checkpoint
+from vat.share.export import export_model
 from vat.share.model_card import model_card
 from vat.share.pretrained import SHIPPED_DIR_ENV, listing_facts
 from vat.share.resolve import load_model
@@ -92,16 +94,41 @@ def test_training_records_absolute_paths_and_each_file_inside_the_data_folder(tr
     ]
 
 
-def test_a_malformed_record_is_one_line(trained):
+@pytest.mark.parametrize(
+    "bad, error, says",
+    [
+        ([{"path": "../../etc/passwd"}], VatError, "training.data.train_files[0] names a place"),
+        ([{"path": "/etc/passwd"}], VatError, "training.data.train_files[0] names a place"),
+        ([{"name": 3}], CheckpointError, f"training.data.{RECORDS_KEY} is [{{'name': 3}}]"),
+        ("corpus/a.txt", CheckpointError, f"training.data.{RECORDS_KEY} is 'corpus/a.txt'"),
+    ],
+)
+def test_a_malformed_record_or_one_naming_a_place_here_is_refused_for_the_hub(
+    trained, tmp_path, bad, error, says
+):
+    """The records are provenance, which nothing opens; what leaves the machine is refused in
+    one line when they are no list of names or name a place on it, before anything is written."""
     ckpt, _, _ = trained
     raw = read_checkpoint(ckpt)
-    raw["vat"]["training"]["data"]["train_files"] = ["/gone/a.txt"]
-    for bad in ([{"path": "../../etc/passwd"}], [{"path": "/etc/passwd"}], [{"name": "a/b"}],
-                [{"path": "a.txt", "bytes": "12"}], "corpus/a.txt"):  # fmt: skip
-        raw["vat"]["training"]["data"][RECORDS_KEY] = bad
-        torch.save(raw, ckpt)
-        with pytest.raises(CheckpointError, match=f"training.data.{RECORDS_KEY}"):
-            portable_training(load_model(ckpt).training)
+    raw["vat"]["training"]["data"][RECORDS_KEY] = bad
+    torch.save(raw, ckpt)
+    with pytest.raises(error, match=re.escape(says)):
+        export_model(load_model(ckpt), tmp_path / "out", repo_id="me/x")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_from_before_the_record_names_its_data_as_vat_train_was_given_it(
+    tiny_ckpt, tmp_path
+):
+    """Its card facts come from the checkpoint alone; a config.yaml beside its run is not read."""
+    raw = read_checkpoint(tiny_ckpt)
+    raw["vat"].pop("training", None)
+    raw["datamodule_hyper_parameters"] = {"train_files": ["data/a.txt"], "max_len": 64}
+    ckpt = tmp_path / "run" / "checkpoints" / "old.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save(raw, ckpt)
+    (tmp_path / "run" / "config.yaml").write_text("data: {train_files: [elsewhere.txt]}\n")
+    assert load_model(ckpt).training["data"] == {"train_files": ["data/a.txt"], "max_len": 64}
 
 
 # -- what leaves the machine -------------------------------------------------------------------
@@ -124,11 +151,10 @@ def test_portable_training_keeps_only_the_records(trained):
     assert out["data"]["train_files"] == ["corpus/a.1.txt", "corpus/a.2.txt", "mine.txt"]
     assert out["data"][RECORDS_KEY] == record["data"][RECORDS_KEY]
     assert machine_paths(out) == [] and record["data"]["train_files"][1] == str(outside)
-    # an older record, without them: the files found now are described now; others by name
+    # an older record, without them: each file named against the data folder, none opened
     old = {"data": {"train_files": [str(data / "corpus" / "a.1.txt"), "/gone/b.txt", "c.txt"]}}
-    a1 = data / "corpus" / "a.1.txt"
     assert portable_training(old)["data"][RECORDS_KEY] == [
-        {"path": "corpus/a.1.txt", "bytes": a1.stat().st_size, "digest": _digest(a1)},
+        {"path": "corpus/a.1.txt"},
         {"name": "b.txt"},
         {"name": "c.txt"},
     ]

@@ -430,12 +430,12 @@ def resumed(run_copy, tmp_path, monkeypatch, capsys):
 
     run, cache = run_copy
     seen = SimpleNamespace(fused_calls=0, cache_settings=None, cache_path=None)
-    before_fit, fused = cli.VATCLI.before_fit, objective.fused_linear_cross_entropy
+    begin, fused = cli.begin, objective.fused_linear_cross_entropy
     write_cache, encode = datamodule.write_token_cache, token_cache.encode_chunks
 
-    def capture(self):
-        seen.model, seen.data, seen.trainer = self.model, self.datamodule, self.trainer
-        before_fit(self)
+    def capture(run_cli, start):
+        seen.model, seen.data, seen.trainer = run_cli.model, run_cli.datamodule, run_cli.trainer
+        begin(run_cli, start)
 
     def counted(*args, **kwargs):
         seen.fused_calls += 1
@@ -445,7 +445,7 @@ def resumed(run_copy, tmp_path, monkeypatch, capsys):
         seen.cache_path, seen.cache_settings = path, settings
         return write_cache(path, tok, train_val, others, settings, **kwargs)
 
-    monkeypatch.setattr(cli.VATCLI, "before_fit", capture)
+    monkeypatch.setattr(cli, "begin", capture)
     monkeypatch.setattr(objective, "fused_linear_cross_entropy", counted)
     monkeypatch.setattr(datamodule, "write_token_cache", recorded)
     # a pool of spawned interpreters tokenizes the same: what it was asked for is recorded

@@ -161,7 +161,7 @@ def test_bad_input(models, text_file, tmp_path, capsys):
         ),
         ([ckpt, text_file, "--limit", "0"], "--limit: must be at least 1"),
         ([ckpt, text_file, "--sts-pairs", tmp_path / "none.csv"], "--sts-pairs"),
-        ([ckpt, tmp_path], "is a directory"),
+        ([ckpt, tmp_path], "is a folder, expected a regular file"),
     ]
     for args, message in cases:
         rc, _, err = cli(["--model", *args], capsys)

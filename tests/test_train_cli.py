@@ -92,7 +92,7 @@ def test_validate_and_test_subcommands(fitted, capsys):
 
 def test_every_config_parses(tmp_path):
     """Each YAML in configs/ opens with its purpose and command, and LightningCLI accepts it."""
-    from vat.cli.train import VATCLI, _OneLineErrorParser, trainer_defaults
+    from vat.cli.train import VATCLI, _OneLineErrorParser, build, trainer_defaults
     from vat.data.datamodule import VATDataModule
     from vat.train.system import VATSystem
 
@@ -110,6 +110,7 @@ def test_every_config_parses(tmp_path):
             trainer_defaults=trainer_defaults(),
             args=["-c", str(cfg), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"],
         )
+        build(cli)
         assert cli.model.arch.vocab_size == cli.datamodule.hparams.vocab_size
         assert cli.model.arch.max_len == cli.datamodule.hparams.max_len
 

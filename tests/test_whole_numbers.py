@@ -113,8 +113,8 @@ def test_shipped_configs_and_options_are_read_as_written(plain_site, tmp_path, p
 def test_a_whole_float_limit_is_that_many_batches_as_lightning_reads_it():
     """Lightning reads `limit_train_batches 3.0` as 3 batches (not 3 epochs): vat's check of
     the settings against the data counts it the same way."""
+    from vat.cli.trainer_settings import EpochSize, check_against_data
     from vat.errors import VatError
-    from vat.runs.settings import EpochSize, check_against_data
 
     trainer = {"limit_train_batches": 3.0, "val_check_interval": 5}
     with pytest.raises(VatError, match=r"interval 5 is longer than an epoch \(3 training batches"):

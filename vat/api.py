@@ -12,23 +12,13 @@
     print(model.score(["A man plays a guitar."], samples=100).table())  # NLL, -ELBO, MI, AU, ...
     model.save_pretrained("my-vat", evaluate="STS12,STSBenchmark")
 
-The model is read once (`vat.share.resolve.load_model`) into a `vat.share.loaded.LoadedVAT`
-(`model.loaded`), and everything below works on that object. Sentence vectors follow the
-model's feature spec (`vat.feature_spec`), by one rule for every loader
-(`vat.features.choice.features_for`, docs/features.md): an exported folder's own; for a
-training run or checkpoint the spec its export gets (DEFAULT_EXPORT_SPEC, from the token
-counts it records); the mean of mu, with a warning, where no counts are recorded.
-Generation is `vat.generate.generator.VATGenerator`, whose decoding options (strategy, beam,
-temperature, top_k, top_p, max_len, ...) every generation method takes as keywords.
-
-Arguments are checked before any work, and a bad one is a `vat.errors.OptionError` naming
-the Python argument (never a command-line flag). Sentences follow one rule everywhere
-(`vat.errors.check_sentences`, as sentence-transformers' `encode`): a list, tuple, generator
-(read once) or 1-D numpy array of strings is a batch, and a single string is ONE sentence
-whose result comes back alone: `encode("A dog runs.")` is one vector (d,),
-`reconstruct("A dog runs.")` one string, `sample("A dog runs.", num_samples=3)` a list of
-3 strings. Devices follow `vat.runtime.resolve_device`: "auto"/None, "cpu", "cuda",
-"cuda:N" that exists, "mps" where available.
+The model is read once into a `vat.share.loaded.LoadedVAT` (`model.loaded`). Sentence
+vectors follow the model's feature spec by one rule for every loader
+(`vat.features.choice.features_for`, docs/features.md). Every generation method takes the
+decoding options (strategy, beam, temperature, top_k, top_p, max_len, ...) as keywords.
+Arguments are checked before any work; a bad one is a `vat.errors.OptionError` naming the
+Python argument. A single string is ONE sentence whose result comes back alone
+(`vat.errors.check_sentences`); devices follow `vat.runtime.resolve_device`.
 """
 
 from __future__ import annotations
@@ -75,7 +65,7 @@ from vat.share.resolve import load_model
 
 
 def _device(device: str | torch.device | None) -> torch.device:
-    return torch.device(resolve_device(device, option="device"))  # the one device rule
+    return torch.device(resolve_device(device))  # the one device rule
 
 
 def _check_features(features: object) -> None:
@@ -113,13 +103,9 @@ def load(
     cache_dir: str | os.PathLike | None = None,
 ) -> PretrainedVAT:
     """A training checkpoint (.ckpt), an exported folder, a run folder (its best checkpoint,
-    else last.ckpt), a model that ships with vat by name (`list_pretrained`; offline, its
-    SHA-256 sums checked) or a Hugging Face Hub repo id (`revision`, `token` and `cache_dir`
-    go to the download): what every command's `--model` takes (`vat.share.resolve`), read
-    once.
-
-    `device` defaults to CUDA when available, else CPU; `batch_size` is the generation batch.
-    """
+    else last.ckpt), a model that ships with vat (`list_pretrained`) or a Hugging Face Hub
+    repo id (`revision`, `token` and `cache_dir` go to the download): what every command's
+    `--model` takes, read once. `batch_size` is the generation batch."""
     if model is None:
         raise OptionError("model", "is required (a .ckpt, a folder, a run folder or a Hub id)")
     check_count(batch_size, "batch_size")
@@ -131,8 +117,7 @@ def load(
     return PretrainedVAT(loaded, batch_size=batch_size)
 
 
-PROGRESS_BAR_MIN_SENTENCES = 1000
-"""encode shows a progress bar by default from this many sentences on (show_progress_bar=None)."""
+PROGRESS_BAR_MIN_SENTENCES = 1000  # encode's default bar starts at this many sentences
 
 
 class PretrainedVAT:
@@ -169,10 +154,8 @@ class PretrainedVAT:
 
     @property
     def default_features(self) -> ChosenFeatures:
-        """Which vectors `encode` gives when no spec or pooling is named, and why (the one rule
-        of every loader, `vat.features.choice.features_for`): `.spec`, `.why`,
-        `.fallback` (True: the mean of mu, because the default spec could not be had).
-        Resolved once per loaded model; a fallback is said once on stderr."""
+        """Which vectors `encode` gives when no spec or pooling is named, and why (`.spec`,
+        `.why`, `.fallback`), resolved once per loaded model."""
         if self._default_features is None:
             self._default_features = features_for(self.loaded)
         return self._default_features
@@ -182,8 +165,7 @@ class PretrainedVAT:
         return self.loaded.device
 
     def to(self, device: str | torch.device) -> PretrainedVAT:
-        """Move the model to `device` (`vat.runtime.resolve_device`'s names). A move that
-        fails (a device out of memory) leaves the model where it was."""
+        """Move the model to `device`; a move that fails leaves the model where it was."""
         target, before = _device(device), self.device
         try:
             self.model.to(target)
@@ -208,19 +190,12 @@ class PretrainedVAT:
         features: str | FeatureSpec | FittedFeatures | None = None,
     ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
         """Sentence features as `SentenceTransformer.encode` returns them: by default the
-        model's own (`default_features`: an exported folder's spec, else for a checkpoint the
-        spec its export gets), the same vectors AutoModel, sentence-transformers, MTEB and
-        `vat evaluate` give; or token means mu pooled with `pooling` (the names of
-        `vat.features.Pooling`), or any feature spec (`features`).
+        model's own (`default_features`, the vectors every integration gives); or token means
+        mu pooled with `pooling`, or a feature spec (`features`, e.g. "mu/sif/pc1"); name one.
 
-        A single string gives one vector (d,); a list (tuple, generator, numpy array of
-        strings) an (N, d) float32 array;
-        `convert_to_tensor` gives a torch tensor on the model's device instead, and
-        `convert_to_numpy=False` a list of 1-D tensors. `normalize_embeddings` scales each
-        vector to unit length (a zero vector stays zero). `show_progress_bar` defaults to a
-        bar from PROGRESS_BAR_MIN_SENTENCES sentences on. `device` moves the model first
-        (default: where it is). `features` is a feature spec (`vat.feature_spec`, e.g.
-        "mu/sif/pc1", "firstlast/mean/whiten"; or a FittedFeatures); name one of the two.
+        One string gives a vector (d,), a batch an (N, d) float32 array; `convert_to_tensor`
+        a tensor on the model's device, `convert_to_numpy=False` a list of 1-D tensors.
+        `normalize_embeddings` scales each vector to unit length (zero stays zero).
         """
         batch, single = check_sentences(sentences)
         check_count(batch_size, "batch_size")
@@ -276,11 +251,10 @@ class PretrainedVAT:
         seed: int = 0,
         save: bool = True,
     ) -> FeatureEncoder:
-        """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own,
-        `default_features`). Statistics come with the model or are fitted
-        (`vat.features.choice.features_for`) on `fit_sentences`, up to n_fit lines of
-        `fit_files`, or a training checkpoint's fitting sample; SIF counts from `count_files`
-        or the model's record; stored beside the model unless `save` is off."""
+        """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own).
+        Statistics come with the model or are fitted on `fit_sentences`, up to n_fit lines of
+        `fit_files`, or a checkpoint's fitting sample; SIF counts from `count_files` or the
+        model's record; stored beside the model unless `save` is off."""
         _check_features(features)
         if isinstance(features, FittedFeatures):
             return FeatureEncoder(self.loaded, features)
@@ -318,21 +292,15 @@ class PretrainedVAT:
         show_progress_bar: bool = False,
         train_data_dir: str | os.PathLike | None = None,
     ) -> Path:
-        """Export to a folder others load (`vat export`): config.json, model.safetensors,
-        tokenizer.json, the sentence-transformers files and a model card, written atomically.
+        """Export to a folder others load (`vat export`), written atomically.
 
-        `features` is the folder's feature spec (default: an exported source's own, else
-        vat.feature_spec.DEFAULT_EXPORT_SPEC), fitted on a training checkpoint's fitting
-        sample or `fit_files` (`count_files`: token counts for SIF). `evaluate` (task names
-        or groups of `vat evaluate`) scores the folder's vectors with the SentEval harness (data in
-        `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores in config.json and the
-        card's model-index. `license`, `language` and `repo_id` go on the card. `space` also
-        writes the app.py and requirements.txt that make the folder a Hugging Face Space
-        running `vat explore`'s page (vat.share.space). `show_progress_bar`: say each stage
-        (fitting the features, evaluating) and show the evaluation's bars, on stderr.
-        With `repo_id` (the folder is going to the Hub) its record names each training file
-        by its path inside the data folder `train_data_dir` (default $VAT_DATA_DIR), else by
-        name, never by a path on this machine (vat.share.training_record).
+        `features` is the folder's spec (default: an exported source's own, else
+        DEFAULT_EXPORT_SPEC), fitted on a checkpoint's fitting sample or `fit_files`.
+        `evaluate` (task names or groups) scores the folder's vectors with the SentEval
+        harness (data in `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores on the
+        card, as `license`, `language` and `repo_id`. `space` also writes a Hugging Face
+        Space app. With `repo_id`, training files are named by their path inside
+        `train_data_dir` (default $VAT_DATA_DIR), never by a path on this machine.
         """
         check_path(directory, "directory")
         check_path(data_dir, "data_dir", optional=True)
@@ -397,8 +365,7 @@ class PretrainedVAT:
         commit_message: str = "Upload VAT",
         api: Any = None,
     ) -> Any:
-        """Export to a temporary folder (with `save_pretrained`'s defaults and this repo id on
-        the card) and upload it to the Hub repo `repo_id` (`vat.share.hub.upload`)."""
+        """Export to a temporary folder (`save_pretrained`) and upload it to `repo_id`."""
         if not isinstance(repo_id, str) or not repo_id.strip():
             raise OptionError(
                 "repo_id", f"expected a Hub repo id such as user/name, got {repo_id!r:.60}"
@@ -433,16 +400,11 @@ class PretrainedVAT:
         representation: bool = True,
         show_progress_bar: bool = False,
     ) -> ScoreTable:
-        """The row text-VAE papers report (`vat score`, docs/score.md): the NLL estimated with
-        `samples` (K) importance samples per sentence and its perplexity, -ELBO with its
-        reconstruction and KL parts, MI, active units, reconstruction BLEU, distinct-n and
-        self-BLEU of `diversity_samples` variational samples per sentence and of
-        `prior_samples` prior samples (0 skips either), and, with `representation`, the
-        alignment and uniformity of the model's sentence features on `sts_pairs` (a file in
-        STS-B's layout) or STS-B's test split under `data_dir` (default $VAT_SENTEVAL_DIR,
-        skipped if absent). Costs K decoder passes per sentence. `.table()` prints it,
-        `.to_dict()` gives the numbers; the same inputs and `seed` on the same device give
-        the same table as the command. A single string is one sentence."""
+        """The row text-VAE papers report (`vat score`, docs/score.md): NLL with `samples`
+        importance samples per sentence, -ELBO, MI, active units, BLEU, diversity of
+        `diversity_samples` and `prior_samples` samples (0 skips either), and with
+        `representation` alignment and uniformity on `sts_pairs` (default: STS-B's test split
+        under `data_dir`). The same inputs and `seed` give the command's table."""
         sentences, _ = check_sentences(sentences)
         check_path(sts_pairs, "sts_pairs", optional=True)
         check_path(data_dir, "data_dir", optional=True)
@@ -460,8 +422,7 @@ class PretrainedVAT:
     # -- generation (vat.generate.VATGenerator) ----------------------------------------------
     @staticmethod
     def _options(options: dict[str, Any]) -> DecodeOptions:
-        """DecodeOptions from the generation keywords; `beam` (the command's name too) sets
-        the beam size and, above 1, beam search."""
+        """DecodeOptions from the generation keywords; `beam` above 1 means beam search."""
         options = dict(options)
         if "beam_size" in options:  # DecodeOptions' field: the Python and CLI name is beam
             raise OptionError("beam_size", "is not an option here; use beam")
@@ -569,9 +530,8 @@ def check_export(
     overwrite: bool = False,
     evaluate: str | Sequence[str] | None = None,
 ) -> list[str]:
-    """What `save_pretrained` checks before any work (`vat export` before it reads the model):
-    the output folder (`vat.share.folder.check_output_dir`) and the task names of `evaluate`,
-    which it returns expanded."""
+    """What `save_pretrained` (and `vat export`) checks before any work: the output folder
+    and the task names of `evaluate`, which it returns expanded."""
     tasks: list[str] = []
     if evaluate is not None and not isinstance(evaluate, str):
         names, _ = check_sentences(evaluate, "evaluate")  # a list of task names

@@ -1,9 +1,7 @@
 """User-facing errors: one line, no traceback (unless --debug), non-zero exit.
 
-A leaf module (it imports nothing from vat), so every other module can raise `VatError`.
-Every command (`vat ...`) runs through `run_cli`, so an error caused
-by the user's input (a missing file, a bad option, a corrupt checkpoint) reads as
-`error: <what> (<path or option>): <what was expected>` instead of a traceback.
+A leaf module (it imports nothing from vat). Every command runs through `run_cli`, so an
+error caused by the user's input reads `error: <what> (<path or option>): <expected>`.
 """
 
 from __future__ import annotations
@@ -18,17 +16,15 @@ from collections.abc import Callable, Sequence
 
 
 class VatError(Exception):
-    """An error caused by user input; its message is the whole story, on one line: the
-    names and paths it quotes are shown with their control characters visible (`visible`),
-    so a name holding a newline or a terminal escape cannot break it or rewrite the screen."""
+    """An error caused by user input; its message is the whole story, on one line, with
+    control characters made `visible` so a name cannot break the line or the terminal."""
 
     def __init__(self, message: object = "", *args: object) -> None:
         super().__init__(visible(str(message)), *args)
 
 
 class OptionError(VatError, ValueError):
-    """A bad value of the Python argument `name` (e.g. `num_samples`). The library names the
-    argument; a command names its flag instead (`--num-samples`, see `cli_message`)."""
+    """A bad value of the Python argument `name`; a command names its flag (`cli_message`)."""
 
     def __init__(self, name: str, problem: str) -> None:
         self.name, self.problem = name, visible(problem)
@@ -36,18 +32,15 @@ class OptionError(VatError, ValueError):
 
 
 def flag(name: str) -> str:
-    """The command-line flag of a Python argument: every vat command spells its options as
-    the Python names in kebab case (num_samples -> --num-samples, model -> --model). A
-    dotted config key (model.optim.warmup_steps) is named as the YAML and LightningCLI
-    spell it."""
+    """The flag of a Python argument (num_samples -> --num-samples); a dotted config key
+    (model.optim.warmup_steps) stays as YAML and LightningCLI spell it."""
     if name.startswith("-") or "." in name:
         return name
     return "--" + name.replace("_", "-")
 
 
 def cli_message(e: BaseException) -> str:
-    """The one line a command prints for `e`: an OptionError names the flag, not the
-    Python argument (the one place where Python names become flags)."""
+    """The one line a command prints for `e`: an OptionError names the flag."""
     if isinstance(e, OptionError):
         return f"{flag(e.name)}: {e.problem}"
     return one_line(e)
@@ -57,8 +50,7 @@ class CheckpointError(VatError, ValueError):
     """A checkpoint that is missing, unreadable, or not a vat checkpoint."""
 
 
-# Exceptions that mean "bad input" rather than "bug in vat". Each message must already name
-# the path or option at fault; the places that raise them make sure it does.
+# "Bad input" rather than "bug in vat"; whoever raises them names the path or option.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     VatError,
     FileNotFoundError,
@@ -75,25 +67,20 @@ def debug_requested(argv: Sequence[str]) -> bool:
 
 
 def visible(text: str) -> str:
-    """`text` with each character a terminal would act on or not show (newlines, escapes,
-    other control and format characters: those `str.isprintable` refuses) written as a
-    Python repr writes it (`\\n`, `\\x1b`, `\\u202e`): a name that holds one can neither make
-    a one-line message two lines nor rewrite the terminal. Idempotent."""
+    """`text` with every character `str.isprintable` refuses written as repr writes it
+    (`\\n`, `\\x1b`, `\\u202e`), so a message stays one line. Idempotent."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def shown_path(path: str | os.PathLike, limit: int = 300) -> str:
-    """`path` for a one-line message: its control characters visible (`visible`); as it is
-    when it could be a real path to read (the limit is above any path a user types or a
-    temporary folder makes), else its start and end around "..." with its length, so that a
-    pasted 5,000-character name does not fill the screen."""
+def shown_path(path: str | os.PathLike) -> str:
+    """`path` for a one-line message: `visible`, and beyond 300 characters (more than any
+    real path) its two ends around "..." with its length."""
     text = visible(os.fspath(path))
-    if len(text) <= limit:
+    if len(text) <= 300:
         return text
-    keep = 40  # enough of each end to tell which path it was
-    return f"{text[:keep]}...{text[-keep:]} ({len(text):,} characters)"
+    return f"{text[:40]}...{text[-40:]} ({len(text):,} characters)"
 
 
 def one_line(e: BaseException) -> str:
@@ -110,13 +97,9 @@ def run_cli(
     argv: Sequence[str] | None = None,
     extra_errors: tuple[type[BaseException], ...] = (),
 ) -> int:
-    """Call `main(argv)`; turn user errors into one line on stderr and exit code 2.
-
-    `--debug` anywhere in argv (or VAT_DEBUG=1) re-raises so the full traceback shows; it is
-    removed from the arguments `main` sees. Ctrl-C is one line and exit code 130 (128 +
-    SIGINT, the shell's convention). `extra_errors` are further exception types that mean
-    bad input for this command (e.g. Lightning's MisconfigurationException for training).
-    """
+    """Call `main(argv)`; a user error (or one of `extra_errors`) is one line on stderr and
+    exit code 2, Ctrl-C one line and 130. `--debug` (removed from argv) or VAT_DEBUG=1
+    re-raises instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]
@@ -133,8 +116,7 @@ def run_cli(
         print("error: interrupted", file=sys.stderr)
         return 130
     except OSError as e:
-        # The last resort for a path the system refuses as too long wherever it was opened:
-        # the user typed it (or pasted it), so it is their error to fix, in one line.
+        # a path too long wherever it was opened: the user typed it, so it is theirs to fix
         if debug or e.errno != errno.ENAMETOOLONG:
             raise
         print(f"error: {one_line(e)}", file=sys.stderr)
@@ -153,25 +135,13 @@ def finite(x) -> bool:
 
 
 def check_non_negative_finite(value: float, name: str, positive: bool = False) -> float:
-    """A finite number >= 0 (> 0 with `positive`), else an OptionError naming `name` (a
-    Python argument; a command shows its flag)."""
-    try:
-        if isinstance(value, bool | str | bytes):  # float("2") and float(True) are numbers
-            raise TypeError
-        x = float(value)
-    except (TypeError, ValueError):
-        raise OptionError(name, f"must be a number, got {value!r}") from None
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise OptionError(
-            name, f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}"
-        )
-    return x
+    """A finite number >= 0 (> 0 with `positive`), else an OptionError naming `name`."""
+    return check_number(value, name, low=0, low_open=positive)
 
 
 def check_count(value: int, name: str, minimum: int = 1) -> int:
-    """A whole number >= minimum (booleans and floats refused; numpy's integers are whole
-    numbers), else an OptionError naming `name` (a Python argument, or a dotted config key
-    such as model.optim.warmup_steps)."""
+    """A whole number >= minimum (int or numpy integer; not bool or float), else an
+    OptionError naming `name`."""
     n = _whole(value)
     if n is None:
         raise OptionError(name, f"must be a whole number >= {minimum}, got {_shown(value)}")
@@ -228,16 +198,13 @@ def check_number(
     return x
 
 
-SEED_LIMIT = 2**63
-"""Seeds are whole numbers in [0, 2**63): what torch's and numpy's generators both take."""
-
-
 def check_seed(value: int | None, name: str = "seed") -> int | None:
-    """None (no fixed seed) or a whole number in [0, 2**63), else an OptionError."""
+    """None (no fixed seed) or a whole number in [0, 2**63), what torch's and numpy's
+    generators both take; else an OptionError."""
     if value is None:
         return None
     n = _whole(value)
-    if n is None or not 0 <= n < SEED_LIMIT:
+    if n is None or not 0 <= n < 2**63:
         raise OptionError(
             name, f"must be None or a whole number in [0, 2**63), got {_shown(value)}"
         )
@@ -254,8 +221,7 @@ def nearest(word: object, choices: Sequence[str]) -> str | None:
 
 
 def did_you_mean(word: object, choices: Sequence[str]) -> str:
-    """The tail ` (did you mean X?)` naming `nearest(word, choices)`, else "": what every
-    unknown-name error of a closed vocabulary adds."""
+    """` (did you mean X?)` naming `nearest(word, choices)`, else ""."""
     near = nearest(word, choices)
     return f" (did you mean {near}?)" if near else ""
 
@@ -287,8 +253,8 @@ def _bytes_hint(value) -> str:
 
 
 def check_sentence(value: str, name: str) -> str:
-    """One sentence: a str (numpy's np.str_ and a 0-d array of one string too), else an
-    OptionError naming `name` (a list, for a function that takes one sentence, is refused)."""
+    """One sentence: a str (numpy's str and a 0-d array of one string too), else an
+    OptionError naming `name`."""
     if _is_array(value) and value.ndim == 0:
         value = value.tolist()
     if isinstance(value, str):
@@ -305,11 +271,10 @@ def _is_array(value) -> bool:
 
 
 def check_sentences(value, name: str = "sentences") -> tuple[list[str], bool]:
-    """The one rule for every API argument that takes sentences (as sentence-transformers'
-    `encode`): a str is ONE sentence, and the function then returns that sentence's result
-    alone (`single` is True); a list, tuple, generator (read once) or 1-D numpy array of
-    strings is a batch. numpy's strings are strings. None, bytes, numbers, dicts and items
-    that are not strings are an OptionError naming `name`. Returns (sentences, single)."""
+    """The one rule for every API argument that takes sentences, as sentence-transformers'
+    `encode`: a str is ONE sentence (`single`: the caller returns its result alone); a list,
+    tuple, generator (read once) or 1-D array of strings is a batch; anything else is an
+    OptionError naming `name`. Returns (sentences, single)."""
     if isinstance(value, str):
         return [str(value)], True
     if _is_array(value):
@@ -331,8 +296,8 @@ def check_sentences(value, name: str = "sentences") -> tuple[list[str], bool]:
 
 
 def check_path(value, name: str, *, optional: bool = False):
-    """A path (str or os.PathLike; None when `optional`), not empty, else an OptionError
-    naming `name`. Returns it unchanged."""
+    """A non-empty path (str or os.PathLike; None when `optional`), returned unchanged;
+    else an OptionError naming `name`."""
     if value is None and optional:
         return None
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None

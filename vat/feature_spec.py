@@ -3,26 +3,20 @@
 A spec names three choices, written `SOURCE/WEIGHTING/POST` (e.g. `mu/mean/none`,
 `FeatureSpec()` and the paper's VAT-mean; `firstlast/sif/pc1`; `mu/mean/whiten64`):
 
-- SOURCE: `mu` (the posterior means), `layerK` (the encoder's hidden state after layer K
-  before the mu / log-variance heads: layer0 is the embeddings plus positions, the last
-  layer is the heads' input, i.e. after the final norm of a pre-LN stack), or `firstlast`
-  (the average of layer1 and the last layer, as in Su et al. 2021 / Huang et al. 2021).
-- WEIGHTING over the sentence's subwords: `mean`, `sum`, `start` (the first subword),
-  `precision` (mu weighted by exp(-logvar), mu only), `sif` (mean of a / (a + p(w)) x,
-  Arora et al. 2017; `sif=A` sets a, default 1e-3).
+- SOURCE: `mu` (the posterior means), `layerK` (the encoder's hidden state after layer K;
+  layer0 is the embeddings plus positions), or `firstlast` (the mean of layer1 and the last).
+- WEIGHTING over the subwords: `mean`, `sum`, `start` (the first), `precision` (mu weighted
+  by exp(-logvar)), `sif` (a / (a + p(w)), Arora et al. 2017; `sif=A` sets a).
 - POST, fitted on unlabeled sentences: `none`, `pcK` (remove the mean and the top K
   principal components), `whiten` or `whitenK` (whitening to K dimensions).
 
-The statistics a spec needs (SIF weights, means, components, whitening matrices) are one
-safetensors file whose metadata holds the spec and how it was fitted (`FittedFeatures`).
-They are checked as model weights are (`FittedFeatures.check`, `stats_problem`): finite
-float values in the shapes the spec and the model imply, SIF weights in (0, 1].
+The statistics a spec needs are one safetensors file whose metadata holds the spec and how
+it was fitted (`FittedFeatures`), checked as model weights are (`stats_problem`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vat.errors import CheckpointError, VatError, did_you_mean
+from vat.errors import CheckpointError, VatError, did_you_mean, finite
 from vat.io import atomic_write, regular_file, writable_target
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
@@ -39,10 +33,8 @@ DEFAULT_SIF_A = 1e-3
 STATS_FORMAT = "vat-features"
 STATS_VERSION = "1"
 FOLDER_STATS_NAME = "features.safetensors"  # the statistics of an exported folder's own spec
-# The spec `vat export` gives a folder, the SIF-weighted mean of the encoder's input layer: the
-# best by the mean of STS12 and STS-B dev on both CPU models of RESULTS.md ("The default for
-# exported models"), and it needs only the training token counts; a checkpoint without them
-# is exported with mean-of-mu (vat.api.PretrainedVAT.save_pretrained warns).
+# The spec `vat export` gives a folder: the best on STS (RESULTS.md, "The default for exported
+# models"), and it needs only the training token counts
 DEFAULT_EXPORT_SPEC = "layer0/sif/none"
 
 
@@ -71,14 +63,8 @@ class FeatureSpec:
                 f"feature post-processing must be none, pcK or whiten[K] (K >= 1), "
                 f"got {self.post!r}{did_you_mean(self.post, ('none', 'pc1', 'whiten'))}"
             )
-        a = self.sif_a
-        # a / (a + p(w)) is a weight in (0, 1] only for a finite a > 0: inf or NaN would
-        # store NaN weights, 0 or less zero or negative ones
-        if (
-            isinstance(a, bool)
-            or not isinstance(a, float | int)
-            or not (math.isfinite(a) and a > 0)
-        ):
+        a = self.sif_a  # a / (a + p(w)) is a weight in (0, 1] only for a finite a > 0
+        if not (finite(a) and a > 0):
             raise VatError(f"the SIF constant a must be a finite number > 0, got {a!r}")
 
     @classmethod
@@ -153,26 +139,20 @@ class FittedFeatures:
     fit: dict = field(default_factory=dict)
     origin: str | None = field(default=None, compare=False)
 
-    def check(
-        self, where: str | None = None, model_config: ModelSizes | None = None
-    ) -> FittedFeatures:
-        """Self, if its arrays are what `spec` (and, given, the model) needs, as model weights
-        are checked: the arrays the spec names, numpy floats, the shapes `fit_features`
-        makes, finite values, SIF weights in (0, 1]. Anything else is one VatError
-        (CheckpointError for a file) naming the file, or the spec for statistics built in
-        memory. `model_config` (a VATConfig) adds the model's sizes: sif_weights
-        (vocab_size,), mean (D,), components (K, D), matrix (D, K or D), D = d_model (every
-        source, mu, layerK and firstlast, is d_model wide)."""
+    def check(self, model_config: ModelSizes | None = None) -> FittedFeatures:
+        """Self, if its arrays are what `spec` (and, given `model_config`, the model) needs
+        (`stats_problem`); else one VatError (CheckpointError for a file) naming the file, or
+        the spec for statistics built in memory."""
         problem = stats_problem(self.spec, self.arrays, self.fit, model_config)
         if problem is None:
             return self
         if self.origin is not None:
             raise CheckpointError(f"{self.origin}: {problem}")
-        raise VatError(f"{where or f'feature statistics for {self.spec}'}: {problem}")
+        raise VatError(f"feature statistics for {self.spec}: {problem}")
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically. Refuses to replace a file that is not a vat feature file, and
-        statistics that fail `check` (NaN is never stored)."""
+        """Write atomically; never over a file that is not a vat feature file, nor statistics
+        that fail `check`."""
         from safetensors.numpy import save
 
         path = writable_target(path, "feature statistics file")  # a FIFO would hang _is_ours
@@ -196,22 +176,17 @@ class FittedFeatures:
     def load(
         cls, path: str | os.PathLike, model_config: ModelSizes | None = None
     ) -> FittedFeatures:
-        """The statistics in `path`, checked (`check`; with `model_config`, against the
-        model's sizes too). Every problem is one CheckpointError naming the file; a FIFO or
-        folder is named as such before anything opens it (a FIFO would block the read)."""
-        path = Path(path)
-        if not (path.exists() or path.is_symlink()):
-            raise CheckpointError(f"feature statistics file {path} does not exist")
+        """The statistics in `path`, checked (with `model_config`, against the model's sizes
+        too); every problem, a FIFO or folder too, is one CheckpointError naming the file."""
         try:
-            regular_file(path, "feature statistics file")
+            path = regular_file(path, "feature statistics file")
         except VatError as e:
             raise CheckpointError(str(e)) from None
         return cls.read(path, model_config)
 
     @classmethod
     def read(cls, path: Path, model_config: ModelSizes | None = None) -> FittedFeatures:
-        """`load` of a path known to be a regular file (vat.io.regular_file: a FIFO would
-        block this read), for a caller that has made sure of it."""
+        """`load` of a path the caller knows is a regular file (`vat.io.regular_file`)."""
         from safetensors import SafetensorError, safe_open
 
         try:
@@ -235,8 +210,7 @@ class FittedFeatures:
             fit = None
         if not isinstance(fit, dict):
             raise CheckpointError(f"{path}: its 'fit' metadata is not a JSON object") from None
-        # vat writes float32 (`save`); another dtype is not a file vat wrote as it is
-        for name, a in arrays.items():
+        for name, a in arrays.items():  # `save` writes float32
             if a.dtype != np.float32:
                 raise CheckpointError(
                     f"{path}: {name} has dtype {a.dtype}, expected float32 (what vat writes)"
@@ -254,9 +228,8 @@ class ModelSizes(Protocol):
 def expected_shapes(
     spec: FeatureSpec, vocab_size: int | None, width: int | None
 ) -> dict[str, tuple[int | None, ...]]:
-    """{array name: shape} of the statistics `spec` needs, as `fit_features` makes them:
-    sif_weights (V,), and mean (D,) with components (K, D) for pcK or matrix (D, K or D) for
-    whiten[K]. None stands for a size not known here (no model given)."""
+    """{array name: shape} of the statistics `spec` needs, as `fit_features` makes them
+    (None: a size not known without the model)."""
     shapes: dict[str, tuple[int | None, ...]] = {}
     if spec.weighting == "sif":
         shapes["sif_weights"] = (vocab_size,)
@@ -276,7 +249,8 @@ def stats_problem(
     model_config: ModelSizes | None = None,
 ) -> str | None:
     """What is wrong with `arrays` as the statistics of `spec` (for a model of
-    `model_config`'s sizes, when given), in a few words; None when nothing is."""
+    `model_config`'s sizes, when given): missing arrays, other than float arrays of the
+    right shapes, non-finite values, SIF weights outside (0, 1]; None when nothing is."""
     if fit is not None and not isinstance(fit, dict):
         return f"'fit' is {type(fit).__name__}, expected a dict"
     vocab = None if model_config is None else int(model_config.vocab_size)
@@ -341,9 +315,9 @@ def _is_ours(path: Path) -> bool:
 def check_token_counts(
     value: object, where: str | os.PathLike, model_config: ModelSizes | None = None
 ) -> np.ndarray | None:
-    """A model's recorded training token counts (the source of SIF weights) as a (V,) int64
-    array, None when none are recorded; anything but a list of at most vocab_size counts
-    (integers >= 0) is a CheckpointError naming `where`, as bad weights are."""
+    """A model's recorded training token counts (for SIF weights) as a (V,) int64 array,
+    None when none are recorded; anything but a list of at most vocab_size counts is a
+    CheckpointError naming `where`."""
     if value is None or (isinstance(value, list) and not value):
         return None
     if not isinstance(value, list) or not all(

@@ -1,12 +1,9 @@
-"""Atomic file writes: a kill or an error mid-write never leaves a partial file, and an
-existing file stays intact until the new one is complete (temp file + fsync + os.replace).
+"""vat's file primitives: atomic writes (temp file + fsync + os.replace, so a kill never
+leaves a partial file), and the kinds of paths, checked before anything opens them.
 
-Temp files and folders (`temp_path`; the token cache builds its folders under such names
-too) are named `.NAME.tmp-PID@HOST-XXXXXXXX` beside their target, so that a temp left by a
-killed process is recognisable: the next write to the same directory removes the temps of
-dead processes of this host (`remove_stale_temps`). This is vat's one temp-file scheme.
-A failed write (a full disk, a read-only filesystem) removes its own temp and raises a
-one-line `VatError` naming the path.
+Temps are named `.NAME.tmp-PID@HOST-XXXXXXXX` beside their target, so the next write to the
+folder removes those of dead processes (`remove_stale_temps`). A failed write removes its
+temp and raises a one-line `VatError` naming the path.
 """
 
 from __future__ import annotations
@@ -33,10 +30,7 @@ TEMP_RE = re.compile(
 )
 
 
-_TEMP_NAME_BYTES = 180
-"""How much of a target's name its temp names keep: a file name may have 255 bytes, and the
-temp adds `.`, `.tmp-PID@HOST-` and 8 characters, so a target with a long but valid name
-still gets a temp beside it."""
+_TEMP_NAME_BYTES = 180  # of a name's 255 bytes, leaving room for the temp's additions
 
 
 def temp_prefix(path: Path) -> str:
@@ -50,24 +44,22 @@ def temp_path(path: Path) -> Path:
     return path.with_name(temp_prefix(path) + secrets.token_hex(4))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _orphaned(m: re.Match) -> bool:
+    """A temp (`TEMP_RE`'s match) whose process, on this host, no longer exists."""
+    if m["pid"] is None or m["host"] != _HOST or int(m["pid"]) == os.getpid():
         return False
-    except PermissionError:  # alive, owned by someone else
+    try:
+        os.kill(int(m["pid"]), 0)
+    except ProcessLookupError:
         return True
-    return True
+    except PermissionError:  # alive, owned by someone else
+        pass
+    return False
 
 
 def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) -> list[Path]:
-    """Remove vat temp files and folders in `directory` left by killed processes; return what
-    was removed.
-
-    A temp is stale when its process (same host) no longer exists. With `any_owner` (used by
-    `vat train` while it holds the run directory's lock, so no other vat process writes there),
-    every vat temp file is stale, including those of other hosts and of older vat versions.
-    """
+    """Remove (and return) the vat temps in `directory` whose process (on this host) is gone;
+    with `any_owner` (a caller holding the folder's lock) every vat temp."""
     removed = []
     d = Path(directory)
     if not d.is_dir():
@@ -76,14 +68,8 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
         m = TEMP_RE.match(p.name)
         if not m or p.is_symlink() or not (p.is_file() or p.is_dir()):
             continue  # never follow or remove a link: vat does not create them
-        if not any_owner:
-            if (
-                m["pid"] is None
-                or m["host"] != _HOST
-                or int(m["pid"]) == os.getpid()
-                or _pid_alive(int(m["pid"]))
-            ):
-                continue
+        if not (any_owner or _orphaned(m)):
+            continue
         try:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
             removed.append(p)
@@ -92,38 +78,17 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
     return removed
 
 
-def write_error(path: str | os.PathLike, e: OSError, temp: str = "file") -> Exception:
-    """A one-line user error for a failed write (full disk, quota, read-only filesystem...);
-    `temp` is what was written first and removed (a temporary "file" or "folder")."""
-    what = (
-        "no space left on device"
-        if e.errno in (errno.ENOSPC, errno.EDQUOT)
-        else (e.strerror or str(e))
-    )
-    if e.errno == errno.ENAMETOOLONG:
-        what = f"file name too long ({_too_long(path)})"
-    return VatError(
-        f"cannot write {shown_path(path)}: {what}; nothing was written there "
-        f"(the temporary {temp} was removed)"
-    )
-
-
 def _filesystem_error(e: BaseException) -> OSError | None:
     """The OSError (with an errno) behind e: torch.save wraps its writer's OSError in a
     RuntimeError ("unexpected pos"), so the cause chain is searched too; safetensors (Rust)
     raises a SafetensorError whose message alone carries it ("... (os error 28)")."""
-    seen = 0
-    while e is not None and seen < 8:
-        if isinstance(e, OSError) and e.errno is not None:
+    for _ in range(8):
+        if e is None or (isinstance(e, OSError) and e.errno is not None):
             return e
-        code = (
-            re.search(r"\(os error (\d+)\)", str(e))
-            if type(e).__name__ == "SafetensorError"
-            else None
-        )
-        if code:
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        if code and type(e).__name__ == "SafetensorError":
             return OSError(int(code[1]), os.strerror(int(code[1])))
-        e, seen = e.__cause__ or e.__context__, seen + 1
+        e = e.__cause__ or e.__context__
     return None
 
 
@@ -132,24 +97,28 @@ def filesystem_write_error(
 ) -> Exception | None:
     """The one-line error for a write to `path` that failed on the filesystem (full disk,
     quota, read-only, I/O error), or None when `e` is not such a failure (or is already one
-    line naming the file: missing folder, permission)."""
-    os_error = _filesystem_error(e)
-    if os_error is None or isinstance(
-        os_error, FileNotFoundError | NotADirectoryError | PermissionError
-    ):
+    line naming the file: missing folder, permission). `temp` ("file" or "folder") is what
+    was written first and removed."""
+    err = _filesystem_error(e)
+    if err is None or isinstance(err, FileNotFoundError | NotADirectoryError | PermissionError):
         return None
-    return write_error(path, os_error, temp)
+    what = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space left on device"
+    elif err.errno == errno.ENAMETOOLONG:
+        what = f"file name too long ({_too_long(path)})"
+    return VatError(
+        f"cannot write {shown_path(path)}: {what}; nothing was written there "
+        f"(the temporary {temp} was removed)"
+    )
 
 
 def atomic_write(
     path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
 ) -> None:
-    """Call `write(f)` on a temp file beside `path`, fsync it, then rename it to `path`.
-
-    An OSError of the filesystem (ENOSPC, EDQUOT, EROFS, EIO...) becomes a one-line VatError
-    naming `path`; any error or interrupt (KeyboardInterrupt too) removes the temp file and
-    leaves an existing `path` untouched.
-    """
+    """Call `write(f)` on a temp file beside `path`, fsync it, then rename it to `path`; any
+    error or interrupt removes the temp and leaves `path` untouched, and a filesystem
+    error (full disk, read-only...) is a one-line VatError naming `path`."""
     path = writable_target(path, "cannot write: output")  # never a folder, FIFO or device
     tmp = None
     try:
@@ -160,9 +129,7 @@ def atomic_write(
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask)
-        with os.fdopen(
-            fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})
-        ) as f:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -179,12 +146,7 @@ def atomic_write(
 
 def write_json_atomic(path: str | os.PathLike, obj: object, indent: int = 1) -> None:
     """JSON (UTF-8, trailing newline) written atomically."""
-
-    def _write(f: IO) -> None:
-        json.dump(obj, f, indent=indent)
-        f.write("\n")
-
-    atomic_write(path, _write)
+    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=indent) + "\n"))
 
 
 # -- output guards: checked before any work, the same way by every command -------------------
@@ -194,13 +156,11 @@ def check_output_file(
     option: str = "--output",
     kind: str = "file",
 ) -> Path | None:
-    """The output file `path` (None passes through), after refusing what must not be written:
-    a folder, an existing file without `overwrite`, a symbolic link (vat never writes
-    through a link it did not create), or a folder where nothing can be created."""
+    """The output file `path` (None passes through), checked before any work: not a folder,
+    FIFO or device, not a symbolic link (vat never writes through a link), not an existing
+    file without `overwrite`, and in a folder where a file can be created."""
     if path is None:
         return None
-    # a folder, a FIFO, a device such as /dev/null and a name the system refuses as too long
-    # are refused here, before any work, not when the result is written
     out = Path(path)
     st = _stat(out, option)
     if st is not None and stat.S_ISDIR(st.st_mode):
@@ -225,11 +185,9 @@ def check_output_file(
     return out
 
 
-# -- figures: matplotlib is optional (`pip install "vat[plots]"`) ------------------------------
 def figure_class():
-    """matplotlib's Figure class: figures made without pyplot use the Agg canvas and no
-    global state, so plotting never needs (or changes) a display backend. Without matplotlib
-    this is a one-line VatError, raised before any work when called first."""
+    """matplotlib's Figure class (no pyplot: no display backend, no global state); without
+    matplotlib, an optional dependency, a one-line VatError."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -247,35 +205,28 @@ def save_png(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
     return path
 
 
-# -- kinds of paths, checked before anything opens them -----------------------------------------
-# Kinds of paths: a path that should be a regular file is one, and a folder is a folder,
-# checked before anything opens it. A named pipe (FIFO) blocks a reader until some writer
-# appears, and a device such as /dev/zero never ends, so either would hang a command or fill
-# memory; a symlink loop is named as such rather than as a missing file.
-#
-# Every check is a one-line VatError naming the option and the path. A shell's process
-# substitution (`--input <(head -500 file)`, a pipe under /dev/fd) stays allowed where a
-# stream is read once (`allow_pipe`).
+# -- kinds of paths: a FIFO would block a reader and a device never end, so each path is
+# checked before anything opens it; process substitution (`<(...)`, /dev/fd) stays allowed
+# where a stream is read once (`allow_pipe`)
 _PIPE_DIRS = ("/dev/fd/", "/proc/self/fd/", "/proc/")
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISREG, "a file"),
+)
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISREG(mode):
-        return "a file"
-    return "not a regular file"
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
 def _too_long(path: str | os.PathLike) -> str:
-    """Why the system refused `path` as too long: a name (one part between slashes) longer than
-    the filesystem allows, or the whole path longer than the system's limit."""
+    """Why the system refused `path` as too long: one name in it, or the whole path."""
     text = os.fspath(path)
     longest = max((len(part.encode("utf-8", "surrogateescape")) for part in text.split(os.sep)),
                   default=0)  # fmt: skip

@@ -6,11 +6,9 @@ h_t feeds two parallel linear heads, mu_t = W_mu h_t + b_mu and logvar_t = W_s h
 z_t = mu_t + exp(logvar_t/2) * eps is sampled per token, and Z = (z_1..z_T) is the memory of
 the decoder's cross-attention.
 
-Token layout (see `vat.tokenizer.make_batch`): for a sentence w_1..w_n the encoder reads
-`w_1..w_n </s>`, the decoder reads `<s> w_1..w_n` and predicts `w_1..w_n </s>`. Encoder and
-decoder sequences therefore have the same length and the same padding mask, so every
-target token has exactly one latent z_t and "mean over tokens of [CE_t + w KL_t]" (the
-paper, eq. 5-6) is well defined.
+Token layout (`vat.tokenizer.make_batch`): the encoder reads `w_1..w_n </s>`, the decoder
+reads `<s> w_1..w_n` and predicts `w_1..w_n </s>`: the same length and padding mask, so each
+target token has exactly one latent z_t (the paper's per-token loss, eq. 5-6).
 
 Shapes: B batch, T encoder/latent length, S decoder length, d d_model, H heads,
 hs = d / H head size, V vocabulary.
@@ -65,55 +63,25 @@ class VATConfig:
     prior scale, and it keeps exp(logvar) finite in fp16/bf16."""
 
     def __post_init__(self) -> None:
-        def positive_int(name: str) -> None:
+        sizes = ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers", "n_heads", "d_ff")
+        for name in sizes:
             v = getattr(self, name)
-            check(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                f"model.arch.{name}",
-                "a positive integer",
-                v,
-            )
-
-        for name in (
-            "vocab_size",
-            "d_model",
-            "n_encoder_layers",
-            "n_decoder_layers",
-            "n_heads",
-            "d_ff",
-        ):
-            positive_int(name)
-        check(
-            isinstance(self.max_len, int) and self.max_len >= 2,
-            "model.arch.max_len",
-            "an integer >= 2",
-            self.max_len,
-        )
-        check(
-            self.d_model % self.n_heads == 0,
-            "model.arch.d_model",
-            f"divisible by model.arch.n_heads={self.n_heads}",
-            self.d_model,
-        )
-        check(
-            finite(self.dropout) and 0 <= self.dropout < 1,
-            "model.arch.dropout",
-            "in [0, 1)",
-            self.dropout,
-        )
-        check(
-            isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size,
-            "model.arch.pad_id",
-            f"in [0, vocab_size={self.vocab_size})",
-            self.pad_id,
-        )
-        check(finite(self.logvar_min), "model.arch.logvar_min", "finite", self.logvar_min)
-        check(
-            finite(self.logvar_max) and self.logvar_max > self.logvar_min,
-            "model.arch.logvar_max",
-            f"finite and above model.arch.logvar_min={self.logvar_min}",
-            self.logvar_max,
-        )
+            ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
+            check(ok, f"model.arch.{name}", "a positive integer", v)
+        lv_min, lv_max = self.logvar_min, self.logvar_max
+        rules = (
+            ("max_len", isinstance(self.max_len, int) and self.max_len >= 2, "an integer >= 2"),
+            ("d_model", self.d_model % self.n_heads == 0,
+             f"divisible by model.arch.n_heads={self.n_heads}"),
+            ("dropout", finite(self.dropout) and 0 <= self.dropout < 1, "in [0, 1)"),
+            ("pad_id", isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size,
+             f"in [0, vocab_size={self.vocab_size})"),
+            ("logvar_min", finite(lv_min), "finite"),
+            ("logvar_max", finite(lv_min) and finite(lv_max) and lv_max > lv_min,
+             f"finite and above model.arch.logvar_min={lv_min}"),
+        )  # fmt: skip
+        for name, ok, expected in rules:
+            check(ok, f"model.arch.{name}", expected, getattr(self, name))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -128,17 +96,15 @@ class VATConfig:
 
 
 def prior_std_problem(s: object) -> str | None:
-    """Why `s` cannot be the scale of the prior N(0, s^2 I), or None when it can. The KL to
-    the prior divides by s^2 and adds 2 log s, so s must be a finite number > 0 whose square
-    is a finite, non-zero float: 1e300 (its square overflows) and 1e-300 (its square is 0)
-    are refused."""
-    if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
+    """Why `s` cannot be the scale of the prior N(0, s^2 I), or None when it can: the KL
+    divides by s^2, so s must be a finite number > 0 whose square is a finite non-zero float."""
+    if not (finite(s) and s > 0):
         return f"must be a positive number, got {s!r}"
     try:
         square = float(s) ** 2
     except OverflowError:
         square = math.inf
-    if not (math.isfinite(square) and square > 0):
+    if not 0 < square < math.inf:
         return (
             f"must be a number whose square is a finite non-zero float (1e-150..1e150), got {s!r}"
         )
@@ -246,13 +212,9 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the latent memory Z, feed-forward.
-
-    With a `cache` (one dict per layer) the layer takes only the new positions, appends
-    their keys/values to the cache and attends over all of them, so a decoding step costs
-    O(T) instead of re-running the prefix. Cross-attention keys/values of Z are computed
-    once and kept in the cache too.
-    """
+    """Causal self-attention, cross-attention to the latent memory Z, feed-forward. With a
+    `cache` (a dict) the layer takes only the new positions and keeps every key/value, so
+    a decoding step costs O(T) instead of re-running the prefix."""
 
     def __init__(self, cfg: VATConfig) -> None:
         super().__init__()
@@ -271,12 +233,9 @@ class DecoderLayer(nn.Module):
             k = torch.cat([cache["self_k"], k], dim=2)  # (B, H, S_past + S_new, hs)
             v = torch.cat([cache["self_v"], v], dim=2)
         cache["self_k"], cache["self_v"] = k, v
-        # With a cache, new positions are appended one step at a time (S_new = 1), so the
-        # single query may see every cached key; a multi-token prefill needs the causal mask.
-        causal = h.shape[1] > 1
-        if causal and k.shape[2] != h.shape[1]:
-            raise ValueError("a cached decoder step takes one new position at a time")
-        return self.self_attn(h, (k, v), causal=causal)
+        # A cached step feeds one new position (S_new = 1), whose query may see every cached
+        # key; a multi-token prefill into an empty cache needs the causal mask.
+        return self.self_attn(h, (k, v), causal=h.shape[1] > 1)
 
     def _cross_attention(
         self, h: torch.Tensor, z: torch.Tensor, z_mask: torch.Tensor, cache: dict | None
@@ -405,12 +364,8 @@ class VAT(nn.Module):
         generator: torch.Generator | None = None,
         head: bool = True,
     ) -> VATOutput:
-        """Training pass: encode, sample Z by reparameterisation (or use mu), decode.
-
-        `generator` draws the noise eps (default: the global RNG), so evaluation can use a
-        fixed noise stream without touching training's randomness. head=False returns the
-        decoder's hidden states instead of logits (for vat.train.fused_ce).
-        """
+        """Training pass: encode, sample Z (`generator` draws eps; or use mu), decode.
+        head=False returns the decoder's hidden states instead of logits (vat.train.fused_ce)."""
         mu, logvar, mask = self.encode(src_ids)
         z = self.reparameterize(mu, logvar, generator=generator) if sample else mu  # (B, T, d)
         hidden = self.decode_hidden(tgt_in, z, mask)  # (B, S, d)

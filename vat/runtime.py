@@ -1,8 +1,5 @@
-"""Where and how a model runs outside training: the `--device auto` rule, eval mode, and
-the memory a request would need against what the device has.
-
-Each is written once here; every command, the callbacks and the sweep use them.
-"""
+"""Where and how a model runs: the device rule, CPU threads, eval mode, and the memory a
+request would need against what the device has; written once for every command."""
 
 from __future__ import annotations
 
@@ -20,12 +17,9 @@ if TYPE_CHECKING:  # torch is imported where a function runs: `vat CMD --help` s
 
 
 def resolve_device(name: str | torch.device | None = "auto", option: str = "device") -> str:
-    """The one device rule of every command and API call. "auto" (or None) is "cuda" when a
-    CUDA GPU is visible, else "cpu". Otherwise the name must be a device vat can run on, here:
-    "cpu"; "cuda" or "cuda:N" when CUDA is available and N < the number of GPUs; "mps" when
-    torch.backends.mps is available. "meta" (a device without data: nothing computes there)
-    and names torch does not know ("xyz") are refused. Errors are one line naming `option`,
-    the Python argument (a command shows it as its flag, `--device`)."""
+    """The one device rule of every command and API call: "auto" (or None) is "cuda" when a
+    GPU is visible, else "cpu"; otherwise "cpu", "cuda[:N]" or "mps" that exists here. Errors
+    are one line naming `option`."""
     import torch
 
     if name is None or (isinstance(name, str) and name == "auto"):
@@ -43,51 +37,36 @@ def resolve_device(name: str | torch.device | None = "auto", option: str = "devi
         raise OptionError(
             option, f"{text!r} is not a device name (expected auto, cpu, cuda or cuda:N)"
         ) from None
-    if device.type == "cpu":
-        return text
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise OptionError(
-                option, f"{text} asks for CUDA, which is not available on this machine"
-            )
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise OptionError(
-                option,
-                f"{text} does not exist: this machine has {count} CUDA device(s), "
-                f"cuda:0 to cuda:{count - 1}",
-            )
-        return text
-    if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise OptionError(option, f"{text} (Apple's Metal) is not available on this machine")
-        return text
-    if device.type == "meta":
+    kind = device.type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise OptionError(option, f"{text} asks for CUDA, which is not available on this machine")
+    if kind == "cuda" and (device.index or 0) >= (count := torch.cuda.device_count()):
+        raise OptionError(
+            option,
+            f"{text} does not exist: this machine has {count} CUDA device(s), "
+            f"cuda:0 to cuda:{count - 1}",
+        )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise OptionError(option, f"{text} (Apple's Metal) is not available on this machine")
+    if kind == "meta":
         raise OptionError(
             option, "meta is a device without data, so vat cannot run on it; use cpu or cuda"
         )
-    raise OptionError(
-        option, f"{text} is not a device vat runs on (expected auto, cpu, cuda or cuda:N)"
-    )
+    if kind not in ("cpu", "cuda", "mps"):
+        raise OptionError(
+            option, f"{text} is not a device vat runs on (expected auto, cpu, cuda or cuda:N)"
+        )
+    return text
 
 
 THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int | None, str]:
-    """How many intra-op threads torch uses for a training command, and why.
-
-    `requested` is `--threads N`; `env` the value of $OMP_NUM_THREADS; `cuda` whether a CUDA
-    GPU is visible. Returns (threads, reason) where None threads means "leave torch's
-    default". The rule, first match wins:
-    1. `--threads N` (N >= 1);
-    2. $OMP_NUM_THREADS, as OpenMP programs honour it (torch already applied it);
-    3. with a CUDA GPU, torch's default: the CPU only feeds the GPU;
-    4. on the CPU, one thread. vat's models (d 64-128) multiply matrices too small for thread
-       hand-offs to pay on a quiet machine, and on a shared one torch's default (one thread
-       per core) spin-waits in OpenMP barriers whenever another process holds a core
-       (bench/bench_threads.py, BENCHMARKS.md "CPU threads").
-    """
+    """(threads, reason) for a training command, None threads leaving torch's default; the
+    first that applies: `--threads N` (`requested`); $OMP_NUM_THREADS (`env`); torch's
+    default beside a GPU (`cuda`); else one thread, since vat's small matrices gain nothing
+    from thread hand-offs and a shared machine's busy cores stall them (BENCHMARKS.md)."""
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise OptionError("threads", f"expected a whole number >= 1, got {requested!r}")
@@ -100,8 +79,7 @@ def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int
 
 
 def thread_count(text: str, what: str) -> int:
-    """`text` read as a thread count, a whole number >= 1; else one line naming `what` (the
-    option or the environment variable it came from)."""
+    """`text` read as a thread count >= 1; else one line naming `what`."""
     try:
         n = int(text)
     except ValueError:
@@ -112,9 +90,8 @@ def thread_count(text: str, what: str) -> int:
 
 
 def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
-    """Apply `cpu_threads` to this process. Returns (threads set, or None where torch's
-    default stays; reason). Processes that DDP starts re-run the command and so the rule; the
-    environment is left alone (in-process callers such as the sweep share it)."""
+    """Apply `cpu_threads` to this process (not to the environment, which in-process callers
+    such as the sweep share); returns its (threads, reason)."""
     import torch
 
     n, why = cpu_threads(requested, os.environ.get(THREADS_ENV), torch.cuda.is_available())
@@ -125,8 +102,8 @@ def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
 
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode (no dropout) and no autograd for the block. Afterwards every submodule gets
-    back the mode it had (a LightningModule in train mode may hold a model in eval mode)."""
+    """Eval mode and no autograd for the block; afterwards every submodule gets back its own
+    mode (a LightningModule in train mode may hold a model in eval mode)."""
     import torch
 
     modes = [(m, m.training) for m in model.modules()]
@@ -139,7 +116,6 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             m.training = training
 
 
-# -- what the machine can hold: requests checked before allocating -----------------------------
 def device_memory(device: torch.device | str) -> int:
     """Total memory of `device` in bytes (physical RAM for the CPU)."""
     import torch
@@ -154,8 +130,8 @@ def device_memory(device: torch.device | str) -> int:
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} PB"

@@ -1,14 +1,14 @@
 """The subword tokenizer: train or load a Hugging Face `tokenizers` model.
 
-This is the one place that defines the special tokens and their ids. The default model is
-byte-level BPE (GPT-2 style): every byte string is representable, so no text ever maps to
-<unk>, and decoding returns the input text exactly. That matters for reconstruction BLEU and
-exact match (the paper, "Generation").
+The one place that defines the special tokens and their ids. The model is byte-level BPE
+(GPT-2 style): no text maps to <unk>, and decoding returns the input text exactly, which
+reconstruction BLEU and exact match need.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -17,23 +17,16 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from vat.errors import OptionError, VatError, check_count, check_sentences
+from vat.errors import OptionError, VatError, check_count, check_sentences, one_line
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 
-OTHER_CHARS_PER_TOKEN = 1000
-"""chars_per_token of a tokenizer that is not vat's byte-level BPE: a generous bound (no
-English word is near 1,000 characters), which still caps a 10 MB line at max_len * 2,000
-characters."""
+OTHER_CHARS_PER_TOKEN = 1000  # chars_per_token of another tokenizer: no word is that long
+# clip keeps twice the characters the kept tokens can cover: BPE never merges across
+# pre-tokens, so the cut changes only the word it falls in, far after the kept tokens
 CLIP_MARGIN = 2
-"""clip keeps twice the characters the first max_tokens tokens can cover, so the cut lands at
-least that far again after the last token the model reads. A cut changes only the pre-token
-(a word, or a run of spaces) it falls in, since BPE never merges across pre-tokens; in text
-that word starts long after the tokens that are kept. Only one unbroken "word" of more than
-max_tokens * chars_per_token characters could tokenise differently near its start, and then
-only through a chain of overlapping merges from the cut all the way back."""
 
 
 class VATTokenizer:
@@ -58,10 +51,8 @@ class VATTokenizer:
         length: int | None = None,
     ) -> VATTokenizer:
         """Train byte-level BPE on an iterator of sentences; `progress` shows the trainer's
-        own progress bars (`length`: the number of sentences, for the bar's total) when both
-        streams are a terminal: the trainer draws its bars on stderr (hidden when stderr is
-        not a terminal) but ends each stage with an empty line on stdout, which would land
-        in redirected results."""
+        bars (`length` sentences in all) only when both streams are a terminal, since the
+        trainer ends each stage with an empty line on stdout."""
         tok = Tokenizer(models.BPE(unk_token=UNK))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -86,10 +77,8 @@ class VATTokenizer:
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises plain Exception subclasses
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            why = (lines[0] if lines else type(e).__name__)[:160]
             raise VatError(
-                f"tokenizer file {path} is not a valid tokenizers JSON file ({why})"
+                f"tokenizer file {path} is not a valid tokenizers JSON file ({one_line(e)[:160]})"
             ) from None
         try:
             return cls(tok)
@@ -116,11 +105,9 @@ class VATTokenizer:
     def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
         """Subword ids of one sentence, without special tokens; with `max_tokens`, its first
         max_tokens ids, read from at most max_chars(max_tokens) characters (`clip`)."""
-        if max_tokens is None:
-            return self.tokenizer.encode(text, add_special_tokens=False).ids
-        return self.tokenizer.encode(self.clip(text, max_tokens), add_special_tokens=False).ids[
-            :max_tokens
-        ]
+        if max_tokens is not None:
+            text = self.clip(text, max_tokens)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids[:max_tokens]
 
     def encode_batch(self, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
         """Subword ids of each text; with `max_tokens`, the first max_tokens ids of each, read
@@ -128,19 +115,14 @@ class VATTokenizer:
         short one does, and gives the ids the whole line gave."""
         if max_tokens is not None:
             texts = [self.clip(t, max_tokens) for t in texts]
-        ids = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-        return ids if max_tokens is None else [x[:max_tokens] for x in ids]
+        encoded = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [e.ids[:max_tokens] for e in encoded]
 
     @functools.cached_property
     def chars_per_token(self) -> int:
-        """The most characters one token can stand for. vat's tokenizers are byte-level BPE
-        with no normalizer: every character of the text is at least one byte, every byte
-        belongs to exactly one token, and a token's vocabulary entry writes one symbol per
-        byte (ByteLevel's alphabet; special tokens are their own text). So no token covers
-        more characters than the longest vocabulary entry has symbols, and a text of n
-        tokens has at most n * chars_per_token characters. For any other tokenizer (one
-        <unk> can stand for a whole word; a normalizer can drop characters) there is no
-        such bound from the vocabulary: OTHER_CHARS_PER_TOKEN, far above any real word."""
+        """The most characters one token can stand for: in byte-level BPE without a
+        normalizer a vocabulary entry writes one symbol per byte, and a character is at least
+        one byte, so the longest entry bounds it. Any other tokenizer: OTHER_CHARS_PER_TOKEN."""
         t = self.tokenizer
         byte_level = (
             t.normalizer is None
@@ -152,17 +134,13 @@ class VATTokenizer:
         return max(len(token) for token in t.get_vocab(with_added_tokens=True))
 
     def max_chars(self, max_tokens: int) -> int:
-        """How many characters of a text `clip` keeps for its first max_tokens tokens:
-        CLIP_MARGIN * max_tokens * chars_per_token. A text of at most max_tokens tokens has
-        at most max_tokens * chars_per_token characters (see chars_per_token), so it is
-        never cut and its ids are exactly those of the whole text; a longer text keeps at
-        least CLIP_MARGIN * max_tokens > max_tokens tokens, so its cut is still seen."""
+        """How many characters `clip` keeps for the first max_tokens tokens: a text that short
+        is never cut, and a longer one keeps more than max_tokens tokens."""
         return CLIP_MARGIN * max(int(max_tokens), 1) * self.chars_per_token
 
     def clip(self, text: str, max_tokens: int) -> str:
-        """`text` cut to max_chars(max_tokens) characters before it is tokenised: the model
-        reads only its first max_tokens tokens, and tokenising a whole line costs memory in
-        proportion to its length, however long."""
+        """`text` cut to max_chars(max_tokens) characters before it is tokenised, since
+        tokenising costs memory in proportion to the whole line."""
         limit = self.max_chars(max_tokens)
         return text if len(text) <= limit else text[:limit]
 
@@ -178,17 +156,10 @@ class VATTokenizer:
         add_special_tokens: bool = True,
         return_attention_mask: bool = True,
     ) -> TokenizerOutput:
-        """`tok("A sentence")` / `tok(["a", "b"], padding=True, return_tensors="pt")` as a
-        transformers tokenizer's call: `input_ids` and `attention_mask` (1 for a token, 0 for
-        padding). With `add_special_tokens` (default) the ids are the encoder's input,
-        make_batch's `src`: w_1..w_n </s>, padded on the right with <pad>, so
-        `model(**tok(texts, padding=True, return_tensors="pt"))` reads what training read.
-
-        padding: False / "do_not_pad", True / "longest", or "max_length" (to `max_length`).
-        truncation: True / "longest_first" keeps the first `max_length` ids, </s> counted
-        (make_batch's max_len). return_tensors: None (lists), "pt" or "np"; one string
-        then gives a batch of one, and texts of different lengths need padding (as in
-        transformers)."""
+        """`tok(["a", "b"], padding=True, return_tensors="pt")` as a transformers tokenizer's
+        call: `input_ids` (with `add_special_tokens`, make_batch's `src`: w_1..w_n </s>,
+        padded on the right) and `attention_mask`. padding, truncation (the first
+        `max_length` ids, </s> counted) and return_tensors take transformers' values."""
         texts, single = check_sentences(text, "text")
         pad = _PADDING.get(padding) if isinstance(padding, bool | str) else None
         if pad is None:
@@ -239,12 +210,11 @@ class VATTokenizer:
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
         return [self.decode(ids) for ids in batch]
 
-    def id_to_token(self, i: int) -> str:
-        return self.tokenizer.id_to_token(i) or UNK
-
     def token_text(self, i: int) -> str:
         """Readable text of one subword (byte-level symbols decoded), for projector labels."""
-        return self.tokenizer.decode([i]) if i >= len(SPECIAL_TOKENS) else self.id_to_token(i)
+        if i >= len(SPECIAL_TOKENS):
+            return self.tokenizer.decode([i])
+        return self.tokenizer.id_to_token(i) or UNK
 
 
 # transformers' spellings of the call's options -> what they do here
@@ -259,9 +229,8 @@ def _choices(table: dict) -> str:
 
 
 class TokenizerOutput(dict):
-    """What calling a VATTokenizer gives, as transformers' BatchEncoding does: a dict
-    (`input_ids`, `attention_mask`) whose keys are also attributes, with `.to(device)` for
-    its tensors."""
+    """What calling a VATTokenizer gives, as transformers' BatchEncoding: a dict whose keys
+    are also attributes, with `.to(device)`."""
 
     def __getattr__(self, name: str):
         try:
@@ -276,24 +245,16 @@ class TokenizerOutput(dict):
 
 
 def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for t in texts:
-        batch.append(t)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
+    it = iter(texts)
+    while batch := list(itertools.islice(it, size)):
         yield batch
 
 
 def make_batch(
     sequences: Sequence[Sequence[int]], max_len: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Collate subword id lists into the encoder/decoder layout of `vat.model`.
-
-    For ids w_1..w_n: src = w_1..w_n </s>, tgt_in = <s> w_1..w_n, tgt_out = w_1..w_n </s>.
-    `max_len` counts the </s>; longer sequences are truncated to max_len - 1 subwords.
-    """
+    """Collate subword id lists into the layout of `vat.model`: for w_1..w_n, src = tgt_out
+    = w_1..w_n </s> and tgt_in = <s> w_1..w_n; `max_len` counts the </s>."""
     if max_len is not None:
         sequences = [list(s)[: max_len - 1] for s in sequences]
     T = max(len(s) for s in sequences) + 1

@@ -24,9 +24,9 @@ exported as a folder ready to become a shipped model.
 - Exported (`vat export`, as artefacts.py does) to OUT_DIR/work/export/NAME and packed as
   OUT_DIR/reference.tar; the card gets a section with the suite's measurements (the device
   and torch the stage ran on, recorded by the stage itself); the report prints the line that
-  adds it to the registry, `python scripts/add_pretrained.py FOLDER --name NAME`, or, when vat ships a model
-  of that name, the line that replaces it (`--overwrite`) if newstest2019 BLEU improved on the
-  BLEU its card records (or says why it cannot compare).
+  adds it to the registry, `python scripts/add_pretrained.py FOLDER --name NAME`, or, when
+  vat ships a model of that name, the line that replaces it (`--overwrite`) if newstest2019
+  BLEU improved on the BLEU its card records (or says why it cannot compare).
 
 The run trains in OUT_DIR/work/reference/, started in OUT_DIR/work (call.DATA_LINK)."""
 

@@ -1,15 +1,16 @@
-"""What the training callbacks share: when to run, where TensorBoard is, markdown text.
+"""What the training callbacks share: when to run, where TensorBoard is, how text reads.
 
 `EveryNValidations` runs `_run(trainer, pl_module)` after every n-th validation run (the
 sanity check does not count), on global rank zero only (or on every rank, for a metric that
 is synced across ranks), in eval mode without gradients, and puts the model back in the mode
 it found. Its run counter travels with the checkpoint, so the rhythm survives a resume.
-Subclasses only decide what to compute and log.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -26,6 +27,20 @@ def tensorboard_writer(trainer: Trainer) -> Any | None:
         if isinstance(logger, TensorBoardLogger):
             return logger.experiment
     return None
+
+
+def clock_text(seconds: float) -> str:
+    """Seconds as m:ss, or h:mm:ss from an hour."""
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def relative_to_cwd(path: str | os.PathLike) -> str:
+    """A path as the user named the run: relative to the current folder when inside it."""
+    # not resolved: a folder that is a link is named as the user reaches it
+    here, full = Path.cwd(), Path(os.path.abspath(path))
+    return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)
 
 
 def markdown_cell(text: str) -> str:

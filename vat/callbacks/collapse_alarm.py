@@ -1,43 +1,20 @@
 """A posterior-collapse alarm: one `vat:` warning line, a TensorBoard scalar and a text entry
-when the run's latents stop carrying information.
+when the run's latents stop carrying information (turned off by `vat train
+--enable_collapse_alarm false`).
 
-A squeezed posterior can last many steps with no curve at hand saying so (RESULTS.md, "The
-rate controller's start"). The alarm fires on any of:
+It fires on any of:
+- **a rate far below its target**: the KL under 10% of `model.loss.target_kl`, or of free
+  bits x latent dimensions when `model.loss.free_bits` > 0 (a held rate stays within tens of
+  percent of its target, a squeeze is orders of magnitude below it: RESULTS.md);
+- **a KL near 0 in a run without a target**: under 0.05 nats per token;
+- **active units halving**: fewer than half of the previous validation's (Burda et al. 2016,
+  counted from the posterior means the validation steps compute anyway).
 
-- **a rate far below its target**: the KL under 10% of the target, `model.loss.target_kl`,
-  or free bits x latent dimensions when `model.loss.free_bits` > 0 (the floor the objective
-  keeps every dimension at; Kingma et al. 2016). Why 10%: a held rate lives within tens of
-  percent of its target (RESULTS.md, "The rate held by the controller"), while a squeeze is
-  orders of magnitude below it; a tenth is far outside the first and well before the second.
-- **a KL near 0 in a run without a target**: under 0.05 nats per token (summed over the
-  latent dimensions: 0.05 nats is under 0.1 bit for the whole token), the classic collapse
-  of a KL schedule (Bowman et al. 2016; configs' kl_schedule notes);
-- **active units dropping sharply**: fewer than half of the previous validation's active
-  latent dimensions (Burda et al. 2016: Var_x E_q[z | x] > 0.01, the count
-  `vat.geometry.collapse.active_units` and GeometryMetrics' geometry/active_units give).
-
-Both KL readings count: validation's `val/kl` (noise-free: a fixed noise stream over the
-whole validation set) at each validation's end, and the logged `train/kl` at each logging
-step (between validations, which may be further apart than a squeeze lasts). Each signal is
-judged on its own (the train KL, with dropout on, reads several times the val KL near a
-collapse). The first `warmup_steps` (50) steps are not judged: their KL falls steeply from
-the initialisation's, which says nothing about the run.
-
-Cost: no host synchronisation per training step. Values are read from
-`trainer.callback_metrics` only at logging steps (where the system already waits for the
-device) and at validation ends; the active units are counted from the posterior means the
-validation steps compute anyway (a forward hook on the mean head summing mu and mu^2 over
-the batch's tokens on the device), read once per validation. Under DDP the count is rank
-zero's shard of the validation set.
-
-It says it once per episode: the line when the alarm starts, a `cleared` line when every
-signal is back (a KL at least twice its alarm threshold, hysteresis against a noisy batch
-KL; active units no longer halved), and the line again if it collapses again.
-`alarm/collapse` is 0 or 1 at every reading. A non-finite KL (or NaN means, which count no
-active unit) is no reading: it neither raises nor clears the alarm. A resumed run says an
-alarm that still holds once more, in its own log; a damaged state in its checkpoint is
-refused in one line, as any damaged checkpoint is. Turned off by `vat train
---enable_collapse_alarm false`.
+`val/kl` is read at each validation's end and `train/kl` at each logging step, never between
+them (no host synchronisation per step); each signal keeps its own state, and the first
+`warmup_steps` are not judged. It says so once per episode, and `cleared` when every signal
+is back (a KL at least twice its threshold). `alarm/collapse` is 0 or 1 at every reading; a
+non-finite KL is no reading. The active units are counted on rank zero's validation shard.
 """
 
 from __future__ import annotations
@@ -62,7 +39,6 @@ RECOVERY_FACTOR = 2.0
 """A low KL reading clears only at this multiple of its alarm threshold."""
 
 
-# -- the maths: pure functions ----------------------------------------------------------------
 def rate_target(target_kl: float | None, free_bits: float, latent_dims: int) -> float | None:
     """The rate a run holds (nats per token): target_kl, else free bits x latent dimensions,
     else None (a run without a target)."""
@@ -94,7 +70,7 @@ def mu_moment_sums(
     mask: torch.Tensor,  # (B, T) bool: real tokens
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sum mu, sum mu^2 over the real tokens (each (d,)) and their count (0-d), in float64
-    (float32 where the device has none): the sums a variance per dimension is made of."""
+    (float32 on MPS, which has none)."""
     dtype = torch.float32 if mu.device.type == "mps" else torch.float64
     m = mask.to(dtype)[..., None]  # (B, T, 1)
     x = mu.detach().to(dtype)  # (B, T, d)
@@ -102,36 +78,30 @@ def mu_moment_sums(
 
 
 def variances_from_sums(s1: torch.Tensor, s2: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """Unbiased variance per dimension, (d,), from the sums of mu_moment_sums (as
-    vat.geometry.collapse.active_unit_variances computes it from the tokens themselves)."""
+    """Unbiased variance per dimension, (d,), from the sums of mu_moment_sums."""
     n = n.clamp_min(2.0)
     return ((s2 - s1 * s1 / n) / (n - 1)).clamp_min(0.0)
 
 
 def _finite(value: Any) -> float | None:
-    """A logged KL as a float, or None when missing or not finite: a NaN is no reading (it is
-    below no threshold, so it would clear the alarm; a diverged run is the non-finite guard's
-    business, vat.train.non_finite)."""
+    """A logged KL as a float, or None when missing or not finite (a NaN would clear the
+    alarm; a diverged run is vat.train.non_finite's business)."""
     if value is None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
 
 
-# -- the callback -----------------------------------------------------------------------------
 @rank_zero_only
 def _say(text: str, level: int = logging.INFO) -> None:
-    """A line on Lightning's logger (stderr, beside vat's other `vat:` lines), the training
-    bar cleared around it (else it is glued to the bar's line). A warning goes there too,
-    not through Python's warnings: their filters (PYTHONWARNINGS=ignore) cannot hide it."""
+    """A line on Lightning's logger with the training bar cleared around it; a warning too, so
+    that Python's warning filters cannot hide it."""
     with tqdm.external_write_mode(file=sys.stderr):
         logging.getLogger("lightning.pytorch.utilities.rank_zero").log(level, text)
 
 
 class CollapseAlarm(Callback):
-    """The alarm above (registered by vat.cli.train for every fit unless
-    `--enable_collapse_alarm false`). Reads the target from the VAT system
-    (`pl_module.loss_cfg`, `pl_module.arch`) at setup.
+    """The alarm above; reads the target from the VAT system (`loss_cfg`, `arch`) at setup.
 
     Args:
         below_target: A rate under this fraction of its target is a collapse (0.1).
@@ -160,7 +130,6 @@ class CollapseAlarm(Callback):
         self._hook: Any = None
         self._checkpoint: str | None = None  # the checkpoint restored from, for its errors
 
-    # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"previous_units": self.previous_units}
 
@@ -178,7 +147,6 @@ class CollapseAlarm(Callback):
             )
         self.previous_units = units
 
-    # -- the target -------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         loss, arch = getattr(pl_module, "loss_cfg", None), getattr(pl_module, "arch", None)
         if loss is None or arch is None:
@@ -196,7 +164,6 @@ class CollapseAlarm(Callback):
     def threshold(self) -> float:
         return kl_threshold(self.target, self.below_target, self.min_kl)
 
-    # -- train KL at logging steps ----------------------------------------------------------
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
         step = trainer.global_step
         if step < self.warmup_steps or not logs_now(trainer, step):
@@ -264,12 +231,10 @@ class CollapseAlarm(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._remove_hook()
 
-    # -- the episode ------------------------------------------------------------------------
     def _judge(self, trainer: Trainer, signal: str, kl: float | None, drop: str | None) -> None:
-        """One reading of `signal` (train KL, or val KL with the active units' `drop` when they
-        dropped): the alarm starts, holds or clears, and alarm/collapse says which. Each signal
-        keeps its own state: the train KL, measured with dropout on, reads several times the
-        val KL near a collapse, so one must not clear what the other raised."""
+        """One reading of `signal` (train KL, or val KL with the units' `drop`): the alarm
+        starts, holds or clears. Each signal keeps its own state: the train KL, with dropout
+        on, reads several times the val KL near a collapse, so one must not clear the other."""
         reading = "" if kl is None else f"{signal} {kl:.4g} nats/token"
         reasons = []
         if kl is not None:
@@ -302,9 +267,7 @@ class CollapseAlarm(Callback):
 
     @rank_zero_only
     def _log(self, trainer: Trainer, value: float, text: str | None) -> None:
-        # the step Lightning logs train/kl and val/kl at (its LearningRateMonitor's too), so
-        # the alarm's curve lines up with theirs; the line says trainer.global_step, the
-        # optimizer steps done, as the progress bar and the checkpoints' names count
+        # the step Lightning logs train/kl and val/kl at, so that the curves line up
         step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for logger in trainer.loggers:
             logger.log_metrics({"alarm/collapse": value}, step=step)

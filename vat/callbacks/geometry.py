@@ -1,7 +1,6 @@
 """Watch the latent space during training: geometry metrics and a projector snapshot.
 
-Two independent callbacks; list either under `trainer.callbacks` to switch it on (text
-reconstructions and samples are `vat.callbacks.SamplesCallback`):
+Two independent callbacks; list either under `trainer.callbacks` to switch it on:
 
     trainer:
       callbacks:
@@ -10,11 +9,9 @@ reconstructions and samples are `vat.callbacks.SamplesCallback`):
         - class_path: vat.callbacks.LatentProjector      # token mu vectors in the projector
           init_args: {senteval_dir: ../shared/data/senteval, max_tokens: 2000}
 
-Each runs as `vat.callbacks.base.EveryNValidations` says (every n-th validation run, rank
-zero, eval mode, no_grad). It encodes a fixed probe set (`vat.geometry.probes`) with the run's
-tokenizer and uses the posterior means mu (no sampling). They need only `pl_module.model`,
-`.tokenizer` and `.prior_std`. Images and histograms go to the first TensorBoardLogger;
-without one GeometryMetrics logs only scalars and LatentProjector warns once.
+Each encodes a fixed probe set (`vat.geometry.probes`) with the run's tokenizer and uses the
+posterior means mu. Images and histograms go to the first TensorBoardLogger; without one
+GeometryMetrics logs only scalars and LatentProjector warns once.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ def projector_label(text: str) -> str:
 
 
 class _ProbeCallback(EveryNValidations):
-    """A callback that reads a probe set once, at setup (so a bad path fails before training)."""
+    """Reads its probe set once, at setup, so that a bad path fails before training."""
 
     def __init__(
         self,
@@ -68,7 +65,7 @@ class _ProbeCallback(EveryNValidations):
             return
         senteval = self.senteval_dir
         if self.probe_file is None and senteval is None:
-            senteval = str(default_senteval_dir())
+            senteval = default_senteval_dir()
         try:
             self.sentences = load_probe_sentences(self.probe_file, senteval, self.max_sentences)
         except (ValueError, FileNotFoundError) as e:
@@ -79,16 +76,11 @@ class _ProbeCallback(EveryNValidations):
 
 
 class GeometryMetrics(_ProbeCallback):
-    """Log every `vat.geometry.metrics` metric of the probe's token means under `geometry/`.
-
-    Scalars: anisotropy, self- and intra-sentence similarity (unadjusted and adjusted),
-    IsoScore, effective rank, active units, KL per token, mutual information, and the
-    seconds this took (`geometry/seconds`, encoding included). Histograms (TensorBoard
-    only): KL per latent dimension (`geometry/kl_per_dim`) and the variance of mu per
-    dimension (`geometry/mu_variance_per_dim`, the active-units statistic). Images
-    (TensorBoard, with matplotlib): `geometry/plots/{spectrum,kl_per_dim,active_units}`, the
-    figures of `vat.geometry.plots` that the geometry CLI writes with --plot-dir.
-    """
+    """Log every `vat.geometry.metrics.METRICS` value of the probe's token means under
+    `geometry/`, with `geometry/seconds`; in TensorBoard also the histograms
+    `geometry/kl_per_dim` and `geometry/mu_variance_per_dim`, and (with matplotlib) the
+    images `geometry/plots/{spectrum,kl_per_dim,active_units}` that `vat geometry --plot-dir`
+    writes."""
 
     def __init__(
         self,
@@ -114,30 +106,26 @@ class GeometryMetrics(_ProbeCallback):
         super().__init__(every_n_validations, probe_file, senteval_dir, max_sentences)
         self.min_count = min_count
         self.batch_size = batch_size
-        self._plots_warned = False  # the images skipped for want of matplotlib: said once
+        self._plots_warned = False
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         start = time.perf_counter()
         mu, logvar, token_ids, sentence_ids = token_posteriors(
             pl_module.model, pl_module.tokenizer, self.sentences, self.batch_size
-        )  # kept on the model's device, so geometry_report runs there too
+        )  # on the model's device, so geometry_report runs there too
+        prior_std = float(pl_module.prior_std)
         try:
             report = geometry_report(
-                mu,
-                token_ids,
-                sentence_ids,
-                logvar,
-                float(pl_module.prior_std),
-                min_count=self.min_count,
+                mu, token_ids, sentence_ids, logvar, prior_std, min_count=self.min_count
             )
         except ValueError as e:
             rank_zero_warn(f"GeometryMetrics: skipped at step {trainer.global_step}: {e}")
             return
-        seconds = time.perf_counter() - start
-        scalars = {f"geometry/{k}": v for k, v in report.metrics().items()}
-        scalars["geometry/seconds"] = seconds
+        scalars = {**report.metrics(), "seconds": time.perf_counter() - start}
         for name, value in scalars.items():
-            pl_module.log(name, value, rank_zero_only=True, on_step=False, on_epoch=True)
+            pl_module.log(
+                f"geometry/{name}", value, rank_zero_only=True, on_step=False, on_epoch=True
+            )
         writer = tensorboard_writer(trainer)
         if writer is not None:
             step = trainer.global_step
@@ -149,13 +137,12 @@ class GeometryMetrics(_ProbeCallback):
 
     def _log_figures(self, writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
         """vat geometry's --plot-dir figures as TensorBoard images (skipped without matplotlib)."""
-
         try:
             figures = geometry_figures(
                 covariance_eigenvalues(mu), report.kl_per_dim, report.active_unit_variances
             )
         except VatError as e:  # matplotlib is missing (vat.io.figure_class says which extra)
-            if not self._plots_warned:  # once per run, not at every validation
+            if not self._plots_warned:
                 rank_zero_warn(
                     "GeometryMetrics: the TensorBoard images geometry/plots/{spectrum,"
                     f"kl_per_dim,active_units}} are skipped ({e}); the geometry/* scalars "
@@ -170,11 +157,8 @@ class GeometryMetrics(_ProbeCallback):
 
 
 class LatentProjector(_ProbeCallback):
-    """Snapshot token mu vectors into TensorBoard's embedding projector, labelled with their text.
-
-    Takes the first `max_tokens` tokens of the probe, in order; metadata columns are the
-    token's text and the index of its sentence. Needs a TensorBoardLogger.
-    """
+    """Snapshot the probe's first `max_tokens` token mu vectors into TensorBoard's embedding
+    projector (`geometry/token_mu`), labelled with their text and sentence index."""
 
     def __init__(
         self,
@@ -211,12 +195,8 @@ class LatentProjector(_ProbeCallback):
             return
         tokenizer: VATTokenizer = pl_module.tokenizer
         lengths = np.cumsum([len(x) for x in tokenizer.encode_batch(self.sentences)])
-        n_sentences = (
-            int(np.searchsorted(lengths, self.max_tokens, side="left")) + 1
-        )  # enough to fill max_tokens
-        tv = token_vectors(
-            pl_module.model, tokenizer, self.sentences[:n_sentences], self.batch_size
-        )
+        enough = int(np.searchsorted(lengths, self.max_tokens)) + 1  # to fill max_tokens
+        tv = token_vectors(pl_module.model, tokenizer, self.sentences[:enough], self.batch_size)
         keep = slice(0, self.max_tokens)
         labels = [
             [projector_label(tokenizer.token_text(int(t))), str(int(s))]

@@ -1,16 +1,10 @@
 """Training progress counted in optimizer steps of max_steps.
 
-vat budgets runs in steps (`trainer.max_steps`) with max_epochs = -1, for which Lightning's
-bar reads "Epoch 0/-2" and restarts at every pass over the data. This bar counts
-`trainer.global_step` towards max_steps across epochs instead (one bar for the whole run).
-With no step budget it is Lightning's own bar.
-
-It is the only bar of a run: validation and the sanity check run without one (their results
-show in the postfix and in TensorBoard). The postfix is the loss, the rate (KL in nats per
-token) and the throughput in tokens per second; tqdm adds steps/s and the time left.
-
-Every bar goes to stderr, like every other bar of vat (encoding, evaluation, the sweep):
-stdout carries only results (Lightning's own bars write to stdout).
+vat budgets runs in steps with max_epochs = -1, for which Lightning's bar reads "Epoch 0/-2"
+and restarts at every pass over the data. This bar counts `trainer.global_step` towards
+max_steps across epochs (one bar for the whole run); with no step budget it is Lightning's.
+Validation and the sanity check draw no bar (their results show in the postfix). Every bar
+goes to stderr, like every other bar of vat: stdout carries only results.
 """
 
 from __future__ import annotations
@@ -31,18 +25,7 @@ class StepProgressBar(TQDMProgressBar):
         total = self._budget(self.trainer) if self._trainer is not None else None
         if total is None:  # no step budget: Lightning's epoch bar
             return self._stderr_bar(self.train_description, smoothing=0)
-        return Tqdm(
-            desc="training",
-            total=total,
-            unit="step",
-            position=(2 * self.process_position),
-            disable=self.is_disabled,
-            leave=True,
-            dynamic_ncols=True,
-            file=sys.stderr,
-            smoothing=0,
-            bar_format=self.BAR_FORMAT,
-        )
+        return self._stderr_bar("training", total=total, unit="step", smoothing=0)
 
     def init_sanity_tqdm(self):
         return Tqdm(disable=True)  # draws nothing; Lightning still updates and closes it
@@ -53,9 +36,6 @@ class StepProgressBar(TQDMProgressBar):
     def init_test_tqdm(self) -> Tqdm:
         """`vat train test`: Lightning's bar, on stderr."""
         return self._stderr_bar("Testing")
-
-    def init_predict_tqdm(self) -> Tqdm:
-        return self._stderr_bar(self.predict_description, smoothing=0)
 
     def _stderr_bar(self, desc: str, **kwargs: Any) -> Tqdm:
         """Lightning's bar of the same name (its init_*_tqdm), on stderr instead of stdout."""
@@ -91,9 +71,8 @@ class StepProgressBar(TQDMProgressBar):
         super().on_train_start(trainer, pl_module)
         bar = self.train_progress_bar
         if self._budget(trainer) is not None and not bar.disable and trainer.global_step:
-            # A resumed run: the steps before this process are tqdm's `initial`, so steps/s
-            # and the time left count only the steps run here (n = global_step alone would
-            # count the resumed steps as run in this process's time).
+            # a resume's earlier steps are tqdm's `initial`, so that steps/s and the time
+            # left count only the steps run in this process
             bar.initial = bar.n = bar.last_print_n = trainer.global_step
             bar.start_t = bar.last_print_t = bar._time()
             bar.refresh()
@@ -103,9 +82,6 @@ class StepProgressBar(TQDMProgressBar):
         if total is None:
             return super().on_train_epoch_start(trainer, *args)
         bar = self.train_progress_bar
-        if bar.total != total:  # a bar made elsewhere: one bar for the whole run
-            bar.total, bar.unit = total, "step"
-            bar.set_description("training", refresh=False)
         if bar.n != trainer.global_step:  # a later epoch (or a resume): no second line
             bar.n = trainer.global_step
             bar.refresh()

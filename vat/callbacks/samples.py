@@ -1,14 +1,10 @@
 """Reconstruction BLEU and text samples in TensorBoard while a VAT trains.
 
-Every `every_n_validations` validation runs (`vat.callbacks.base.EveryNValidations`: sanity
-checks excluded, global rank 0 only, eval mode, no gradients) the callback:
-- mu-decodes a fixed set of sentences (`sentences`, else `sentences_file`, else the first
-  `num_sentences` validation sentences, fixed at the first run) and logs their corpus BLEU
-  as `val/recon_bleu` (0-100, sacrebleu's 13a tokenizer, see `vat.generate.generator.corpus_bleu`)
-  and the fraction reproduced exactly as `val/recon_exact_match`;
-- writes TensorBoard text: reconstructions, variational samples (z = mu + tau sigma eps for
-  every token) and one interpolation between the first two sentences.
-The module's train/eval mode is restored afterwards. Other loggers get only the scalar.
+Every `every_n_validations` validation runs (`vat.callbacks.base.EveryNValidations`) the
+callback mu-decodes a fixed set of sentences and logs their corpus BLEU as `val/recon_bleu`
+(0-100, sacrebleu's 13a tokenizer) and the fraction reproduced exactly as
+`val/recon_exact_match`; TensorBoard also gets text: reconstructions, variational samples
+(z = mu + tau sigma eps) and one interpolation between the first two sentences.
 
     trainer:
       callbacks:
@@ -76,10 +72,8 @@ class SamplesCallback(EveryNValidations):
         if sentences_file is not None and not Path(sentences_file).is_file():
             raise VatError(f"SamplesCallback: sentences_file {sentences_file} does not exist")
         if sentences is None and sentences_file is not None:
-            # read now, so a bad file fails before training rather than at its first
-            # validation; only the num_sentences lines used (plain or .gz, as training)
+            # read now, so that a bad file fails before training; only the lines used
             sentences = list(itertools.islice(iter_lines(sentences_file), num_sentences))
-        self.sentences_file = sentences_file
         self.num_sentences = num_sentences
         self.num_show = num_show
         self.num_samples = num_samples
@@ -93,7 +87,6 @@ class SamplesCallback(EveryNValidations):
         if sentences is not None:
             self._sentences = [x for x in sentences if x.strip()][:num_sentences]
 
-    # -- which sentences --------------------------------------------------------------------
     def _from_val_data(self, trainer: pl.Trainer, tokenizer: VATTokenizer) -> list[str]:
         """The first validation sentences, decoded back to text from their token ids (the
         byte-level tokenizer is lossless), in file order where the datamodule keeps it."""
@@ -104,9 +97,7 @@ class SamplesCallback(EveryNValidations):
         out: list[str] = []
         for loader in loaders if isinstance(loaders, list | tuple) else [loaders]:
             for batch in loader or []:
-                out.extend(
-                    tokenizer.decode_batch(batch["src"].tolist())
-                )  # src (B, T) of make_batch
+                out.extend(tokenizer.decode_batch(batch["src"].tolist()))  # src (B, T)
                 if len(out) >= self.num_sentences:
                     return out[: self.num_sentences]
         return out
@@ -117,7 +108,6 @@ class SamplesCallback(EveryNValidations):
             self._sentences = [s for s in self._from_val_data(trainer, tokenizer) if s.strip()]
         return self._sentences
 
-    # -- the hook -------------------------------------------------------------------------
     def _run(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sentences = self.sentences(trainer, pl_module.tokenizer)
         if not sentences:

@@ -7,19 +7,12 @@
         - class_path: lightning.pytorch.callbacks.ModelCheckpoint
           init_args: {monitor: val/stsb_spearman, mode: max, filename: best-stsb}
 
-`val/stsb_spearman` is the Spearman correlation (x1, a fraction in [-1, 1], as the harness's
-JSON results and the sweep record it; tables show x100) between the cosine of the two
-sentence vectors and the gold score on the STS-B dev split (1,500 pairs), with mean pooling
-of mu by default. It is the number `vat evaluate --tasks STSBenchmark` reports as
-`STSBenchmark-cosine.dev.spearman` for the same weights: the loader
-(`vat.eval.tasks.registry`) and the scoring (`vat.eval.engine.cosine_correlations`) are
-the harness's own. `val/stsb_seconds` is the time it took.
-
-Cost: the ~2,900 distinct dev sentences are encoded once per validation (encoder only, no
-decoder), in length-sorted batches, under no_grad (timings: docs/evaluate.md).
-
-It runs on every rank (each holds the whole model) and is averaged over ranks, so a
-ModelCheckpoint that monitors it takes the same decision on all ranks under DDP.
+`val/stsb_spearman` is the Spearman correlation (x1, in [-1, 1]) between the cosine of the
+two sentence vectors and the gold score on the STS-B dev split, with the harness's own loader
+and scoring: the number `vat evaluate --tasks STSBenchmark` reports as
+`STSBenchmark-cosine.dev.spearman` for the same weights. `val/stsb_seconds` is the time it
+took (docs/evaluate.md). It runs on every rank and is averaged over ranks, so that a
+ModelCheckpoint monitoring it takes the same decision on all ranks under DDP.
 """
 
 from __future__ import annotations
@@ -90,8 +83,7 @@ class STSBSpearman(EveryNValidations):
         spearman = stsb_dev_spearman(
             pl_module.model, pl_module.tokenizer, self.pairs, self.pooling, self.batch_size
         )
-        # sync_dist: every rank then holds the same number (GPU kernels may differ in the last
-        # bits), so their ModelCheckpoints take the same decision and save together
+        # sync_dist: GPU kernels may differ in the last bits, and the ranks must agree
         pl_module.log(METRIC, spearman, on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
         pl_module.log("val/stsb_seconds", time.perf_counter() - start, on_step=False, on_epoch=True)
 
@@ -102,15 +94,13 @@ class STSBSpearman(EveryNValidations):
 def stsb_dev_spearman(
     model, tokenizer, pairs: Pairs, pooling: Pooling = "mean", batch_size: int = 128
 ) -> float:
-    """Spearman (x1) of pooled-mu cosines against gold on `pairs`, by the harness's scoring.
-    NaN (constant cosines, e.g. a collapsed encoder) counts as the worst value in a
-    ModelCheckpoint (Lightning maps a NaN monitor to -inf for mode max)."""
+    """Spearman (x1) of pooled-mu cosines against gold on `pairs`, by the harness's scoring;
+    NaN (constant cosines: a collapsed encoder) is the worst value to a ModelCheckpoint."""
 
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(
             model, tokenizer, sentences, pooling=pooling, batch_size=batch_size
         )
 
-    return float(
-        cosine_correlations(encode, pairs, batch_size, name="STSBenchmark dev")["spearman"]
-    )
+    scores = cosine_correlations(encode, pairs, batch_size, name="STSBenchmark dev")
+    return float(scores["spearman"])

@@ -11,16 +11,12 @@
       vat generate reconstruct --model runs/demo "A man is playing a guitar."
       vat export runs/demo my-vat --evaluate STS12,STSBenchmark
 
-`--model runs/demo` (a run folder) means its best checkpoint (vat.share.resolve).
-
-The NLL and perplexity are of x given a latent z drawn from its own posterior q(z | x): how
-well the decoder reconstructs, not a language model's perplexity (`vat score` estimates that
-one).
+The NLL and perplexity are of x given a latent z from its own posterior q(z | x): how well
+the decoder reconstructs, not a language model's perplexity (`vat score` estimates that).
 """
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from pathlib import Path
@@ -29,6 +25,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
+from vat.callbacks.base import clock_text, relative_to_cwd
+from vat.callbacks.samples import SamplesCallback
 from vat.generate.generator import TruncationWarning, VATGenerator
 from vat.generate.variation import SampleAgreement, deterministic_note, measure_agreement
 
@@ -50,18 +48,11 @@ class TrainingSummary(pl.Callback):
         print("\n".join(summary_lines(trainer, self._start, agreement)), flush=True)
 
 
-def _has_samples_callback(trainer: pl.Trainer) -> bool:
-    from vat.callbacks.samples import SamplesCallback
-
-    return any(isinstance(c, SamplesCallback) for c in getattr(trainer, "callbacks", []))
-
-
 def posterior_agreement(
     trainer: pl.Trainer, pl_module: pl.LightningModule, sentences: int = 32, samples: int = 4
 ) -> SampleAgreement | None:
-    """`vat.generate.variation.measure_agreement` of the trained model on the first
-    `sentences` validation sentences (a second or two), or None without a VAT system or
-    validation data."""
+    """`measure_agreement` of the trained model on the first `sentences` validation sentences
+    (a second or two), or None without a VAT system or validation data."""
     model, tokenizer = getattr(pl_module, "model", None), getattr(pl_module, "tokenizer", None)
     loaders = trainer.val_dataloaders
     if model is None or tokenizer is None or not loaders:
@@ -91,7 +82,7 @@ def summary_lines(
         rate = f"{steps / seconds:.3g} steps/s" if seconds > 0 else "-"
         tps = logged.get("train/tokens_per_s")
         tokens = f", {float(tps):,.0f} tokens/s" if tps is not None else ""
-        lines.append(f"vat: {steps} steps in {_clock(seconds)} ({rate}{tokens})")
+        lines.append(f"vat: {steps} steps in {clock_text(seconds)} ({rate}{tokens})")
     best, last = None, None
     for cb in trainer.checkpoint_callbacks:
         if not isinstance(cb, ModelCheckpoint):
@@ -102,11 +93,9 @@ def summary_lines(
             last = cb.last_model_path
     if best is not None:
         score = f" ({best[1]} {float(best[2]):.4f})" if best[2] is not None else ""
-        lines.append(f"vat: best checkpoint {_shown(best[0])}{score}")
+        lines.append(f"vat: best checkpoint {relative_to_cwd(best[0])}{score}")
     if last is not None:
-        lines.append(f"vat: last checkpoint {_shown(last)}")
-    # The logged keys stay val/nll and val/ppl (checkpoint monitors and TensorBoard curves
-    # name them); the words say what they measure.
+        lines.append(f"vat: last checkpoint {relative_to_cwd(last)}")
     parts = [
         f"{label} {float(logged[key]):.4f}{unit}"
         for key, label, unit in (
@@ -125,7 +114,9 @@ def summary_lines(
                 f"vat: no validation ran: the run ended before the first "
                 f"(--trainer.val_check_interval {trainer.val_check_interval})"
             )
-    elif "val/recon_bleu" not in logged and not _has_samples_callback(trainer):
+    elif "val/recon_bleu" not in logged and not any(
+        isinstance(c, SamplesCallback) for c in getattr(trainer, "callbacks", [])
+    ):
         parts.append("BLEU not measured (add the vat.callbacks.SamplesCallback callback)")
     if parts:
         lines.append("vat: final validation: " + ", ".join(parts))
@@ -141,18 +132,3 @@ def summary_lines(
             f"  vat export {run} {run.name}-model --evaluate STS12,STSBenchmark",
         ]
     return lines
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def _shown(path: str) -> str:
-    """A checkpoint path as the user named the run: relative to the current folder when
-    inside it (Lightning keeps the best path as configured but makes the last one absolute)."""
-    # not resolved: a checkpoints/ folder that is a link is named as the user reaches it
-    here = Path.cwd()
-    full = Path(os.path.abspath(path))
-    return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)

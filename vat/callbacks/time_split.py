@@ -1,36 +1,20 @@
-"""Where a fit's wall time goes: set-up, compile, training steps, validation, checkpoint
-saving and the rest, so that a launch shows what its GPU time went to.
+"""Where a fit's wall time goes, so that a launch in a time-limited GPU allocation shows what
+its time went to (`vat train` registers `TimeSplit` for every fit).
 
-Users train in GPU allocations with a time limit, where the time before the first useful step
-is spent and nothing else would say so. `vat train` says, through Lightning's logger like its
-other `vat:` lines:
+It says, through Lightning's logger like vat's other `vat:` lines:
 
     vat: first optimizer step (step 1) 12.4 s after the process started: set-up 11.2 s, ...
     vat: time split of 0:58 since the process started: set-up 11.2 s (19%), compile 0.0 s
          (0%), training steps 40.3 s (69%), validation 3.9 s (7%), checkpoint saving 0.8 s
          (1%), other 2.1 s (4%); written to runs/demo/time_split.json            (one line)
 
-and writes the same seconds into RUN_DIR/time_split.json (for tools: the GPU suite reads it)
-and into TensorBoard (`time/setup_s`, ..., `time/total_s`, `time/first_step_s`).
-
-The parts are exclusive and add up to the total, the wall time from the clock's start to the
-end of the fit: the teardown hook, after every `on_fit_end`; for a fit stopped by a signal
-(vat.train.interrupt; the GPU suite stops its launches so) or failed, `on_exception`, after
-the stop's save of last.ckpt. Those two write the JSON and TensorBoard's scalars but no line:
-the stop's instructions or the error stay the last lines said.
-
-- set-up: the clock's start to the first training batch (imports, data, the model, the
-  checkpoint read of a resume), less what lies in the parts below;
-- compile: torch._dynamo's own seconds (its frame and backward compiles, wherever they fell:
-  the first step and each recompile);
-- training steps: the first batch to the end of the training loop, less the parts below;
-- validation: every validation run, the sanity check included;
-- checkpoint saving: every `trainer.save_checkpoint` (its state gathering and its write);
-- other: the end of the training loop to the end of the fit (the final summary).
-
-On CUDA the host runs ahead of the device, so each boundary (a validation's start and end,
-before and after a save, the first batch and step, the loop's end) waits for the device;
-training steps between them never do.
+and writes the same seconds to RUN_DIR/time_split.json (the GPU suite reads it) and to
+TensorBoard (`time/setup_s`, ..., `time/total_s`, `time/first_step_s`). The parts are
+exclusive and add up to the total: set-up (to the first training batch), compile (dynamo's
+own seconds, wherever they fell), training steps, validation (the sanity check included),
+checkpoint saving (every `trainer.save_checkpoint`) and other (after the training loop). A
+fit stopped by a signal or failed writes the JSON and the scalars but no line, so that the
+stop's or the error's lines stay the last said. On CUDA each boundary waits for the device.
 """
 
 from __future__ import annotations
@@ -49,19 +33,15 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tqdm import tqdm
 
+from vat.callbacks.base import clock_text, relative_to_cwd
 from vat.errors import VatError, one_line
 from vat.io import write_json_atomic
 
 PARTS = ("setup", "compile", "training", "validation", "checkpoint", "other")
 """The parts of the split, in the order of a run."""
-WORDS = {
-    "setup": "set-up",
-    "compile": "compile",
-    "training": "training steps",
-    "validation": "validation",
-    "checkpoint": "checkpoint saving",
-    "other": "other",
-}
+WORDS = dict(
+    zip(PARTS, ("set-up", "compile", "training steps", "validation", "checkpoint saving", "other"))
+)
 FILE_NAME = "time_split.json"
 _STARTED = {"process start": "process started", "command start": "command started"}
 
@@ -70,13 +50,8 @@ def process_seconds(stat: str = "/proc/self/stat") -> float | None:
     """Seconds since this process (or the one whose /proc/PID/stat is `stat`) started, or
     None where the kernel does not say.
 
-    Linux records a process's start in /proc/self/stat (field 22, clock ticks since boot);
-    CLOCK_BOOTTIME is the same clock read now, so the difference counts the interpreter's
-    start and every import before vat's first line ran (`import vat` alone takes seconds). Not
-    psutil's create_time(): it is not a vat dependency, and it is the wall clock rebuilt from
-    the boot time in whole seconds (up to 1 s off, and shifted by NTP since boot). Not a time
-    taken in vat/__main__.py: the `vat` script never runs it, and `python -m vat` runs it
-    only after the package's imports."""
+    The start (field 22, clock ticks since boot) against CLOCK_BOOTTIME counts the
+    interpreter's start and every import before vat's first line ran, to the tick."""
     try:
         with open(stat, "rb") as f:
             text = f.read()
@@ -89,10 +64,8 @@ def process_seconds(stat: str = "/proc/self/stat") -> float | None:
 
 
 def compile_seconds() -> float:
-    """Seconds torch._dynamo has spent compiling in this process (frames and their lazily
-    compiled backward graphs): torch 2.13's `calculate_time_spent()["total_wall_time"]`,
-    i.e. the `entire_frame_compile` + `entire_backward_compile` phases of `dynamo_timed`.
-    `torch._dynamo.reset()` zeroes it. 0.0 where torch offers no such count."""
+    """Seconds torch._dynamo has spent compiling in this process, forward and backward graphs
+    (zeroed by `torch._dynamo.reset()`); 0.0 where torch offers no such count."""
     try:
         from torch._dynamo.utils import calculate_time_spent
 
@@ -103,11 +76,9 @@ def compile_seconds() -> float:
 
 class Ledger:
     """Wall seconds charged to the part under way at each boundary, with the compile seconds
-    that fell inside the interval moved out to `compile`. Parts nest (a save inside a
-    validation is a save); `base` is the phase outside them (setup, training, other).
-
-    Every charge adds exactly the interval since the last one, so the parts always add up to
-    the last boundary's time less `origin` (tests/test_time_split.py)."""
+    inside the interval moved to `compile`. Parts nest (a save inside a validation is a save)
+    around a base phase (setup, training, other); every charge adds exactly the interval since
+    the last, so the parts add up to the last boundary's time less `origin`."""
 
     def __init__(self, origin: float, compiled: float) -> None:
         self.seconds = dict.fromkeys(PARTS, 0.0)
@@ -121,7 +92,7 @@ class Ledger:
 
     def charge(self, now: float, compiled: float) -> None:
         """The time since the last boundary to the part under way, less the compile seconds
-        counted since (dynamo's count falls back to 0 when torch._dynamo.reset() runs)."""
+        counted since (a count lower than the last one was reset to 0 in between)."""
         elapsed = max(now - self._last, 0.0)
         new_compile = compiled - self._compiled if compiled >= self._compiled else compiled
         new_compile = min(max(new_compile, 0.0), elapsed)
@@ -147,36 +118,15 @@ class Ledger:
         return sum(self.seconds.values())
 
 
-def split_record(
-    ledger: Ledger, clock_from: str, first_step_s: float | None, counts: dict[str, Any]
-) -> dict[str, Any]:
-    """The JSON record (and TensorBoard's scalars): `total_s`, `<part>_s` for every part,
-    `first_step_s` (None: no step ran), where the clock started and the counts."""
-    record: dict[str, Any] = {"total_s": round(ledger.total(), 3)}
-    record.update({f"{p}_s": round(ledger.seconds[p], 3) for p in PARTS})
-    first = None if first_step_s is None else round(first_step_s, 3)
-    return {**record, "first_step_s": first, "clock_from": clock_from, **counts}
-
-
 def split_line(record: dict[str, Any], where: str | None) -> str:
-    """The one line the end of a fit prints."""
+    """The one line the end of a finished fit prints."""
     total = record["total_s"]
     parts = ", ".join(
-        f"{WORDS[p]} {record[f'{p}_s']:.1f} s ({record[f'{p}_s'] / total:.0%})"
-        if total > 0
-        else f"{WORDS[p]} {record[f'{p}_s']:.1f} s"
-        for p in PARTS
+        f"{WORDS[p]} {record[f'{p}_s']:.1f} s ({record[f'{p}_s'] / total:.0%})" for p in PARTS
     )
     written = f"; written to {where}" if where else ""
-    since = _STARTED.get(record["clock_from"], record["clock_from"])
-    how = "" if record.get("ended", "finished") == "finished" else f" ({record['ended']})"
-    return f"vat: time split of {_clock(total)} since the {since}{how}: {parts}{written}"
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    since = _STARTED[record["clock_from"]]
+    return f"vat: time split of {clock_text(total)} since the {since}: {parts}{written}"
 
 
 _clock_started: list[str] = []
@@ -184,35 +134,15 @@ _clock_started: list[str] = []
 process; later ones, as in a sweep run in-process or a test, their command)."""
 
 
-def _sync(trainer: Trainer) -> None:
-    """Wait for the device at a boundary (CUDA runs behind the host); nothing on the CPU."""
-    module = trainer.lightning_module
-    device = getattr(module, "device", None) if module is not None else None
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class TimeSplit(Callback):
-    """The split above, for `vat train fit` (registered by vat.cli.train for every fit).
+    """The split above; time_split.json goes to `run_dir` (None: not written)."""
 
-    Args:
-        run_dir: Where time_split.json goes (None: not written).
-        clock: The host clock (time.perf_counter; tests give their own).
-        compiled: Dynamo's compile seconds so far (compile_seconds; tests give their own).
-    """
-
-    def __init__(
-        self,
-        run_dir: str | os.PathLike | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-        compiled: Callable[[], float] = compile_seconds,
-    ) -> None:
+    def __init__(self, run_dir: str | os.PathLike | None = None) -> None:
         self.run_dir = None if run_dir is None else Path(run_dir)
-        self._clock, self._compiled = clock, compiled
         since = process_seconds() if not _clock_started else None
         self.clock_from = "process start" if since is not None else "command start"
         _clock_started.append(self.clock_from)
-        self._ledger = Ledger(clock() - (since or 0.0), compiled())
+        self._ledger = Ledger(time.perf_counter() - (since or 0.0), compile_seconds())
         self._first_step_s: float | None = None
         self._start_step = 0
         self._train_started = False  # a finished run resumed skips on_train_start
@@ -220,18 +150,14 @@ class TimeSplit(Callback):
         self._counts = {"validations": 0, "checkpoint_saves": 0}
         self._saver: Callable[..., Any] | None = None
 
-    def _now(self) -> tuple[float, float]:
-        return self._clock(), self._compiled()
+    def _at(self, trainer: Trainer, boundary: Callable[..., None], *args: str) -> None:
+        """A boundary of the ledger's (enter, leave, become, charge), once the device is done:
+        CUDA runs behind the host."""
+        device = trainer.lightning_module.device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        boundary(*args, time.perf_counter(), compile_seconds())
 
-    def _enter(self, trainer: Trainer, part: str) -> None:
-        _sync(trainer)
-        self._ledger.enter(part, *self._now())
-
-    def _leave(self, trainer: Trainer, part: str) -> None:
-        _sync(trainer)
-        self._ledger.leave(part, *self._now())
-
-    # -- boundaries ------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit" or self._saver is not None:
             return
@@ -240,11 +166,11 @@ class TimeSplit(Callback):
         saver = trainer.save_checkpoint
 
         def timed_save(*args: Any, **kwargs: Any) -> Any:
-            self._enter(trainer, "checkpoint")
+            self._at(trainer, self._ledger.enter, "checkpoint")
             try:
                 saved = saver(*args, **kwargs)
             finally:
-                self._leave(trainer, "checkpoint")
+                self._at(trainer, self._ledger.leave, "checkpoint")
             self._counts["checkpoint_saves"] += 1  # (a save the guard refused wrote nothing)
             return saved
 
@@ -256,24 +182,22 @@ class TimeSplit(Callback):
         self._train_started = True
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._enter(trainer, "validation")
+        self._at(trainer, self._ledger.enter, "validation")
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._leave(trainer, "validation")
+        self._at(trainer, self._ledger.leave, "validation")
         if not trainer.sanity_checking:  # timed as validation, not counted as one
             self._counts["validations"] += 1
 
     def on_train_batch_start(self, trainer: Trainer, *args: Any) -> None:
         if not self._training:
-            _sync(trainer)
-            self._ledger.become("training", *self._now())
+            self._at(trainer, self._ledger.become, "training")
             self._training = True
 
     def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
         if self._stepped or trainer.global_step <= self._start_step:
             return  # checked on the host (an int), no device read
-        _sync(trainer)  # once: the first optimizer step, finished on the device
-        self._ledger.charge(*self._now())
+        self._at(trainer, self._ledger.charge)  # once: the first step, finished on the device
         self._stepped = True
         self._first_step_s = self._ledger.total()
         so_far = ", ".join(
@@ -288,8 +212,7 @@ class TimeSplit(Callback):
             )
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        _sync(trainer)
-        self._ledger.become("other", *self._now())
+        self._at(trainer, self._ledger.become, "other")
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """The end of a fit that finished: after every on_fit_end, before the loggers close."""
@@ -299,9 +222,8 @@ class TimeSplit(Callback):
     def on_exception(
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
-        """A fit stopped by a signal (vat.train.interrupt ends it with SIGTERMException, after
-        saving last.ckpt in its own on_exception, which runs before this one): the GPU suite
-        stops its launches that way. Or one that failed: its seconds were spent too."""
+        """A fit stopped by a signal (vat.train.interrupt's SIGTERMException, after its save of
+        last.ckpt) or one that failed: its seconds were spent too."""
         ended = "stopped" if isinstance(exception, SIGTERMException) else "failed"
         # a NaN step ran but did not train: the steps done are those before it
         done = getattr(exception, "steps_done", None)  # (vat.train.non_finite)
@@ -320,22 +242,21 @@ class TimeSplit(Callback):
         self._saver = None
         if not self._train_started:  # nothing was left to train: no steps, from where it was
             self._start_step = trainer.global_step
-        _sync(trainer)
-        self._ledger.charge(*self._now())
+        self._at(trainer, self._ledger.charge)
         last = trainer.global_step if done is None else max(done, self._start_step)
-        record = split_record(
-            self._ledger,
-            self.clock_from,
-            self._first_step_s,
-            {
-                "ended": ended,
-                "first_step": self._start_step,
-                "last_step": last,
-                "steps": last - self._start_step,
-                **self._counts,
-                "device": str(pl_module.device.type),
-            },
-        )
+        first = self._first_step_s  # None: no step ran (a finished run resumed)
+        record = {
+            "total_s": round(self._ledger.total(), 3),
+            **{f"{p}_s": round(self._ledger.seconds[p], 3) for p in PARTS},
+            "first_step_s": None if first is None else round(first, 3),
+            "clock_from": self.clock_from,
+            "ended": ended,
+            "first_step": self._start_step,
+            "last_step": last,
+            "steps": last - self._start_step,
+            **self._counts,
+            "device": str(pl_module.device.type),
+        }
         if not trainer.is_global_zero:
             return
         where = None
@@ -349,23 +270,13 @@ class TimeSplit(Callback):
                 # the run trained and saved: a record of its time is no reason to fail it
                 with tqdm.external_write_mode(file=sys.stderr):
                     print(f"vat: warning: time split not written: {one_line(e)}", file=sys.stderr)
-        # a time not measured is None: first_step_s when no step ran, as when a finished
-        # run is resumed (`--ckpt_path last` at max_steps, what `vat sweep` does to a run it
-        # finds trained but unmarked)
         scalars = {
             f"time/{k}": float(v) for k, v in record.items() if k.endswith("_s") and v is not None
         }
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
         if ended == "finished":  # a stop's or an error's own line stays the last one said
-            rank_zero_info(split_line(record, None if where is None else _shown(where)))
-
-
-def _shown(path: Path) -> str:
-    """The path relative to the current folder when inside it (as the user named the run)."""
-    here = Path.cwd().resolve()
-    full = path.resolve()
-    return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)
+            rank_zero_info(split_line(record, None if where is None else relative_to_cwd(where)))
 
 
 def read_split(run_dir: str | os.PathLike, since: float | None = None) -> dict[str, Any] | None:

@@ -1,17 +1,4 @@
-"""`vat COMMAND ...`: the one command line of vat, one module per command.
-
-    vat train -c demo                  train (LightningCLI; = vat train fit ...)
-    vat evaluate --model runs/demo     SentEval-style evaluation
-    vat geometry --model runs/demo     latent geometry of a model or HF encoder
-    vat score --model runs/demo FILE   the text-VAE table: NLL (IWAE), PPL, -ELBO, KL, MI, AU, ...
-    vat generate reconstruct --model runs/demo "a sentence"
-    vat explore --model runs/demo      the latent space in the browser (needs [explore])
-    vat sweep -c configs/sweeps/sweep.yaml
-    vat export runs/demo model_dir     a shareable model folder
-    vat features compare --model X ... score every sentence-feature spec on STS
-    vat mteb --model model_dir         MTEB's English STS tasks (needs the hub's data)
-    vat config [NAME]                  list the packaged configs, or print one
-    vat pretrained                     the models that ship with vat (--model NAME loads one)
+"""`vat COMMAND ...`: the one command line of vat, one module per command (`COMMANDS`).
 
 `--model` (alias `--ckpt`) takes a .ckpt, an exported folder, a run folder, a shipped model's
 name or a Hub id (vat.share.resolve). Every command prints errors as one line (`error: ...`)
@@ -42,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("vat.cli.features:main", "compare sentence-feature specs of a model"),
     "mteb": ("vat.cli.mteb:main", "run MTEB's English STS tasks on an exported model"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
-    "pretrained": ("vat.cli.pretrained:main", "list the models that ship with vat, add one"),
+    "pretrained": ("vat.cli.pretrained:main", "the models that ship with vat: list, show a card"),
 }
 """name -> ("module:function", one-line help); each function takes the command's arguments."""
 
@@ -83,8 +70,7 @@ def _no_command(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `vat` console script. Each command wraps its own errors; the wrapper here only
-    catches what happens before one runs (no command, an unknown one)."""
+    """The `vat` console script; each command wraps its own errors (run_cli)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         # --debug belongs to the command, which strips and honours it itself.
@@ -95,10 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def one_line_warnings(enabled: bool = True):
-    """vat's own warnings (raised from a file of the vat package, Lightning's rank_zero_warn
-    included) print as one line, `warning: MESSAGE`, instead of Python's
-    `/path/vat/data/corpus.py:147: UserWarning: MESSAGE` and the source line under it; other
-    packages' warnings keep Python's form. `--debug` keeps Python's form for all."""
+    """vat's own warnings (raised from a file of the vat package) print as one line,
+    `warning: MESSAGE`, instead of Python's file, line, category and source line; other
+    packages' warnings, and every warning under `--debug`, keep Python's form."""
     previous = warnings.showwarning
     package = str(Path(__file__).resolve().parents[1]) + os.sep
 

@@ -1,11 +1,6 @@
-"""What every `vat` command shares: the one-line-error parser, option types, input reading.
-
-Option names are one vocabulary (docs/cli.md): `--model` (alias `--ckpt`), `--output FILE`
-(always a file), `--output-dir DIR` (a folder a command writes), `--plot FILE` (a PNG),
-`--plot-dir DIR` (a folder of PNGs), `--data-dir DIR` (SentEval's data), `--train-data-dir
-DIR` (what a shared model's record names its training files against), `--device auto`, `--debug`,
-`--no-progress`, `--quiet`. An older spelling users already type stays as a
-renamed option (`add_renamed`): it works, with one warning line on stderr.
+"""What every `vat` command shares: the one-line-error parser, its options and types, and
+input reading. Option names are one vocabulary (docs/cli.md); an older spelling users already
+type stays as a renamed option (`add_renamed`): it works, with one warning line on stderr.
 """
 
 from __future__ import annotations
@@ -14,22 +9,27 @@ import argparse
 import contextlib
 import gzip
 import math
-import os
 import re
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn
+from typing import Literal, NoReturn
 
-from vat.data.corpus import MAX_LINE_BYTES, bounded_lines, decode_each
+from vat.data.corpus import (
+    MAX_LINE_BYTES,
+    bounded_lines,
+    decode_each,
+    open_sentence_file,
+    warn_skipped,
+)
+from vat.data.paths import SENTEVAL_ENV
 from vat.errors import VatError, did_you_mean
+from vat.io import regular_file
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line (`error: ...`, exit 2) like every other error,
-    instead of the whole usage block, with the nearest valid name for a mistyped choice or
-    option. Subparsers made from it behave the same. No prefix matching
-    (`allow_abbrev=False`): `--num-sample` is an error, not `--num-samples`."""
+    """argparse whose usage errors are one line (`error: ...`, exit 2) naming the nearest valid
+    choice or option, with no prefix matching (`--num-sample` is not `--num-samples`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -63,8 +63,7 @@ def option_strings(p: argparse.ArgumentParser) -> list[str]:
 
 
 class _Renamed(argparse.Action):
-    """An older spelling of an option: stores into the new option's dest, with one warning line
-    on stderr naming both spellings."""
+    """An older spelling of an option (`add_renamed`)."""
 
     def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
         self.new = new
@@ -83,9 +82,8 @@ def warn_renamed(prog: str, old: str | None, new: str) -> None:
 
 
 def add_renamed(p, old: str, option: argparse.Action) -> None:
-    """`old` as an older spelling of `option` (what `add_argument` returned): same value, same
-    dest, hidden from --help, and a one-line warning when used. `p` is the parser or group
-    `option` was added to (so a mutually exclusive group excludes both spellings)."""
+    """`old` as an older spelling of `option` (what `add_argument` returned, in the same parser
+    or group `p`): same value and dest, hidden from --help, one warning line when used."""
     p.add_argument(
         old,
         action=_Renamed,
@@ -99,21 +97,20 @@ def add_renamed(p, old: str, option: argparse.Action) -> None:
     )
 
 
-def add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
-    """--device, --debug and (where there are progress bars) --no-progress / --quiet."""
+def add_common(p: argparse.ArgumentParser) -> None:
+    """--device, --debug, --no-progress and --quiet."""
     p.add_argument(
         "--device",
         default="auto",
         help="cpu, cuda, cuda:1, ... (default auto: cuda if available, else cpu)",
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    if progress:
-        p.add_argument("--no-progress", action="store_true", help="no progress bars")
-        p.add_argument(
-            "--quiet",
-            action="store_true",
-            help="no progress bars and no notes on stderr (errors still show)",
-        )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars and no notes on stderr (errors still show)",
+    )
 
 
 MODEL_HELP = (
@@ -130,15 +127,39 @@ def add_model_option(p, *, required: bool = True) -> None:
     )
 
 
+def add_output(p, help: str) -> None:
+    """`--output FILE` and `--overwrite` (an existing file is replaced only with it)."""
+    p.add_argument("--output", metavar="FILE", help=help)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+
+
+def add_data_dir(p, what: str = "") -> argparse.Action:
+    """`--data-dir DIR`: SentEval's data/downstream folder, `what` saying what it is for."""
+    return p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"SentEval's data/downstream folder{what} (default ${SENTEVAL_ENV}, else "
+        "../shared/data/senteval)",
+    )
+
+
+def add_batch_size(p, default: int) -> None:
+    """`--batch-size N`: sentences per model call."""
+    p.add_argument(
+        "--batch-size",
+        type=whole(1),
+        default=default,
+        metavar="N",
+        help=f"sentences per model call (default {default})",
+    )
+
+
 def add_train_data_dir(p) -> None:
-    """`--train-data-dir DIR`, on the commands whose output leaves this machine (`vat export
-    --repo-id`, scripts/add_pretrained.py): its record names each training file by its path
-    inside this folder, else by name. Not `--data-dir`: every command spells SentEval's folder that
-    way (docs/cli.md), and `vat export` takes both."""
+    """`--train-data-dir DIR`, on the commands whose output leaves this machine (`vat export`,
+    scripts/add_pretrained.py); not `--data-dir`, which names SentEval's folder."""
     p.add_argument(
         "--train-data-dir",
         metavar="DIR",
-        default=None,
         help="the data folder a shared model's record names its training files against "
         "(their path inside it, else their name); default $VAT_DATA_DIR, else ../shared/data",
     )
@@ -148,26 +169,49 @@ def show_progress(args: argparse.Namespace) -> bool:
     return not (getattr(args, "no_progress", False) or getattr(args, "quiet", False))
 
 
-def finite_float(text: str) -> float:
-    """argparse type: a finite float (NaN and infinities are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type: a whole number in minimum..maximum, refused as the option is read."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def finite(minimum: float | None = None, *, positive: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number, >= minimum, and > 0 if `positive`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if (positive and value <= 0) or (minimum is not None and value < minimum):
+            bound = "> 0" if positive else f">= {minimum:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
 
 
 def number_list(kind: type[int] | type[float]) -> Callable[[str], list]:
     """argparse type for "1,3" or "0,0.5,1" (finite values). Comma lists, not nargs="+", so
     that a list option never swallows the positional sentences after it."""
 
+    one = finite() if kind is float else int
+
     def parse(text: str) -> list:
         try:
-            values = [
-                (finite_float if kind is float else int)(x) for x in text.split(",") if x.strip()
-            ]
+            values = [one(x) for x in text.split(",") if x.strip()]
         except (ValueError, argparse.ArgumentTypeError):
             what = "finite numbers" if kind is float else "integers"
             raise argparse.ArgumentTypeError(
@@ -181,8 +225,7 @@ def number_list(kind: type[int] | type[float]) -> Callable[[str], list]:
 
 
 def check_utf8_arguments(values: Sequence[str], what: str = "argument") -> None:
-    """Python decodes undecodable command-line bytes to lone surrogates; refuse them here,
-    in one line, rather than fail later when the text is encoded or printed."""
+    """Refuse command-line bytes that are not UTF-8 (Python's lone surrogates) in one line."""
     for i, value in enumerate(values, 1):
         try:
             value.encode("utf-8")
@@ -190,36 +233,18 @@ def check_utf8_arguments(values: Sequence[str], what: str = "argument") -> None:
             raise VatError(f"{what} {i} is not valid UTF-8 text") from None
 
 
-def split_lines(text: str) -> list[str]:
-    """Lines ended by \\n or \\r\\n only. str.splitlines() also splits on form feed, U+2028,
-    \\x85, \\x1c-\\x1e..., so output would stop lining up with the input's lines."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start another
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
 def iter_text_lines(
     source: str, option: str = "--input", max_line_bytes: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of each line of a text file, plain or .gz, or of stdin for '-',
-    read as they arrive: a caller that stops early (`--limit`) never waits for the rest of a
-    pipe, and memory holds one line at a time. A line longer than `max_line_bytes` is cut
-    there (at a character's start, so that it still decodes), handed on as soon as it is
-    cut, and the rest of it skipped. The text rule of every reader applies
-    (vat.data.corpus.bounded_lines: a UTF-16 file or a binary one refused, a UTF-8
-    byte-order mark and the \\r of \\r\\n dropped)."""
-    from vat.data.corpus import open_sentence_file
-    from vat.io import regular_file
-
+    read as they arrive (a caller that stops early never waits for the rest of a pipe), each
+    cut to `max_line_bytes` by the text rule of every reader (vat.data.corpus.bounded_lines)."""
     if source == "-":
         where = "stdin"
         stream = contextlib.nullcontext(sys.stdin.buffer)  # vat does not close its stdin
     else:
-        if os.path.isdir(source):  # isdir, unlike Path.is_dir, says False for a too-long name
-            raise VatError(f"{option} {source} is a directory, expected a text file")
         # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
-        # (it blocks until a writer appears) or a device (/dev/zero never ends)
+        # (it blocks until a writer appears), a folder or a device (/dev/zero never ends)
         path = regular_file(source, option, allow_pipe=True)
         where = f"{option} {path}"
         stream = open_sentence_file(path)
@@ -230,19 +255,25 @@ def iter_text_lines(
         raise VatError(f"{where} is a truncated or corrupt gzip file ({e})") from None
 
 
-def read_text_lines(source: str, option: str = "--input", limit: int | None = None) -> list[str]:
-    """Lines of a UTF-8 text file, plain or .gz as training reads them ('-' = stdin), each
-    kept to its first MAX_LINE_BYTES (`iter_text_lines`: a line without an end does not fill
-    memory), up to the `limit`-th non-empty one (all without one: `--limit N` holds N
-    sentences, and does not wait for the rest of a pipe). A line that is not UTF-8 is a
-    one-line error naming FILE:LINE (`decode_each`, the one rule of every reader)."""
+def read_text_lines(
+    source: str,
+    option: str = "--input",
+    limit: int | None = None,
+    on_bad_bytes: Literal["error", "skip"] = "error",
+    hint: str = "expected UTF-8 text",
+) -> list[str]:
+    """The lines of `iter_text_lines(source)` as text, up to the `limit`-th non-empty one. A
+    line that is not UTF-8 is a one-line error naming FILE:LINE and `hint`, or skipped and
+    counted on stderr (`decode_each`, `warn_skipped`)."""
     where = "stdin" if source == "-" else source
-    lines, kept = [], 0
+    lines, kept, bad = [], 0, 0
     with contextlib.closing(iter_text_lines(source, option)) as numbered:  # closed at --limit
         for number, raw in numbered:
-            (text,), _ = decode_each([raw], number, where, "error", "expected UTF-8 text")
-            lines.append(text)
-            kept += bool(text.strip())
+            decoded, skipped = decode_each([raw], number, where, on_bad_bytes, hint)
+            lines += decoded
+            bad += skipped
+            kept += any(text.strip() for text in decoded)
             if kept == limit:
                 break
+    warn_skipped(where, bad)
     return lines

@@ -15,14 +15,9 @@ from vat.cli.common import Parser
 from vat.errors import OptionError, VatError, did_you_mean, nearest, run_cli
 
 
-def config_dir() -> Path:
-    """Where the packaged configs live (inside the installed `vat` package)."""
-    return Path(str(resources.files("vat") / "configs"))
-
-
 def packaged_configs() -> dict[str, Path]:
     """{name: path}, names relative to vat/configs without .yaml, e.g. "demo", "sweeps/sweep"."""
-    root = config_dir()
+    root = Path(str(resources.files("vat") / "configs"))
     return {p.relative_to(root).with_suffix("").as_posix(): p for p in sorted(root.rglob("*.yaml"))}
 
 

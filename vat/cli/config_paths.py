@@ -1,10 +1,6 @@
-"""The input files a `vat train` config names, checked before anything starts: a relative path
-that is not there says where relative paths are read from.
-
-A config's relative paths are read from the folder `vat train` runs in, not from the config
-file's folder (LightningCLI's rule, and the packaged configs' assumption: they name files of
-vat's checkout, such as data/demo_val.txt). Run from elsewhere, a missing file is told apart
-from a path read from the wrong folder.
+"""The input files a `vat train` config names, checked before anything starts. A config's
+relative paths are read from the folder `vat train` runs in (LightningCLI's rule), so a missing
+one says so, and where the file is if it lies beside the config or in vat's checkout.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ INPUT_KEYS = (
 
 
 def input_paths(cfg) -> Iterator[tuple[str, str]]:
-    """(how the config names it, path) for every input path in a parsed `vat train` config:
-    `data.train_files`, `SamplesCallback: sentences_file`, ..."""
+    """(how the config names it, path) of every input path of a parsed `vat train` config."""
     data = cfg.get("data") or {}
     for key in INPUT_KEYS:
         for value in _strings(data.get(key) if hasattr(data, "get") else None):
@@ -56,10 +51,8 @@ def _strings(value) -> list[str]:
 
 
 def check_input_paths(cfg, config_files: list[Path], checkout: Path | None) -> None:
-    """One line for the first relative input path of `cfg` that is not there (a path with
-    glob characters is the data module's to expand; an absolute one its own error), naming
-    the folder relative paths are read from, and where the file is if it is found beside a
-    config given with -c or in vat's `checkout` (the packaged configs name its files)."""
+    """One line for the first relative input path of `cfg` that is not there (a glob is the
+    data module's to expand), naming where it was looked for and where it was found."""
     cwd = Path.cwd()
     for label, value in input_paths(cfg):
         p = Path(value)

@@ -6,8 +6,7 @@
     vat evaluate --hf-model /path/to/all-MiniLM-L6-v2 --pooling mean --tasks sts ...
     vat evaluate --model last.ckpt --finetune --tasks MR,SST2 --output finetune.json
 
-Results are written as JSON in SentEval's layout (see docs/evaluate.md), atomically, and
-never over an existing file unless --overwrite is given.
+Results are JSON in SentEval's layout (docs/evaluate.md), written atomically.
 """
 
 from __future__ import annotations
@@ -19,17 +18,23 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_common, add_model_option, add_renamed, show_progress
-from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
+from vat.cli.common import (
+    Parser,
+    add_batch_size,
+    add_common,
+    add_data_dir,
+    add_model_option,
+    add_output,
+    add_renamed,
+    finite,
+    show_progress,
+    whole,
+)
+from vat.cli.features import add_feature_options
+from vat.data.paths import default_senteval_dir
 from vat.errors import VatError, run_cli
 from vat.eval.tasks.files import MissingTaskData
-from vat.eval.tasks.registry import (
-    ALL_TASKS,
-    TASK_GROUPS,
-    TaskChoice,
-    choose_tasks,
-    expand_tasks,
-)
+from vat.eval.tasks.registry import ALL_TASKS, TASK_GROUPS, TaskChoice, choose_tasks
 from vat.io import check_output_file, figure_class, write_json_atomic
 from vat.runtime import resolve_device
 
@@ -37,9 +42,8 @@ from vat.runtime import resolve_device
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vat evaluate",
-        description=(
-            "SentEval-compatible evaluation (STS and transfer tasks) of a sentence encoder."
-        ),
+        description="SentEval-compatible evaluation (STS and transfer tasks) of a sentence "
+        "encoder.",
         epilog=f"Tasks: {', '.join(ALL_TASKS)}. Groups: "
         + "; ".join(f"{g} = {','.join(t)}" for g, t in TASK_GROUPS.items())
         + ". See docs/evaluate.md.",
@@ -65,17 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir and names the missing ones on stderr; a task named on its own must be "
         "there (see --skip-missing)",
     )
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        help=f"SentEval data/downstream folder (default: ${SENTEVAL_ENV}, "
-        "else ../shared/data/senteval)",
-    )
-    p.add_argument("--output", help="JSON results file (written atomically)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    add_data_dir(p)
+    add_output(p, "JSON results file (written atomically)")
     p.add_argument(
         "--pooling",
-        default=None,
         help="vat: pool the token means mu: mean | sum | start (the paper's VAT-mean/-sum/-start) "
         "| precision (mu weighted by exp(-logvar)); default: the model's own vectors (its "
         "feature spec, docs/features.md). HF: mean (default) | cls",
@@ -93,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="logreg",
         help="logreg (SentEval nhid=0) or mlp (one sigmoid hidden layer, Adam)",
     )
-    p.add_argument("--nhid", type=int, default=50, help="hidden units of --classifier mlp")
+    p.add_argument("--nhid", type=whole(1), default=50, help="hidden units of --classifier mlp")
     p.add_argument(
         "--relatedness",
         choices=["cosine", "regressor", "both"],
@@ -101,10 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="STSBenchmark/SICKRelatedness: cosine (no training, default), SentEval's trained "
         "regressor, or both",
     )
-    p.add_argument(
-        "--seed", type=int, default=1111, help="SentEval seed (default 1111, SentEval's)"
+    p.add_argument(  # numpy's seeds
+        "--seed", type=whole(0, 2**32 - 1), default=1111, help="SentEval seed (default 1111)"
     )
-    p.add_argument("--batch-size", type=int, default=128, help="sentences per encoder call")
+    add_batch_size(p, 128)
     p.add_argument(
         "--skip-missing",
         action="store_true",
@@ -122,18 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a score says the encoder is degenerate (an undefined correlation: "
         "constant or non-finite vectors); without it, a warning on stderr",
     )
-    p.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs")
-    p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
+    p.add_argument("--epochs", type=whole(1), default=5, help="fine-tuning epochs")
+    p.add_argument(
+        "--lr", type=finite(positive=True), default=1e-4, help="fine-tuning learning rate (Adam)"
+    )
     add_common(p)
-    from vat.cli.features import add_feature_options
-
     add_feature_options(p)
     plot = p.add_argument(
         "--plot",
-        dest="plot",
         metavar="PNG",
-        help="write a bar chart of the scores per task (with --compare: "
-        "beside earlier runs) to this PNG file, atomically; needs matplotlib",
+        help="write a bar chart of the scores per task (with --compare: beside earlier runs) "
+        "to this PNG file, atomically; needs matplotlib",
     )
     add_renamed(p, "--plots", plot)  # an older spelling (docs/cli.md)
     p.add_argument(
@@ -167,11 +163,7 @@ def write_results(obj: dict, path: Path, overwrite: bool) -> None:
 
 
 def _pct(x: object) -> str:
-    return (
-        "—"
-        if x is None or (isinstance(x, float) and not math.isfinite(x))
-        else f"{100 * float(x):.2f}"
-    )
+    return f"{100 * float(x):.2f}" if x is not None and math.isfinite(float(x)) else "—"
 
 
 def format_table(results: dict) -> str:
@@ -184,16 +176,16 @@ def format_table(results: dict) -> str:
             mean_row.append(results[t]["all"]["spearman"]["mean"])
             concat_row.append(results[t]["all"]["spearman"].get("all"))
     for t, label in (("STSBenchmark", "STS-B"), ("SICKRelatedness", "SICK-R")):
-        key = f"{t}-cosine" if f"{t}-cosine" in results else t
-        if key in results:
-            sts_cols.append(label + ("" if key.endswith("-cosine") else " (reg)"))
-            val = (
-                results[key]["test"]["spearman"]
-                if key.endswith("-cosine")
-                else results[key]["spearman"]
-            )
-            mean_row.append(val)
-            concat_row.append(val)
+        if f"{t}-cosine" in results:
+            sts_cols.append(label)
+            value = results[f"{t}-cosine"]["test"]["spearman"]
+        elif t in results:
+            sts_cols.append(label + " (reg)")
+            value = results[t]["spearman"]
+        else:
+            continue
+        mean_row.append(value)
+        concat_row.append(value)
     if sts_cols:
         width = max(8, *(len(c) + 1 for c in sts_cols))
         lines.append(
@@ -204,39 +196,23 @@ def format_table(results: dict) -> str:
         for name, row in (("mean of sets", mean_row), ("concatenated", concat_row)):
             vals = [v for v in row if v is not None and math.isfinite(v)]
             avg = sum(vals) / len(vals) if vals else None
-            lines.append(
-                f"{name:14}" + "".join(f"{_pct(v):>{width}}" for v in row) + f"{_pct(avg):>{width}}"
-            )
-    cls = [
-        t
-        for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
-        if t in results
-    ]
+            cells = [*map(_pct, row), _pct(avg)]
+            lines.append(f"{name:14}" + "".join(f"{c:>{width}}" for c in cells))
+    transfer = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
+    cls = [t for t in transfer if t in results]
     if cls:
         if lines:
             lines.append("")
-        labels = {"SICKEntailment": "SICK-E"}
         lines.append("Transfer, accuracy %" + (" (MRPC: acc/F1)" if "MRPC" in cls else ""))
-        width = 12
-        lines.append(
-            f"{'':14}" + "".join(f"{labels.get(t, t):>{width}}" for t in cls) + f"{'Avg.':>{width}}"
-        )
+        labels = [{"SICKEntailment": "SICK-E"}.get(t, t) for t in cls]
+        lines.append(f"{'':14}" + "".join(f"{c:>12}" for c in [*labels, "Avg."]))
         for key, name in (("devacc", "dev"), ("acc", "test")):
             row = [results[t][key] for t in cls]
-            cells = [
-                f"{v:.2f}"
-                + (
-                    f"/{results[t]['f1']:.1f}"
-                    if t == "MRPC" and key == "acc" and "f1" in results[t]
-                    else ""
-                )
-                for t, v in zip(cls, row)
-            ]
-            lines.append(
-                f"{name:14}"
-                + "".join(f"{c:>{width}}" for c in cells)
-                + f"{sum(row) / len(row):>{width}.2f}"
-            )
+            cells = [f"{v:.2f}" for v in row]
+            if key == "acc" and "f1" in results.get("MRPC", {}):
+                cells[cls.index("MRPC")] += f"/{results['MRPC']['f1']:.1f}"
+            avg = sum(row) / len(row)
+            lines.append(f"{name:14}" + "".join(f"{c:>12}" for c in cells) + f"{avg:>12.2f}")
     for t in ("STSBenchmark", "SICKRelatedness"):
         if t in results and "devpearson" in results[t]:
             r = results[t]
@@ -247,10 +223,9 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
+def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str], device: str):
     from vat.eval import encoders
 
-    device = resolve_device(args.device)
     if loaded is not None and args.features:
         from vat.cli.features import check_fitted, fit_options
         from vat.features.choice import features_for
@@ -272,12 +247,11 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str]):
 
 
 def _tasks_to_run(choice: TaskChoice, data_dir: str, skip_missing: bool) -> list[str]:
-    """The tasks to run (vat.eval.tasks.choose_tasks): a group's members present; a task named
-    on its own and missing is an error naming --skip-missing, or with it skipped. What is left
-    out is one warning line naming the tasks and the folder looked in (so the printed `next:`
-    command `--tasks sts` runs on a partial copy of SentEval)."""
+    """A group's members present, and the tasks named on their own: those missing fail as they
+    load (naming --skip-missing), or with it are skipped, as are tasks whose files do not load.
+    What is left out is said in warning lines naming the tasks and the folder looked in."""
     if choice.named_absent and not skip_missing:
-        return choice.tasks  # the first one fails as it loads, naming --skip-missing
+        return choice.tasks
     skipped = choice.absent + choice.named_absent
     tasks = [t for t in choice.tasks if t not in skipped]
     if skipped:
@@ -286,15 +260,8 @@ def _tasks_to_run(choice: TaskChoice, data_dir: str, skip_missing: bool) -> list
             f"layout, docs/evaluate.md); running {', '.join(tasks)}",
             file=sys.stderr,
         )
-    return tasks
-
-
-def _skip_missing_hint(e: MissingTaskData) -> VatError:
-    return VatError(f"{e}; --skip-missing runs the tasks that are present")
-
-
-def _available(tasks: list[str], data_dir: str) -> list[str]:
-    """--skip-missing: tasks whose files do not load are skipped too, one warning each."""
+    if not skip_missing:
+        return tasks
     from vat.eval.tasks.registry import load_task
 
     keep = []
@@ -311,13 +278,6 @@ def _available(tasks: list[str], data_dir: str) -> list[str]:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    if args.data_dir is None:
-        args.data_dir = str(default_senteval_dir())
-        if not Path(args.data_dir).is_dir():
-            raise VatError(
-                f"no SentEval data at {args.data_dir}: pass --data-dir or set "
-                f"${SENTEVAL_ENV} to SentEval's data/downstream folder"
-            )
     if args.finetune and not args.model:
         raise VatError("--finetune needs --model (it trains the vat encoder)")
     if args.features and not args.model:
@@ -328,18 +288,9 @@ def _main(argv: Sequence[str] | None) -> int:
         from vat.features.choice import check_pooling
 
         check_pooling(args.pooling, args.features)  # a spec names its own weighting
-    if args.batch_size < 1:
-        raise VatError(f"--batch-size must be >= 1, got {args.batch_size}")
-    from vat.errors import check_count, check_non_negative_finite
-
-    if not 0 <= args.seed < 2**32:  # numpy's seeds
-        raise VatError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
-    check_count(args.nhid, "nhid")
-    check_count(args.epochs, "epochs")
-    check_non_negative_finite(args.lr, "lr", positive=True)
-    expand_tasks(args.tasks)  # names checked (any case, did you mean) before any work
-    choice = choose_tasks(args.tasks, args.data_dir)
-    resolve_device(args.device)  # meta, xyz, cuda:7 ... refused in one line before any work
+    args.data_dir = args.data_dir or str(default_senteval_dir())
+    choice = choose_tasks(args.tasks, args.data_dir)  # names and folder, before any work
+    device = resolve_device(args.device)
     out = check_output_file(args.output, args.overwrite, "--output", ".json file")
     plot = check_output_file(args.plot, args.overwrite, "--plot", ".png file")
     if args.compare and plot is None:
@@ -353,10 +304,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.model:  # read once; everything below takes the loaded model
         from vat.share.resolve import load_model
 
-        loaded = load_model(args.model, resolve_device(args.device))
+        loaded = load_model(args.model, device)
     tasks = _tasks_to_run(choice, args.data_dir, args.skip_missing)
-    if args.skip_missing:  # tasks whose files do not load are skipped too
-        tasks = _available(tasks, args.data_dir)
     t0 = time.perf_counter()
     meta = {
         "tasks": tasks,
@@ -364,64 +313,13 @@ def _main(argv: Sequence[str] | None) -> int:
         "data_dir": str(args.data_dir),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if args.finetune:
-        from vat.eval.finetune import FinetuneSettings, finetune_tasks
-
-        settings = FinetuneSettings(
-            epochs=args.epochs,
-            lr=args.lr,
-            pooling=args.pooling or "mean",
-            seed=args.seed,
-            device=resolve_device(args.device),
-            progress=show_progress(args),
-        )
-        try:
-            results, seconds = finetune_tasks(loaded, tasks, args.data_dir, settings)
-        except MissingTaskData as e:
-            raise _skip_missing_hint(e) from None
-        meta.update(
-            mode="finetune",
-            encoder=f"vat:{args.model}",
-            pooling=settings.pooling,
-            epochs=args.epochs,
-            lr=args.lr,
-            batch_size=settings.batch_size,
-        )
-    else:
-        from dataclasses import asdict
-
-        from vat.eval.engine import EvalSettings, evaluate
-
-        encoder, name = _make_encoder(args, loaded, tasks)
-        settings = EvalSettings(
-            preset=args.preset,
-            classifier=args.classifier,
-            nhid=args.nhid,
-            seed=args.seed,
-            relatedness=args.relatedness,
-            batch_size=args.batch_size,
-            device=resolve_device(args.device),
-            progress=show_progress(args),
-        )
-        try:
-            results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
-        except MissingTaskData as e:
-            raise _skip_missing_hint(e) from None
-        meta.update(
-            mode="features",
-            encoder=name,
-            pooling=(args.pooling or "mean") if args.hf_model else args.model and args.pooling,
-            # every vat table and results file names the vectors it scored (features.md)
-            **(
-                {"features": encoder.features, "features_why": encoder.why}
-                if hasattr(encoder, "features")
-                else {}
-            ),
-            **({"features_fit": encoder.fitted.fit} if hasattr(encoder, "fitted") else {}),
-            preset=args.preset,
-            classifier=asdict(settings.classifier_config()),
-            relatedness=args.relatedness,
-        )
+    try:
+        if args.finetune:
+            results, seconds = _finetune(args, loaded, tasks, device, meta)
+        else:
+            results, seconds = _evaluate(args, loaded, tasks, device, meta)
+    except MissingTaskData as e:
+        raise VatError(f"{e}; --skip-missing runs the tasks that are present") from None
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
     if "features" in meta:  # the table's title names the vectors it scored
         print(f"{meta['encoder']}: features {meta['features']} ({meta['features_why']})")
@@ -444,6 +342,64 @@ def _main(argv: Sequence[str] | None) -> int:
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
     return _report_degenerate(results, args.strict)
+
+
+def _finetune(args: argparse.Namespace, loaded, tasks: list[str], device: str, meta: dict):
+    from vat.eval.finetune import FinetuneSettings, finetune_tasks
+
+    settings = FinetuneSettings(
+        epochs=args.epochs,
+        lr=args.lr,
+        pooling=args.pooling or "mean",
+        seed=args.seed,
+        device=device,
+        progress=show_progress(args),
+    )
+    results, seconds = finetune_tasks(loaded, tasks, args.data_dir, settings)
+    meta.update(
+        mode="finetune",
+        encoder=f"vat:{args.model}",
+        pooling=settings.pooling,
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_size=settings.batch_size,
+    )
+    return results, seconds
+
+
+def _evaluate(args: argparse.Namespace, loaded, tasks: list[str], device: str, meta: dict):
+    from dataclasses import asdict
+
+    from vat.eval.engine import EvalSettings, evaluate
+
+    encoder, name = _make_encoder(args, loaded, tasks, device)
+    settings = EvalSettings(
+        preset=args.preset,
+        classifier=args.classifier,
+        nhid=args.nhid,
+        seed=args.seed,
+        relatedness=args.relatedness,
+        batch_size=args.batch_size,
+        device=device,
+        progress=show_progress(args),
+    )
+    results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
+    meta.update(
+        mode="features",
+        encoder=name,
+        pooling=(args.pooling or "mean") if args.hf_model else args.model and args.pooling,
+        # every vat table and results file names the vectors it scored (features.md)
+        **(
+            {"features": encoder.features, "features_why": encoder.why}
+            if hasattr(encoder, "features")
+            else {}
+        ),
+        **({"features_fit": encoder.fitted.fit} if hasattr(encoder, "fitted") else {}),
+        preset=args.preset,
+        classifier=asdict(settings.classifier_config()),
+        relatedness=args.relatedness,
+    )
+    return results, seconds
 
 
 def _report_degenerate(results: dict, strict: bool) -> int:
@@ -472,7 +428,3 @@ def _format_finetune(results: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """`vat evaluate ...`."""
     return run_cli(_main, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

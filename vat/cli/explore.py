@@ -3,10 +3,8 @@
     vat explore --model demo-wordnet-d64 --corpus data/demo_val.txt
     vat explore --model runs/demo --port 8000
 
-A local web page (gradio) with six views: encode and reconstruct with per-token KL, resample
-one token's latent, interpolate, sample (posterior and prior), nearest neighbours in a corpus,
-and the model's facts. It binds to 127.0.0.1 and sends nothing off the machine unless asked
-(`--share`, `--analytics`). Every view is a method of `vat.explore.Explorer`.
+A local web page (gradio) whose views are the methods of `vat.explore.Explorer`. It binds to
+127.0.0.1 and sends nothing off the machine unless asked (`--share`, `--analytics`).
 """
 
 from __future__ import annotations
@@ -18,8 +16,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from vat.cli.common import Parser, add_common, add_model_option, show_progress
+from vat.cli.common import Parser, add_common, add_model_option, show_progress, whole
+from vat.data.corpus import LineReader, warn_skipped
 from vat.errors import OptionError, VatError, run_cli
+from vat.io import regular_file
 
 DEFAULT_PORT = 7860  # gradio's own default
 DEFAULT_CORPUS_LIMIT = 10_000
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
-        type=int,
+        type=whole(0, 65535),
         default=DEFAULT_PORT,
         help=f"port to bind (default {DEFAULT_PORT}; 0 = any free port)",
     )
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--corpus-limit",
-        type=int,
+        type=whole(1),
         default=DEFAULT_CORPUS_LIMIT,
         help=f"encode at most the first N lines of the corpus (default {DEFAULT_CORPUS_LIMIT:,})",
     )
@@ -67,8 +67,6 @@ def check_port(host: str, port: int) -> int:
     """The port to serve on: `port`, refused in one line when it cannot be bound, or a free
     one for 0. Checked before the model is read, so a busy port costs no load time. The
     host's own address family is bound (IPv6 for `::1` or `::`), as the server will."""
-    if not 0 <= port <= 65535:
-        raise OptionError("port", f"must be in 0..65535, got {port}")
     try:
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -123,9 +121,6 @@ def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None
     """(lines, name, note): --corpus FILE's first --corpus-limit lines, else the first
     --corpus-limit sentences of a training checkpoint's fitting sample (held in the
     checkpoint, so no file is read), else None with a note saying why."""
-    from vat.data.corpus import LineReader, warn_skipped
-    from vat.io import regular_file
-
     if args.corpus is None:
         if loaded.fit_sample is None:
             note = (
@@ -154,11 +149,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     args = build_parser().parse_args(argv)
     device = resolve_device(args.device)
-    if args.corpus_limit < 1:
-        raise OptionError("corpus_limit", f"must be at least 1, got {args.corpus_limit}")
     if args.corpus is not None:
-        from vat.io import regular_file
-
         regular_file(args.corpus, "--corpus")
     port = check_port(args.host, args.port)
     try:  # the optional extra, before the model is read

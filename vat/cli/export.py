@@ -1,17 +1,12 @@
-"""`vat export MODEL DIR`: a model as a shareable folder (no trainer state).
+"""`vat export MODEL DIR`: a model as a shareable folder (no trainer state; docs/sharing.md).
 
     vat export runs/demo my-vat                          # a run folder: its best checkpoint
     vat export runs/vat/checkpoints/last.ckpt my-vat --push-to-hub user/my-vat
     vat export my-vat --push-to-hub user/my-vat          # push a folder already exported
     vat export runs/demo my-vat --evaluate STS12,STSBenchmark --license mit
 
-MODEL is anything `--model` takes (`--model MODEL` / `--ckpt MODEL` work too). The folder
-(`vat.share.folder`, docs/sharing.md) loads with `vat.load(DIR)`, every `--model`, and
-sentence-transformers (`to_sentence_transformer(vat.load(DIR))`, which runs no code from the
-folder). The model is read once: the command is `vat.load(MODEL).save_pretrained(DIR, ...)`
-(fit the folder's feature spec, evaluate it, write the folder and its card), then an upload.
-With --evaluate it says on stderr what it is doing and prints the scores it recorded on
-stdout (`scores_table`).
+The command is `vat.load(MODEL).save_pretrained(DIR, ...)`, then an upload; with --evaluate
+it prints the scores it recorded (`scores_table`).
 """
 
 from __future__ import annotations
@@ -20,7 +15,15 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import MODEL_HELP, Parser, add_common, add_train_data_dir, show_progress
+from vat.cli.common import (
+    MODEL_HELP,
+    Parser,
+    add_common,
+    add_data_dir,
+    add_train_data_dir,
+    show_progress,
+)
+from vat.cli.features import add_fit_options
 from vat.errors import OptionError, VatError, run_cli
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE
 
@@ -45,38 +48,28 @@ def build_parser() -> Parser:
     p.add_argument(
         "--push-to-hub",
         metavar="REPO_ID",
-        default=None,
         help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)",
     )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
     p.add_argument(
         "--license",
-        default=None,
         help=f"the model card's license, a Hub license id (default {DEFAULT_LICENSE}, or an "
         "exported MODEL's)",
     )
     p.add_argument(
         "--language",
-        default=None,
         help=f"the model card's language (default {DEFAULT_LANGUAGE}, or an exported MODEL's)",
     )
     p.add_argument(
         "--evaluate",
         metavar="TASKS",
-        default=None,
         help="run `vat evaluate` on these tasks (e.g. STS12,STSBenchmark or sts) and record "
         "the scores in config.json and the card's model-index",
     )
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        help="with --evaluate: SentEval's data/downstream folder "
-        "(default $VAT_SENTEVAL_DIR, else ../shared/data/senteval)",
-    )
+    add_data_dir(p, " for --evaluate")
     p.add_argument(
         "--features",
         metavar="SPEC",
-        default=None,
         help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; "
         "default: an exported MODEL's own, else vat.feature_spec.DEFAULT_EXPORT_SPEC); "
         "post-processing is fitted on a training checkpoint's fitting sample or --fit-files",
@@ -87,17 +80,15 @@ def build_parser() -> Parser:
         help="also write app.py and requirements.txt, so that DIR runs as a Hugging Face "
         "Space with the page of `vat explore` (`python DIR/app.py` serves it locally)",
     )
-    p.add_argument("--fit-files", nargs="+", metavar="FILE", default=None)
-    p.add_argument("--count-files", nargs="+", metavar="FILE", default=None)
+    add_fit_options(p, sentences=False)
     add_train_data_dir(p)
     add_common(p)  # --device (where --evaluate runs), --debug, --no-progress, --quiet
     return p
 
 
 def scores_table(folder: Path) -> str:
-    """The scores an export recorded (config.json's "evaluation", `vat.eval.task_scores` entries):
-    one row per task, percent (Spearman x 100 for STS, accuracy for classification), under
-    the feature spec they scored."""
+    """The scores an export recorded in config.json ("evaluation"), one row per task, percent,
+    under the feature spec they scored."""
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     scores = config.get("evaluation") or []
     specs = ", ".join(dict.fromkeys(str(s.get("features", "?")) for s in scores))
@@ -110,19 +101,14 @@ def scores_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def _model_and_output(args) -> tuple[str, str | None]:
-    paths = list(args.paths)
-    model = args.model if args.model is not None else (paths.pop(0) if paths else None)
-    if model is None:
-        raise VatError("the model to export is required: vat export MODEL DIR")
-    if len(paths) > 1:
-        raise VatError(f"expected MODEL and DIR, got extra arguments {paths[1:]}")
-    return model, (paths[0] if paths else None)
-
-
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    model_arg, output = _model_and_output(args)
+    paths = ([args.model] if args.model is not None else []) + args.paths
+    if not paths:
+        raise VatError("the model to export is required: vat export MODEL DIR")
+    if len(paths) > 2:
+        raise VatError(f"expected MODEL and DIR, got extra arguments {paths[2:]}")
+    model_arg, output = paths[0], (paths[1] if len(paths) > 1 else None)
     from vat.api import check_export, load
     from vat.runtime import resolve_device
     from vat.share.folder import is_model_folder
@@ -160,10 +146,8 @@ def _main(argv: list[str]) -> int:
             show_progress_bar=show_progress(args)
             and (args.evaluate is not None or args.features is not None),
         )
-        print(
-            f"wrote {out}"
-            + (f" (a Space too: python {out}/app.py serves it)" if args.space else "")
-        )
+        space = f" (a Space too: python {out}/app.py serves it)" if args.space else ""
+        print(f"wrote {out}{space}")
         if args.evaluate is not None:
             print(scores_table(Path(out)))
     if args.push_to_hub:

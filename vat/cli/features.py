@@ -3,12 +3,9 @@
     vat evaluate --ckpt last.ckpt --tasks sts --features firstlast/sif/pc1
     vat features compare --ckpt last.ckpt --output-dir feature-compare [--classification]
 
-`compare` scores every combination of source x weighting x post-processing on the STS tasks
-present (STS12, STS-B dev and test; optionally the classification tasks for the best
-three), writing `compare.csv`, `compare.md` and `compare.png` and printing the table of
-`compare.md` on stdout at the end (notes and bars go to stderr). The experiment and its
-output set are vat.features.compare; here are its options, the fitting sentences (the
-checkpoint's fitting sample, or --fit-files, never the evaluation sentences) and the report.
+`compare` scores every source x weighting x post-processing on the STS tasks present and
+writes `compare.csv`, `compare.md` and `compare.png`, printing the table of `compare.md` on
+stdout (notes and bars go to stderr). The experiment is vat.features.compare.
 """
 
 from __future__ import annotations
@@ -19,46 +16,50 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vat.cli.common import add_model_option
+from vat.cli.common import Parser, add_batch_size, add_data_dir, add_model_option, whole
 from vat.errors import VatError, run_cli
 
 if TYPE_CHECKING:
     from vat.features.fitting import FitOptions
 
 
-# -- vat evaluate's options ----------------------------------------------------------------
+def add_fit_options(p, *, sentences: bool = True) -> None:
+    """--fit-files, --fit-sentences and --count-files: what a feature spec is fitted on."""
+    p.add_argument(
+        "--fit-files",
+        nargs="+",
+        metavar="FILE",
+        help="fit the post-processing on these text files (one sentence a line) instead of "
+        "the checkpoint's fitting sample of its training sentences",
+    )
+    if sentences:
+        p.add_argument(
+            "--fit-sentences",
+            type=whole(2),
+            default=20_000,
+            metavar="N",
+            help="sentences sampled for fitting (default 20000)",
+        )
+    p.add_argument(
+        "--count-files",
+        nargs="+",
+        metavar="FILE",
+        help="count token frequencies for sif weighting in these text files (for checkpoints "
+        "that store none)",
+    )
+
+
 def add_feature_options(p: argparse.ArgumentParser) -> None:
+    """vat evaluate's feature-spec options."""
     g = p.add_argument_group("feature spec (vat checkpoints; see vat.feature_spec)")
     g.add_argument(
         "--features",
         metavar="SPEC",
-        default=None,
         help="SOURCE/WEIGHTING/POST, e.g. mu/sif/pc1 or firstlast/mean/whiten64; replaces "
         "--pooling. Post-processing is fitted on unlabeled sentences: by default the "
         "checkpoint's fitting sample of its training sentences, stored beside the checkpoint",
     )
-    g.add_argument(
-        "--fit-files",
-        nargs="+",
-        metavar="FILE",
-        default=None,
-        help="fit the post-processing on these text files (one sentence a line) instead",
-    )
-    g.add_argument(
-        "--fit-sentences",
-        type=int,
-        default=20_000,
-        metavar="N",
-        help="sentences sampled for fitting (default 20000)",
-    )
-    g.add_argument(
-        "--count-files",
-        nargs="+",
-        metavar="FILE",
-        default=None,
-        help="count token frequencies for sif weighting in these text files (for checkpoints "
-        "that store none)",
-    )
+    add_fit_options(g)
     g.add_argument(
         "--fit-transductive",
         action="store_true",
@@ -68,16 +69,11 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
 
 
 def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOptions, bool]:
-    """What `vat evaluate --features` fits on (vat.features.fitting.FitOptions), and whether
-    the fit is stored beside the model, with the guard against evaluation data."""
+    """What `vat evaluate --features` fits on, and whether the fit is stored beside the model;
+    fitting files inside --data-dir are refused without --fit-transductive."""
     from vat.features.fitting import FitOptions, check_not_evaluation_data
 
-    if args.fit_sentences < 2:
-        raise VatError(f"--fit-sentences must be >= 2, got {args.fit_sentences}")
-    common = {
-        "n_fit": args.fit_sentences,
-        "count_files": args.count_files or None,
-    }
+    common = {"n_fit": args.fit_sentences, "count_files": args.count_files or None}
     if args.fit_files:
         if not args.fit_transductive:
             check_not_evaluation_data(args.fit_files, args.data_dir, "--fit-files")
@@ -90,8 +86,7 @@ def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOpti
         info = {"from": f"evaluation tasks {','.join(tasks)}", "transductive": True}
         # a transductive fit never becomes the checkpoint's stored default: not saved
         return FitOptions(fit_sentences=sentences, info=info, **common), False
-    # statistics stored with the model are used as they are (check_fitted guards them); a
-    # fit still to come reads the checkpoint's own fitting sample
+    # stored statistics are used as they are (check_fitted); a new fit reads the fitting sample
     return FitOptions(**common), True
 
 
@@ -104,10 +99,8 @@ def check_fitted(fitted, args: argparse.Namespace) -> None:
         )
 
 
-# -- vat features compare ------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from vat.cli.common import Parser
-
+    """vat features compare's options."""
     p = Parser(
         prog="vat features compare",
         description="Score every feature spec (source x weighting x post-processing) of one "
@@ -117,16 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_option(p)
     p.add_argument("--output-dir", required=True, help="folder for compare.csv/.md/.png")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    p.add_argument("--data-dir", default=None, help="SentEval data/downstream folder")
+    add_data_dir(p)
     p.add_argument(
         "--classification",
         action="store_true",
         help="also run MR, CR, SUBJ, MPQA, SST2, TREC, MRPC for mean-of-mu and the best three",
     )
-    p.add_argument("--fit-files", nargs="+", default=None, metavar="FILE")
-    p.add_argument("--fit-sentences", type=int, default=20_000, metavar="N")
-    p.add_argument("--count-files", nargs="+", default=None, metavar="FILE")
-    p.add_argument("--batch-size", type=int, default=128)
+    add_fit_options(p)
+    add_batch_size(p, 128)
     p.add_argument("--seed", type=int, default=0, help="seed of the fitting sample")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -149,7 +140,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from vat.share.resolve import load_model
 
     data_dir = args.data_dir or str(default_senteval_dir())
-    # every check before the minutes of encoding, not at the first write
+    # every check before the minutes of encoding
     settings = CompareSettings(
         fit_sentences=args.fit_sentences,
         count_files=args.count_files,

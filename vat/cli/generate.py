@@ -11,85 +11,59 @@ import io
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
+from vat.cli import one_line_warnings
 from vat.cli.common import (
     Parser,
+    add_batch_size,
     add_common,
     add_model_option,
+    add_output,
     check_utf8_arguments,
-    finite_float,
+    finite,
     number_list,
     show_progress,
+    whole,
 )
-from vat.errors import VatError, check_count, check_non_negative_finite, run_cli
+from vat.errors import VatError, run_cli
 from vat.io import atomic_write, check_output_file
 
 if TYPE_CHECKING:
     from vat.generate.decoding import DecodeOptions
 
-COMMANDS = ("reconstruct", "sample", "resample-token", "interpolate", "prior", "bleu")
+
+DECODING = (  # (flag, type, default, help) of every subcommand's decoding options
+    ("--beam", whole(1), 1, "beam size; 1 = greedy (default), the paper uses 5"),
+    ("--length-penalty", finite(), 1.0, "beam score = logprob / length**this (default 1)"),
+    ("--top-k", whole(0), 0, "with --sampling: k most probable tokens only (0 = all)"),
+    ("--top-p", finite(), 1.0, "with --sampling: nucleus probability mass (default 1)"),
+    ("--temperature", finite(), 1.0, "with --sampling: temperature (default 1)"),
+    ("--max-len", whole(1), None, "most tokens to generate (default: the model's max_len)"),
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     g = common.add_argument_group("checkpoint and output")
     add_model_option(g)
-    g.add_argument(
-        "--batch-size", type=int, default=64, help="sentences per decoding batch (default 64)"
-    )
+    add_batch_size(g, 64)
     g.add_argument(
         "--json", action="store_true", help="one JSON object per input (JSON Lines) instead of text"
     )
-    g.add_argument(
-        "--output",
-        metavar="FILE",
-        help="write the results to FILE (atomically, once all are done) instead of stdout",
-    )
-    g.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    add_output(g, "write the results to FILE (atomically, once all are done) instead of stdout")
     g.add_argument(
         "--seed", type=int, default=0, help="seed of latent and token sampling (default 0)"
     )
     add_common(g)
     d = common.add_argument_group("decoding")
     d.add_argument(
-        "--beam", type=int, default=1, help="beam size; 1 = greedy (default), the paper uses 5"
-    )
-    d.add_argument(
-        "--length-penalty",
-        type=finite_float,
-        default=1.0,
-        help="beam score = logprob / length**this (default 1)",
-    )
-    d.add_argument(
         "--sampling",
         action="store_true",
         help="sample tokens (top-k/top-p/temperature) instead of argmax",
     )
-    d.add_argument(
-        "--top-k",
-        type=int,
-        default=0,
-        help="with --sampling: k most probable tokens only (0 = all)",
-    )
-    d.add_argument(
-        "--top-p",
-        type=finite_float,
-        default=1.0,
-        help="with --sampling: nucleus probability mass (default 1)",
-    )
-    d.add_argument(
-        "--temperature",
-        type=finite_float,
-        default=1.0,
-        help="with --sampling: temperature (default 1)",
-    )
-    d.add_argument(
-        "--max-len",
-        type=int,
-        default=None,
-        help="most tokens to generate (default: the model's max_len)",
-    )
+    for flag, kind, default, help in DECODING:
+        d.add_argument(flag, type=kind, default=default, help=help)
 
     inputs = Parser(add_help=False)
     inputs.add_argument("sentences", nargs="*", help="sentences to process (or use --input)")
@@ -99,11 +73,11 @@ def _parser() -> argparse.ArgumentParser:
 
     variational = Parser(add_help=False)
     variational.add_argument(
-        "-n", "--num-samples", type=int, default=5, help="samples per sentence (default 5)"
+        "-n", "--num-samples", type=whole(1), default=5, help="samples per sentence (default 5)"
     )
     variational.add_argument(
         "--tau",
-        type=finite_float,
+        type=finite(0),
         default=1.0,
         help="noise scale: z = mu + tau * sigma * eps (default 1)",
     )
@@ -169,18 +143,16 @@ def _parser() -> argparse.ArgumentParser:
         "prior", parents=[common], help="decode latents drawn from the prior N(0, s^2 I) (n lines)"
     )
     pr.add_argument(
-        "-n", "--num-samples", type=int, default=10, help="number of samples (default 10)"
+        "-n", "--num-samples", type=whole(1), default=10, help="number of samples (default 10)"
     )
     pr.add_argument(
         "--length",
-        type=int,
-        default=None,
+        type=whole(1),
         help="latent length T (subwords + 1); default: drawn from the training length histogram",
     )
     pr.add_argument(
         "--prior-std",
-        type=finite_float,
-        default=None,
+        type=finite(positive=True),
         help="s of the prior (default: the checkpoint's)",
     )
     b = sub.add_parser(
@@ -188,11 +160,10 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common, inputs],
         help="reconstruction corpus BLEU (sacrebleu 13a) and exact-match rate of mu-decoding",
     )
-    b.add_argument("--limit", type=int, default=None, help="use only the first N non-empty lines")
+    b.add_argument("--limit", type=whole(1), help="use only the first N non-empty lines")
     b.add_argument(
         "--long-over",
-        type=int,
-        default=None,
+        type=whole(1),
         metavar="N",
         help="also score the lines of more than N subwords, and the others, separately "
         "(e.g. 63: what a max_len 64 model truncates)",
@@ -217,40 +188,10 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
     )
 
 
-def _check_counts(args: argparse.Namespace) -> None:
-    """Counts and scales checked before the checkpoint loads, so that a bad one fails at once,
-    not after every line was decoded."""
-
-    for opt in ("num_samples", "limit", "long_over", "length", "beam", "max_len"):
-        value = getattr(args, opt, None)
-        if value is not None:
-            check_count(value, opt)
-    if getattr(args, "tau", None) is not None:
-        check_non_negative_finite(args.tau, "tau")
-    if getattr(args, "prior_std", None) is not None:
-        check_non_negative_finite(args.prior_std, "prior_std", positive=True)
-    if args.top_k < 0:
-        raise VatError(f"--top-k must be >= 0, got {args.top_k}")
-
-
-def _one_line_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-
-
 def _main(argv: Sequence[str]) -> int:
     check_utf8_arguments(argv)
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv)  # counts and scales refused here, before the model loads
     opts = _options(args)
-    _check_counts(args)
-    if args.batch_size < 1:
-        raise VatError(f"--batch-size must be at least 1, got {args.batch_size}")
     output = check_output_file(args.output, args.overwrite, "--output", "text file")
     # torch is imported once the arguments are good: `vat generate --help` answers at once
     from vat.cli.generate_runners import RUNNERS
@@ -263,9 +204,8 @@ def _main(argv: Sequence[str]) -> int:
     gen = VATGenerator.from_loaded(loaded, batch_size=args.batch_size)
     # Bars only for a file or stdin: a few sentences on the command line decode in a blink.
     gen.progress = show_progress(args) and getattr(args, "input", None) is not None
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), one_line_warnings():
         warnings.simplefilter("always", TruncationWarning)
-        warnings.showwarning = _one_line_warning
         out = io.StringIO() if output is not None else sys.stdout
         RUNNERS[args.command](gen, args, opts, out)
     if output is not None:
@@ -278,7 +218,3 @@ def _main(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """`vat generate ...`."""
     return run_cli(_main, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-"""The runners of `vat generate`'s subcommands (vat.cli.generate): each reads its inputs,
-decodes with a `VATGenerator` and writes one output line per input line (or JSON Lines)."""
+"""`vat generate`'s subcommands: each reads its inputs, decodes with a `VATGenerator` and
+writes one output line per input line (or JSON Lines)."""
 
 from __future__ import annotations
 
@@ -33,14 +33,14 @@ def _read_lines(args: argparse.Namespace, limit: int | None = None) -> list[str]
     return lines
 
 
-def _non_empty(lines: Sequence[str], what: str = "line", quiet: bool = False) -> list[int]:
+def _non_empty(lines: Sequence[str], quiet: bool = False) -> list[int]:
     """Indices of non-blank lines; one stderr note for the skipped blank ones."""
     keep = [i for i, s in enumerate(lines) if s.strip()]
     skipped = [i + 1 for i, s in enumerate(lines) if not s.strip()]
     if skipped and not quiet:
         shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
         print(
-            f"note: skipped {len(skipped)} empty input {what}(s) ({shown}); "
+            f"note: skipped {len(skipped)} empty input line(s) ({shown}); "
             "their output lines are left empty",
             file=sys.stderr,
         )
@@ -125,9 +125,8 @@ def _note_if_deterministic(
     """One stderr note when the samples repeat the mu-decoding (vat.generate.variation): n
     copies of the input would otherwise pass for n samples. Not for token sampling (its
     variation is not the latent's), tau 0 (z = mu) or latents from the prior."""
-    if args.quiet or opts.strategy == "sample" or args.tau == 0:
-        return
-    if getattr(args, "source", "posterior") != "posterior":
+    prior = getattr(args, "source", "") == "prior"
+    if args.quiet or opts.strategy == "sample" or args.tau == 0 or prior:
         return
     with warnings.catch_warnings():  # the sampling call already warned about cut sentences
         warnings.simplefilter("ignore", TruncationWarning)
@@ -140,17 +139,12 @@ def _note_if_deterministic(
 def _run_interpolate(
     gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
 ) -> None:
-    if args.input is None:
-        if len(args.sentences) != 2:
-            raise VatError(
-                "interpolate needs exactly two sentences (or --input FILE of tab-separated "
-                f"pairs), got {len(args.sentences)}"
-            )
-        lines = ["\t".join(args.sentences)]
-    else:
-        if args.sentences:
-            raise VatError("give two sentences as arguments or --input FILE, not both")
-        lines = _read_lines(args)
+    if args.input is None and len(args.sentences) != 2:
+        raise VatError(
+            "interpolate needs exactly two sentences (or --input FILE of tab-separated "
+            f"pairs), got {len(args.sentences)}"
+        )
+    lines = ["\t".join(args.sentences)] if args.input is None else _read_lines(args)
     keep = set(_non_empty(lines, quiet=args.quiet))
     pairs: dict[int, list[str]] = {}
     for i in sorted(keep):  # check every line before printing anything
@@ -205,25 +199,18 @@ def _run_bleu(
         f"decoding {strategy}"
     ]
     if args.long_over is not None:
-        if args.long_over < 1:
-            raise VatError(
-                f"--long-over must be a positive number of subwords, got {args.long_over}"
-            )
         # lines longer than a model's max_len are truncated, so report them apart
         long = [len(ids) > args.long_over for ids in gen.tokenizer.encode_batch(texts)]
         for name, wanted in (("long", True), ("short", False)):
             part = [i for i, is_long in enumerate(long) if is_long == wanted]
+            bound = f"{'>' if wanted else '<='} {args.long_over}"
             if not part:
-                record[name] = {"subwords": f"{'>' if wanted else '<='} {args.long_over}", "n": 0}
+                record[name] = {"subwords": bound, "n": 0}
                 continue
             sub = reconstruction_score([hyps[i] for i in part], [texts[i] for i in part])
-            record[name] = {
-                "subwords": f"{'>' if wanted else '<='} {args.long_over}",
-                "bleu": sub.bleu,
-                "exact_match": sub.exact_match,
-                "n": sub.n,
-            }
-            shown.append(f"  {name} (subwords {record[name]['subwords']}): BLEU {sub.bleu:.2f}  "
+            record[name] = {"subwords": bound, "bleu": sub.bleu, "exact_match": sub.exact_match,
+                            "n": sub.n}  # fmt: skip
+            shown.append(f"  {name} (subwords {bound}): BLEU {sub.bleu:.2f}  "
                          f"exact match {sub.exact}/{sub.n}")  # fmt: skip
     _emit(out, args.json, record, shown)
 

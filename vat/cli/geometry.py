@@ -5,13 +5,9 @@
     vat geometry --hf-model DIR --layer 3 --data-dir ../shared/data/senteval \\
         --output minilm_layer3.json
 
-Encodes the probe (`vat.geometry.probes`; default: STS12 from $VAT_SENTEVAL_DIR, else
-../shared/data/senteval), computes every metric of
+Encodes the probe (`vat.geometry.probes`; default: SentEval's STS12), computes every metric of
 `vat.geometry.metrics` on the token vectors (a VAT's posterior means mu; a Hugging Face model's
-hidden states at --layer, special tokens excluded), prints a table and writes JSON
-atomically. An existing output file is only replaced with --overwrite. Option names follow
-docs/cli.md: `--senteval-dir` and `--plots` are older spellings of `--data-dir` and
-`--plot-dir`; `--plot` names one PNG file in every command, and geometry draws three.
+hidden states at --layer, special tokens excluded), prints a table and writes JSON atomically.
 """
 
 from __future__ import annotations
@@ -24,15 +20,19 @@ from typing import TYPE_CHECKING
 
 from vat.cli.common import (
     Parser,
+    add_batch_size,
     add_common,
+    add_data_dir,
     add_model_option,
+    add_output,
     add_renamed,
     show_progress,
     warn_renamed,
+    whole,
 )
-from vat.data.paths import SENTEVAL_ENV, default_senteval_dir
+from vat.data.paths import default_senteval_dir
 from vat.errors import VatError, run_cli
-from vat.io import check_output_file, write_json_atomic
+from vat.io import check_output_file, figure_class, folder, write_json_atomic
 
 if TYPE_CHECKING:
     from vat.geometry.metrics import GeometryReport
@@ -53,22 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layer",
         type=int,
-        default=None,
         help="--hf-model only: hidden layer, 0 = embeddings, -1 = last (default -1)",
     )
     probe = p.add_mutually_exclusive_group()
     probe.add_argument(
         "--probe", help="text file of probe sentences (one a line; tab-separated fields split)"
     )
-    data_dir = probe.add_argument(
-        "--data-dir",
-        help="SentEval data/downstream folder; its STS12 sentences are the probe "
-        f"(default: ${SENTEVAL_ENV}, else ../shared/data/senteval)",
-    )
-    add_renamed(probe, "--senteval-dir", data_dir)
-    p.add_argument(
-        "--max-sentences", type=int, default=None, help="use only the first N probe sentences"
-    )
+    add_renamed(probe, "--senteval-dir", add_data_dir(probe, "; its STS12 sentences are the probe"))
+    p.add_argument("--max-sentences", type=whole(1), help="use only the first N probe sentences")
     p.add_argument(
         "--keep-duplicates",
         action="store_true",
@@ -76,36 +68,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--min-count",
-        type=int,
+        type=whole(2),
         default=5,
         help="occurrences a token type needs for self-similarity",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch")
+    add_batch_size(p, 64)
     p.add_argument(
         "--top-types",
-        type=int,
+        type=whole(0),
         default=10,
         help="print this many most and least self-similar token types (0: none)",
     )
-    p.add_argument("--output", help="JSON file to write (default: only print the table)")
-    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    add_output(p, "JSON file to write (default: only print the table)")
     add_common(p)
     plot_dir = p.add_argument(
         "--plot-dir",
-        default=None,
         metavar="DIR",
         help="also write PNGs (spectrum.png, kl_per_dim.png, active_units.png: covariance "
         "spectrum, KL per dimension, active units) into the folder DIR",
     )
     add_renamed(p, "--plots", plot_dir)
-    p.add_argument("--plot", action=_PlotFile, nargs=None, help=argparse.SUPPRESS)
+    p.add_argument("--plot", action=_PlotFile, help=argparse.SUPPRESS)
     return p
 
 
 class _PlotFile(argparse.Action):
-    """`--plot` names one PNG file in every vat command; geometry draws three figures. So
-    `--plot X.png` is a one-line error naming --plot-dir (never a folder named X.png), and
-    `--plot DIR` still works, as an older spelling of --plot-dir."""
+    """`--plot` names one PNG file in every vat command; geometry draws three. So `--plot X.png`
+    is a one-line error naming --plot-dir, and `--plot DIR` an older spelling of --plot-dir."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if Path(values).suffix.lower() == ".png":
@@ -128,23 +117,11 @@ def _main(argv: Sequence[str] | None) -> int:
     args.device = resolve_device(args.device)
     output = check_output_file(args.output, args.overwrite, "--output", "JSON file")
     if args.plot_dir is not None:  # before the encoding, not after it
-        from vat.io import figure_class, folder
-
         if Path(args.plot_dir).exists() or Path(args.plot_dir).is_symlink():
             folder(args.plot_dir, "--plot-dir")
         figure_class()  # one line now if matplotlib is missing
     if args.layer is not None and args.hf_model is None:
         raise VatError("--layer applies to --hf-model only (a vat checkpoint has one latent layer)")
-    if args.top_types < 0:
-        raise VatError(f"--top-types must be >= 0 (0: no list), got {args.top_types}")
-    for name in ("min_count", "batch_size", "max_sentences"):
-        value = getattr(args, name)
-        if value is not None and value < (2 if name == "min_count" else 1):
-            raise VatError(
-                f"--{name.replace('_', '-')} must be >= {2 if name == 'min_count' else 1}, "
-                f"got {value}"
-            )
-
     loaded = None
     if args.model is not None:  # read once, before the probe; everything below takes it
         from vat.share.resolve import load_model
@@ -152,10 +129,8 @@ def _main(argv: Sequence[str] | None) -> int:
         loaded = load_model(args.model, args.device)
     senteval = args.data_dir
     if senteval is not None:
-        from vat.io import folder
-
         folder(senteval, "--data-dir")
-    if args.probe is None and senteval is None:
+    elif args.probe is None:
         senteval = str(default_senteval_dir())
     try:
         sentences = load_probe_sentences(
@@ -165,14 +140,13 @@ def _main(argv: Sequence[str] | None) -> int:
         raise VatError(str(e)) from None
 
     start = time.perf_counter()
-    model_info, vectors, token_ids, sentence_ids, logvar, prior_std, token_text = _encode(
-        args, loaded, sentences
-    )
+    info, tv, prior_std, token_text = _encode(args, loaded, sentences)
+    logvar = getattr(tv, "logvar", None)
     encode_s = time.perf_counter() - start
     start = time.perf_counter()
     try:
         report = geometry_report(
-            vectors, token_ids, sentence_ids, logvar, prior_std, min_count=args.min_count
+            tv.vectors, tv.token_ids, tv.sentence_ids, logvar, prior_std, min_count=args.min_count
         )
     except ValueError as e:
         raise VatError(f"cannot compute the geometry of this probe: {e}") from None
@@ -180,7 +154,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     types = sorted(report.self_similarity_by_type.items(), key=lambda kv: kv[1][1])
     result = {
-        "model": model_info,
+        "model": info,
         "probe": {
             "file": args.probe,
             "senteval_dir": None if args.probe else senteval,
@@ -200,14 +174,11 @@ def _main(argv: Sequence[str] | None) -> int:
         from vat.geometry.metrics import covariance_eigenvalues
         from vat.geometry.plots import save_geometry_plots
 
-        written = save_geometry_plots(
-            args.plot_dir,
-            covariance_eigenvalues(vectors),
-            report.kl_per_dim,
-            report.active_unit_variances,
-        )
+        spectrum = covariance_eigenvalues(tv.vectors)
+        kl, active = report.kl_per_dim, report.active_unit_variances
+        written = save_geometry_plots(args.plot_dir, spectrum, kl, active)
         print(f"wrote {', '.join(str(p) for p in written)}")
-    print(format_table(report, model_info["name"], len(sentences)))
+    print(format_table(report, info["name"], len(sentences)))
     if args.top_types > 0:
         k = args.top_types
         print(
@@ -221,8 +192,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
-    """(model info, vectors, token ids, sentence ids, logvar | None, prior_std | None,
-    token_text) of the loaded VAT, else of --hf-model."""
+    """(model info, token vectors, prior_std | None, token_text) of the loaded VAT, else of
+    --hf-model."""
     if loaded is not None:
         from vat.features import token_vectors
 
@@ -235,15 +206,7 @@ def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
             "path": loaded.source.location,
             "prior_std": loaded.prior_std,
         }
-        return (
-            info,
-            tv.vectors,
-            tv.token_ids,
-            tv.sentence_ids,
-            tv.logvar,
-            loaded.prior_std,
-            loaded.tokenizer.token_text,
-        )
+        return info, tv, loaded.prior_std, loaded.tokenizer.token_text
 
     from vat.eval.hf_encoders import hf_token_vectors, load_hf_encoder
 
@@ -261,7 +224,7 @@ def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
         "layer": layer % (n + 1),
         "num_layers": n,
     }
-    return info, tv.vectors, tv.token_ids, tv.sentence_ids, None, None, encoder.token_text
+    return info, tv, None, encoder.token_text
 
 
 def format_table(report: GeometryReport, name: str, num_sentences: int) -> str:

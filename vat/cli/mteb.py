@@ -9,8 +9,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from vat.cli.common import Parser, add_model_option, add_renamed
-from vat.errors import check_count, run_cli
+from vat.cli.common import Parser, add_batch_size, add_model_option, add_renamed
+from vat.errors import run_cli
 from vat.io import folder
 from vat.runtime import resolve_device
 
@@ -23,25 +23,20 @@ def _parser() -> argparse.ArgumentParser:
     add_model_option(p)
     p.add_argument(
         "--tasks",
-        default=None,
         help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))",
     )
     p.add_argument(
         "--pooling",
-        default=None,
         help="pool the token means mu: mean | sum | start | precision (default: the model's "
         "own vectors, docs/features.md)",
     )
     p.add_argument(
         "--features",
-        default=None,
         help="feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; default: the model's own, "
         "docs/features.md)",
     )
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument(
-        "--device", default=None, help="torch device (default: cuda if available, else cpu)"
-    )
+    add_batch_size(p, 64)
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default auto)")
     output_dir = p.add_argument(
         "--output-dir", default="mteb-results", help="folder for MTEB's result files"
     )
@@ -55,7 +50,6 @@ def _main(argv: Sequence[str] | None) -> int:
     from vat.api import load
     from vat.integrations.mteb import VATMTEBEncoder, check_no_links, evaluate, select_tasks
 
-    check_count(args.batch_size, "batch_size")
     args.device = resolve_device(args.device)  # one line for meta, xyz, cuda:7, ...
     if Path(args.output_dir).exists() or Path(args.output_dir).is_symlink():
         folder(args.output_dir, "--output-dir")  # MTEB writes a folder of result files

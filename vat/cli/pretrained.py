@@ -4,9 +4,7 @@
     vat pretrained show NAME        print one model's card
 
 Adding one is a maintainer's step in a checkout: scripts/add_pretrained.py DIR --name NAME.
-Every command's `--model NAME` (or `--model vat:NAME`) and `vat.load(NAME)` load a shipped
-model; how names, paths and Hub ids are told apart is in vat.share.resolve, the registry's
-layout in vat.share.pretrained.
+`--model NAME` and `vat.load(NAME)` load a shipped model (vat.share.resolve).
 """
 
 from __future__ import annotations
@@ -46,25 +44,18 @@ def _list() -> int:
         except VatError as error:
             problems.append(error)
     if rows:
-        _print_rows(rows)
+        cols = list(rows[0])
+        widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+        for r in [dict(zip(cols, cols)), *rows]:  # the header, then a row per model
+            print("  ".join(r[c].ljust(widths[c]) for c in cols).rstrip())
+        print("\nload one with `vat.load(NAME)` or `--model NAME`; `vat pretrained show NAME` "
+              "prints its card")  # fmt: skip
     elif not problems:
         print("no models ship with this installation of vat")
     if problems:  # the intact models are listed; a damaged one is the one-line error
         more = f" (and {len(problems) - 1} more damaged entries)" if len(problems) > 1 else ""
         raise VatError(f"{problems[0]}{more}")
     return 0
-
-
-def _print_rows(rows: list[dict[str, str]]) -> None:
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
-    print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
-    for r in rows:
-        print("  ".join(r[c].ljust(widths[c]) for c in cols).rstrip())
-    print(
-        "\nload one with `vat.load(NAME)` or `--model NAME`; `vat pretrained show NAME` "
-        "prints its card"
-    )
 
 
 def _show(name: str) -> int:

@@ -3,12 +3,8 @@
     vat score --model demo-wordnet-d64 data/demo_val.txt --samples 100
     vat score --model runs/corpus_cpu newstest2019.de-en.en --limit 500 --output score.json
 
-The NLL estimated with K importance samples (IWAE) and its perplexity, -ELBO with its
-reconstruction and KL parts, MI, active units, reconstruction BLEU, distinct-n and self-BLEU
-of variational and prior samples, and the alignment and uniformity of the model's sentence
-features on STS-B's test pairs (docs/score.md gives every formula). The library function is
-`vat.score.table.score_table`; `vat.load(MODEL).score(lines, samples=K)` gives the same
-numbers.
+docs/score.md gives every formula; the library function is `vat.score.table.score_table`, and
+`vat.load(MODEL).score(lines, samples=K)` gives the same numbers.
 """
 
 from __future__ import annotations
@@ -17,9 +13,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
-from vat.cli.common import Parser, add_common, add_model_option, iter_text_lines, show_progress
+from vat.cli.common import (
+    Parser,
+    add_batch_size,
+    add_common,
+    add_data_dir,
+    add_model_option,
+    add_output,
+    read_text_lines,
+    show_progress,
+    whole,
+)
 from vat.errors import VatError, run_cli
+from vat.io import check_output_file, folder, regular_file, write_json_atomic
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,13 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"K importance samples per sentence for the NLL (default {DEFAULT_SAMPLES}, as He "
         "et al. 2019); costs K decoder passes per sentence",
     )
-    p.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=defaults.batch_size,
-        help=f"sentences per batch (default {defaults.batch_size})",
-    )
+    p.add_argument("--limit", type=whole(1), help="score only the first N sentences")
+    add_batch_size(p, defaults.batch_size)
     p.add_argument(
         "--diversity-samples",
         type=int,
@@ -74,11 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sentence pairs in STS-B's layout for alignment and uniformity (default: STS-B "
         "test under --data-dir)",
     )
-    rep.add_argument(
-        "--data-dir",
-        help="SentEval data/downstream folder whose STS-B test split gives the pairs (default "
-        "$VAT_SENTEVAL_DIR, else ../shared/data/senteval; skipped if it has none)",
-    )
+    add_data_dir(rep, " whose STS-B test split gives the pairs (skipped if it has none)")
     rep.add_argument(
         "--no-representation", action="store_true", help="leave out alignment and uniformity"
     )
@@ -89,41 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="a line that is not UTF-8: an error naming it (default), or skip it and say how "
         "many were skipped",
     )
-    p.add_argument("--output", metavar="FILE", help="also write the table as JSON to FILE")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    add_output(p, "also write the table as JSON to FILE")
     add_common(p)
     return p
 
 
-def _read(source: str, on_bad_bytes: str, limit: int | None) -> list[str]:
-    """The first `limit` (all without one) non-empty stripped lines of FILE (plain or gzip)
-    or stdin, read lazily: reading stops once `limit` lines are found, so `yes | vat score -
-    --limit 3` ends, and a line is held to its first MAX_LINE_BYTES. Lines that are not UTF-8
-    are an error or skipped (--on-bad-bytes), and the skipped ones counted on stderr."""
-    from vat.data.corpus import decode_each, warn_skipped
-
-    where = "stdin" if source == "-" else source  # errors name it as FILE:LINE
+def _read(source: str, on_bad_bytes: Literal["error", "skip"], limit: int | None) -> list[str]:
+    """The first `limit` (all without one) non-empty stripped lines of FILE or stdin, read
+    lazily (`yes | vat score - --limit 3` ends)."""
     hint = "--on-bad-bytes skip skips such lines"
-    sentences: list[str] = []
-    bad = 0
-    lines = iter_text_lines(source, "FILE")
-    for number, raw in lines:
-        decoded, skipped = decode_each([raw], number, where, on_bad_bytes, hint)
-        bad += skipped
-        text = decoded[0].strip() if decoded else ""
-        if text:
-            sentences.append(text)
-            if limit is not None and len(sentences) >= limit:
-                break
-    lines.close()  # closes FILE now, not when the generator is collected
-    warn_skipped(where, bad)  # the one warning of every reader (a warning shows with --quiet)
-    return sentences
+    lines = read_text_lines(source, "FILE", limit, on_bad_bytes, hint)
+    return [s.strip() for s in lines if s.strip()]
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)  # before torch is imported: --help answers at once
-    from vat.errors import OptionError
-    from vat.io import check_output_file, folder, regular_file, write_json_atomic
     from vat.runtime import resolve_device
     from vat.score.settings import ScoreSettings
     from vat.score.table import representation_pairs, score_table
@@ -139,8 +118,6 @@ def _main(argv: Sequence[str] | None) -> int:
         seed=args.seed,
         progress=show_progress(args),
     )
-    if args.limit is not None and args.limit < 1:
-        raise OptionError("limit", f"must be at least 1, got {args.limit}")
     # named inputs are checked before the model is read
     if args.sts_pairs is not None:
         regular_file(args.sts_pairs, "--sts-pairs")

@@ -55,18 +55,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no progress bar and no [sweep] log lines (the results table still prints)",
     )
-    p.add_argument("--run", action="append", help=argparse.SUPPRESS)  # the child processes' point
-    p.add_argument(
-        "--no-summary", action="store_true", help=argparse.SUPPRESS
-    )  # used by the children
+    # the child processes' options: the point each runs, and no table of its own
+    p.add_argument("--run", action="append", help=argparse.SUPPRESS)
+    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
+    args = _parser().parse_args(argv)
     # torch and Lightning are imported once the arguments are parsed: --help answers at once
     from tqdm import tqdm
 
@@ -91,28 +87,28 @@ def _main(argv: Sequence[str] | None) -> int:
             )
     check_place(Path(cfg.out_dir), what)  # not inside a run's checkpoints/
     if args.values is not None:
-        if cfg.is_point_list:
-            raise VatError(
-                f"--values needs a sweep over one key; {args.config} lists its points "
-                f"({len(cfg.sweep)}): edit the list there"
+        if cfg.is_point_list or len(cfg.sweep) != 1:
+            shape = (
+                f"lists its points ({len(cfg.sweep)}): edit the list there"
+                if cfg.is_point_list
+                else f"is a grid over {', '.join(cfg.sweep)}"
             )
-        if len(cfg.sweep) != 1:
-            raise VatError(
-                f"--values needs a sweep over one key; {args.config} is a grid over "
-                f"{', '.join(cfg.sweep)}"
-            )
+            raise VatError(f"--values needs a sweep over one key; {args.config} {shape}")
         cfg.sweep = {cfg.keys[0]: args.values}
     for opt in ("jobs", "device"):
         if getattr(args, opt) is not None:
             setattr(cfg, opt, getattr(args, opt))
     cfg.validate("--values/--jobs/--device")
     apply_cpu_threads()  # each run trains in this process: vat train's CPU thread rule
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            tqdm.write(f"[sweep] {message}", file=sys.stderr)
+
     records = run_sweep(
         _runner(),
         cfg,
-        log=(lambda m: None)
-        if args.quiet
-        else (lambda m: tqdm.write(f"[sweep] {m}", file=sys.stderr)),
+        log=log,
         config_path=args.config,
         summary=not args.no_summary,
         only=args.run,

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import copy
 import errno
+import functools
 import logging
-import os
 import re
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
@@ -30,12 +31,12 @@ from vat.callbacks.model_summary import ModelSummary
 from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
 from vat.callbacks.time_split import TimeSplit
+from vat.cli import trainer_settings as settings
 from vat.cli.config_paths import check_input_paths, checkout_root
 from vat.cli.whole_numbers import read_whole_numbers_as_int
 from vat.data.datamodule import VATDataModule
 from vat.errors import VatError, nearest, run_cli
 from vat.runs import run_dir as rd
-from vat.runs import settings
 from vat.runtime import apply_cpu_threads, thread_count
 from vat.tokenizer import VATTokenizer
 from vat.train import init_from
@@ -92,18 +93,32 @@ def _option_names(parser) -> set[str]:
 
 
 class VATCLI(LightningCLI):
-    def __init__(self, *args, run_now: bool = True, **kwargs) -> None:
-        # run_now=False: parsed, checked and built, but not run: the recipe train.py runs the
-        # fit itself, in the open (`fit_recipe_cli`)
-        self._run_now = run_now
+    """LightningCLI as vat's option parser: the constructor reads the config files and the
+    command line and builds nothing; `check_run_folder`, `build`, `begin` and `fit` below are
+    the steps that follow, and train.py shows them in order."""
+
+    def __init__(self, *args, **kwargs) -> None:
         # taken from the command line alone, never from a config file (a run folder's own
         # config.yaml could say it): it lets the run folder's compile cache run as code
-        kwargs["args"], self._trust_compile_cache = _trust_option(kwargs.get("args"))
+        kwargs["args"], self.trust_compile_cache = _trust_option(kwargs.get("args"))
         super().__init__(*args, **kwargs)
 
+    # Four of LightningCLI's constructor steps are left to vat's own steps. Without these
+    # overrides the constructor would torch.load --ckpt_path itself before vat resolves `last`
+    # and checks the file (a damaged checkpoint would be a traceback, not one line), log the
+    # seed before a refusal (two lines, not one), build the data, system and trainer before
+    # the run folder is checked, and run the stage.
+    def _parse_ckpt_path(self) -> None:
+        """Nothing here: `check_run_folder` merges the checkpoint's hyperparameters."""
+
+    def _set_seed(self) -> None:
+        """Nothing here: `build` seeds, once the checks have passed."""
+
+    def instantiate_classes(self) -> None:
+        """Nothing here: `build` builds the data, system and trainer."""
+
     def _run_subcommand(self, subcommand: str) -> None:
-        if self._run_now:
-            super()._run_subcommand(subcommand)
+        """Nothing here: `fit` and `run_stage` run the stage."""
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -177,186 +192,264 @@ class VATCLI(LightningCLI):
         # `--trainer.limit_val_batches 8` is 8 batches, not 8.0, whatever was imported first
         read_whole_numbers_as_int(parser)
 
-    def _checkpoint_io(self) -> AtomicCheckpointIO:
-        return next(
-            p for p in self.trainer_defaults["plugins"] if isinstance(p, AtomicCheckpointIO)
+
+@dataclass
+class Start:
+    """What `check_run_folder` decided: the config file this start writes, the fresh run that
+    `begin` starts (None: a resume, or not the run folder's owner), the model --init-from
+    continues, and the thread line `begin` says."""
+
+    config_file: str = "config.yaml"
+    fresh: rd.FreshStart | None = None
+    init: init_from.Source | None = None
+    threads_note: str | None = None
+
+
+def parse(args: list[str], stages: tuple[str, ...] = ("fit",)) -> tuple[VATCLI, str | None]:
+    """`vat train STAGE ARGS` read by LightningCLI's parser, nothing built. vat's own options
+    first: `--threads N` (the CPU thread rule, vat.runtime.cpu_threads, applied at once,
+    before torch works), and `--no-progress` and `--quiet` (no progress bars, and quiet, no
+    model summary or thread line either). Returns the CLI and the thread line to say once
+    training starts."""
+    args, threads = _threads_option(args)
+    quiet, note = "--quiet" in args, None
+    if quiet or "--no-progress" in args:
+        args = [a for a in args if a not in ("--no-progress", "--quiet")]
+        args += ["--trainer.enable_progress_bar=false", "--data.progress=false"]
+        args += ["--trainer.enable_model_summary=false"] * quiet
+    if not ("--help" in args or "-h" in args):
+        n, why = apply_cpu_threads(threads)
+        if n is not None and not quiet:
+            change = "" if why == "--threads" else "; --threads N to change"
+            note = f"vat: training on {n} CPU thread{'s' * (n != 1)} ({why}{change})"
+    cli = _build_cli(args)
+    if cli.subcommand not in stages:
+        raise VatError(
+            f"this command trains (fit); for {cli.subcommand} run `vat train {cli.subcommand}`"
         )
+    return cli, note
 
-    def _parse_ckpt_path(self) -> None:
-        """LightningCLI's own step (the checkpoint's hyperparameters into the config), with the
-        checkpoint read once for the whole command: vat's checks (a corrupt or foreign file is
-        one line), the run folder's resume checks and the Trainer's restore all take the one
-        read kept by `AtomicCheckpointIO.read`. Lightning 2.6's version of this method
-        torch.loads the file itself, which made a resume read it four times."""
-        sub = self.config.get("subcommand")
-        self._config_filename = (
-            f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
-        )
-        self._fresh: rd.FreshStart | None = None
-        if not sub:
-            return
-        # settings Lightning would reject only once training started: before any file exists
-        settings.check_settings(self.config[sub].trainer, sub)
-        _check_devices(self.config[sub].trainer.accelerator, self.config[sub].trainer.devices)
-        rd.check_folders(self.config[sub])
-        given = [Path(str(c)) for c in (self.config[sub].get("config") or [])]
-        check_input_paths(self.config[sub], given, checkout_root())
-        read = self._checkpoint_io().read
-        self._init: init_from.Source | None = None
-        if self.config[sub].get("init_from") is not None:
-            if sub != "fit":
-                raise VatError(
-                    f"--init-from starts a training run (vat train fit), not `vat train {sub}`; "
-                    "to measure a model, give it as --ckpt_path"
-                )
-            self._init = self._continue_from(self.config[sub], read)
-        if sub == "fit":
-            self._config_filename, self._fresh = rd.prepare_fit(self.config[sub], read)
-        ckpt_path = self.config[sub].get("ckpt_path")
-        if not (ckpt_path and Path(ckpt_path).is_file()):
-            return
-        hparams = copy.deepcopy(read(ckpt_path).get("hyper_parameters") or {})
-        hparams.pop("_instantiator", None)
-        for key in rd.RESUME_MAY_CHANGE:  # this command's value wins, not the checkpoint's
-            section, _, rest = key.partition(".")
-            if section == "model":
-                _drop(hparams, rest)
-        if not hparams:
-            return
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        try:
-            self.config = self.parser.parse_object({sub: {"model": hparams}}, self.config)
-        except SystemExit:
-            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
-            raise
 
-    def _continue_from(self, cfg, read) -> init_from.Source:
-        """--init-from MODEL: the run's config given the model's shape (vat.train.init_from).
-        A resume of the continued run takes it from its own checkpoint instead, and a
-        checkpoint of this very run is resumed, not continued."""
-        from vat.share.resolve import load_model, resolve_model
+def _cfg(cli: VATCLI):
+    return cli.config[cli.subcommand] if cli.subcommand else cli.config
 
-        defaults = self._subcommand_parsers["fit"].get_defaults()
-        ckpt_dir = Path(cfg.checkpoint.dirpath or Path(cfg.run_dir) / "checkpoints")
-        resume = rd.find_last(ckpt_dir) if cfg.ckpt_path == "last" else cfg.ckpt_path
-        if resume is not None and Path(resume).is_file():  # a resume: the start it records
-            init_from.check_resumed_start(
-                str(cfg.init_from), read(Path(resume)), Path(resume), cfg.run_dir, str(ckpt_dir)
+
+def check_run_folder(cli: VATCLI, threads_note: str | None = None) -> Start:
+    """The settings, devices and folders checked before any file exists; for fit, the run
+    folder locked and judged (a fresh run, a resume of the same model and data, or
+    --overwrite: vat.runs.run_dir) and --init-from resolved; then the checkpoint's
+    hyperparameters taken into the config, from the command's one read of it."""
+    sub, cfg = cli.subcommand, _cfg(cli)
+    start = Start(f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml")
+    start.threads_note = threads_note
+    settings.check_settings(cfg.trainer, sub)
+    settings.check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
+    rd.check_folders(cfg)
+    given = [Path(str(c)) for c in (cfg.get("config") or [])]
+    check_input_paths(cfg, given, checkout_root())
+    read = _checkpoint_io(cli).read
+    if cfg.get("init_from") is not None:
+        if sub != "fit":
+            raise VatError(
+                f"--init-from starts a training run (vat train fit), not `vat train {sub}`; "
+                "to measure a model, give it as --ckpt_path"
             )
+        start.init = _continue_from(cli, cfg, read)
+    if sub == "fit":
+        start.config_file, start.fresh = rd.prepare_fit(cfg, read)
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path and Path(ckpt_path).is_file():
+        _take_checkpoint_hparams(cli, read(ckpt_path))
+    return start
+
+
+def _take_checkpoint_hparams(cli: VATCLI, ckpt: dict) -> None:
+    """The checkpoint's model hyperparameters into the config (LightningCLI's own step), but for
+    those a resume may change (vat.runs.run_dir.RESUME_MAY_CHANGE), where this command's win."""
+    hparams = copy.deepcopy(ckpt.get("hyper_parameters") or {})
+    hparams.pop("_instantiator", None)
+    for key in rd.RESUME_MAY_CHANGE:
+        section, _, rest = key.partition(".")
+        if section == "model":
+            _drop(hparams, rest)
+    if not hparams:
+        return
+    if "_class_path" in hparams:
+        hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+    try:
+        cli.config = cli.parser.parse_object({cli.subcommand: {"model": hparams}}, cli.config)
+    except SystemExit:
+        sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+        raise
+
+
+def _checkpoint_io(cli: VATCLI) -> AtomicCheckpointIO:
+    return next(p for p in cli.trainer_defaults["plugins"] if isinstance(p, AtomicCheckpointIO))
+
+
+def _continue_from(cli: VATCLI, cfg, read) -> init_from.Source:
+    """--init-from MODEL: the run's config given the model's shape (vat.train.init_from).
+    A resume of the continued run takes it from its own checkpoint instead, and a
+    checkpoint of this very run is resumed, not continued."""
+    from vat.share.resolve import load_model, resolve_model
+
+    defaults = cli._subcommand_parsers["fit"].get_defaults()
+    ckpt_dir = Path(cfg.checkpoint.dirpath or Path(cfg.run_dir) / "checkpoints")
+    resume = rd.find_last(ckpt_dir) if cfg.ckpt_path == "last" else cfg.ckpt_path
+    if resume is not None and Path(resume).is_file():  # a resume: the start it records
+        init_from.check_resumed_start(
+            str(cfg.init_from), read(Path(resume)), Path(resume), cfg.run_dir, str(ckpt_dir)
+        )
+    else:
+        src = resolve_model(cfg.init_from, name="init_from")
+        if rd.is_global_rank_zero():  # (DDP's other ranks: rank 0 holds this run's lock)
+            init_from.check_not_training(str(cfg.init_from), src)
+        loaded = load_model(src, "cpu")
+        resume = init_from.same_run_checkpoint(loaded, cfg.run_dir, str(ckpt_dir))
+        if resume is None:
+            source = init_from.from_loaded(loaded, str(cfg.init_from))
+            init_from.apply_to_config(cfg, defaults, source)
+            return source
+        cfg.ckpt_path = str(resume)
+        if rd.is_global_rank_zero():
+            init_from.say(
+                f"vat: --init-from {cfg.init_from} is a checkpoint of this run (--run_dir "
+                f"{cfg.run_dir}): resuming it, with its optimiser, schedules and rate "
+                "controller (as --ckpt_path does)"
+            )
+    source = init_from.from_checkpoint(read(Path(resume)), Path(resume))
+    init_from.apply_to_config(cfg, defaults, source)
+    return source
+
+
+def build(cli: VATCLI, start: Start | None = None) -> tuple[VATDataModule, VATSystem, Trainer]:
+    """The data module, the system and the trainer, with vat's logger (a fixed folder, so a
+    resume continues the same TensorBoard run) and callbacks."""
+    start = start or Start()
+    cfg, callbacks = _cfg(cli), cli.trainer_defaults["callbacks"]
+    run_dir = cfg.run_dir
+    if cfg.trainer.logger in (None, True):
+        cfg.trainer.logger = {
+            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            # no hp_metric = -1 in TensorBoard's hparams tab: vat logs no such metric
+            "init_args": {
+                "save_dir": run_dir,
+                "name": "",
+                "version": "",
+                "default_hp_metric": False,
+            },
+        }
+    if cfg.checkpoint.dirpath is None:
+        cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
+    callbacks.append(ExceptionCheckpoint(cfg.checkpoint.dirpath))  # what a crash interrupted
+    cli.best = best_checkpoint(cfg.best_monitor)
+    callbacks.append(cli.best)
+    cli.save_config_kwargs["config_filename"] = start.config_file
+    if cfg.trainer.enable_progress_bar is not False:
+        callbacks.append(StepProgressBar())  # steps, not "Epoch 0/-2"
+    if cfg.trainer.enable_model_summary is not False:  # on stderr, no unmeasured "FLOPs 0"
+        callbacks.append(ModelSummary())
+    if cli.subcommand == "fit":
+        callbacks.append(TrainingSummary())  # the checkpoints, final numbers, next commands
+        callbacks.append(StopOnSignal())  # Ctrl-C / SIGTERM: stop at a whole step, saved
+        callbacks.append(rd.MarkTrained(run_dir))
+        callbacks.append(TimeSplit(run_dir))  # where the fit's seconds went
+        if cfg.get("enable_collapse_alarm", True):
+            callbacks.append(CollapseAlarm())
+        if start.init is not None and cfg.ckpt_path is None:
+            # a continued run's curves start at its model's own numbers on this data
+            callbacks.append(init_from.ValidateFirst())
+        if cfg.model.get("compile") and cfg.get("compile_cache", True):
+            # the compiled step read from the run folder, not compiled again
+            callbacks.append(CompileCache(run_dir, trust=cli.trust_compile_cache))
+        check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
+    LightningCLI._set_seed(cli)
+    LightningCLI.instantiate_classes(cli)
+    return cli.datamodule, cli.model, cli.trainer
+
+
+def begin(cli: VATCLI, start: Start) -> None:
+    """The run begins: --init-from's tokenizer (and weights, when fresh) taken, the trainer
+    settings checked against the data, and a fresh run's old files replaced and its record
+    written. A start refused before here leaves an earlier run whole and writes nothing."""
+    cfg, data, trainer = cli.config.fit, cli.datamodule, cli.trainer
+    init = start.init
+    if init is not None:
+        data.use_tokenizer(VATTokenizer.from_str(init.tokenizer))
+        if cfg.ckpt_path is not None:
+            init = None  # a resume: the checkpoint holds weights, state and record
         else:
-            src = resolve_model(cfg.init_from, name="init_from")
-            if rd.is_global_rank_zero():  # (DDP's other ranks: rank 0 holds this run's lock)
-                init_from.check_not_training(str(cfg.init_from), src)
-            loaded = load_model(src, "cpu")
-            resume = init_from.same_run_checkpoint(loaded, cfg.run_dir, str(ckpt_dir))
-            if resume is None:
-                source = init_from.from_loaded(loaded, str(cfg.init_from))
-                init_from.apply_to_config(cfg, defaults, source)
-                return source
-            cfg.ckpt_path = str(resume)
-            if rd.is_global_rank_zero():
-                init_from.say(
-                    f"vat: --init-from {cfg.init_from} is a checkpoint of this run (--run_dir "
-                    f"{cfg.run_dir}): resuming it, with its optimiser, schedules and rate "
-                    "controller (as --ckpt_path does)"
-                )
-        source = init_from.from_checkpoint(read(Path(resume)), Path(resume))
-        init_from.apply_to_config(cfg, defaults, source)
-        return source
+            cli.model.start_from(init.loaded.model, init.record)
+    if rd.is_global_rank_zero() and not isinstance(
+        trainer.strategy.launcher, _MultiProcessingLauncher
+    ):  # (spawned processes would each get a pickled copy of the prepared data)
+        size = settings.epoch_size(data, trainer)
+        settings.check_against_data(cfg.trainer, size)
+        if size.val == 0 or settings.validation_is_off(cfg.trainer):
+            _no_best_checkpoint(cli, cfg, size.val == 0)
+    for cb in trainer.checkpoint_callbacks:
+        if isinstance(cb, FinalLastCheckpoint):  # RUN/checkpoints, not a link's target
+            cb.name_folder_as_given(cfg.checkpoint.dirpath)
+    if start.fresh is not None:
+        rd.begin_fresh(start.fresh)
+    if start.threads_note and rd.is_global_rank_zero():
+        print(start.threads_note, file=sys.stderr)  # said once the run starts, not before an error
+    if init is not None and rd.is_global_rank_zero():
+        init_from.say(init_from.start_line(init))
 
-    def before_instantiate_classes(self) -> None:
-        cfg = self.config[self.subcommand] if self.subcommand else self.config
-        run_dir = cfg.run_dir
-        if cfg.trainer.logger in (None, True):
-            # A fixed log dir (no version_N) so `--ckpt_path last` finds the run's checkpoints
-            # and resumed curves continue in the same TensorBoard run.
-            cfg.trainer.logger = {
-                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                # no hp_metric = -1 in TensorBoard's hparams tab: vat logs no such metric
-                "init_args": {
-                    "save_dir": run_dir,
-                    "name": "",
-                    "version": "",
-                    "default_hp_metric": False,
-                },
-            }
-        if cfg.checkpoint.dirpath is None:
-            cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
-        # Keep what a crash interrupted (saved when an exception escapes fit).
-        self.trainer_defaults["callbacks"].append(ExceptionCheckpoint(cfg.checkpoint.dirpath))
-        self._best = best_checkpoint(cfg.best_monitor)
-        self.trainer_defaults["callbacks"].append(self._best)
-        self.save_config_kwargs["config_filename"] = getattr(
-            self, "_config_filename", "config.yaml"
-        )
-        if cfg.trainer.enable_progress_bar is not False:
-            self.trainer_defaults["callbacks"].append(StepProgressBar())  # steps, not "Epoch 0/-2"
-        if cfg.trainer.enable_model_summary is not False:  # on stderr, no unmeasured "FLOPs 0"
-            self.trainer_defaults["callbacks"].append(ModelSummary())
-        if self.subcommand == "fit":
-            # where the checkpoints are, the final val NLL / KL / BLEU, the next commands
-            self.trainer_defaults["callbacks"].append(TrainingSummary())
-            # Ctrl-C / SIGTERM: stop at the end of a step, with last.ckpt saved there
-            _STOPS.append(StopOnSignal())
-            self.trainer_defaults["callbacks"].append(_STOPS[-1])
-            self.trainer_defaults["callbacks"].append(rd.MarkTrained(run_dir))
-            # where the fit's seconds went (set-up, compile, steps, validation, saves): the
-            # first made in a process counts from the process's start
-            self.trainer_defaults["callbacks"].append(TimeSplit(run_dir))
-            if cfg.get("enable_collapse_alarm", True):
-                self.trainer_defaults["callbacks"].append(CollapseAlarm())
-            if getattr(self, "_init", None) is not None and cfg.ckpt_path is None:
-                # a continued run's curves start at its model's own numbers on this data
-                self.trainer_defaults["callbacks"].append(init_from.ValidateFirst())
-            if cfg.model.get("compile") and cfg.get("compile_cache", True):
-                # the compiled step read from the run folder, not compiled again
-                self.trainer_defaults["callbacks"].append(
-                    CompileCache(run_dir, trust=self._trust_compile_cache)
-                )
-            check_monitor(cfg.best_monitor, cfg.trainer.callbacks)
 
-    def before_fit(self) -> None:
-        """The trainer settings checked against the data, then the fresh run begun (the old
-        files it replaces moved away, its manifest written): a refused start leaves an
-        earlier run whole and writes nothing of its own."""
-        cfg = self.config["fit"]
-        start = getattr(self, "_init", None)
-        if start is not None:  # --init-from: the model's tokenizer, and its weights when fresh
-            self.datamodule.use_tokenizer(VATTokenizer.from_str(start.tokenizer))
-            if cfg.ckpt_path is not None:
-                start = None  # a resume: the checkpoint holds weights, state and record
-            else:
-                self.model.start_from(start.loaded.model, start.record)
-        if rd.is_global_rank_zero() and not isinstance(
-            self.trainer.strategy.launcher, _MultiProcessingLauncher
-        ):  # (spawned processes would each get a pickled copy of the prepared data)
-            size = settings.epoch_size(self.datamodule, self.trainer)
-            settings.check_against_data(cfg.trainer, size)
-            if size.val == 0 or settings.validation_is_off(cfg.trainer):
-                self._no_best_checkpoint(cfg, size.val == 0)
-        for cb in self.trainer.checkpoint_callbacks:
-            if isinstance(cb, FinalLastCheckpoint):  # RUN/checkpoints, not a link's target
-                cb.name_folder_as_given(cfg.checkpoint.dirpath)
-        if self._fresh is not None:
-            rd.begin_fresh(self._fresh)
-        if _THREADS_NOTE and rd.is_global_rank_zero():  # said once the run starts, not before
-            print(_THREADS_NOTE.pop(), file=sys.stderr)  # an error (which stays one line)
-        if start is not None and rd.is_global_rank_zero():
-            init_from.say(init_from.start_line(start))
+def _no_best_checkpoint(cli: VATCLI, cfg, no_val_data: bool) -> None:
+    """Without validation nothing is logged to --best_monitor: the best checkpoint is
+    dropped with a note (not Lightning's warning about a missing key at every save)."""
+    why = (
+        "the data holds no validation sentences"
+        if no_val_data
+        else "--trainer.limit_val_batches 0 turns validation off"
+    )
+    if cfg.best_monitor == "val/stsb_spearman":
+        raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
+    cli.trainer.callbacks[:] = [c for c in cli.trainer.callbacks if c is not cli.best]
+    print(f"vat: {why}: no best checkpoint on {cfg.best_monitor} is kept", file=sys.stderr)
 
-    def _no_best_checkpoint(self, cfg, no_val_data: bool) -> None:
-        """Without validation nothing is logged to --best_monitor: the best checkpoint is
-        dropped with a note (not Lightning's warning about a missing key at every save)."""
-        why = (
-            "the data holds no validation sentences"
-            if no_val_data
-            else "--trainer.limit_val_batches 0 turns validation off"
-        )
-        if cfg.best_monitor == "val/stsb_spearman":
-            raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
-        self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if c is not self._best]
-        print(f"vat: {why}: no best checkpoint on {cfg.best_monitor} is kept", file=sys.stderr)
+
+def fit(trainer: Trainer, system: VATSystem, data: VATDataModule, ckpt_path: str | None) -> int:
+    """trainer.fit; returns the exit code: 0, or 130 / 143 for a run that Ctrl-C or SIGTERM
+    stopped at a whole step with last.ckpt saved (vat.train.interrupt)."""
+    stop = next(c for c in trainer.callbacks if isinstance(c, StopOnSignal))
+    try:
+        trainer.fit(system, datamodule=data, ckpt_path=ckpt_path)
+    except SystemExit:  # a stop at a whole step ends Lightning's fit with SIGTERMException
+        if stop.stopped is None:
+            raise
+    return EXIT_CODES[stop.stopped] if stop.stopped else 0
+
+
+def train(args: list[str]) -> int:
+    """`vat train fit ARGS`: the steps of train.py."""
+    cli, threads_note = parse(args)
+    start = check_run_folder(cli, threads_note)
+    data, system, trainer = build(cli, start)
+    begin(cli, start)
+    return fit(trainer, system, data, cli.config.fit.ckpt_path)
+
+
+def run_stage(args: list[str]) -> int:
+    """`vat train fit|validate|test ARGS`: fit is `train`; validate and test measure the
+    checkpoint's model on the data."""
+    if not args or args[0] == "fit":
+        return train(args)
+    cli, _ = parse(args, stages=("validate", "test"))
+    start = check_run_folder(cli)
+    data, system, trainer = build(cli, start)
+    cfg = cli.config[cli.subcommand]
+    getattr(trainer, cli.subcommand)(
+        system,
+        datamodule=data,
+        ckpt_path=cfg.ckpt_path,
+        verbose=cfg.verbose,
+        weights_only=cfg.get("weights_only"),
+    )
+    return 0
 
 
 def _drop(tree: dict, dotted: str) -> None:
@@ -366,40 +459,6 @@ def _drop(tree: dict, dotted: str) -> None:
         tree = tree.get(part) if isinstance(tree, dict) else None
     if isinstance(tree, dict):
         tree.pop(last, None)
-
-
-def _check_devices(accelerator, devices) -> None:
-    """A GPU asked for where there is none, or more than there are: one line about what was
-    asked, before anything is built (Lightning says it 13 s later, blaming --trainer.devices).
-    Several processes on the CPU: one line saying what that does."""
-    if isinstance(devices, str) and devices.isdigit():
-        devices = int(devices)
-    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        build = (
-            "a CPU-only build"
-            if torch.version.cuda is None
-            else f"built for CUDA {torch.version.cuda}"
-        )
-        raise VatError(
-            f"--trainer.accelerator {accelerator}: no GPU is visible to torch {torch.__version__} "
-            f"({build}); use --trainer.accelerator cpu, or auto to take a GPU when there is one"
-        )
-    if not isinstance(devices, int) or devices <= 0:
-        return
-    if gpu:
-        have = torch.cuda.device_count()
-        if devices > have:
-            raise VatError(
-                f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)"
-            )
-    elif devices > 1 and rd.is_global_rank_zero():
-        print(
-            f"vat: --trainer.devices {devices} on the CPU runs {devices} training processes "
-            f"(DDP over gloo) that share this machine's {os.cpu_count()} cores and split "
-            f"every batch; on one machine that is rarely faster than one process",
-            file=sys.stderr,
-        )
 
 
 def trainer_defaults() -> dict:
@@ -451,10 +510,11 @@ def main(args: list[str] | None = None) -> int:
     DDP re-launches the script with its original sys.argv, so each rank re-enters here.
     """
     _quiet_warnings()
-    return _run(lambda a: _build_cli(a), args)
+    return _run(run_stage, args)
 
 
 def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
+    """The options parsed (`run=False`: without a subcommand, as the sweep's checks)."""
     return VATCLI(
         VATSystem,
         VATDataModule,
@@ -474,10 +534,6 @@ TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
-_STOPS: list[StopOnSignal] = []
-"""The Ctrl-C / SIGTERM callback of the fit in progress (vat.train.interrupt)."""
-
-
 def _run(fn, args: list[str] | None) -> int:
     """Run fn(args) through the one error wrapper (vat.errors.run_cli). A full disk is one
     line too. The first Ctrl-C or SIGTERM during training stops it at the end of a step, saves
@@ -487,28 +543,21 @@ def _run(fn, args: list[str] | None) -> int:
 
     def call(argv: list[str]) -> int:
         reset_state()
-        _STOPS.clear()
         ok = False
         try:
-            fn(argv)
+            code = fn(argv)
             ok = True
-            stopped = _STOPS[-1].stopped if _STOPS else None
-            if stopped is not None:  # a signal after the last step: the run ended whole
-                return EXIT_CODES[stopped]
+            return code if isinstance(code, int) else 0
         except SystemExit:
             if not was_interrupted():  # Lightning turns Ctrl-C during fit into SystemExit(1)
                 raise
-            stopped = _STOPS[-1].stopped if _STOPS else None
-            if stopped is not None:  # stopped at a whole step, last.ckpt saved: said already
-                ok = True
-                return EXIT_CODES[stopped]
             raise KeyboardInterrupt from None
         except OSError as e:
             if isinstance(e, VatError) or e.errno not in _DISK_FULL:
                 raise
             raise VatError(f"cannot write {e.filename or 'a file'}: {e.strerror}") from e
-        except Exception as e:  # outside failures with a known way out (vat.runs.outside_failures)
-            from vat.runs.outside_failures import outside_failure
+        except Exception as e:  # outside failures with a known way out (vat.cli.outside_failures)
+            from vat.cli.outside_failures import outside_failure
 
             ours = _vat_error_inside(e)
             if ours is not None:  # jsonargparse wraps a callback's own error in a ValueError
@@ -519,7 +568,6 @@ def _run(fn, args: list[str] | None) -> int:
             raise one_line from e
         finally:
             rd.release_locks(failed=not ok)  # a start refused before it began leaves no folder
-        return 0
 
     return run_cli(call, args, extra_errors=TRAIN_ERRORS)
 
@@ -546,7 +594,7 @@ def prepare_data(args: list[str]) -> int:
     so that they read one cache instead of each building its own.
     """
     _quiet_warnings()
-    return _run(lambda a: _build_cli(a, run=False).datamodule.prepare_data(), args)
+    return _run(lambda a: build(_build_cli(a, run=False))[0].prepare_data(), args)
 
 
 def check_args(args: list[str]) -> int:
@@ -554,10 +602,10 @@ def check_args(args: list[str]) -> int:
     check every value's range) without reading data or training: nothing is written.
     `args` as for `prepare_data`; `vat sweep` checks every point this way before any trains."""
     _quiet_warnings()
-    return _run(lambda a: _build_cli(a, run=False), args)
+    return _run(lambda a: build(_build_cli(a, run=False)), args)
 
 
-def _raise(e: BaseException) -> None:
+def _raise(e: BaseException, _args) -> None:
     raise e
 
 
@@ -593,21 +641,6 @@ def _trust_option(args: list[str] | None) -> tuple[list[str] | None, bool]:
     )
 
 
-_THREADS_NOTE: list[str] = []
-"""The thread line `before_fit` prints once training starts (empty: nothing to say)."""
-
-
-def _use_threads(requested: int | None, quiet: bool) -> None:
-    """The CPU thread rule (vat.runtime.cpu_threads) applied at once (before torch works),
-    and its line kept for the start of training."""
-    n, why = apply_cpu_threads(requested)
-    _THREADS_NOTE.clear()
-    if n is None or quiet:
-        return
-    change = "" if why == "--threads" else "; --threads N to change"
-    _THREADS_NOTE.append(f"vat: training on {n} CPU thread{'s' if n != 1 else ''} ({why}{change})")
-
-
 def _underscored(arg: str) -> str:
     """`--init-from` (vat's spelling, as every other command's options) is LightningCLI's
     `--init_from`, whose options are spelled with underscores (--run_dir, --ckpt_path)."""
@@ -624,48 +657,21 @@ def vat_train(argv: list[str]) -> int:
     options every vat command shares: no progress bars (training's, and the data module's
     while it tokenizes) and, quiet, no model summary either.
     """
-    return run_training(_build_cli, argv)
-
-
-def fit_recipe_cli(args: list[str]) -> VATCLI:
-    """`vat train fit ARGS` parsed, checked and built (data module, system, trainer with vat's
-    callbacks), not run: the recipe train.py shows and runs the fit (`VATCLI.before_fit`,
-    then `trainer.fit`)."""
-    cli = _build_cli(args, run_now=False)
-    if cli.subcommand != "fit":
-        raise VatError(
-            f"train.py trains (fit); for `{cli.subcommand}` run `vat train {cli.subcommand}`"
-        )
-    return cli
+    return run_training(run_stage, argv)
 
 
 def run_training(fn, argv: list[str]) -> int:
-    """fn(args) for `vat train ARGV` and train.py: packaged config names, --threads, --quiet
-    and --no-progress turned into LightningCLI's arguments (with `fit` when no subcommand is
-    named), then vat's one error wrapper, Ctrl-C handling and exit codes (`_run`)."""
+    """fn(args) for `vat train ARGV` and train.py: packaged config names resolved (with `fit`
+    when no subcommand is named), then vat's one error wrapper, Ctrl-C handling and exit
+    codes (`_run`)."""
     from vat.cli.config import resolve_config_args
 
-    def prepared(argv: list[str]) -> list[str]:
-        args, threads = _threads_option(resolve_config_args(argv))
-        if not ("--help" in args or "-h" in args):
-            _use_threads(threads, quiet="--quiet" in args)
-        return args
-
-    failed: list[VatError] = []  # a -c that is a FIFO, a device, a folder or a symlink loop
     try:
-        args = prepared(argv)
-    except VatError as e:
-        failed.append(e)
-    if failed:
-        return run_cli(lambda _: _raise(failed[0]), argv)
-    extra = []
-    if "--no-progress" in args or "--quiet" in args:
-        extra += ["--trainer.enable_progress_bar=false", "--data.progress=false"]
-    if "--quiet" in args:
-        extra.append("--trainer.enable_model_summary=false")
-    args = [a for a in args if a not in ("--no-progress", "--quiet")]
+        args = resolve_config_args(argv)
+    except VatError as e:  # a -c that is a FIFO, a device, a folder or a symlink loop
+        return run_cli(functools.partial(_raise, e), argv)
     args = [_underscored(a) for a in args]
     if not args or args[0] not in VATCLI.subcommands():
         args = ["fit", *args]
     _quiet_warnings()
-    return _run(fn, [*args, *extra])
+    return _run(fn, args)

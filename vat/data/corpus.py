@@ -1,20 +1,11 @@
-"""Reading sentences: text files (plain or .gz) or a `datasets` dataset, streamed in chunks.
+"""Reading sentences: text files (plain or .gz by name) or a `datasets` dataset, streamed
+in chunks of a few thousand lines, so memory holds one chunk whatever the corpus size.
 
-Every reader of a sentence file takes a gzip file by its `.gz` name (`open_sentence_file`):
-training's corpus, `vat generate --input`, `vat score FILE`, `vat explore --corpus`, a probe
-file, a samples file.
-
-Everything here yields sentences in chunks of a few thousand lines, so preparing a corpus
-holds one chunk of text in memory at a time whatever the corpus size.
-Only `\\n` (and `\\r\\n`) ends a line: bytes are split on b"\\n" before decoding, so form
-feeds, U+2028 and friends stay inside their sentence.
-
-How text is decoded is one rule for every reader (`check_text`, `bounded_lines`,
-`LineReader`, `decode_each`; docs/cli.md, "How vat reads text"): UTF-8; a UTF-8 byte-order
-mark at the start is dropped, a UTF-16 or UTF-32 one is refused naming the encoding; a NUL
-in the first 8 KB means a binary file; a `\\r` before `\\n` is part of the line end; a line
-that is not UTF-8 is an error naming FILE:LINE, or, where a reader samples a corpus, skipped
-and counted in one warning (`warn_skipped`); every other character is kept as it is.
+One rule decodes text for every reader (docs/cli.md, "How vat reads text"): UTF-8; only
+`\\n` (or `\\r\\n`) ends a line; a UTF-8 byte-order mark at the start is dropped, a UTF-16
+or UTF-32 one refused naming the encoding; a NUL in the first 8 KB means a binary file; a
+line that is not UTF-8 is an error naming FILE:LINE or, where a reader samples a corpus,
+skipped and counted in one warning (`warn_skipped`).
 """
 
 from __future__ import annotations
@@ -66,18 +57,13 @@ def expand_files(patterns: Sequence[str], option: str) -> list[Path]:
 
 
 def open_sentence_file(path: Path):
-    """A sentence file opened for reading bytes: gzip-decompressed when its name ends in .gz
-    (the one rule of every reader of sentences), else as it is."""
+    """A sentence file opened for reading bytes, gzip-decompressed when its name ends in .gz."""
     return gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")
 
 
 MAX_LINE_BYTES = 1 << 20
-"""The most bytes of one line `bounded_lines` keeps (1 MiB), for every reader of lines that
-may not end: a command's input (vat.cli.common.iter_text_lines), probe, BLEU and sample
-files (vat.geometry.probes.iter_lines). Far more than any model reads: the tokenizer clips
-a line to 2 * max_len * chars_per_token characters before it tokenises it
-(`VATTokenizer.clip`), about 3,000 for the shipped models. A line without an end
-(`tr -d '\\n' < big.txt`, `yes | tr -d '\\n'`) therefore costs at most this much memory."""
+"""The most bytes of one line `bounded_lines` keeps (1 MiB), far more than any model reads
+(`VATTokenizer.clip`), so a line without an end costs at most this much memory."""
 
 _READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
 
@@ -86,11 +72,9 @@ def bounded_lines(
     f, max_line_bytes: int = MAX_LINE_BYTES, where: str | None = None
 ) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes without the line end) of each line of the binary file `f`, read as
-    they arrive: memory holds one line, and a line longer than `max_line_bytes` is cut there
-    (at a character's start, so that it still decodes), handed on as soon as it is cut, and
-    the rest of it skipped. The first bytes are checked (`check_text`, its errors naming
-    `where`, else the file's name); a `\\r\\n` ends a line as `\\n` does, and a UTF-8
-    byte-order mark before the first line is dropped."""
+    they arrive: a line longer than `max_line_bytes` is cut there (at a character's start),
+    handed on at once and the rest skipped. The first bytes are checked (`check_text`, its
+    errors naming `where`, else the file's name)."""
     # read1 returns what has arrived (at most one read of the pipe) instead of waiting for
     # a whole buffer, so a slow writer's first lines are scored without waiting for more
     read = getattr(f, "read1", f.read)
@@ -144,7 +128,6 @@ def _whole_characters(data: bytes) -> bytes:
 
 
 TRAINING_SKIP_HINT = "set data.on_bad_bytes: skip to skip such lines"
-"""How a training config skips lines that are not UTF-8 (each command names its own way)."""
 
 
 # byte-order marks of the encodings vat does not read (UTF-32's first: FF FE 00 00 starts
@@ -158,10 +141,8 @@ _OTHER_BOMS = (
 
 
 def check_text(head: bytes, where: object, start: bool = True) -> None:
-    """The first bytes (`head`, up to 8 KB; `start`: they begin the file) of a text vat reads,
-    checked by one rule: a UTF-16 or UTF-32 byte-order mark is one VatError naming that
-    encoding (vat reads UTF-8 only; a guess would decode some files wrongly), and a NUL
-    means a binary file (or UTF-16/32 text without a mark), not sentences."""
+    """The first bytes (`head`, up to 8 KB; `start`: they begin the file) of a text: a UTF-16
+    or UTF-32 byte-order mark, or a NUL (a binary file), is one VatError naming `where`."""
     for bom, encoding in _OTHER_BOMS if start else ():
         if head.startswith(bom):
             raise VatError(
@@ -176,11 +157,8 @@ def check_text(head: bytes, where: object, start: bool = True) -> None:
 
 
 def warn_skipped(where: object, bad: int) -> None:
-    """The one warning for lines skipped because they are not UTF-8 (a corpus is never
-    silently shorter than its file): `warning: WHERE: skipped N lines with bytes that are not
-    UTF-8` on stderr, from the first process only under DDP. Printed, not warnings.warn:
-    Python shows a warning once per place, so a file read twice in one process (a page, a
-    notebook) would be said once."""
+    """The one warning for lines skipped because they are not UTF-8, on stderr from the first
+    process only. Printed, not warnings.warn, which says it once per place in a process."""
     if not bad:
         return
     # Lightning (seconds to import) only when there is something to warn about: the feature
@@ -203,8 +181,7 @@ def decode_each(
     skip_hint: str = TRAINING_SKIP_HINT,
 ) -> tuple[list[str], int]:
     """`raw` lines decoded one by one: (the UTF-8 ones, how many were not). A line that is
-    not UTF-8 is skipped ("skip") or an error naming `where`, its line number (the first of
-    `raw` is `first_line`) and `skip_hint`, the way to skip such lines ("error")."""
+    not UTF-8 is skipped ("skip") or an error naming `where`:LINE and `skip_hint` ("error")."""
     out, bad = [], 0
     for i, line in enumerate(raw, first_line):
         try:
@@ -217,11 +194,8 @@ def decode_each(
 
 
 class LineReader:
-    """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip).
-
-    A line that is not valid UTF-8 is skipped and counted in `bad` (on_bad_bytes="skip") or
-    is an error naming the file and line (on_bad_bytes="error").
-    """
+    """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip); a line that
+    is not UTF-8 is skipped and counted in `bad`, or an error (`decode_each`)."""
 
     def __init__(self, path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> None:
         self.path = path
@@ -241,7 +215,8 @@ class LineReader:
                         # Fast path: the whole chunk decodes; one split, no per-line decode.
                         text = b"".join(raw).decode("utf-8").split("\n")
                     except UnicodeDecodeError:
-                        text = self._decode_lines(raw, lineno)
+                        text, bad = decode_each(raw, lineno + 1, path, self.on_bad_bytes)
+                        self.bad += bad
                     lineno += len(raw)
                     chunk = [s for s in (t.strip() for t in text) if s]
                     if chunk:
@@ -249,17 +224,12 @@ class LineReader:
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise VatError(f"{path} is a truncated or corrupt gzip file ({e})") from None
 
-    def _decode_lines(self, raw: list[bytes], lineno: int) -> list[str]:
-        out, bad = decode_each(raw, lineno + 1, self.path, self.on_bad_bytes)
-        self.bad += bad
-        return out
-
 
 def read_lines(
     path: Path, on_bad_bytes: Literal["skip", "error"] = "skip"
 ) -> tuple[list[str], int]:
-    """All non-empty stripped lines of a file and the number skipped for undecodable bytes
-    (for small files: tests, benchmarks; corpora stream through `iter_files`)."""
+    """All non-empty stripped lines of a small file and the number skipped for bytes that are
+    not UTF-8 (corpora stream through `iter_files`)."""
     reader = LineReader(Path(path), on_bad_bytes)
     lines = [s for chunk in reader for s in chunk]
     return lines, reader.bad
@@ -280,8 +250,9 @@ def iter_files(
             raise VatError(f"{option}: {p} has no non-empty lines, expected one sentence per line")
 
 
-def load_hub(name: str, config: str | None, split: str, text_field: str):
-    """A `datasets` split (hub name or local dataset folder), memory-mapped Arrow on disk."""
+def iter_hub(name: str, config: str | None, split: str, text_field: str) -> Iterator[list[str]]:
+    """Chunks of sentences of a `datasets` split (memory-mapped Arrow), HUB_CHUNK rows at a
+    time; `text_field` may be dotted, e.g. "translation.en" for WMT19 de-en."""
     import datasets
 
     try:
@@ -292,19 +263,11 @@ def load_hub(name: str, config: str | None, split: str, text_field: str):
             f"data.hf_dataset: could not load {name!r} (config {config!r}, "
             f"split {split!r}): {first}"
         ) from None
-    head = text_field.split(".")[0]
+    head, *rest = text_field.split(".")
     if head not in ds.column_names:
         raise VatError(
             f"data.hf_text_field: {name} has no column {head!r} (columns: {ds.column_names})"
         )
-    return ds
-
-
-def iter_hub(name: str, config: str | None, split: str, text_field: str) -> Iterator[list[str]]:
-    """Chunks of sentences of a `datasets` split; `text_field` may be dotted, e.g.
-    "translation.en" for WMT19 de-en. Rows are read HUB_CHUNK at a time from the Arrow file."""
-    ds = load_hub(name, config, split, text_field)
-    head, *rest = text_field.split(".")
     column = ds.select_columns([head])
     for start in range(0, len(column), HUB_CHUNK):
         values = column[start : start + HUB_CHUNK][head]
@@ -329,11 +292,8 @@ def limit_lines(chunks: Iterator[list[str]], limit: int | None) -> Iterator[list
 
 
 def held_out_indices(n: int, fraction: float, seed: int) -> np.ndarray:
-    """Sorted indices of the `fraction` of n lines held out for validation (at least one).
-
-    Memory is proportional to the held-out set only: `Generator.choice` without replacement
-    draws k of n without materialising a permutation of n when k is small.
-    """
+    """Sorted indices of the `fraction` of n lines held out for validation (at least one),
+    in memory proportional to the held-out set (`Generator.choice` without replacement)."""
     import numpy as np
 
     n_val = min(n - 1, max(1, int(round(fraction * n))))
@@ -346,8 +306,7 @@ def held_out_indices(n: int, fraction: float, seed: int) -> np.ndarray:
 
 
 def split_held_out(
-    chunks: Iterator[list[str]],
-    val_idx: np.ndarray,
+    chunks: Iterator[list[str]], val_idx: np.ndarray
 ) -> Iterator[tuple[list[str], list[str]]]:
     """(train, val) parts of each chunk, given the sorted global indices of held-out lines."""
     import numpy as np
@@ -357,9 +316,6 @@ def split_held_out(
         lo, hi = np.searchsorted(val_idx, [start, start + len(chunk)])
         held = set((val_idx[lo:hi] - start).tolist())
         start += len(chunk)
-        if not held:
-            yield chunk, []
-            continue
         yield (
             [s for i, s in enumerate(chunk) if i not in held],
             [s for i, s in enumerate(chunk) if i in held],

@@ -1,15 +1,10 @@
 """Data: text files or a Hugging Face dataset -> tokenizer -> tokenized cache -> buckets.
 
-`VATDataModule` reads local text files (plain or .gz, one sentence per line, several files
-or globs) or a hub dataset through `datasets` (`vat.data.corpus`), trains the tokenizer once (or
-loads it from a file), tokenizes once into a memory-mapped cache keyed by the tokenizer and
-the input files (`vat.data.token_cache`), so a second run starts at once. Preparing streams the
-corpus in chunks, so its memory does not grow with the corpus. Training batches come from
-`vat.data.sampler.BucketBatchSampler`: length-bucketed, of `batch_size` sentences or of at most
-`max_tokens` padded tokens.
-
-Under DDP, `prepare_data` (local rank 0 only) does the expensive work and writes every cache
-file atomically; `setup` on every rank only reads (and checks) the caches.
+`VATDataModule` reads text files or a hub dataset (`vat.data.corpus`) in chunks, trains the
+tokenizer once (or loads one), and tokenizes once into a memory-mapped cache keyed by the
+tokenizer and the input (`vat.data.token_cache`), so a second run starts at once. Batches
+come from `vat.data.sampler.BucketBatchSampler`. Under DDP, `prepare_data` (local rank 0)
+writes every cache file atomically; `setup` on every rank only reads and checks them.
 """
 
 from __future__ import annotations
@@ -147,26 +142,18 @@ class VATDataModule(L.LightningDataModule):
     # -- sources --------------------------------------------------------------------------
     def _source_files(self) -> dict[str, list[Path]]:
         h = self.hparams
-        out = {"train": expand_files(h.train_files or [], "data.train_files")}
-        if h.val_files:
-            out["val"] = expand_files(h.val_files, "data.val_files")
-        if h.test_files:
-            out["test"] = expand_files(h.test_files, "data.test_files")
-        return out
+        names = ["train", *(split for split in ("val", "test") if h[f"{split}_files"])]
+        return {
+            split: expand_files(h[f"{split}_files"] or [], f"data.{split}_files") for split in names
+        }
 
     def _source_key(self) -> str:
         """Identifies the raw data: file paths and a digest of their bytes (an edit that keeps
         size and mtime is still seen), or the hub dataset."""
         h = self.hparams
         if h.hf_dataset:
-            desc: object = [
-                h.hf_dataset,
-                h.hf_config,
-                h.hf_text_field,
-                h.hf_train_split,
-                h.hf_val_split,
-                h.hf_test_split,
-            ]
+            hub = ("dataset", "config", "text_field", "train_split", "val_split", "test_split")
+            desc: object = [h[f"hf_{k}"] for k in hub]
         else:
             desc = {
                 k: [(str(p.resolve()), p.stat().st_size, file_digest(p)) for p in v]
@@ -175,26 +162,18 @@ class VATDataModule(L.LightningDataModule):
         desc = [desc, h.val_fraction, h.max_train_lines, h.seed, h.on_bad_bytes]
         return hash16(json.dumps(desc, sort_keys=True, default=str))
 
-    def _source_names(self) -> list[str]:
+    def _other_sources(self) -> list[str]:
+        """The splits besides train that have a source of their own (val, test)."""
         h = self.hparams
         if h.hf_dataset:
-            names = ["train"] + [
-                n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s
-            ]
-        else:
-            names = list(self._source_files())
-        if "val" not in names and h.val_fraction > 0:
-            names.insert(1, "val")
-        return names
+            return [n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s]
+        return [n for n in self._source_files() if n != "train"]
 
     def _chunks(self, split: str) -> Iterator[list[str]]:
         """Chunks of raw sentences of one source split (the training split before holding out)."""
         h = self.hparams
         if h.hf_dataset:
-            hub_split = {"train": h.hf_train_split, "val": h.hf_val_split, "test": h.hf_test_split}[
-                split
-            ]
-            chunks = iter_hub(h.hf_dataset, h.hf_config, hub_split, h.hf_text_field)
+            chunks = iter_hub(h.hf_dataset, h.hf_config, h[f"hf_{split}_split"], h.hf_text_field)
         else:
             chunks = iter_files(self._source_files()[split], h.on_bad_bytes, f"data.{split}_files")
         return limit_lines(chunks, h.max_train_lines) if split == "train" else chunks
@@ -265,13 +244,9 @@ class VATDataModule(L.LightningDataModule):
     def _train_tokenizer(self) -> VATTokenizer:
         h = self.hparams
         self._check_cache_dir(write=True)
-
-        def train_chunks() -> Iterator[list[str]]:
-            for train, _ in self._train_val_chunks():
-                yield train
-
+        train_chunks = (train for train, _ in self._train_val_chunks())
         # limit_lines counts sentences across chunks; flatten only after the cut.
-        texts = (s for chunk in limit_lines(train_chunks(), h.tokenizer_train_lines) for s in chunk)
+        texts = (s for chunk in limit_lines(train_chunks, h.tokenizer_train_lines) for s in chunk)
         rank_zero_info(
             f"vat: training a {h.vocab_size}-token BPE tokenizer "
             f"on up to {h.tokenizer_train_lines} training lines"
@@ -287,11 +262,7 @@ class VATDataModule(L.LightningDataModule):
         if not cache.exists():
             return None
         try:
-            info = verify(
-                cache,
-                self.tokenizer.vocab_size if self.tokenizer else 1 << 32,
-                self.hparams.max_len,
-            )
+            info = verify(cache, self.hparams.max_len)
         except CacheDamaged as e:
             self._check_cache_dir(write=True)
             remove_damaged(cache, e)
@@ -305,21 +276,17 @@ class VATDataModule(L.LightningDataModule):
         self._check_cache_dir(write=False)
         tok = self._load_or_train_tokenizer()
         cache = self._data_cache_path(tok)
-        if self._verified_cache(cache) is None:
-            self._check_cache_dir(write=True)
-            self._tokenize_to_cache(tok, cache)
-
-    def _tokenize_to_cache(self, tok: VATTokenizer, cache: Path) -> None:
+        if self._verified_cache(cache) is not None:
+            return
+        self._check_cache_dir(write=True)
         h = self.hparams
-        held_out = self._val_is_held_out()
-        others = [n for n in self._source_names() if n != "train" and not (n == "val" and held_out)]
         write_token_cache(
             cache,
             tok,
             self._train_val_chunks(),
-            {name: self._chunks(name) for name in others},
+            {name: self._chunks(name) for name in self._other_sources()},
             CacheSettings(h.max_len, h.overlength, h.num_proc, self._progress()),
-            held_out_val=held_out,
+            held_out_val=self._val_is_held_out(),
         )
 
     def setup(self, stage: str | None = None) -> None:

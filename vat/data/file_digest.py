@@ -1,10 +1,7 @@
-"""A fast digest of a file's bytes: what the tokenized cache is keyed on.
-
-Keying on path, size and mtime would miss edits that keep both (`touch -r`, some sync tools,
-a checkout). BLAKE2b is in hashlib (no extra dependency) and fast on one core (its cost:
-BENCHMARKS.md, "The tokenized cache keyed on content"). Within one process a file is hashed
-once: the digest is remembered under its inode, size, mtime and ctime (an edit always
-changes the ctime, which no user tool can set back).
+"""A fast digest of a file's bytes, which the tokenized cache is keyed on: size and mtime
+would miss edits that keep both (`touch -r`, a checkout). Within one process a file is
+hashed once, remembered under its inode, size, mtime and ctime (an edit always changes the
+ctime). Its cost: BENCHMARKS.md, "The tokenized cache keyed on content".
 """
 
 from __future__ import annotations

@@ -41,9 +41,9 @@ def validate_data_options(args: dict) -> None:
             fail(name, f"an integer >= {low}")
     if not is_int(args["seed"]):
         fail("seed", "an integer")
-    for name in ("max_train_lines",):
-        if args[name] is not None and (not is_int(args[name]) or args[name] < 1):
-            fail(name, "an integer >= 1 or null")
+    v = args["max_train_lines"]
+    if v is not None and (not is_int(v) or v < 1):
+        fail("max_train_lines", "an integer >= 1 or null")
     v = args["max_tokens"]
     if v is not None and (not is_int(v) or v < args["max_len"]):
         fail(

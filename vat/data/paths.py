@@ -1,12 +1,5 @@
-"""Where vat's data folders are when a command is not told.
-
-- the SentEval data/downstream folder (`vat evaluate`, `vat score`'s STS-B pairs, the
-  geometry probes and callbacks, `vat export --evaluate`): `$VAT_SENTEVAL_DIR`, else
-  ../shared/data/senteval, relative to the working directory.
-
-The data folder that portable training records name ($VAT_DATA_DIR) is
-`vat.share.training_record.default_data_dir`'s, beside those records.
-"""
+"""Where the SentEval data/downstream folder is when a command is not told (`vat evaluate`,
+`vat score`'s STS-B pairs, the geometry probes, `vat export --evaluate`)."""
 
 from __future__ import annotations
 

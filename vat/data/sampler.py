@@ -1,21 +1,18 @@
 """Batches: length-bucketed samplers (sentence or token budgets), resumable loading, collation.
 
-`BucketBatchSampler` cuts each epoch into global batches the same way on every rank, either
-of `batch_size` sentences per rank or of at most `max_tokens` padded tokens per rank (like
-fairseq's `--max-tokens`). `collate_ids` pads a batch straight out of the
-flat token array with one numpy gather, without a Python loop over sentences.
+`BucketBatchSampler` cuts each epoch into global batches the same way on every rank, of
+`batch_size` sentences or of at most `max_tokens` padded tokens per rank (fairseq's
+`--max-tokens`). `collate_ids` pads a batch out of the flat token array with one gather.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vat.errors import VatError
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # Padded lengths are rounded up to a multiple of this: token-budget batches and
@@ -24,21 +21,17 @@ PAD_MULTIPLE = 8
 
 
 def padded_length(lengths: np.ndarray, multiple: int, max_len: int) -> np.ndarray:
-    """Padded sequence length of sequences `lengths` long (counting </s>): rounded up to a
-    multiple of `multiple` (tensor-core friendly shapes, few distinct shapes for compile)
-    but never beyond max_len (the model has max_len positions)."""
+    """Padded length of sequences `lengths` long (counting </s>): rounded up to a multiple of
+    `multiple` (few distinct shapes), never beyond max_len (the model's positions)."""
     return np.minimum(-(-lengths // multiple) * multiple, max_len)
 
 
 def collate_ids(
     tokens: np.ndarray, offsets: np.ndarray, index: Sequence[int], max_len: int, multiple: int = 1
 ) -> dict[str, torch.Tensor]:
-    """The batch of sentences `index` in the layout of `vat.tokenizer.make_batch`.
-
-    tokens: the flat token array of a split; offsets: (N + 1,) start of each sentence in it.
-    src = w_1..w_n </s>, tgt_in = <s> w_1..w_n, tgt_out = src; all (B, T) int64, T the
-    longest length (with </s>) rounded up to `multiple`, at most max_len.
-    """
+    """The batch of sentences `index` (offsets: (N + 1,) starts in the flat `tokens`) in the
+    layout of `vat.tokenizer.make_batch`: src = w_1..w_n </s>, tgt_in = <s> w_1..w_n,
+    tgt_out = src; all (B, T) int64, T the longest length rounded up to `multiple`."""
     index = np.asarray(index, dtype=np.int64)
     starts = offsets[index]
     lengths = np.minimum(offsets[index + 1] - starts, max_len - 1)  # (B,) subwords, no </s>
@@ -80,17 +73,13 @@ def cut_token_batches(
 class BucketBatchSampler(Sampler[list[int]]):
     """Length-bucketed batches that shuffle, resume mid-epoch, and shard under DDP.
 
-    Each epoch: shuffle all indices with a generator seeded by (seed, epoch); cut them into
-    pools of `pool_batches` global batches; sort each pool by length and cut it into global
-    batches, of `batch_size * num_replicas` sentences, or (with `max_tokens`) of as many
-    sentences as keep each rank's padded batch within max_tokens; shuffle the batch order.
-    Every rank builds the same list and takes its interleaved share of each global batch, so
-    the global batches are the same whatever the number of processes (1 process with batch
-    8 sees exactly what 2 processes with batch 4 see together), and every rank runs the same
-    number of steps (a global batch not divisible by the ranks is filled up by repetition).
-
-    `lengths` count the </s>. With max_tokens, a pool holds `pool_batches * max_tokens *
-    num_replicas` real tokens, and padded lengths are rounded up to `pad_multiple`.
+    Each epoch: shuffle all indices by (seed, epoch); cut them into pools of `pool_batches`
+    global batches; sort each pool by length and cut it into global batches of
+    `batch_size * num_replicas` sentences, or (with `max_tokens`) of as many as keep each
+    rank's padded batch within max_tokens; shuffle the batch order. Every rank builds the
+    same list and takes its interleaved share of each global batch, so 1 process with batch
+    8 sees exactly what 2 with batch 4 see together, and every rank runs the same number of
+    steps (a remainder is filled up by repetition). `lengths` count the </s>.
     """
 
     def __init__(
@@ -107,23 +96,12 @@ class BucketBatchSampler(Sampler[list[int]]):
         pad_multiple: int = PAD_MULTIPLE,
         max_len: int | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise VatError(f"data.batch_size must be at least 1, got {batch_size}")
+        # batch_size >= 1 and max_tokens >= max_len: checked with the data options
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.max_len = int(max_len if max_len is not None else (self.lengths.max(initial=1)))
-        if max_tokens is not None and max_tokens < self.max_len:
-            raise VatError(
-                f"data.max_tokens must be at least data.max_len ({self.max_len}) so "
-                f"that the longest sentence fits in a batch, got {max_tokens}"
-            )
-        self.batch_size = batch_size
-        self.max_tokens = max_tokens
-        self.pad_multiple = pad_multiple
-        self.shuffle = shuffle
-        self.seed = seed
-        self.pool_batches = pool_batches
-        self.num_replicas = num_replicas
-        self.rank = rank
+        self.batch_size, self.max_tokens, self.pad_multiple = batch_size, max_tokens, pad_multiple
+        self.shuffle, self.seed, self.pool_batches = shuffle, seed, pool_batches
+        self.num_replicas, self.rank = num_replicas, rank
         self.epoch = 0
         self.start_batch = 0  # batches of the current epoch to skip (mid-epoch resume)
         self._memo: tuple[int, list[np.ndarray]] | None = None
@@ -195,23 +173,13 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         # The whole epoch's length even when resuming mid-epoch: Lightning's own batch counter
         # resumes at `start_batch` and stops at this length.
-        if self.max_tokens is not None:
-            return len(self.global_batches())
-        size = self.batch_size * self.num_replicas
-        pool = size * self.pool_batches
-        n = len(self.lengths)
-        # Pools may end in a short batch each, so count per pool rather than estimate.
-        return sum(math.ceil(min(pool, n - s) / size) for s in range(0, n, pool))
+        return len(self.global_batches())
 
 
 class ResumableDataLoader(DataLoader):
-    """A DataLoader that Lightning checkpoints (it has state_dict/load_state_dict).
-
-    Lightning stores the state of such loaders in the checkpoint and restores it on
-    `--ckpt_path`, so a run killed mid-epoch resumes at the next unseen batch instead of
-    replaying or skipping part of the epoch. The loader has a length, so Lightning's fetcher
-    does not pre-fetch: every batch handed out has been trained on when a checkpoint is taken.
-    """
+    """A DataLoader whose position Lightning checkpoints (state_dict/load_state_dict), so a
+    run killed mid-epoch resumes at the next unseen batch. It has a length, so Lightning's
+    fetcher does not pre-fetch: every batch handed out is trained on before a checkpoint."""
 
     def __init__(self, dataset: Dataset, batch_sampler: BucketBatchSampler, **kwargs) -> None:
         super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)

@@ -7,11 +7,9 @@ Layout of a cache folder `data-<key>/` (written under a temp name and renamed wh
     <split>/tokens.bin all token ids of the split, concatenated (uint16, or uint32 for > 65,536)
     <split>/offsets.bin int64, N + 1: sentence i is tokens[offsets[i]:offsets[i + 1]]
 
-A flat array rather than Arrow list columns: a batch is one numpy gather out of it
-(`vat.data.sampler.collate_ids`), and the DataLoader workers share the page cache instead of
-copying Python lists. Loading checks sizes, CRC-32s and the offsets, so a damaged cache
-(a missing done.json, flipped bytes, a truncated file) is found before training and rebuilt
-instead of failing later with an IndexError.
+A batch is one numpy gather out of the flat array (`vat.data.sampler.collate_ids`), and
+DataLoader workers share the page cache. Loading checks sizes, CRC-32s and the offsets, so a
+damaged cache is found and rebuilt before training instead of failing later.
 """
 
 from __future__ import annotations
@@ -52,10 +50,12 @@ def token_dtype(vocab_size: int) -> np.dtype:
 class SplitWriter:
     """Appends tokenized chunks of one split to its files; truncates or drops long ones."""
 
+    FILES = ("tokens.bin", "offsets.bin")
+
     def __init__(self, folder: Path, dtype: np.dtype, max_len: int, overlength: str) -> None:
         folder.mkdir(parents=True)
         self.folder, self.dtype, self.cap, self.overlength = folder, dtype, max_len - 1, overlength
-        self._files = {name: open(folder / name, "wb") for name in ("tokens.bin", "offsets.bin")}
+        self._files = {name: open(folder / name, "wb") for name in self.FILES}
         self.crc = dict.fromkeys(self._files, 0)
         self.total = 0
         self.lines = self.over = self.kept = 0
@@ -125,22 +125,16 @@ def _crc32(path: Path) -> int:
     return crc
 
 
-_SPLIT_FILES = ("tokens.bin", "offsets.bin")
-
-
 def _check_layout(info: dict) -> None:
-    """done.json records exactly the files vat writes: two per split, each split a plain
-    name. The names come from a file, not from the user, so one that leads out of the cache
-    folder ("../x", an absolute path) or a record of the wrong shape is damage, never a path
-    to read or to map."""
+    """done.json records exactly two files per split, each split a plain name: it is a file,
+    not the user, so a name leading out of the folder or a bad record is damage, never read."""
     stats, files = info.get("stats"), info["files"]
     if not isinstance(stats, dict) or not isinstance(files, dict) or "train" not in stats:
         raise CacheDamaged("done.json does not list the splits and their files")
     for split in stats:
         if not isinstance(split, str) or not split.isidentifier():
             raise CacheDamaged(f"done.json names a split {split!r:.40} that vat never writes")
-    expected = {f"{split}/{name}" for split in stats for name in _SPLIT_FILES}
-    if set(files) != expected:
+    if set(files) != {f"{split}/{name}" for split in stats for name in SplitWriter.FILES}:
         raise CacheDamaged("done.json's files are not the two files of each split")
     for rec in files.values():
         if not (
@@ -149,12 +143,9 @@ def _check_layout(info: dict) -> None:
             raise CacheDamaged("done.json has a file record without its size and CRC-32")
 
 
-def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
-    """done.json of a complete, intact cache folder; `CacheDamaged` saying what is wrong.
-
-    Cost: one sequential read of the files and vectorised checks of the offsets, so flipped
-    bytes anywhere are caught before training starts.
-    """
+def verify(folder: Path, max_len: int) -> dict:
+    """done.json of a complete, intact cache folder (one sequential read of its files and
+    vectorised checks of the offsets); `CacheDamaged` saying what is wrong."""
     done = folder / "done.json"
     if not done.is_file():
         raise CacheDamaged("done.json is missing (an interrupted or older write)")
@@ -189,9 +180,8 @@ def verify(folder: Path, vocab_size: int, max_len: int) -> dict:
 
 
 def remove_damaged(cache: Path, why: object) -> None:
-    """Remove a damaged cache folder before it is rebuilt: only a folder vat wrote there. A
-    symbolic link (or a file) under the cache's name is the user's, so it is named in one
-    line and left alone rather than deleted."""
+    """Remove a damaged cache folder before it is rebuilt; a link or file under its name is
+    the user's, named in one line and left alone."""
     if cache.is_symlink() or not cache.is_dir():
         kind = "a symbolic link" if cache.is_symlink() else "not a folder"
         raise VatError(
@@ -208,39 +198,14 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-class TokenIds(Sequence):
-    """The sentences of a split as lists of ids, read lazily from the memory-mapped arrays."""
-
-    def __init__(self, dataset: TokenizedDataset) -> None:
-        self.ds = dataset
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self.ds[j] for j in range(*i.indices(len(self)))]
-        return self.ds[i]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return (self.ds[j] for j in range(len(self)))
-
-
 class TokenizedDataset(Dataset):
     """One split of the cache. `__getitems__` returns a whole padded batch (the DataLoader's
-    fetcher calls it with the batch's indices), so collation has no loop over sentences.
-
-    The arrays are opened lazily and not pickled: each DataLoader worker maps the files
-    itself and shares the page cache with the others.
-    """
+    fetcher calls it with the batch's indices), so collation has no loop over sentences. The
+    arrays are opened lazily and not pickled: each DataLoader worker maps the files itself."""
 
     def __init__(self, folder: Path, dtype: str, max_len: int, pad_multiple: int = 1) -> None:
-        self.folder, self.dtype, self.max_len, self.pad_multiple = (
-            Path(folder),
-            dtype,
-            max_len,
-            pad_multiple,
-        )
+        self.folder, self.dtype, self.max_len = Path(folder), dtype, max_len
+        self.pad_multiple = pad_multiple
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def _open(self) -> tuple[np.ndarray, np.ndarray]:
@@ -264,13 +229,16 @@ class TokenizedDataset(Dataset):
         return np.diff(self._open()[1])
 
     @property
-    def ids(self) -> TokenIds:
-        return TokenIds(self)
+    def ids(self) -> TokenizedDataset:
+        """The sentences as lists of ids (indexable, sliceable, iterable), read lazily."""
+        return self
 
     def __len__(self) -> int:
         return len(self._open()[1]) - 1
 
-    def __getitem__(self, i: int) -> list[int]:
+    def __getitem__(self, i: int | slice) -> list[int]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
         tokens, offsets = self._open()
         if not -len(self) <= i < len(self):
             raise IndexError(i)
@@ -287,7 +255,6 @@ _WORKER_TOKENIZER = None
 
 def init_worker(tokenizer_json: str) -> None:
     """Process-pool initializer for tokenizing with data.num_proc > 1."""
-
     global _WORKER_TOKENIZER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     _WORKER_TOKENIZER = VATTokenizer.from_str(tokenizer_json)
@@ -298,13 +265,10 @@ def encode_in_worker(chunk: list[str]) -> list[list[int]]:
 
 
 def encode_chunks(
-    chunks: Iterator[list[str]],
-    tok,
-    num_proc: int,
+    chunks: Iterator[list[str]], tok, num_proc: int
 ) -> Iterator[tuple[list[str], list[list[int]]]]:
     """(chunk, ids) for each chunk of sentences, in order. With num_proc > 1 a process pool
-    with a bounded window of chunks in flight (Pool.imap would read the whole corpus ahead),
-    so memory stays bounded whatever the corpus size."""
+    with a bounded window of chunks in flight (Pool.imap would read the whole corpus ahead)."""
     if num_proc <= 1:  # the tokenizers library already encodes a batch on every core
         for chunk in chunks:
             yield chunk, tok.encode_batch(chunk)
@@ -334,8 +298,7 @@ def hash16(text: str) -> str:
 
 
 def read_cached_tokenizer(path: Path) -> VATTokenizer | None:
-    """The tokenizer cached at `path`; None when absent or damaged (it is then trained again
-    rather than failing the run)."""
+    """The tokenizer cached at `path`; None when absent or damaged (then trained again)."""
     if not path.is_file():
         return None
     try:
@@ -380,26 +343,20 @@ def save_tokenizer(tok: VATTokenizer, path: Path) -> None:
     except Exception as e:  # tokenizers raises a plain Exception for I/O errors
         raise VatError(f"data.cache_dir: could not write {path} ({str(e)[:120]})") from None
     finally:
-        remove(tmp) if tmp.exists() else None
+        tmp.unlink(missing_ok=True)
 
 
 def progress_bar(name: str, enabled: bool):
     """The tqdm bar of tokenizing split `name` (disabled unless `enabled`)."""
     from tqdm.auto import tqdm
 
-    return tqdm(
-        desc=f"vat: tokenizing {name}",
-        unit=" lines",
-        unit_scale=True,
-        disable=not enabled,
-        leave=False,
-    )
+    desc = f"vat: tokenizing {name}"
+    return tqdm(desc=desc, unit=" lines", unit_scale=True, disable=not enabled, leave=False)
 
 
 @dataclass(frozen=True)
 class CacheSettings:
-    """How the cache is written: the model's length limit and what to do over it, the
-    tokenizing processes, and whether to show progress bars (the data.* options)."""
+    """How the cache is written (the data.* options of the same names)."""
 
     max_len: int
     overlength: str
@@ -416,15 +373,10 @@ def write_token_cache(
     *,
     held_out_val: bool,
 ) -> None:
-    """Tokenize every split into the cache folder `cache`, atomically.
-
-    `train_chunks` yields the (train, held-out val) parts of each chunk of the training
-    source; with `held_out_val` the second parts are the val split, else they are empty.
-    `other_chunks` maps every other split (val from its own source, test) to its raw
-    sentence chunks.
-    """
-    held_out = held_out_val
-    names = ["train", *(["val"] if held_out else []), *other_chunks]
+    """Tokenize every split into the cache folder `cache`, atomically. `train_chunks` yields
+    the (train, held-out val) parts of each training chunk (the val split when
+    `held_out_val`, else empty); `other_chunks` maps every other split to its chunks."""
+    names = ["train", *(["val"] if held_out_val else []), *other_chunks]
     max_len, overlength, progress = settings.max_len, settings.overlength, settings.progress
     tmp = temp_path(cache)
     remove(tmp)
@@ -439,25 +391,17 @@ def write_token_cache(
                 n_train.append(len(train))
                 yield train + val
 
-        with progress_bar("train + val" if held_out else "train", progress) as bar:
-            for chunk, ids in encode_chunks(train_parts(), tok, settings.num_proc):
-                k = n_train.popleft()
-                writers["train"].add(ids[:k])
-                if held_out:
-                    writers["val"].add(ids[k:])
-                bar.update(len(chunk))
-        for name, chunks in other_chunks.items():
-            with progress_bar(name, progress) as bar:
+        for name, chunks in {"train": train_parts(), **other_chunks}.items():
+            shown = "train + val" if name == "train" and held_out_val else name
+            with progress_bar(shown, progress) as bar:
                 for chunk, ids in encode_chunks(chunks, tok, settings.num_proc):
-                    writers[name].add(ids)
+                    k = n_train.popleft() if name == "train" else len(ids)
+                    writers[name].add(ids[:k])
+                    if k < len(ids):  # the held-out val lines of a training chunk
+                        writers["val"].add(ids[k:])
                     bar.update(len(chunk))
-        write_done(
-            tmp,
-            {n: w.close() for n, w in writers.items()},
-            dtype,
-            max_len=max_len,
-            overlength=overlength,
-        )
+        splits = {n: w.close() for n, w in writers.items()}
+        write_done(tmp, splits, dtype, max_len=max_len, overlength=overlength)
         try:
             os.replace(tmp, cache)
         except OSError:  # another process finished first: keep theirs

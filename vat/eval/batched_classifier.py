@@ -45,7 +45,6 @@ class ClassifierConfig:
     epoch_size: int = 2
     """Passes over the training set between two dev checks."""
     max_epoch: int = 200
-    dropout: float = 0.0
     kfold: int = 5
 
 
@@ -207,8 +206,6 @@ def fit_batched(
     already saved and nothing reads it again); a group whose models have all stopped is
     dropped from the batch.
     """
-    if cfg.dropout:
-        raise ValueError("dropout > 0 is not supported by the batched trainer")
     device = X.device
     Xa = _augment(X)  # (N, d+1)
     G, R = regs.shape

@@ -1,19 +1,10 @@
-"""SentEval's classifiers and validation schemes, trained as one batched model.
+"""SentEval's validation schemes (senteval/tools/validation.py) around the batched classifier.
 
-SentEval (senteval/tools/classifier.py, validation.py) trains one small PyTorch model per
-(regularisation value, fold): for MR that is 4 x 5 x 5 inner models plus 5 final ones, each
-a Python loop over mini-batches. Here every model of a grid is a slice of one batched model
-and all of them step together, which gives the same models far faster on CPU or GPU.
-
-The models and their batched training (initialisation, data order, loss, optimiser, early
-stopping, as SentEval's `PyTorchClassifier.fit` with `MLP`) are in
-`vat.eval.batched_classifier`. This module holds the validation schemes around them:
-- model selection: l2reg in {1e-5, 1e-4, 1e-3, 1e-2} (SentEval's grid when usepytorch=True),
-  scores rounded to 2 decimals before the argmax (ties go to the smaller reg).
-
-Splits: `stratified_kfold` is scikit-learn's StratifiedKFold(shuffle=True) (>= 0.22), which
-SentEval uses; it is reimplemented to avoid the dependency and checked against
-scikit-learn in the tests when it is installed.
+The models and their training are in `vat.eval.batched_classifier`. Model selection: l2reg in
+{1e-5, 1e-4, 1e-3, 1e-2} (SentEval's grid when usepytorch=True), scores rounded to 2
+decimals before the argmax (ties go to the smaller reg). `stratified_kfold` reimplements
+scikit-learn's StratifiedKFold(shuffle=True) (>= 0.22), which SentEval uses; the tests check
+it against scikit-learn when it is installed.
 """
 
 from __future__ import annotations
@@ -21,13 +12,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import torch
 
 from vat.eval.batched_classifier import ClassifierConfig, Fitted, Group, fit_batched
 
-PYTORCH_REGS = [1e-5, 1e-4, 1e-3, 1e-2]  # SentEval: [10**t for t in range(-5, -1)]
+PYTORCH_REGS = np.array([1e-5, 1e-4, 1e-3, 1e-2])  # SentEval: [10**t for t in range(-5, -1)]
 
 PRESETS: dict[str, ClassifierConfig] = {
     # SentEval README: "prototyping" and "default config (best performance)"
@@ -39,19 +31,12 @@ PRESETS: dict[str, ClassifierConfig] = {
 
 
 def make_config(
-    preset: str = "prototyping",
-    classifier: str = "logreg",
-    nhid: int = 50,
-    optim: str | None = None,
+    preset: str = "prototyping", classifier: str = "logreg", nhid: int = 50
 ) -> ClassifierConfig:
     """Preset + classifier kind. 'mlp' is one hidden sigmoid layer of `nhid` units trained
     with Adam (the paper's "single dense layer with nonlinear activation")."""
     cfg = PRESETS[preset]
-    if classifier == "mlp":
-        cfg = replace(cfg, nhid=nhid, optim="adam")
-    elif classifier != "logreg":
-        raise ValueError(f"classifier must be 'logreg' or 'mlp', got {classifier!r}")
-    return replace(cfg, optim=optim) if optim else cfg
+    return replace(cfg, nhid=nhid, optim="adam") if classifier == "mlp" else cfg
 
 
 @contextlib.contextmanager
@@ -125,10 +110,7 @@ def _accuracy_and_pred(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(G, R) accuracy and (G, R, N) predictions of every model on (X, y)."""
     with torch.no_grad():
-        preds = []
-        for s in range(0, len(X), 8192):
-            preds.append(fitted.logits(X[s : s + 8192]).argmax(-1))
-        pred = torch.cat(preds, -1)  # (G, R, N)
+        pred = torch.cat([fitted.logits(x).argmax(-1) for x in X.split(8192)], -1)  # (G, R, N)
         acc = (pred == y).float().mean(-1)
     return acc.cpu().numpy(), pred.cpu().numpy()
 
@@ -145,30 +127,23 @@ def inner_kfold(
     inner k-fold on each outer train part to pick l2reg. Returns (devacc, testacc) in %.
     The fold splits use random_state=1111 whatever the seed, as in SentEval."""
     Xt, yt = _tensors(X, y, device)
-    regs = np.array(PYTORCH_REGS)
+    fit = partial(fit_batched, Xt, yt, nclasses=nclasses, cfg=cfg, seed=seed)
     outer = stratified_kfold(y, cfg.kfold, 1111)
     groups, owners = [], []
     for o, (tr, _) in enumerate(outer):
         for itr, ite in stratified_kfold(y[tr], cfg.kfold, 1111):
             groups.append(Group(train=tr[itr], dev=tr[ite]))
             owners.append(o)
-    fitted = fit_batched(Xt, yt, groups, np.tile(regs, (len(groups), 1)), nclasses, cfg, seed)
-    acc = fitted.dev_accuracy()  # (G, R)
+    acc = fit(groups, np.tile(PYTORCH_REGS, (len(groups), 1))).dev_accuracy()  # (G, R)
     devresults, optregs = [], []
     for o in range(len(outer)):
         rows = [g for g, own in enumerate(owners) if own == o]
         scores = np.round(100 * acc[rows].mean(0), 2)  # (R,) mean over inner folds
         i, best = _select(scores)
         devresults.append(best)
-        optregs.append(regs[i])
-    final = fit_batched(
-        Xt,
-        yt,
-        [Group(train=tr, validation_split=0.05) for tr, _ in outer],
-        np.array(optregs)[:, None],
-        nclasses,
-        cfg,
-        seed,
+        optregs.append(PYTORCH_REGS[i])
+    final = fit(
+        [Group(train=tr, validation_split=0.05) for tr, _ in outer], np.array(optregs)[:, None]
     )
     testresults = []
     for o, (_, te) in enumerate(outer):
@@ -196,28 +171,14 @@ def kfold(
     """SentEval's KFoldClassifier (TREC, MRPC): k-fold on train picks l2reg, then a model on
     all of train (5% carved out for early stopping) is tested. Returns (devacc, testacc, yhat)."""
     Xt, yt = _tensors(train_X, train_y, device)
-    regs = np.array(PYTORCH_REGS)
+    fit = partial(fit_batched, Xt, yt, nclasses=nclasses, cfg=cfg, seed=seed)
     folds = stratified_kfold(train_y, cfg.kfold, seed)
-    fitted = fit_batched(
-        Xt,
-        yt,
-        [Group(train=tr, dev=te) for tr, te in folds],
-        np.tile(regs, (len(folds), 1)),
-        nclasses,
-        cfg,
-        seed,
+    fitted = fit(
+        [Group(train=tr, dev=te) for tr, te in folds], np.tile(PYTORCH_REGS, (len(folds), 1))
     )
-    scores = np.round(100 * fitted.dev_accuracy().mean(0), 2)
-    i, devacc = _select(scores)
-    final = fit_batched(
-        Xt,
-        yt,
-        [Group(train=np.arange(len(train_y)), validation_split=0.05)],
-        np.array([[regs[i]]]),
-        nclasses,
-        cfg,
-        seed,
-    )
+    i, devacc = _select(np.round(100 * fitted.dev_accuracy().mean(0), 2))
+    whole = Group(train=np.arange(len(train_y)), validation_split=0.05)
+    final = fit([whole], PYTORCH_REGS[None, i : i + 1])
     Xs, ys = _tensors(test_X, test_y, device)
     acc, pred = _accuracy_and_pred(final, Xs, ys)
     return devacc, round(100 * float(acc[0, 0]), 2), pred[0, 0]
@@ -238,18 +199,9 @@ def split_classifier(
     Xt, yt = _tensors(
         np.concatenate([X["train"], X["dev"]]), np.concatenate([y["train"], y["dev"]]), device
     )
-    regs = np.array(PYTORCH_REGS)
-    fitted = fit_batched(
-        Xt,
-        yt,
-        [Group(train=np.arange(ntr), dev=np.arange(ntr, ntr + ndv))],
-        regs[None, :],
-        nclasses,
-        cfg,
-        seed,
-    )
-    scores = np.round(100 * fitted.dev_accuracy()[0], 2)
-    i, devacc = _select(scores)
+    group = Group(train=np.arange(ntr), dev=np.arange(ntr, ntr + ndv))
+    fitted = fit_batched(Xt, yt, [group], PYTORCH_REGS[None, :], nclasses, cfg, seed)
+    i, devacc = _select(np.round(100 * fitted.dev_accuracy()[0], 2))
     Xs, ys = _tensors(X["test"], y["test"], device)
     acc, _ = _accuracy_and_pred(fitted, Xs, ys)
     return devacc, round(100 * float(acc[0, i]), 2)

@@ -31,14 +31,11 @@ def _walk(obj: Any, path: str) -> list[str]:
 
 def degenerate_tasks(results: dict[str, Any]) -> dict[str, list[str]]:
     """task -> the result keys whose correlation is undefined (empty dict: none)."""
-    out = {}
-    for task, res in results.items():
-        if task.startswith("_"):
-            continue
-        bad = _walk(res, "")
-        if bad:
-            out[task] = bad
-    return out
+    return {
+        task: bad
+        for task, res in results.items()
+        if not task.startswith("_") and (bad := _walk(res, ""))
+    }
 
 
 def warning_lines(found: dict[str, list[str]]) -> list[str]:

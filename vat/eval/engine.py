@@ -68,8 +68,8 @@ class EvalSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        # numpy's legacy seeding, which SentEval's protocol uses, takes 32-bit seeds: a bad
-        # seed is one line before any task runs, not a numpy traceback at the first classifier
+        # checked when made, so a bad value is one line before any task runs; numpy's legacy
+        # seeding, which SentEval's protocol uses, takes 32-bit seeds
         try:
             seed = operator.index(self.seed)
         except TypeError:
@@ -79,8 +79,6 @@ class EvalSettings:
                 "seed",
                 f"SentEval's seed must be a whole number in 0..{2**32 - 1}, got {self.seed!r}",
             )
-        # the rest checked here too, so that a bad one is one line naming it before any task
-        # runs (not a KeyError from the preset table at the first classifier)
         check_choice(self.preset, "preset", tuple(clf.PRESETS))
         check_choice(self.classifier, "classifier", ("logreg", "mlp"))
         check_choice(self.relatedness, "relatedness", RELATEDNESS_MODES)
@@ -171,11 +169,6 @@ class FeatureCache:
         return np.stack([self.cache[s] for s in sentences])
 
 
-def pair_features(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """SentEval's pair features for MRPC, SICK and STS-B training: [|u - v|, u * v]."""
-    return np.c_[np.abs(a - b), a * b]
-
-
 def pair_cosines(pairs: Pairs, feats: FeatureCache) -> np.ndarray:
     """(N,) cosine of each pair's two sentence vectors (already in the cache)."""
     return cosine_scores(feats(pairs.a), feats(pairs.b))
@@ -233,8 +226,10 @@ def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dic
 
 
 def _features(split: Pairs | Singles, feats: FeatureCache) -> np.ndarray:
+    """A split's classifier inputs; pairs as SentEval's [|u - v|, u * v] (MRPC, SICK, STS-B)."""
     if isinstance(split, Pairs):
-        return pair_features(feats(split.a), feats(split.b))
+        u, v = feats(split.a), feats(split.b)
+        return np.c_[np.abs(u - v), u * v]
     return feats(split.x)
 
 
@@ -247,12 +242,12 @@ def _relatedness_regressor(
     devpr, yhat = RelatednessRegressor(seed=seed).fit_predict(
         X["train"], y["train"], X["dev"], y["dev"], X["test"]
     )
-    pr = pearsonr(yhat, y["test"])[0] if np.ptp(yhat) > 0 else float("nan")
-    sr = spearmanr(yhat, y["test"])[0] if np.ptp(yhat) > 0 else float("nan")
+    # SentEval maps an undefined correlation (constant predictions) to 0
+    pr, sr = (fn(yhat, y["test"])[0] if np.ptp(yhat) > 0 else 0.0 for fn in (pearsonr, spearmanr))
     return {
         "devpearson": float(devpr),
-        "pearson": float(0 if pr != pr else pr),  # SentEval maps NaN to 0
-        "spearman": float(0 if sr != sr else sr),
+        "pearson": float(np.nan_to_num(pr)),
+        "spearman": float(np.nan_to_num(sr)),
         "mse": float(np.mean((yhat - y["test"]) ** 2)),
         "ndev": len(y["dev"]),
         "ntest": len(y["test"]),

@@ -72,7 +72,6 @@ def _split_ids(n: int, fractions: tuple[float, ...], seed: int) -> list[np.ndarr
 
 def _examples(split: Pairs | Singles, tokenizer, max_len: int) -> list[list[int]]:
     """Subword ids per example; a pair is A </s> B (truncated to the model's max_len)."""
-
     if isinstance(split, Pairs):
         a, b = tokenizer.encode_batch(split.a), tokenizer.encode_batch(split.b)
         ids = [x + [EOS_ID] + y for x, y in zip(a, b)]
@@ -118,7 +117,6 @@ class _Classifier(torch.nn.Module):
         self.head = torch.nn.Linear(model.config.d_model, nclasses)
 
     def forward(self, ids: list[list[int]]) -> torch.Tensor:
-
         device = self.head.weight.device
         src = make_batch(ids)["src"].to(device)  # (B, T)
         post = self.model.encode(src)  # mu, logvar (B, T, d)
@@ -139,7 +137,6 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings) -> dict:
     """Fine-tune a copy of `loaded`'s model on one task (the loaded weights stay as they
     were); {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
-
     torch.manual_seed(settings.seed)
     model = copy.deepcopy(loaded.model).to(settings.device)
     splits = task_splits(data, settings.seed)

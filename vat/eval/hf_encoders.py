@@ -188,24 +188,21 @@ def hf_token_vectors(
     """
     sentences = check_sentences(sentences)[0]
     encoder = load_hf_encoder(model_dir, device)
-    per_sentence: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    d = encoder.hidden_size
+    vecs, ids = (
+        [np.zeros((0, d), np.float32)] * len(sentences),
+        [np.zeros(0, np.int64)] * len(sentences),
+    )
     for idx, inputs, hidden in _batches(encoder, sentences, layer, batch_size):
         keep = (inputs["attention_mask"] == 1) & (inputs["special_tokens_mask"] == 0)  # (B, L)
-        hidden, keep, ids = (
-            hidden.cpu().numpy(),
-            keep.cpu().numpy(),
-            inputs["input_ids"].cpu().numpy(),
-        )
+        keep, hidden, tokens = (t.cpu().numpy() for t in (keep, hidden, inputs["input_ids"]))
         for row, i in enumerate(idx):
-            per_sentence[i] = (hidden[row, keep[row]], ids[row, keep[row]])
-    d = encoder.hidden_size
-    vecs = [per_sentence[i][0] for i in range(len(sentences))]
-    ids = [per_sentence[i][1] for i in range(len(sentences))]
+            vecs[i], ids[i] = hidden[row, keep[row]], tokens[row, keep[row]]
     sent = [np.full(len(x), i, dtype=np.int64) for i, x in enumerate(ids)]
     return HFTokenVectors(
-        np.concatenate(vecs).astype(np.float32) if vecs else np.zeros((0, d), np.float32),
-        np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64),
-        np.concatenate(sent) if sent else np.zeros(0, np.int64),
+        np.concatenate([np.zeros((0, d), np.float32), *vecs]),  # (N, d), in input order
+        np.concatenate([np.zeros(0, np.int64), *ids]),
+        np.concatenate([np.zeros(0, np.int64), *sent]),
     )
 
 

@@ -27,7 +27,6 @@ SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment":
 def headline_scores(results: Mapping) -> dict[str, float]:
     """{task: score in percent} of one results dict (SentEval layout), in task order;
     tasks without a finite score are left out (the rule: `vat.eval.task_scores`)."""
-
     return {task: s["value"] for task, s in task_scores(results).items()}
 
 
@@ -44,7 +43,6 @@ def run_label(results: Mapping, fallback: str) -> str:
 
 def load_results(path: str | Path) -> dict:
     """A results JSON written by `vat evaluate`; a one-line error if it is not one."""
-
     path = Path(path)
     if path.exists() or path.is_symlink():
         regular_file(path, "--compare")  # a FIFO would block, /dev/zero fill memory

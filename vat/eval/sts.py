@@ -81,19 +81,15 @@ def sts_results(per_subset: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
     """SentEval's STS result layout from {subset: (system scores, gold scores)}."""
     results: dict = {name: correlations(s, g) for name, (s, g) in per_subset.items()}
     weights = [results[n]["nsamples"] for n in per_subset]
-    block: dict = {}
+    concat = correlations(*map(np.concatenate, zip(*per_subset.values())))
+    results["all"] = {}
     for metric in ("pearson", "spearman"):
         vals = np.array([results[n][metric] for n in per_subset])
-        block[metric] = {
+        results["all"][metric] = {
             "mean": float(np.average(vals)),
             "wmean": float(np.average(vals, weights=weights)),
+            "all": concat[metric],
         }
-    sys_all = np.concatenate([s for s, _ in per_subset.values()])
-    gold_all = np.concatenate([g for _, g in per_subset.values()])
-    concat = correlations(sys_all, gold_all)
-    block["pearson"]["all"] = concat["pearson"]
-    block["spearman"]["all"] = concat["spearman"]
-    results["all"] = block
     return results
 
 
@@ -127,10 +123,8 @@ class RelatednessRegressor:
     batch 64, 50 passes per dev check, early stopping after 4 checks without a better dev
     Pearson, at most 1000 passes.
 
-    It runs in float32 NumPy on the CPU whatever the device: one tiny model takes thousands
-    of sequential steps per check, so per-operation overhead is everything, and NumPy's is
-    smaller than PyTorch's or a GPU's kernel launches (BENCHMARKS.md, "Where the speed comes
-    from"). The gradient of softmax + MSE is written out in closed form.
+    It runs in float32 NumPy on the CPU whatever the device, with the softmax + MSE gradient
+    in closed form: thousands of tiny sequential steps make per-operation overhead dominate.
     """
 
     def __init__(

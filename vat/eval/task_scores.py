@@ -28,30 +28,21 @@ def task_score(task: str, results: Mapping) -> dict[str, Any] | None:
     STS-B / SICK-R the cosine protocol's test Spearman (the trained regressor's when only it
     ran), classification the test accuracy."""
     if task.startswith("STS1") and task in results:
-        value, field, metric = (
-            results[task]["all"]["spearman"]["mean"],
-            "all.spearman.mean",
-            "spearman",
-        )
-        kind, split, source = SIMILARITY, "test", task
+        source, field = task, "all.spearman.mean"
+        value = results[task]["all"]["spearman"]["mean"]
     elif f"{task}-cosine" in results:
-        value, field, metric = (
-            results[f"{task}-cosine"]["test"]["spearman"],
-            "test.spearman",
-            "spearman",
-        )
-        kind, split, source = SIMILARITY, "test", f"{task}-cosine"
+        source, field = f"{task}-cosine", "test.spearman"
+        value = results[source]["test"]["spearman"]
     elif task in ("STSBenchmark", "SICKRelatedness") and task in results:
-        value, field, metric = results[task]["spearman"], "spearman", "spearman"
-        kind, split, source = SIMILARITY, "test", task
+        source, field, value = task, "spearman", results[task]["spearman"]
     elif task in results and "acc" in results[task]:
-        return _score(results[task]["acc"], task, CLASSIFICATION, "accuracy", "test", f"{task}.acc")
+        return _score(results[task]["acc"], task, CLASSIFICATION, "accuracy", f"{task}.acc")
     else:
         return None
-    return _score(100 * float(value), task, kind, metric, split, f"{source}.{field}")
+    return _score(100 * float(value), task, SIMILARITY, "spearman", f"{source}.{field}")
 
 
-def _score(value, task, kind, metric, split, field) -> dict[str, Any] | None:
+def _score(value, task, kind, metric, field) -> dict[str, Any] | None:
     value = float(value)
     if not math.isfinite(value):
         return None
@@ -59,7 +50,7 @@ def _score(value, task, kind, metric, split, field) -> dict[str, Any] | None:
         "task": task,
         "type": kind,
         "metric": metric,
-        "split": split,
+        "split": "test",
         "value": round(value, 4),
         "unit": "percent",
         "field": field,
@@ -69,9 +60,5 @@ def _score(value, task, kind, metric, split, field) -> dict[str, Any] | None:
 def task_scores(results: Mapping, tasks: Iterable[str] | None = None) -> dict[str, dict]:
     """{task: task_score} for `tasks` (default: every task present), in the harness's order."""
     wanted = list(ALL_TASKS) if tasks is None else list(tasks)
-    out = {}
-    for task in sorted(wanted, key=lambda t: ALL_TASKS.index(t) if t in ALL_TASKS else 99):
-        score = task_score(task, results)
-        if score is not None:
-            out[task] = score
-    return out
+    order = sorted(wanted, key=lambda t: ALL_TASKS.index(t) if t in ALL_TASKS else 99)
+    return {t: score for t in order if (score := task_score(t, results)) is not None}

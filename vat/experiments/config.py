@@ -1,22 +1,6 @@
-"""The sweep YAML: which train config, which key(s) and values, what to measure.
-
-A sweep names one train-config key and its values, or two keys for a grid (every
-combination), under `sweep:`; keys are LightningCLI's dotted names, as on `vat train`'s command
-line:
-
-    sweep:
-      model.loss.free_bits: [0.05, 0.1, 0.2, 0.35, 0.5]
-
-or lists its points one by one, each setting any keys (an ablation; `{}` is the train config
-as it is):
-
-    sweep:
-      - {}
-      - {model.noise.encoder_mask: 0.3}
-      - {model.noise.decoder_word_dropout: 0.3, model.noise.encoder_delete: 0.3}
-
-Each point is one run, trained with the same train config, seed, data and budget plus
-`--<key> <value>` for each key the point sets.
+"""The sweep YAML (docs/sweep.md): a train config, one key and its values (two for a grid) or
+a list of points each setting any keys, and what to measure. Each point is one run, trained
+with the same train config, seed, data and budget plus `--<key> <value>` for each key it sets.
 """
 
 from __future__ import annotations
@@ -30,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from vat.errors import VatError, did_you_mean
+from vat.errors import VatError, did_you_mean, one_line
 from vat.features.fitting import DEFAULT_FIT_SENTENCES
 from vat.io import regular_file
 
@@ -43,6 +27,9 @@ DEFAULTS_RUN = "defaults"
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 """The similarity tasks a sweep can measure (cosine Spearman, no training)."""
 
+_STS_NAMES = {t.lower(): t for t in STS_TASKS}
+_STS_NAMES |= {"sts-b": "STSBenchmark", "sick-r": "SICKRelatedness"}  # as tables print them
+
 _KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _NOT_SWEEPABLE = {"run_dir", "ckpt_path", "config", "seed_everything"}
 
@@ -54,8 +41,7 @@ class SweepConfig:
     train_config: str
     """A `vat train` YAML; every run uses it unchanged but for the swept key(s) and extra_args."""
     sweep: dict[str, list[Any]] | list[Point] = field(default_factory=dict)
-    """{dotted train key: [values]}: one key, or two for a grid over every combination; or a
-    list of points, each {dotted train key: value} with any keys ({} = the train config)."""
+    """{dotted train key: [values]} for one key or a grid over two; or a list of points."""
     out_dir: str = "runs/sweep"
     """Where the runs (<leaf>_<value>/), the table, the plots and hparams/ go."""
     extra_args: list[str] = field(default_factory=list)
@@ -69,41 +55,30 @@ class SweepConfig:
     senteval_dir: str | None = None
     """SentEval folder for the STS tasks (mean pooling, cosine); None = skip them."""
     sts_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
-    """Similarity tasks measured in senteval_dir, each a `<task>_spearman` column (x 100 is
-    the paper's unit): STS-B test, STS12-16 SentEval's all.spearman.mean, SICK-R test."""
+    """Similarity tasks measured in senteval_dir, each a `<task>_spearman` column."""
     bleu_file: str | None = None
-    """Text file whose lines are reconstructed from mu for BLEU (use lines no run trained on);
-    None = skip."""
+    """Text file whose lines are reconstructed from mu for BLEU; None = skip."""
     bleu_lines: int = 500
     """Number of (non-empty) lines of bleu_file to use."""
     device: str = "auto"
     """Where the measurements run: "auto" (CUDA when available, else CPU), "cpu", "cuda:1"."""
     jobs: int = 1
-    """Runs trained at the same time, each in its own process (for a GPU that one small model
-    does not fill). Every run still gets the same seed, data and step budget; a time budget
-    (max_time) would then depend on how the runs share the device, so use max_steps."""
+    """Runs trained at the same time, each in its own process (use max_steps, not max_time)."""
     feature_compare: bool = False
     """Score every feature spec of each run on STS12 + STS-B in senteval_dir (`vat features
     compare`), writing <run>/feature_compare/ and select_* fields into the record."""
     fit_files: list[str] | None = None
-    """Text files the comparison fits post-processing on; None = each model's own training
-    files. Never files inside senteval_dir (the evaluation data)."""
-    fit_sentences: int = DEFAULT_FIT_SENTENCES  # as `vat features compare` takes it
+    """Text files (outside senteval_dir) the comparison fits on; None = each run's sample."""
+    fit_sentences: int = DEFAULT_FIT_SENTENCES
     """Sentences sampled from the fitting files for the comparison's post-processing."""
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
-        p = Path(path)
-        if p.exists() or p.is_symlink():
-            regular_file(p, "sweep config")  # not a folder, a FIFO, a device or a loop
-        if not p.is_file():
-            raise VatError(f"sweep config {p} does not exist")
+        p = regular_file(path, "sweep config")  # not missing, a folder, a FIFO or a device
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
-            raise VatError(
-                f"sweep config {p} is not valid YAML ({str(e).splitlines()[0]})"
-            ) from None
+            raise VatError(f"sweep config {p} is not valid YAML ({one_line(e)})") from None
         if not isinstance(data, dict):
             raise VatError(f"sweep config {p} must be a YAML mapping")
         if "prior_stds" in data:
@@ -142,20 +117,12 @@ class SweepConfig:
             )
         if self.bleu_file is not None and not Path(self.bleu_file).is_file():
             raise VatError(f"{where}: bleu_file {self.bleu_file} does not exist")
-        if not isinstance(self.bleu_lines, int) or self.bleu_lines < 1:
-            raise VatError(
-                f"{where}: bleu_lines must be a whole number >= 1, got {self.bleu_lines!r}"
-            )
-        if isinstance(self.sts_tasks, list):  # any case, or as tables print them (STS-B)
-            by_lower = {**{t.lower(): t for t in STS_TASKS}, "sts-b": "STSBenchmark"}
-            by_lower["sick-r"] = "SICKRelatedness"
-            self.sts_tasks = [by_lower.get(str(t).lower(), t) for t in self.sts_tasks]
-        if not isinstance(self.sts_tasks, list) or any(t not in STS_TASKS for t in self.sts_tasks):
-            bad = (
-                [t for t in self.sts_tasks if t not in STS_TASKS]
-                if isinstance(self.sts_tasks, list)
-                else [None]
-            )
+        _check_whole(where, "bleu_lines", self.bleu_lines, 1)
+        bad: list[Any] = [None]
+        if isinstance(self.sts_tasks, list):
+            self.sts_tasks = [_STS_NAMES.get(str(t).lower(), t) for t in self.sts_tasks]
+            bad = [t for t in self.sts_tasks if t not in STS_TASKS]
+        if bad:
             raise VatError(
                 f"{where}: sts_tasks must be a list drawn from {', '.join(STS_TASKS)}, "
                 f"got {self.sts_tasks!r}{did_you_mean(bad[0], STS_TASKS)}"
@@ -168,8 +135,7 @@ class SweepConfig:
             raise VatError(
                 f"{where}: device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
             )
-        if not isinstance(self.jobs, int) or isinstance(self.jobs, bool) or self.jobs < 1:
-            raise VatError(f"{where}: jobs must be a whole number >= 1, got {self.jobs!r}")
+        _check_whole(where, "jobs", self.jobs, 1)
         self._validate_feature_compare(where)
 
     def _validate_feature_compare(self, where: str) -> None:
@@ -177,14 +143,7 @@ class SweepConfig:
             raise VatError(
                 f"{where}: feature_compare must be true or false, got {self.feature_compare!r}"
             )
-        if (
-            not isinstance(self.fit_sentences, int)
-            or isinstance(self.fit_sentences, bool)
-            or self.fit_sentences < 2  # a post-processing fit needs two rows
-        ):
-            raise VatError(
-                f"{where}: fit_sentences must be a whole number >= 2, got {self.fit_sentences!r}"
-            )
+        _check_whole(where, "fit_sentences", self.fit_sentences, 2)  # a fit needs two rows
         if self.fit_files is not None and (
             not isinstance(self.fit_files, list)
             or not self.fit_files
@@ -312,6 +271,11 @@ class SweepConfig:
         if isinstance(self.sweep, list):
             return [dict(point) for point in self.sweep]
         return [dict(zip(self.sweep, combo)) for combo in itertools.product(*self.sweep.values())]
+
+
+def _check_whole(where: str, name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise VatError(f"{where}: {name} must be a whole number >= {minimum}, got {value!r}")
 
 
 def _check_key(where: str, key: Any) -> None:

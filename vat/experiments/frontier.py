@@ -1,18 +1,5 @@
-"""The sweep's outputs: the table (CSV, JSON), the plots and a TensorBoard hparams view.
-
-- `sweep.csv` / `sweep.json`: one row per point, every record field except the curves;
-- `sweep.md`: the headline columns of that table (the swept values, steps, val KL and NLL,
-  BLEU, STS x 100, active units, and the feature comparison's selection scores and specs when
-  measured), which `vat sweep` also prints when it ends; a key a point does not set is `-`
-  there (the train config's value);
-- `frontier.png`: the rate frontier: x = validation KL in nats per token, y =
-  reconstruction BLEU (left axis) and STS Spearman x 100 (right axis), each point labelled;
-- `bleu_vs_select.png` (with the feature comparison): x = reconstruction BLEU, y = the
-  selection score of mean-of-mu, layer0/sif and the best contextual spec, every run labelled;
-- `fig3a_similarities.png`, `fig3b_losses.png`: geometry and losses against the swept key
-  (one numeric key only; the paper's Figure 3 for the prior std);
-- `fig2_curves.png`: training curves of two runs (the paper's Figure 2);
-- `hparams/`: TensorBoard's HPARAMS tab, one row per point (`tensorboard --logdir hparams`).
+"""The sweep's outputs (docs/sweep.md, "Outputs"): sweep.csv, sweep.json and sweep.md, the
+frontier and other plots, and a TensorBoard hparams view (`tensorboard --logdir hparams`).
 """
 
 from __future__ import annotations
@@ -28,11 +15,7 @@ from typing import Any
 
 from vat.errors import VatError
 from vat.experiments.config import cli_value, leaf, point_label
-from vat.experiments.measure import (
-    GEOMETRY_FIELDS,
-    VAL_TAGS,
-    sts_column,
-)
+from vat.experiments.measure import FEATURE_COMPARE_FIELDS, GEOMETRY_FIELDS, VAL_TAGS, sts_column
 from vat.feature_spec import DEFAULT_EXPORT_SPEC
 from vat.features.compare import BASELINE
 from vat.io import atomic_write, figure_class, save_png, temp_path, write_json_atomic
@@ -41,9 +24,8 @@ Record = dict[str, Any]
 
 
 def table_columns(records: Sequence[Record], keys: Sequence[str] = ()) -> list[str]:
-    """CSV columns: the swept keys, then every other record key except the curves and the
-    recorded settings, in first-seen order (a list of points sets its keys in some records
-    only, so first-seen order alone could put a key after the measurements)."""
+    """CSV columns: the swept keys first (a point may not set them), then every other record
+    key but the curves and the settings, in first-seen order."""
     skip = ("curves", "train_settings", "measure_settings")
     cols: list[str] = list(keys)
     for r in records:
@@ -52,8 +34,7 @@ def table_columns(records: Sequence[Record], keys: Sequence[str] = ()) -> list[s
 
 
 def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> str:
-    """sweep.csv, sweep.json and sweep.md in `out` (each written atomically); returns the
-    markdown table (`markdown_table`), which the command prints."""
+    """sweep.csv, sweep.json and sweep.md in `out`, each written atomically."""
     cols = table_columns(records, keys)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
@@ -68,28 +49,27 @@ def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> st
 
 
 FAILED = "failed"
-"""The record field of a point that failed (its one-line reason): a record with nothing
-measured, a row of the table, no point in the plots."""
+"""The record field of a point that failed: its one-line reason, and nothing measured."""
 
 UNSET = "-"
-"""The table cell of a key a point does not set: the run has the train config's value."""
+"""The cell of a key a point does not set: the run has the train config's value."""
 
 TEXT = "text"
 """The format of a column shown as it is (a feature spec)."""
+
+STS_LABELS = {
+    "STSBenchmark": "STS-B",
+    **{f"STS1{i}": f"STS1{i}" for i in range(2, 7)},
+    "SICKRelatedness": "SICK-R",
+}
+"""The STS tasks a record may hold, in the order of the table and the plots."""
 
 HEADLINE = (
     ("step", "steps", "{:d}", 1),
     ("val_kl", "val KL (nats/token)", "{:.2f}", 1),
     ("val_nll", "val NLL", "{:.3f}", 1),
     ("bleu", "BLEU", "{:.1f}", 1),
-    *(
-        (sts_column(t), label, "{:.2f}", 100)
-        for t, label in (
-            ("STSBenchmark", "STS-B"),
-            *((f"STS1{i}", f"STS1{i}") for i in range(2, 7)),
-            ("SICKRelatedness", "SICK-R"),
-        )
-    ),
+    *((sts_column(t), label, "{:.2f}", 100) for t, label in STS_LABELS.items()),
     ("geometry_active_units", "active units", "{:d}", 1),
     ("select_mu_mean", f"select {BASELINE}", "{:.2f}", 1),
     ("select_layer0_sif", f"select {DEFAULT_EXPORT_SPEC}", "{:.2f}", 1),
@@ -100,20 +80,8 @@ HEADLINE = (
     ("stsb_test_best", "STS-B test (best spec)", "{:.2f}", 1),
     (FAILED, FAILED, TEXT, 1),
 )
-"""The columns a reader compares across a sweep: record field, header, format, scale (STS is
-stored as a fraction and shown x 100, as in RESULTS.md; the feature comparison's scores are
-stored x 100 already)."""
-
-FEATURE_COMPARE_HEADLINE = {
-    "select_mu_mean",
-    "select_layer0_sif",
-    "best_contextual_spec",
-    "select_best_contextual",
-    "best_spec",
-    "stsb_test_best",
-}
-"""Feature-comparison columns the table holds but a run's finished line leaves out (it says
-only the winner's selection score)."""
+"""The columns compared across a sweep: record field, header, format, scale (STS is stored as
+a fraction, the feature comparison's scores x 100 already)."""
 
 
 def _cell(value: Any, fmt: str, scale: float) -> str:
@@ -130,9 +98,8 @@ def _headline_columns(records: Sequence[Record]) -> list[tuple[str, str, str, fl
 
 
 def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
-    """One row per run: the swept key(s) and the headline measurements (`HEADLINE`); "-"
-    where a value was not measured, and where a point of a list sweep does not set a key
-    (the run has the train config's value). sweep.csv holds every column."""
+    """One row per run: the swept key(s) and the `HEADLINE` columns measured; "-" where a
+    value was not measured or a point does not set a key."""
     cols = _headline_columns(records)
     header = [*keys, *(c[1] for c in cols)]
     lines = [
@@ -147,12 +114,14 @@ def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
 
 
 def headline(record: Record) -> str:
-    """A run's headline measurements on one line: `val KL 1.06 nats/token, val NLL 4.875,
-    BLEU 0.0, STS-B 12.34` (the columns of `markdown_table` it has)."""
+    """A run's measurements on one line: `val KL 1.06 nats/token, val NLL 4.875, BLEU 0.0,
+    STS-B 12.34`; of the feature comparison, only the winner's selection score."""
     parts = []
     for field, label, fmt, scale in _headline_columns([record]):
-        if field in ("step", "geometry_active_units") or field in FEATURE_COMPARE_HEADLINE:
-            continue  # said elsewhere on the line / in the table
+        if field in ("step", "geometry_active_units") or (
+            field in FEATURE_COMPARE_FIELDS and field != "select_best"
+        ):
+            continue
         label = label.replace(" (nats/token)", "")
         unit = " nats/token" if field == "val_kl" else ""
         parts.append(f"{label} {_cell(record[field], fmt, scale)}{unit}")
@@ -161,8 +130,7 @@ def headline(record: Record) -> str:
 
 # -- plots --------------------------------------------------------------------------------
 def _subplots(figsize: tuple[float, float]):
-    """A figure and its axes on matplotlib's Agg canvas (`vat.io.figure_class`: no pyplot, no
-    display backend, a one-line error without matplotlib)."""
+    """A figure and its axes on matplotlib's Agg canvas (`vat.io.figure_class`)."""
     fig = figure_class()(figsize=figsize)
     return fig, fig.subplots()
 
@@ -176,17 +144,14 @@ def _number(v: Any) -> bool:
 
 
 def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
-    """Reconstruction BLEU and STS against the validation KL (nats per token), one marker per
-    run, labelled with its point. Runs without a val KL are left out."""
+    """Reconstruction BLEU and STS against the validation KL, one labelled marker per run."""
     pts = sorted((r for r in records if _number(r.get("val_kl"))), key=lambda r: r["val_kl"])
     sts_cols = [c for c in _sts_columns(records) if any(_number(r.get(c)) for r in pts)]
     fig, ax = _subplots((7, 4.5))
-    xs = [r["val_kl"] for r in pts]
-    if any(_number(r.get("bleu")) for r in pts):
-        ax.plot(*_xy(pts, "bleu"), "o-", color="tab:blue", label="reconstruction BLEU")
-        ax.set_ylim(
-            0, max(1.0, *_xy(pts, "bleu")[1]) * 1.1
-        )  # BLEU is >= 0; all-zero stays readable
+    bleu = _xy(pts, "bleu")
+    if bleu[0]:
+        ax.plot(*bleu, "o-", color="tab:blue", label="reconstruction BLEU")
+        ax.set_ylim(0, max(1.0, *bleu[1]) * 1.1)  # an all-zero BLEU stays readable
     ax.set(
         xlabel="validation KL, nats per token",
         ylabel="reconstruction BLEU (mu decoding)",
@@ -198,10 +163,10 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
         x, y = _xy(pts, col)
         ax2.plot(x, [100 * v for v in y], style, color="tab:red", label=f"{col} x 100")
     ax2.set_ylabel("STS, cosine Spearman x 100 (mean pooling)", color="tab:red")
-    for r, x in zip(pts, xs):
+    for r in pts:
         ax.annotate(
             record_label(r, keys),
-            (x, r.get("bleu") if _number(r.get("bleu")) else 0),
+            (r["val_kl"], r.get("bleu") if _number(r.get("bleu")) else 0),
             textcoords="offset points",
             xytext=(4, 6),
             fontsize=7,
@@ -213,7 +178,7 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
 
 
 def record_label(record: Record, keys: Sequence[str]) -> str:
-    """A run's label in plots: the keys its point sets (`point_label`; `defaults` for none)."""
+    """A run's label in plots: the keys its point sets (`point_label`)."""
     return point_label({k: record[k] for k in keys if k in record})
 
 
@@ -222,32 +187,18 @@ SELECT_SERIES = (
     ("select_layer0_sif", DEFAULT_EXPORT_SPEC, "s", "tab:green"),
     ("select_best_contextual", "best contextual spec", "^", "tab:red"),
 )
-"""The feature comparison's three specs of every run in bleu_vs_select.png: record field,
-legend, marker, colour."""
-
-
-def has_select_scores(records: Sequence[Record]) -> bool:
-    """Some run has both a BLEU and a selection score: bleu_vs_select.png has a point."""
-    return any(
-        _number(r.get("bleu")) and any(_number(r.get(f)) for f, *_ in SELECT_SERIES)
-        for r in records
-    )
+"""The feature comparison's three specs in bleu_vs_select.png: field, legend, marker, colour."""
 
 
 def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
-    """The frontier with every run on it: reconstruction BLEU (x) against the selection score
-    (y: mean of STS12's sets and STS-B dev, Spearman x 100) of three specs per run, mean of
-    mu, layer0/sif and the run's best contextual spec, joined by a thin line. Each run is
-    numbered above its markers and named in a key beside the plot: runs close in BLEU would
-    overlap their names."""
+    """Reconstruction BLEU (x) against the selection score (y) of `SELECT_SERIES`' specs, each
+    run's joined by a line and numbered, its name in a key beside the plot (names of runs
+    close in BLEU would overlap)."""
     import textwrap
 
     fig, ax = _subplots((10, 5))
     named = []
-    for r in records:
-        ys = [r[f] for f, *_ in SELECT_SERIES if _number(r.get(f))]
-        if not (_number(r.get("bleu")) and ys):
-            continue
+    for r, ys in _select_scores(records):
         named.append(f"{len(named) + 1}  {record_label(r, keys)}")
         if len(ys) > 1:  # which three belong together
             ax.plot([r["bleu"]] * 2, [min(ys), max(ys)], "-", color="0.8", lw=0.8, zorder=0)
@@ -260,15 +211,9 @@ def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Pa
             fontsize=8,
         )
     for field, legend, marker, color in SELECT_SERIES:
-        pts = [r for r in records if _number(r.get("bleu")) and _number(r.get(field))]
-        if pts:
-            ax.scatter(
-                [r["bleu"] for r in pts],
-                [r[field] for r in pts],
-                marker=marker,
-                color=color,
-                label=legend,
-            )
+        x, y = _xy(records, field, x="bleu")
+        if x:
+            ax.scatter(x, y, marker=marker, color=color, label=legend)
     ax.margins(x=0.06, y=0.12)
     over = ", ".join(leaf(k) for k in keys) or "the train config"
     ax.set(
@@ -284,12 +229,14 @@ def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Pa
     _save(fig, path)
 
 
+def _select_scores(records: Sequence[Record]) -> list[tuple[Record, list[float]]]:
+    """The runs with a BLEU and some selection score, with those scores."""
+    scored = [(r, [r[f] for f, *_ in SELECT_SERIES if _number(r.get(f))]) for r in records]
+    return [(r, ys) for r, ys in scored if ys and _number(r.get("bleu"))]
+
+
 def _sts_columns(records: Sequence[Record]) -> list[str]:
-    known = [
-        sts_column(t)
-        for t in ("STSBenchmark", "STS12", "STS13", "STS14", "STS15", "STS16", "SICKRelatedness")
-    ]
-    return [c for c in known if any(c in r for r in records)]
+    return [sts_column(t) for t in STS_LABELS if any(sts_column(t) in r for r in records)]
 
 
 def _xy(records: Sequence[Record], key: str, x: str = "val_kl") -> tuple[list, list]:
@@ -298,8 +245,8 @@ def _xy(records: Sequence[Record], key: str, x: str = "val_kl") -> tuple[list, l
 
 
 def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tuple[float, float]:
-    """The two runs of the Figure 2-style plot: for the prior std, s = 1.0 and 0.4 when both
-    ran (the paper's pair); otherwise the largest and smallest value."""
+    """The two runs of Figure 2: for the prior std, the paper's 1.0 and 0.4 when both ran;
+    otherwise the largest and smallest value."""
     if (
         leaf(key) == "prior_std"
         and any(abs(s - 1.0) < 1e-9 for s in values)
@@ -309,59 +256,51 @@ def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tu
     return max(values), min(values)
 
 
-def _plot_against_key(
-    records: Sequence[Record],
-    key: str,
-    series: list[tuple[str, str]],
-    ylabel: str,
-    title: str,
-    path: Path,
-) -> None:
-    fig, ax = _subplots((6, 4))
-    for col, label in series:
-        ax.plot(*_xy(records, col, x=key), marker="o", label=label)
-    ax.set(xlabel=key, ylabel=ylabel, title=title)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    _save(fig, path)
-
-
-def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
-    """frontier.png always; bleu_vs_select.png when runs have the feature comparison and a
-    BLEU; the against-the-key plots and the curves when one numeric key is swept. Returns the
-    paths written."""
-    written = [out / "frontier.png"]
-    plot_frontier(records, keys, written[0])
-    if has_select_scores(records):
-        written.append(out / "bleu_vs_select.png")
-        plot_bleu_vs_select(records, keys, written[-1])
-    if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
-        return written
-    key = keys[0]
-    _plot_against_key(
-        records,
-        key,
+AGAINST_KEY = (
+    (
+        "fig3a_similarities.png",
+        "cosine similarity",
+        "Similarities against {} (Figure 3a)",
         [
             ("geometry_anisotropy", "anisotropy (random words)"),
             ("geometry_self_similarity", "self-similarity"),
             ("geometry_intra_sentence_similarity", "intra-sentence similarity"),
         ],
-        "cosine similarity",
-        f"Similarities against {leaf(key)} (Figure 3a)",
-        out / "fig3a_similarities.png",
-    )
-    _plot_against_key(
-        records,
-        key,
+    ),
+    (
+        "fig3b_losses.png",
+        "nats per token",
+        "Final validation losses against {} (Figure 3b)",
         [
             ("val_nll", "reconstruction (val NLL)"),
             ("val_kl_weighted", "weighted KL"),
             ("val_loss", "total loss"),
         ],
-        "nats per token",
-        f"Final validation losses against {leaf(key)} (Figure 3b)",
-        out / "fig3b_losses.png",
-    )
+    ),
+)
+"""The paper's Figure 3 plots against a numeric swept key: file, y label, title, series."""
+
+
+def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
+    """frontier.png; bleu_vs_select.png with the comparison and a BLEU; the plots against the
+    key and the curves when one numeric key is swept. Returns the paths written."""
+    written = [out / "frontier.png"]
+    plot_frontier(records, keys, written[0])
+    if _select_scores(records):
+        written.append(out / "bleu_vs_select.png")
+        plot_bleu_vs_select(records, keys, written[-1])
+    if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
+        return written
+    key = keys[0]
+    for name, ylabel, title, series in AGAINST_KEY:
+        fig, ax = _subplots((6, 4))
+        for col, label in series:
+            ax.plot(*_xy(records, col, x=key), marker="o", label=label)
+        ax.set(xlabel=key, ylabel=ylabel, title=title.format(leaf(key)))
+        ax.legend()
+        ax.grid(alpha=0.3)
+        written.append(out / name)
+        _save(fig, written[-1])
     by_value = {r[key]: r for r in records}
     fig, ax = _subplots((6, 4))
     for v, color in zip(curve_pair(list(by_value), key), ("tab:red", "tab:blue")):
@@ -369,8 +308,7 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
             pts = by_value[v].get("curves", {}).get(tag) or []
             if pts:
                 ax.plot(
-                    [p[0] for p in pts],
-                    [p[1] for p in pts],
+                    *zip(*pts),
                     style,
                     color=color,
                     marker="o" if len(pts) < 3 else None,
@@ -379,13 +317,9 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
     ax.set(xlabel="step", ylabel="loss", title="Training curves (Figure 2)")
     ax.legend()
     ax.grid(alpha=0.3)
-    _save(fig, out / "fig2_curves.png")
-    return [
-        *written,
-        out / "fig3a_similarities.png",
-        out / "fig3b_losses.png",
-        out / "fig2_curves.png",
-    ]
+    written.append(out / "fig2_curves.png")
+    _save(fig, written[-1])
+    return written
 
 
 # -- TensorBoard hparams ------------------------------------------------------------------
@@ -409,19 +343,15 @@ def _hparam(record: Record, key: str, as_text: bool) -> bool | int | float | str
 
 
 def _folder_name(run: object) -> str:
-    """A run's name as one folder name. Records are read back from record.json files, so a
-    name there that holds a separator or is ".." must not lead the writer out of the view."""
+    """A run's name (read back from a record.json) as one folder name inside the view."""
     name = re.sub(r"[^\w.+-]", "_", str(run))
     return "_" if name in ("", ".", "..") else name
 
 
 def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> Path:
-    """`out/hparams/<run>/`: one `add_hparams` entry per point (the swept keys as hparams,
-    the measurements as `hparam/<column>` metrics), for TensorBoard's HPARAMS tab.
-
-    Written to a temporary folder and swapped in, so a rerun replaces the view instead of
-    adding duplicate rows, and a failed write leaves the previous one.
-    """
+    """`out/hparams/<run>/`: one `add_hparams` entry per point for TensorBoard's HPARAMS tab,
+    written to a fresh temporary folder and swapped in (a rerun replaces the view, a failed
+    write leaves the previous one, and a link left at a fixed name is never written through)."""
     from torch.utils.tensorboard import SummaryWriter
 
     final = out / "hparams"
@@ -431,12 +361,9 @@ def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> 
             f"{final} is {kind}; vat replaces only the TensorBoard folder it wrote there: "
             "remove it and run the sweep again"
         )
-    # fresh temp names: a fixed one (".hparams-tmp") could be a link left there, and the
-    # writer would then write through it into the folder it points to
     tmp, old = temp_path(final), temp_path(final)
     metrics = [*HPARAM_METRICS[:2], *_sts_columns(records), *HPARAM_METRICS[2:]]
-    # a key some point of a list sweep does not set is text for every run ("-" where unset),
-    # so that each hparam has one type across the rows
+    # a key some point does not set is text in every row ("-" where unset): one type per hparam
     as_text = {k for k in keys if any(k not in r for r in records)}
     try:
         with SummaryWriter(log_dir=str(tmp)) as w:

@@ -1,9 +1,5 @@
 """Measure one trained sweep run: final val losses, latent geometry, STS, BLEU and (when
-the sweep asks) the feature-spec comparison.
-
-The checkpoint is read once (`vat.share.resolve.load_model`), and that one loaded model
-serves the geometry probe, the STS encoder, the reconstruction BLEU and the comparison.
-"""
+asked) the feature-spec comparison, all from one read of its checkpoint."""
 
 from __future__ import annotations
 
@@ -80,17 +76,10 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {t: sorted((e.step, e.value) for e in ea.Scalars(t)) for t in ea.Tags()["scalars"]}
 
 
-def measure_device(device: str) -> str:
-    """The sweep's `--device` for measuring (`vat.runtime.resolve_device`, the one rule)."""
-    return resolve_device(device)
-
-
 def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]:
     """The record of one trained run: its point, losses, geometry, STS and BLEU."""
-
     ckpt_path = run_dir / "checkpoints" / "last.ckpt"
-    device = measure_device(cfg.device)
-    loaded = load_model(ckpt_path, device)  # the only read of the checkpoint
+    loaded = load_model(ckpt_path, resolve_device(cfg.device))  # the only read of it
     record: dict[str, Any] = {
         **point,
         "run": run_name(point),
@@ -115,7 +104,6 @@ def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]
 
 
 def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
-
     probe = Path(cfg.probe)
     kind = {"senteval_dir": probe} if probe.is_dir() else {"probe_file": probe}
     sentences = load_probe_sentences(**kind, max_sentences=cfg.probe_max_sentences)
@@ -131,10 +119,8 @@ def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
         )
     except ValueError as e:
         raise VatError(f"geometry on probe {cfg.probe} failed: {e}") from None
-    out = {f"geometry_{k}": getattr(rep, k) for k in GEOMETRY_FIELDS}
-    out["geometry_num_sentences"] = rep.num_sentences
-    out["geometry_num_tokens"] = rep.num_tokens
-    return out
+    fields = (*GEOMETRY_FIELDS, "num_sentences", "num_tokens")
+    return {f"geometry_{k}": getattr(rep, k) for k in fields}
 
 
 def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
@@ -161,7 +147,6 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
 def _bleu(cfg: SweepConfig, loaded) -> float | None:
     if cfg.bleu_file is None:
         return None
-
     # only the lines asked for are read: bleu_file may be a whole corpus
     lines = list(itertools.islice(iter_lines(cfg.bleu_file), cfg.bleu_lines))
     if not lines:
@@ -170,9 +155,8 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
 
 
 def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
-    """Every feature spec of the run's model on STS12 + STS-B (`vat features compare`): the
-    set written into <run_dir>/feature_compare/ (replaced whole), the headline specs'
-    selection scores into the record (`compare_fields`)."""
+    """`vat features compare` on the run's model: its set in <run_dir>/feature_compare/
+    (replaced whole), the headline specs' scores into the record (`compare_fields`)."""
     from vat.features.compare import (
         CompareSettings,
         check_output_set,
@@ -195,9 +179,8 @@ def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
 
 
 def compare_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The record fields (`FEATURE_COMPARE_FIELDS`) of a comparison's rows, which come best
-    first: mean of mu, the export default (None without sif weighting), the best contextual
-    spec (a transformer layer above the embeddings, or firstlast) and the winner."""
+    """The `FEATURE_COMPARE_FIELDS` of a comparison's rows (best first): mean of mu, the export
+    default, the best contextual spec (a layer above the embeddings, or firstlast), the best."""
     from vat.feature_spec import FeatureSpec
     from vat.features.compare import SELECT
 

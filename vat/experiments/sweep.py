@@ -1,39 +1,12 @@
-"""Sweep any train-config key: train one run per value, measure each, chart the frontier.
+"""Sweep any train-config key: train one run per point, measure each, chart the frontier
+(`vat sweep`, docs/sweep.md; the command line is `vat.cli.sweep`).
 
-    vat sweep -c configs/sweeps/frontier_cpu_target_kl.yaml [--output-dir DIR]
-        [--values 0.1,0.2] [--jobs N] [--device auto] [--debug]
-
-(the command line is `vat.cli.sweep`; this module is the library it drives)
-
-For each point of the sweep YAML (one value of one key, a combination for a grid over two
-keys, or one of a listed set of points; see `vat.experiments.config`), trains a model with
-the same train config, seed, data and budget plus that point's `--<key> <value>` into
-`out_dir/<leaf>_<value>/` (`defaults/` for the empty point; through the `Runner`'s `vat
-train` entry point, in-process), then records its final validation losses, latent geometry,
-STS, mu-decoding BLEU and, when asked, the feature-spec comparison in `record.json`
-(`vat.experiments.measure`).
-Finally it writes the table, the frontier and other plots, and a TensorBoard hparams view
-(`vat.experiments.frontier`).
-
-A sweep speaks for its runs: each run trains without its own end-of-fit summary, `next:`
-hints and Lightning's info lines (`quiet_training`); the sweep logs one line when a run
-starts and one with its headline measurements when it is done, and the command prints the
-results table (`frontier.markdown_table`, also written as sweep.md) at the end.
-
-With `jobs > 1` the runs train and are measured in that many child processes at once (one
-per point, each logging to its run's `sweep.log`) after the parent has built the tokenizer
-and the tokenized-data cache once. A small model does not fill a GPU, so several runs share
-one; on a CPU keep jobs = 1 (the runs would only compete for the cores).
-
-Every point's arguments pass `vat train`'s own checks (its parser and the constructors of its
-config, model, data and trainer) before the first point trains. A point that fails later, in
-training or measuring, does not stop the others, one after another or in children alike: its
-record is `{point, run, failed: one-line reason}`, a row of the table, and `vat sweep` ends
-with exit 2 naming it.
-
-Resume: a run whose record.json exists is skipped; a run with checkpoints/last.ckpt but no
-`.trained` marker continues training with `--ckpt_path last`; a trained run without a record
-is only measured again. Paths in the sweep YAML are relative to the working directory.
+Each point trains in-process through the `Runner`'s `vat train` entry point (or, with
+`jobs > 1`, in a child process each, logging to its run's `sweep.log`), then is measured into
+`record.json` (`vat.experiments.measure`); the table, plots and TensorBoard view come last
+(`vat.experiments.frontier`). A point that fails does not stop the others. Resume: a run with
+a current record is skipped, one with `last.ckpt` but no `.trained` marker continues with
+`--ckpt_path last`, a trained run without a current record is only measured again.
 """
 
 from __future__ import annotations
@@ -72,32 +45,21 @@ Log = Callable[[str], None]
 
 def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
     """`vat train` arguments of one point's run: the train config, extra_args, then the point."""
-    return [
-        "fit",
-        "-c",
-        cfg.train_config,
-        "--run_dir",
-        str(run_dir),
-        *cfg.extra_args,
-        *point_args(point),
-    ]
+    base = ["fit", "-c", cfg.train_config, "--run_dir", str(run_dir)]
+    return [*base, *cfg.extra_args, *point_args(point)]
 
 
 @dataclass(frozen=True)
 class Runner:
-    """How a sweep trains, supplied by the `vat sweep` command (the library never imports
-    the CLI): `train(argv)` is `vat train`'s entry point, `check(argv)` its parse and build
-    without a fit and `prepare(argv)` its data preparation (each returns an exit code; the
-    last two take the arguments without the subcommand), `child` the command that runs one
-    point in a child process (`--run NAME ...` is appended)."""
+    """How a sweep trains, given by `vat sweep` (the library never imports the CLI): `vat
+    train`'s entry point, its check (parse and build, no fit) and its data preparation (the
+    last two without the subcommand), each returning an exit code, and the command that runs
+    one point in a child process."""
 
     train: Callable[[list[str]], int]
     check: Callable[[list[str]], int]
     prepare: Callable[[list[str]], int]
     child: tuple[str, ...]
-
-    def run_train(self, args: list[str]) -> int:
-        return _exit_code(self.train, args)
 
 
 def _exit_code(entry: Callable[[list[str]], int], args: list[str]) -> int:
@@ -108,34 +70,25 @@ def _exit_code(entry: Callable[[list[str]], int], args: list[str]) -> int:
 
 
 def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
-    """Let `vat train` check a point's arguments before anything trains, with its own rules:
-    its parser (a key the train config does not have, a value of the wrong type) and the
-    constructors of what it builds (a value out of range), without data or a fit."""
+    """`vat train`'s own checks of a point's arguments (its parser and constructors), before
+    anything trains."""
+    args = train_args(cfg, point, Path(cfg.out_dir) / run_name(point))[1:]  # no subcommand
     err = io.StringIO()
     with quiet_training(), contextlib.redirect_stderr(err):
-        code = _exit_code(
-            runner.check, train_args(cfg, point, Path(cfg.out_dir) / run_name(point))[1:]
-        )
+        code = _exit_code(runner.check, args)
     if code != 0:
-        msg = err.getvalue().strip().splitlines()
+        said = err.getvalue().strip().splitlines()
         raise VatError(
             f"sweep point {run_name(point)}: vat train rejects its arguments "
-            f"({msg[-1].removeprefix('error: ') if msg else f'exit {code}'})"
+            f"({said[-1].removeprefix('error: ') if said else f'exit {code}'})"
         )
-
-
-LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
-"""Where Lightning's info lines come from ("Seed set to 7", "GPU available", its model summary,
-"`Trainer.fit` stopped")."""
 
 
 @contextlib.contextmanager
 def quiet_training():
-    """One run of a sweep without what `vat train` prints for a user who trains one model:
-    its end-of-fit summary and `next:` hints (stdout; the sweep's record and table hold the
-    numbers) and Lightning's info lines, the model summary among them, once per run.
-    Warnings, errors and progress bars (stderr) still show."""
-    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    """A run without `vat train`'s stdout (summary, `next:` hints) or Lightning's info lines;
+    warnings, errors and progress bars (stderr) still show."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.WARNING)
@@ -148,8 +101,7 @@ def quiet_training():
 
 
 class _LastError:
-    """A stream written through to `stream`, keeping the last `error: ...` line: what `vat
-    train` says when it fails, for the point's row in the table."""
+    """`stream`, keeping the last `error: ...` line written to it (why `vat train` failed)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream, self.line = stream, None
@@ -168,30 +120,27 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
     """Train (or finish training) the model of one point in run_dir (`quiet_training`)."""
     if (run_dir / TRAINED_MARKER).exists():
         return
-    args = train_args(cfg, point, run_dir)
-    if (run_dir / "checkpoints" / "last.ckpt").is_file():
-        args += ["--ckpt_path", "last"]
+    last = run_dir / "checkpoints" / "last.ckpt"
+    args = [*train_args(cfg, point, run_dir), *(["--ckpt_path", "last"] if last.is_file() else [])]
     said = _LastError(sys.stderr)
     with quiet_training(), contextlib.redirect_stderr(said):
-        code = runner.run_train(args)
-    name = run_name(point)
+        code = _exit_code(runner.train, args)
     if code in EXIT_CODES.values():  # Ctrl-C / SIGTERM: the run stopped at a step and saved
         print(
-            f"vat sweep: {name} stopped with its state in {run_dir / 'checkpoints' / 'last.ckpt'};"
-            f" the same sweep command resumes it",
+            f"vat sweep: {run_name(point)} stopped with its state in {last}; the same sweep "
+            "command resumes it",
             file=sys.stderr,
         )
         raise KeyboardInterrupt
     if code != 0:
         raise VatError(f"training failed: {said.line or f'exit {code}'}")
-    if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-        raise VatError(f"training wrote no checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}")
+    if not last.is_file():
+        raise VatError(f"training wrote no checkpoint {last}")
     write_json_atomic(run_dir / TRAINED_MARKER, {"train_settings": train_settings(cfg, point)})
 
 
 def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
-    """What defines a point's trained model: the train config's bytes and every argument
-    `vat train` gets (extra_args and the point's values, exactly as passed)."""
+    """What defines a point's trained model: the train config's digest and its arguments."""
     return {
         "train_config_digest": file_digest(cfg.train_config),
         "train_args": [*cfg.extra_args, *point_args(point)],
@@ -199,24 +148,13 @@ def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
 
 
 COMPARE_SETTINGS = ("feature_compare", "fit_files", "fit_sentences")
-"""The feature comparison's measurement settings."""
 
 
 def measure_settings(cfg: SweepConfig) -> dict[str, Any]:
-    """What defines a run's measurements (a change re-measures, it does not retrain). The
-    feature comparison's settings are there only when it runs: a sweep without it keeps the
-    comparison a record has (`_measured`, `_keep_comparison`)."""
-    names = [
-        "probe",
-        "probe_max_sentences",
-        "min_count",
-        "senteval_dir",
-        "sts_tasks",
-        "bleu_file",
-        "bleu_lines",
-    ]
-    if cfg.feature_compare:
-        names += COMPARE_SETTINGS
+    """What defines a run's measurements (a change re-measures, it does not retrain); the
+    comparison's settings only when it runs, so a sweep without it keeps a record's."""
+    names = ["probe", "probe_max_sentences", "min_count", "senteval_dir", "sts_tasks"]
+    names += ["bleu_file", "bleu_lines", *(COMPARE_SETTINGS if cfg.feature_compare else ())]
     return {k: getattr(cfg, k) for k in names}
 
 
@@ -225,19 +163,16 @@ def _recorded_train_settings(run_dir: Path) -> dict[str, Any] | None:
     {} for a run of an older vat that recorded none; None when the run is not finished."""
     for path in (run_dir / "record.json", run_dir / TRAINED_MARKER):
         if path.is_file():
-            text = path.read_text(encoding="utf-8").strip()
-            try:
-                found = json.loads(text) if text else {}
-            except (json.JSONDecodeError, RecursionError):  # nested too deeply to parse
-                found = {}
-            got = found.get("train_settings") if isinstance(found, dict) else None
-            return got if isinstance(got, dict) else {}
+            with contextlib.suppress(ValueError, RecursionError):  # empty, or not JSON
+                found = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(found, dict) and isinstance(found.get("train_settings"), dict):
+                    return found["train_settings"]
+            return {}
     return None
 
 
 def check_not_stale(cfg: SweepConfig, points: Sequence[Point]) -> None:
-    """A finished run counts as done only if it was trained with this sweep's settings: one
-    frontier never mixes, say, 4-step and 8-step runs."""
+    """Refuse a finished run trained with other settings: one frontier never mixes them."""
     for point in points:
         run_dir = Path(cfg.out_dir) / run_name(point)
         then = _recorded_train_settings(run_dir)
@@ -280,15 +215,9 @@ def run_sweep(
     only: Sequence[str] | None = None,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Train and measure every point (skipping finished runs), then write the outputs.
-
-    `progress`: a bar over the sweep's points on stderr (runs done of all).
-
-    `only`: run names to do (the others are left alone and the summary covers only these).
-    `config_path` (the sweep YAML) is needed only with cfg.jobs > 1, to start the children.
-    A point that fails is the record `{point, run, failed: reason}` (none is written for it,
-    so the next invocation does it again) and the other points still run.
-    """
+    """Train and measure every point (or the runs named in `only`), skipping finished runs,
+    then write the outputs; a failed point is the record `{point, run, failed: reason}`.
+    `config_path` (the sweep YAML) starts the children when cfg.jobs > 1."""
     out = Path(cfg.out_dir)
     points = cfg.points()
     if only is not None:
@@ -332,11 +261,10 @@ def run_sweep(
             log(f"{name}: measuring")
             record = measure_run(cfg, point, run_dir)
         except Exception as e:  # the point fails, not the sweep, as a child process would
+            why = one_line(e)
             if not isinstance(e, USER_ERRORS):  # a bug: its traceback, as a child's log has it
                 traceback.print_exc()
-            why = (
-                one_line(e) if isinstance(e, USER_ERRORS) else f"{type(e).__name__}: {one_line(e)}"
-            )
+                why = f"{type(e).__name__}: {why}"
             log(f"{name}: failed: {why}")
             records.append({**point, "run": name, FAILED: why})
             continue
@@ -360,9 +288,8 @@ def run_sweep(
 
 
 def _keep_comparison(cfg: SweepConfig, record: dict[str, Any], rec_path: Path) -> None:
-    """A run measured again without the feature comparison (another probe, say) keeps the
-    comparison its record.json holds, fields and settings: it is of the same trained model
-    (`check_not_stale`), and a sweep without the comparison drops nothing it measured."""
+    """A run measured again without the comparison keeps the one its record holds (the same
+    trained model, `check_not_stale`)."""
     if cfg.feature_compare or not rec_path.is_file():
         return
     old = _load_json(rec_path)
@@ -384,8 +311,7 @@ def _clock(seconds: float) -> str:
 
 
 def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:
-    """Build the tokenizer and tokenized-data cache of the train config once, so that
-    parallel runs only read it (each would otherwise build its own copy at the same time)."""
+    """Build the tokenizer and data cache once, so that parallel runs only read it."""
     code = runner.prepare(
         ["-c", cfg.train_config, "--run_dir", str(out / ".prepare"), *cfg.extra_args]
     )
@@ -396,31 +322,26 @@ def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:
 
 
 def check_log(path: Path) -> None:
-    """A run's sweep.log may be appended to only when it is a file of vat's own (or absent):
-    a symbolic link there is not followed, so a child's output never lands in the file it
-    points to, and a FIFO or a device (which would block or swallow the log) is refused;
-    each is one line naming the path."""
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-        raise VatError(
-            f"{path} is {kind}; vat appends a run's log only to a file of its own: remove it "
-            "and run the sweep again"
-        )
+    """A run's sweep.log is appended to only when it is a regular file (or absent): never
+    through a link, nor into a FIFO or a device."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = path.lstat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise VatError(
+                f"{path} is {kind}; vat appends a run's log only to a file of its own: remove "
+                "it and run the sweep again"
+            )
 
 
 def open_log(path: Path) -> IO[str]:
-    """A run's sweep.log, opened to append (a resumed run adds to it); `check_log` first."""
+    """A run's sweep.log, opened to append; O_NOFOLLOW refuses a link made after the check."""
     check_log(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    try:  # O_NOFOLLOW: a link made after the check is refused too
-        fd = os.open(path, flags, 0o666)
+    try:
+        return os.fdopen(os.open(path, flags, 0o666), "a", encoding="utf-8")
     except OSError as e:
         raise VatError(f"cannot write the run's log {path} ({e.strerror or e})") from None
-    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def run_parallel(
@@ -430,14 +351,9 @@ def run_parallel(
     points: Sequence[Point],
     log: Log = print,
     poll_s: float = 1.0,
-) -> None:
-    """Train and measure `points` in up to cfg.jobs child processes at once.
-
-    Each child is this command for one point (`--run NAME --jobs 1 --no-summary`) with its
-    output in the run's `sweep.log`; a failed child does not stop the others. Returns the
-    failed points, run name -> why (`_child_failure`); their runs resume on the next
-    invocation.
-    """
+) -> dict[str, str]:
+    """Train and measure `points` in up to cfg.jobs child processes (this command with
+    `--run NAME`), each logging to its run's sweep.log; returns the failed runs' reasons."""
     out = Path(cfg.out_dir)
     for point in points:  # before any child starts, not when the first ones are running
         check_log(out / run_name(point) / "sweep.log")
@@ -454,20 +370,8 @@ def run_parallel(
             run_dir.mkdir(parents=True, exist_ok=True)
             logf = open_log(run_dir / "sweep.log")  # closed when the child ends
             start = os.fstat(logf.fileno()).st_size  # where this child's output begins
-            cmd = [
-                *runner.child,
-                "-c",
-                config_path,
-                "--output-dir",
-                str(out),
-                "--device",
-                cfg.device,
-                "--run",
-                name,
-                "--jobs",
-                "1",
-                "--no-summary",
-            ]
+            cmd = [*runner.child, "-c", config_path, "--output-dir", str(out)]
+            cmd += ["--device", cfg.device, "--run", name, "--jobs", "1", "--no-summary"]
             if not cfg.is_point_list and len(cfg.keys) == 1:
                 # the parent's --values may differ from the YAML's (a list of points takes
                 # none: the child reads the same points from the YAML)
@@ -496,9 +400,8 @@ def run_parallel(
 
 
 def _child_failure(path: Path, start: int, name: str, code: int) -> str:
-    """Why a child failed, from what it wrote into its log from `start` on: its own
-    `[sweep] NAME: failed: ...` line, else its last line (an error before its point began,
-    the end of a traceback), then where the log is."""
+    """Why a child failed: its `[sweep] NAME: failed: ...` line in its log from `start` on,
+    else its last line, then where the log is."""
     with open(path, "rb") as f:
         f.seek(max(start, os.fstat(f.fileno()).st_size - (64 << 10)))  # the end says it
         lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
@@ -510,19 +413,14 @@ def _child_failure(path: Path, start: int, name: str, code: int) -> str:
 
 
 def _measured(cfg: SweepConfig, run_dir: Path) -> bool:
-    """record.json exists and was measured with this sweep's measurement settings; without
-    the feature comparison, whatever a record's comparison was (it is kept, not redone)."""
+    """record.json exists and was measured with this sweep's measurement settings."""
     path = run_dir / "record.json"
     if not path.is_file():
         return False
     rec = _load_json(path)
     then = rec.get("measure_settings") if isinstance(rec, dict) else None
-    now = _plain(measure_settings(cfg))
+    now = json.loads(json.dumps(measure_settings(cfg)))  # as JSON reads it back
     return isinstance(then, dict) and {k: then.get(k) for k in now} == now
-
-
-def _plain(x: Any) -> Any:
-    return json.loads(json.dumps(x))
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -533,17 +431,3 @@ def _load_json(path: Path) -> dict[str, Any]:
         raise VatError(
             f"{path} is not valid JSON ({why}); delete it to redo that run's measurements"
         ) from None
-
-
-__all__ = [
-    "TRAINED_MARKER",
-    "quiet_training",
-    "Runner",
-    "check_point",
-    "open_log",
-    "prepare_data",
-    "run_parallel",
-    "run_sweep",
-    "train_args",
-    "train_run",
-]

@@ -1,22 +1,6 @@
-"""What each view of `vat explore` shows, as plain Python: the page is a thin layer over this.
-
-    import vat
-    from vat.explore import Explorer
-
-    corpus = open("data/demo_val.txt").read().splitlines()
-    ex = Explorer(vat.load("demo-wordnet-d64"), corpus=corpus)
-    enc = ex.encode("A man plays a guitar.")        # reconstruction, one TokenRow per latent
-    ex.resample("A man plays a guitar.", position=2, num_samples=5, tau=1.0)
-    ex.interpolate("A man plays a guitar.", "A dog runs.", steps=5)
-    ex.sample("A man plays a guitar.", num_samples=5, tau=1.0, seed=0)
-    ex.prior(num_samples=5, length=10, seed=0)
-    ex.neighbours("A man plays a guitar.", k=5)
-    ex.facts()                                      # the model card's facts
-
-Every input a page can send is checked here, and a bad one raises `vat.errors.OptionError`
-naming the field (the page shows its message and keeps serving). The maths is elsewhere:
-`vat.generate` (decoding, latents), `vat.generate.latents.token_statistics` (per-token KL,
-sigma, |mu|), `vat.explore.wording` (changed words), `vat.explore.neighbours` (cosines).
+"""What each view of `vat explore` shows, as plain Python (docs/explore.md, "The same from
+Python"): the page is a thin layer over this. Every input a page can send is checked here,
+and a bad one raises `vat.errors.OptionError` naming the field.
 """
 
 from __future__ import annotations
@@ -38,20 +22,14 @@ from vat.generate.generator import DecodeOptions, TruncationWarning
 from vat.generate.latents import token_statistics
 
 MAX_CHARS = 2000
-"""Longest sentence a view takes, in characters. The model reads at most max_len subwords
-(tens of words), so longer input is a paste gone wrong, not a sentence."""
-MAX_SAMPLES = 20
-"""Most decodings one view shows (resample, sample, prior)."""
-MAX_STEPS = 21
-"""Most points on an interpolation path, ends included."""
+"""Longest sentence a view takes: the model reads tens of words, so more is a paste gone wrong."""
+MAX_SAMPLES = 20  # decodings one view shows (resample, sample, prior)
+MAX_STEPS = 21  # points on an interpolation path, ends included
 MAX_BEAM = 8
-MAX_TAU = 10.0
-"""Largest temperature: at tau = 10 every latent is ten posterior sigmas from its mean, far
-past where decodings mean anything."""
+MAX_TAU = 10.0  # ten posterior sigmas from the mean: far past where decodings mean anything
 MAX_NEIGHBOURS = 50
 MAX_SEED = 2**31 - 1
-ALLOWED_CONTROLS = "\t\n\r"
-"""Whitespace controls a pasted sentence may carry: they become spaces."""
+ALLOWED_CONTROLS = "\t\n\r"  # whitespace a pasted sentence may carry: it becomes spaces
 
 
 @contextmanager
@@ -145,14 +123,17 @@ def check_sentence(text: object, name: str = "sentence") -> str:
     return text
 
 
+def _is_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
+
+
 def check_whole(value: object, name: str, low: int, high: int) -> int:
     """A whole number in [low, high] (a float with no fraction, as a page's number box sends,
     is accepted)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise OptionError(name, f"must be a whole number in {low}..{high}, got {value!r}")
-    if isinstance(value, float | np.floating) and not (
+    fraction = isinstance(value, float | np.floating) and not (
         math.isfinite(value) and value == int(value)
-    ):
+    )
+    if not _is_number(value) or fraction:
         raise OptionError(name, f"must be a whole number in {low}..{high}, got {value!r}")
     if not low <= int(value) <= high:
         raise OptionError(name, f"must be in {low}..{high}, got {int(value)}")
@@ -160,9 +141,7 @@ def check_whole(value: object, name: str, low: int, high: int) -> int:
 
 
 def check_tau(value: object, name: str = "tau") -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise OptionError(name, f"must be a number in 0..{MAX_TAU:g}, got {value!r}")
-    if not math.isfinite(value) or not 0 <= value <= MAX_TAU:
+    if not _is_number(value) or not (math.isfinite(value) and 0 <= value <= MAX_TAU):
         raise OptionError(name, f"must be a number in 0..{MAX_TAU:g}, got {value!r}")
     return float(value)
 
@@ -204,7 +183,6 @@ class Explorer:
         """The spec the neighbours view compares sentences with (what `encode` gives)."""
         return str(self.model.default_features.spec)  # the one rule of every loader
 
-    # -- 1. encode and reconstruct ---------------------------------------------------------
     def subwords(self, text: str) -> list[str]:
         """The labels of a sentence's latents as the model reads it ("</s>" last); [] for text
         a view would refuse. For a page's token picker: cheap, no model call."""
@@ -238,7 +216,6 @@ class Explorer:
         cut_from = len(ids) if len(ids) > kept else None
         return Encoding(text, self.generator.text(best), rows, kept, cut_from)
 
-    # -- 2. resample a token -----------------------------------------------------------------
     def resample(
         self,
         text: str,
@@ -266,7 +243,6 @@ class Explorer:
             )
         return Resampling(recon, labels[position], tuple(mark_changes(recon, t) for t in texts))
 
-    # -- 3. interpolate ------------------------------------------------------------------------
     def interpolate(
         self, a: str, b: str, steps: int = 7, method: str = "linear"
     ) -> list[PathPoint]:
@@ -282,7 +258,6 @@ class Explorer:
             texts = self.model.interpolate(a, b, alphas=alphas, method=method)
         return [PathPoint(x, m, new) for x, (m, new) in zip(alphas, path_changes(texts))]
 
-    # -- 4. sample -------------------------------------------------------------------------------
     def sample(
         self, text: str, num_samples: int = 5, tau: float = 1.0, seed: int = 0
     ) -> tuple[str, list[MarkedText]]:
@@ -308,7 +283,6 @@ class Explorer:
         seed = check_whole(seed, "seed", 0, MAX_SEED)
         return self.model.prior(num_samples=n, length=length, seed=seed)
 
-    # -- 5. neighbours --------------------------------------------------------------------------
     def neighbours(self, text: str, k: int = 5) -> list[Neighbour]:
         """The k corpus sentences nearest to `text` by cosine of the model's sentence features
         (`feature_spec`)."""
@@ -320,7 +294,6 @@ class Explorer:
             query = self.model.encode([text])[0]
         return self.index.search(query, k)
 
-    # -- 6. the model ----------------------------------------------------------------------------
     def facts(self) -> ModelFacts:
         """What the model card says of the model: where it came from, its shape, prior, rate,
         training, feature spec, and the scores stored with it."""
@@ -338,14 +311,15 @@ class Explorer:
             ("prior", f"N(0, s² I), s = {loaded.prior_std:g}"),
         ]
         for key, label in (("val/kl", "rate (validation)"), ("train/kl", "rate (training)")):
-            if _number(metrics.get(key)):
+            value = metrics.get(key)
+            if _is_number(value) and math.isfinite(value):
                 rows.append((label, f"{metrics[key]:.2f} nats per token"))
         for key, label in (
             ("tokens_seen", "training tokens"),
             ("sentences_seen", "training sentences"),
             ("global_step", "optimizer steps"),
         ):
-            if isinstance(training.get(key), int) and not isinstance(training[key], bool):
+            if type(training.get(key)) is int:
                 rows.append((label, f"{training[key]:,}"))
         data = _mapping(training.get("data"))
         files = data.get("train_files")
@@ -370,7 +344,3 @@ def _mapping(value: object) -> dict:
     """A record's section as a dict: what a hand-edited config.json holds there otherwise
     (a string, a list) shows nothing rather than failing the Model view."""
     return value if isinstance(value, dict) else {}
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

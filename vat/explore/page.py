@@ -1,19 +1,14 @@
 """The `vat explore` page: gradio components over an `Explorer`, and nothing else.
 
 Each view calls one Explorer method and renders its result as HTML; an input the Explorer
-refuses (`vat.errors.VatError`) is shown in the view, and the server keeps serving. No maths
-lives here. gradio is an optional extra (`pip install "variational-auto-transformer[explore]"`),
-imported only by `build_page`, `launch` and the Space's app.py.
+refuses is one line in the view, and the server keeps serving. Every view gets the values a
+request sends as they are (`preprocess=False`), so that no gradio component converts or
+checks them first (its failures print tracebacks); the Explorer checks each one. gradio is an
+optional extra (`[explore]`), imported only by `build_page`, `launch` and the Space's app.py.
 
-Inputs: every view gets the values a request sends as they are (`preprocess=False`), so no
-gradio component converts, rounds or range-checks them first (its failures print tracebacks
-on the server's terminal); the Explorer checks each one and the view shows one line. The page
-has no upload component, so uploads are refused (a limit of 0 bytes) and gradio's upload
-folder is a private one removed when the page stops (`launch`, `stop`).
-
-Privacy: the page sends nothing off the machine. gradio's analytics are off unless asked for
-(`analytics=True`), share links are off unless asked for, its server-side rendering (a Node
-process) is off, and its default theme's fonts are served by gradio itself.
+Nothing leaves the machine: gradio's analytics, share links and server-side rendering are off
+unless asked for, and its theme's fonts are served locally. The page takes no uploads (a limit
+of 0 bytes), and gradio's upload folder is a private one removed when the page stops.
 """
 
 from __future__ import annotations
@@ -59,9 +54,17 @@ mark { background: #fde68a; color: inherit; padding: 0 2px; border-radius: 3px; 
 """
 
 
-# -- rendering (HTML strings; every text from the model or the user is escaped) ----------------
+# every text from the model or the user is escaped
 def _e(text: object) -> str:
     return html.escape(str(text))
+
+
+def _table(table_id: str, headers: tuple[str, ...], rows: str) -> str:
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    return (
+        f'<table class="vat-table" id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def error_html(message: str) -> str:
@@ -109,11 +112,7 @@ def encoding_html(explorer: Explorer, text: str, beam: Any) -> str:
         f'<td class="num">{r.sigma:.4f}</td><td class="num">{r.mu_norm:.3f}</td></tr>'
         for r in enc.rows
     )
-    parts.append(
-        '<table class="vat-table" id="encode-rows"><thead><tr><th>#</th><th>subword</th>'
-        "<th>KL (nats)</th><th>mean sigma</th><th>|mu|</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-    )
+    parts.append(_table("encode-rows", ("#", "subword", "KL (nats)", "mean sigma", "|mu|"), rows))
     return "\n".join(parts)
 
 
@@ -171,9 +170,7 @@ def interpolate_html(explorer: Explorer, a: str, b: str, steps: Any, method: str
         f'<div class="vat-note">{kind.capitalize()} interpolation of the two sentences\' token '
         "means, greedy decoding; words that differ from the row above are marked, and a wording "
         "is flagged new where it first appears.</div>"
-        '<table class="vat-table" id="interpolate-path"><thead><tr><th>alpha</th>'
-        f"<th>decoding</th><th></th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    ) + _table("interpolate-path", ("alpha", "decoding", ""), rows)
 
 
 def sample_html(explorer: Explorer, text: str, n: Any, tau: Any, seed: Any) -> str:
@@ -214,9 +211,7 @@ def neighbours_html(explorer: Explorer, text: str, k: Any) -> str:
         f'<div class="vat-note">The {len(found)} nearest of {len(explorer.index or ()):,} lines '
         f"of {_e(explorer.corpus_name or 'the corpus')}, by cosine of the sentence features "
         f"<code>{_e(explorer.feature_spec)}</code>.</div>"
-        '<table class="vat-table" id="neighbours-table"><thead><tr><th>cosine</th>'
-        f"<th>sentence</th><th>line</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    ) + _table("neighbours-table", ("cosine", "sentence", "line"), rows)
 
 
 def facts_html(explorer: Explorer) -> str:
@@ -232,15 +227,12 @@ def facts_html(explorer: Explorer) -> str:
             "<h3>Scores stored with the model</h3>"
             f'<div class="vat-note">For its sentence features <code>{_e(explorer.feature_spec)}'
             "</code>; percent.</div>"
-            '<table class="vat-table" id="model-scores"><thead><tr><th>task</th><th>split</th>'
-            f"<th>metric</th><th>value</th></tr></thead><tbody>{scores}</tbody></table>"
-        )
+        ) + _table("model-scores", ("task", "split", "metric", "value"), scores)
     else:
         out += '<div class="vat-note">No scores are stored with this model.</div>'
     return out
 
 
-# -- the token picker ------------------------------------------------------------------------
 def token_choices(explorer: Explorer, text: str) -> list[str]:
     """The resample view's token picker: "position: subword" per latent."""
     return [f"{t}: {s.strip() or repr(s)}" for t, s in enumerate(explorer.subwords(text))]
@@ -277,7 +269,6 @@ def guarded(view: Callable[..., str]) -> Callable[..., str]:
     return run
 
 
-# -- the page ------------------------------------------------------------------------------
 def draw_controls(gr, view: str, what: str):
     """The (count, tau, seed) row of a view that draws latents, with elem_ids VIEW-n, -tau,
     -seed."""
@@ -413,12 +404,9 @@ def launch(
     share: bool = False,
     block: bool = True,
 ):
-    """Serve the page on host:port (gradio's share link only with `share`); returns
-    gradio's (app, local URL, share URL). With `block`, the call waits until Ctrl-C.
-
-    The page takes no uploads: gradio's upload route refuses any file with content (a limit
-    of 0 bytes), and what it still writes goes to a private folder of this page's (not the
-    shared /tmp/gradio), removed by `stop` or when the process ends."""
+    """Serve the page on host:port (gradio's share link only with `share`); returns gradio's
+    (app, local URL, share URL). With `block`, the call waits until Ctrl-C. What gradio's
+    upload route still writes goes to a private folder (not the shared /tmp/gradio)."""
     uploads = tempfile.mkdtemp(prefix="vat-explore-")
     page.vat_upload_dir = uploads
     atexit.register(shutil.rmtree, uploads, True)

@@ -1,13 +1,7 @@
 """Which vectors a model gives, and the statistics behind them: `features_for`, the one
-entry (docs/features.md, "Which vectors a model gives").
-
-With no spec named, a model's sentence vectors follow its feature spec. An exported folder's
-is its own (sentence_vat_config.json). A training run or checkpoint (or a folder from before
-specs) has the spec `vat export` would give it, DEFAULT_EXPORT_SPEC, whose SIF weights come
-from the training token counts the checkpoint records, so a model and its export give the
-same vectors. Where that spec cannot be had (no recorded counts), the vectors are the mean
-of mu, and `ChosenFeatures.why` says so. A named spec's statistics are the model's own, those
-an earlier fit stored beside it, or fitted (vat.features.fitting) and stored there.
+entry (docs/features.md, "Which vectors a model gives"). A named spec's statistics are the
+model's own, those an earlier fit stored beside it, or fitted (vat.features.fitting) and
+stored there.
 """
 
 from __future__ import annotations
@@ -21,13 +15,7 @@ import numpy as np
 
 from vat.errors import CheckpointError, OptionError, VatError, check_count
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
-from vat.features.fitting import (
-    FitOptions,
-    fit_features,
-    fit_ids_for,
-    recorded_sif_features,
-    token_counts_for,
-)
+from vat.features.fitting import FitOptions, count_tokens, fit_features, fit_ids_for
 from vat.io import regular_file
 from vat.share.folder import ST_MODULE_CONFIG_NAME
 from vat.share.loaded import LoadedVAT, takes_loaded
@@ -35,8 +23,7 @@ from vat.share.loaded import LoadedVAT, takes_loaded
 
 def check_pooling(pooling: str | None, features: object) -> None:
     """A feature spec names its own weighting, so `pooling` with `features` is refused, never
-    silently ignored. "mean" is let through: it was the default of every `pooling` argument
-    and is what old sentence_vat_config.json files hold beside their spec."""
+    silently ignored; "mean" passes (the old default, which old folders hold beside a spec)."""
     if features is not None and pooling not in (None, "mean"):
         raise OptionError(
             "pooling",
@@ -62,40 +49,32 @@ class ChosenFeatures:
 
 
 def _own_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
-    """THE rule of every loader (vat.load(...).encode, AutoModel, sentence-transformers, MTEB,
-    `vat evaluate`, `vat score`, `vat export`) for which vectors a model gives by default. It
-    never fits and never writes: a model's own vectors are those its files hold.
-
-    - an exported folder's own spec (sentence_vat_config.json), with the statistics it
-      stores (read and checked when the folder was loaded: vat.share.folder), or those an
-      earlier fit of that spec stored in it (`_stored`); a folder holding neither
-      (its spec changed after export) is an OptionError naming `features`, the way to fit
-      them;
-    - else (a training run or checkpoint, a folder from before specs) the spec `vat export`
-      gives it, DEFAULT_EXPORT_SPEC: layer0/sif/none needs only SIF weights, from the
-      statistics an earlier fit stored beside the checkpoint, else made from the training
-      token counts it records, so `vat.load(run)` and `vat.load(export of run)` give the
-      same vectors;
-    - where that spec cannot be had (no recorded counts), the mean of mu, said on stderr
-      unless `quiet` (and always in `why`).
-
-    Damaged statistics (a CheckpointError naming their file) are an error, never a reason to
-    fall back."""
+    """The rule of every loader for which vectors a model gives by default; it never fits
+    from text and never writes. An exported folder's own spec, with the statistics it holds
+    (or an earlier fit stored in it); else (a run or checkpoint) DEFAULT_EXPORT_SPEC, the
+    spec its export gets, with SIF weights from the recorded token counts, so a model and
+    its export give the same vectors; else the mean of mu, said on stderr unless `quiet`."""
     own = loaded.own_features
     if own is not None:
         return ChosenFeatures(own, "the folder's own spec")
     spec = loaded.feature_spec or FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
     stored = _stored(loaded, spec)  # an earlier fit's (on count_files, say)
     if loaded.feature_spec is not None:
-        if stored is None:
-            raise OptionError("features", _unfitted_folder_spec(loaded))
+        if stored is None:  # its sentence_vat_config.json changed after export
+            held = loaded.feature_stats
+            holds = "is absent" if held is None else f"holds {held.spec}'s"
+            raise OptionError(
+                "features",
+                f"{loaded.path}: its {ST_MODULE_CONFIG_NAME} names the feature spec {spec}, "
+                f"whose statistics the folder does not hold ({FOLDER_STATS_NAME} {holds}); "
+                f"name {spec} here to fit them, and they are stored in the folder",
+            )
         return ChosenFeatures(stored, "the folder's own spec, fitted after export")
     if stored is not None:
         return ChosenFeatures(stored, "vat's default for a checkpoint; the statistics beside it")
-    counts = loaded.token_counts
-    if counts is not None:
+    if loaded.token_counts is not None:  # layer0/sif/none needs only the counts: no text read
         why = "vat's default for a checkpoint; SIF weights from its recorded token counts"
-        return ChosenFeatures(recorded_sif_features(spec, counts, loaded.config.vocab_size), why)
+        return ChosenFeatures(_fit(loaded, spec, FitOptions(), 128), why)
     why = (
         f"the mean of mu, not {spec}: no training token counts are recorded, which its SIF "
         "weights need (count_files: the training text to count them in)"
@@ -105,24 +84,9 @@ def _own_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     return ChosenFeatures(FittedFeatures(FeatureSpec()), why, fallback=True)
 
 
-def _unfitted_folder_spec(loaded: LoadedVAT) -> str:
-    """The one line for a folder whose own spec lacks its statistics (its
-    sentence_vat_config.json changed after export): what it holds, and the one step that
-    fits them, naming the spec as the `features` the error is about (a command shows
-    --features): the default rule never fits."""
-    spec, held = loaded.feature_spec, loaded.feature_stats
-    holds = "is absent" if held is None else f"holds {held.spec}'s"
-    return (
-        f"{loaded.path}: its {ST_MODULE_CONFIG_NAME} names the feature spec {spec}, whose "
-        f"statistics the folder does not hold ({FOLDER_STATS_NAME} {holds}); name {spec} "
-        "here to fit them, and they are stored in the folder"
-    )
-
-
 def parse_spec(features: object, name: str = "features") -> FeatureSpec:
     """A feature spec a caller named: a FeatureSpec, or its text ("mu/sif/pc1"). A bad or
-    empty one is an OptionError naming `name` (a command shows its flag, --features); the
-    spec's own checks (vat.feature_spec) say what is wrong with it."""
+    empty one is an OptionError naming `name` (a command shows its flag, --features)."""
     if isinstance(features, FeatureSpec):
         return features
     if not isinstance(features, str):
@@ -140,9 +104,8 @@ def parse_spec(features: object, name: str = "features") -> FeatureSpec:
 
 
 def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
-    """Where vat keeps the statistics of `spec` fitted for a model (`_store`), and
-    finds them again (`_stored`): beside a checkpoint, or inside an exported folder
-    by slug (its `features.safetensors` holds the folder's own spec)."""
+    """Where vat keeps the statistics of `spec` fitted for a model: beside a checkpoint, or
+    inside an exported folder by slug (its `features.safetensors` is the folder's own)."""
     p = Path(home)
     if p.is_dir():
         return p / f"features-{spec.slug}.safetensors"
@@ -150,9 +113,8 @@ def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
 
 
 def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
-    """Statistics of `spec` the model already has: an exported folder's own (checked against
-    the model when it was loaded), or the file vat wrote beside the model (`stats_path_for`)
-    when an earlier fit stored them."""
+    """Statistics of `spec` the model already has: an exported folder's own, or those an
+    earlier fit stored beside the model (`stats_path_for`)."""
     stats = loaded.feature_stats
     if stats is not None and stats.spec == spec:
         return stats
@@ -171,9 +133,9 @@ def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
 
 
 def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
-    """Keep fitted statistics beside the model (`stats_path_for`), where a later call finds
-    them (`_stored`); nothing for a model vat never writes into (a Hub download, a shipped
-    model), and a warning, never an error, when the write fails: the statistics are in hand."""
+    """Keep fitted statistics beside the model (`stats_path_for`); nothing for a model vat
+    never writes into (a Hub download, a shipped model), and a warning, never an error, when
+    the write fails: the statistics are in hand."""
     home = loaded.source.writable_home
     if home is None:
         return
@@ -194,10 +156,17 @@ def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
 def _fit(
     loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int
 ) -> FittedFeatures:
-    """A fresh fit of what `spec` needs for `loaded`: token counts (`token_counts_for`) for
-    SIF weights, sentences (`fit_ids_for`) for post-processing; the fit's record says
-    where each came from (the model card reports it)."""
-    counts = token_counts_for(loaded, options) if spec.weighting == "sif" else None
+    """A fresh fit of what `spec` needs for `loaded`: SIF counts from `count_files`, else the
+    model's record; its record says where the counts and sentences came from (for the card)."""
+    counts = loaded.token_counts if spec.weighting == "sif" else None
+    if spec.weighting == "sif" and options.count_files:
+        counts = count_tokens(loaded.tokenizer, options.count_files, loaded.config.vocab_size)
+    elif spec.weighting == "sif" and counts is None:
+        raise OptionError(
+            "count_files",
+            f"{loaded.path} stores no token frequencies (needed by sif weighting): "
+            "give its training text to count them",
+        )
     info = dict(options.info)
     ids: list[list[int]] = []
     if spec.post != "none":
@@ -226,14 +195,12 @@ def features_for(
     fit on (`fit`), and why: vat's one entry for them.
 
     - fitted features (ChosenFeatures, FittedFeatures) are taken as they are;
-    - no spec, and `fit` names no data: the model's own vectors, by the one rule of every
-      loader (`_own_features`), which never fits nor writes;
-    - no spec, but `fit` names files or sentences: the model's own spec (an exported
-      folder's, else DEFAULT_EXPORT_SPEC) fitted on them;
+    - no spec and no data named: the model's own vectors (`_own_features`);
+    - no spec, but data named: the model's own spec fitted on it;
     - a spec: as it is when it needs nothing fitted; else the statistics the model already
       has (unless `fit` names data: that always fits anew); else a fit on what `fit` names,
-      by default on a training checkpoint's fitting sample, stored beside the
-      model unless `save` is off (an export keeps them in its folder instead).
+      by default a training checkpoint's fitting sample, stored beside the model unless
+      `save` is off.
     """
     if isinstance(features, ChosenFeatures):
         return features

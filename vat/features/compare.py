@@ -6,18 +6,15 @@ every source x weighting x post-processing, scored on the STS tasks present.
     write_compare_set(check_output_set("feature-compare", overwrite=False), comparison)
 
 Each row is one spec with its Spearman x 100 (cosine protocol) on STS12's five sets, their
-mean, STS-B dev and test, and the selection score: the mean of STS12's five sets and STS-B
-dev, by which the rows are sorted (STS-B test never chooses). Every post-processing is
-fitted on the checkpoint's fitting sample or on a sample of the text files the caller
-names (--fit-files, never the evaluation sentences); what the fit cost
-(seconds, sentences) is in the row. Each sentence is encoded once for all source x
-weighting pairs together and a spec then only applies its post-processing, so the table
-costs two encoding passes, not one per spec.
+mean, STS-B dev and test, and the selection score (STS12's five sets and STS-B dev; STS-B
+test never chooses), by which the rows are sorted. Post-processing is fitted on the
+checkpoint's fitting sample or on a sample of --fit-files, never the evaluation sentences.
+Each sentence is encoded once for all source x weighting pairs, so the table costs two
+encoding passes, not one per spec.
 
-The table is written as a set, `compare.csv`, `compare.md` and `compare.png`, into a
-temporary folder that then replaces the output folder whole: an interrupted run leaves the
-old set or the new one, never a mix. The output folder is the set's own; one holding
-anything else (a run folder, the current folder) is refused before any work.
+The set (`compare.csv`, `compare.md`, `compare.png`) is written into a temporary folder that
+then replaces the output folder whole, so an interrupted run leaves the old set or the new
+one; an output folder holding anything else is refused before any work.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,19 +52,16 @@ BASELINE = "mu/mean/none"
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """How the comparison fits and encodes, checked when made: each bad value is one
-    OptionError naming its field, before the model is read."""
+    """How the comparison fits and encodes; a bad value is an OptionError naming its field."""
 
     fit_sentences: int = DEFAULT_FIT_SENTENCES
-    """Sentences sampled from the fitting files for every post-processing (at least 2: a
-    fit needs two rows)."""
+    """Sentences sampled for fitting every post-processing (at least 2)."""
     count_files: Sequence[str] | None = None
     """Text files to count token frequencies in for sif weighting (default: the counts the
     model stores; without either, sif is left out)."""
     batch_size: int = 128
-    """Sentences per model call."""
     seed: int = 0
-    """Seed of the fitting sample (numpy's seeds are non-negative)."""
+    """Seed of the fitting sample."""
 
     def __post_init__(self) -> None:
         check_count(self.fit_sentences, "fit_sentences", minimum=2)
@@ -78,8 +72,8 @@ class CompareSettings:
 @dataclass
 class Comparison:
     """The table and how it was made. `fit_x` (the pooled fitting sentences per source x
-    weighting) and `sif` are kept so that `add_classification` fits its specs on the same
-    sample without encoding it again."""
+    weighting) and `sif` let `add_classification` fit on the same sample without encoding
+    it again."""
 
     rows: list[dict]
     """One row per spec, best first (by SELECT)."""
@@ -90,55 +84,46 @@ class Comparison:
 
 
 # -- the specs and their scores: pure functions ----------------------------------------------
-def sources_of(n_layers: int) -> list[str]:
-    return ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
-
-
 def combos_of(n_layers: int, sif: bool) -> list[tuple[str, str]]:
     """The source x weighting pairs: precision weights only mu (it is mu's posterior
     precision), sif only where token counts are known."""
-    out = []
-    for s in sources_of(n_layers):
-        for w in WEIGHTINGS:
-            if (w == "precision" and s != "mu") or (w == "sif" and not sif):
-                continue
-            out.append((s, w))
-    return out
-
-
-def post_spec(post: str, d: int) -> str:
-    return f"whiten{d // 2}" if post == "whiten-half" else post
+    sources = ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
+    return [
+        (s, w)
+        for s in sources
+        for w in WEIGHTINGS
+        if not (w == "precision" and s != "mu") and not (w == "sif" and not sif)
+    ]
 
 
 def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
     """{column: Spearman x 100} of the cosine protocol, vectors keyed by sentence."""
     from vat.eval.sts import correlations, cosine_scores
 
+    def spearman(pairs) -> float:
+        a = np.stack([vectors[s] for s in pairs.a])
+        b = np.stack([vectors[s] for s in pairs.b])
+        return 100 * correlations(cosine_scores(a, b), pairs.y)["spearman"]
+
     out = {}
     for name, data in tasks.items():
         if data.kind == "sts":
-            per = []
-            for subset, pairs in data.splits.items():
-                a = np.stack([vectors[s] for s in pairs.a])
-                b = np.stack([vectors[s] for s in pairs.b])
-                rho = correlations(cosine_scores(a, b), pairs.y)["spearman"]
-                out[f"{name}.{subset}"] = 100 * rho
-                per.append(100 * rho)
+            per = [spearman(pairs) for pairs in data.splits.values()]
+            out.update({f"{name}.{subset}": r for subset, r in zip(data.splits, per)})
             out[name] = float(np.mean(per))
         else:  # STSBenchmark: dev and test
-            for split in ("dev", "test"):
-                pairs = data.splits[split]
-                a = np.stack([vectors[s] for s in pairs.a])
-                b = np.stack([vectors[s] for s in pairs.b])
-                out[f"STS-B {split}"] = 100 * correlations(cosine_scores(a, b), pairs.y)["spearman"]
+            out.update(
+                {f"STS-B {split}": spearman(data.splits[split]) for split in ("dev", "test")}
+            )
     return out
 
 
 def selection_score(row: dict) -> float:
     """The mean of STS12's five sets and STS-B dev: the rule that chose the default spec of
     exported models (vat.feature_spec.DEFAULT_EXPORT_SPEC), blind to STS-B test."""
-    cols = [k for k in row if k.startswith("STS12.")]
-    cols += ["STS-B dev"] if "STS-B dev" in row else []
+    cols = [k for k in row if k.startswith("STS12.")] + (
+        ["STS-B dev"] if "STS-B dev" in row else []
+    )
     return float(np.mean([row[c] for c in cols])) if cols else float("nan")
 
 
@@ -171,17 +156,22 @@ def compare_sts(
     else on the checkpoint's fitting sample. `name` names the model in the table's heading."""
     from vat.feature_spec import FeatureSpec
     from vat.features.encoder import apply_post, pooled_features, pooled_ids
-    from vat.features.fitting import FitOptions, count_tokens, fit_ids_for, fit_post
-    from vat.features.postprocess import sif_weights
+    from vat.features.fitting import (
+        FitOptions,
+        count_tokens,
+        fit_ids_for,
+        fit_post,
+        sif_weights_for,
+    )
 
     model, tok = loaded.model, loaded.tokenizer
-    n_layers, d = len(model.encoder), model.config.d_model
+    n_layers, d, vocab = len(model.encoder), model.config.d_model, model.config.vocab_size
     t0 = time.perf_counter()
     fit = FitOptions(fit_files=fit_files, n_fit=settings.fit_sentences, seed=settings.seed)
     fit_sents, fit_info = fit_ids_for(loaded, fit)
     t_read = time.perf_counter() - t0
     counts = (
-        count_tokens(tok, settings.count_files, model.config.vocab_size)
+        count_tokens(tok, settings.count_files, vocab)
         if settings.count_files
         else loaded.token_counts
     )
@@ -191,11 +181,7 @@ def compare_sts(
             "sif weighting left out",
             file=sys.stderr,
         )
-    sif = None
-    if counts is not None:
-        full = np.zeros(model.config.vocab_size)
-        full[: min(len(counts), len(full))] = counts[: len(full)]
-        sif = sif_weights(full)
+    sif = None if counts is None else sif_weights_for(counts, vocab)
     combos = combos_of(n_layers, sif is not None)
     eval_sents = sorted({s for data in tasks.values() for s in data.sentences()})
     t0 = time.perf_counter()
@@ -212,15 +198,14 @@ def compare_sts(
         file=sys.stderr,
     )
     rows = []
-    for source, weighting in combos:
+    for combo in combos:
         for post in POSTS:
-            spec = FeatureSpec(source, weighting, post_spec(post, d))
+            spec = FeatureSpec(*combo, f"whiten{d // 2}" if post == "whiten-half" else post)
             t0 = time.perf_counter()
-            arrays = fit_post(spec, fit_x[(source, weighting)])
+            arrays = fit_post(spec, fit_x[combo])
             t_fit = time.perf_counter() - t0
-            vecs = apply_post(spec, arrays, eval_x[(source, weighting)])
-            lookup = dict(zip(eval_sents, vecs))
-            row = {"spec": str(spec), **sts_scores(lookup, tasks)}
+            vecs = apply_post(spec, arrays, eval_x[combo])
+            row = {"spec": str(spec), **sts_scores(dict(zip(eval_sents, vecs)), tasks)}
             row[SELECT] = selection_score(row)
             row["fit s"] = round(t_fit, 3) if post != "none" else 0.0
             row["fit sentences"] = len(fit_sents) if post != "none" else 0
@@ -240,15 +225,11 @@ def compare_sts(
 
 
 def add_classification(
-    comparison: Comparison,
-    loaded: LoadedVAT,
-    data_dir: str | os.PathLike,
-    batch_size: int = 128,
+    comparison: Comparison, loaded: LoadedVAT, data_dir: str | os.PathLike, batch_size: int = 128
 ) -> None:
     """Add the classification accuracy (SentEval logreg, prototyping preset) of the tasks
-    present to the rows of mean-of-mu and the three best specs. The tasks' sentences are
-    encoded once for every source x weighting needed; each spec then only applies its
-    post-processing, fitted as in the STS table."""
+    present to the rows of mean-of-mu and the three best specs, each fitted as in the STS
+    table; the tasks' sentences are encoded once for every source x weighting needed."""
     from vat.eval.engine import EvalSettings, evaluate
     from vat.eval.tasks.registry import load_task
     from vat.feature_spec import FeatureSpec
@@ -271,13 +252,9 @@ def add_classification(
     combos = sorted({(s.source, s.weighting) for s in specs})
     sents = sorted({s for data in tasks for s in data.sentences()})
     t0 = time.perf_counter()
+    sents_in = [s or "." for s in sents]
     x = pooled_features(
-        loaded.model,
-        loaded.tokenizer,
-        [s or "." for s in sents],
-        combos,
-        comparison.sif,
-        batch_size,
+        loaded.model, loaded.tokenizer, sents_in, combos, comparison.sif, batch_size
     )
     print(
         f"vat: encoded {len(sents)} classification sentences in {time.perf_counter() - t0:.1f} s",
@@ -301,21 +278,22 @@ def add_classification(
 
 
 # -- the table and the plot --------------------------------------------------------------------
-def _fit_source(meta: dict) -> str:
-    return ", ".join(meta.get("fit_files") or []) or meta.get("fit_from", "the fitting sample")
+def _columns(rows: list[dict]) -> list[str]:
+    """Every key of the rows, in first-seen order."""
+    return list(dict.fromkeys(k for r in rows for k in r))
 
 
 def compare_markdown(rows: list[dict], meta: dict) -> str:
     """compare.md: a sentence on how it was measured, then one row per spec, best first
     (STS12's five sets are in compare.csv only)."""
-    cols: list[str] = []
-    for r in rows:
-        cols += [k for k in r if k not in cols]
-    show = [c for c in cols if not c.startswith("STS12.")]
+    show = [c for c in _columns(rows) if not c.startswith("STS12.")]
+    fit_source = ", ".join(meta.get("fit_files") or []) or meta.get(
+        "fit_from", "the fitting sample"
+    )
     md = [
         f"Feature specs of `{meta['model']}` ({meta['date']}), Spearman x 100 (cosine); sorted "
         f"by the mean of STS12's five sets and STS-B dev. Post-processing fitted on "
-        f"{meta['fit_sentences']} sentences of {_fit_source(meta)}; encoding them "
+        f"{meta['fit_sentences']} sentences of {fit_source}; encoding them "
         f"for all {meta['combos_encoded']} source x weighting pairs took "
         f"{meta['fit_encode_s']} s (reading {meta['read_s']} s).",
         "",
@@ -342,24 +320,13 @@ def _plot(rows: list[dict], path: Path) -> None:
             return "pc"
         return "whiten" if p == "whiten" else ("whiten-half" if p.startswith("whiten") else "none")
 
-    pairs = []
-    for r in rows:
-        sw = "/".join(r["spec"].split("/")[:2])
-        if sw not in pairs:
-            pairs.append(sw)
-    pairs.sort()
+    score = {("/".join(r["spec"].split("/")[:2]), post_of(r["spec"])): r[SELECT] for r in rows}
+    pairs = sorted({sw for sw, _ in score})
     fig = figure_class()(figsize=(max(8, 0.35 * len(pairs)), 4.5))
     ax = fig.subplots()
     width = 0.8 / len(posts)
     for i, post in enumerate(posts):
-        vals = []
-        for sw in pairs:
-            got = [
-                r[SELECT]
-                for r in rows
-                if "/".join(r["spec"].split("/")[:2]) == sw and post_of(r["spec"]) == post
-            ]
-            vals.append(got[0] if got else np.nan)
+        vals = [score.get((sw, post), np.nan) for sw in pairs]
         ax.bar(np.arange(len(pairs)) + (i - 1.5) * width, vals, width, label=post)
     base = next((r for r in rows if r["spec"] == BASELINE), None)
     if base:
@@ -373,28 +340,23 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 def _write(rows: list[dict], meta: dict, where: Path) -> None:
     """The three files of the set, into the folder `where`."""
-    outputs = [where / name for name in OUTPUT_NAMES]
-    cols: list[str] = []
-    for r in rows:
-        cols += [k for k in r if k not in cols]
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=_columns(rows), lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
-    atomic_write(outputs[0], lambda f: f.write(buf.getvalue()))
+    atomic_write(where / OUTPUT_NAMES[0], lambda f: f.write(buf.getvalue()))
     md = compare_markdown(rows, meta)
-    atomic_write(outputs[1], lambda f: f.write(md + "\n"))
-    _plot(rows, outputs[2])
+    atomic_write(where / OUTPUT_NAMES[1], lambda f: f.write(md + "\n"))
+    _plot(rows, where / OUTPUT_NAMES[2])
 
 
 # -- the output folder: written whole -------------------------------------------------------
 def check_output_set(directory: str, overwrite: bool) -> Path:
     """The absolute --output-dir, refused before any work when it cannot be replaced whole:
-    not a folder (a file, a FIFO, a link: vat replaces links, never writes through them),
-    the current folder or one containing it (replacing it would pull the folder from under
-    this process and its shell), a folder holding anything but the compare files, or earlier
-    compare files without --overwrite."""
+    not a folder (vat replaces links, never writes through them), the current folder or one
+    containing it, a folder holding anything but the compare files, or earlier compare files
+    without --overwrite."""
     if not str(directory).strip():
         raise OptionError("output_dir", "is empty; name a folder for the compare files")
     shown = Path(directory)
@@ -435,10 +397,10 @@ def _check_own_files(out: Path, shown: Path) -> None:
         )
 
 
-def write_output_set(out: Path, write: Callable[[Path], None]) -> None:
-    """Write the compare set into a fresh temporary folder beside `out` and swap it in
-    whole (vat.share.folder.replace_dir); the temporary folder never outlives the call (an
-    interrupt included), and one left by a killed run is removed by the next."""
+def write_compare_set(out: Path, comparison: Comparison) -> None:
+    """compare.csv, compare.md and compare.png of `comparison`, written into a fresh temporary
+    folder and swapped in whole for `out` (from `check_output_set`); the temporary folder
+    never outlives the call, and one left by a killed run is removed by the next."""
     from vat.share.folder import replace_dir
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -447,14 +409,8 @@ def write_output_set(out: Path, write: Callable[[Path], None]) -> None:
     tmp = temp_path(out)
     tmp.mkdir()
     try:
-        write(tmp)
+        _write(comparison.rows, comparison.meta, tmp)
         replace_dir(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_compare_set(out: Path, comparison: Comparison) -> None:
-    """compare.csv, compare.md and compare.png of `comparison`, replacing the folder `out`
-    (from `check_output_set`) whole."""
-    write_output_set(out, lambda tmp: _write(comparison.rows, comparison.meta, tmp))

@@ -1,11 +1,7 @@
 """Sentence vectors by a feature spec (vat.feature_spec): sources, weightings and fitted
-post-processing, for a loaded model (vat.share.loaded).
-
-One code path makes the vectors for `vat evaluate`, `vat.load(...).encode`, the
-sentence-transformers module and the MTEB encoder: `FeatureEncoder.pool_ids` (source and
-weighting of one padded batch) then `FeatureEncoder.post` (the fitted post-processing, in
-float64 numpy). Which spec and statistics a model uses is `vat.features.choice`'s; fitting
-them on unlabeled text is `vat.features.fitting`'s.
+post-processing. One code path makes the vectors for `vat evaluate`, `vat.load(...).encode`,
+sentence-transformers and MTEB: `pool_batch` (source and weighting of one padded batch),
+then `apply_post` (the fitted post-processing, in float64 numpy).
 """
 
 from __future__ import annotations
@@ -14,16 +10,15 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from vat.errors import OptionError, VatError
+from vat.errors import OptionError
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.features.pooling import length_sorted_batches, pool
+from vat.features.pooling import padded_batches, pool
 from vat.features.postprocess import apply_pc_removal, apply_whitening
 from vat.model import VAT
 from vat.runtime import eval_mode
 from vat.share.loaded import LoadedVAT
-from vat.tokenizer import VATTokenizer, make_batch
+from vat.tokenizer import VATTokenizer
 
 Combo = tuple[str, str]  # (source, weighting)
 
@@ -33,12 +28,9 @@ Combo = tuple[str, str]  # (source, weighting)
 def encoder_states(
     model: VAT, src_ids: torch.Tensor, layers: Iterable[int] = ()
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """({layer: (B, T, d)}, mu, logvar, mask) of one batch, in one encoder pass.
-
-    Layer 0 is the scaled embeddings plus positions, layer k the output of encoder layer k;
-    the last layer is taken after the final norm (pre-LN), i.e. the input of the mu and
-    log-variance heads. mu and logvar are `VAT.encode`'s (the same steps, in eval mode).
-    """
+    """({layer: (B, T, d)}, mu, logvar, mask) of one batch, in one encoder pass. Layer 0 is
+    the embeddings plus positions, layer k encoder layer k's output; the last layer is taken
+    after the final norm (pre-LN), the heads' input. mu and logvar are `VAT.encode`'s."""
     want = set(layers)
     n = len(model.encoder)
     mask = src_ids != model.config.pad_id  # (B, T)
@@ -59,24 +51,14 @@ def encoder_states(
 
 
 def _layers_of(sources: Iterable[str], n_layers: int) -> set[int]:
+    """The encoder layers the sources read (a layerK beyond the encoder fails here)."""
     out: set[int] = set()
     for s in sources:
         if s == "firstlast":
             out |= {1, n_layers}
         elif s != "mu":
-            k = FeatureSpec(source=s).layer(n_layers)
-            out.add(int(k))
+            out.add(int(FeatureSpec(source=s).layer(n_layers)))
     return out
-
-
-def source_tensor(
-    source: str, states: dict[int, torch.Tensor], mu: torch.Tensor, n_layers: int
-) -> torch.Tensor:
-    if source == "mu":
-        return mu
-    if source == "firstlast":
-        return (states[1] + states[n_layers]) / 2
-    return states[int(source[5:])]
 
 
 # -- weighting ---------------------------------------------------------------------------------
@@ -92,8 +74,6 @@ def weighted_pool(
     weightings are `vat.features.pool`'s."""
     if weighting != "sif":
         return pool(x, lengths, weighting, logvar)  # type: ignore[arg-type]
-    if token_weights is None:
-        raise ValueError("sif weighting needs token weights")
     n = lengths.clamp_min(1)
     keep = torch.arange(x.shape[1], device=x.device)[None, :] < n[:, None]  # (B, T)
     w = token_weights * keep  # (B, T)
@@ -114,15 +94,17 @@ def pool_batch(
     states, mu, logvar, _ = encoder_states(
         model, src_ids, _layers_of({s for s, _ in combos}, n_layers)
     )
-    tw = None
-    if any(w == "sif" for _, w in combos):
-        if sif is None:
-            raise VatError("sif weighting needs token frequencies (SIF weights)")
-        tw = sif.to(src_ids.device)[src_ids]  # (B, T)
+    sif_combo = any(w == "sif" for _, w in combos)
+    tw = sif.to(src_ids.device)[src_ids] if sif_combo else None  # (B, T)
     out = {}
     for source, weighting in combos:
-        x = source_tensor(source, states, mu, n_layers).float()
-        out[(source, weighting)] = weighted_pool(x, lengths, weighting, logvar.float(), tw)
+        if source == "mu":
+            x = mu
+        elif source == "firstlast":
+            x = (states[1] + states[n_layers]) / 2
+        else:
+            x = states[int(source[5:])]
+        out[(source, weighting)] = weighted_pool(x.float(), lengths, weighting, logvar.float(), tw)
     return out
 
 
@@ -155,20 +137,12 @@ def pooled_ids(
     progress: bool = False,
 ) -> dict[Combo, np.ndarray]:
     """`pooled_features` of sentences already tokenized (at most max_len - 1 ids each)."""
-    d = model.config.d_model
-    out = {c: np.zeros((len(ids), d), dtype=np.float32) for c in combos}
-    device = next(model.parameters()).device
+    out = {c: np.zeros((len(ids), model.config.d_model), dtype=np.float32) for c in combos}
     sif_t = None if sif is None else torch.as_tensor(np.asarray(sif), dtype=torch.float32)
-    with eval_mode(model):
-        batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
-        for index in tqdm(
-            batches, desc="encoding", unit="batch", disable=not progress, leave=False
-        ):
-            batch = [list(ids[i]) for i in index]
-            src = make_batch(batch)["src"].to(device)
-            lengths = torch.tensor([len(x) for x in batch], device=device)
-            for c, v in pool_batch(model, src, lengths, combos, sif_t).items():
-                out[c][index] = v.cpu().numpy()
+    for index, batch, src in padded_batches(model, ids, batch_size, progress):
+        lengths = torch.tensor([len(x) for x in batch], device=src.device)
+        for c, v in pool_batch(model, src, lengths, combos, sif_t).items():
+            out[c][index] = v.cpu().numpy()
     return out
 
 
@@ -185,17 +159,15 @@ class FeatureEncoder:
     """A loaded model with a fitted feature spec: `encoder(sentences) -> (N, k)` float32."""
 
     def __init__(self, loaded: LoadedVAT, fitted: FittedFeatures) -> None:
-        # `loaded` was checked where it was loaded (vat.share.resolve.load_model), or by the
-        # entry point that took it from a user (vat_encoder, vat.load(...).feature_encoder)
         model = loaded.model
         if not isinstance(fitted, FittedFeatures):
             raise OptionError("features", f"expected a FittedFeatures, got {type(fitted).__name__}")
-        # Every path to vectors (vat.load(...).encode, sentence-transformers, MTEB, vat
-        # evaluate, a FittedFeatures a user built) passes here: the statistics are checked
-        # against this model's sizes as its weights were (finite, shapes, dtype, SIF range).
+        # Every path to vectors passes here: the statistics are checked against this model's
+        # sizes as its weights were (finite, shapes, dtype, SIF range).
         fitted.check(model_config=model.config)
         self.model, self.tokenizer, self.fitted = model, loaded.tokenizer, fitted
         fitted.spec.layer(len(model.encoder))  # a layerK beyond the encoder fails here
+        self.combo = (fitted.spec.source, fitted.spec.weighting)
         sw = fitted.arrays.get("sif_weights") if fitted.spec.weighting == "sif" else None
         self._sif = None if sw is None else torch.as_tensor(sw, dtype=torch.float32)
 
@@ -209,25 +181,17 @@ class FeatureEncoder:
             return int(self.fitted.arrays["matrix"].shape[1])
         return int(self.model.config.d_model)
 
-    def pool_ids(self, src_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(B, d) source + weighting of one padded batch (no post-processing)."""
-        combo = (self.spec.source, self.spec.weighting)
-        return pool_batch(self.model, src_ids, lengths, [combo], self._sif)[combo]
-
-    def post(self, x: np.ndarray) -> np.ndarray:
-        return apply_post(self.spec, self.fitted.arrays, x)
-
     def encode_ids(self, src_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, k) final vectors of a padded batch, on the batch's device."""
         with eval_mode(self.model):
-            x = self.pool_ids(src_ids, lengths).cpu().numpy()
-        return torch.from_numpy(self.post(x)).to(src_ids.device)
+            pooled = pool_batch(self.model, src_ids, lengths, [self.combo], self._sif)
+        x = apply_post(self.spec, self.fitted.arrays, pooled[self.combo].cpu().numpy())
+        return torch.from_numpy(x).to(src_ids.device)
 
     def __call__(
         self, sentences: Sequence[str], batch_size: int = 128, progress: bool = False
     ) -> np.ndarray:
-        combo = (self.spec.source, self.spec.weighting)
         x = pooled_features(
-            self.model, self.tokenizer, sentences, [combo], self._sif, batch_size, progress
+            self.model, self.tokenizer, sentences, [self.combo], self._sif, batch_size, progress
         )
-        return self.post(x[combo])
+        return apply_post(self.spec, self.fitted.arrays, x[self.combo])

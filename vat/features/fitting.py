@@ -1,19 +1,17 @@
 """Fitting a feature spec's statistics on unlabeled text: SIF weights from token counts,
-post-processing (top-PC removal, whitening) on sentences. Fitting reads only what it is
-given: by default the training counts and the fitting sample a training checkpoint holds
+post-processing (top-PC removal, whitening) on sentences. A fit reads only what it is given:
+by default the training counts and fitting sample a training checkpoint holds
 (vat.data.token_counts), else files the user names; never a file a model's records name.
 
-The steps a caller composes (vat.features.choice.features_for composes them):
-`FitOptions` (what to read, checked once), `token_counts_for` (SIF counts: named files or
-the model's own), `fit_ids_for` (the sentences as subword ids: given, sampled from named
-files, or the checkpoint's fitting sample), `fit_features` (the arrays).
+`vat.features.choice.features_for` composes the steps: `FitOptions` (what to read, checked
+once), `fit_ids_for` (sentences as subword ids), `fit_features`.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import numpy as np
 
 from vat.data.corpus import expand_files, iter_files
 from vat.errors import OptionError, VatError, check_count
-from vat.feature_spec import FeatureSpec, FittedFeatures
+from vat.feature_spec import DEFAULT_SIF_A, FeatureSpec, FittedFeatures
 from vat.features.encoder import pooled_ids, tokenize
 from vat.features.postprocess import fit_pc_removal, fit_whitening, sif_weights
 from vat.model import VAT
@@ -34,10 +32,7 @@ DEFAULT_FIT_SENTENCES = 20_000
 @dataclass(frozen=True)
 class FitOptions:
     """What a fit reads, checked when it is made: each bad value is one OptionError naming
-    its argument, before anything is read or fitted.
-
-    `fit_files` and `count_files` are lists of paths (one path alone is one file);
-    `fit_sentences` a list of at least 2 sentences, never a bare string."""
+    its argument. One path alone is one file; a bare string is never a list of sentences."""
 
     fit_files: Sequence[str] | str | os.PathLike | None = None
     """Text files to sample up to n_fit fitting sentences from (default: a training
@@ -50,8 +45,7 @@ class FitOptions:
     seed: int = 0
     """The seed of the sample of fit_files."""
     info: dict = field(default_factory=dict)
-    """Extra facts kept in the fit's record (FittedFeatures.fit), e.g. the evaluation's
-    guard against fitting on its own data."""
+    """Extra facts kept in the fit's record (FittedFeatures.fit)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fit_files", text_files(self.fit_files, "fit_files"))
@@ -68,26 +62,10 @@ class FitOptions:
         return any(x is not None for x in (self.fit_files, self.fit_sentences, self.count_files))
 
 
-def token_counts_for(loaded: LoadedVAT, options: FitOptions) -> np.ndarray:
-    """(V,) subword counts for SIF weights: counted in `count_files` when named, else the
-    training counts the model records (an OptionError naming count_files when it has none)."""
-    if options.count_files:
-        return count_tokens(loaded.tokenizer, options.count_files, loaded.config.vocab_size)
-    if loaded.token_counts is None:
-        raise OptionError(
-            "count_files",
-            f"{loaded.path} stores no token frequencies (needed by sif weighting): "
-            "give its training text to count them",
-        )
-    return loaded.token_counts
-
-
 def fit_ids_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[list[int]], dict]:
     """The sentences a post-processing fit reads, as subword ids, and what the fit's record
-    says of them: `fit_sentences` as given, else up to n_fit lines sampled from `fit_files`,
-    else up to n_fit of a training checkpoint's fitting sample. A model without one (an
-    exported folder, a checkpoint saved before vat kept one) is an OptionError naming
-    fit_files."""
+    says of them: `fit_sentences`, else up to n_fit lines sampled from `fit_files`, else up
+    to n_fit of a training checkpoint's fitting sample; else an OptionError naming fit_files."""
     info: dict = {"seed": options.seed}
     if options.fit_sentences is not None:
         sentences = list(options.fit_sentences)
@@ -99,25 +77,20 @@ def fit_ids_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[list[int]]
         sample = reservoir_sample([loaded.fit_sample], options.n_fit, options.seed)
         return [ids[: loaded.config.max_len - 1] for ids in sample], info
     else:
-        raise OptionError("fit_files", _no_fit_sample(loaded))
+        if loaded.source.kind == "checkpoint":
+            why = "was saved before vat kept a fitting sample in its checkpoints"
+        else:  # an export leaves its training text behind: it is the user's, not the model's
+            why = "is an exported model, which carries the statistics of its own spec and no text"
+        raise OptionError(
+            "fit_files",
+            f"{loaded.path} {why}; give text files of unlabeled sentences (one per line)",
+        )
     return tokenize(loaded.tokenizer, sentences, loaded.config.max_len), info
 
 
-def _no_fit_sample(loaded: LoadedVAT) -> str:
-    if loaded.source.kind == "checkpoint":
-        why = "was saved before vat kept a fitting sample in its checkpoints"
-    else:  # an export leaves its training text behind: it is the user's, not the model's
-        why = "is an exported model, which carries the statistics of its own spec and no text"
-    return f"{loaded.path} {why}; give text files of unlabeled sentences (one per line)"
-
-
 def text_files(value: object, name: str) -> list[str] | None:
-    """`value` (fit_files, count_files) as a list of paths; None passes through.
-
-    One path (a str, numpy string or PathLike) is one file, never its characters: no user
-    means a list of one-letter files, and `open`, pandas and datasets' data_files read one
-    path the same way. Bytes, None or non-path entries and an empty list are OptionErrors
-    naming `name`."""
+    """`value` (fit_files, count_files) as a list of paths; None passes through. One path is
+    one file, never its characters (as `open` and datasets' data_files read it)."""
     if value is None:
         return None
     if isinstance(value, str | os.PathLike):
@@ -125,11 +98,10 @@ def text_files(value: object, name: str) -> list[str] | None:
     items = _entries(value, name, "paths of text files")
     out = []
     for i, item in enumerate(items):
-        if not isinstance(item, str | os.PathLike) or isinstance(item, bytes):
-            raise OptionError(name, f"entry {i} is {_kind(item)}; expected a path (str)")
-        text = os.fspath(item)
-        if not isinstance(text, str) or not text:  # a PathLike of bytes, or ""
-            raise OptionError(name, f"entry {i} is {text!r}; expected a path (str)")
+        text = os.fspath(item) if isinstance(item, str | os.PathLike) else None
+        if not isinstance(text, str) or not text:  # not a path, a PathLike of bytes, or ""
+            shown = _kind(item) if text is None else repr(text)
+            raise OptionError(name, f"entry {i} is {shown}; expected a path (str)")
         out.append(str(text))  # numpy's str_ is a str subclass: plain str for the records
     if not out:
         raise OptionError(name, "is empty; give at least one text file")
@@ -138,7 +110,7 @@ def text_files(value: object, name: str) -> list[str] | None:
 
 def sentence_list(value: object, name: str) -> list[str] | None:
     """`value` (fit_sentences) as a list of at least 2 str; None passes through. A bare
-    string is refused, not read as its characters (fitting on 8 letters is never meant)."""
+    string is refused, not read as its characters."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -165,39 +137,25 @@ def _kind(x: object) -> str:
     return "None" if x is None else f"{type(x).__name__} {x!r:.40}"
 
 
-class _named_errors:
-    """Errors of reading text files as OptionErrors naming the argument that named them (the
-    readers in vat.data.corpus prefix messages with it)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, error, tb) -> None:
-        if error is None or isinstance(error, OptionError) or not isinstance(error, VatError):
-            return None
-        text = str(error).removeprefix(f"{self.name}: ")
-        raise OptionError(self.name, text) from None
+def _chunks_of(files: object, name: str) -> Iterator[list[str]]:
+    """Chunks of the lines of text files named by the argument `name`; reading errors are
+    OptionErrors naming it (the readers in vat.data.corpus prefix messages with it)."""
+    try:
+        yield from iter_files(expand_files(text_files(files, name) or [], name), "skip", name)
+    except OptionError:
+        raise
+    except VatError as e:
+        raise OptionError(name, str(e).removeprefix(f"{name}: ")) from None
 
 
 def count_tokens(
-    tokenizer: VATTokenizer,
-    files: Sequence[str | os.PathLike] | str | os.PathLike,
-    vocab_size: int,
-    name: str = "count_files",
+    tokenizer: VATTokenizer, files: Sequence[str | os.PathLike] | str | os.PathLike, vocab_size: int
 ) -> np.ndarray:
     """(vocab_size,) subword counts over text files (one sentence per line, plain or .gz)."""
-
     counts = np.zeros(vocab_size, dtype=np.int64)
-    with _named_errors(name):
-        paths = expand_files(text_files(files, name) or [], name)
-        for chunk in iter_files(paths, "skip", name):
-            flat = np.fromiter(
-                (i for ids in tokenizer.encode_batch(chunk) for i in ids), dtype=np.int64
-            )
-            counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+    for chunk in _chunks_of(files, "count_files"):
+        flat = np.fromiter((i for ids in tokenizer.encode_batch(chunk) for i in ids), np.int64)
+        counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
     return counts
 
 
@@ -225,19 +183,13 @@ def reservoir_sample(chunks: Iterable[Sequence[str]], n: int, seed: int = 0) -> 
 
 
 def sample_lines(
-    files: Sequence[str | os.PathLike] | str | os.PathLike,
-    n: int,
-    seed: int = 0,
-    name: str = "fit_files",
+    files: Sequence[str | os.PathLike] | str | os.PathLike, n: int, seed: int = 0
 ) -> list[str]:
     """Up to n lines drawn uniformly without replacement (in file order) from text files, in
-    one pass holding n lines and one chunk (`reservoir_sample`): a 20M-line corpus costs no
-    more memory than a small one. Errors name the argument `name`."""
+    one pass holding n lines and one chunk (`reservoir_sample`). Errors name fit_files."""
     check_count(n, "n_fit", minimum=1)
     check_count(seed, "seed", minimum=0)
-    with _named_errors(name):
-        paths = expand_files(text_files(files, name) or [], name)
-        return reservoir_sample(iter_files(paths, "skip", name), int(n), int(seed))
+    return reservoir_sample(_chunks_of(files, "fit_files"), int(n), int(seed))
 
 
 def check_not_evaluation_data(
@@ -268,39 +220,12 @@ def fit_post(spec: FeatureSpec, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def sif_weights_for(
-    spec: FeatureSpec, token_counts: np.ndarray | None, vocab_size: int
+    token_counts: np.ndarray, vocab_size: int, a: float = DEFAULT_SIF_A
 ) -> np.ndarray:
-    """(vocab_size,) SIF weights a / (a + p(w)) of `spec` from subword counts (a model's
-    recorded training counts, or counts of named files); ids the counts lack count 0."""
-    if token_counts is None:
-        raise OptionError(
-            "count_files",
-            "sif weighting needs token frequencies: this model has none stored "
-            "(a checkpoint older than vat's token counts); give its training text to "
-            "count them",
-        )
+    """(vocab_size,) SIF weights a / (a + p(w)) from subword counts; ids they lack count 0."""
     counts = np.zeros(vocab_size, dtype=np.float64)
     counts[: min(len(token_counts), len(counts))] = token_counts[: len(counts)]
-    return sif_weights(counts, spec.sif_a)
-
-
-def recorded_sif_features(
-    spec: FeatureSpec, token_counts: np.ndarray, vocab_size: int
-) -> FittedFeatures:
-    """The statistics of a spec that needs only SIF weights (DEFAULT_EXPORT_SPEC), from the
-    training token counts a model records: no sentence is read, nothing is written. The
-    record says so as a fit on them would (`fit_features`), for the model card."""
-    if spec.weighting != "sif" or spec.post != "none":
-        raise ValueError(f"{spec} needs more than SIF weights: fit it (fit_features)")
-    t0 = time.perf_counter()
-    arrays = {"sif_weights": sif_weights_for(spec, token_counts, vocab_size)}
-    fit = {
-        "counts_from": "training",
-        "count_tokens": int(np.asarray(token_counts).sum()),
-        "sentences": 0,
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    return FittedFeatures(spec, arrays, fit)
+    return sif_weights(counts, a)
 
 
 def fit_features(
@@ -315,8 +240,8 @@ def fit_features(
     given as subword ids (`fit_ids_for`)."""
     t0 = time.perf_counter()
     arrays: dict[str, np.ndarray] = {}
-    if spec.weighting == "sif":
-        arrays["sif_weights"] = sif_weights_for(spec, token_counts, model.config.vocab_size)
+    if spec.weighting == "sif":  # features_for has the counts or refused, naming count_files
+        arrays["sif_weights"] = sif_weights_for(token_counts, model.config.vocab_size, spec.sif_a)
     if spec.post != "none":
         if len(ids) < 2:
             raise VatError(f"fitting {spec} needs at least 2 sentences, got {len(ids)}")

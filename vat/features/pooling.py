@@ -1,9 +1,8 @@
 """Run a VAT encoder over raw sentences: token means, token vectors, pooled features.
 
-Shared by the geometry callbacks and CLI, the SentEval harness and generation. Features use
-mu (no sampling), as the paper prescribes for representations. Subword positions w_1..w_n are
-the "tokens"; the final </s> latent is left out of pooling and geometry (it is a position
-marker, not a word), except for an empty sentence, whose only latent is </s>.
+Features use mu (no sampling), as the paper prescribes. The subwords w_1..w_n are the
+"tokens"; the final </s> latent is left out of pooling (a position marker, not a word),
+except for an empty sentence, whose only latent is </s>.
 """
 
 from __future__ import annotations
@@ -40,20 +39,29 @@ def length_sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[in
         yield order[start : start + size]
 
 
-def iter_encoded_ids(
-    model: VAT, ids: Sequence[list[int]], batch_size: int = 128, progress: bool = False
-) -> Iterator[EncodedBatch]:
-    """Encode subword id lists (already cut to max_len - 1) in length-sorted batches, in eval
-    mode without autograd; `progress` shows a bar on stderr."""
+def padded_batches(
+    model: VAT, ids: Sequence[Sequence[int]], batch_size: int, progress: bool
+) -> Iterator[tuple[list[int], list[list[int]], torch.Tensor]]:
+    """(index, ids, src (B, T) on the model's device) of length-sorted batches, in eval mode;
+    `progress` shows a bar on stderr."""
     device = next(model.parameters()).device
     batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
     with eval_mode(model):
         for index in tqdm(
             batches, desc="encoding", unit="batch", disable=not progress, leave=False
         ):
-            batch_ids = [ids[i] for i in index]
-            post = model.encode(make_batch(batch_ids)["src"].to(device))  # mu, logvar (B, T, d)
-            yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
+            batch_ids = [list(ids[i]) for i in index]
+            yield index, batch_ids, make_batch(batch_ids)["src"].to(device)
+
+
+def iter_encoded_ids(
+    model: VAT, ids: Sequence[list[int]], batch_size: int = 128, progress: bool = False
+) -> Iterator[EncodedBatch]:
+    """Encode subword id lists (already cut to max_len - 1) in length-sorted batches, in eval
+    mode without autograd."""
+    for index, batch_ids, src in padded_batches(model, ids, batch_size, progress):
+        post = model.encode(src)  # mu, logvar (B, T, d)
+        yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
 
 
 def iter_encoded(
@@ -66,7 +74,6 @@ def iter_encoded(
     """Encode sentences (cut to the model's max_len) in length-sorted batches; a single
     string is one sentence (vat.errors.check_sentences)."""
     sentences, _ = check_sentences(sentences)
-    check_count(batch_size, "batch_size")
     max_len = model.config.max_len
     ids = tokenizer.encode_batch(list(sentences), max_tokens=max_len - 1)  # </s> takes one
     yield from iter_encoded_ids(model, ids, batch_size, progress)
@@ -75,14 +82,10 @@ def iter_encoded(
 def pool(
     mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling, logvar: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row.
-
-    mean / sum / start are the paper's VAT-mean, VAT-sum and VAT-start (Tables 4-5).
-    precision needs logvar (B, T, d): the mean of mu weighted per dimension by the
-    precision exp(-logvar), i.e. the mean of the product of the token Gaussians N(mu_t, var_t):
-    feature_i = sum_t mu_ti exp(-logvar_ti) / sum_t exp(-logvar_ti). Confident tokens count
-    more; with equal variances it is mean pooling.
-    A row of length 0 (empty sentence) pools its </s> latent at position 0.
+    """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row
+    (a row of length 0 pools its </s> latent). mean / sum / start are the paper's VAT-mean,
+    VAT-sum and VAT-start; precision (needs logvar (B, T, d)) is the mean of the product of
+    the token Gaussians: sum_t mu_ti exp(-logvar_ti) / sum_t exp(-logvar_ti).
     """
     B, T, _ = mu.shape
     n = lengths.clamp_min(1)  # (B,)
@@ -134,7 +137,10 @@ def token_posteriors(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """mu (N, d) and logvar (N, d) of every subword, on the model's device, with token ids
     (N,) and sentence ids (N,), in input order (batches run length-sorted, then reordered)."""
-    mus, logvars, tok, sent = [], [], [], []
+    d, device = model.config.d_model, next(model.parameters()).device
+    mus = [torch.zeros(0, d, device=device)]  # (n_b, d) per batch; none for no sentences
+    logvars = [torch.zeros(0, d, device=device)]
+    tok, sent = [], []
     for b in iter_encoded(model, tokenizer, sentences, batch_size, progress):
         lengths = torch.tensor([len(x) for x in b.ids], device=b.mu.device)  # (B,)
         keep = torch.arange(b.mu.shape[1], device=b.mu.device)[None, :] < lengths[:, None]  # (B, T)
@@ -142,15 +148,6 @@ def token_posteriors(
         logvars.append(b.logvar[keep])  # (n_b, d)
         tok.extend(i for ids in b.ids for i in ids)
         sent.extend(i for i, ids in zip(b.index, b.ids) for _ in ids)
-    d = model.config.d_model
-    if not tok:
-        empty = torch.zeros(0, d, device=next(model.parameters()).device)
-        return (
-            empty,
-            empty.clone(),
-            torch.zeros(0, dtype=torch.long),
-            torch.zeros(0, dtype=torch.long),
-        )
     sentence_ids = torch.tensor(sent, dtype=torch.long)
     order = torch.argsort(sentence_ids, stable=True)  # (N,) back to input order
     device_order = order.to(mus[0].device)

@@ -1,15 +1,11 @@
 """Decoding text from any latent sequence Z (B, T, d) with its mask (B, T).
 
-The paper (Ferner & Wegenkittl 2022), "Generation": every point of a VAT's latent space
-decodes to text. `greedy_decode`, `beam_search` and `sample_decode` share one step function
-and sit behind `decode_latents(model, z, z_mask, options)`. Every decoder step feeds only the
-newest token and reuses cached self-attention keys and values (O(T) per step);
-`use_cache=False` re-runs the whole prefix instead, the naive baseline for the equality test
-and bench/bench_decode.py.
-
-Decoded sequences are subword ids without <s>; a sequence stops at its first </s>, which is
-not part of the returned ids (but its log-probability is part of the score). Pure: no
-tokenizer, no Lightning; callers put the model in eval mode (`vat.runtime.eval_mode`).
+Every point of a VAT's latent space decodes to text (the paper, "Generation").
+`greedy_decode`, `beam_search` and `sample_decode` share one step function and sit behind
+`decode_latents(model, z, z_mask, options)`. Each step feeds only the newest token and reuses
+cached keys and values; `use_cache=False` re-runs the prefix (the baseline of the tests).
+Sequences are subword ids without <s>, cut at the first </s> (whose log-probability counts
+in the score). Callers put the model in eval mode (`vat.runtime.eval_mode`).
 """
 
 from __future__ import annotations
@@ -53,8 +49,7 @@ class DecodeOptions:
     """Reuse cached self-attention keys/values (O(T) per step); False re-runs the prefix."""
 
     def __post_init__(self) -> None:
-        """Every field checked by type and range, in the Python names users pass (`beam` is
-        beam_size's name in vat.load(...).reconstruct and `vat generate --beam`)."""
+        """Every field checked, named as users pass it (beam_size is `beam` there)."""
         checked = {
             "strategy": check_choice(self.strategy, "strategy", ("greedy", "beam", "sample")),
             "beam_size": check_count(self.beam_size, "beam"),
@@ -88,12 +83,8 @@ class Hypothesis(NamedTuple):
 
 
 class _Stepper:
-    """Runs the decoder one position at a time and returns next-token log-probabilities.
-
-    With the cache each step feeds only the newest token, whose query attends to the cached
-    keys/values of the prefix: O(T) work per step. Without it each step re-runs the whole
-    prefix (O(T^2) per step): the naive baseline of the equality test and the benchmark.
-    """
+    """Runs the decoder one position at a time and returns next-token log-probabilities;
+    with the cache each step costs O(T), without it O(T^2) (the whole prefix again)."""
 
     def __init__(
         self, model: nn.Module, z: torch.Tensor, z_mask: torch.Tensor, use_cache: bool
@@ -113,21 +104,15 @@ class _Stepper:
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (A',) of the batch: Z, its mask and every cached tensor."""
-        self.z, self.z_mask = (
-            self.z.index_select(0, rows),
-            self.z_mask.index_select(0, rows),
-        )  # (A', T, d), (A', T)
+        self.z, self.z_mask = self.z[rows], self.z_mask[rows]  # (A', T, d), (A', T)
         for layer in self.cache or []:
             for key, value in layer.items():
                 layer[key] = value.index_select(0, rows)  # (A', H, L, hs)
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Row i continues row rows[i] (beam search). Only the self-attention cache moves:
-        beams never leave their sentence's group of rows, and all rows of a group share one
-        Z, so Z, its mask and the cross-attention keys/values stay valid as they are."""
-        if self.cache is None:
-            return
-        for layer in self.cache:
+        the rows of a sentence share one Z, so its cross-attention keys/values stay valid."""
+        for layer in self.cache or []:
             for key in ("self_k", "self_v"):
                 if key in layer:
                     layer[key] = layer[key].index_select(0, rows)  # (N, H, L, hs)
@@ -145,11 +130,9 @@ def _check_latents(z: torch.Tensor, z_mask: torch.Tensor) -> None:
 
 def _resolve_max_len(model: nn.Module, max_len: int | None) -> int:
     limit = int(model.config.max_len)
-    if max_len is None:
-        return limit
-    if max_len > limit:
+    if max_len is not None and max_len > limit:
         raise OptionError("max_len", f"{max_len} exceeds the model's max_len={limit}")
-    return max_len
+    return limit if max_len is None else max_len
 
 
 def _mask_specials(logp: torch.Tensor, step: int, min_len: int) -> torch.Tensor:
@@ -183,28 +166,21 @@ def _autoregress(
     model: nn.Module,
     z: torch.Tensor,
     z_mask: torch.Tensor,
-    max_len: int | None,
-    min_len: int,
-    use_cache: bool,
+    o: DecodeOptions,
     choose: Callable[[torch.Tensor], torch.Tensor],
 ) -> list[Hypothesis]:
     """Greedy or sampled decoding: `choose` maps log-probs (A, V) to next tokens (A,).
-
     Rows that emit </s> leave the batch (with their cache rows), so one long row does not
-    keep a whole batch of finished ones decoding.
-    """
+    keep a whole batch of finished ones decoding."""
     B = z.shape[0]
-    steps = _resolve_max_len(model, max_len)
-    stepper = _Stepper(model, z, z_mask, use_cache)
-    tokens = torch.full(
-        (B, 1), BOS_ID, dtype=torch.long, device=z.device
-    )  # (A, L) of the active rows
+    stepper = _Stepper(model, z, z_mask, o.use_cache)
+    tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=z.device)  # (A, L)
     active = torch.arange(B, device=z.device)  # (A,) original row of each active row
     generated: list[list[int]] = [[] for _ in range(B)]
     logprob = torch.zeros(B, device=z.device)
     finished = torch.zeros(B, dtype=torch.bool, device=z.device)
-    for step in range(steps):
-        logp = _mask_specials(stepper(tokens), step, min_len)  # (A, V)
+    for step in range(_resolve_max_len(model, o.max_len)):
+        logp = _mask_specials(stepper(tokens), step, o.min_len)  # (A, V)
         nxt = choose(logp)  # (A,)
         logprob[active] += logp.gather(1, nxt[:, None]).squeeze(1)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (A, L + 1)
@@ -231,6 +207,16 @@ def _argmax(logp: torch.Tensor) -> torch.Tensor:  # (A, V) -> (A,)
     return logp.argmax(-1)
 
 
+def _sampler(o: DecodeOptions, generator: torch.Generator | None):
+    """`choose` of ancestral sampling with `o`'s temperature, top-k and top-p."""
+
+    def choose(logp: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
+        probs = filter_logits(logp / o.temperature, o.top_k, o.top_p).softmax(-1)  # (B, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return choose
+
+
 def greedy_decode(
     model: nn.Module,
     z: torch.Tensor,
@@ -240,14 +226,10 @@ def greedy_decode(
     min_len: int = 0,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """Argmax decoding of latents z (B, T, d) with mask (B, T): subword ids per row.
-
-    Pure (no tokenizer, no Lightning); put the model in eval mode first (dropout).
-    """
+    """Argmax decoding of latents z (B, T, d) with mask (B, T): subword ids per row."""
     o = DecodeOptions(max_len=max_len, min_len=min_len, use_cache=use_cache)  # checked
     _check_latents(z, z_mask)
-    hyps = _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, _argmax)
-    return [h.ids for h in hyps]
+    return [h.ids for h in _autoregress(model, z, z_mask, o, _argmax)]
 
 
 def sample_decode(
@@ -274,17 +256,10 @@ def sample_decode(
         min_len=min_len,
         use_cache=use_cache,
     )  # checked
-    temperature, top_k, top_p = o.temperature, o.top_k, o.top_p
     _check_latents(z, z_mask)
-
-    def choose(logp: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
-        probs = filter_logits(logp / temperature, top_k, top_p).softmax(-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-    return _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, choose)
+    return _autoregress(model, z, z_mask, o, _sampler(o, generator))
 
 
-@torch.no_grad()
 def beam_search(
     model: nn.Module,
     z: torch.Tensor,
@@ -300,13 +275,11 @@ def beam_search(
     """Batched beam search from latents z (B, T, d); per row the n_best hypotheses, best first.
 
     A hypothesis scores logprob / length**length_penalty, length counting </s>. Each step
-    expands every live beam, keeps the best `beam_size` continuations that do not end, and
-    sets aside those ending in </s> that rank within the top `beam_size`. A row stops once
-    it holds `beam_size` finished hypotheses and its best live beam, scored at its current
-    length, is no better than the worst of them. That stop is exact for length_penalty = 0
-    (log-probabilities only fall as a beam grows); for length_penalty > 0 it is the usual
-    heuristic (as in Hugging Face transformers' default), since a longer beam's normaliser
-    grows. Rows that never finish return their live beams (finished=False).
+    keeps the best `beam_size` continuations that do not end, and sets aside those ending in
+    </s> that rank within the top `beam_size`. A row stops once it holds `beam_size` finished
+    hypotheses and its best live beam, scored at its current length, is no better than the
+    worst of them: exact for length_penalty = 0, the usual heuristic above (as in Hugging
+    Face transformers). Rows that never finish return their live beams (finished=False).
     """
     o = DecodeOptions(
         "beam",
@@ -317,14 +290,18 @@ def beam_search(
         use_cache=use_cache,
     )  # checked
     _check_latents(z, z_mask)
-    B, T, d = z.shape
-    K, length_penalty, min_len, use_cache = o.beam_size, o.length_penalty, o.min_len, o.use_cache
-    steps = _resolve_max_len(model, o.max_len)
-    n_best = K if n_best is None else min(check_count(n_best, "n_best"), K)
-    dev = z.device
+    n_best = o.beam_size if n_best is None else min(check_count(n_best, "n_best"), o.beam_size)
+    return _beam(model, z, z_mask, o, n_best)
+
+
+@torch.no_grad()
+def _beam(
+    model: nn.Module, z: torch.Tensor, z_mask: torch.Tensor, o: DecodeOptions, n_best: int
+) -> list[list[Hypothesis]]:
+    B, K, dev = z.shape[0], o.beam_size, z.device
     # Every beam of a sentence decodes the same Z: row b * K + k is beam k of sentence b.
     stepper = _Stepper(
-        model, z.repeat_interleave(K, 0), z_mask.repeat_interleave(K, 0), use_cache
+        model, z.repeat_interleave(K, 0), z_mask.repeat_interleave(K, 0), o.use_cache
     )  # (B*K, T, d)
     tokens = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)  # (B*K, 1)
     scores = torch.full((B, K), -math.inf, device=dev)  # (B, K) summed log-probs of live beams
@@ -334,12 +311,12 @@ def beam_search(
     base = torch.arange(B, device=dev)[:, None] * K  # (B, 1)
 
     def norm(logprob: float, length: int) -> float:
-        return logprob / length**length_penalty
+        return logprob / length**o.length_penalty
 
     length = 0
-    for step in range(steps):
+    for step in range(_resolve_max_len(model, o.max_len)):
         length = step + 1  # generated tokens after this step, </s> included
-        logp = _mask_specials(stepper(tokens), step, min_len)  # (B*K, V)
+        logp = _mask_specials(stepper(tokens), step, o.min_len)  # (B*K, V)
         V = logp.shape[-1]
         cand = scores[:, :, None] + logp.view(B, K, V)  # (B, K, V)
         top_s, top_i = cand.view(B, K * V).topk(min(2 * K, K * V), dim=1)  # (B, 2K), best first
@@ -399,31 +376,7 @@ def decode_latents(
             "options", f"expected a DecodeOptions, got {type(options).__name__} {options!r:.60}"
         )
     _check_latents(z, z_mask)
-    o = options
-    if o.strategy == "beam":
-        return beam_search(
-            model,
-            z,
-            z_mask,
-            o.beam_size,
-            o.length_penalty,
-            o.max_len,
-            min_len=o.min_len,
-            use_cache=o.use_cache,
-        )
-    if o.strategy == "sample":
-        hyps = sample_decode(
-            model,
-            z,
-            z_mask,
-            o.max_len,
-            temperature=o.temperature,
-            top_k=o.top_k,
-            top_p=o.top_p,
-            min_len=o.min_len,
-            use_cache=o.use_cache,
-            generator=generator,
-        )
-    else:
-        hyps = _autoregress(model, z, z_mask, o.max_len, o.min_len, o.use_cache, _argmax)
-    return [[h] for h in hyps]
+    if options.strategy == "beam":
+        return _beam(model, z, z_mask, options, options.beam_size)
+    choose = _argmax if options.strategy == "greedy" else _sampler(options, generator)
+    return [[h] for h in _autoregress(model, z, z_mask, options, choose)]

@@ -1,22 +1,17 @@
-"""Text in, text out: the `VATGenerator` API over `decoding` and `latents` (this package).
+"""Text in, text out: `VATGenerator` over `decoding` and `latents` (this package).
 
-The paper (Ferner & Wegenkittl 2022), "Generation": reconstruct a sentence from its token
-means mu, sample paraphrase-like variants by drawing every z_t (Table 1) or one chosen z_t
-(Table 2) from the posterior, decode latents drawn from the prior N(0, s^2 I), and interpolate
-between two sentences (Table 3). Sentences are encoded and decoded in length-sorted batches;
-results come back in input order. Reconstruction quality: `corpus_bleu` and
-`reconstruction_score`. The command line is `vat generate` (vat/cli/generate.py).
-
-Sentences follow the one rule of vat's API (`vat.errors.check_sentences`): a list, tuple,
-generator (read once) or 1-D numpy array of strings is a batch, and a single string is ONE
-sentence, whose result comes back alone (reconstruct("A man plays.") is one string, not a
-list of one). None, bytes and non-string items are an OptionError naming the argument.
+The paper's "Generation": reconstruct a sentence from its token means mu, sample variants
+by drawing every z_t (Table 1) or chosen ones (Table 2) from the posterior, decode the prior
+N(0, s^2 I), and interpolate between two sentences (Table 3). Sentences follow vat's one rule
+(`vat.errors.check_sentences`): a single string is ONE sentence, whose result comes back
+alone. The command line is `vat generate` (vat/cli/generate.py).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -49,23 +44,9 @@ from vat.runtime import check_allocation, eval_mode
 from vat.share.loaded import LoadedVAT, check_loaded
 from vat.tokenizer import VATTokenizer
 
-__all__ = [
-    "DecodeOptions",
-    "Hypothesis",
-    "ReconstructionScore",
-    "TruncationWarning",
-    "VATGenerator",
-    "corpus_bleu",
-    "reconstruction_score",
-]
-
 
 class TruncationWarning(UserWarning):
     """A sentence had more subwords than the model's max_len allows and was cut."""
-
-
-# --------------------------------------------------------------------------------------
-# Reconstruction quality
 
 
 class ReconstructionScore(NamedTuple):
@@ -76,12 +57,9 @@ class ReconstructionScore(NamedTuple):
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus BLEU (0-100) with torchmetrics' SacreBLEUScore and sacrebleu's default "13a"
-    tokenizer, so figures compare with sacrebleu and WMT tables. (BLEUScore splits on
-    whitespace only, which would count "mat." and "mat" as different words.) Unsmoothed:
-    equal to sacrebleu whenever every n-gram order has a match somewhere in the corpus;
-    where one has none (near-random output) this gives 0 and sacrebleu's default exp
-    smoothing a small positive number."""
+    """Corpus BLEU (0-100) with sacrebleu's "13a" tokenizer (torchmetrics' SacreBLEUScore),
+    so figures compare with WMT tables. Unsmoothed: where an n-gram order has no match in
+    the whole corpus this gives 0 where sacrebleu's default smoothing gives a little more."""
     from torchmetrics.text import SacreBLEUScore
 
     hypotheses, references = _paired(hypotheses, references)
@@ -96,11 +74,8 @@ def reconstruction_score(
 ) -> ReconstructionScore:
     """Corpus BLEU and exact-match rate of reconstructions against their inputs."""
     hypotheses, references = _paired(hypotheses, references)
-    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references))
-    n = len(references)
-    return ReconstructionScore(
-        corpus_bleu(hypotheses, references), exact / n if n else 0.0, exact, n
-    )
+    exact, n = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)), len(references)
+    return ReconstructionScore(corpus_bleu(hypotheses, references), exact / max(n, 1), exact, n)
 
 
 def _paired(hypotheses, references) -> tuple[list[str], list[str]]:
@@ -114,27 +89,6 @@ def _paired(hypotheses, references) -> tuple[list[str], list[str]]:
     return hyps, refs
 
 
-def truncation_message(names: Sequence[str], counts: Sequence[str], n: int, max_len: int) -> str:
-    """The one TruncationWarning of a call: `line 7 has 160 subwords, more than the model's
-    max_len=128 allows; truncated to its first 127`, or for several cut sentences `45 of 500
-    sentences have more subwords than the model's max_len=128 allows and were truncated to
-    their first 127 (line 3, line 9, line 12, line 20, line 31, ...)`."""
-    if len(names) == 1:
-        return (
-            f"{names[0]} has {counts[0]} subwords, more than the model's max_len={max_len} "
-            f"allows; truncated to its first {max_len - 1}"
-        )
-    shown = ", ".join(names[:TRUNCATION_NAMES]) + (", ..." if len(names) > TRUNCATION_NAMES else "")
-    return (
-        f"{len(names)} of {n} sentences have more subwords than the model's max_len={max_len} "
-        f"allows and were truncated to their first {max_len - 1} ({shown})"
-    )
-
-
-TRUNCATION_NAMES = 5
-"""How many cut sentences a truncation warning names."""
-
-
 def _labels(labels: Sequence[str] | None, n: int) -> list[str] | None:
     """`labels` (one name per sentence, for warnings) checked against the n sentences."""
     if labels is None:
@@ -145,24 +99,22 @@ def _labels(labels: Sequence[str] | None, n: int) -> list[str] | None:
     return names
 
 
+def _listed(value, name: str, what: str, check) -> list:
+    """`value` as a list (a single item is one), each item passed through `check`."""
+    if value is None or isinstance(value, str | bytes):
+        raise OptionError(name, f"expected a list of {what}, got {value!r}")
+    return [check(x, name) for x in (value if isinstance(value, Iterable) else [value])]
+
+
 def _positions(positions: int | Sequence[int]) -> list[int]:
-    """Token positions: whole numbers (a single one is one position)."""
-    if positions is None or isinstance(positions, str | bytes):
-        raise OptionError("positions", f"expected a list of token positions, got {positions!r}")
-    items = [positions] if not isinstance(positions, Iterable) else list(positions)
-    return [check_count(p, "positions", minimum=0) for p in items]
-
-
-# --------------------------------------------------------------------------------------
-# Text in, text out
+    """Token positions: whole numbers >= 0 (a single one is one position)."""
+    return _listed(positions, "positions", "token positions", partial(check_count, minimum=0))
 
 
 class VATGenerator:
-    """Reconstruct, sample, resample tokens, interpolate and sample the prior, on text.
-
-    Sentences are encoded and decoded in length-sorted batches of `batch_size`; results come
-    back in input order. `labels` (e.g. "line 7") name sentences in truncation warnings.
-    """
+    """Reconstruct, sample, resample tokens, interpolate and sample the prior, on text, in
+    length-sorted batches of `batch_size`. `labels` (e.g. "line 7") name sentences in
+    warnings."""
 
     def __init__(
         self,
@@ -178,13 +130,11 @@ class VATGenerator:
         self.prior_std = check_number(prior_std, "prior_std", low=0, low_open=True)
         self.length_histogram = list(length_histogram)
         self.batch_size = check_count(batch_size, "batch_size")
-        self.progress = bool(progress)
-        """Show progress bars (stderr) while encoding and decoding."""
+        self.progress = bool(progress)  # bars on stderr while encoding and decoding
 
     @classmethod
     def from_loaded(cls, loaded: LoadedVAT, batch_size: int = 64) -> VATGenerator:
-        """A generator for a loaded model (`vat.share.resolve.load_model`): its prior scale and
-        training length histogram come with it."""
+        """A generator for a loaded model, with its prior scale and length histogram."""
         check_loaded(loaded, "VATGenerator.from_loaded")
         return cls(
             loaded.model,
@@ -207,25 +157,28 @@ class VATGenerator:
         self, sentences: str | Sequence[str], labels: Sequence[str] | None = None
     ) -> list[list[int]]:
         """Subword ids, cut to max_len - 1 subwords (the </s> takes the last place) with one
-        TruncationWarning per call: naming the cut sentence, or counting the cut sentences
-        and naming the first few (a file with 45 long lines gets one line, not 45). A
-        sentence is read only as far as its kept subwords reach (`VATTokenizer.clip`); a
-        single string gives its ids alone."""
+        TruncationWarning per call, naming the cut sentence or the first few of them. A
+        sentence is read only as far as its kept subwords reach (`VATTokenizer.clip`)."""
         texts, single = check_sentences(sentences)
         labels = _labels(labels, len(texts))
         keep = self.max_len - 1
         clipped = [self.tokenizer.clip(t, keep) for t in texts]
         ids = self.tokenizer.encode_batch(clipped)
         cut = [i for i, x in enumerate(ids) if len(x) > keep]
+        names = [labels[i] if labels is not None else f"sentence {i + 1}" for i in cut]
+        limit = f"the model's max_len={self.max_len} allows"
+        if len(cut) == 1:  # a clipped text has at least the subwords its clip has
+            n = len(ids[cut[0]])
+            n = f"at least {n}" if len(clipped[cut[0]]) < len(texts[cut[0]]) else n
+            msg = f"{names[0]} has {n} subwords, more than {limit}; truncated to its first {keep}"
+        elif cut:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            msg = (
+                f"{len(cut)} of {len(texts)} sentences have more subwords than {limit} and "
+                f"were truncated to their first {keep} ({shown})"
+            )
         if cut:
-            names = [labels[i] if labels is not None else f"sentence {i + 1}" for i in cut]
-            # a clipped text was cut before tokenising: the whole has at least this many
-            counts = [
-                f"at least {len(ids[i])}" if len(clipped[i]) < len(texts[i]) else str(len(ids[i]))
-                for i in cut
-            ]
-            message = truncation_message(names, counts, len(texts), self.max_len)
-            warnings.warn(message, TruncationWarning, stacklevel=3)
+            warnings.warn(msg, TruncationWarning, stacklevel=3)
         for i in cut:
             ids[i] = ids[i][:keep]
         return ids[0] if single else ids
@@ -262,29 +215,28 @@ class VATGenerator:
             raise OptionError(
                 "beam", f"{options.beam_size} is more than the model's vocabulary ({vocab} tokens)"
             )
-        generator = None
-        if seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(seed)
+        generator = self._generator(seed)
         out: list[list[Hypothesis]] = [[] for _ in zs]
-        size = (
-            max(1, self.batch_size // options.beam_size)
-            if options.strategy == "beam"
-            else self.batch_size
-        )
+        size = self.batch_size
+        if options.strategy == "beam":
+            size = max(1, size // options.beam_size)
         dtype = next(self.model.parameters()).dtype
-        batches = list(length_sorted_batches([z.shape[0] for z in zs], size))
         bar = tqdm(
             total=len(zs), desc="decoding", unit="sent", disable=not self.progress, leave=False
         )
         with eval_mode(self.model), bar:
-            for index in batches:
-                z, mask = pad_latents(
-                    [zs[i].to(self.device, dtype) for i in index]
-                )  # (B, T, d), (B, T)
+            for index in length_sorted_batches([z.shape[0] for z in zs], size):
+                z, mask = pad_latents([zs[i].to(self.device, dtype) for i in index])  # (B, T, d)
                 for i, hyps in zip(index, decode_latents(self.model, z, mask, options, generator)):
                     out[i] = hyps
                 bar.update(len(index))
         return out
+
+    def _generator(self, seed: int | None, device: torch.device | None = None):
+        """A torch.Generator seeded with `seed` (None: the global RNG)."""
+        if seed is None:
+            return None
+        return torch.Generator(device=self.device if device is None else device).manual_seed(seed)
 
     def text(self, hyp: Hypothesis) -> str:
         """The text of one hypothesis (from `decode` or `reconstruct_hypotheses`)."""
@@ -351,15 +303,12 @@ class VATGenerator:
             4.0 * n * len(sentences) * cfg.max_len * cfg.d_model, "num_samples", self.device
         )
         posts = self.posteriors(sentences, labels)
-        generator = (
-            torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
-        )
+        generator = self._generator(seed)
         zs = []
         for i, (mu, logvar) in enumerate(posts):
             where = None
             if positions is not None:
-                bad = [p for p in positions if not 0 <= p < mu.shape[0]]
-                if bad:
+                if bad := [p for p in positions if p >= mu.shape[0]]:
                     name = labels[i] if labels is not None else f"sentence {i + 1}"
                     raise OptionError(
                         "positions",
@@ -367,7 +316,7 @@ class VATGenerator:
                         f"0..{mu.shape[0] - 1}",
                     )
                 where = torch.zeros(n, mu.shape[0], dtype=torch.bool, device=mu.device)  # (n, T_i)
-                where[:, list(positions)] = True
+                where[:, positions] = True
             mu_n, lv_n = mu.expand(n, *mu.shape), logvar.expand(n, *logvar.shape)  # (n, T_i, d)
             if source == "prior":
                 z = prior_at_positions(mu_n, where, self.prior_std, generator)  # (n, T_i, d)
@@ -395,16 +344,7 @@ class VATGenerator:
         positions = _positions(positions)
         if not positions:
             raise OptionError("positions", "needs at least one token position")
-        return self.sample(
-            sentences,
-            num_samples,
-            tau,
-            options,
-            seed,
-            positions=positions,
-            labels=labels,
-            source=source,
-        )
+        return self.sample(sentences, num_samples, tau, options, seed, positions, labels, source)
 
     def interpolate(
         self,
@@ -419,7 +359,9 @@ class VATGenerator:
         each alpha (a single number is one alpha); see `interpolate_latents` for how unequal
         lengths are padded. `a` and `b` are one sentence each."""
         a, b = check_sentence(a, "a"), check_sentence(b, "b")
-        alphas = _alphas(alphas)
+        alphas = _listed(alphas, "alphas", "numbers", check_number)
+        if not alphas:
+            raise OptionError("alphas", "needs at least one weight")
         method = check_choice(method, "method", ("linear", "slerp"))
         (mu_a, _), (mu_b, _) = self.posteriors([a, b], labels)
         return self._best_texts(interpolate_latents(mu_a, mu_b, alphas, method), options, None)
@@ -441,19 +383,17 @@ class VATGenerator:
             prior_std = check_non_negative_finite(prior_std, "prior_std", positive=True)
         cfg = self.model.config
         check_allocation(4.0 * n * cfg.max_len * cfg.d_model, "num_samples", self.device)
-        if length is not None and not 1 <= check_count(length, "length") <= self.max_len:
+        generator = self._generator(seed, torch.device("cpu"))
+        if length is None:
+            lengths = sample_lengths(self.length_histogram, n, self.max_len, generator)
+        elif 1 <= check_count(length, "length") <= self.max_len:
+            lengths = [int(length)] * n
+        else:
             raise OptionError(
                 "length", f"must be in 1..{self.max_len} (the model's max_len), got {length}"
             )
-        length = None if length is None else int(length)
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        lengths = (
-            [length] * n
-            if length is not None
-            else sample_lengths(self.length_histogram, n, self.max_len, generator)
-        )
         s = self.prior_std if prior_std is None else prior_std
-        zs = prior_latents(lengths, self.model.config.d_model, s, generator)
+        zs = prior_latents(lengths, cfg.d_model, s, generator)
         return list(zip(lengths, self._best_texts(zs, options, None if seed is None else seed + 1)))
 
     def score(
@@ -465,13 +405,3 @@ class VATGenerator:
         """mu-decoding reconstruction quality: corpus BLEU and exact match against the inputs."""
         texts, _ = check_sentences(sentences)
         return reconstruction_score(self.reconstruct(texts, options, labels), texts)
-
-
-def _alphas(alphas: float | Sequence[float]) -> list[float]:
-    """Interpolation weights: finite numbers (a single number is one weight), at least one."""
-    if alphas is None or isinstance(alphas, str | bytes):
-        raise OptionError("alphas", f"expected a list of numbers, got {alphas!r}")
-    items = list(alphas) if isinstance(alphas, Iterable) else [alphas]
-    if not items:
-        raise OptionError("alphas", "needs at least one weight")
-    return [check_number(x, "alphas") for x in items]

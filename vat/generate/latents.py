@@ -1,12 +1,4 @@
-"""Latent maths for generation (pure functions over tensors).
-
-`perturb_latents` (z = mu + tau * sigma * eps everywhere or at chosen positions, the
-paper's Tables 1-2), `prior_at_positions` (chosen positions drawn from the prior instead),
-`token_statistics` (what each token's posterior carries: KL, sigma, |mu|),
-`sample_lengths` / `prior_latents` (decoding the prior N(0, s^2 I)),
-`interpolate_latents` (lerp or slerp between two sentences, Table 3) and `pad_latents`
-(stacking sequences of different lengths for `vat.generate.decoding`).
-"""
+"""Latent maths for generation: pure functions over tensors."""
 
 from __future__ import annotations
 
@@ -30,12 +22,8 @@ def perturb_latents(
     positions: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Variational sampling: z_t = mu_t + tau * sigma_t * eps_t, sigma_t = exp(logvar_t / 2).
-
-    mu, logvar (..., T, d). `positions` (..., T) bool selects the tokens to resample (the
-    paper's Table 2); the others keep z_t = mu_t. None resamples every token (Table 1).
-    tau = 0 returns mu exactly.
-    """
+    """z_t = mu_t + tau * exp(logvar_t / 2) * eps_t for mu, logvar (..., T, d), at every
+    token (Table 1) or where `positions` (..., T) is True (Table 2; z_t = mu_t elsewhere)."""
     z = mu + tau * torch.exp(0.5 * logvar) * torch.randn(
         mu.shape, generator=generator, device=mu.device, dtype=mu.dtype
     )
@@ -50,11 +38,8 @@ def prior_at_positions(
     prior_std: float,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """z_t ~ N(0, prior_std^2 I) where `positions` (..., T) is True, z_t = mu_t elsewhere.
-
-    What a token's latent encodes, seen against the prior rather than its posterior: the
-    decoder reads a latent that carries no information about x at those positions.
-    """
+    """z_t ~ N(0, prior_std^2 I) where `positions` (..., T) is True, z_t = mu_t elsewhere:
+    at those positions the decoder reads a latent that carries nothing of x."""
     drawn = prior_std * torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
     return torch.where(positions[..., None], drawn, mu)  # (..., T, d)
 
@@ -71,11 +56,8 @@ def token_statistics(
 def sample_lengths(
     histogram: Sequence[int], n: int, max_len: int, generator: torch.Generator | None = None
 ) -> list[int]:
-    """n latent lengths T (</s> included) drawn with probability histogram[T] / sum.
-
-    Lengths above the model's max_len and length 0 (every sequence has its </s>) are
-    never drawn.
-    """
+    """n latent lengths T (</s> included) drawn with probability histogram[T] / sum, never
+    0 nor above the model's max_len."""
     counts = torch.tensor([float(c) for c in histogram[: max_len + 1]], dtype=torch.float64)
     if counts.numel():
         counts[0] = 0.0
@@ -95,10 +77,8 @@ def prior_latents(
 
 
 def slerp(a: torch.Tensor, b: torch.Tensor, alpha: float, eps: float = 1e-7) -> torch.Tensor:
-    """Spherical interpolation of each row vector, a, b (..., d) (Shoemake 1985; White 2016,
-    "Sampling Generative Networks"): sin((1-alpha) W)/sin W * a + sin(alpha W)/sin W * b,
-    W the angle between a and b. Where the angle is undefined or ~0 (a zero padding vector,
-    parallel vectors) it falls back to linear interpolation. alpha 0 / 1 return a / b."""
+    """Spherical interpolation of each row vector of a, b (..., d) (White 2016): linear
+    where the angle is undefined or ~0 (a zero padding vector, parallel vectors)."""
     na, nb = a.norm(dim=-1, keepdim=True), b.norm(dim=-1, keepdim=True)  # (..., 1)
     cos = ((a * b).sum(-1, keepdim=True) / (na * nb).clamp_min(eps)).clamp(-1.0, 1.0)  # (..., 1)
     omega = torch.acos(cos)
@@ -117,13 +97,9 @@ def interpolate_latents(
 ) -> list[torch.Tensor]:
     """Latent sequences between z1 (T1, d) and z2 (T2, d): one (T_a, d) tensor per alpha.
 
-    Padding (the paper only says the two sequences are padded to equal length; the rest is
-    our choice): the shorter sequence is extended at its end with zero vectors, the prior's
-    mean, i.e. the most probable latent under N(0, s^2 I), and the mixture (1 - a) Z1 + a Z2
-    (or slerp per position) is taken over max(T1, T2) positions. The decoder then sees the
-    first T_a = round((1 - a) T1 + a T2) positions: the latent length moves linearly from T1
-    to T2 with the content, so a = 0 and a = 1 decode exactly the two sentences (padding
-    never reaches the decoder there), and in between the extra positions fade in or out.
+    The shorter sequence is padded with zero vectors (the prior's mean) and the mixture
+    (1 - a) Z1 + a Z2 (or slerp) taken over max(T1, T2) positions; the decoder sees its first
+    T_a = round((1 - a) T1 + a T2), so a = 0 and a = 1 decode exactly the two sentences.
     """
     if method not in ("linear", "slerp"):
         raise OptionError("method", f"must be linear or slerp, got {method!r}")

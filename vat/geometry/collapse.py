@@ -1,9 +1,6 @@
-"""Posterior-collapse diagnostics of a Gaussian posterior over token latents.
-
-Active units (Burda et al. 2016), KL per latent dimension, and the mutual-information
-estimate of He et al. (2019) used by Optimus (Li et al. 2020). `mu` and `logvar` are (N, d)
-torch tensors or numpy arrays, one row per token; computed in float64 with torch on the
-device of the input. `vat.geometry.metrics.geometry_report` fills these in when given a logvar.
+"""Posterior-collapse diagnostics of a Gaussian posterior over token latents: active units,
+KL per latent dimension and the mutual-information estimate. `mu` and `logvar` are (N, d)
+tensors or arrays, one row per token, computed in float64 with torch on the input's device.
 """
 
 from __future__ import annotations
@@ -21,10 +18,7 @@ ACTIVE_UNIT_THRESHOLD = 0.01
 
 def active_unit_variances(mu: ArrayLike) -> np.ndarray:
     """Var over tokens of the posterior mean, per latent dimension: (d,), unbiased (N - 1)."""
-    return _variances(as_matrix(mu, "mu"))
-
-
-def _variances(x: torch.Tensor) -> np.ndarray:
+    x = as_matrix(mu, "mu")
     need_two(len(x), "tokens (rows of mu)")
     return x.var(dim=0, correction=1).cpu().numpy()
 
@@ -38,7 +32,7 @@ def active_units(mu: ArrayLike, threshold: float = ACTIVE_UNIT_THRESHOLD) -> int
     return int((active_unit_variances(mu) > threshold).sum())
 
 
-def checked_mu_logvar(mu: ArrayLike, logvar: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
+def _mu_logvar(mu: ArrayLike, logvar: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
     m = as_matrix(mu, "mu")
     lv = as_matrix(logvar, "logvar").to(m.device)
     if m.shape != lv.shape:
@@ -55,10 +49,7 @@ def kl_per_dimension(mu: ArrayLike, logvar: ArrayLike, prior_std: float) -> np.n
     per dimension; the same closed form as `vat.train.losses.gaussian_kl`). The sum over
     dimensions is the mean KL per token; a dimension near 0 carries no information.
     """
-    return kl_per_dimension_checked(*checked_mu_logvar(mu, logvar), prior_std)
-
-
-def kl_per_dimension_checked(m: torch.Tensor, lv: torch.Tensor, prior_std: float) -> np.ndarray:
+    m, lv = _mu_logvar(mu, logvar)
     if len(m) == 0:
         raise ValueError("need at least 1 token for KL per dimension, got 0")
     if not prior_std > 0:
@@ -103,12 +94,7 @@ def mutual_information(
     It is bounded above by log B: compare values only at the same batch size. Cost O(B d)
     per token.
     """
-    return mutual_information_checked(*checked_mu_logvar(mu, logvar), batch_size, max_tokens, seed)
-
-
-def mutual_information_checked(
-    m: torch.Tensor, lv: torch.Tensor, batch_size: int, max_tokens: int | None, seed: int
-) -> float:
+    m, lv = _mu_logvar(mu, logvar)
     need_two(len(m), "tokens for the mutual-information estimate")
     if batch_size < 2:
         raise ValueError(f"batch_size must be >= 2, got {batch_size}")

@@ -1,27 +1,18 @@
 """Latent geometry of token representations: isotropy, context-specificity, collapse.
 
-Pure functions over token vectors. `vectors` is an (N, d) torch tensor or numpy
-array, one row per token; `word_ids` / `sentence_ids` are length-N integer sequences. All
-cosine statistics are exact, not sampled: the mean cosine over all pairs of n unit vectors
-u_1..u_n is
+Pure functions over token vectors: `vectors` is an (N, d) torch tensor or numpy array, one
+row per token; `word_ids` / `sentence_ids` are length-N integer sequences. Every cosine
+statistic is exact, not sampled: the mean cosine over all pairs of n unit vectors is
 
     (1 / (n (n - 1))) sum_{i != j} u_i . u_j = (||sum_i u_i||^2 - n) / (n (n - 1)),
 
-which costs O(n d) instead of O(n^2 d). Everything is computed in float64 with torch, on the
-device of the input (a CUDA tensor stays on the GPU, so the training callback copies nothing
-to the CPU); results come back as Python floats, dicts, or numpy arrays.
+which costs O(n d) instead of O(n^2 d). Computed in float64 with torch on the input's device.
 
-Ethayarajh (2019), "How Contextual are Contextualized Word Representations?", EMNLP:
-anisotropy (the random-word baseline), self-similarity, intra-sentence similarity, and the
-"adjusted" forms (value minus the baseline). The paper reports the unadjusted values.
-Beyond those: IsoScore (Rudman et al. 2022), effective rank (Roy & Vetterli 2007), and the
-posterior-collapse diagnostics active units (Burda et al. 2016), KL per latent dimension,
-and the mutual-information estimate of He et al. (2019) used by Optimus (Li et al. 2020),
-which live in `vat.geometry.collapse` (re-exported by `vat.geometry`); input checks are in
-`vat.geometry._checks`.
-
-Bad input raises ValueError with the reason (never a NaN): vectors and ids of different
-lengths, zero or non-finite vectors, fewer than two tokens, no word type reaching min_count.
+Ethayarajh (2019), "How Contextual are Contextualized Word Representations?": anisotropy,
+self-similarity, intra-sentence similarity and their "adjusted" forms (value minus the
+baseline); IsoScore (Rudman et al. 2022), effective rank (Roy & Vetterli 2007); the collapse
+diagnostics live in `vat.geometry.collapse`. Bad input raises ValueError with the reason,
+never a NaN.
 """
 
 from __future__ import annotations
@@ -43,25 +34,15 @@ from vat.geometry._checks import (
     need_two,
     prepared,
 )
-from vat.geometry.collapse import (
-    ACTIVE_UNIT_THRESHOLD,
-    checked_mu_logvar,
-    kl_per_dimension_checked,
-    mutual_information_checked,
-)
-from vat.geometry.collapse import active_unit_variances as active_unit_variances
-from vat.geometry.collapse import active_units as active_units
-from vat.geometry.collapse import kl_per_dimension as kl_per_dimension
-from vat.geometry.collapse import mutual_information as mutual_information
+from vat.geometry.collapse import ACTIVE_UNIT_THRESHOLD, kl_per_dimension, mutual_information
 
 
-# -- Ethayarajh (2019) ---------------------------------------------------------------------
 def anisotropy(vectors: ArrayLike) -> float:
     """Mean cosine similarity over all pairs of distinct rows (Ethayarajh 2019, sec. 3.4).
 
     The "random words" baseline: E_{i != j} cos(v_i, v_j) = (||sum_i u_i||^2 - N) / (N (N - 1))
     with u_i = v_i / ||v_i||. 0 for an isotropic cloud (in expectation), 1 when every
-    vector points the same way; Ethayarajh finds 0.4-0.7 in BERT's upper layers.
+    vector points the same way.
     """
     p = prepared(vectors)
     n = len(p.u)
@@ -129,11 +110,8 @@ def self_similarity(
     min_count: int = 5,
     sentence_ids: ArrayLike | None = None,
 ) -> float:
-    """Unweighted mean of `self_similarity_by_type` over word types with >= min_count occurrences.
-
-    Ethayarajh (2019), Def. 1, averaged over types. The paper: the VAT at s = 0.4 reaches
-    > 0.6 (a smooth space: a word keeps its direction across contexts).
-    """
+    """Unweighted mean of `self_similarity_by_type` over word types with >= min_count occurrences
+    (Ethayarajh 2019, Def. 1)."""
     per_type = self_similarity_by_type(vectors, word_ids, min_count, sentence_ids)
     return float(np.mean([v for _, v in per_type.values()]))
 
@@ -152,11 +130,7 @@ def _intra_values(p: Prepared, sentence_ids: ArrayLike) -> tuple[torch.Tensor, t
             "so cos(token, sentence mean) is undefined"
         )
     cos = (p.u * means[inverse]).sum(1) / mean_norm[inverse]  # (N,)
-    values = (
-        torch.zeros(len(uniq), dtype=cos.dtype, device=cos.device).index_add_(0, inverse, cos)
-        / counts
-    )
-    return uniq, values
+    return uniq, group_sums(cos[:, None], inverse, len(uniq))[:, 0] / counts
 
 
 def intra_sentence_similarity_by_sentence(
@@ -173,11 +147,8 @@ def intra_sentence_similarity_by_sentence(
 
 
 def intra_sentence_similarity(vectors: ArrayLike, sentence_ids: ArrayLike) -> float:
-    """Unweighted mean over sentences of IntraSim(s) (Ethayarajh 2019, Def. 2).
-
-    The paper: 1 means every position of a sentence collapsed to one vector (s >= 0.6);
-    for 0.1 <= s <= 0.5 it lies below self-similarity.
-    """
+    """Unweighted mean over sentences of IntraSim(s) (Ethayarajh 2019, Def. 2); 1 means every
+    position of a sentence collapsed to one vector."""
     return float(_intra_values(prepared(vectors), sentence_ids)[1].mean())
 
 
@@ -186,12 +157,10 @@ def adjusted(value: float, baseline: float) -> float:
     return float(value - baseline)
 
 
-# -- spectrum -----------------------------------------------------------------------------
 def covariance_eigenvalues(vectors: ArrayLike) -> np.ndarray:
     """Eigenvalues (descending, >= 0) of the sample covariance
     (1/(N-1)) sum (v - mean)(v - mean)^T."""
-    x = vectors.x if isinstance(vectors, Prepared) else as_matrix(vectors)
-    return _eigenvalues(_covariance(x))
+    return _eigenvalues(_covariance(as_matrix(vectors)))
 
 
 def _covariance(x: torch.Tensor) -> torch.Tensor:
@@ -257,7 +226,6 @@ def spectrum_effective_rank(singular_values: ArrayLike) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
-# -- everything at once -------------------------------------------------------------------
 METRICS: dict[str, str] = {
     "anisotropy": "anisotropy (mean cos, random tokens)",
     "self_similarity": "self-similarity",
@@ -361,15 +329,12 @@ def geometry_report(
         self_similarity_by_type=per_type,
     )
     if logvar is not None:
-        m, lv = checked_mu_logvar(p.x, logvar)
-        variances = cov.diagonal().cpu().numpy()  # Var of mu per dimension (N - 1), as _variances
+        variances = cov.diagonal().cpu().numpy()  # Var of mu per dimension, unbiased
         report.active_units = int((variances > ACTIVE_UNIT_THRESHOLD).sum())
         report.active_unit_variances = variances.tolist()
-        report.mutual_information = mutual_information_checked(
-            m, lv, mi_batch_size, mi_max_tokens, seed=0
-        )
+        report.mutual_information = mutual_information(p.x, logvar, mi_batch_size, mi_max_tokens)
         if prior_std is not None:
-            kl = kl_per_dimension_checked(m, lv, prior_std)
+            kl = kl_per_dimension(p.x, logvar, prior_std)
             report.kl_per_dim = kl.tolist()
             report.kl_per_token = float(kl.sum())
     return report

@@ -1,10 +1,8 @@
 """Figures of a latent space's geometry: covariance spectrum, KL per dimension, active units.
 
-Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (drawn on the Agg
-canvas, so no display is needed), plus `save_geometry_plots` to write PNGs. The
-geometry CLI writes them with `--plot-dir DIR`; `vat.callbacks.GeometryMetrics` logs the same
-figures as TensorBoard images. Needs matplotlib
-(`pip install "variational-auto-transformer[plots]"`).
+Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (no display
+needed): `vat geometry --plot-dir DIR` writes them as PNGs, `vat.callbacks.GeometryMetrics`
+logs them as TensorBoard images. Needs matplotlib (the `[plots]` extra).
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from vat.errors import VatError
 from vat.geometry.metrics import ACTIVE_UNIT_THRESHOLD
 from vat.io import figure_class, save_png
 
@@ -27,12 +24,17 @@ def _vector(values: ArrayLike, name: str) -> np.ndarray:
     return v
 
 
+def _axes():
+    """A new 6 x 4 inch figure and its axes."""
+    fig = figure_class()(figsize=(6, 4), dpi=100)
+    return fig, fig.add_subplot()
+
+
 def spectrum_figure(eigenvalues: ArrayLike, title: str = "covariance spectrum"):
     """Covariance eigenvalues, largest first, on a log axis, with the cumulative share of
     variance on a second axis: how many directions the token vectors really use."""
     lam = np.sort(np.clip(_vector(eigenvalues, "eigenvalues"), 0.0, None))[::-1]
-    fig = figure_class()(figsize=(6, 4), dpi=100)
-    ax = fig.add_subplot()
+    fig, ax = _axes()
     k = np.arange(1, len(lam) + 1)
     floor = lam[lam > 0].min() if (lam > 0).any() else 1e-12
     ax.semilogy(k, np.maximum(lam, floor * 1e-3), marker=".", color="tab:blue")
@@ -52,8 +54,7 @@ def kl_per_dimension_figure(kl_per_dim: ArrayLike, title: str = "KL per latent d
     """Bars of the mean KL (nats per token) of each latent dimension, sorted, and their sum."""
     kl = _vector(kl_per_dim, "kl_per_dim")
     order = np.argsort(kl)[::-1]
-    fig = figure_class()(figsize=(6, 4), dpi=100)
-    ax = fig.add_subplot()
+    fig, ax = _axes()
     ax.bar(np.arange(len(kl)), kl[order], width=1.0, color="tab:green")
     ax.set_xlabel("latent dimension (sorted by KL)")
     ax.set_ylabel("KL (nats per token)")
@@ -68,8 +69,7 @@ def active_units_figure(
     """Var over tokens of mu per dimension (sorted, log axis) against the 0.01 threshold."""
     var = np.sort(_vector(variances, "variances"))[::-1]
     active = int((var > threshold).sum())
-    fig = figure_class()(figsize=(6, 4), dpi=100)
-    ax = fig.add_subplot()
+    fig, ax = _axes()
     colors = np.where(var > threshold, "tab:blue", "tab:gray")
     ax.bar(np.arange(len(var)), np.maximum(var, 1e-12), width=1.0, color=colors)
     ax.set_yscale("log")
@@ -103,8 +103,6 @@ def save_geometry_plots(
 ) -> list[Path]:
     """`geometry_figures` as DIR/<name>.png; returns the paths written."""
     out = Path(directory)
-    if out.exists() and not out.is_dir():
-        raise VatError(f"{out} is a file, expected a folder for the geometry plots")
     return [
         save_png(fig, out / f"{name}.png")
         for name, fig in geometry_figures(eigenvalues, kl_per_dim, variances).items()

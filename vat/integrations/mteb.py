@@ -1,20 +1,10 @@
-"""A VAT as an MTEB encoder, and a command for MTEB's English STS tasks.
+"""A VAT as an MTEB encoder, and `vat mteb`'s run of MTEB's English STS tasks
+(docs/sharing.md, "MTEB").
 
-`VATMTEBEncoder` implements mteb's `EncoderProtocol` (mteb >= 2): `encode(DataLoader of
-BatchedInput, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs)` returning an
-(N, d) array of `vat.load(model).encode` features, and cosine `similarity` /
-`similarity_pairwise` (from mteb's `AbsEncoder`, with the model meta's similarity set to
-cosine, the score vat's own STS harness uses).
-
-    vat mteb --model EXPORTED_DIR_OR_CKPT --output-dir mteb-results
-
-(the command, `vat.cli.mteb`) runs the STS tasks of MTEB's English benchmark (the task
-data is downloaded from the Hugging Face Hub, or read from a local HF datasets cache) and
-prints each task's main score (cosine Spearman). `evaluate` asks the Hub once first: when
-it cannot be reached, the tasks run offline (cached data only), and a task whose data is not
-cached fails at once instead of after datasets' retried requests.
-`register_model(vat.load(DIR))` puts a vat folder in mteb's model registry, so that
-`mteb.get_model(DIR)` / `mteb.get_model_meta(DIR)` work.
+`VATMTEBEncoder` implements mteb's `EncoderProtocol` (mteb >= 2) with `vat.load(model).encode`'s
+features and cosine similarity; `register_model(vat.load(DIR))` puts a vat folder in mteb's
+model registry; `evaluate` asks the Hub once first and runs offline at once when it cannot be
+reached.
 """
 
 from __future__ import annotations
@@ -25,6 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
@@ -48,10 +39,8 @@ from vat.share.folder import CONFIG_NAME
 
 
 class VATMTEBEncoder(AbsEncoder):
-    """The sentence features of a VAT as an MTEB encoder: `vat.load(...).encode`'s, the
-    model's own by the one rule of every loader (vat.features.choice.features_for), or
-    the `features` or `pooling` named. `.features` names the spec it gives, `.why` how it
-    was chosen (the command prints both)."""
+    """A VAT's sentence features as an MTEB encoder: the model's own (the one rule of every
+    loader), or the `features` or `pooling` named; `.spec` and `.why` say which and why."""
 
     def __init__(
         self,
@@ -81,29 +70,18 @@ class VATMTEBEncoder(AbsEncoder):
         self.features = features  # a feature spec (vat.feature_spec); None: the model's own
         if features is None and pooling is not None:  # the token means mu, pooled as named
             self.spec, self.why, dim = f"mu/{pooling}/none", "as named", self.model.dim
-        elif features is None:
-            chosen = self.model.default_features
-            self.spec, self.why = str(chosen.spec), chosen.why
-            dim = self.model.feature_encoder().dim
-        else:
+        else:  # the model's own vectors, or the spec named
             encoder = self.model.feature_encoder(features)
-            self.spec, self.why, dim = str(encoder.spec), "as named", encoder.dim
-        n_params = sum(p.numel() for p in self.model.model.parameters())
+            self.spec, dim = str(encoder.spec), encoder.dim
+            self.why = self.model.default_features.why if features is None else "as named"
         name = self.model.loaded.name
-        self.mteb_model_meta = ModelMeta.create_empty(
-            {
-                "name": f"vat/{name}" if "/" not in name else name,
-                "revision": revision or "local",
-                "embed_dim": dim,
-                # mteb's field for settings an experiment varies: result files name the spec
-                "experiment_kwargs": {"features": self.spec},
-                "max_tokens": int(self.model.model.config.max_len),
-                "n_parameters": int(n_params),
-                "similarity_fn_name": ScoringFunction.COSINE,
-                "framework": ["PyTorch"],
-                "languages": ["eng-Latn"],
-                "open_weights": True,
-            }
+        self.mteb_model_meta = _meta(
+            self.model,
+            name=f"vat/{name}" if "/" not in name else name,
+            revision=revision or "local",
+            embed_dim=dim,
+            # mteb's field for settings an experiment varies: result files name the spec
+            experiment_kwargs={"features": self.spec},
         )
 
     def encode(
@@ -116,8 +94,7 @@ class VATMTEBEncoder(AbsEncoder):
         prompt_type=None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """(N, d) features of every text in the DataLoader's batches (`batch["text"]`), in order.
-        VAT has no prompts or instructions, so task_metadata / prompt_type change nothing."""
+        """(N, d) features of the DataLoader's texts, in order (a VAT takes no prompts)."""
         texts = [text for batch in inputs for text in batch["text"]]
         return self.model.encode(
             texts,
@@ -128,10 +105,24 @@ class VATMTEBEncoder(AbsEncoder):
         )
 
 
+def _meta(model: PretrainedVAT, **fields: Any) -> ModelMeta:
+    """mteb's ModelMeta of a loaded VAT: what every vat model shares, and `fields`."""
+    return ModelMeta.create_empty(
+        {
+            "max_tokens": int(model.model.config.max_len),
+            "n_parameters": int(sum(p.numel() for p in model.model.parameters())),
+            "similarity_fn_name": ScoringFunction.COSINE,
+            "framework": ["PyTorch"],
+            "languages": ["eng-Latn"],
+            "open_weights": True,
+            **fields,
+        }
+    )
+
+
 def model_meta(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
-    """The mteb ModelMeta of a loaded vat folder (local or a Hub id), with VATMTEBEncoder as
-    its loader around that same loaded model: so `meta.load_model()` and, once registered,
-    `mteb.get_model(name)` give it without reading the folder again."""
+    """The mteb ModelMeta of a loaded vat folder (local or a Hub id), whose loader is a
+    VATMTEBEncoder around that same model (`meta.load_model()` reads nothing again)."""
     require_loaded(model, "model_meta")
     check_optional_text(name, "name")
     source = model.loaded.source
@@ -140,33 +131,22 @@ def model_meta(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
             f"{source.location} is a training checkpoint; MTEB's model registry takes an "
             "exported folder (vat export CKPT DIR)"
         )
-    n_params = sum(p.numel() for p in model.model.parameters())
-    label = name or (source.location if source.kind == "hub" else f"vat/{source.name}")
-    return ModelMeta.create_empty(
-        {
-            "loader": VATMTEBEncoder,
-            "loader_kwargs": {"model": model},
-            "name": label,
-            "revision": "local" if source.kind == "folder" else None,
-            "embed_dim": model.embedding_dim,
-            "max_tokens": int(model.model.config.max_len),
-            "n_parameters": int(n_params),
-            "similarity_fn_name": ScoringFunction.COSINE,
-            "framework": ["PyTorch"],
-            "languages": ["eng-Latn"],
-            "open_weights": True,
-            "license": model.loaded.card.get("license"),
-            "reference": f"local folder {source.path / CONFIG_NAME}"
-            if source.kind == "folder"
-            else None,
-        }
+    local = source.kind == "folder"
+    return _meta(
+        model,
+        loader=VATMTEBEncoder,
+        loader_kwargs={"model": model},
+        name=name or (source.location if source.kind == "hub" else f"vat/{source.name}"),
+        revision="local" if local else None,
+        embed_dim=model.embedding_dim,
+        license=model.loaded.card.get("license"),
+        reference=f"local folder {source.path / CONFIG_NAME}" if local else None,
     )
 
 
 def register_model(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
-    """Add a loaded vat folder to mteb's model registry under its ModelMeta's name
-    ("vat/FOLDER", or the Hub id) and under the path or id it was loaded from:
-    `mteb.get_model(...)` and `mteb.get_model_meta(...)` then work with either."""
+    """Add a loaded vat folder to mteb's model registry under its ModelMeta's name and under
+    the path or id it was loaded from (`mteb.get_model(...)` then takes either)."""
     from mteb.models.model_implementations import MODEL_REGISTRY
 
     meta = model_meta(model, name)
@@ -187,10 +167,9 @@ def english_sts_tasks() -> list:
 
 
 def select_tasks(tasks: str | Sequence[str] | None = None) -> list:
-    """The MTEB tasks to run: None for the STS tasks of MTEB(eng, v2) (`english_sts_tasks`),
-    else task names, as a list or one comma-separated string ("STS12,STSBenchmark"). Names
-    that are blank, a string with no name in it ("", ",,,": mteb would read an empty list
-    as every task it has) and unknown names are an OptionError naming `tasks`."""
+    """The MTEB tasks to run: None for `english_sts_tasks()`, else names (a list, or one
+    comma-separated string); none named (mteb would read that as every task), a blank or an
+    unknown name is an OptionError naming `tasks`."""
     import mteb
 
     if tasks is None:
@@ -215,9 +194,8 @@ def select_tasks(tasks: str | Sequence[str] | None = None) -> list:
 
 # -- running tasks: the Hub asked once, offline at once when it cannot be reached ----------
 def hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the Hugging Face Hub cannot be reached now ("offline mode": HF_HUB_OFFLINE is set,
-    or the error of one HEAD request to its endpoint, waiting `timeout` seconds at most);
-    None when it answers. Any HTTP answer counts: only reaching it matters."""
+    """Why the Hugging Face Hub cannot be reached now (offline mode, or the error of one HEAD
+    request of at most `timeout` seconds); None when it answers at all."""
     from huggingface_hub import constants, get_session
 
     check_number(timeout, "timeout", low=0, low_open=True)
@@ -232,58 +210,41 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
 
 @contextlib.contextmanager
 def _hub_offline() -> Iterator[None]:
-    """huggingface_hub and datasets in offline mode for the block (cached data only, no
-    request is sent), as HF_HUB_OFFLINE=1 at start-up does; the settings are restored after.
-    datasets reads the variable once, at import, into its own config, so both are set."""
+    """huggingface_hub and datasets offline for the block, as HF_HUB_OFFLINE=1 at start-up
+    would make them (datasets reads the variable once, at import, so its config is set too)."""
     import datasets.config
     from huggingface_hub import constants
 
-    saved_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    saved = (constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
-    saved_datasets = datasets.config.HF_DATASETS_OFFLINE
-    os.environ.update({k: "1" for k in saved_env})
-    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
-    datasets.config.HF_DATASETS_OFFLINE = True
-    try:
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    with (
+        mock.patch.dict(os.environ, offline),
+        mock.patch.object(constants, "HF_HUB_OFFLINE", True),
+        mock.patch.object(datasets.config, "HF_HUB_OFFLINE", True),
+        mock.patch.object(datasets.config, "HF_DATASETS_OFFLINE", True),
+    ):
         yield
-    finally:
-        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
-        datasets.config.HF_DATASETS_OFFLINE = saved_datasets
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def check_no_links(output_dir: str | os.PathLike) -> None:
-    """MTEB writes its result files (and merges run_settings.jsonl) under
-    `output_dir/results/` with plain opens, which follow symbolic links: a link there would
-    have them written into the file or folder it points to, which vat did not create. Such a
-    folder is refused in one line before any work. Only `results/` is walked: the folder
-    itself is the user's to name, and may be a large one."""
+    """Refuse an `output_dir` with a symbolic link under `results/`, where MTEB writes its
+    result files with plain opens (which follow links into what vat did not create)."""
     check_path(output_dir, "output_dir")
     results = Path(output_dir) / "results"
-    found = [results] if results.is_symlink() else []
-    for here, dirs, files in os.walk(results):  # does not descend into linked folders
-        found += [Path(here) / n for n in (*dirs, *files) if (Path(here) / n).is_symlink()]
-        if found:
-            break
-    if found:
+    inside = () if results.is_symlink() else results.rglob("*")  # rglob follows no link
+    found = next((p for p in (results, *inside) if p.is_symlink()), None)
+    if found is not None:
         raise OptionError(
             "output_dir",
-            f"{output_dir} holds a symbolic link, {found[0]}; MTEB writes its result files "
+            f"{output_dir} holds a symbolic link, {found}; MTEB writes its result files "
             "through links, and vat does not write into what it did not create: remove the "
             "link or choose another folder",
         )
 
 
 def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike) -> Any:
-    """`mteb.evaluate(encoder, tasks)` with its result files in `output_dir` (replaced), and
-    its ModelResult; `tasks` are mteb tasks, or what `select_tasks` takes. The Hub is
-    asked once first (`hub_unreachable`): when it cannot be reached the tasks run offline
-    (`_hub_offline`), so cached task data still works and a task whose data is not cached
-    is one VatError at once, not after datasets' retries."""
+    """`mteb.evaluate(encoder, tasks)` with its result files in `output_dir` (replaced);
+    `tasks` are mteb tasks, or what `select_tasks` takes. When the Hub cannot be reached the
+    tasks run offline: cached data works, and missing data is one VatError at once."""
     import datasets.config
     import mteb
     from mteb.cache import ResultCache

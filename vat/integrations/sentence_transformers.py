@@ -1,20 +1,12 @@
-"""A VAT as a sentence-transformers model.
+"""A VAT as a sentence-transformers model (docs/sharing.md, "sentence-transformers").
 
-    import vat
-    from vat.integrations.sentence_transformers import to_sentence_transformer
     st = to_sentence_transformer(vat.load("exported_dir"))  # or a Hub id, a .ckpt
 
-builds the model from the installed class around what `vat.load` read (JSON and
-safetensors), and runs no code from the folder. An exported folder (`vat export`,
-`vat.load(...).save_pretrained`) also carries a `modules.json` whose one module is
-`VATSentenceEncoder` below, so `SentenceTransformer("exported_dir", trust_remote_code=True)`
-loads it too: sentence-transformers >= 6 imports a module class outside its own namespace
-only with that flag, and the flag runs the Python code the folder's modules.json names (vat's
-own module for a folder vat wrote; a tampered one can name a `file.Class` whose file.py in
-the folder then runs, docs/sharing.md). From a Hub id, pass it only for repositories you trust.
-Embeddings are `vat.load(path).encode(...)`'s: the model's own vectors by the one rule of every
-loader (`vat.features.choice.features_for`: the folder's feature spec, which
-sentence_vat_config.json names), or a pooling of the token means mu when one is named.
+builds the module from the installed class around what `vat.load` read and runs no code from
+the folder. An exported folder's `modules.json` names `VATSentenceEncoder`, so
+`SentenceTransformer(DIR, trust_remote_code=True)` loads it too; that flag runs the code the
+folder's modules.json names, so pass it only for folders you trust. Embeddings are
+`vat.load(path).encode(...)`'s.
 """
 
 from __future__ import annotations
@@ -53,9 +45,8 @@ class VATSentenceEncoder(InputModule):
         pooling: str | None = None,
         features: str | FittedFeatures | None = None,
     ) -> None:
-        """`features`: a fitted vat.feature_spec.FittedFeatures, or a spec whose statistics
-        the loaded model has or can make; `pooling`: that pooling of the token means mu;
-        neither: the model's own vectors (`features_for`, as vat.load(...).encode)."""
+        """`features`: a FittedFeatures or a spec; `pooling`: that pooling of the token means
+        mu; neither: the model's own vectors (`features_for`, as vat.load(...).encode)."""
         check_loaded(loaded, "VATSentenceEncoder")
         if pooling is not None:
             check_choice(pooling, "pooling", POOLINGS)
@@ -94,12 +85,10 @@ class VATSentenceEncoder(InputModule):
         features["attention_mask"] = post.mask.long()
         lengths = features["lengths"].to(mu.device)
         if self.feature_encoder is not None:  # the same code path as vat.load(...).encode
-            features["sentence_embedding"] = self.feature_encoder.encode_ids(
-                features["input_ids"], lengths
-            )
-            return features
-        # logvar is used by `precision` pooling only
-        features["sentence_embedding"] = pool(mu, lengths, self.pooling, post.logvar.float())
+            embedding = self.feature_encoder.encode_ids(features["input_ids"], lengths)
+        else:  # logvar is used by `precision` pooling only
+            embedding = pool(mu, lengths, self.pooling, post.logvar.float())
+        features["sentence_embedding"] = embedding
         return features
 
     def get_embedding_dimension(self) -> int:
@@ -130,19 +119,15 @@ class VATSentenceEncoder(InputModule):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> VATSentenceEncoder:
-
-        where = {
-            "subfolder": subfolder,
-            "token": token,
-            "cache_folder": cache_folder,
-            "revision": revision,
-            "local_files_only": local_files_only,
-        }
-        folder = cls.load_dir_path(model_name_or_path, **where)
-        # the folder is read once, as every --model is, sentence_vat_config.json included
-        # (vat.share.folder reads its spec, and the `pooling` of older files); its spec's
-        # statistics come with it, checked. Its vectors then follow the one rule, as
-        # vat.load(folder).encode's do.
+        folder = cls.load_dir_path(
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+        )
+        # read once, as every --model is, sentence_vat_config.json and statistics included
         return cls(load_model(folder))
 
 
@@ -152,10 +137,8 @@ def to_sentence_transformer(
     device: str | None = None,
     features: Any = None,
 ) -> SentenceTransformer:
-    """A SentenceTransformer around a loaded VAT (`vat.load(...)`: a .ckpt, an exported folder
-    or a Hub id), with no trust_remote_code needed: the module is built here, not imported by
-    name. It gives `model.encode`'s vectors: the model's own by default, else `features` (a
-    feature spec, fitted as `model.encode(features=...)` fits it) or `pooling` of mu."""
+    """A SentenceTransformer around a loaded VAT, built here (no trust_remote_code): it gives
+    `model.encode`'s vectors, the model's own or those of `features` or `pooling` of mu."""
     require_loaded(model, "to_sentence_transformer")
     if pooling is not None:
         check_choice(pooling, "pooling", POOLINGS)

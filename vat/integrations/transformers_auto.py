@@ -1,19 +1,10 @@
-"""transformers' Auto classes for exported vat folders, without remote code.
+"""transformers' Auto classes for exported vat folders, without remote code (docs/sharing.md,
+"transformers"): `AutoModel.from_pretrained("my-vat")` is a VATTransformersModel whose forward
+gives the token means mu and whose `encode` gives `vat.load(...).encode`'s vectors.
 
-    import vat
-    from transformers import AutoConfig, AutoModel
-
-    model = AutoModel.from_pretrained("my-vat")   # a VATTransformersModel; .vat is the VAT
-    out = model(input_ids)                        # last_hidden_state: the token means mu
-
-An exported folder's config.json says `model_type: vat`. `import vat` registers that type
-with AutoConfig and AutoModel: at once when transformers is already imported, otherwise
-when it is (an import hook; `import vat` itself never imports transformers, which is
-heavy and optional). The folder is read once through vat.share.resolve (safetensors, tied
-embedding, the checks every --model gets); the folder's tokenizer is `model.tokenizer` (a
-VATTokenizer: vat's special-token layout, which AutoTokenizer does not know), and
-`model.encode` gives the vectors `vat.load(...).encode` gives (the folder's card names its
-spec; the one rule is vat.features.choice.features_for).
+`import vat` registers `model_type: vat` with AutoConfig and AutoModel: at once when
+transformers is imported, otherwise when it is (an import hook: `import vat` never imports
+transformers, which is heavy and optional).
 """
 
 from __future__ import annotations
@@ -74,13 +65,10 @@ def _classes() -> tuple[type, type]:
 
         def __init__(self, config: VATTransformersConfig, loaded: Any = None) -> None:
             super().__init__(config)
-
-            self.vat = (
-                loaded.model
-                if loaded is not None
-                else VAT(VATConfig.from_dict(config.model_config))
-            )
-            self.tokenizer = loaded.tokenizer if loaded is not None else None
+            if loaded is None:
+                self.vat, self.tokenizer = VAT(VATConfig.from_dict(config.model_config)), None
+            else:
+                self.vat, self.tokenizer = loaded.model, loaded.tokenizer
             self.loaded = loaded
             self._features: Any = None  # the FeatureEncoder of encode, made at its first call
 
@@ -89,7 +77,6 @@ def _classes() -> tuple[type, type]:
             """Reads the folder (or Hub repo) once through vat.share.resolve; `revision`,
             `token` and `cache_dir` go to a Hub download; `config`, `device_map`,
             `trust_remote_code` and other transformers keywords are accepted and unused."""
-
             config = kwargs.get("config")
             loaded = load_model(
                 pretrained_model_name_or_path,
@@ -110,26 +97,19 @@ def _classes() -> tuple[type, type]:
 
         def encode(self, sentences: list[str], pooling: str | None = None):
             """(N, k) sentence features, as vat.load(...).encode gives them: the model's own
-            (vat.features.choice.features_for: the folder's feature spec, what its card
-            names), or, with `pooling`, that pooling of the token means mu. A single string
-            is one sentence and gives one vector."""
-            texts, single = check_sentences(sentences)  # a single string: one vector (d,)
+            (`features_for`), or that `pooling` of the token means mu; a string gives one."""
+            texts, single = check_sentences(sentences)
             if pooling is not None:
                 check_choice(pooling, "pooling", POOLINGS)
             if pooling is not None or self.loaded is None:  # built from a config: no spec
-                return _one(
-                    sentence_features(self.vat, self.tokenizer, texts, pooling or "mean"), single
-                )
-            if self._features is None:  # resolved once per model, as vat.load's
-                fitted = features_for(self.loaded).fitted
-                self._features = FeatureEncoder(self.loaded, fitted)
-            return _one(self._features(texts), single)
+                out = sentence_features(self.vat, self.tokenizer, texts, pooling or "mean")
+            else:
+                if self._features is None:  # resolved once per model, as vat.load's
+                    self._features = FeatureEncoder(self.loaded, features_for(self.loaded).fitted)
+                out = self._features(texts)
+            return out[0] if single else out
 
     return VATTransformersConfig, VATTransformersModel
-
-
-def _one(out: Any, single: bool) -> Any:
-    return out[0] if single else out
 
 
 class _RegisterOnImport(importlib.abc.MetaPathFinder):

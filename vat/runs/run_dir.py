@@ -1,19 +1,16 @@
 """The run folder of `vat train`: one run per folder, resumed only when asked (README, "Resume").
 
-One mechanism per promise:
 - One process per folder: an flock on FOLDER/.lock for each folder the run writes (the run
-  folder covers what lies inside it), dropped by the kernel when the process dies.
-- One record of what a run wrote: RUN/.vat-run.json, written as a fresh run begins, names
-  what the run folder held before and the other folders the run writes; the run-named files
-  (vat.runs.names) there that it does not name as earlier are the run's. A fresh start into
-  a folder holding a run is refused unless --overwrite, which deletes those files and nothing
-  else; files no record claims are refused. The record says "trained": false until the
-  first step, so a start that failed before it is not a run and the next start replaces it.
+  folder's covers the folders inside it), dropped by the kernel when the process dies.
+- One record of what a run wrote: RUN/.vat-run.json names what the run folder held before
+  the run and the other folders it writes. --overwrite deletes the run-named files
+  (vat.runs.names) it does not name as earlier, and nothing else; files no record claims are
+  refused. Until the first step the record says "trained": false, and the next start
+  replaces such a start.
 - Nothing written through a link: the lock is opened with O_NOFOLLOW, vat's own files are
   atomic renames (vat.io), and a link where Lightning opens a file itself is refused.
 - `--ckpt_path last` is the newer of last.ckpt and on_exception.ckpt. A resume may change
-  how the run is driven (trainer.*, RESUME_MAY_CHANGE), never what is trained: another
-  model.* or data.* value is refused naming the option, as the checkpoint's would win.
+  how the run is driven (trainer.*, RESUME_MAY_CHANGE), never what is trained.
 - Each start's resolved config is kept: config.yaml, then config-resume-1.yaml, ...
 """
 

@@ -47,12 +47,9 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
 
 
 def sentence_bleu(hypothesis: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-    """BLEU-4 of one tokenized hypothesis against tokenized references, 0-1, as NLTK's
-    `sentence_bleu` with `SmoothingFunction().method1` computes it, the setting of Texygen's
-    self-BLEU: clipped n-gram precisions for n = 1..4 with uniform weights, a zero count
-    replaced by epsilon = 0.1 (method 1 of Chen & Cherry 2014), and the brevity penalty
-    against the reference closest in length (the shorter on a tie). 0.0 for an empty
-    hypothesis or one with no word in common with any reference."""
+    """BLEU-4 (0-1) of one tokenized hypothesis against tokenized references as NLTK's
+    `sentence_bleu` with `SmoothingFunction().method1` computes it (Texygen's self-BLEU): a zero
+    n-gram count becomes 0.1, the brevity penalty uses the closest reference length."""
     if not hypothesis:
         return 0.0
     log_precision = 0.0

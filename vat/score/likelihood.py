@@ -1,18 +1,12 @@
-"""The likelihood columns of the text-VAE table: -ELBO, its parts, and the importance-weighted
-NLL (Burda, Grosse & Salakhutdinov 2016, "Importance Weighted Autoencoders"), for a VAT whose
-latent is every token's z_t (docs/score.md gives every formula).
+"""The likelihood columns of the text-VAE table for a VAT whose latent is every token's z_t
+(docs/score.md gives every formula): -ELBO with its parts, and the importance-weighted NLL
+-L_K (Burda, Grosse & Salakhutdinov 2016), with q(Z|x) = prod_t N(z_t; mu_t, diag exp(logvar_t))
+and p(Z) = N(0, s^2 I):
 
-For a sentence x with T latent positions (its n subwords and </s>, the paper), Z = (z_1..z_T),
-q(Z|x) = prod_t N(z_t; mu_t, diag exp(logvar_t)), p(Z) = N(0, s^2 I), and log p(x|Z) is the
-sum over the T target tokens w_1..w_n </s> of log p(w_t | w_<t, Z):
+    L_K(x) = log (1/K) sum_k p(x|Z_k) p(Z_k) / q(Z_k|x),  Z_k ~ q(Z|x),  ELBO <= E[L_K] <= log p(x)
 
-    ELBO(x) = E_q[log p(x|Z)] - KL(q(Z|x) || p(Z))                      (KL in closed form)
-    L_K(x)  = log (1/K) sum_k p(x|Z_k) p(Z_k) / q(Z_k|x),  Z_k ~ q(Z|x)  (L_1 = ELBO in expectation)
-
-and ELBO <= E[L_K] <= E[L_{K+1}] <= log p(x), with L_K -> log p(x) as K grows (Burda et al.,
-Theorem 1). -L_K is the "NLL" of text-VAE tables (He et al. 2019; Li et al. 2020). Its cost
-is K decoder passes per sentence; the K draws go through the decoder in passes of at most
-`ROWS_PER_PASS` decoded tokens, so memory does not grow with K.
+The K draws go through the decoder in passes of at most `ROWS_PER_PASS` decoded tokens, so
+memory does not grow with K.
 """
 
 from __future__ import annotations
@@ -50,11 +44,6 @@ def prior_log_density(z: torch.Tensor, prior_std: float) -> torch.Tensor:
     return -0.5 * (d * (LOG_2PI + math.log(s2)) + z.square().sum(-1) / s2)
 
 
-def log_mean_exp(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
-    """log (1/n) sum_i exp(x_i) along `dim`, without overflow."""
-    return torch.logsumexp(x, dim) - math.log(x.shape[dim])
-
-
 def log_importance_weights(
     log_px_given_z: torch.Tensor,  # (K, B) log p(x | Z_k)
     eps: torch.Tensor,  # (K, B, T, d) the standard-normal draws: Z_k = mu + exp(logvar / 2) eps
@@ -64,9 +53,7 @@ def log_importance_weights(
     prior_std: float,
 ) -> torch.Tensor:
     """log w_k = log p(x|Z_k) + log p(Z_k) - log q(Z_k|x), summed over real positions: (K, B).
-
-    log q is taken at the draw itself: (z - mu)^2 / var = eps^2 exactly, so q = p gives
-    log p(Z) - log q(Z|x) = 0 up to rounding, whatever the draw."""
+    log q is taken at the draw itself ((z - mu)^2 / var = eps^2 exactly), so q = p gives 0."""
     z = mu + torch.exp(0.5 * logvar) * eps  # (K, B, T, d)
     d = mu.shape[-1]
     log_q = -0.5 * (d * LOG_2PI + logvar.sum(-1) + eps.square().sum(-1))  # (K, B, T)
@@ -162,7 +149,8 @@ def decoder_log_likelihood(
     def log_likelihood(z: torch.Tensor) -> torch.Tensor:
         reps = z.shape[0] // tgt_in.shape[0]
         m = mask.repeat(reps, 1)  # (N, T)
-        hidden = model.decode_hidden(tgt_in.repeat(reps, 1), z.to(_dtype(model)), m)  # (N, T, d)
+        dtype = next(model.parameters()).dtype
+        hidden = model.decode_hidden(tgt_in.repeat(reps, 1), z.to(dtype), m)  # (N, T, d)
         h, y = hidden.flatten(0, 1), tgt_out.repeat(reps, 1).flatten()  # (N T, d), (N T,)
         out = torch.empty(len(y), dtype=torch.float32, device=h.device)
         step = max(1, LOGIT_ELEMENTS // V)
@@ -173,10 +161,6 @@ def decoder_log_likelihood(
         return (out.view_as(m) * m).sum(-1)  # (N,)
 
     return log_likelihood
-
-
-def _dtype(model: VAT) -> torch.dtype:
-    return next(model.parameters()).dtype
 
 
 def pass_bytes(model: VAT, rows: int, length: int) -> float:

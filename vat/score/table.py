@@ -1,13 +1,7 @@
 """The table text-VAE papers report, for a loaded VAT on any sentences (`vat score`,
-`vat.load(...).score`): the importance-weighted NLL and its perplexity, -ELBO with its
-reconstruction and KL parts, the mutual information I(x; z), active units, reconstruction
-BLEU, the diversity of variational and prior samples, and the alignment and uniformity of the
-model's sentence features. docs/score.md gives every formula and how each is adapted to a
-latent per token.
-
-The maths lives in pure functions beside it: `vat.score.likelihood` (IWAE, ELBO),
-`vat.geometry.collapse` (MI, AU), `vat.score.diversity` (distinct-n, self-BLEU),
-`vat.score.representation` (alignment, uniformity); generation is `VATGenerator`'s.
+`vat.load(...).score`; docs/score.md gives every formula and its adaptation to a latent per
+token), composed from the pure functions of `vat.score.likelihood`, `vat.geometry.collapse`,
+`vat.score.diversity` and `vat.score.representation`, and `VATGenerator`'s generation.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vat.data.paths import default_senteval_dir
-from vat.errors import OptionError
+from vat.errors import OptionError, check_sentences
 from vat.eval.encoders import vat_encoder
 from vat.eval.tasks.files import Pairs
 from vat.eval.tasks.registry import load_task
@@ -52,8 +46,7 @@ at most log(MI_BATCH) = 6.24 nats; compare MI only at the same batch size."""
 
 @dataclass
 class RepresentationPairs:
-    """STS pairs for alignment (those scored POSITIVE_SCORE or more) and uniformity (every
-    distinct sentence), and where they came from."""
+    """STS pairs for alignment and uniformity, and where they came from."""
 
     a: list[str]
     b: list[str]
@@ -73,10 +66,8 @@ def representation_pairs(
     sts_pairs: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None
 ) -> RepresentationPairs | str:
     """The pairs alignment and uniformity are measured on: `sts_pairs` (a file in STS-B's
-    layout), else STS-B's test split under `data_dir`; with neither, STS-B's test split under
-    the default SentEval folder ($VAT_SENTEVAL_DIR, else ../shared/data/senteval) if it is
-    there. Returns why not (a string) when that default is missing; a named file or folder
-    that is missing or malformed is an error."""
+    layout), else STS-B's test split under `data_dir` or the default SentEval folder; why not
+    (a string) when the default has none. A named file or folder must be there."""
     if sts_pairs is not None:
         path = regular_file(Path(sts_pairs), "sts_pairs")
         return RepresentationPairs.from_pairs(read_stsb_file(path), str(path))
@@ -120,14 +111,12 @@ def score_table(
     pairs: RepresentationPairs | str | None = None,
     source: str = "given sentences",
 ) -> ScoreTable:
-    """Score `sentences` (non-empty strings) with `loaded`; `pairs` adds alignment and
-    uniformity (a string: why they are left out). `source` names the sentences in the
-    table."""
+    """Score `sentences` with `loaded`; `pairs` adds alignment and uniformity (a string: why
+    they are left out). `source` names the sentences in the table."""
     settings = settings if settings is not None else ScoreSettings()
     sentences = _checked_sentences(sentences)
     if settings.prior_samples and not any(loaded.length_histogram[1 : loaded.config.max_len + 1]):
-        # prior samples take their lengths from the training length histogram; say so
-        # before any work, in the terms of this function (and so of vat score's options)
+        # their lengths come from the training length histogram: said before any work
         raise OptionError(
             "prior_samples",
             f"{loaded.name} records no length histogram to draw the prior samples' lengths "
@@ -200,18 +189,12 @@ def score_table(
 
 
 def _checked_sentences(sentences: Sequence[str]) -> list[str]:
-    if isinstance(sentences, (str, bytes)) or sentences is None:
-        raise OptionError(
-            "sentences", f"expected a list of strings, got {type(sentences).__name__}"
-        )
-    out = list(sentences)
-    for i, s in enumerate(out, 1):
-        if not isinstance(s, str):
-            raise OptionError("sentences", f"item {i} is {type(s).__name__}, expected a string")
-        if not s.strip():
-            raise OptionError("sentences", f"item {i} is empty; every sentence needs a word")
+    out, _ = check_sentences(sentences)
     if not out:
         raise OptionError("sentences", "is empty; give at least one sentence")
+    blank = next((i for i, s in enumerate(out, 1) if not s.strip()), None)
+    if blank is not None:
+        raise OptionError("sentences", f"item {blank} is empty; every sentence needs a word")
     return out
 
 
@@ -274,8 +257,7 @@ def _likelihood(
 
 
 def _perplexity(nats_per_token: float) -> float:
-    """exp(nats per token), inf past float range: a posterior narrowed to a point has a KL, and
-    so a -ELBO, of thousands of nats per token, where math.exp raises OverflowError."""
+    """exp(nats per token), inf past float range (a point posterior's -ELBO is thousands)."""
     return math.exp(nats_per_token) if nats_per_token < 709.0 else math.inf
 
 
@@ -341,12 +323,10 @@ def _representation(
 
 
 # -- the printed table ---------------------------------------------------------------------------
-PPL_NOTE = (
+PPL_NOTE = (  # a PPL with a latent per token reads as broken to anyone who knows LM perplexities
     "note: PPL bounds the likelihood of a model with a latent per token and includes what those "
     "latents cost (the rate, KL above): it is not comparable to a language model's perplexity"
 )
-"""Said under every table: a model's PPL with a latent per token reads as broken to anyone who
-knows language-model perplexities."""
 
 
 def format_table(t: ScoreTable) -> str:

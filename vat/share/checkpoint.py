@@ -18,7 +18,6 @@ prefix `model.` and whose `vat` entry carries everything needed to use it alone:
 from __future__ import annotations
 
 import dataclasses
-import errno
 import math
 import os
 import pickle
@@ -29,11 +28,10 @@ from pathlib import Path
 
 import torch
 
-from vat.errors import CheckpointError, VatError
+from vat.errors import CheckpointError, VatError, one_line
 from vat.feature_spec import check_token_counts
-from vat.io import atomic_write, name_too_long, regular_file
+from vat.io import atomic_write, regular_file
 from vat.model import VAT, VATConfig, prior_std_problem
-from vat.runtime import device_memory
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.training_record import training_facts
 from vat.tokenizer import VATTokenizer
@@ -47,24 +45,17 @@ or 65,000 at d_model 1024, beyond any sentence a VAT reads."""
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
-    """torch.load with weights_only=True (no pickled code runs) and one-line errors.
-
-    weights_only=True is passed explicitly, so TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD (which only
-    overrides an unset argument) cannot turn it off.
-    """
+    """torch.load with weights_only=True (no pickled code runs) and one-line errors. It is
+    passed explicitly, so TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD (which only overrides an unset
+    argument) cannot turn it off."""
     p = Path(path)
     try:
-        exists = p.exists()
-    except OSError as e:  # Path.exists raises for a name the system refuses as too long
-        if e.errno != errno.ENAMETOOLONG:
-            raise
-        raise name_too_long(p, "checkpoint") from None
-    if not exists:
-        raise CheckpointError(f"checkpoint {p} does not exist")
-    if p.is_dir():
-        raise CheckpointError(f"checkpoint {p} is a directory, expected a .ckpt file")
-
-    regular_file(p, "checkpoint")  # a FIFO would block torch.load, /dev/zero fill memory
+        os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CheckpointError(f"checkpoint {p} does not exist") from None
+    except OSError:
+        pass  # a name too long, a link loop: regular_file says which
+    regular_file(p, "checkpoint")  # a folder; a FIFO would block torch.load, /dev/zero fill memory
     try:
         with warnings.catch_warnings():
             # a file that is no zip archive (a plain pickle) makes torch warn about its pickle
@@ -87,11 +78,6 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return ckpt
 
 
-def _first_line(e: BaseException, limit: int = 160) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return (lines[0] if lines else type(e).__name__)[:limit]
-
-
 def _load_failure(p: Path, e: BaseException) -> str:
     """One line for a failed torch.load. torch's own text advises re-running with
     weights_only=False, i.e. executing whatever the file holds: never pass that on."""
@@ -109,7 +95,6 @@ def _load_failure(p: Path, e: BaseException) -> str:
     return f"checkpoint {p} is truncated, corrupt or not a torch checkpoint ({first[:200]})"
 
 
-# The `vat` metadata entries and their types; load_checkpoint checks them before using any.
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "format_version": int,
     "model_config": dict,
@@ -138,30 +123,38 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
         raise CheckpointError(
             f"checkpoint {path}: unsupported vat checkpoint format {meta['format_version']!r}"
         )
-    problem = prior_std_problem(meta["prior_std"])
-    if problem is not None:
-        raise CheckpointError(f"checkpoint {path}: 'vat.prior_std' {problem}")
-    hist = meta.get("length_histogram", [])
-    if not isinstance(hist, list) or not all(isinstance(c, int) and c >= 0 for c in hist):
-        raise CheckpointError(f"checkpoint {path}: 'vat.length_histogram' must be a list of counts")
+    check_prior_and_lengths(
+        f"checkpoint {path}: 'vat.", meta["prior_std"], meta.get("length_histogram", [])
+    )
     return meta
 
 
+def check_prior_and_lengths(
+    prefix: str, prior_std: object, hist: object
+) -> tuple[float, list[int]]:
+    """A recorded prior scale and length histogram (a checkpoint's `vat` entry, a folder's
+    config.json), or one line naming the key after `prefix`."""
+    problem = prior_std_problem(prior_std)
+    if problem is not None:
+        raise CheckpointError(f"{prefix}prior_std' {problem}")
+    if not isinstance(hist, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
+    ):
+        raise CheckpointError(f"{prefix}length_histogram' must be a list of counts")
+    return float(prior_std), list(hist)
+
+
 def check_finite(path: str | os.PathLike, state: dict) -> None:
-    """Refuse weights that are not floating point (load_state_dict would cast an int32
-    tensor to float without a word) or hold NaN or inf: a model that would only ever produce
-    garbage. Called on the tensors as stored, before they are loaded."""
-    for k, v in state.items():
-        if torch.is_tensor(v) and not v.is_floating_point():
+    """Refuse stored weights that are not floating point (load_state_dict would cast an int32
+    tensor to float without a word) or hold NaN or inf (the model could only give garbage)."""
+    tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
+    for k, v in tensors.items():
+        if not v.is_floating_point():
             raise CheckpointError(
                 f"{path}: {k} is {str(v.dtype).removeprefix('torch.')}, not floating point; "
                 "a model's weights are floating point"
             )
-    bad = [
-        k
-        for k, v in state.items()
-        if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()
-    ]
+    bad = [k for k, v in tensors.items() if not torch.isfinite(v).all()]
     if bad:
         raise CheckpointError(
             f"checkpoint {path} has non-finite weights (NaN or inf in {len(bad)} of {len(state)} "
@@ -173,10 +166,9 @@ def check_weight_shapes(
     path: str | os.PathLike, config: VATConfig, shapes: dict[str, tuple[int, ...]]
 ) -> None:
     """Before a model is built: the sizes its config records must be those of the stored
-    weights (`shapes`: name -> shape, from a checkpoint's state dict or a safetensors header),
-    so a tampered size (`n_encoder_layers: 1000000`, `vocab_size: 10**12`) is refused in one
-    line before anything is allocated. The one size no weight records, max_len, sets the
-    position table (max_len + 1, d_model), which must fit in memory."""
+    weights (`shapes`: name -> shape), so a tampered size (`n_encoder_layers: 1000000`) is
+    refused before anything is allocated; max_len, which no weight records, must give a
+    position table that fits in memory."""
     layers = {"encoder": config.n_encoder_layers, "decoder": config.n_decoder_layers}
     stored = {part: 0 for part in layers}
     for name in shapes:
@@ -211,18 +203,12 @@ def check_weight_shapes(
     unknown = sorted(set(shapes) - set(expected))
     if unknown:
         raise CheckpointError(f"{path}: its weights hold {unknown[0]}, which its config lacks")
-    table = 4.0 * (config.max_len + 1) * config.d_model  # float32 sinusoid table
-    if table > device_memory("cpu"):
-        raise CheckpointError(
-            f"{path}: its config's max_len {config.max_len} needs a position table of "
-            f"{table / 1e9:.1f} GB, more than this machine's memory"
-        )
     # Building the table takes about twice its size at once, and a real model's positions cost
     # a fraction of its weights: a table beyond both the weights' size and POSITION_TABLE_BYTES
     # is a tampered or mistyped max_len, refused before it is built.
+    table = 4.0 * (config.max_len + 1) * config.d_model  # float32 sinusoid table
     weights = 4.0 * sum(math.prod(shape) for shape in shapes.values())
-    allowed = max(weights, POSITION_TABLE_BYTES)
-    if table > allowed:
+    if table > max(weights, POSITION_TABLE_BYTES):
         raise CheckpointError(
             f"{path}: its config's max_len {config.max_len} needs a {table / 1e6:.0f} MB "
             f"position table, more than its weights or {POSITION_TABLE_BYTES / 1e6:.0f} MB allow"
@@ -230,12 +216,8 @@ def check_weight_shapes(
 
 
 def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> LoadedVAT:
-    """The model a training checkpoint holds, with what it records (one read of the file).
-
-    Damaged metadata (missing keys, wrong types, a tokenizer string that does not parse) and
-    non-finite weights are one-line CheckpointErrors naming the file. The file is read onto
-    the CPU (its optimiser state never reaches the device) and only the model is moved.
-    """
+    """The model a training checkpoint holds, with what it records (one read of the file, onto
+    the CPU: only the model is moved); damage is a one-line CheckpointError naming the file."""
     path = source.location
     ckpt = read_checkpoint(path)
     meta = _check_metadata(path, ckpt["vat"])
@@ -251,7 +233,7 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
         raise CheckpointError(
-            f"{path}: weights do not match its model config ({_first_line(e)})"
+            f"{path}: weights do not match its model config ({one_line(e)[:160]})"
         ) from None
     counts = check_token_counts(meta.get("token_counts"), f"checkpoint {path}", model.config)
     training = training_facts(ckpt, path)
@@ -296,28 +278,22 @@ def _model_and_tokenizer(
         config = VATConfig.from_dict(meta["model_config"])
     except (TypeError, ValueError, KeyError, RuntimeError, VatError) as e:
         raise CheckpointError(
-            f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})"
+            f"checkpoint {path}: bad 'vat.model_config' ({one_line(e)[:160]})"
         ) from None
     shapes = {k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v)}
-    check_weight_shapes(path, config, shapes)
-    try:
-        model = VAT(config)
-    except (TypeError, ValueError, RuntimeError, VatError) as e:
-        raise CheckpointError(
-            f"checkpoint {path}: bad 'vat.model_config' ({_first_line(e)})"
-        ) from None
+    check_weight_shapes(path, config, shapes)  # then the model can be built
     try:
         tokenizer = VATTokenizer.from_str(meta["tokenizer"])
     except Exception as e:  # tokenizers raises plain Exception subclasses
         raise CheckpointError(
-            f"checkpoint {path}: 'vat.tokenizer' is not a valid tokenizer ({_first_line(e)})"
+            f"checkpoint {path}: 'vat.tokenizer' is not a valid tokenizer ({one_line(e)[:160]})"
         ) from None
     if tokenizer.vocab_size > config.vocab_size:
         raise CheckpointError(
             f"{path}: its tokenizer has {tokenizer.vocab_size} tokens "
             f"but the model only {config.vocab_size}"
         )
-    return model, tokenizer
+    return VAT(config), tokenizer
 
 
 def check_same_model_config(recorded: dict, now: dict) -> None:

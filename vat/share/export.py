@@ -1,14 +1,6 @@
-"""Export: a loaded model into an exported folder, with its card (files only).
-
-The card's settings come from the arguments, else from an exported source folder, else the
-defaults; recorded scores describe the folder's vectors, so an earlier export's scores are
-kept only while the folder keeps that export's vectors (its feature spec and statistics), and
-each names the spec it measured. A folder written for the Hub (a repo id given) records its
-training files only in their portable form (`vat.share.training_record.portable_training`):
-the training machine's paths stay on it. Fitting the folder's feature
-spec and evaluating it are done above this floor (`vat.api.PretrainedVAT.save_pretrained`,
-which `vat export` calls); the folder format is `vat.share.folder`.
-"""
+"""Export: a loaded model into an exported folder, with its card (files only). Fitting the
+folder's feature spec and evaluating it are done above this floor
+(`vat.api.PretrainedVAT.save_pretrained`, which `vat export` calls)."""
 
 from __future__ import annotations
 
@@ -24,26 +16,6 @@ from vat.share.folder import save_folder
 from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.share.model_card import DEFAULT_LANGUAGE, DEFAULT_LICENSE, scored_spec
 from vat.share.training_record import check_portable, portable_fit, portable_training
-
-
-def card_settings(
-    loaded: LoadedVAT,
-    output_dir: str | os.PathLike,
-    *,
-    license: str | None = None,
-    language: str | None = None,
-    repo_id: str | None = None,
-) -> dict[str, Any]:
-    """{license, language, name, repo_id} of the folder's card: the arguments, else an
-    exported source's own, else vat.share.model_card's defaults; the name is the folder's
-    (the model-index's name unless a repo id is given)."""
-    card = dict(loaded.card)
-    card["license"] = license or card.get("license") or DEFAULT_LICENSE
-    card["language"] = language or card.get("language") or DEFAULT_LANGUAGE
-    card["name"] = Path(output_dir).name
-    if repo_id:
-        card["repo_id"] = repo_id
-    return card
 
 
 def same_vectors(loaded: LoadedVAT, features: FittedFeatures | None) -> bool:
@@ -76,17 +48,11 @@ def export_model(
     space: bool = False,
     train_data_dir: str | os.PathLike | None = None,
 ) -> Path:
-    """Write `loaded` as an exported folder at `output_dir` (trainer state is dropped); with
-    `space`, also a Hugging Face Space running `vat explore`'s page (vat.share.space). With
-    `repo_id` (the folder is going to the Hub) its training record is `portable_training`'s
-    (paths inside the data folder `train_data_dir`, default $VAT_DATA_DIR, else names).
-
-    `features` is the folder's fitted feature spec; `evaluation` its scores (`vat.eval.task_scores`
-    entries, shown in config.json and the card's model-index), each recorded with the spec it
-    measured ("features"). Without `evaluation`, an exported source's recorded scores are
-    kept when `features` gives the source's vectors (`same_vectors`) and the scores measured
-    them.
-    """
+    """Write `loaded` as an exported folder at `output_dir` (vat.share.folder.save_folder).
+    Scores (`evaluation`, else an exported source's while `features` gives its vectors) each
+    record the spec they measured. With `repo_id` the folder is for the Hub: its training
+    record is `portable_training`'s (paths inside the data folder `train_data_dir`, else
+    names), and what would still name a place on this machine is refused before writing."""
     spec = str(features.spec if features is not None else FeatureSpec())
     if evaluation is None:
         kept = loaded.evaluation if same_vectors(loaded, features) else []
@@ -94,7 +60,13 @@ def export_model(
     # each score names the spec it measured, so a card rendered after the folder's spec is
     # changed (vat.share.folder.record_measurements) says which vectors they describe
     evaluation = [{**s, "features": s.get("features") or spec} for s in evaluation]
-    card = card_settings(loaded, output_dir, license=license, language=language, repo_id=repo_id)
+    card = {  # the arguments, else an exported source's own, else the defaults
+        **loaded.card,
+        "license": license or loaded.card.get("license") or DEFAULT_LICENSE,
+        "language": language or loaded.card.get("language") or DEFAULT_LANGUAGE,
+        "name": Path(output_dir).name,  # the model-index's name, unless a repo id is given
+        **({"repo_id": repo_id} if repo_id else {}),
+    }
     if repo_id:
         # the same weights and files; only the record of the training data changes
         loaded = dataclasses.replace(

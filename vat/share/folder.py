@@ -19,7 +19,6 @@ by `load_folder`, into a `vat.share.loaded.LoadedVAT`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -31,7 +30,7 @@ from typing import Any
 
 import torch
 
-from vat.errors import CheckpointError, OptionError, VatError
+from vat.errors import CheckpointError, OptionError, VatError, finite, one_line
 from vat.feature_spec import (
     FOLDER_STATS_NAME,
     FeatureSpec,
@@ -40,9 +39,9 @@ from vat.feature_spec import (
     is_feature_file,
 )
 from vat.io import atomic_write, filesystem_write_error, regular_file, write_json_atomic
-from vat.model import VAT, VATConfig, prior_std_problem
+from vat.model import VAT, VATConfig
 from vat.share import CARD_NAME, CONFIG_NAME, TOKENIZER_NAME, WEIGHTS_NAME
-from vat.share.checkpoint import check_finite, check_weight_shapes
+from vat.share.checkpoint import check_finite, check_prior_and_lengths, check_weight_shapes
 from vat.share.loaded import LoadedVAT, ModelSource
 from vat.share.model_card import folder_features, model_card
 from vat.share.space import SPACE_FILES, space_settings, write_space_files
@@ -78,25 +77,13 @@ def save_folder(
     overwrite: bool = False,
     space: bool = False,
 ) -> Path:
-    """Write `loaded` as an exported folder at `directory`, atomically (a temp folder beside
-    it, renamed into place). An existing non-empty `directory` needs `overwrite`, and then
-    must be an earlier export (`check_output_dir`). With `space`, the folder is also a
-    Hugging Face Space running `vat explore`'s page (`vat.share.space`).
-
-    `features` (a fitted vat.feature_spec spec) becomes the folder's feature spec and
-    statistics; `card` ({license, language, name, repo_id}) and `evaluation` (a list of
-    `vat.eval.task_scores` entries) go into config.json and the model card, with the training
-    facts `loaded` records.
-    """
+    """Write `loaded` as an exported folder at `directory`, atomically (`check_output_dir`
+    says what may be replaced). `features` is its feature spec and statistics; `card`
+    ({license, language, name, repo_id}) and `evaluation` (`vat.eval.task_scores` entries) go
+    into config.json and the card; with `space` it is also a Hugging Face Space."""
     with _atomic_dir(directory, overwrite) as tmp:
-        extra: dict[str, Any] = {}
-        if card:
-            extra["card"] = card
-        if evaluation:
-            extra["evaluation"] = evaluation
-        if space:
-            extra["space"] = space_settings()
-        config = write_model_files(tmp, loaded, extra)
+        extra = {"card": card, "evaluation": evaluation, "space": space and space_settings()}
+        config = write_model_files(tmp, loaded, {k: v for k, v in extra.items() if v})
         write_sentence_transformers_files(tmp, features)
         if space:
             write_space_files(tmp)
@@ -135,11 +122,9 @@ def write_model_files(
 
 
 def write_sentence_transformers_files(folder: Path, features: FittedFeatures | None) -> None:
-    """modules.json (one module: vat's VATSentenceEncoder), its settings (the folder's feature
-    spec, and nothing else: the spec names its own weighting, so a `pooling` beside it could
-    only contradict it), config_sentence_transformers.json (cosine similarity), and the
-    spec's statistics, so that `SentenceTransformer(folder, trust_remote_code=True)` loads
-    the folder and gives the vectors its card names."""
+    """What `SentenceTransformer(folder, trust_remote_code=True)` reads: modules.json (vat's
+    VATSentenceEncoder), its settings (the feature spec alone: a `pooling` beside it could
+    only contradict it), config_sentence_transformers.json and the spec's statistics."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE_TYPE}]
     st_config = {
         "model_type": "SentenceTransformer",
@@ -147,9 +132,7 @@ def write_sentence_transformers_files(folder: Path, features: FittedFeatures | N
         "prompts": {},
         "default_prompt_name": None,
     }
-    module_config: dict[str, Any] = {}
-    if features is not None:
-        module_config["features"] = str(features.spec)
+    module_config = {"features": str(features.spec)} if features is not None else {}
     for name, obj in (
         (ST_MODULES_NAME, modules),
         (ST_MODULE_CONFIG_NAME, module_config),
@@ -247,12 +230,12 @@ def check_output_dir(directory: str | os.PathLike, overwrite: bool) -> Path:
             f"output {out} is the current folder or contains it; export into a new folder, "
             f"e.g. {Path(directory) / 'model'}"
         )
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise OptionError(
-            "overwrite",
-            f"output {out} exists and is not empty; set it to replace an earlier export there",
-        )
     if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OptionError(
+                "overwrite",
+                f"output {out} exists and is not empty; set it to replace an earlier export there",
+            )
         _check_earlier_export(out)
     return out
 
@@ -267,9 +250,8 @@ def record_measurements(
     folder: str | os.PathLike, title: str, text: str, rows: list[tuple[str, str]]
 ) -> None:
     """Add measurements made outside `vat export` (e.g. the GPU suite's BLEU) to an exported
-    folder: config.json's "measurements" (one entry per `title`, replaced when given again)
-    and the card, rendered again from config.json, so that every later copy of the folder
-    (`python scripts/add_pretrained.py`, the Hub) keeps them. Both files are written atomically."""
+    folder's config.json (one entry per `title`, replaced when given again) and its card,
+    rendered again, so that every later copy of the folder keeps them."""
     folder = Path(folder)
     config = read_config(folder)
     entry = {"title": str(title), "text": str(text), "rows": [[str(a), str(b)] for a, b in rows]}
@@ -298,8 +280,9 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
     records: every file read once, checked as a .ckpt is (finite weights, prior, tokenizer)."""
     folder = source.path
     config = read_config(folder)
-    if (folder / TOKENIZER_NAME).exists() or (folder / TOKENIZER_NAME).is_symlink():
-        regular_file(folder / TOKENIZER_NAME, "model folder file")
+    for name in (TOKENIZER_NAME, WEIGHTS_NAME):  # a FIFO would block its read
+        if (folder / name).exists() or (folder / name).is_symlink():
+            regular_file(folder / name, "model folder file")
     try:
         model_config = VATConfig.from_dict(config["model_config"])
         tokenizer = VATTokenizer.from_file(folder / TOKENIZER_NAME)
@@ -310,19 +293,17 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
             f"{folder}: its tokenizer has {tokenizer.vocab_size} tokens but the model only "
             f"{model_config.vocab_size}"
         )
-    prior_std, hist = _check_folder_metadata(folder, config)
-    if (folder / WEIGHTS_NAME).exists():
-        regular_file(folder / WEIGHTS_NAME, "model folder file")
+    prior_std, hist = check_prior_and_lengths(
+        f"{folder / CONFIG_NAME}: '", config.get("prior_std"), config.get("length_histogram", [])
+    )
     model = _load_weights(model_config, folder / WEIGHTS_NAME)
     training = config.get("training") if isinstance(config.get("training"), dict) else {}
     _check_training_data(folder, training)
     counts = check_token_counts(config.get("token_counts"), folder / CONFIG_NAME, model_config)
     spec = _folder_spec(folder)
-    stats_file = folder / FEATURES_NAME
-    stats = None
+    stats, stats_file = None, folder / FEATURES_NAME
     if stats_file.exists() or stats_file.is_symlink():  # a FIFO or folder is named, not skipped
-        # checked as the weights are: finite, float32, the shapes of this model and its spec
-        stats = FittedFeatures.load(stats_file, model_config=model_config)
+        stats = FittedFeatures.load(stats_file, model_config=model_config)  # checked as weights
     return LoadedVAT(
         model.to(device).eval(),
         tokenizer,
@@ -338,13 +319,25 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
     )
 
 
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON in a folder's file (None when it is empty), or one line naming it."""
+    try:
+        regular_file(path, "model folder file")  # a FIFO in a tampered folder would hang
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if text.strip() else None
+    except VatError as e:
+        raise CheckpointError(str(e)) from None
+    except (ValueError, OSError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise CheckpointError(f"{path} is not valid JSON ({one_line(e)[:120]})") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise CheckpointError(f"{path} is not {what} (JSON nested too deeply)") from None
+
+
 def _folder_spec(folder: Path) -> FeatureSpec | None:
-    """The feature spec sentence_vat_config.json names; None for a folder from before specs,
-    whose vectors follow vat.features.choice.features_for. An older file's `pooling` is
-    read too: "mean" says nothing, another pooling without a spec is mu/POOLING/none. A file
-    that cannot say (not a regular file or JSON object, nested too deeply, a `features` that
-    is no spec), or statistics no spec names, is a CheckpointError naming it: read as "no
-    spec" it would silently give other vectors and ignore features.safetensors."""
+    """The feature spec sentence_vat_config.json names (an older file's `pooling` P other than
+    "mean": mu/P/none); None for a folder from before specs, whose vectors are mu/mean. A file
+    that cannot say, or statistics no spec names, is one line naming it: read as "no spec" it
+    would silently give other vectors and ignore features.safetensors."""
     path = folder / ST_MODULE_CONFIG_NAME
     stats = folder / FEATURES_NAME
     has_stats = stats.exists() or stats.is_symlink()
@@ -355,28 +348,15 @@ def _folder_spec(folder: Path) -> FeatureSpec | None:
                 "feature spec; restore that file or export the folder again"
             )
         return None
-    try:
-        regular_file(path, "model folder file")  # a FIFO would block the read below
-        text = path.read_text(encoding="utf-8")
-        settings = json.loads(text) if text.strip() else None
-    except VatError as e:
-        raise CheckpointError(str(e)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is not valid JSON ({reason})") from None
-    except RecursionError:  # json's parser recurses once per nesting level
-        raise CheckpointError(f"{path} is not a module config (JSON nested too deeply)") from None
+    settings = _read_json(path, "a module config")
     if not isinstance(settings, dict):
         what = "empty" if settings is None else f"a JSON {type(settings).__name__}"
         raise CheckpointError(
             f"{path} is {what}; expected a JSON object naming the folder's feature spec "
             '(e.g. {"features": "layer0/sif/none"})'
         )
-    spec = settings.get("features")
-    pooling = settings.get("pooling")
+    spec, pooling = settings.get("features"), settings.get("pooling")
     if spec is None and pooling not in (None, "mean"):  # an older file: pooling of mu
-        if not isinstance(pooling, str):
-            raise CheckpointError(f"{path}: 'pooling' must be a string, got {pooling!r:.60}")
         spec = f"mu/{pooling}/none"
     if spec is not None and not isinstance(spec, str):
         raise CheckpointError(
@@ -395,34 +375,15 @@ def _folder_spec(folder: Path) -> FeatureSpec | None:
         raise CheckpointError(f"{path}: {e}") from None
 
 
-def _check_folder_metadata(folder: Path, config: dict[str, Any]) -> tuple[float, list[int]]:
-    """prior_std a finite positive number, length_histogram a list of counts: what a
-    checkpoint's `vat` metadata must satisfy (as vat.share.checkpoint checks it), for a
-    folder."""
-    path = folder / CONFIG_NAME
-    s = config.get("prior_std")
-    problem = prior_std_problem(s)
-    if problem is not None:
-        raise CheckpointError(f"{path}: 'prior_std' {problem}")
-    hist = config.get("length_histogram", [])
-    if not isinstance(hist, list) or not all(
-        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
-    ):
-        raise CheckpointError(f"{path}: 'length_histogram' must be a list of counts")
-    return float(s), list(hist)
-
-
 def _check_training_data(folder: Path, training: dict[str, Any]) -> None:
     """config.json's training.data, which the card and the listing show: an object whose
-    train_files, when present, is a list of names (provenance; vat never opens them)."""
+    train_files, when present, is a list of names."""
     data = training.get("data")
-    if data is None:
-        return
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise CheckpointError(
             f"{folder / CONFIG_NAME}: training.data must be an object, got {data!r:.60}"
         )
-    files = data.get("train_files") or []
+    files = (data or {}).get("train_files") or []
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise CheckpointError(
             f"{folder / CONFIG_NAME}: training.data.train_files must be a list of file names, "
@@ -430,16 +391,10 @@ def _check_training_data(folder: Path, training: dict[str, Any]) -> None:
         )
 
 
-EVALUATION_TEXT_KEYS = ("task", "split", "metric")
-"""What every recorded score names (`vat.eval.task_scores` entries); its "value" is a number."""
-
-
 def _check_evaluation(folder: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """config.json's recorded scores, each checked as its readers use it (the model card,
-    `vat pretrained`, `vat explore`'s Model view format "value" as a number): a list of
-    objects with a text task, split and metric and a finite number as value; the optional
-    type and features, text. A hand-edited score is a CheckpointError naming its key, at
-    load, not a failure in whichever reader meets it first."""
+    """config.json's recorded scores, checked at load as the card, `vat pretrained` and
+    `vat explore` read them (text task, split and metric; optional text type and features; a
+    finite number as value), not a failure in whichever reader meets a hand-edited one first."""
     scores = config.get("evaluation")
     path = folder / CONFIG_NAME
     if scores is None:
@@ -452,37 +407,27 @@ def _check_evaluation(folder: Path, config: dict[str, Any]) -> list[dict[str, An
         key = f"{path}: evaluation[{i}]"
         if not isinstance(score, dict):
             raise CheckpointError(f"{key} must be an object, got {score!r:.60}")
-        for name in EVALUATION_TEXT_KEYS:
+        for name in ("task", "split", "metric"):
             if not isinstance(score.get(name), str) or not score[name]:
                 raise CheckpointError(f"{key}.{name} must be text, got {score.get(name)!r:.60}")
         for name in ("type", "features"):
             if name in score and not isinstance(score[name], str):
                 raise CheckpointError(f"{key}.{name} must be text, got {score[name]!r:.60}")
-        value = score.get("value")
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise CheckpointError(f"{key}.value must be a finite number, got {value!r:.60}")
+        if not finite(score.get("value")):
+            raise CheckpointError(
+                f"{key}.value must be a finite number, got {score.get('value')!r:.60}"
+            )
     return [dict(s) for s in scores]
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     """config.json of an exported folder, checked for format and version."""
     path = Path(folder) / CONFIG_NAME
-    if path.exists() or path.is_symlink():
-        regular_file(path, "model folder file")  # a FIFO in a tampered folder would hang
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not (path.exists() or path.is_symlink()):
         raise CheckpointError(
             f"{folder} has no {CONFIG_NAME}; expected a folder written by `vat export`"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e})") from None
-    except RecursionError:  # json's parser recurses once per nesting level
-        raise CheckpointError(f"{path} is not a vat config (JSON nested too deeply)") from None
+        )
+    config = _read_json(path, "a vat config")
     if (
         not isinstance(config, dict)
         or config.get("model_type") != "vat"
@@ -521,8 +466,7 @@ def _load_weights(config: VATConfig, path: Path) -> VAT:
     except CheckpointError:  # check_weight_shapes' and check_finite's own refusals say why
         raise
     except (RuntimeError, SafetensorError, OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(
-            f"{path}: weights do not match its config.json or are corrupt ({first[:200]})"
+            f"{path}: weights do not match its config.json or are corrupt ({one_line(e)[:200]})"
         ) from None
     return model

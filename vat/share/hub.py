@@ -1,12 +1,5 @@
-"""The Hugging Face Hub: an exported folder downloaded by its repo id, or uploaded to one.
-
-Downloads go through `huggingface_hub.snapshot_download` into the Hub cache, uploads through
-`huggingface_hub.HfApi.upload_folder`; both carry the exported folder's files only
-(`vat.share.folder.ALL_FILES`). An upload is refused while the folder names a place on this
-machine (`check_pushable`: an export for the Hub records its training files only by their
-path inside the data folder or by name). `vat.share.resolve` decides when a model argument
-is a repo id.
-"""
+"""The Hugging Face Hub: an exported folder downloaded by its repo id, or uploaded to one,
+carrying the folder's files only (`vat.share.folder.ALL_FILES`)."""
 
 from __future__ import annotations
 
@@ -14,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vat.errors import VatError
+from vat.errors import VatError, one_line
 from vat.feature_spec import FittedFeatures
 from vat.share.folder import ALL_FILES, CONFIG_NAME, FEATURES_NAME, read_config
 from vat.share.training_record import check_portable
@@ -28,10 +21,6 @@ def looks_like_repo_id(text: str) -> bool:
         and not text.endswith((".ckpt", "/"))
         and all(text.split("/"))
     )
-
-
-def _first_line(e: BaseException) -> str:
-    return str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
 
 
 def download(
@@ -72,14 +61,13 @@ def _download_failure(e: BaseException) -> str:
     cause = e.__cause__ or e.__context__
     if cause is not None and type(e).__name__ == "LocalEntryNotFoundError":
         # snapshot_download found no cached copy after a network error: name that error
-        return f"the Hub cannot be reached: {type(cause).__name__}: {_first_line(cause)}"
-    return _first_line(e)
+        return f"the Hub cannot be reached: {type(cause).__name__}: {one_line(cause)[:200]}"
+    return one_line(e)[:200]
 
 
 def check_pushable(folder: str | os.PathLike, repo_id: str) -> None:
-    """One line naming the file and key when what an upload would carry names a place on
-    this machine: config.json's values (an export made without a repo id keeps the training
-    machine's absolute paths, for fitting there) and the feature statistics' fit record."""
+    """One line naming the file and key when config.json or the statistics' fit record names
+    a place on this machine (an export made without a repo id keeps the absolute paths)."""
     folder = Path(folder)
     values: dict[str, Any] = {CONFIG_NAME: read_config(folder)}
     if (folder / FEATURES_NAME).is_file():
@@ -101,13 +89,11 @@ def upload(
     commit_message: str = "Upload VAT",
     api: Any = None,
 ) -> Any:
-    """Upload an exported folder to the Hub repo `repo_id` (created if missing); returns the
-    `huggingface_hub.CommitInfo`. `api` defaults to `huggingface_hub.HfApi(token=token)`.
-    A folder that names a place on this machine is refused first (`check_pushable`)."""
+    """Upload an exported folder to the Hub repo `repo_id` (created if missing), once
+    `check_pushable` passes; returns the `huggingface_hub.CommitInfo`."""
     from huggingface_hub import HfApi
 
     check_pushable(folder, repo_id)
-
     api = api if api is not None else HfApi(token=token)
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
@@ -121,5 +107,5 @@ def upload(
         )
     except Exception as e:  # no network (httpx/requests errors), offline mode, no login
         raise VatError(
-            f"cannot push to the Hugging Face Hub repo {repo_id} ({_first_line(e)})"
+            f"cannot push to the Hugging Face Hub repo {repo_id} ({one_line(e)[:200]})"
         ) from None

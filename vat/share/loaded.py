@@ -1,11 +1,5 @@
-"""A model read from disk, once: everything downstream code asks of a model, in one object.
-
-`vat.share.resolve.load_model` (every command's `--model`, `vat.load`) reads a training
-checkpoint, a run folder's checkpoint, an exported folder or a Hub repo exactly once and
-returns a `LoadedVAT`. Feature resolution and fitting, evaluation, export, generation and the
-integrations take this object, never a path: nothing downstream re-resolves a path or reads
-the model's files again.
-"""
+"""A model read from disk, once (`vat.share.resolve.load_model`): everything downstream code
+asks of a model, in one object that travels instead of a path."""
 
 from __future__ import annotations
 
@@ -18,9 +12,9 @@ from typing import Any, Literal, ParamSpec, TypeVar
 import numpy as np
 import torch
 
-from vat.errors import CheckpointError, OptionError
+from vat.errors import OptionError
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.model import VAT, VATConfig, prior_std_problem
+from vat.model import VAT, VATConfig
 from vat.tokenizer import VATTokenizer
 
 Kind = Literal["checkpoint", "folder", "hub", "shipped"]
@@ -46,8 +40,8 @@ class ModelSource:
 
     @property
     def name(self) -> str:
-        """A short name for tables and reports: the run folder's, the file's, the folder's, the
-        Hub id or the shipped name."""
+        """A short name for tables and reports: the run folder's, the file's or the folder's
+        name, the Hub id or the shipped name."""
         if self.kind in ("hub", "shipped"):
             return self.location
         return Path(self.run_dir or self.location).name
@@ -90,13 +84,6 @@ class LoadedVAT:
     evaluation: list[dict[str, Any]] = field(default_factory=list)
     """An exported folder's recorded scores (`vat.eval.task_scores` entries) for its own spec."""
 
-    def __post_init__(self) -> None:
-        # every reader of a model (checkpoint, folder, Hub) builds this object: the one place
-        # where a prior scale that would overflow the KL is refused, naming the file
-        problem = prior_std_problem(self.prior_std)
-        if problem is not None:
-            raise CheckpointError(f"{self.source.location}: 'prior_std' {problem}")
-
     @property
     def config(self) -> VATConfig:
         return self.model.config
@@ -128,8 +115,7 @@ class LoadedVAT:
 
 
 def check_loaded(model: object, function: str) -> LoadedVAT:
-    """`model` if it is a LoadedVAT; a path (or anything else) is refused in one line: a model
-    is read once, at the edge, and the loaded object travels."""
+    """`model` if it is a LoadedVAT; a path (or anything else) is refused in one line."""
     if isinstance(model, LoadedVAT):
         return model
     raise OptionError(
@@ -144,9 +130,8 @@ R = TypeVar("R")
 
 
 def takes_loaded(entry: Callable[P, R]) -> Callable[P, R]:
-    """A public entry whose first argument is a loaded model: anything else (a path, most
-    often) is refused in one line (`check_loaded`) before the body runs, so the body, and
-    everything it passes the model to, takes it as it is."""
+    """A public entry whose first argument is a loaded model (`check_loaded` before the body
+    runs, so the body and everything it calls take the model as it is)."""
 
     @functools.wraps(entry)
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:

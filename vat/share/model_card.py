@@ -1,9 +1,5 @@
-"""The model card (README.md) of an exported folder.
-
-`model_card` renders config.json's contents (the training facts of
-`vat.share.training_record.training_facts` included) as the folder's README.md with a Hugging
-Face Hub metadata header.
-"""
+"""The model card (README.md) of an exported folder: config.json's contents (the training
+facts of `vat.share.training_record` included) with a Hugging Face Hub metadata header."""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ from typing import Any
 
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
 
-# -- model card ------------------------------------------------------------------------------
 DISTRIBUTION = "variational-auto-transformer"
 """vat's name on PyPI (PyPI's "vat" is an unrelated package); it installs `import vat`."""
 INSTALL = f'pip install "{DISTRIBUTION}[integrations]"'
@@ -31,16 +26,13 @@ METRIC_NOTES = {
     "val/recon_bleu": "BLEU of the reconstructions decoded from the posterior means mu",
 }
 """What a metric means, said on the card: text-VAE readers take "ppl" for the model's own
-perplexity, which the importance-weighted bound estimates, not this. The key
-stays `val/ppl` (checkpoint monitors and TensorBoard curves name them)."""
+perplexity (which `vat score` estimates); the key stays `val/ppl`, as monitors name it."""
 
 
 def card_data(config: dict[str, Any], spec: FeatureSpec | None = None) -> Any:
-    """The Hub metadata (huggingface_hub.ModelCardData) of a pretrained folder's config.json:
-    license, language, datasets (Hub ids only), tags and a model-index of the recorded
-    evaluation (config["evaluation"], `vat.eval.task_scores` entries) that scored the vectors of
-    `spec`, the folder's feature spec (`scored_spec`): the model-index claims them for the
-    model as it loads now."""
+    """The Hub metadata (huggingface_hub.ModelCardData) of a folder's config.json: license,
+    language, datasets (Hub ids only), tags, and a model-index of the recorded scores that
+    measured the vectors of `spec`, the folder's feature spec (those the model gives now)."""
     from huggingface_hub import EvalResult, ModelCardData
 
     card = config.get("card") or {}
@@ -79,16 +71,10 @@ def model_card(
     features: FittedFeatures | FeatureSpec | None = None,
     shipped: dict[str, Any] | None = None,
 ) -> str:
-    """README.md of an exported folder (huggingface_hub.ModelCard): Hub metadata, install
-    and usage, architecture, prior scale, rate, training data and tokens, metrics, and the
-    folder's feature spec; for a model that ships with vat (`shipped`, its shipped.json
-    record), what it is for, its weights' precision and how to rebuild it.
-
-    `features` is the folder's spec with the statistics it holds (`FittedFeatures`), a bare
-    `FeatureSpec` when the folder lacks that spec's statistics (`folder_features`), or None
-    for a folder from before specs (its vectors are the mean of mu). Every sentence is made
-    from config.json (which `vat export` fills from the model itself), `features` and
-    `shipped`: the card names no file the folder's users do not have."""
+    """README.md of an exported folder (huggingface_hub.ModelCard), every sentence made from
+    config.json, `features` (`folder_features`: the spec with its statistics, a bare spec
+    whose statistics the folder lacks, or None for a folder from before specs) and, for a
+    model that ships with vat, `shipped` (its shipped.json record)."""
     from huggingface_hub import ModelCard
 
     mc, training = config["model_config"], config.get("training") or {}
@@ -96,7 +82,7 @@ def model_card(
     data, metrics = training.get("data") or {}, training.get("metrics") or {}
     repo = shipped["name"] if shipped else card.get("repo_id") or "PATH_OR_REPO_ID"
     spec = features if isinstance(features, FeatureSpec | None) else features.spec
-    dim = vector_dim(spec, mc)
+    dim = (spec.whiten_dim if spec is not None else None) or int(mc["d_model"])  # whitenK: K
     lines = [
         "# Variational Auto-Transformer (VAT)" + (f": {shipped['name']}" if shipped else ""),
         "",
@@ -121,20 +107,10 @@ def model_card(
         "",
     ]
     lines += _integration_lines(repo, shipped is not None, spec)
-    lines += [
-        "## Architecture",
-        "",
-        "| field | value |",
-        "|---|---|",
-    ]
+    lines += ["## Architecture", "", "| field | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in mc.items()]
-    lines += [
-        f"| tokenizer vocabulary | {vocab_size} |",
-        "",
-        "## Prior and rate",
-        "",
-        f"- prior: N(0, s^2 I) with s = {config['prior_std']:g}",
-    ]
+    lines += [f"| tokenizer vocabulary | {vocab_size} |", "", "## Prior and rate", ""]
+    lines.append(f"- prior: N(0, s^2 I) with s = {config['prior_std']:g}")
     for key, label in (("val/kl", "validation"), ("train/kl", "training")):
         if key in metrics:
             lines.append(f"- rate ({label}): {metrics[key]:.3f} nats per token (KL to the prior)")
@@ -155,9 +131,7 @@ def model_card(
     ):
         if key in training:
             value = training[key]
-            lines.append(
-                f"- {label}: {value:,}" if isinstance(value, int) else f"- {label}: {value}"
-            )
+            lines.append(f"- {label}: {f'{value:,}' if isinstance(value, int) else value}")
     if "source_checkpoint" in training:
         lines.append(f"- exported from: {Path(str(training['source_checkpoint'])).name}")
     if lines[-1] == "":
@@ -198,22 +172,14 @@ def model_card(
     return str(ModelCard(content))
 
 
-def vector_dim(spec: FeatureSpec | None, model_config: dict[str, Any]) -> int:
-    """Width of the vectors of `spec` for a model of `model_config`: whitenK gives K, every
-    other spec the model width d (mu, each layer and their pooled means are d-dimensional)."""
-    return (spec.whiten_dim if spec is not None else None) or int(model_config["d_model"])
-
-
 def scored_spec(entry: dict[str, Any], spec: FeatureSpec | None) -> str:
-    """The feature spec a recorded score (`vat.eval.task_scores` entry) was measured with: its own
-    record ("features", written by `vat.share.export.export_model`), else, for scores from
-    before that record, the folder's spec `spec` (export kept them only with that spec)."""
+    """The feature spec a recorded score measured: its own "features", else (a score from
+    before that record) the folder's spec `spec`, the only one export kept scores with."""
     return str(entry.get("features") or spec or FeatureSpec())
 
 
 def _evaluation_lines(evaluation: list[dict[str, Any]], spec: FeatureSpec | None) -> list[str]:
-    """The recorded scores, each under the spec it measured; scores of a spec the folder no
-    longer uses (its sentence_vat_config.json changed after export) are said to be that."""
+    """The recorded scores, under the spec each measured (said when the folder left it)."""
     if not evaluation:
         return []
     now = str(spec or FeatureSpec())
@@ -326,12 +292,11 @@ def _shipped_lines(shipped: dict[str, Any]) -> list[str]:
     dtype = shipped.get("dtype")
     match = shipped.get("fp32_match") or {}
     if dtype:
-        text = (
+        lines.append(
             f"- weights: stored in {dtype} (safetensors) and computed in float32; every file's "
             "size (shipped.json) is checked each time the model is loaded, and its SHA-256 by "
             "vat's tests"
         )
-        lines.append(text)
     if match:
         lines.append(
             f"- against the float32 model, on {match['sentences']} sentences "
@@ -367,8 +332,7 @@ DEFAULT_SPEC_REASON = (
 
 
 def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
-    """A feature spec in words (None: a folder without a spec, whose vectors are mu/mean);
-    `named` adds the spec itself."""
+    """A feature spec in words (None: mu/mean); `named` adds the spec itself."""
     spec = spec or FeatureSpec()
     source = _SOURCES.get(spec.source) or (
         f"the encoder's hidden states after layer {spec.source[len('layer') :]}"
@@ -390,10 +354,8 @@ def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
 def folder_features(
     spec: FeatureSpec | None, stats_path: str | os.PathLike
 ) -> FittedFeatures | FeatureSpec | None:
-    """What the card of a folder whose spec is `spec` (its sentence_vat_config.json) says:
-    the spec with the statistics `stats_path` (its features.safetensors) holds when they are
-    that spec's, else the bare spec (the folder lacks them: e.g. the spec was changed after
-    export); a spec that needs nothing needs no file."""
+    """What the card of a folder with the feature spec `spec` describes: the spec with the
+    statistics `stats_path` holds when they are that spec's, else the bare spec."""
     if spec is None:
         return None
     if not spec.needs_fit:
@@ -407,8 +369,7 @@ def folder_features(
 
 
 def _records_note(data: dict[str, Any]) -> str:
-    """What config.json holds of the files besides their names (vat.share.training_record's
-    portable records), so a reader knows a fit on them checks it is the same text."""
+    """What config.json holds of the files besides their names (the portable records)."""
     records = data.get("train_file_records")
     if not isinstance(records, list) or not records:
         return ""
@@ -420,8 +381,7 @@ def _records_note(data: dict[str, Any]) -> str:
     )
     return (
         f" ({len(records)} files{total}; config.json records each by its path inside the data "
-        "folder, else its name, with its size and digest, which vat checks before fitting on "
-        "them)"
+        "folder, else its name, with its size and digest)"
     )
 
 
@@ -435,8 +395,8 @@ NOISE_LABELS = (
 
 
 def _noise_lines(noise: Any) -> list[str]:
-    """The input noise the model was trained with (vat/train/noise.py), when there was any:
-    a reader comparing cards must not take a denoising autoencoder for the paper's setting."""
+    """The input noise of training, if any: a reader comparing cards must not take a
+    denoising autoencoder for the paper's setting."""
     if not isinstance(noise, dict):
         return []
     parts = [
@@ -453,9 +413,8 @@ def _noise_lines(noise: Any) -> list[str]:
 
 
 def _token_lines(training: dict[str, Any]) -> list[str]:
-    """The training tokens; for a run that started from another model (`init_from`, written
-    by `vat train --init-from`), this run's tokens plus those behind the model it started
-    from, = the total (`tokens_total`), and where it started."""
+    """The training tokens; for a run started from another model (`vat train --init-from`),
+    this run's plus those behind that model, the total, and where it started."""
     seen, total = training.get("tokens_seen"), training.get("tokens_total")
     start = training.get("init_from")
     if not isinstance(seen, int):
@@ -482,8 +441,7 @@ def _token_lines(training: dict[str, Any]) -> list[str]:
 
 
 def _names(files: Any) -> str:
-    """Paths as file names: a folder's users get the names, not the exporting machine's
-    folders."""
+    """Paths as file names: the exporting machine's folders mean nothing to a folder's users."""
     return ", ".join(Path(str(f)).name for f in files)
 
 
@@ -527,8 +485,7 @@ def _sif_source(fit: dict[str, Any]) -> str:
 
 
 def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
-    """Where a pcK / whitening fit came from: how many sentences, from which files (names)
-    or given directly, how long it took; a transductive fit is said to be one."""
+    """Where a pcK / whitening fit came from: how many sentences, from where, how long."""
     what = "mean and principal components" if spec.pcs else "whitening mean and matrix"
     n = fit.get("sentences")
     count = (
@@ -558,9 +515,7 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
 
 
 def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
-    """The sentence for a folder whose spec needs statistics it does not hold: the loaders
-    refuse its vectors (the default rule never fits), and naming the spec fits them
-    (vat.features.choice.features_for) from what the folder records or the user gives."""
+    """The sentence for a folder whose spec needs statistics it does not hold."""
     needs = []
     if spec.weighting == "sif":
         needs.append(

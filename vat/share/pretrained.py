@@ -1,11 +1,8 @@
 """The models that ship with vat: exported folders inside the package, vat/shipped/NAME/,
-each with half-precision weights and a shipped.json: what the model is (name, summary,
-good_for, not_for, rebuild), its dtype, how far its weights move its outputs from float32
-(fp32_match), and every other file's SHA-256 and size. Loading checks that each listed file
-is a regular file of the folder of its recorded size, and that nothing else is there; the
-tests check the sums. A maintainer adds an entry with scripts/add_pretrained.py; no code
-names a model. vat.share.resolve tells a model's name from a path or a Hub id;
-$VAT_SHIPPED_DIR points the registry at another folder (tests; a site's own models)."""
+with half-precision weights and a shipped.json (what the model is, its dtype, how far it is
+from float32, every other file's SHA-256 and size). Loading checks the sizes, the tests the
+sums; scripts/add_pretrained.py adds an entry. $VAT_SHIPPED_DIR points the registry at
+another folder (tests; a site's own models)."""
 
 from __future__ import annotations
 
@@ -149,9 +146,8 @@ def _read_json(path: Path, limit: int) -> Any:
 
 
 def _check_record(path: Path, info: Any, name: str) -> dict[str, Any]:
-    """shipped.json's contents as vat writes them, or one line naming `path` and what is
-    wrong: every file it lists a plain name inside the entry's folder (nothing a path could
-    climb out with), with a 64-digit SHA-256 and a size."""
+    """shipped.json's contents as vat writes them (each file a plain name inside the entry,
+    with a SHA-256 and a size), or one line naming `path` and what is wrong."""
 
     def bad(problem: str) -> CheckpointError:
         return CheckpointError(f"{path} {problem}; {REPAIR}")
@@ -201,8 +197,8 @@ def shipped_models(
     registry: Path | None = None, problems: list[VatError] | None = None
 ) -> list[ShippedModel]:
     """Every shipped model (each folder of the registry with a shipped.json), by name. A
-    damaged entry raises its one-line error, or with `problems` (a list) is left out and its
-    error appended there: what lists or suggests names goes on with the intact ones."""
+    damaged entry raises its one-line error, or with `problems` is left out and its error
+    appended there, so that listing and suggesting names goes on with the intact ones."""
     root = shipped_dir() if registry is None else Path(registry)
     if not root.is_dir():
         return []
@@ -241,8 +237,7 @@ def shipped_model(name: str, registry: Path | None = None) -> ShippedModel | Non
 
 
 def named_shipped(text: str, option: str = "name") -> ShippedModel:
-    """The shipped model `text` (`NAME` or `vat:NAME`) names; one line listing the shipped
-    names when there is none."""
+    """The shipped model `text` (`NAME` or `vat:NAME`) names, else one line listing them."""
     bare = text[len(PREFIX) :] if text.startswith(PREFIX) else text
     entry = shipped_model(bare)
     if entry is None:

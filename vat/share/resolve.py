@@ -12,22 +12,12 @@ Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load`
                                                      package, offline (`vat pretrained`)
 
 How they are told apart: `vat:NAME` is always a shipped model; a path that exists is a path
-(a `pathlib.Path` that does not exist is read as its string is, so `Path("demo-wordnet-d64")`
-is the shipped model, as `--model demo-wordnet-d64` is);
-a bare NAME (no slash) that is a shipped model and no path is that model, and one that is
-both is refused (write ./NAME or vat:NAME); only a name that is no path and looks like
-`user/name` (one slash, which a shipped name never has) is a Hub id, unless its first part
-is a local folder (`runs/dmeo` where runs/ exists is a mistyped path, not a Hub repo of the
-user "runs"). A name that is no model says so, with the nearest existing run, folder,
-checkpoint or shipped model (`runs/dmeo does not exist (did you mean runs/demo?)`), and a
-Hub id that cannot be downloaded says first that no such folder exists here. A file that is
-text (a config.json, results.json, a .yaml or .txt) is named for what it is, not read as a
-corrupt checkpoint.
-
-`resolve_model` says which (downloading a Hub repo, checking a shipped model's file sizes);
-`load_model` reads it, once, into a `vat.share.loaded.LoadedVAT` that travels on. Errors
-name the Python argument (`model`); the command line shows its flag (`--model`,
-vat.errors.run_cli).
+(a `pathlib.Path` that does not exist is read as its string is); a bare NAME that is a shipped
+model is that model, and one that is also a path is refused (write ./NAME or vat:NAME); a
+`user/name` that is no path is a Hub id, unless its first part is a local folder (a mistyped
+path). A name that is no model says so with the nearest model path or shipped name, and a
+text file is named for what it is, not read as a corrupt checkpoint. Errors name the Python
+argument (`model`); the command line shows its flag (vat.errors.run_cli).
 """
 
 from __future__ import annotations
@@ -44,13 +34,7 @@ from vat.share.checkpoint import load_checkpoint
 from vat.share.folder import CONFIG_NAME, load_folder
 from vat.share.hub import download, looks_like_repo_id
 from vat.share.loaded import LoadedVAT, ModelSource
-from vat.share.pretrained import (
-    PREFIX,
-    ShippedModel,
-    named_shipped,
-    shipped_model,
-    shipped_models,
-)
+from vat.share.pretrained import PREFIX, named_shipped, shipped_model, shipped_models
 
 
 def run_checkpoint(run_dir: Path) -> Path | None:
@@ -73,8 +57,7 @@ def resolve_model(
     cache_dir: str | os.PathLike | None = None,
 ) -> ModelSource:
     """Which kind of model `model` names, and where its files are (a Hub repo is downloaded
-    into the Hub cache, with `revision`, `token` and `cache_dir`); `name` is the argument
-    named in errors."""
+    with `revision`, `token` and `cache_dir`); `name` is the argument named in errors."""
     text = os.fspath(model) if isinstance(model, str | os.PathLike) else model
     if not isinstance(text, str):
         raise OptionError(
@@ -83,16 +66,21 @@ def resolve_model(
         )
     if not text.strip():  # Path("") is ".", which nobody means by an empty name
         raise OptionError(name, "is empty (expected a .ckpt, a folder, a run folder or a Hub id)")
+    p = Path(text).expanduser()
     if text.startswith(PREFIX):  # always a shipped model, never a path
         shipped = named_shipped(text, name)
-        shipped.verify()
-        return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
-    p = Path(text).expanduser()
-    _check_path_name(p, text, name)
-    # a Path that exists is that path (a Path cannot be spelled ./NAME); one that does not
-    # is read as its string is, as on the command line, which cannot tell the two apart
-    is_path = not isinstance(model, str) and (p.exists() or p.is_symlink())
-    shipped = None if is_path else _shipped(text, p, name)
+    else:
+        _check_path_name(p, text, name)
+        exists = p.exists() or p.is_symlink()
+        # a Path that exists is that path (a Path cannot be spelled ./NAME); one that does not
+        # is read as its string is, as on the command line, which cannot tell the two apart
+        shipped = None if exists and not isinstance(model, str) else shipped_model(text)
+        if shipped is not None and exists:
+            raise OptionError(
+                name,
+                f"{text!r} names both a shipped model and the path {p}: write ./{text} for "
+                f"the path or {PREFIX}{text} for the shipped model",
+            )
     if shipped is not None:
         shipped.verify()  # every file's recorded size, before anything is read
         return ModelSource("shipped", shipped.name, folder=str(shipped.folder))
@@ -135,20 +123,16 @@ ACCEPTED = (
 
 
 def _meant_as_path(text: str) -> bool:
-    """A user/name whose first part is a local folder or file is a mistyped path (runs/dmeo
-    beside runs/), never sent to the Hub: a download error would send the user looking for a
-    network problem. (A Hub repo of a user with a local folder of that name is then reached
-    from another folder.)"""
+    """A user/name whose first part exists here is a mistyped path (runs/dmeo beside runs/),
+    never sent to the Hub: a download error would send the user looking for a network problem."""
     first = Path(text).parts[0]
     return Path(first).exists() or Path(first).is_symlink()
 
 
 def _did_you_mean(text: str) -> str:
-    """The " (did you mean X?)" of whichever is nearer to `text`: the existing model path
-    (each missing part replaced by its closest sibling, the last by a run folder, an exported
-    folder or a .ckpt) or, for a bare name, the shipped model's name (a tie goes to the
-    shipped model: `demo-wordnet` means demo-wordnet-d64, not a demo-export folder that
-    happens to sit in the current folder); "" when nothing is close."""
+    """The " (did you mean X?)" of whichever is nearer to `text`: the nearest model path or,
+    for a bare name, the shipped model's name (which wins a tie: `demo-wordnet` means
+    demo-wordnet-d64, not a demo-export folder in the current folder); "" when none is close."""
     near = nearest_model_path(text)
     if "/" not in text:
         # a damaged entry is no name to offer, and no reason to lose the path's suggestion
@@ -211,23 +195,16 @@ _CHECKPOINT_MAGIC = (b"PK\x03\x04", b"\x80")
 
 
 def _check_not_text(p: Path, name: str) -> None:
-    """A text file (a config.json, results.json, a .yaml, a .txt, a Git LFS pointer) is no
-    checkpoint: say what it is, instead of torch.load's "Unsupported operand 123" (the byte
-    '{'). Binary files go on to torch.load, which names a damaged checkpoint."""
+    """A text file (a config.json, a .yaml, a Git LFS pointer) is no checkpoint: say what it
+    is, not torch.load's "Unsupported operand 123" (the byte '{')."""
     try:
         with open(p, "rb") as f:
             head = f.read(4096)
     except OSError:
         return  # load_checkpoint names the unreadable file
-    if not head or head.startswith(_CHECKPOINT_MAGIC) or b"\x00" in head:
+    if not head or head.startswith(_CHECKPOINT_MAGIC) or b"\x00" in head:  # NUL: binary
         return
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if e.start < len(head) - 3:  # not a character cut at the 4096th byte: binary
-            return
-        text = head[: e.start].decode("utf-8")
-    what = _text_kind(p, text.lstrip())
+    what = _text_kind(p, head.decode("utf-8", errors="ignore").lstrip())
     owner = next((d for d in (p.parent, p.parent.parent) if _is_model_path(d)), None)
     hint = f" (did you mean the folder {owner}?)" if owner is not None else ""
     raise OptionError(name, f"{p} is {what}, not a model{hint}; expected {ACCEPTED}")
@@ -244,11 +221,9 @@ def _text_kind(p: Path, text: str) -> str:
 
 
 def _check_path_name(path: Path, text: str, name: str) -> None:
-    """A symbolic link loop (the path, or a folder on the way to it) is named as one: to
-    Path.exists() it is simply missing, and "does not exist" sends the user looking for a
-    file that is there. A name too long for the filesystem (a whole path, or one part) is
-    no path, no shipped name and no Hub id: one line, not the OSError every later check
-    of the path would raise."""
+    """A symbolic link loop is named as one (to Path.exists() it is missing, which sends the
+    user looking for a file that is there); a name too long for the filesystem is one line,
+    not the OSError every later check of the path would raise."""
     try:
         os.stat(path)
     except OSError as e:
@@ -264,19 +239,6 @@ def _check_path_name(path: Path, text: str, name: str) -> None:
             raise OptionError(
                 name, f"{path} {where} a symbolic link loop (a link that leads back to itself)"
             ) from None
-
-
-def _shipped(text: str, path: Path, name: str) -> ShippedModel | None:
-    """The shipped model the bare NAME `text` names (one that is no path), None if
-    it names none; a NAME that is both a shipped model and an existing path is refused."""
-    entry = shipped_model(text)
-    if entry is not None and (path.exists() or path.is_symlink()):
-        raise OptionError(
-            name,
-            f"{text!r} names both a shipped model and the path {path}: write ./{text} for "
-            f"the path or {PREFIX}{text} for the shipped model",
-        )
-    return entry
 
 
 def load_model(

@@ -41,30 +41,27 @@ if __name__ == "__main__":
 '''
 
 
+def _installed(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:  # e.g. vat run from a source tree that was never installed
+        return None
+
+
 def space_settings() -> dict[str, Any]:
     """What config.json records of the Space, and the card's metadata says: the gradio
     version the page was exported with (a Space installs that SDK)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        sdk_version = version("gradio")
-    except PackageNotFoundError:
-        sdk_version = None
+    sdk_version = _installed("gradio")
     settings = {"sdk": "gradio", "app_file": APP_NAME}
-    if sdk_version:
-        settings["sdk_version"] = sdk_version
-    return settings
+    return {**settings, "sdk_version": sdk_version} if sdk_version else settings
 
 
 def requirements() -> str:
-    """requirements.txt: vat with its explore extra, at least the exporting version (the
-    installed distribution's; this module does not import the vat package above it)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"variational-auto-transformer[explore]>={version('variational-auto-transformer')}\n"
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "variational-auto-transformer[explore]\n"
+    """requirements.txt: vat with its explore extra, at least the exporting version."""
+    at_least = _installed("variational-auto-transformer")
+    return "variational-auto-transformer[explore]" + (f">={at_least}\n" if at_least else "\n")
 
 
 def write_space_files(folder: Path) -> None:

@@ -1,50 +1,26 @@
-"""The compiled training step kept with the run, so that the next launch reads it instead of
-compiling it again: the start-up is GPU time that trains nothing.
+"""The compiled training step kept with the run (`CompileCache`), so that the next launch
+reads it instead of compiling again: on a short GPU allocation torch.compile can be most of
+the launch (BENCHMARKS.md, "Compile cache").
 
-A launch of a compiled run (`model.compile: true`) spends most of its start-up in
-torch.compile, which on a short GPU allocation can be most of the launch (BENCHMARKS.md,
-"Compile cache"). torch keeps what it compiles in TORCHINDUCTOR_CACHE_DIR (/tmp by default), which a
-fresh machine does not have. Its portable "mega-cache" (`torch.compiler.save_cache_artifacts`,
-`load_cache_artifacts`) serialises those entries (AOTAutograd's joint graphs, inductor's
-generated code and, on CUDA, the Triton kernels bundled with it) as one blob that populates
-the local caches of another process.
+torch's portable "mega-cache" (`torch.compiler.save_cache_artifacts`, `load_cache_artifacts`)
+serialises what it compiled (AOTAutograd graphs, inductor code, Triton kernels on CUDA) as
+one blob. vat keeps it as RUN_DIR/compile_cache.bin, beside compile_cache.json: what it is
+valid for (MATCHED), its size and SHA-256, and a signature.
 
-`CompileCache` (a callback `vat train` adds when model.compile is on; `--compile-cache false`
-turns it off) keeps that blob in the run folder:
+The blob is code: torch unpickles it and runs it, and whoever supplies a folder supplies its
+record too. So every record is signed (HMAC-SHA256) with a key of the user's own, kept
+outside every folder vat writes or shares (`key_path`), and a launch loads only a blob its
+user's vat signed, unless the command line says `--trust-compile-cache`. Either way vat
+parses the blob itself, every length bounded and every key a plain file name, before torch
+sees it.
 
-- RUN_DIR/compile_cache.bin: the blob, one block per kind of artifact;
-- RUN_DIR/compile_cache.json: the record of what it is valid for (torch, CUDA, Triton,
-  Python, the device), of the file (its size and SHA-256, its artifacts) and its
-  signature.
-
-**The blob is code.** torch unpickles its entries and runs the code inductor generated, so a
-blob is as trusted as whoever wrote it; a record beside it proves nothing, since whoever
-supplies the folder supplies the record. So every record is signed (HMAC-SHA256) with a key
-of this user's own, kept outside every folder vat writes or shares (`key_path`: in the user's
-cache folder, made at the first save, readable by the user alone), and a launch loads a blob
-only when its record's signature is this key's: a cache this user's vat wrote, here or on a
-machine sharing the home folder. Anything else (a copied run folder, a download, a seed) is
-not loaded unless the command line says `--trust-compile-cache`, which vat never takes from a
-file. Loaded or trusted, the blob is read with every length checked against its size and
-every key kept to a plain file name (`artifacts`) before torch sees it.
-
-Before the first compile it loads the blob when the record matches this machine and is
-signed, or says in one `vat:` line why not. vat names no job for dynamo's profile-guided
-dynamic shapes (`torch.compiler.config.job_id`): the compiled step marks its sizes dynamic
-from the first call (objective.py), so there is no profile of sizes to carry from one launch
-to the next, nor one run's profile to steer another's.
-
-It saves after the first optimizer step (when the step has compiled, forward and backward),
-and again at a checkpoint save, at the end of training and on an error, whenever dynamo has
-compiled graphs since. Each save merges what was loaded with what
-this process compiled (newer entries win), so a graph one launch needed and the next did not
-(a batch of one sentence) stays for the one after. Both files are
-written atomically (vat.io.atomic_write: a link there is replaced, never written through).
-The cache holds compiled code only: a checkpoint and an exact resume are the same with it or
-without it; on a mismatch torch compiles as it would have.
-
-On a CPU the blob holds inductor's generated C++ source, not the built kernels (torch bundles
-only Triton's): a fresh machine still runs the C++ compiler (BENCHMARKS.md, "Compile cache").
+A launch loads the blob before the first compile, or says in one `vat:` line why not. It
+saves after the first optimizer step, at checkpoint saves, at the end and on an error,
+whenever dynamo has compiled since, merging what it loaded with what it compiled. Both files
+are written atomically. The cache holds compiled code only: checkpoints and an exact resume
+are the same with or without it. On a CPU it holds inductor's C++ source, not built kernels.
+vat names no dynamo job (`torch.compiler.config.job_id`): the step marks its sizes dynamic
+from the first call (objective.py), so no profile of sizes passes from one run to another.
 """
 
 from __future__ import annotations
@@ -70,6 +46,7 @@ from lightning.pytorch.callbacks import Callback
 
 from vat.errors import VatError, shown_path
 from vat.io import atomic_write, temp_path, write_json_atomic
+from vat.train.objective import graphs_compiled
 
 CACHE_FILE = "compile_cache.bin"
 RECORD_FILE = "compile_cache.json"
@@ -79,29 +56,15 @@ KEY_ENV = "VAT_COMPILE_CACHE_KEY"
 """The path of the user's signing key, instead of `$XDG_CACHE_HOME/vat/compile_cache.key`."""
 MATCHED = ("torch", "cuda", "triton", "python", "device")
 """The record's keys that must equal this machine's for the cache to be loaded."""
-_SAID = {
-    "torch": "torch",
-    "cuda": "CUDA",
-    "triton": "Triton",
-    "python": "Python",
-    "device": "the device",
-}
 
 
 # -- what a cache is valid for ----------------------------------------------------------------
-def device_name(device: torch.device) -> str:
-    """The GPU's name ("NVIDIA H200"), or the CPU's architecture and the vector instructions
-    torch's kernels use ("CPU x86_64 AVX2"): inductor's C++ for AVX-512 would not run on an
-    AVX2 machine."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
-
-
 def machine_record(device: torch.device) -> dict[str, str | None]:
-    """This machine as a cache record names it (MATCHED)."""
-    triton = None
+    """This machine as a cache record names it (MATCHED). A CPU is named by its architecture
+    and vector instructions: inductor's C++ for AVX-512 would not run on an AVX2 machine."""
+    triton = name = None
     if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
         try:
             import triton as _triton
 
@@ -113,20 +76,19 @@ def machine_record(device: torch.device) -> dict[str, str | None]:
         "cuda": torch.version.cuda,
         "triton": triton,
         "python": platform.python_version(),
-        "device": device_name(device),
+        "device": name or f"CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}",
     }
 
 
 def mismatch(record: dict[str, Any], here: dict[str, Any]) -> str | None:
     """Why a cache saved as `record` is not for this machine (`here`), or None."""
     for key in MATCHED:
-        if record.get(key) != here.get(key):
-            if key == "device":
-                return f"it was saved on {record.get(key)}, this is {here.get(key)}"
-            return (
-                f"it was saved with {_SAID[key]} {record.get(key)}, this machine has "
-                f"{_SAID[key]} {here.get(key)}"
-            )
+        theirs, ours = record.get(key), here.get(key)
+        if theirs != ours and key == "device":
+            return f"it was saved on {theirs}, this is {ours}"
+        if theirs != ours:
+            said = {"cuda": "CUDA", "triton": "Triton", "python": "Python"}.get(key, key)
+            return f"it was saved with {said} {theirs}, this machine has {said} {ours}"
     return None
 
 
@@ -145,8 +107,7 @@ def key_path() -> Path:
 
 def user_key(create: bool = False) -> bytes:
     """This user's signing key (32 random bytes), made when `create` and there is none.
-    Raises VatError when it is missing or another user could read or replace it (then it
-    could sign a cache for this user)."""
+    VatError when it is missing or another user could read or replace it."""
     path = key_path()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -169,9 +130,8 @@ def user_key(create: bool = False) -> bytes:
 
 
 def _make_key(path: Path) -> None:
-    """32 random bytes at `path`, mode 0600, made whole or not at all: written to a temp
-    file, then linked into place, which fails rather than replace a key another process made
-    first."""
+    """32 random bytes at `path`, mode 0600, written to a temp file and linked into place:
+    a key another process made first is kept, never replaced."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -228,17 +188,15 @@ def read_cache(
 ) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
     """(the blob in FOLDER/compile_cache.bin, its record, None) when its record matches
     `here`, describes the file and is signed with the user's key (or `trust`), and the blob
-    parses; else (None, None, why not). Links are not followed: vat reads and writes its own
-    files only."""
+    parses; else (None, None, why not). Links are not followed."""
     path = folder / CACHE_FILE
     if path.is_symlink():
         return None, None, "it is a symbolic link (vat neither reads nor writes through links)"
     if not path.is_file():
         return None, None, "it is not a regular file"
     record, why = read_record(folder)
-    if record is None:
-        return None, None, why
-    why = mismatch(record, here) or (None if trust else signed_by_user(record))
+    if record is not None:
+        why = mismatch(record, here) or (None if trust else signed_by_user(record))
     if why is not None:
         return None, None, why
     if path.stat().st_size != record.get("bytes"):  # before reading: the file may be huge
@@ -254,10 +212,9 @@ def read_cache(
 
 
 def write_cache(folder: Path, blob: bytes, record: dict[str, Any]) -> None:
-    """The blob, then its signed record (with the blob's size and SHA-256), each atomically:
-    a link at either name is replaced, never written through; a record that does not
-    describe the blob beside it (a kill between the two writes) makes the next launch ignore
-    both. Raises VatError when the user's key cannot be made or read."""
+    """The blob, then its signed record (with the blob's size and SHA-256), each atomically;
+    a kill between the two leaves a record that does not describe the blob, and the next
+    launch ignores both. VatError when the user's key cannot be made or read."""
     key = user_key(create=True)  # first: no unsigned blob is left behind
     atomic_write(folder / CACHE_FILE, lambda f: f.write(blob), binary=True)
     full = {"written_by": "vat train", **record, "bytes": len(blob), "sha256": digest(blob)}
@@ -265,12 +222,10 @@ def write_cache(folder: Path, blob: bytes, record: dict[str, Any]) -> None:
 
 
 # -- torch's blob -----------------------------------------------------------------------------
-# torch 2.13's format (torch.utils._appending_byte_serializer, torch.compiler._cache): a
-# CRC32, the version (uint64 1), then per kind of artifact its name, its count and each
-# artifact's key and content; a name or key is base64 text, every field a big-endian uint64
-# length and its bytes. Read and written here, not with torch's reader, which trusts the
-# counts: a small blob claiming a huge count would make it allocate until memory runs out.
-# The record pins the torch version that wrote the blob.
+# torch 2.13's format (torch.compiler._cache): a CRC32, the version (uint64 1), then per kind
+# of artifact its name, its count and each artifact's key and content; names and keys are
+# base64 text, every field a big-endian uint64 length and its bytes. Parsed here because
+# torch's reader trusts the counts: a small blob claiming a huge count would exhaust memory.
 _KEY_RE = re.compile(r"[A-Za-z0-9_+=:-][A-Za-z0-9_.+=:-]*")
 """An artifact's key, which torch joins onto its cache folder: a plain file name."""
 
@@ -331,27 +286,19 @@ def blob_of(found: Iterable[tuple[str, str, bytes]]) -> tuple[bytes, dict[str, i
 
 
 def merge(*blobs: bytes | None) -> tuple[bytes, dict[str, int]]:
-    """The artifacts of all `blobs` (later ones win on a key) as one blob, one block per kind,
-    and the count of each kind. torch's own blob appends a block per kind at each
-    `save_cache_artifacts()`, and `load_cache_artifacts` keeps only the last block of each
-    kind, so a cache saved twice in one process would load only what the second save added."""
+    """The artifacts of all `blobs` (later ones win on a key) as one blob and the count of
+    each kind. One block per kind: torch's own blob appends a block per kind at each save,
+    and its loader keeps only the last block of each kind."""
     return blob_of(a for blob in blobs if blob for a in artifacts(blob))
 
 
-def _graphs() -> int:
-    """Graphs dynamo has built in this process (a hit in the cache counts too)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
-
-
-def reuse() -> tuple[int, int]:
-    """(inductor graphs read from a cache, inductor graphs looked up) in this process: a
-    compiled step is a forward and a backward graph."""
+def _inductor_reuse() -> str:
+    """'; H of N inductor graphs read from it' for this process's cache lookups."""
     from torch._dynamo.utils import counters
 
     hit = int(counters["inductor"]["fxgraph_cache_hit"])
-    return hit, hit + int(counters["inductor"]["fxgraph_cache_miss"])
+    looked_up = hit + int(counters["inductor"]["fxgraph_cache_miss"])
+    return f"; {hit} of {looked_up} inductor graphs read from it"
 
 
 def _artifacts_text(counts: dict[str, int]) -> str:
@@ -366,7 +313,7 @@ def _say(line: str) -> None:
 
 def _load_into_torch(blob: bytes) -> dict[str, int]:
     """Populate torch's local caches from a blob `read_cache` accepted; the count of each
-    kind. torch logs its own failures with a traceback: kept quiet, since vat says why."""
+    kind. torch's own logging of a failure (a traceback) is kept quiet: vat says why."""
     log = logging.getLogger("torch.compiler._cache")
     level = log.level
     log.setLevel(logging.CRITICAL)
@@ -437,20 +384,17 @@ class CompileCache(Callback):
         if self._saves == 0 and trainer.global_step > self._start_step:
             self.save(trainer)  # the first optimizer step: forward and backward compiled
 
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        self.save(trainer)  # nothing of the cache goes into the checkpoint
-
-    def on_train_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer, *_) -> None:
         self.save(trainer)
 
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self.save(trainer)
+    # also at each checkpoint save (nothing of the cache goes into it) and on an error
+    on_save_checkpoint = on_exception = on_train_end
 
     def save(self, trainer) -> None:
         """Write the cache (global rank 0) when dynamo built graphs since the last save."""
         if self._off or not trainer.is_global_zero or self._here is None:
             return
-        graphs = _graphs()
+        graphs = graphs_compiled()
         if graphs == 0 or graphs == self._saved_graphs:
             return
         self._saved_graphs = graphs
@@ -466,8 +410,7 @@ class CompileCache(Callback):
             _say(f"not saved ({e}); training goes on without it")
             return
         self._saves += 1
-        hit, looked_up = reuse()
-        read = f"; {hit} of {looked_up} inductor graphs read from it" if self._loaded else ""
+        read = _inductor_reuse() if self._loaded else ""
         _say(
             f"saved {_artifacts_text(counts)}, {len(blob) / 2**20:.1f} MiB, to "
             f"{self.run_dir / CACHE_FILE} at step {trainer.global_step:,}{read}"

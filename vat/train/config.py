@@ -8,7 +8,7 @@ from typing import Literal
 
 from vat.errors import check, check_count, finite
 from vat.model import prior_std_problem
-from vat.train.schedules import KLSchedule, Unit, check_unit
+from vat.train.schedules import KLSchedule, Unit, check_fields, check_unit
 
 
 @dataclass
@@ -29,10 +29,9 @@ class LossConfig:
     z = mu: with a zero KL weight, the paper's plain Transformer-autoencoder baseline; also
     makes runs noise-free for comparisons."""
     fused_cross_entropy: bool = False
-    """Compute the training NLL chunk by chunk from the decoder's hidden states, never
-    holding the (tokens x vocabulary) logits (vat/train/fused_ce.py). The same loss and
-    gradients; less memory and time at large vocabularies (BENCHMARKS.md, "Cross-entropy").
-    Validation always uses the full logits."""
+    """Compute the training NLL chunk by chunk from the decoder's hidden states, never holding
+    the (tokens x vocabulary) logits (vat/train/fused_ce.py): the same loss and gradients, less
+    memory and time at large vocabularies. Validation always uses the full logits."""
     target_kl: float | None = None
     """Hold the rate (KL in nats per token, summed over latent dimensions) at this value: a PI
     controller (vat/train/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
@@ -42,12 +41,11 @@ class LossConfig:
     (KL - target) / target. 0 (default) is pure dual ascent; > 0 reacts faster but passes
     batch noise into the weight."""
     kl_control_ki: float = 0.01
-    """Integral gain: each step moves log(weight) by ki * error, so a KL 10% above the target
-    (error about 0.1) multiplies the weight by exp(0.001) per step, x2.7 in 1,000 steps."""
+    """Integral gain: each step moves log(weight) by ki * error (a KL 10% above the target:
+    x2.7 in 1,000 steps)."""
     kl_control_error: Literal["log_ratio", "relative"] = "log_ratio"
-    """The controller's error: log(KL / target), or the earlier (KL - target) / target. The
-    two agree near the target; far above it (an untrained encoder's KL) the relative error
-    drives the weight to its clamp at once and squeezes the posterior (vat/train/rate.py)."""
+    """The controller's error: log(KL / target), or the earlier (KL - target) / target, which
+    far above the target drives the weight to its clamp at once (vat/train/rate.py)."""
     kl_control_max_error: float | None = 1.0
     """Clip the error to +-this per step, so the weight changes by at most exp(ki * this) per
     step. null: no clip (with `relative`, the earlier controller)."""
@@ -59,65 +57,29 @@ class LossConfig:
     """Upper bound of the controlled weight (> 1 can push a rate below what weight 1 gives)."""
 
     def __post_init__(self) -> None:
-        o = "model.loss"
-        # the KL divides by s^2: a finite s whose square overflows or vanishes is refused too
-        check(
-            prior_std_problem(self.prior_std) is None,
-            f"{o}.prior_std",
-            "finite and > 0, with a finite non-zero square (1e-150..1e150)",
-            self.prior_std,
-        )
-        check(
-            finite(self.free_bits) and self.free_bits >= 0,
-            f"{o}.free_bits",
-            "finite and >= 0",
-            self.free_bits,
-        )
-        check(
-            self.target_kl is None or (finite(self.target_kl) and self.target_kl > 0),
-            f"{o}.target_kl",
-            "null or finite and > 0 (nats per token)",
-            self.target_kl,
-        )
-        for name in ("kl_control_kp", "kl_control_ki"):
-            check(
-                finite(getattr(self, name)) and getattr(self, name) >= 0,
-                f"{o}.{name}",
-                "finite and >= 0",
-                getattr(self, name),
-            )
-        check(
-            self.kl_control_error in ("log_ratio", "relative"),
-            f"{o}.kl_control_error",
-            "log_ratio or relative",
-            self.kl_control_error,
-        )
-        check(
-            self.kl_control_max_error is None
-            or (finite(self.kl_control_max_error) and self.kl_control_max_error > 0),
-            f"{o}.kl_control_max_error",
-            "null or finite and > 0",
-            self.kl_control_max_error,
-        )
-        check(
-            finite(self.kl_control_min) and self.kl_control_min > 0,
-            f"{o}.kl_control_min",
-            "finite and > 0",
-            self.kl_control_min,
-        )
-        check(
-            finite(self.kl_control_max) and self.kl_control_max >= self.kl_control_min,
-            f"{o}.kl_control_max",
-            f"finite and >= kl_control_min={self.kl_control_min}",
-            self.kl_control_max,
-        )
-        check(
-            finite(self.kl_control_initial)
-            and self.kl_control_min <= self.kl_control_initial <= self.kl_control_max,
-            f"{o}.kl_control_initial",
-            "within [kl_control_min, kl_control_max]",
-            self.kl_control_initial,
-        )
+        lo, hi = self.kl_control_min, self.kl_control_max
+        rules = [
+            # the KL divides by s^2: a finite s whose square overflows or vanishes is refused
+            (
+                "prior_std",
+                lambda s: prior_std_problem(s) is None,
+                "finite and > 0, with a finite non-zero square (1e-150..1e150)",
+            ),
+            ("free_bits", _at_least(0), "finite and >= 0"),
+            ("target_kl", _positive_or_none, "null or finite and > 0 (nats per token)"),
+            ("kl_control_kp", _at_least(0), "finite and >= 0"),
+            ("kl_control_ki", _at_least(0), "finite and >= 0"),
+            ("kl_control_error", ("log_ratio", "relative").__contains__, "log_ratio or relative"),
+            ("kl_control_max_error", _positive_or_none, "null or finite and > 0"),
+            ("kl_control_min", _positive, "finite and > 0"),
+            ("kl_control_max", _at_least(lo), f"finite and >= kl_control_min={lo}"),
+            (
+                "kl_control_initial",
+                lambda w: finite(w) and lo <= w <= hi,
+                "within [kl_control_min, kl_control_max]",
+            ),
+        ]
+        check_fields(self, "model.loss", rules)
 
 
 @dataclass
@@ -150,10 +112,7 @@ class NoiseConfig:
         for name in ("decoder_word_dropout", "encoder_mask", "encoder_delete"):
             value = getattr(self, name)
             check(
-                finite(value) and 0 <= value <= 1,
-                f"{o}.{name}",
-                "a probability in [0, 1]",
-                value,
+                finite(value) and 0 <= value <= 1, f"{o}.{name}", "a probability in [0, 1]", value
             )
         check_count(self.encoder_shuffle_distance, f"{o}.encoder_shuffle_distance", minimum=0)
         check(
@@ -167,12 +126,8 @@ class NoiseConfig:
     @property
     def active(self) -> bool:
         """Whether any noise is on (off: the training step is the paper's, op for op)."""
-        return (
-            self.decoder_word_dropout > 0
-            or self.encoder_mask > 0
-            or self.encoder_delete > 0
-            or self.encoder_shuffle_distance > 0
-        )
+        rates = (self.decoder_word_dropout, self.encoder_mask, self.encoder_delete)
+        return any(rates) or self.encoder_shuffle_distance > 0
 
 
 @dataclass
@@ -212,26 +167,30 @@ class OptimConfig:
         check_count(self.warmup_steps, f"{o}.warmup_steps")
         # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
         # arithmetic cannot overflow into an error instead of a non-finite stop.
-        check(
-            finite(self.lr_scale) and 0 < self.lr_scale <= 1e6,
-            f"{o}.lr_scale",
-            "in (0, 1e6]",
-            self.lr_scale,
-        )
-        check(finite(self.lr) and 0 < self.lr <= 1e3, f"{o}.lr", "in (0, 1000]", self.lr)
-        check(
-            len(self.betas) == 2 and all(finite(b) and 0 <= b < 1 for b in self.betas),
-            f"{o}.betas",
-            "two numbers in [0, 1)",
-            self.betas,
-        )
-        check(finite(self.eps) and self.eps > 0, f"{o}.eps", "finite and > 0", self.eps)
-        check(
-            finite(self.weight_decay) and self.weight_decay >= 0,
-            f"{o}.weight_decay",
-            "finite and >= 0",
-            self.weight_decay,
-        )
+        rules = [
+            ("lr_scale", lambda x: finite(x) and 0 < x <= 1e6, "in (0, 1e6]"),
+            ("lr", lambda x: finite(x) and 0 < x <= 1e3, "in (0, 1000]"),
+            (
+                "betas",
+                lambda b: len(b) == 2 and all(finite(x) and 0 <= x < 1 for x in b),
+                "two numbers in [0, 1)",
+            ),
+            ("eps", _positive, "finite and > 0"),
+            ("weight_decay", _at_least(0), "finite and >= 0"),
+        ]
+        check_fields(self, o, rules)
+
+
+def _at_least(low: float):
+    return lambda x: finite(x) and x >= low
+
+
+def _positive(x) -> bool:
+    return finite(x) and x > 0
+
+
+def _positive_or_none(x) -> bool:
+    return x is None or _positive(x)
 
 
 def as_config(cls, value):

@@ -1,15 +1,11 @@
-"""The reconstruction NLL from the decoder's last hidden states, without full logits.
+"""The reconstruction NLL from the decoder's last hidden states, without full logits
+(`model.loss.fused_cross_entropy`; BENCHMARKS.md, "Cross-entropy").
 
-`model.loss.fused_cross_entropy`: logits = h W^T over the output (tied embedding) weight W
-(V x d) never exist for the whole batch. Per chunk of rows, the forward computes the logits,
-the loss and at once both gradients (softmax - onehot, as Liger Kernel's fused linear
-cross-entropy; Hsu et al. 2024), so memory holds one chunk of logits instead of all of them
-and the FLOPs are those of the full path. Hand-rolled because torch has no fused linear
-cross-entropy (time and memory: BENCHMARKS.md, "Cross-entropy").
-
-The loss is a weighted sum over rows, sum_i w_i CE_i, so the gradients are known in the
-forward up to the upstream scalar; with w = mask / ntokens it is the masked mean NLL of
-`vat.train.losses.reconstruction_nll`.
+Per chunk of rows the forward computes the logits h W^T, the loss and at once both gradients
+(softmax - onehot, as Liger Kernel's fused linear cross-entropy; Hsu et al. 2024), so memory
+holds one chunk of logits and the FLOPs are the full path's. The loss is sum_i w_i CE_i, so
+the gradients are known in the forward up to the upstream scalar; w = mask / ntokens makes it
+the masked mean of `vat.train.losses.reconstruction_nll`. torch has no fused version.
 """
 
 from __future__ import annotations

@@ -1,32 +1,17 @@
 """`vat train --init-from MODEL`: a fresh run that starts from a trained model's weights.
 
-MODEL is any form `--model` takes (vat.share.resolve): a shipped name, an exported folder, a
-run folder, a .ckpt, a Hub id. It is read once, before anything is built, and decides:
+MODEL is any form `--model` takes (vat.share.resolve), read once before anything is built.
+It decides the architecture (every `model.arch` field but dropout; a config value that
+differs from the model's and from its default is refused naming both; `data.max_len` may be
+shorter than the model's positions, never longer), the tokenizer (the model's own), and the
+prior's s. The weights are copied in; the optimiser, schedules and rate controller start
+fresh, which the start says in one line. A checkpoint of this very run is resumed instead
+(that is `--ckpt_path`). The run validates once before its first step (`ValidateFirst`), and
+its checkpoints record where it started, so the model card counts the tokens behind it.
 
-- the architecture: every `model.arch` field but dropout (a training setting, not part of
-  the weights) is the model's. A config value that differs from the model's and from the
-  option's default contradicts it and is refused in one line naming both values; a value
-  left at its default is simply replaced. `data.max_len` may be shorter than the model's
-  position table (a CPU run on short lines), never longer.
-- the tokenizer: the model's own (`VATDataModule.use_tokenizer`); no BPE is trained, and the
-  tokenized cache is keyed by this tokenizer as by any other. `data.tokenizer_path` may name
-  the same tokenizer, no other.
-- the prior N(0, s^2 I): the model's s (its latents are scaled to it, the paper's eq. 3).
-
-The weights are copied into the fresh model; the optimiser, the learning-rate and KL
-schedules and the rate controller start fresh (an exported or shipped model holds none of
-them, and another run's state belongs to its own data and settings), which the start says
-in one line. A checkpoint of this very run (`--run_dir`) is resumed instead, state and all:
-that is `--ckpt_path`, said so. The continued run validates once before its first step, so
-its curves start at the source model's own numbers on the new data, and its checkpoints
-record where it started (`init_record`): the model card then counts the tokens behind it.
-
-A resume of a continued run (the same command plus `--ckpt_path last`) reads none of this
-again: the checkpoint holds the architecture, the tokenizer and the record. Its --init-from
-must name the model the record names (or a checkpoint of this run): another would be
-ignored, so it is refused in one line. So is a run folder another process is training in
-(the checkpoint it stands for changes as it trains), and a recorded count (steps, tokens)
-that is not a whole number >= 0.
+A resume of a continued run reads its own checkpoint, not the model: an --init-from naming
+another model is refused, as is a run folder another process is training in and a recorded
+count that is not a whole number >= 0.
 """
 
 from __future__ import annotations
@@ -52,11 +37,10 @@ ARCH_FROM_MODEL = tuple(f.name for f in fields(VATConfig) if f.name != "dropout"
 
 @dataclass(frozen=True)
 class Source:
-    """What a run continues from: the model's architecture, tokenizer and prior, and, for a
-    fresh start, the loaded model whose weights are copied in."""
+    """What a run continues from (`name`: as the command named it): the model's architecture,
+    tokenizer and prior, and, for a fresh start, the loaded model and its record."""
 
     name: str
-    """The model as the command named it (what its lines say)."""
     arch: dict[str, Any]
     tokenizer: str
     prior_std: float
@@ -65,9 +49,8 @@ class Source:
 
 
 def portable_name(loaded: LoadedVAT) -> str:
-    """The source's name as the record keeps it: a shipped name or Hub id as it is; a folder
-    or checkpoint by the last parts of its path (run/checkpoints/last.ckpt), never the
-    training machine's absolute path, which a shipped card must not hold."""
+    """The source's name as the record keeps it: a shipped name or Hub id as it is, a path by
+    its last parts (run/checkpoints/last.ckpt), never the machine's absolute path."""
     src = loaded.source
     if src.kind in ("shipped", "hub"):
         return src.location
@@ -100,9 +83,8 @@ def from_loaded(loaded: LoadedVAT, given: str) -> Source:
 
 
 def _count(loaded: LoadedVAT, given: str, key: str) -> int:
-    """The model's recorded training.KEY as a count (absent or null: 0). Anything but a whole
-    number >= 0 is refused here, where it is read, naming the file and the key, so that no
-    malformed record reaches int() (a traceback) or the start's line (a negative count)."""
+    """The model's recorded training.KEY as a count (absent or null: 0); anything but a whole
+    number >= 0 is refused naming the file and the key."""
     value = (loaded.training or {}).get(key)
     if value is None:
         return 0
@@ -123,8 +105,7 @@ def _count(loaded: LoadedVAT, given: str, key: str) -> int:
 
 
 def from_checkpoint(ckpt: dict, path: Path) -> Source:
-    """The source of a resumed continued run: its own checkpoint, which holds the same
-    architecture, tokenizer and prior as the model it started from."""
+    """The source of a resumed continued run: its own checkpoint."""
     meta = ckpt.get("vat") or {}
     return Source(
         str(path),
@@ -135,8 +116,7 @@ def from_checkpoint(ckpt: dict, path: Path) -> Source:
 
 
 def same_run_checkpoint(loaded: LoadedVAT, run_dir: str, ckpt_dir: str) -> Path | None:
-    """The source's .ckpt when it lies in this run's checkpoint folder (then a resume, not a
-    continuation, is meant), else None."""
+    """The source's .ckpt when it lies in this run's checkpoint folder (a resume), else None."""
     if loaded.source.kind != "checkpoint":
         return None
     ckpt = Path(loaded.source.location).resolve()
@@ -150,9 +130,8 @@ def _this_run(path: Path, run_dir: str, ckpt_dir: str) -> bool:
 
 
 def check_not_training(given: str, src: ModelSource) -> None:
-    """A run folder stands for its best checkpoint, else last.ckpt: while another process
-    trains in it (holds its lock) both change, and the weights taken would depend on the
-    moment. Refused, naming the file it stands for now; a file given is read as it is."""
+    """Refuse a run folder another process trains in: the checkpoint it stands for changes
+    as it trains. A file given is read as it is."""
     pid = None if src.run_dir is None else lock_holder(Path(src.run_dir))
     if pid is not None:
         raise VatError(
@@ -164,10 +143,8 @@ def check_not_training(given: str, src: ModelSource) -> None:
 
 
 def check_resumed_start(given: str, ckpt: dict, path: Path, run_dir: str, ckpt_dir: str) -> None:
-    """A resume continues its checkpoint, which records the model its run started from: an
-    --init-from naming another would be ignored, so it is refused. The model as the record
-    names it (portable_name) and this run itself (vat's GPU suite resumes with its own
-    checkpoint) are the same start."""
+    """Refuse an --init-from that a resume would ignore: one naming neither the model its
+    checkpoint records (portable_name) nor this run itself (the GPU suite resumes so)."""
     if _this_run(Path(given), run_dir, ckpt_dir):
         return
     record = ((ckpt.get("vat") or {}).get("training") or {}).get("init_from")
@@ -185,9 +162,8 @@ def check_resumed_start(given: str, ckpt: dict, path: Path, run_dir: str, ckpt_d
 
 
 def _names(given: str, recorded: str) -> bool:
-    """Whether `given` names the model a record names: a shipped name or Hub id as it is, a
-    path by its last parts (run/checkpoints/x.ckpt, a run folder's record of its checkpoint
-    also by the run folder's name)."""
+    """Whether `given` names the model a record names: as it is, by a path's last parts, or
+    (a record of run/checkpoints/x.ckpt) by the run folder."""
     parts, ours = Path(recorded).parts, Path(given).expanduser().resolve().parts
     run_folder = len(parts) == 3 and parts[1] == "checkpoints" and ours[-1:] == parts[:1]
     return given == recorded or (bool(parts) and ours[-len(parts) :] == parts) or run_folder
@@ -221,18 +197,14 @@ def apply_to_config(cfg: Any, defaults: Any, source: Source) -> None:
         return value != _get(defaults, option)
 
     for key in ARCH_FROM_MODEL:
-        if key in ("vocab_size", "max_len") or key not in arch:
-            continue  # linked from data.* (below)
-        option = f"model.arch.{key}"
+        if key == "max_len" or key not in arch:
+            continue  # below
+        option = "data.vocab_size" if key == "vocab_size" else f"model.arch.{key}"  # linked
         value = _get(cfg, option)
         if value != arch[key] and explicit(option, value):
-            refuse(option, value, arch[key])
+            refuse(option, value, arch[key], "vocabulary" if key == "vocab_size" else "")
         _set(cfg, option, arch[key])
-    vocab = _get(cfg, "data.vocab_size")
-    if vocab != arch["vocab_size"] and explicit("data.vocab_size", vocab):
-        refuse("data.vocab_size", vocab, arch["vocab_size"], "vocabulary")
-    _set(cfg, "data.vocab_size", arch["vocab_size"])
-    _set(cfg, "model.arch.vocab_size", arch["vocab_size"])
+        _set(cfg, f"model.arch.{key}", arch[key])
     max_len = _get(cfg, "data.max_len")
     if not explicit("data.max_len", max_len):
         max_len = arch["max_len"]
@@ -279,11 +251,9 @@ def start_line(source: Source) -> str:
 
 
 class ValidateFirst(Callback):
-    """One validation before the first training step, logged at step 0: a continued run's
-    curves then start at its model's own numbers on this run's data. Lightning validates
-    first only in its sanity check, whose numbers it drops; this runs the fit loop's own
-    validation as Lightning does between steps (TrainingEpochLoop.on_advance_end), in the
-    same logger, so TensorBoard gets no second event file."""
+    """One validation before the first training step, logged at step 0, so a continued run's
+    curves start at its model's own numbers. Lightning's sanity check drops its numbers, so
+    this runs the fit loop's own validation as Lightning does between steps, in its logger."""
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.global_step != 0 or not trainer.limit_val_batches:

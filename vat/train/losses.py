@@ -14,11 +14,8 @@ import torch.nn.functional as F
 def gaussian_kl(
     mu: torch.Tensor, logvar: torch.Tensor, prior_std: float | torch.Tensor
 ) -> torch.Tensor:
-    """KL(N(mu, diag(exp(logvar))) || N(0, prior_std^2 I)) per latent dimension.
-
-    Closed form (the paper, Loss): log s - logvar/2 + (exp(logvar) + mu^2) / (2 s^2) - 1/2.
-    Returns a tensor of the same shape as `mu`; sum over the last axis for KL_t.
-    """
+    """KL(N(mu, diag(exp(logvar))) || N(0, s^2 I)) per latent dimension (shape of `mu`):
+    log s - logvar/2 + (exp(logvar) + mu^2) / (2 s^2) - 1/2 (the paper, Loss)."""
     prior_std = torch.as_tensor(prior_std, dtype=mu.dtype, device=mu.device)
     return (
         torch.log(prior_std)
@@ -46,13 +43,9 @@ def reconstruction_nll(
 
 
 def free_bits_kl(kl_per_dim: torch.Tensor, mask: torch.Tensor, free_bits: float) -> torch.Tensor:
-    """KL per token (B, T) with a floor of `free_bits` nats per latent dimension.
-
-    Kingma et al. (2016), eq. 15, applied per dimension on the batch average: a dimension
-    whose mean KL over the batch's tokens is below `free_bits` contributes exactly
-    `free_bits` (and no gradient), so the optimiser has no reason to push it to zero. With
-    free_bits = 0 this is the plain KL summed over dimensions.
-    """
+    """KL per token (B, T) with a floor of `free_bits` nats per latent dimension (Kingma et
+    al. 2016, eq. 15, on the batch average): a dimension whose mean KL is below it contributes
+    exactly `free_bits` and no gradient."""
     if free_bits <= 0:
         return kl_per_dim.sum(-1)  # (B, T)
     m = mask.to(kl_per_dim.dtype)[..., None]  # (B, T, 1)

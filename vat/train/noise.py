@@ -1,28 +1,16 @@
-"""Noise on a training batch's inputs: decoder word dropout and encoder-input denoising.
+"""Noise on a training batch's inputs, off by default and never applied to evaluation:
 
-Two levers from text-autoencoder research, both off by default (the paper trains without
-them), both applied to the batch on the device just before the training step, never to
-validation, test or any evaluation:
+- **decoder word dropout** (Bowman et al. 2016, section 3.3): each word of the decoder's
+  input is replaced by `<unk>` (or a random word), the targets clean, so the decoder must
+  take the words it cannot read from z;
+- **encoder-input denoising** (Shen et al. 2020; the local shuffle of Lample et al. 2018):
+  words of the encoder's input are deleted, masked or moved a few places, and the clean
+  sentence is reconstructed, which maps sentences a few words apart close together.
 
-- **decoder word dropout** (Bowman et al. 2016, "Generating Sentences from a Continuous
-  Space", section 3.3): each word of the decoder's input `<s> w_1..w_n` is replaced, with
-  probability p, by `<unk>` (or a random word), while the targets stay clean. A decoder that
-  cannot read every previous word from its input has to take it from z.
-- **denoising the encoder's input** (Shen et al. 2020, "Educating Text Autoencoders: Latent
-  Representation Guidance via Denoising"; the local shuffle after Lample et al. 2018,
-  "Unsupervised Machine Translation Using Monolingual Corpora Only"): words of the encoder's
-  input `w_1..w_n </s>` are deleted, masked or moved a few places, and the model still
-  reconstructs the clean sentence. Shen et al. show that this maps sentences that differ by a
-  few words close together in the latent space.
-
-Only words are touched: `<s>`, `</s>` and padding never are, so a sentence keeps its end and
-at least one latent. Deletion keeps the batch's shape: the kept tokens move left and the row
-is padded at the end, so a compiled step sees the shapes it always sees.
-
-The functions are pure: the same ids, rates and generator state give the same noise. The
-system seeds one generator per step from (seed, step, batch, rank) (`step_seed`), so the noise
-of a step is the same whether the run was interrupted and resumed or not, on any machine,
-without a random state to save and without drawing from the global RNG (which samples z).
+Only words are touched, never `<s>`, `</s>` or padding. Deletion keeps the batch's shape
+(kept tokens move left), so a compiled step sees its usual shapes. The functions are pure;
+the system seeds one generator per step (`step_seed`), so a resumed run draws the same noise
+with no random state to save and no draw from the global RNG (which samples z).
 """
 
 from __future__ import annotations
@@ -65,6 +53,11 @@ def words_of(ids: torch.Tensor) -> torch.Tensor:
     return (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)
 
 
+def _drawn(ids: torch.Tensor, rate: float, generator: torch.Generator) -> torch.Tensor:
+    """True at each word, with probability `rate`."""
+    return words_of(ids) & (torch.rand(ids.shape, generator=generator, device=ids.device) < rate)
+
+
 def replace_words(
     ids: torch.Tensor,
     rate: float,
@@ -72,10 +65,9 @@ def replace_words(
     replace_with: str = "unk",
     vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each word replaced with probability `rate` by <unk> (`replace_with="unk"`) or by a
-    word drawn uniformly from the vocabulary's non-special ids (`"random"`, needs
-    `vocab_size`); returns the new ids and the mask of replaced positions."""
-    hit = words_of(ids) & (torch.rand(ids.shape, generator=generator, device=ids.device) < rate)
+    """Each word replaced with probability `rate` by <unk> or (`"random"`, needs
+    `vocab_size`) a uniformly drawn non-special id; the new ids and the replaced mask."""
+    hit = _drawn(ids, rate, generator)
     if replace_with == "unk":
         return ids.masked_fill(hit, UNK_ID), hit
     if replace_with != "random" or vocab_size is None or vocab_size <= FIRST_WORD_ID:
@@ -91,10 +83,9 @@ def replace_words(
 def delete_words(
     ids: torch.Tensor, rate: float, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each word deleted with probability `rate`; the rest keep their order, move left, and
-    the row is padded at its end (same shape). Returns the new ids and the deleted mask
-    (positions in the input)."""
-    deleted = words_of(ids) & (torch.rand(ids.shape, generator=generator, device=ids.device) < rate)
+    """Each word deleted with probability `rate`, the rest moved left in order and the row
+    padded at its end (same shape); the new ids and the deleted mask (input positions)."""
+    deleted = _drawn(ids, rate, generator)
     T = ids.shape[1]
     pos = torch.arange(T, device=ids.device).expand_as(ids)
     # kept tokens (padding included) first in their order, deleted ones after them; a stable

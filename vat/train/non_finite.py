@@ -1,9 +1,5 @@
-"""The non-finite guard's host side: stopping a run whose loss, gradient or weights are not
-finite, with the step and the last good checkpoint in the message.
-
-The device side (detecting NaN/inf without a sync) is `vat.train.state.TrainState`; the
-training system (vat.train.system) reads it at logging steps and checkpoint saves.
-"""
+"""The non-finite guard's host side: stop a run whose loss, gradient or weights are not
+finite, naming the step and the last good checkpoint (the device side: vat.train.state)."""
 
 from __future__ import annotations
 

@@ -78,16 +78,11 @@ def pad_to_multiple(
 class CompiledObjective:
     """torch.compile of `objective_terms` for training steps, and what it compiled.
 
-    Shapes (tests/test_training_step.py): lengths are padded to multiples of 8, and
-    the batch and length dimensions are marked dynamic from the first call (the length only
-    when the model takes more than one padded length), so batches of other sizes and lengths
-    reuse the graph; a batch of one sentence gets a graph of its own (dynamo specialises
-    sizes 0 and 1). A run therefore compiles at most 2 graphs, whatever max_len; twice that
-    with `fused_cross_entropy`, whose eager chunk loop splits the step in two. Left to
-    dynamo's automatic dynamic shapes, each launch would compile a graph for its first length
-    and then the dynamic one at its second, which it uses from then on.
-    The recompile limit is still raised above the number of padded lengths, so that even
-    with automatic dynamic shapes turned off no length falls back to eager.
+    Lengths are padded to multiples of 8 and the batch and length dimensions are marked
+    dynamic from the first call, so a run compiles at most 2 graphs whatever max_len (a
+    batch of one sentence gets its own: dynamo specialises size 1), twice that with
+    `fused_cross_entropy` (tests/test_training_step.py). The recompile limit is raised above
+    the number of padded lengths, so no length falls back to eager.
     """
 
     def __init__(self, max_len: int) -> None:
@@ -98,12 +93,11 @@ class CompiledObjective:
                 setattr(dyn, name, max(getattr(dyn, name), 2 * lengths + 2))
         self._fn = torch.compile(objective_terms, backend=COMPILE_BACKEND)
         self._dynamic_dims = (0, 1) if lengths > 1 else (0,)
-        self._graphs_before = _graphs_compiled()
+        self._graphs_before = graphs_compiled()
         self.shapes: set[tuple[int, int]] = set()  # (batch, padded length) seen; host ints
 
     def prepare(self, batch: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
-        """Pad the lengths to a multiple of 8 and mark the batch and length dimensions
-        dynamic."""
+        """Pad the lengths to a multiple of 8 and mark the batch and length dims dynamic."""
         batch = pad_to_multiple(batch, pad_id)
         for v in batch.values():
             for dim in self._dynamic_dims:
@@ -117,7 +111,7 @@ class CompiledObjective:
     @property
     def graphs(self) -> int:
         """Graphs dynamo compiled since this objective was made (process-wide counter)."""
-        return _graphs_compiled() - self._graphs_before
+        return graphs_compiled() - self._graphs_before
 
     def summary(self) -> str:
         lengths = sorted({t for _, t in self.shapes})
@@ -128,7 +122,8 @@ class CompiledObjective:
         )
 
 
-def _graphs_compiled() -> int:
+def graphs_compiled() -> int:
+    """Graphs dynamo has built in this process (a hit in the compile cache counts too)."""
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])

@@ -1,19 +1,12 @@
 """Training progress and the non-finite guard, kept on the device (no host sync per step).
 
-Progress counts steps, sentences and non-pad tokens seen, for schedules given in sentences
-or tokens (`kl_schedule.unit`, `optim.warmup_unit`) and for tokens/s. Under DDP the per-step
-counts (and the KL, for the rate controller) are summed over ranks by one all_reduce of
-three float64 numbers per step: batches differ in size across ranks once they are built by
-token budget, so "local count x world size" would be wrong, and a 24-byte all_reduce is
-enqueued on the device stream like DDP's own gradient all_reduce (no host sync).
-
-The guard records the first step whose loss or gradient norm is not finite. The flag is
-read on the host only where a sync is paid anyway: at logging steps and checkpoint saves,
-after an all_reduce (max) so that every DDP rank stops at the same point.
-
-Each training step pays a handful of small kernels for this, no sync (bench/bench_sync_ops.py
-counts them): three in-place adds for the counters on one process, and the guard's test and
-select on a stack of the step's four numbers.
+Progress counts steps, sentences and non-pad tokens seen, for schedules in sentences or
+tokens and for tokens/s. Under DDP each step's counts (and the KL, for the rate controller)
+are summed over ranks by one small all_reduce (batches built by token budget differ in size
+across ranks), enqueued on the device stream like DDP's own. The guard records the first
+step whose loss or gradient norm is not finite; it is read on the host only where a sync is
+paid anyway, at logging steps and checkpoint saves, after an all_reduce so every rank stops
+at the same point. bench/bench_sync_ops.py counts the kernels each step pays for this.
 """
 
 from __future__ import annotations
@@ -26,12 +19,12 @@ from vat.train.schedules import UNITS
 
 
 class TrainState(nn.Module):
+    """Progress (steps, sentences, tokens) and the first non-finite step, as device buffers."""
+
     def __init__(self) -> None:
         super().__init__()
         # Not in the state_dict (weights only): saved in checkpoint["vat_train_state"].
-        self.register_buffer(
-            "progress", torch.zeros(3, dtype=torch.long), persistent=False
-        )  # steps, sentences, tokens
+        self.register_buffer("progress", torch.zeros(3, dtype=torch.long), persistent=False)
         # The first bad step's number counted from 1 (0: none), its nll, kl and gradient norm.
         self.register_buffer("fault", torch.zeros(4, dtype=torch.float64), persistent=False)
 
@@ -43,11 +36,10 @@ class TrainState(nn.Module):
     def count(
         self, mask: torch.Tensor, tokens: torch.Tensor, kl: torch.Tensor, reduce=None
     ) -> torch.Tensor:
-        """Add one step's sentences and tokens (`tokens` = mask.sum(), summed over ranks by
-        `reduce`); returns the global mean KL per token of the step, for the rate controller."""
+        """Add one step's sentences and tokens (summed over ranks by `reduce`); returns the
+        step's mean KL per token over all ranks, for the rate controller."""
         if reduce is None:
-            # One process: every row of a batch holds a sentence (its </s> at least), and the
-            # step's KL is already its mean per token. Three adds, no stack, no division.
+            # one process: every row holds a sentence, and the KL is already its mean
             self.progress[0].add_(1)
             self.progress[1].add_(mask.shape[0])
             self.progress[2].add_(tokens)

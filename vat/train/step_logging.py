@@ -9,11 +9,8 @@ import torch
 
 
 def logs_now(trainer, global_step: int) -> bool:
-    """Whether this training step logs (Lightning's own decision where it exposes one)."""
-    connector = getattr(trainer, "_logger_connector", None)
-    if connector is not None:
-        return bool(connector.should_update_logs)
-    return (global_step + 1) % max(trainer.log_every_n_steps, 1) == 0
+    """Whether this training step logs (Lightning's own decision)."""
+    return bool(trainer._logger_connector.should_update_logs)
 
 
 def train_scalars(out, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | float]:
@@ -30,10 +27,9 @@ def train_scalars(out, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 
 def host_scalars(scalars: dict[str, torch.Tensor | float], reduce=None) -> dict[str, torch.Tensor]:
-    """The scalars as 0-d host tensors, each of its own dtype (Python numbers: the default
-    float dtype, as Lightning's own conversion), the device ones copied in one transfer:
-    stacked as float64 (exact for float32 and float64 values), reduced by `reduce` (the mean
-    over DDP processes) and copied to the host, one sync for all of them."""
+    """The scalars as 0-d host tensors of their own dtype (Python numbers: the default float
+    dtype, as Lightning converts them); the device ones stacked as float64 (exact), reduced
+    by `reduce` (the mean over DDP processes) and copied in one transfer, one sync for all."""
     on_device = {k: v for k, v in scalars.items() if isinstance(v, torch.Tensor)}
     host = {}
     if on_device:
@@ -47,11 +43,9 @@ def host_scalars(scalars: dict[str, torch.Tensor | float], reduce=None) -> dict[
 
 
 def matmul_flops_per_token(model: torch.nn.Module) -> float:
-    """Training FLOPs per non-pad token of the model's matmuls: 6 N (2 N forward, 4 N
-    backward; Kaplan et al. 2020), N = the weights of every nn.Linear, a tied output
-    projection counted once. Attention's length-dependent term (12 d T per token and layer)
-    is left out: small for d = 128 and sentence lengths, so MFU = model TFLOP/s / the
-    device's peak, computed from this, slightly underestimates (bench/ counts it in full)."""
+    """Training FLOPs per non-pad token of the model's matmuls: 6 N (Kaplan et al. 2020), N =
+    the weights of every nn.Linear, a tied projection once. Attention's 12 d T per token and
+    layer is left out (small at sentence lengths; bench/ counts it), so MFU underestimates."""
     weights = {
         id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
     }
@@ -69,9 +63,7 @@ class TokenRate:
         """The rate since the previous call (None at the first), given the tokens seen."""
         now, tokens = time.perf_counter(), tokens.clone()
         rate = None
-        if self._last is not None:
-            # Tokens (all ranks) between two logging steps over the host time between them: the
-            # device is waited for at every logging step, so the interval is measured in full.
+        if self._last is not None:  # logging steps wait for the device: the interval is whole
             rate = (tokens - self._last[1]).double() / max(now - self._last[0], 1e-9)
         self._last = (now, tokens)
         return rate

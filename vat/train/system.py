@@ -40,10 +40,6 @@ from vat.train.step_logging import (
     train_scalars,
 )
 
-FUSED_DEVICES = ("cuda", "cpu")
-"""Devices where vat's Adam is fused when its lr is a tensor (torch's fused Adam takes a
-tensor lr on both)."""
-
 
 class StepOutput(NamedTuple):
     """What `_shared_step` computes for one batch (scalars are 0-d tensors on the device)."""
@@ -60,12 +56,10 @@ class StepOutput(NamedTuple):
 class VATSystem(L.LightningModule):
     """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (the paper's eq. 5-6).
 
-    w is the KL schedule at the current progress (steps, sentences or tokens), or the rate
-    controller's weight when `loss.target_kl` is set. training_step never waits for the
-    device: scalars are logged at `trainer.log_every_n_steps` only (all of them copied to
-    the host at once), counters and the controller live on the device, and non-finite values
-    are detected on the device and read at logging steps and checkpoint saves
-    (vat/train/state.py). bench/bench_sync_ops.py counts the syncs and ops of each step.
+    w is the KL schedule at the current progress, or the rate controller's weight when
+    `loss.target_kl` is set. training_step never waits for the device: scalars are copied to
+    the host at logging steps only, and counters, the controller and the non-finite guard
+    live on the device (vat/train/state.py; bench/bench_sync_ops.py counts the syncs).
     """
 
     def __init__(
@@ -103,13 +97,13 @@ class VATSystem(L.LightningModule):
             }
         )
         self.model = VAT(self.arch)
-        self.kl_schedule = self.loss_cfg.kl_schedule
-        log_s = torch.tensor(math.log(self.loss_cfg.prior_std))
-        if self.loss_cfg.learn_prior_std:
+        lc = self.loss_cfg
+        self.kl_schedule = lc.kl_schedule
+        log_s = torch.tensor(math.log(lc.prior_std))
+        if lc.learn_prior_std:
             self.log_prior_std = nn.Parameter(log_s)
         else:
             self.register_buffer("log_prior_std", log_s)
-        lc = self.loss_cfg
         self.rate = None if lc.target_kl is None else KLController.from_config(lc)
         self.train_state = TrainState()
         self.tokenizer: VATTokenizer | None = None
@@ -128,7 +122,6 @@ class VATSystem(L.LightningModule):
         self._step_terms: tuple[torch.Tensor, torch.Tensor] | None = None  # (nll, kl)
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
-        self._val_batches = 0
         self.init_record: dict | None = None
         """Where a continued run started (vat.train.init_from), kept in its checkpoints."""
 
@@ -136,11 +129,9 @@ class VATSystem(L.LightningModule):
     def load_from_checkpoint(
         cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs
     ):
-        """Lightning's loader, always weights-only: vat checkpoints hold
-        tensors and plain types, and an explicit weights_only=True is the one setting that
-        TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override. The file is checked first
-        (vat.share.checkpoint.read_checkpoint), so a corrupt one is a one-line CheckpointError."""
-
+        """Lightning's loader, always weights-only (an explicit weights_only=True is the one
+        setting TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override), the file checked first:
+        a corrupt one is a one-line CheckpointError."""
         if kwargs.pop("weights_only", True) is not True:
             raise VatError("VATSystem.load_from_checkpoint loads weights only (weights_only=True)")
         read_checkpoint(checkpoint_path)
@@ -233,34 +224,23 @@ class VATSystem(L.LightningModule):
             step_seed(n.seed, self.global_step, batch_idx, self.global_rank)
         )
         vocab = self.tokenizer.vocab_size if self.tokenizer is not None else self.arch.vocab_size
-        self._noised = noised_batch(
-            batch,
-            self._noise_generator,
-            decoder_word_dropout=n.decoder_word_dropout,
-            encoder_delete=n.encoder_delete,
-            encoder_mask=n.encoder_mask,
-            encoder_shuffle_distance=n.encoder_shuffle_distance,
-            replace_with=n.replace_with,
-            vocab_size=vocab,
-        )
+        rates = {k: v for k, v in asdict(n).items() if k != "seed"}
+        self._noised = noised_batch(batch, self._noise_generator, **rates, vocab_size=vocab)
         return self._noised.batch
 
     def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
         bs = batch["src"].shape[0]
         log = train_scalars(out, batch)
         if self._noised is not None:  # the share of words each noise changed in this batch
-            nb = self._noised
-            if self.noise_cfg.decoder_word_dropout > 0:
-                log["train/noise/decoder_dropped"] = (
-                    nb.decoder_dropped / nb.decoder_words.clamp_min(1)
-                )
-            for name, count, on in (
-                ("encoder_deleted", nb.encoder_deleted, self.noise_cfg.encoder_delete),
-                ("encoder_masked", nb.encoder_masked, self.noise_cfg.encoder_mask),
-                ("encoder_moved", nb.encoder_moved, self.noise_cfg.encoder_shuffle_distance),
+            nb, n = self._noised, self.noise_cfg
+            for name, count, words, on in (
+                ("decoder_dropped", nb.decoder_dropped, nb.decoder_words, n.decoder_word_dropout),
+                ("encoder_deleted", nb.encoder_deleted, nb.encoder_words, n.encoder_delete),
+                ("encoder_masked", nb.encoder_masked, nb.encoder_words, n.encoder_mask),
+                ("encoder_moved", nb.encoder_moved, nb.encoder_words, n.encoder_shuffle_distance),
             ):
                 if on:
-                    log[f"train/noise/{name}"] = count / nb.encoder_words.clamp_min(1)
+                    log[f"train/noise/{name}"] = count / words.clamp_min(1)
         rate = self._token_rate.update(self.train_state.seen("tokens"))
         if rate is not None:  # MFU = train/model_tflops / the device's peak TFLOP/s
             log["train/tokens_per_s"] = rate
@@ -290,13 +270,6 @@ class VATSystem(L.LightningModule):
         self._eval_step(batch, "test")
 
     def _eval_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
-        if self._val_generator is None or self._val_generator.device != self.device:
-            self._val_generator = torch.Generator(device=self.device)
-        if self._val_batches == 0:
-            # A fixed noise stream for every evaluation: comparable numbers across runs, and
-            # no draw from the global RNG, so evaluation never perturbs training's randomness.
-            self._val_generator.manual_seed(1234 + self.global_rank)
-        self._val_batches += 1
         out = self._shared_step(batch, stage, generator=self._val_generator)
         n = out.ntokens
         # One set of metric objects serves val and test: the two stages never run at once.
@@ -326,26 +299,22 @@ class VATSystem(L.LightningModule):
         kw = {"betas": o.betas, "eps": o.eps, "weight_decay": o.weight_decay}
         device = self.device.type
         if self._tensor_lr():
-            # The lr is a device tensor set every step from the progress counters, so no step
-            # waits on the host: fused Adam reads it on the device; elsewhere the single-tensor
-            # path is the one that takes a tensor lr without capturable.
+            # A device tensor set every step from the progress counters (no host wait): fused
+            # Adam takes it on CUDA and the CPU, elsewhere only the single-tensor path does.
             lr = torch.tensor(0.0, device=self.device)  # set before the first update
-            if device in FUSED_DEVICES:
+            if device in ("cuda", "cpu"):
                 return opt_cls(self.parameters(), lr=lr, fused=True, **kw)
             return opt_cls(self.parameters(), lr=lr, foreach=False, **kw)
         # Fused on CUDA; on the CPU torch's default single-tensor path, which trained the
         # shipped demo model, so that retraining it follows its recorded trajectory.
         fused = True if device == "cuda" else None
-        lr = 1.0 if o.schedule == "noam" else o.lr
-        optimizer = opt_cls(self.parameters(), lr=lr, fused=fused, **kw)
-        if o.schedule == "noam":
-            d = self.arch.d_model
-            # LambdaLR's step counts from 0 at the first update; Noam's step counts from 1.
-            sched = torch.optim.lr_scheduler.LambdaLR(
-                optimizer, lambda s: noam_lr(s + 1, d, o.warmup_steps, o.lr_scale)
-            )
-        else:
-            sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+        noam, d = o.schedule == "noam", self.arch.d_model
+        optimizer = opt_cls(self.parameters(), lr=1.0 if noam else o.lr, fused=fused, **kw)
+
+        def factor(s: int) -> float:  # LambdaLR counts from 0 at the first update, Noam from 1
+            return noam_lr(s + 1, d, o.warmup_steps, o.lr_scale) if noam else 1.0
+
+        sched = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "train/lr"},
@@ -354,16 +323,12 @@ class VATSystem(L.LightningModule):
     def _tensor_lr(self) -> bool:
         return self.optim_cfg.schedule == "noam" and self.optim_cfg.warmup_unit != "steps"
 
-    def _noam_tensor_lr(self) -> torch.Tensor:
-        o = self.optim_cfg
-        # Progress including this batch, as the step schedule's s + 1.
-        return noam_lr(
-            self.train_state.seen(o.warmup_unit), self.arch.d_model, o.warmup_steps, o.lr_scale
-        )
-
     def _set_tensor_lr(self) -> None:
         if self._tensor_lr():
-            lr = self._noam_tensor_lr()
+            o = self.optim_cfg
+            # Progress including this batch, as the step schedule's s + 1.
+            seen = self.train_state.seen(o.warmup_unit)
+            lr = noam_lr(seen, self.arch.d_model, o.warmup_steps, o.lr_scale)
             for group in self.trainer.optimizers[0].param_groups:
                 group["lr"].copy_(lr)
 
@@ -410,7 +375,10 @@ class VATSystem(L.LightningModule):
             atomic_write(Path(log_dir) / "tokenizer.json", lambda f: f.write(text))
 
     def on_validation_epoch_start(self) -> None:
-        self._val_batches = 0
+        # A fixed noise stream for every evaluation: comparable numbers across runs, and no
+        # draw from the global RNG, so evaluation never perturbs training's randomness.
+        self._val_generator = torch.Generator(device=self.device)
+        self._val_generator.manual_seed(1234 + self.global_rank)
 
     on_test_epoch_start = on_validation_epoch_start
 
@@ -454,7 +422,6 @@ class VATSystem(L.LightningModule):
 
     def _training_record(self) -> dict:
         """What the card says about training (vat.share.training_record), from this run."""
-
         trainer = self._trainer
         dm = getattr(trainer, "datamodule", None) if trainer is not None else None
         progress = self.train_state.progress.tolist()  # steps, sentences, tokens (a save: sync ok)
@@ -475,8 +442,7 @@ class VATSystem(L.LightningModule):
 
     @torch.no_grad()
     def start_from(self, model: VAT, record: dict) -> None:
-        """Copy a trained model's weights into this fresh one (vat.train.init_from); the
-        optimiser and schedules are built later from nothing, as for any fresh run."""
+        """Copy a trained model's weights into this fresh one (vat.train.init_from)."""
         theirs, ours = model.config.to_dict(), self.arch.to_dict()
         theirs.pop("dropout"), ours.pop("dropout")  # a training setting, not the weights'
         if theirs != ours:
@@ -499,9 +465,7 @@ class VATSystem(L.LightningModule):
             self.length_histogram = list(meta.get("length_histogram", []))
             self.token_counts = list(meta.get("token_counts", []))
             self.fit_sample = meta.get("fit_sample")
-        rng = checkpoint.get("vat_rng", {}).get("torch")
-        if rng is not None:
-            self._rng_to_restore = rng
+        self._rng_to_restore = checkpoint.get("vat_rng", {}).get("torch")
         started = (meta.get("training") or {}).get("init_from")
         if isinstance(started, dict):  # a resumed continued run keeps where it started
             self.init_record = dict(started)

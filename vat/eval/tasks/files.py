@@ -138,11 +138,8 @@ def _read_text(path: Path, encoding: str) -> str:
 
 def iter_lines(path: Path, encoding: str) -> list[str]:
     """Lines as `for line in f` yields them (split on newlines only), newline removed."""
-    text = _read_text(path, encoding)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    lines = _read_text(path, encoding).split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def split_lines(path: Path, encoding: str) -> list[str]:
@@ -192,9 +189,10 @@ def _read_pair_file(
     return _pairs(a, b, y, dtype)
 
 
-def scored(pairs: Pairs, path: Path) -> Pairs:
-    """Pairs whose gold scores can be correlated with: at least 2, not all equal. Otherwise
-    every correlation would be NaN (a `null` in the JSON, a dash in the table)."""
+def scored(pairs: Pairs, path: Path, train: bool = False) -> Pairs:
+    """Pairs whose gold scores can be correlated with: at least 2, not all equal, in every
+    split (`train` is read_pair_splits' argument). Otherwise every correlation would be NaN
+    (a `null` in the JSON, a dash in the table)."""
     if len(pairs) < 2:
         raise VatError(
             f"{path}: {len(pairs)} scored pair(s); a correlation needs at least 2 "
@@ -222,31 +220,16 @@ def labelled(split: Pairs | Singles, path: Path, train: bool) -> Pairs | Singles
     return split
 
 
-def _sorted_pairs(a: list[str], b: list[str], y: list) -> tuple[list[str], list[str], list]:
+def _pairs(a: list[str], b: list[str], y: list, dtype: type) -> Pairs:
     """SentEval's sort for pair tasks: key (len(tokens a), len(tokens b), y), stable."""
     order = sorted(range(len(y)), key=lambda i: (_ntok(a[i]), _ntok(b[i]), y[i]))
-    return [a[i] for i in order], [b[i] for i in order], [y[i] for i in order]
-
-
-def _sorted_singles(x: list[str], y: list[int]) -> tuple[list[str], list[int]]:
-    """SentEval's sort for single-sentence tasks: key (len(tokens), label), stable."""
-    order = sorted(range(len(y)), key=lambda i: (_ntok(x[i]), y[i]))
-    return [x[i] for i in order], [y[i] for i in order]
-
-
-def _pairs(a: list[str], b: list[str], y: list, dtype: type) -> Pairs:
-    a, b, y = _sorted_pairs(a, b, y)
-    return Pairs(a, b, np.asarray(y, dtype=dtype))
+    return Pairs([a[i] for i in order], [b[i] for i in order], np.asarray(y, dtype)[order])
 
 
 def singles(x: list[str], y: list[int]) -> Singles:
-    x, y = _sorted_singles(x, y)
-    return Singles(x, np.asarray(y, np.int64))
-
-
-def scored_split(pairs: Pairs, path: Path, train: bool) -> Pairs:
-    """`scored` as a `read_pair_splits` check: every split is scored, train or not."""
-    return scored(pairs, path)
+    """SentEval's sort for single-sentence tasks: key (len(tokens), label), stable."""
+    order = sorted(range(len(y)), key=lambda i: (_ntok(x[i]), y[i]))
+    return Singles([x[i] for i in order], np.asarray(y, np.int64)[order])
 
 
 def read_pair_splits(

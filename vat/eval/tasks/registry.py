@@ -1,24 +1,13 @@
-"""Loaders for SentEval's downstream tasks, from SentEval's own file layout.
+"""SentEval's task names and groups, `expand_tasks`, `choose_tasks` and `load_task`.
 
-Paths are relative to a SentEval `data/downstream/` folder (the `--data-dir`). Each loader
-reads the files exactly as facebookresearch/SentEval (commit 5d6dc11) does, so the same
-encoder sees the same token sequences:
-
-- sentences are split on whitespace (`str.split()`), then re-joined with single spaces,
-  because SentEval hands token lists to its batchers and ours take strings;
-- MR/CR/SUBJ/MPQA and TREC are read as Latin-1 (SentEval's `io.open(..., 'latin-1')`),
-  everything else as UTF-8 (a leading byte-order mark is dropped);
-- the trained tasks keep SentEval's length-sorted sample order
-  (`sorted(..., key=(len(tokens), label))` in binary.py, trec.py, sst.py, mrpc.py, sick.py),
-  because its stratified k-fold splits and training permutations index into that order.
-
-A missing folder or file raises `VatError` naming the path and the expected layout.
-
-This module holds the task names (any case; tables' names such as STS-B too), the groups,
-`expand_tasks`, `choose_tasks` (a group runs the members whose data is present) and
-`load_task`; the loaders are in `vat.eval.tasks.sts` (STS12-16, STSBenchmark, SICK) and
-`vat.eval.tasks.classification` (MR, CR, SUBJ, MPQA, SST2/5, TREC, MRPC), the containers and
-file reading in `vat.eval.tasks.files`.
+Paths are relative to a SentEval `data/downstream/` folder (the `--data-dir`). The loaders
+(`vat.eval.tasks.sts`, `vat.eval.tasks.classification`) read the files exactly as
+facebookresearch/SentEval (commit 5d6dc11) does, so an encoder sees the same token sequences:
+- sentences are split on whitespace and re-joined with single spaces (SentEval hands token
+  lists to its batchers; ours take strings);
+- MR/CR/SUBJ/MPQA and TREC are read as Latin-1, everything else as UTF-8;
+- the trained tasks keep SentEval's length-sorted sample order, because its stratified k-fold
+  splits and training permutations index into that order.
 """
 
 from __future__ import annotations

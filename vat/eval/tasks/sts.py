@@ -18,7 +18,6 @@ from vat.eval.tasks.files import (
     need_file,
     read_pair_splits,
     scored,
-    scored_split,
     split_lines,
     whitespace_tokens,
 )
@@ -73,9 +72,7 @@ def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
     """STSBenchmark: tab-separated, score in column 4, sentences in 5 and 6 (0-based)."""
     folder = data_dir / "STS" / "STSBenchmark"
     files = (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv"))
-    splits = read_pair_splits(
-        folder, files, task, data_dir, scored_split, *STSB_FORMAT, header=False
-    )
+    splits = read_pair_splits(folder, files, task, data_dir, scored, *STSB_FORMAT, header=False)
     return TaskData(task, "relatedness", splits, path=folder)
 
 
@@ -88,7 +85,7 @@ def read_stsb_file(path: Path) -> Pairs:
         [("pairs", path.name)],
         "STSBenchmark",
         path.parent,
-        scored_split,
+        scored,
         *STSB_FORMAT,
         header=False,
     )
@@ -114,7 +111,7 @@ def load_sick(data_dir: Path, task: str) -> TaskData:
         files,
         task,
         data_dir,
-        labelled if entail else scored_split,
+        labelled if entail else scored,
         1,
         2,
         label,

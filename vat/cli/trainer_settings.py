@@ -6,13 +6,19 @@ Lightning refuses most bad settings itself, in one line, when the Trainer is bui
 `max_steps 0` "train" without a step and exit 0; against the data (Lightning 2.6's
 `_FitLoop.setup_data`), `val_check_interval` beyond an epoch is a traceback after the run
 folder was written, and `accumulate_grad_batches` beyond it silently steps on fewer batches.
+A GPU asked for where there is none is said in vat's option names, before anything is built.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 
+import torch
+
 from vat.errors import VatError
+from vat.runs.run_dir import is_global_rank_zero
 
 
 def _get(trainer, name: str, default=None):
@@ -98,3 +104,37 @@ def epoch_size(datamodule, trainer) -> EpochSize:
     datamodule.trainer = trainer
     datamodule.setup("fit")
     return EpochSize(len(datamodule.train_dataloader()), len(datamodule.val_dataloader()))
+
+
+def check_devices(accelerator, devices) -> None:
+    """A GPU asked for where there is none, or more than there are: one line about what was
+    asked, before anything is built (Lightning says it 13 s later, blaming --trainer.devices).
+    Several processes on the CPU: one line saying what that does."""
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"built for CUDA {torch.version.cuda}"
+        )
+        raise VatError(
+            f"--trainer.accelerator {accelerator}: no GPU is visible to torch {torch.__version__} "
+            f"({build}); use --trainer.accelerator cpu, or auto to take a GPU when there is one"
+        )
+    if not isinstance(devices, int) or devices <= 0:
+        return
+    if gpu:
+        have = torch.cuda.device_count()
+        if devices > have:
+            raise VatError(
+                f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)"
+            )
+    elif devices > 1 and is_global_rank_zero():
+        print(
+            f"vat: --trainer.devices {devices} on the CPU runs {devices} training processes "
+            f"(DDP over gloo) that share this machine's {os.cpu_count()} cores and split "
+            f"every batch; on one machine that is rarely faster than one process",
+            file=sys.stderr,
+        )
