@@ -1,6 +1,4 @@
-"""The names a training run writes into its folder, in a module of their own (no Lightning,
-no torch) so that tools that only look at run folders, like the GPU suite deciding whether a
-run folder holds only what it may remove, read the one list vat keeps."""
+"""The names a training run writes into its folder (no torch: the GPU suite reads them too)."""
 
 from __future__ import annotations
 
@@ -18,6 +16,5 @@ RUN_FILE_PATTERNS = (
     r"compile_cache\.(bin|json)",  # vat.train.compile_cache
     r"\d{5,}",
 )
-"""What a run writes into its directory (the TensorBoard logger's and vat's own files)."""
 
 RUN_FILE_RES = [re.compile(p) for p in RUN_FILE_PATTERNS]

@@ -1,17 +1,7 @@
 """The run folder of `vat train`: one run per folder, resumed only when asked (README, "Resume").
 
-- One process per folder: an flock on FOLDER/.lock for each folder the run writes (the run
-  folder's covers the folders inside it), dropped by the kernel when the process dies.
-- One record of what a run wrote: RUN/.vat-run.json names what the run folder held before
-  the run and the other folders it writes. --overwrite deletes the run-named files
-  (vat.runs.names) it does not name as earlier, and nothing else; files no record claims are
-  refused. Until the first step the record says "trained": false, and the next start
-  replaces such a start.
-- Nothing written through a link: the lock is opened with O_NOFOLLOW, vat's own files are
-  atomic renames (vat.io), and a link where Lightning opens a file itself is refused.
-- `--ckpt_path last` is the newer of last.ckpt and on_exception.ckpt. A resume may change
-  how the run is driven (trainer.*, RESUME_MAY_CHANGE), never what is trained.
-- Each start's resolved config is kept: config.yaml, then config-resume-1.yaml, ...
+One lock (FOLDER/.lock), one record of what the run wrote (RUN/.vat-run.json, all --overwrite
+deletes), no write through a link; a resume may change how the run is driven, never what is trained.
 """
 
 from __future__ import annotations
@@ -30,6 +20,7 @@ from pathlib import Path
 
 import yaml
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from vat.errors import VatError
 from vat.io import remove_stale_temps, write_json_atomic
@@ -62,11 +53,8 @@ _created: list[Path] = []  # folders this start made: removed if it is refused b
 
 
 def is_global_rank_zero() -> bool:
-    """True in the process that owns the run folder (not a DDP child, torchrun or SLURM rank)."""
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var]) == 0
-    return True
+    """True in the process that owns the run folder (read before any Trainer exists)."""
+    return rank_zero_only.rank == 0
 
 
 def lock_folder(folder: Path, option: str) -> None:
@@ -101,7 +89,7 @@ def lock_folder(folder: Path, option: str) -> None:
 
 
 def lock_holder(folder: Path) -> str | None:
-    """The process id written by another process holding FOLDER/.lock, or None."""
+    """The process id of another process holding FOLDER/.lock, or None."""
     try:
         fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -116,8 +104,8 @@ def lock_holder(folder: Path) -> str | None:
 
 
 def release_locks(failed: bool = False) -> None:
-    """Drop this command's locks; after a start refused before it began (failed), first remove
-    the folders it created that hold nothing but its lock."""
+    """Drop this command's locks; after a refused start (failed), first remove the folders it
+    created that hold nothing but its lock."""
     for d in reversed(_created) if failed else ():
         with contextlib.suppress(OSError):
             if [p.name for p in d.iterdir()] == [LOCK_NAME]:
@@ -128,41 +116,46 @@ def release_locks(failed: bool = False) -> None:
         os.close(_held_locks.pop())  # closing the descriptor drops the flock
 
 
+def _read_record(path: Path) -> bytes:
+    """A file vat wrote (kilobytes): one far larger was not, and is not read (ValueError)."""
+    with open(path, "rb") as f:
+        raw = f.read(MAX_RECORD_BYTES + 1)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise ValueError(f"{path} is too large")
+    return raw
+
+
 def read_manifest(run_dir: Path) -> dict | None:
-    """RUN/.vat-run.json, or None where there is none of vat's shape. vat writes it atomically,
-    so one it cannot read was changed by something else: it decides what --overwrite deletes,
-    so it is refused, never guessed at."""
+    """RUN/.vat-run.json, or None where there is none of vat's shape; a damaged one is refused,
+    never guessed at, since it decides what --overwrite deletes."""
     path = Path(run_dir) / MANIFEST_NAME
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RECORD_BYTES + 1)
-        m = json.loads(raw if len(raw) <= MAX_RECORD_BYTES else b"")
+        m = json.loads(_read_record(path))
     except (OSError, ValueError, RecursionError):
         raise VatError(
             f"{path} is damaged (not the small JSON record vat writes): it records which files "
             f"of {run_dir} a vat run wrote; remove it (they then count as not written by vat)"
         ) from None
     ok = isinstance(m, dict) and m.get("written_by") == "vat train"
-    return m if ok and isinstance(m.get("preexisting"), list) else None
+    ok = ok and isinstance(m.get("preexisting"), list) and isinstance(m.get("write_dirs", {}), dict)
+    return m if ok else None
 
 
 def run_files(run_dir: Path, dirs: dict[str, Path]) -> tuple[list[Path], list[Path]]:
-    """The files of an earlier run where this run writes, split into those run_dir's record
-    says a vat run wrote and those no record claims: run-named files in run_dir (an empty
-    checkpoints/ is none), checkpoints and events in its other folders."""
+    """An earlier run's files where this run writes (run-named files in run_dir, checkpoints and
+    events in its other folders), split into those the record claims and those it does not."""
     record = read_manifest(run_dir) or {"preexisting": None, "write_dirs": {}}
-    before = record["preexisting"]
-    recorded = record.get("write_dirs") if isinstance(record.get("write_dirs"), dict) else {}
+    before, recorded = record["preexisting"], record.get("write_dirs", {})
     ours: list[Path] = []
     foreign: list[Path] = []
     for option, d in dirs.items():
         same = d.resolve() == run_dir.resolve()
         inside = d.resolve() == (run_dir / "checkpoints").resolve()  # one of run_dir's files
         if (
-            not d.is_dir()
-            or inside
+            inside
+            or not d.is_dir()
             or (same and option not in ("--run_dir", "--checkpoint.dirpath"))
         ):
             continue
@@ -180,15 +173,8 @@ def run_files(run_dir: Path, dirs: dict[str, Path]) -> tuple[list[Path], list[Pa
     return ours, foreign
 
 
-def failed_start(run_dir: Path) -> bool:
-    """run_dir's record is of a start that never finished a training step."""
-    m = read_manifest(run_dir)
-    return m is not None and m.get("trained") is False
-
-
 class MarkTrained(Callback):
-    """Records "trained" (global rank 0) once the first optimiser step passed the non-finite
-    guard: as the next batch starts, or as training ends cleanly."""
+    """Records "trained" once the first optimiser step passed the non-finite guard."""
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.run_dir, self.done = Path(run_dir), False
@@ -206,9 +192,8 @@ class MarkTrained(Callback):
 
 
 def write_dirs(cfg, run_dir: Path) -> dict[str, Path]:
-    """Every folder this run writes into, by the option that names it: the run folder, the
-    checkpoint folder and each logger's folder with a fixed version (a logger that picks a new
-    version_N itself never writes into an earlier one)."""
+    """Every folder this run writes into, by the option that names it (a logger's only with a
+    fixed version: one that picks a new version_N never writes into an earlier one)."""
     ckpt = cfg.checkpoint.dirpath if hasattr(cfg, "checkpoint") else None
     dirs = {"--run_dir": run_dir, "--checkpoint.dirpath": Path(ckpt or run_dir / "checkpoints")}
     loggers = cfg.trainer.get("logger") if hasattr(cfg, "trainer") else None
@@ -240,8 +225,8 @@ def check_place(path: Path, what: str, own_run: Path | None = None) -> None:
 
 
 def check_folders(cfg) -> None:
-    """An empty folder option (Path("") is the current folder, which the user did not name),
-    and a symbolic link where Lightning opens a file itself, are refused (fit, validate, test)."""
+    """Refuse an empty folder option (Path("") is a folder the user did not name) and a link
+    where Lightning opens a file itself."""
     for option, value in zip(
         ("--run_dir", "--checkpoint.dirpath"), (cfg.run_dir, cfg.checkpoint.dirpath)
     ):
@@ -269,8 +254,7 @@ def _check_inputs_kept(cfg, files: list[Path]) -> None:
 
 
 def find_last(ckpt_dir: Path) -> Path | None:
-    """What `--ckpt_path last` means (as in Lightning): the newer of last.ckpt and the
-    on_exception.ckpt written when training died of an exception."""
+    """What `--ckpt_path last` means: the newer of last.ckpt and on_exception.ckpt."""
     found = [p for p in (ckpt_dir / "last.ckpt", ckpt_dir / "on_exception.ckpt") if p.is_file()]
     return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
@@ -292,8 +276,7 @@ def _first_difference(now: object, then: object, prefix: str) -> tuple[str, obje
 
 
 def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
-    """Refuse a resume whose model/data options differ from the checkpoint's, or whose
-    trainer.max_steps (max_epochs) lies below the checkpoint's step (epoch)."""
+    """Refuse a resume that changes model/data options or asks for fewer steps (epochs)."""
     for section, key in (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters")):
         now = cfg[section].as_dict() if hasattr(cfg[section], "as_dict") else cfg[section]
         diff = _first_difference(_plain(now), _plain(ckpt.get(key) or {}), section)
@@ -314,19 +297,18 @@ def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
 
 
 def _resumes(run_dir: Path) -> list[int]:
-    """N of each config-resume-N.yaml: the resumes this run folder recorded."""
+    """N of each config-resume-N.yaml."""
     return [int(p.stem.rsplit("-", 1)[1]) for p in run_dir.glob("config-resume-*.yaml")]
 
 
 def warn_trainer_changes(cfg, run_dir: Path) -> None:
-    """One line per trainer option that makes the resumed run differ from an uninterrupted
-    one, against the newest config the run wrote (one of another shape is no record)."""
+    """Warn about each trainer option that makes the resume differ from an uninterrupted run."""
     n = _resumes(run_dir)
     try:
-        with open(run_dir / (f"config-resume-{max(n)}.yaml" if n else "config.yaml"), "rb") as f:
-            raw = f.read(MAX_RECORD_BYTES + 1)
-        recorded = yaml.safe_load(raw) if len(raw) <= MAX_RECORD_BYTES else None
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        recorded = yaml.safe_load(
+            _read_record(run_dir / (f"config-resume-{max(n)}.yaml" if n else "config.yaml"))
+        )
+    except (OSError, ValueError, yaml.YAMLError):
         return
     before = recorded.get("trainer") if isinstance(recorded, dict) else None
     for k in _RESUME_WARN if isinstance(before, dict) else ():
@@ -340,8 +322,8 @@ def warn_trainer_changes(cfg, run_dir: Path) -> None:
 
 @dataclass
 class FreshStart:
-    """A fresh run, checked by prepare_fit; begin_fresh deletes the old files it replaces only
-    once the data is ready, so a start refused before training leaves the earlier run whole."""
+    """A fresh run checked by prepare_fit; begin_fresh deletes what it replaces only once the
+    data is ready, so a refused start leaves the earlier run whole."""
 
     run_dir: Path
     dirs: dict[str, Path]
@@ -353,10 +335,8 @@ class FreshStart:
 def prepare_fit(
     cfg, read: Callable[[Path], dict] = read_checkpoint
 ) -> tuple[str, FreshStart | None]:
-    """Checks and locks the folders of `fit` and resolves cfg.ckpt_path ("last": a file or
-    None). Returns the name of the config file this start writes and, for a fresh run on
-    global rank 0, what begin_fresh does. `read` reads the checkpoint a resume starts from
-    (the command's one read, `AtomicCheckpointIO.read`)."""
+    """Check and lock the folders of `fit` and resolve cfg.ckpt_path; return the config file
+    this start writes and, for a fresh run on rank 0, what begin_fresh does."""
     run_dir = Path(cfg.run_dir)
     dirs = write_dirs(cfg, run_dir)
     rank_zero = is_global_rank_zero()
@@ -374,43 +354,41 @@ def prepare_fit(
                 locked.add(d.resolve())
         for d in dirs.values():  # temps of killed writes: the locks say no run writes here
             remove_stale_temps(d, any_owner=True)
-    if cfg.ckpt_path == "last":
-        last = find_last(dirs["--checkpoint.dirpath"])
-        ours, foreign = run_files(run_dir, dirs) if rank_zero and last is None else ([], [])
-        if foreign or (ours and not failed_start(run_dir)):
-            what, way = (
-                ("files no vat run recorded writing", "move them away or choose another --run_dir")
-                if foreign
-                else ("an earlier run", "start afresh with --overwrite")
-            )
-            names = ", ".join(p.name for p in (foreign or ours)[:3])
-            raise VatError(
-                f"--ckpt_path last: no checkpoint, but {run_dir} holds {what} ({names}): {way}"
-            )
-        if last is None:
-            print("vat: --ckpt_path last: no checkpoint yet; starting a fresh run", file=sys.stderr)
-        cfg.ckpt_path = str(last) if last else None
+    last = cfg.ckpt_path == "last"
+    if last:
+        cfg.ckpt_path = find_last(dirs["--checkpoint.dirpath"])
     if cfg.ckpt_path is None:
         if not rank_zero:
             return "config.yaml", None
         old, foreign = run_files(run_dir, dirs)
-        if foreign:
-            raise VatError(
-                f"{foreign[0].parent} holds files no vat run recorded writing "
-                f"({', '.join(p.name for p in foreign[:3])}); neither a fresh run nor --overwrite "
-                f"replaces them: move them away or choose another folder"
-            )
         # a start that never trained a step and saved no checkpoint is not a run
-        failed = failed_start(run_dir) and not any(
+        record = read_manifest(run_dir) or {}
+        failed = record.get("trained") is False and not any(
             p.name == "checkpoints" or p.suffix == ".ckpt" for p in old
         )
+        names = ", ".join(p.name for p in (foreign or old)[:3])
+        no_ckpt = f"--ckpt_path last: no checkpoint, but {run_dir} holds" if last else None
+        if foreign:
+            raise VatError(
+                f"{no_ckpt} files no vat run recorded writing ({names}): move them away or "
+                f"choose another --run_dir"
+                if last
+                else f"{foreign[0].parent} holds files no vat run recorded writing ({names}); "
+                f"neither a fresh run nor --overwrite replaces them: move them away or choose "
+                f"another folder"
+            )
         if old and not cfg.get("overwrite") and not failed:
             raise VatError(
-                f"--run_dir {run_dir} already holds a run ({', '.join(p.name for p in old[:3])}); "
-                f"resume it with --ckpt_path last, or replace it with --overwrite"
+                f"{no_ckpt} an earlier run ({names}): start afresh with --overwrite"
+                if last
+                else f"--run_dir {run_dir} already holds a run ({names}); resume it with "
+                f"--ckpt_path last, or replace it with --overwrite"
             )
         _check_inputs_kept(cfg, old)
+        if last:
+            print("vat: --ckpt_path last: no checkpoint yet; starting a fresh run", file=sys.stderr)
         return "config.yaml", FreshStart(run_dir, dirs, present, old, failed and bool(old))
+    cfg.ckpt_path = str(cfg.ckpt_path)
     ckpt_path = Path(cfg.ckpt_path)
     if rank_zero and ckpt_path.is_file():
         check_resume(cfg, ckpt_path, read(ckpt_path))
@@ -427,8 +405,8 @@ def prepare_fit(
 
 
 def begin_fresh(start: FreshStart) -> None:
-    """Delete the files a fresh run replaces (checkpoints first: a failure half way leaves part
-    of the old run, which the next start still sees as a run) and write its record."""
+    """Delete what a fresh run replaces (checkpoints first, so a failure half way still leaves
+    a run) and write its record."""
     if start.replaces_failed_start:
         names = ", ".join(p.name for p in start.old[:3])
         print(f"vat: replacing a start that failed before its step 1 ({names})", file=sys.stderr)
