@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from vat.cli.evaluate import format_table, write_results
+from vat.cli.evaluate import format_table, json_safe
 from vat.data.paths import default_senteval_dir
 from vat.errors import run_cli
 from vat.eval.encoders import vat_encoder
@@ -23,7 +23,7 @@ from vat.eval.engine import EvalSettings, evaluate
 from vat.eval.task_scores import task_scores
 from vat.eval.tasks.registry import choose_tasks
 from vat.features.choice import features_for
-from vat.io import check_output_file
+from vat.io import check_output_file, write_json_atomic
 from vat.runtime import resolve_device
 from vat.share.resolve import load_model
 
@@ -80,9 +80,8 @@ def main(argv: list[str] | None) -> int:
             "seconds": seconds,
             "total_seconds": round(time.perf_counter() - t0, 2),
         }
-        write_results(
-            {**results, "_scores": task_scores(results, tasks), "_meta": meta}, output, False
-        )
+        results = {**results, "_scores": task_scores(results, tasks), "_meta": meta}
+        write_json_atomic(output, json_safe(results))
         print(f"wrote {output}", file=sys.stderr)
     return 0
 

@@ -441,9 +441,9 @@ def resumed(run_copy, tmp_path, monkeypatch, capsys):
         seen.fused_calls += 1
         return fused(*args, **kwargs)
 
-    def recorded(path, tok, train_val, others, settings, **kwargs):
-        seen.cache_path, seen.cache_settings = path, settings
-        return write_cache(path, tok, train_val, others, settings, **kwargs)
+    def recorded(path, tok, train_val, others, **kwargs):
+        seen.cache_path, seen.cache_settings = path, SimpleNamespace(**kwargs)
+        return write_cache(path, tok, train_val, others, **kwargs)
 
     monkeypatch.setattr(cli, "begin", capture)
     monkeypatch.setattr(objective, "fused_linear_cross_entropy", counted)

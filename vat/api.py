@@ -2,8 +2,7 @@
 
     import vat
 
-    model = vat.load("runs/vat")   # a run folder, a .ckpt, an exported folder, a Hub id,
-                                   # or a model that ships with vat: vat.load("demo-wordnet-d64")
+    model = vat.load("runs/vat")  # a run folder, .ckpt, exported folder, Hub id or shipped model
     features = model.encode(["A man plays a guitar.", "A dog runs."])  # (2, d) numpy
     model.similarity(features, features)                                # (2, 2) cosines
     model.reconstruct(["A man plays a guitar."], beam=5)
@@ -12,13 +11,7 @@
     print(model.score(["A man plays a guitar."], samples=100).table())  # NLL, -ELBO, MI, AU, ...
     model.save_pretrained("my-vat", evaluate="STS12,STSBenchmark")
 
-The model is read once into a `vat.share.loaded.LoadedVAT` (`model.loaded`). Sentence
-vectors follow the model's feature spec by one rule for every loader
-(`vat.features.choice.features_for`, docs/features.md). Every generation method takes the
-decoding options (strategy, beam, temperature, top_k, top_p, max_len, ...) as keywords.
-Arguments are checked before any work; a bad one is a `vat.errors.OptionError` naming the
-Python argument. A single string is ONE sentence whose result comes back alone
-(`vat.errors.check_sentences`); devices follow `vat.runtime.resolve_device`.
+Arguments are checked before any work; a bad one is an OptionError naming the argument.
 """
 
 from __future__ import annotations
@@ -64,19 +57,14 @@ from vat.share.loaded import LoadedVAT
 from vat.share.resolve import load_model
 
 
-def _device(device: str | torch.device | None) -> torch.device:
-    return torch.device(resolve_device(device))  # the one device rule
-
-
 def _check_features(features: object) -> None:
-    """A feature spec: None, a string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures
-    (`parse_spec`: a bad one is an OptionError naming `features`, before any work)."""
+    """None, a spec string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures."""
     if features is not None and not isinstance(features, FittedFeatures):
         parse_spec(features)
 
 
 def _vectors(x: Any, name: str) -> torch.Tensor:
-    """Vectors (d,) or (N, d) of finite-or-not numbers as a float tensor, else an OptionError."""
+    """Vectors (d,) or (N, d) as a float tensor, else an OptionError."""
     if torch.is_tensor(x):
         t = x
     else:
@@ -102,10 +90,8 @@ def load(
     token: str | bool | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> PretrainedVAT:
-    """A training checkpoint (.ckpt), an exported folder, a run folder (its best checkpoint,
-    else last.ckpt), a model that ships with vat (`list_pretrained`) or a Hugging Face Hub
-    repo id (`revision`, `token` and `cache_dir` go to the download): what every command's
-    `--model` takes, read once. `batch_size` is the generation batch."""
+    """Read what every command's `--model` takes: a .ckpt, an exported or run folder, a
+    shipped model or a Hub id (`revision`, `token`, `cache_dir` go to the download)."""
     if model is None:
         raise OptionError("model", "is required (a .ckpt, a folder, a run folder or a Hub id)")
     check_count(batch_size, "batch_size")
@@ -113,7 +99,8 @@ def load(
     check_path(cache_dir, "cache_dir", optional=True)
     if token is not None and not isinstance(token, str | bool):
         raise OptionError("token", f"must be a string, True, False or None, got {token!r:.60}")
-    loaded = load_model(model, _device(device), revision=revision, token=token, cache_dir=cache_dir)
+    device = torch.device(resolve_device(device))
+    loaded = load_model(model, device, revision=revision, token=token, cache_dir=cache_dir)
     return PretrainedVAT(loaded, batch_size=batch_size)
 
 
@@ -121,8 +108,7 @@ PROGRESS_BAR_MIN_SENTENCES = 1000  # encode's default bar starts at this many se
 
 
 class PretrainedVAT:
-    """A loaded VAT (`loaded`: the model, its tokenizer, prior, training record and feature
-    spec, read once) with the methods users call."""
+    """A loaded VAT (`loaded`, read once) with the methods users call."""
 
     def __init__(self, loaded: LoadedVAT, batch_size: int = 64) -> None:
         self.loaded = loaded
@@ -144,7 +130,6 @@ class PretrainedVAT:
 
     @property
     def dim(self) -> int:
-        """Width d of every latent z_t."""
         return int(self.model.config.d_model)
 
     @property
@@ -154,8 +139,7 @@ class PretrainedVAT:
 
     @property
     def default_features(self) -> ChosenFeatures:
-        """Which vectors `encode` gives when no spec or pooling is named, and why (`.spec`,
-        `.why`, `.fallback`), resolved once per loaded model."""
+        """Which vectors `encode` gives when none are named, and why (resolved once)."""
         if self._default_features is None:
             self._default_features = features_for(self.loaded)
         return self._default_features
@@ -165,8 +149,8 @@ class PretrainedVAT:
         return self.loaded.device
 
     def to(self, device: str | torch.device) -> PretrainedVAT:
-        """Move the model to `device`; a move that fails leaves the model where it was."""
-        target, before = _device(device), self.device
+        """Move the model to `device`; a failed move leaves it where it was."""
+        target, before = torch.device(resolve_device(device)), self.device
         try:
             self.model.to(target)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
@@ -176,7 +160,6 @@ class PretrainedVAT:
             ) from None
         return self
 
-    # -- features (sentence-transformers' encode and similarity) ---------------------------------
     def encode(
         self,
         sentences: str | Sequence[str],
@@ -189,14 +172,8 @@ class PretrainedVAT:
         pooling: str | None = None,
         features: str | FeatureSpec | FittedFeatures | None = None,
     ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
-        """Sentence features as `SentenceTransformer.encode` returns them: by default the
-        model's own (`default_features`, the vectors every integration gives); or token means
-        mu pooled with `pooling`, or a feature spec (`features`, e.g. "mu/sif/pc1"); name one.
-
-        One string gives a vector (d,), a batch an (N, d) float32 array; `convert_to_tensor`
-        a tensor on the model's device, `convert_to_numpy=False` a list of 1-D tensors.
-        `normalize_embeddings` scales each vector to unit length (zero stays zero).
-        """
+        """Sentence features as `SentenceTransformer.encode` returns them: the model's own
+        (`default_features`), token means mu pooled with `pooling`, or a spec (`features`)."""
         batch, single = check_sentences(sentences)
         check_count(batch_size, "batch_size")
         if pooling is not None:
@@ -228,8 +205,7 @@ class PretrainedVAT:
 
     @staticmethod
     def similarity(a: Any, b: Any) -> torch.Tensor:
-        """Cosine similarity of every row of `a` with every row of `b` (vectors or (N, d)
-        arrays / tensors), as sentence-transformers' `similarity` (cosine): (N, M) tensor."""
+        """(N, M) cosine similarities of the rows of `a` and `b`, as sentence-transformers'."""
         ta, tb = _vectors(a, "a"), _vectors(b, "b")
         if ta.shape[-1] != tb.shape[-1]:
             raise OptionError(
@@ -251,10 +227,7 @@ class PretrainedVAT:
         seed: int = 0,
         save: bool = True,
     ) -> FeatureEncoder:
-        """A `vat.features.encoder.FeatureEncoder` for a spec (default: the model's own).
-        Statistics come with the model or are fitted on `fit_sentences`, up to n_fit lines of
-        `fit_files`, or a checkpoint's fitting sample; SIF counts from `count_files` or the
-        model's record; stored beside the model unless `save` is off."""
+        """A FeatureEncoder for a spec (default: the model's own), fitted on the data named."""
         _check_features(features)
         if isinstance(features, FittedFeatures):
             return FeatureEncoder(self.loaded, features)
@@ -274,7 +247,6 @@ class PretrainedVAT:
             self._feature_encoders[key] = FeatureEncoder(self.loaded, fitted)
         return self._feature_encoders[key]
 
-    # -- export and the Hub ----------------------------------------------------------------
     def save_pretrained(
         self,
         directory: str | os.PathLike,
@@ -292,16 +264,8 @@ class PretrainedVAT:
         show_progress_bar: bool = False,
         train_data_dir: str | os.PathLike | None = None,
     ) -> Path:
-        """Export to a folder others load (`vat export`), written atomically.
-
-        `features` is the folder's spec (default: an exported source's own, else
-        DEFAULT_EXPORT_SPEC), fitted on a checkpoint's fitting sample or `fit_files`.
-        `evaluate` (task names or groups) scores the folder's vectors with the SentEval
-        harness (data in `data_dir`, default $VAT_SENTEVAL_DIR) and records the scores on the
-        card, as `license`, `language` and `repo_id`. `space` also writes a Hugging Face
-        Space app. With `repo_id`, training files are named by their path inside
-        `train_data_dir` (default $VAT_DATA_DIR), never by a path on this machine.
-        """
+        """Export to a folder others load (`vat export`), written atomically; `evaluate` scores
+        its vectors on SentEval tasks (data in `data_dir`) for the card."""
         check_path(directory, "directory")
         check_path(data_dir, "data_dir", optional=True)
         check_path(train_data_dir, "train_data_dir", optional=True)
@@ -385,7 +349,6 @@ class PretrainedVAT:
                 api=api,
             )
 
-    # -- the text-VAE table (vat score) -------------------------------------------------------
     def score(
         self,
         sentences: Sequence[str],
@@ -400,11 +363,7 @@ class PretrainedVAT:
         representation: bool = True,
         show_progress_bar: bool = False,
     ) -> ScoreTable:
-        """The row text-VAE papers report (`vat score`, docs/score.md): NLL with `samples`
-        importance samples per sentence, -ELBO, MI, active units, BLEU, diversity of
-        `diversity_samples` and `prior_samples` samples (0 skips either), and with
-        `representation` alignment and uniformity on `sts_pairs` (default: STS-B's test split
-        under `data_dir`). The same inputs and `seed` give the command's table."""
+        """The row text-VAE papers report, as `vat score` gives it (docs/score.md)."""
         sentences, _ = check_sentences(sentences)
         check_path(sts_pairs, "sts_pairs", optional=True)
         check_path(data_dir, "data_dir", optional=True)
@@ -419,7 +378,6 @@ class PretrainedVAT:
         pairs = representation_pairs(sts_pairs, data_dir) if representation else None
         return score_table(self.loaded, sentences, settings, pairs)
 
-    # -- generation (vat.generate.VATGenerator) ----------------------------------------------
     @staticmethod
     def _options(options: dict[str, Any]) -> DecodeOptions:
         """DecodeOptions from the generation keywords; `beam` above 1 means beam search."""
@@ -442,8 +400,7 @@ class PretrainedVAT:
         return DecodeOptions(**options)
 
     def reconstruct(self, sentences: Sequence[str], **options: Any) -> list[str]:
-        """Decode each sentence from its token means Z = mu: one string per sentence (a
-        single string gives one string)."""
+        """Decode each sentence from its token means Z = mu."""
         return self.generator.reconstruct(sentences, self._options(options))
 
     def sample(
@@ -454,9 +411,7 @@ class PretrainedVAT:
         seed: int | None = 0,
         **options: Any,
     ) -> list[list[str]]:
-        """num_samples decodings per sentence of z_t = mu_t + tau sigma_t eps at every token
-        (Table 1): a list of num_samples strings per sentence (a single string gives its
-        list alone). `seed` None draws fresh noise."""
+        """num_samples decodings per sentence of z_t = mu_t + tau sigma_t eps (Table 1)."""
         return self.generator.sample(sentences, num_samples, tau, self._options(options), seed)
 
     def resample_token(
@@ -469,10 +424,7 @@ class PretrainedVAT:
         source: str = "posterior",
         **options: Any,
     ) -> list[list[str]]:
-        """num_samples decodings per sentence redrawing only the latents at `positions`
-        (Table 2): from the posterior at temperature tau, or from the prior N(0, s^2 I)
-        (`source="prior"`). `positions` are 0-based subword positions (a single int is one);
-        a single string gives its list of samples alone."""
+        """`sample` redrawing only the latents at 0-based `positions` (Table 2)."""
         return self.generator.resample_token(
             sentences,
             positions,
@@ -491,9 +443,7 @@ class PretrainedVAT:
         method: str = "linear",
         **options: Any,
     ) -> list[str]:
-        """Decodings along the path between two sentences' token means (Table 3): `a` and
-        `b` are one sentence each; one string per weight in `alphas` (finite numbers),
-        `method` "linear" or "slerp"."""
+        """Decodings along the path between two sentences' token means (Table 3)."""
         return self.generator.interpolate(a, b, alphas, method, self._options(options))  # type: ignore[arg-type]
 
     def prior(
@@ -515,7 +465,7 @@ class PretrainedVAT:
 
 
 def require_loaded(model: object, function: str) -> None:
-    """Refuse a path where a loaded model is expected: the model is read once, by vat.load."""
+    """Refuse a path where a loaded model is expected: vat.load reads a model once."""
     if not isinstance(model, PretrainedVAT):
         raise OptionError(
             "model",
@@ -530,8 +480,7 @@ def check_export(
     overwrite: bool = False,
     evaluate: str | Sequence[str] | None = None,
 ) -> list[str]:
-    """What `save_pretrained` (and `vat export`) checks before any work: the output folder
-    and the task names of `evaluate`, which it returns expanded."""
+    """Check the output folder and `evaluate` before any work; the task names, expanded."""
     tasks: list[str] = []
     if evaluate is not None and not isinstance(evaluate, str):
         names, _ = check_sentences(evaluate, "evaluate")  # a list of task names

@@ -1,8 +1,4 @@
-"""User-facing errors: one line, no traceback (unless --debug), non-zero exit.
-
-A leaf module (it imports nothing from vat). Every command runs through `run_cli`, so an
-error caused by the user's input reads `error: <what> (<path or option>): <expected>`.
-"""
+"""User-facing errors: one line, no traceback (unless --debug), non-zero exit; a leaf module."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ from collections.abc import Callable, Sequence
 
 
 class VatError(Exception):
-    """An error caused by user input; its message is the whole story, on one line, with
-    control characters made `visible` so a name cannot break the line or the terminal."""
+    """An error caused by user input, on one line (control characters made `visible`)."""
 
     def __init__(self, message: object = "", *args: object) -> None:
         super().__init__(visible(str(message)), *args)
@@ -32,8 +27,7 @@ class OptionError(VatError, ValueError):
 
 
 def flag(name: str) -> str:
-    """The flag of a Python argument (num_samples -> --num-samples); a dotted config key
-    (model.optim.warmup_steps) stays as YAML and LightningCLI spell it."""
+    """num_samples -> --num-samples; a dotted config key stays as YAML spells it."""
     if name.startswith("-") or "." in name:
         return name
     return "--" + name.replace("_", "-")
@@ -67,16 +61,14 @@ def debug_requested(argv: Sequence[str]) -> bool:
 
 
 def visible(text: str) -> str:
-    """`text` with every character `str.isprintable` refuses written as repr writes it
-    (`\\n`, `\\x1b`, `\\u202e`), so a message stays one line. Idempotent."""
+    """`text` with unprintable characters escaped as repr does, so a message stays one line."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def shown_path(path: str | os.PathLike) -> str:
-    """`path` for a one-line message: `visible`, and beyond 300 characters (more than any
-    real path) its two ends around "..." with its length."""
+    """`path` made `visible`, and beyond 300 characters shortened to its two ends."""
     text = visible(os.fspath(path))
     if len(text) <= 300:
         return text
@@ -97,9 +89,7 @@ def run_cli(
     argv: Sequence[str] | None = None,
     extra_errors: tuple[type[BaseException], ...] = (),
 ) -> int:
-    """Call `main(argv)`; a user error (or one of `extra_errors`) is one line on stderr and
-    exit code 2, Ctrl-C one line and 130. `--debug` (removed from argv) or VAT_DEBUG=1
-    re-raises instead."""
+    """Call `main(argv)`: a user error exits 2 with one line, Ctrl-C 130; `--debug` re-raises."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]
@@ -123,9 +113,8 @@ def run_cli(
         return 2
 
 
-# -- option checks: one-line errors naming the option (configs, the API, the CLI)
 def check(ok: bool, option: str, expected: str, value) -> None:
-    """Raise a one-line VatError naming the option unless `ok` (config validation)."""
+    """Raise a one-line VatError naming the option unless `ok`."""
     if not ok:
         raise VatError(f"{option} must be {expected}, got {value!r}")
 
@@ -134,14 +123,8 @@ def finite(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def check_non_negative_finite(value: float, name: str, positive: bool = False) -> float:
-    """A finite number >= 0 (> 0 with `positive`), else an OptionError naming `name`."""
-    return check_number(value, name, low=0, low_open=positive)
-
-
 def check_count(value: int, name: str, minimum: int = 1) -> int:
-    """A whole number >= minimum (int or numpy integer; not bool or float), else an
-    OptionError naming `name`."""
+    """A whole number >= minimum (int or numpy integer), else an OptionError."""
     n = _whole(value)
     if n is None:
         raise OptionError(name, f"must be a whole number >= {minimum}, got {_shown(value)}")
@@ -151,7 +134,7 @@ def check_count(value: int, name: str, minimum: int = 1) -> int:
 
 
 def _whole(value) -> int | None:
-    """`value` as an int if it is a whole number (int, numpy integer; not bool), else None."""
+    """`value` as an int if it is an int or numpy integer (not bool), else None."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         return None
     try:
@@ -161,7 +144,6 @@ def _whole(value) -> int | None:
 
 
 def _shown(value) -> str:
-    """A value for a one-line message: its type and a short repr."""
     if value is None:
         return "None"
     text = repr(value).replace("\n", " ")
@@ -177,8 +159,7 @@ def check_number(
     high: float | None = None,
     low_open: bool = False,
 ) -> float:
-    """A finite real number (int, float, numpy scalars; not bool or str) within [low, high]
-    ((low, high] with `low_open`), else an OptionError naming `name`."""
+    """A finite real number (not bool or str) in [low, high] ((low, high] with `low_open`)."""
     ok = not isinstance(value, bool | str | bytes) and type(value).__name__ != "bool_"
     try:
         x = float(value) if ok else math.nan
@@ -199,8 +180,7 @@ def check_number(
 
 
 def check_seed(value: int | None, name: str = "seed") -> int | None:
-    """None (no fixed seed) or a whole number in [0, 2**63), what torch's and numpy's
-    generators both take; else an OptionError."""
+    """None or a whole number in [0, 2**63), what torch's and numpy's generators both take."""
     if value is None:
         return None
     n = _whole(value)
@@ -227,7 +207,7 @@ def did_you_mean(word: object, choices: Sequence[str]) -> str:
 
 
 def check_choice(value: str, name: str, choices: Sequence[str]) -> str:
-    """One of `choices` (a str), else an OptionError listing them (and the nearest one)."""
+    """One of `choices`, else an OptionError listing them (and the nearest one)."""
     if not isinstance(value, str) or value not in choices:
         raise OptionError(
             name,
@@ -238,13 +218,12 @@ def check_choice(value: str, name: str, choices: Sequence[str]) -> str:
 
 
 def check_optional_text(value: str | None, name: str) -> str | None:
-    """None or a str (numpy's str too), else an OptionError naming `name`."""
+    """None or a str (numpy's str too)."""
     if value is None or isinstance(value, str):
         return None if value is None else str(value)
     raise OptionError(name, f"must be a string or None, got {_shown(value)}")
 
 
-# -- sentences: the one rule of every API function that takes text -------------------------
 TEXTS = "expected a string or a list of strings"
 
 
@@ -253,8 +232,7 @@ def _bytes_hint(value) -> str:
 
 
 def check_sentence(value: str, name: str) -> str:
-    """One sentence: a str (numpy's str and a 0-d array of one string too), else an
-    OptionError naming `name`."""
+    """One sentence: a str (or a 0-d array of one), else an OptionError."""
     if _is_array(value) and value.ndim == 0:
         value = value.tolist()
     if isinstance(value, str):
@@ -266,15 +244,13 @@ def check_sentence(value: str, name: str) -> str:
 
 
 def _is_array(value) -> bool:
-    """A numpy array (or anything with ndim and tolist, such as a tensor), without numpy."""
+    """A numpy array or tensor, without importing numpy."""
     return hasattr(value, "ndim") and hasattr(value, "tolist") and not isinstance(value, str)
 
 
 def check_sentences(value, name: str = "sentences") -> tuple[list[str], bool]:
-    """The one rule for every API argument that takes sentences, as sentence-transformers'
-    `encode`: a str is ONE sentence (`single`: the caller returns its result alone); a list,
-    tuple, generator (read once) or 1-D array of strings is a batch; anything else is an
-    OptionError naming `name`. Returns (sentences, single)."""
+    """(sentences, single), as sentence-transformers' `encode` reads them: a str is one
+    sentence; a list, tuple, generator or 1-D array of strings is a batch."""
     if isinstance(value, str):
         return [str(value)], True
     if _is_array(value):
@@ -296,8 +272,7 @@ def check_sentences(value, name: str = "sentences") -> tuple[list[str], bool]:
 
 
 def check_path(value, name: str, *, optional: bool = False):
-    """A non-empty path (str or os.PathLike; None when `optional`), returned unchanged;
-    else an OptionError naming `name`."""
+    """A non-empty str or os.PathLike (None when `optional`), returned unchanged."""
     if value is None and optional:
         return None
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None

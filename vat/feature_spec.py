@@ -1,18 +1,5 @@
-"""What a sentence vector is made of: a feature spec, and its fitted statistics on disk.
-
-A spec names three choices, written `SOURCE/WEIGHTING/POST` (e.g. `mu/mean/none`,
-`FeatureSpec()` and the paper's VAT-mean; `firstlast/sif/pc1`; `mu/mean/whiten64`):
-
-- SOURCE: `mu` (the posterior means), `layerK` (the encoder's hidden state after layer K;
-  layer0 is the embeddings plus positions), or `firstlast` (the mean of layer1 and the last).
-- WEIGHTING over the subwords: `mean`, `sum`, `start` (the first), `precision` (mu weighted
-  by exp(-logvar)), `sif` (a / (a + p(w)), Arora et al. 2017; `sif=A` sets a).
-- POST, fitted on unlabeled sentences: `none`, `pcK` (remove the mean and the top K
-  principal components), `whiten` or `whitenK` (whitening to K dimensions).
-
-The statistics a spec needs are one safetensors file whose metadata holds the spec and how
-it was fitted (`FittedFeatures`), checked as model weights are (`stats_problem`).
-"""
+"""A feature spec `SOURCE/WEIGHTING/POST` (e.g. `mu/mean/none`, `firstlast/sif/pc1`; see
+docs/features.md) and its fitted statistics, one safetensors file checked as weights are."""
 
 from __future__ import annotations
 
@@ -21,12 +8,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vat.errors import CheckpointError, VatError, did_you_mean, finite
 from vat.io import atomic_write, regular_file, writable_target
+
+if TYPE_CHECKING:
+    from vat.model import VATConfig
 
 WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 DEFAULT_SIF_A = 1e-3
@@ -99,12 +89,10 @@ class FeatureSpec:
 
     @property
     def slug(self) -> str:
-        """A file-name-safe form: mu-mean-none."""
         return str(self).replace("/", "-").replace("=", "")
 
     @property
     def needs_fit(self) -> bool:
-        """True when the spec needs statistics: SIF weights or a fitted post-processing."""
         return self.weighting == "sif" or self.post != "none"
 
     @property
@@ -131,18 +119,15 @@ class FeatureSpec:
 
 @dataclass
 class FittedFeatures:
-    """A spec with the arrays it needs; `fit` records how they were obtained (plain JSON).
-    `origin` is the file it was read from (`load`), named by every error about it."""
+    """A spec with its arrays; `fit` says how they were obtained, `origin` the file errors name."""
 
     spec: FeatureSpec
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
     origin: str | None = field(default=None, compare=False)
 
-    def check(self, model_config: ModelSizes | None = None) -> FittedFeatures:
-        """Self, if its arrays are what `spec` (and, given `model_config`, the model) needs
-        (`stats_problem`); else one VatError (CheckpointError for a file) naming the file, or
-        the spec for statistics built in memory."""
+    def check(self, model_config: VATConfig | None = None) -> FittedFeatures:
+        """Self, if `stats_problem` finds nothing; else a VatError (CheckpointError for a file)."""
         problem = stats_problem(self.spec, self.arrays, self.fit, model_config)
         if problem is None:
             return self
@@ -151,8 +136,7 @@ class FittedFeatures:
         raise VatError(f"feature statistics for {self.spec}: {problem}")
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically; never over a file that is not a vat feature file, nor statistics
-        that fail `check`."""
+        """Write atomically, never over a file that is not a vat feature file."""
         from safetensors.numpy import save
 
         path = writable_target(path, "feature statistics file")  # a FIFO would hang _is_ours
@@ -173,11 +157,8 @@ class FittedFeatures:
         return path
 
     @classmethod
-    def load(
-        cls, path: str | os.PathLike, model_config: ModelSizes | None = None
-    ) -> FittedFeatures:
-        """The statistics in `path`, checked (with `model_config`, against the model's sizes
-        too); every problem, a FIFO or folder too, is one CheckpointError naming the file."""
+    def load(cls, path: str | os.PathLike, model_config: VATConfig | None = None) -> FittedFeatures:
+        """The statistics in `path`, checked; every problem is a CheckpointError naming it."""
         try:
             path = regular_file(path, "feature statistics file")
         except VatError as e:
@@ -185,8 +166,8 @@ class FittedFeatures:
         return cls.read(path, model_config)
 
     @classmethod
-    def read(cls, path: Path, model_config: ModelSizes | None = None) -> FittedFeatures:
-        """`load` of a path the caller knows is a regular file (`vat.io.regular_file`)."""
+    def read(cls, path: Path, model_config: VATConfig | None = None) -> FittedFeatures:
+        """`load` of a path the caller knows is a regular file."""
         from safetensors import SafetensorError, safe_open
 
         try:
@@ -218,39 +199,13 @@ class FittedFeatures:
         return cls(spec, arrays, fit, origin=str(path)).check(model_config=model_config)
 
 
-class ModelSizes(Protocol):
-    """What `FittedFeatures.check` needs of a model's config (a vat.model.VATConfig)."""
-
-    vocab_size: int
-    d_model: int
-
-
-def expected_shapes(
-    spec: FeatureSpec, vocab_size: int | None, width: int | None
-) -> dict[str, tuple[int | None, ...]]:
-    """{array name: shape} of the statistics `spec` needs, as `fit_features` makes them
-    (None: a size not known without the model)."""
-    shapes: dict[str, tuple[int | None, ...]] = {}
-    if spec.weighting == "sif":
-        shapes["sif_weights"] = (vocab_size,)
-    if spec.pcs:
-        shapes["mean"] = (width,)
-        shapes["components"] = (spec.pcs, width)
-    elif spec.post.startswith("whiten"):
-        shapes["mean"] = (width,)
-        shapes["matrix"] = (width, spec.whiten_dim or width)
-    return shapes
-
-
 def stats_problem(
     spec: FeatureSpec,
     arrays: dict[str, object],
     fit: object = None,
-    model_config: ModelSizes | None = None,
+    model_config: VATConfig | None = None,
 ) -> str | None:
-    """What is wrong with `arrays` as the statistics of `spec` (for a model of
-    `model_config`'s sizes, when given): missing arrays, other than float arrays of the
-    right shapes, non-finite values, SIF weights outside (0, 1]; None when nothing is."""
+    """What is wrong with `arrays` as the statistics of `spec` (for the model), else None."""
     if fit is not None and not isinstance(fit, dict):
         return f"'fit' is {type(fit).__name__}, expected a dict"
     vocab = None if model_config is None else int(model_config.vocab_size)
@@ -258,7 +213,13 @@ def stats_problem(
     mean = arrays.get("mean")
     if width is None and isinstance(mean, np.ndarray) and mean.ndim == 1:
         width = int(mean.shape[0])  # no model: the other arrays must agree with the mean
-    want = expected_shapes(spec, vocab, width)
+    want: dict[str, tuple[int | None, ...]] = {}  # None: a size not known without the model
+    if spec.weighting == "sif":
+        want["sif_weights"] = (vocab,)
+    if spec.pcs:
+        want |= {"mean": (width,), "components": (spec.pcs, width)}
+    elif spec.post.startswith("whiten"):
+        want |= {"mean": (width,), "matrix": (width, spec.whiten_dim or width)}
     missing = [k for k in want if k not in arrays]
     if missing:
         return f"the spec {spec} needs {', '.join(missing)}, which it lacks"
@@ -297,7 +258,7 @@ def stats_problem(
 
 
 def is_feature_file(path: str | os.PathLike) -> bool:
-    """True for a regular file holding vat feature statistics (what `save` writes)."""
+    """True for a regular file holding vat feature statistics."""
     p = Path(path)
     return p.is_file() and not p.is_symlink() and _is_ours(p)
 
@@ -313,11 +274,9 @@ def _is_ours(path: Path) -> bool:
 
 
 def check_token_counts(
-    value: object, where: str | os.PathLike, model_config: ModelSizes | None = None
+    value: object, where: str | os.PathLike, model_config: VATConfig | None = None
 ) -> np.ndarray | None:
-    """A model's recorded training token counts (for SIF weights) as a (V,) int64 array,
-    None when none are recorded; anything but a list of at most vocab_size counts is a
-    CheckpointError naming `where`."""
+    """A model's recorded token counts (for SIF weights) as a (V,) int64 array, or None."""
     if value is None or (isinstance(value, list) and not value):
         return None
     if not isinstance(value, list) or not all(

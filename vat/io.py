@@ -1,10 +1,5 @@
-"""vat's file primitives: atomic writes (temp file + fsync + os.replace, so a kill never
-leaves a partial file), and the kinds of paths, checked before anything opens them.
-
-Temps are named `.NAME.tmp-PID@HOST-XXXXXXXX` beside their target, so the next write to the
-folder removes those of dead processes (`remove_stale_temps`). A failed write removes its
-temp and raises a one-line `VatError` naming the path.
-"""
+"""Atomic writes (temp file + fsync + os.replace: a kill never leaves a partial file), and
+the kinds of paths, checked before anything opens them."""
 
 from __future__ import annotations
 
@@ -40,12 +35,12 @@ def temp_prefix(path: Path) -> str:
 
 
 def temp_path(path: Path) -> Path:
-    """A fresh hidden temp name beside `path` (a file or a folder), owned by this process."""
+    """A fresh hidden temp name beside `path`, owned by this process."""
     return path.with_name(temp_prefix(path) + secrets.token_hex(4))
 
 
 def _orphaned(m: re.Match) -> bool:
-    """A temp (`TEMP_RE`'s match) whose process, on this host, no longer exists."""
+    """A temp whose process, on this host, no longer exists."""
     if m["pid"] is None or m["host"] != _HOST or int(m["pid"]) == os.getpid():
         return False
     try:
@@ -58,8 +53,7 @@ def _orphaned(m: re.Match) -> bool:
 
 
 def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) -> list[Path]:
-    """Remove (and return) the vat temps in `directory` whose process (on this host) is gone;
-    with `any_owner` (a caller holding the folder's lock) every vat temp."""
+    """Remove (and return) the vat temps in `directory` of dead processes (`any_owner`: all)."""
     removed = []
     d = Path(directory)
     if not d.is_dir():
@@ -79,9 +73,8 @@ def remove_stale_temps(directory: str | os.PathLike, any_owner: bool = False) ->
 
 
 def _filesystem_error(e: BaseException) -> OSError | None:
-    """The OSError (with an errno) behind e: torch.save wraps its writer's OSError in a
-    RuntimeError ("unexpected pos"), so the cause chain is searched too; safetensors (Rust)
-    raises a SafetensorError whose message alone carries it ("... (os error 28)")."""
+    """The OSError behind e, searched along the cause chain (torch.save wraps it in a
+    RuntimeError) or read from a SafetensorError's message ("... (os error 28)")."""
     for _ in range(8):
         if e is None or (isinstance(e, OSError) and e.errno is not None):
             return e
@@ -95,10 +88,8 @@ def _filesystem_error(e: BaseException) -> OSError | None:
 def filesystem_write_error(
     path: str | os.PathLike, e: BaseException, temp: str = "file"
 ) -> Exception | None:
-    """The one-line error for a write to `path` that failed on the filesystem (full disk,
-    quota, read-only, I/O error), or None when `e` is not such a failure (or is already one
-    line naming the file: missing folder, permission). `temp` ("file" or "folder") is what
-    was written first and removed."""
+    """The one-line error for a write that failed on the filesystem (full disk, read-only...),
+    or None when `e` is not one or already names the file."""
     err = _filesystem_error(e)
     if err is None or isinstance(err, FileNotFoundError | NotADirectoryError | PermissionError):
         return None
@@ -116,9 +107,7 @@ def filesystem_write_error(
 def atomic_write(
     path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
 ) -> None:
-    """Call `write(f)` on a temp file beside `path`, fsync it, then rename it to `path`; any
-    error or interrupt removes the temp and leaves `path` untouched, and a filesystem
-    error (full disk, read-only...) is a one-line VatError naming `path`."""
+    """`write(f)` a temp file beside `path`, fsync, rename; a failure leaves `path` untouched."""
     path = writable_target(path, "cannot write: output")  # never a folder, FIFO or device
     tmp = None
     try:
@@ -145,20 +134,17 @@ def atomic_write(
 
 
 def write_json_atomic(path: str | os.PathLike, obj: object, indent: int = 1) -> None:
-    """JSON (UTF-8, trailing newline) written atomically."""
     atomic_write(path, lambda f: f.write(json.dumps(obj, indent=indent) + "\n"))
 
 
-# -- output guards: checked before any work, the same way by every command -------------------
 def check_output_file(
     path: str | os.PathLike | None,
     overwrite: bool,
     option: str = "--output",
     kind: str = "file",
 ) -> Path | None:
-    """The output file `path` (None passes through), checked before any work: not a folder,
-    FIFO or device, not a symbolic link (vat never writes through a link), not an existing
-    file without `overwrite`, and in a folder where a file can be created."""
+    """The output file `path` (None passes through), checked before any work: a writable file
+    path, not a link, not existing unless `overwrite`."""
     if path is None:
         return None
     out = Path(path)
@@ -172,7 +158,7 @@ def check_output_file(
         )
     if out.exists() and not overwrite:
         raise VatError(f"{option} {shown_path(out)} already exists; pass --overwrite to replace it")
-    parent = out.parent if str(out.parent) else Path(".")
+    parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=parent, prefix=temp_prefix(out) + "probe-"):
@@ -186,8 +172,7 @@ def check_output_file(
 
 
 def figure_class():
-    """matplotlib's Figure class (no pyplot: no display backend, no global state); without
-    matplotlib, an optional dependency, a one-line VatError."""
+    """matplotlib's Figure class (no pyplot: no display backend, no global state)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -199,18 +184,13 @@ def figure_class():
 
 
 def save_png(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
-    """Write a matplotlib figure as a PNG, atomically."""
     path = Path(path)
     atomic_write(path, lambda f: fig.savefig(f, format="png", **savefig_kwargs), binary=True)
     return path
 
 
-# -- kinds of paths: a FIFO would block a reader and a device never end, so each path is
-# checked before anything opens it; process substitution (`<(...)`, /dev/fd) stays allowed
-# where a stream is read once (`allow_pipe`)
+# a FIFO would block a reader and a device never end; process substitution stays allowed
 _PIPE_DIRS = ("/dev/fd/", "/proc/self/fd/", "/proc/")
-
-
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
@@ -236,7 +216,6 @@ def _too_long(path: str | os.PathLike) -> str:
 
 
 def name_too_long(path: str | os.PathLike, what: str) -> VatError:
-    """The one-line error for a path the system refused as too long (ENAMETOOLONG)."""
     return VatError(f"{what} {shown_path(path)}: file name too long ({_too_long(path)})")
 
 
@@ -257,8 +236,7 @@ def _stat(path: Path, what: str) -> os.stat_result | None:
 
 
 def regular_file(path: str | os.PathLike, what: str, *, allow_pipe: bool = False) -> Path:
-    """`path` as a Path if it is a regular file (or, with allow_pipe, a /dev/fd pipe);
-    otherwise a one-line error naming `what` (an option such as --ckpt) and the path."""
+    """`path` if it is a regular file (or, with allow_pipe, a /dev/fd pipe), else a VatError."""
     p = Path(path)
     st = _stat(p, what)
     if st is None:
@@ -271,7 +249,6 @@ def regular_file(path: str | os.PathLike, what: str, *, allow_pipe: bool = False
 
 
 def folder(path: str | os.PathLike, what: str) -> Path:
-    """`path` as a Path if it is a folder; otherwise a one-line error."""
     p = Path(path)
     st = _stat(p, what)
     if st is None:
@@ -282,8 +259,7 @@ def folder(path: str | os.PathLike, what: str) -> Path:
 
 
 def writable_target(path: str | os.PathLike, what: str) -> Path:
-    """A file path to (re)place: missing, or an existing regular file (or a link to one,
-    which a rename replaces without writing through it); never a folder, FIFO or device."""
+    """A file path to (re)place: missing or a regular file, never a folder, FIFO or device."""
     p = Path(path)
     st = _stat(p, what)
     if st is not None and not stat.S_ISREG(st.st_mode):

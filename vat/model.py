@@ -1,14 +1,8 @@
-"""The Variational Auto-Transformer (VAT) in plain torch.
+"""The Variational Auto-Transformer (Ferner & Wegenkittl 2022) in plain torch, no training code.
 
-One file, no training code (in the spirit of nanoGPT's model.py). The paper (Ferner &
-Wegenkittl 2022), "Architecture": a standard Transformer encoder/decoder whose encoder output
-h_t feeds two parallel linear heads, mu_t = W_mu h_t + b_mu and logvar_t = W_s h_t + b_s;
-z_t = mu_t + exp(logvar_t/2) * eps is sampled per token, and Z = (z_1..z_T) is the memory of
-the decoder's cross-attention.
-
-Token layout (`vat.tokenizer.make_batch`): the encoder reads `w_1..w_n </s>`, the decoder
-reads `<s> w_1..w_n` and predicts `w_1..w_n </s>`: the same length and padding mask, so each
-target token has exactly one latent z_t (the paper's per-token loss, eq. 5-6).
+The encoder reads `w_1..w_n </s>` and two parallel heads give each token mu_t and logvar_t;
+z_t = mu_t + exp(logvar_t/2) * eps is the memory the decoder (reading `<s> w_1..w_n`)
+cross-attends to, so each target token has exactly one latent (the paper's eq. 5-6).
 
 Shapes: B batch, T encoder/latent length, S decoder length, d d_model, H heads,
 hs = d / H head size, V vocabulary.
@@ -50,17 +44,13 @@ class VATConfig:
     pad_id: int = 0
     """Id of the padding token; the tokenizer defines it (vat.tokenizer.PAD_ID)."""
     tie_embeddings: bool = True
-    """Share one embedding for encoder input, decoder input and the output projection
-    (Vaswani et al. 2017, sec. 3.4)."""
+    """Share one embedding for encoder input, decoder input and output (Vaswani et al. 3.4)."""
     norm_first: bool = False
-    """Pre-LayerNorm blocks. False is the paper's post-LN Transformer; True trains more
-    robustly in short runs (Xiong et al. 2020)."""
+    """Pre-LayerNorm blocks (robust in short runs); False is the paper's post-LN Transformer."""
     logvar_min: float = -10.0
-    """Lower clamp of the predicted log-variance. exp(-10/2) = 6.7e-3 is far below the
-    prior's s = 0.4, so the clamp only stops log-variances from running to -inf."""
+    """Lower clamp of the log-variance (sigma 6.7e-3): it only stops a run to -inf."""
     logvar_max: float = 4.0
-    """Upper clamp of the predicted log-variance; exp(4/2) = 7.4 is far above any sensible
-    prior scale, and it keeps exp(logvar) finite in fp16/bf16."""
+    """Upper clamp of the log-variance (sigma 7.4): keeps exp(logvar) finite in fp16/bf16."""
 
     def __post_init__(self) -> None:
         sizes = ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers", "n_heads", "d_ff")
@@ -96,8 +86,7 @@ class VATConfig:
 
 
 def prior_std_problem(s: object) -> str | None:
-    """Why `s` cannot be the scale of the prior N(0, s^2 I), or None when it can: the KL
-    divides by s^2, so s must be a finite number > 0 whose square is a finite non-zero float."""
+    """Why `s` cannot be the prior's scale (the KL divides by s^2), or None when it can."""
     if not (finite(s) and s > 0):
         return f"must be a positive number, got {s!r}"
     try:
@@ -212,9 +201,8 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the latent memory Z, feed-forward. With a
-    `cache` (a dict) the layer takes only the new positions and keeps every key/value, so
-    a decoding step costs O(T) instead of re-running the prefix."""
+    """Causal self-attention, cross-attention to Z, feed-forward; with a `cache` (a dict) it
+    takes only the new positions, so a decoding step costs O(T)."""
 
     def __init__(self, cfg: VATConfig) -> None:
         super().__init__()
@@ -364,8 +352,7 @@ class VAT(nn.Module):
         generator: torch.Generator | None = None,
         head: bool = True,
     ) -> VATOutput:
-        """Training pass: encode, sample Z (`generator` draws eps; or use mu), decode.
-        head=False returns the decoder's hidden states instead of logits (vat.train.fused_ce)."""
+        """Encode, sample Z (or use mu), decode; head=False gives hidden states (fused CE)."""
         mu, logvar, mask = self.encode(src_ids)
         z = self.reparameterize(mu, logvar, generator=generator) if sample else mu  # (B, T, d)
         hidden = self.decode_hidden(tgt_in, z, mask)  # (B, S, d)

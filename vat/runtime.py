@@ -1,5 +1,4 @@
-"""Where and how a model runs: the device rule, CPU threads, eval mode, and the memory a
-request would need against what the device has; written once for every command."""
+"""Where and how a model runs: the device rule, CPU threads, eval mode, memory checks."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ if TYPE_CHECKING:  # torch is imported where a function runs: `vat CMD --help` s
 
 
 def resolve_device(name: str | torch.device | None = "auto", option: str = "device") -> str:
-    """The one device rule of every command and API call: "auto" (or None) is "cuda" when a
-    GPU is visible, else "cpu"; otherwise "cpu", "cuda[:N]" or "mps" that exists here. Errors
-    are one line naming `option`."""
+    """auto (or None) is cuda when a GPU is visible, else cpu; else cpu, cuda[:N] or mps."""
     import torch
 
     if name is None or (isinstance(name, str) and name == "auto"):
@@ -63,10 +60,8 @@ THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int | None, str]:
-    """(threads, reason) for a training command, None threads leaving torch's default; the
-    first that applies: `--threads N` (`requested`); $OMP_NUM_THREADS (`env`); torch's
-    default beside a GPU (`cuda`); else one thread, since vat's small matrices gain nothing
-    from thread hand-offs and a shared machine's busy cores stall them (BENCHMARKS.md)."""
+    """(threads, reason): --threads, else $OMP_NUM_THREADS, else torch's default beside a GPU,
+    else one thread (vat's small matrices gain nothing from more; BENCHMARKS.md)."""
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise OptionError("threads", f"expected a whole number >= 1, got {requested!r}")
@@ -79,7 +74,6 @@ def cpu_threads(requested: int | None, env: str | None, cuda: bool) -> tuple[int
 
 
 def thread_count(text: str, what: str) -> int:
-    """`text` read as a thread count >= 1; else one line naming `what`."""
     try:
         n = int(text)
     except ValueError:
@@ -90,8 +84,7 @@ def thread_count(text: str, what: str) -> int:
 
 
 def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
-    """Apply `cpu_threads` to this process (not to the environment, which in-process callers
-    such as the sweep share); returns its (threads, reason)."""
+    """Apply `cpu_threads` to this process, not to the environment the sweep's runs share."""
     import torch
 
     n, why = cpu_threads(requested, os.environ.get(THREADS_ENV), torch.cuda.is_available())
@@ -102,8 +95,7 @@ def apply_cpu_threads(requested: int | None = None) -> tuple[int | None, str]:
 
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode and no autograd for the block; afterwards every submodule gets back its own
-    mode (a LightningModule in train mode may hold a model in eval mode)."""
+    """Eval mode and no autograd for the block; afterwards every submodule gets back its mode."""
     import torch
 
     modes = [(m, m.training) for m in model.modules()]

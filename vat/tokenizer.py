@@ -1,9 +1,5 @@
-"""The subword tokenizer: train or load a Hugging Face `tokenizers` model.
-
-The one place that defines the special tokens and their ids. The model is byte-level BPE
-(GPT-2 style): no text maps to <unk>, and decoding returns the input text exactly, which
-reconstruction BLEU and exact match need.
-"""
+"""Byte-level BPE over Hugging Face `tokenizers`, and the special tokens' ids: no text maps to
+<unk> and decoding returns the input exactly, which reconstruction BLEU and exact match need."""
 
 from __future__ import annotations
 
@@ -40,7 +36,6 @@ class VATTokenizer:
                 )
         self.tokenizer = tokenizer
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def train(
         cls,
@@ -50,9 +45,8 @@ class VATTokenizer:
         progress: bool = False,
         length: int | None = None,
     ) -> VATTokenizer:
-        """Train byte-level BPE on an iterator of sentences; `progress` shows the trainer's
-        bars (`length` sentences in all) only when both streams are a terminal, since the
-        trainer ends each stage with an empty line on stdout."""
+        """Train byte-level BPE on sentences; the trainer's bars only on a terminal, since it
+        ends each stage with an empty line on stdout."""
         tok = Tokenizer(models.BPE(unk_token=UNK))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -68,7 +62,7 @@ class VATTokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> VATTokenizer:
-        """A tokenizers JSON file; a missing, unreadable or garbage file is a one-line VatError."""
+        """A tokenizers JSON file; a bad one is a one-line error."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(
@@ -95,7 +89,6 @@ class VATTokenizer:
     def save(self, path: str | Path) -> None:
         self.tokenizer.save(str(path))
 
-    # -- use ----------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
@@ -103,16 +96,13 @@ class VATTokenizer:
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
     def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
-        """Subword ids of one sentence, without special tokens; with `max_tokens`, its first
-        max_tokens ids, read from at most max_chars(max_tokens) characters (`clip`)."""
+        """Subword ids of one sentence, without special tokens (the first `max_tokens`)."""
         if max_tokens is not None:
             text = self.clip(text, max_tokens)
         return self.tokenizer.encode(text, add_special_tokens=False).ids[:max_tokens]
 
     def encode_batch(self, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
-        """Subword ids of each text; with `max_tokens`, the first max_tokens ids of each, read
-        from at most max_chars(max_tokens) characters (`clip`): a 10 MB line costs what a
-        short one does, and gives the ids the whole line gave."""
+        """Subword ids of each text; with `max_tokens` a 10 MB line costs what a short one does."""
         if max_tokens is not None:
             texts = [self.clip(t, max_tokens) for t in texts]
         encoded = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
@@ -120,9 +110,8 @@ class VATTokenizer:
 
     @functools.cached_property
     def chars_per_token(self) -> int:
-        """The most characters one token can stand for: in byte-level BPE without a
-        normalizer a vocabulary entry writes one symbol per byte, and a character is at least
-        one byte, so the longest entry bounds it. Any other tokenizer: OTHER_CHARS_PER_TOKEN."""
+        """The most characters one token can stand for: in byte-level BPE without a normalizer,
+        the longest vocabulary entry (one symbol per byte)."""
         t = self.tokenizer
         byte_level = (
             t.normalizer is None
@@ -134,17 +123,14 @@ class VATTokenizer:
         return max(len(token) for token in t.get_vocab(with_added_tokens=True))
 
     def max_chars(self, max_tokens: int) -> int:
-        """How many characters `clip` keeps for the first max_tokens tokens: a text that short
-        is never cut, and a longer one keeps more than max_tokens tokens."""
+        """Characters `clip` keeps: enough for more than max_tokens tokens."""
         return CLIP_MARGIN * max(int(max_tokens), 1) * self.chars_per_token
 
     def clip(self, text: str, max_tokens: int) -> str:
-        """`text` cut to max_chars(max_tokens) characters before it is tokenised, since
-        tokenising costs memory in proportion to the whole line."""
+        """`text` cut to max_chars(max_tokens): tokenising costs memory in proportion to it."""
         limit = self.max_chars(max_tokens)
         return text if len(text) <= limit else text[:limit]
 
-    # -- called the Hugging Face way ------------------------------------------------------
     def __call__(
         self,
         text: str | Sequence[str],
@@ -156,10 +142,8 @@ class VATTokenizer:
         add_special_tokens: bool = True,
         return_attention_mask: bool = True,
     ) -> TokenizerOutput:
-        """`tok(["a", "b"], padding=True, return_tensors="pt")` as a transformers tokenizer's
-        call: `input_ids` (with `add_special_tokens`, make_batch's `src`: w_1..w_n </s>,
-        padded on the right) and `attention_mask`. padding, truncation (the first
-        `max_length` ids, </s> counted) and return_tensors take transformers' values."""
+        """`tok(["a", "b"], padding=True, return_tensors="pt")` as in transformers: `input_ids`
+        (make_batch's `src`, w_1..w_n </s>) and `attention_mask`."""
         texts, single = check_sentences(text, "text")
         pad = _PADDING.get(padding) if isinstance(padding, bool | str) else None
         if pad is None:
@@ -211,7 +195,7 @@ class VATTokenizer:
         return [self.decode(ids) for ids in batch]
 
     def token_text(self, i: int) -> str:
-        """Readable text of one subword (byte-level symbols decoded), for projector labels."""
+        """Readable text of one subword (byte-level symbols decoded)."""
         if i >= len(SPECIAL_TOKENS):
             return self.tokenizer.decode([i])
         return self.tokenizer.id_to_token(i) or UNK
@@ -229,8 +213,7 @@ def _choices(table: dict) -> str:
 
 
 class TokenizerOutput(dict):
-    """What calling a VATTokenizer gives, as transformers' BatchEncoding: a dict whose keys
-    are also attributes, with `.to(device)`."""
+    """As transformers' BatchEncoding: a dict whose keys are also attributes, with `.to`."""
 
     def __getattr__(self, name: str):
         try:
@@ -253,8 +236,7 @@ def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
 def make_batch(
     sequences: Sequence[Sequence[int]], max_len: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Collate subword id lists into the layout of `vat.model`: for w_1..w_n, src = tgt_out
-    = w_1..w_n </s> and tgt_in = <s> w_1..w_n; `max_len` counts the </s>."""
+    """src = tgt_out = w_1..w_n </s> and tgt_in = <s> w_1..w_n; `max_len` counts the </s>."""
     if max_len is not None:
         sequences = [list(s)[: max_len - 1] for s in sequences]
     T = max(len(s) for s in sequences) + 1

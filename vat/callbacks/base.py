@@ -1,10 +1,4 @@
-"""What the training callbacks share: when to run, where TensorBoard is, how text reads.
-
-`EveryNValidations` runs `_run(trainer, pl_module)` after every n-th validation run (the
-sanity check does not count), on global rank zero only (or on every rank, for a metric that
-is synced across ranks), in eval mode without gradients, and puts the model back in the mode
-it found. Its run counter travels with the checkpoint, so the rhythm survives a resume.
-"""
+"""What the training callbacks share: when to run, where TensorBoard is, how text reads."""
 
 from __future__ import annotations
 
@@ -22,7 +16,6 @@ from vat.runtime import eval_mode
 
 
 def tensorboard_writer(trainer: Trainer) -> Any | None:
-    """The SummaryWriter of the trainer's first TensorBoardLogger, or None."""
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             return logger.experiment
@@ -37,8 +30,7 @@ def clock_text(seconds: float) -> str:
 
 
 def relative_to_cwd(path: str | os.PathLike) -> str:
-    """A path as the user named the run: relative to the current folder when inside it."""
-    # not resolved: a folder that is a link is named as the user reaches it
+    """A path relative to the current folder when inside it (links unresolved)."""
     here, full = Path.cwd(), Path(os.path.abspath(path))
     return os.path.relpath(full, here) if full.is_relative_to(here) else str(path)
 
@@ -49,7 +41,6 @@ def markdown_cell(text: str) -> str:
 
 
 def markdown_table(rows: Sequence[tuple[str, str]], header: tuple[str, str] = ("", "text")) -> str:
-    """A two-column markdown table, which keeps a label and its sentence aligned ("" if no rows)."""
     if not rows:
         return ""
     lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
@@ -57,12 +48,10 @@ def markdown_table(rows: Sequence[tuple[str, str]], header: tuple[str, str] = ("
 
 
 class EveryNValidations(Callback):
-    """Runs `_run` after every n-th validation run, on rank zero, under no_grad, in eval mode."""
+    """Runs `_run` after every n-th validation run, in eval mode; the count is checkpointed."""
 
-    starts_at_first_validation = False
-    """Run at validation runs n, 2n, ... (False) or at 1, 1 + n, 1 + 2n, ... (True)."""
-    rank_zero_only = True
-    """Only global rank zero runs (TensorBoard output); False: every rank (a synced metric)."""
+    starts_at_first_validation = False  # True: runs 1, 1 + n, ...; False: n, 2n, ...
+    rank_zero_only = True  # False: every rank (a synced metric)
 
     def __init__(self, every_n_validations: int = 1) -> None:
         if every_n_validations < 1:
@@ -91,7 +80,6 @@ class EveryNValidations(Callback):
         raise NotImplementedError
 
     def _state_key_fields(self) -> dict[str, Any]:
-        """What tells two instances of one class apart (say, two probes) in a checkpoint."""
         return {"every_n_validations": self.every_n_validations}
 
     @property

@@ -1,21 +1,5 @@
-"""A posterior-collapse alarm: one `vat:` warning line, a TensorBoard scalar and a text entry
-when the run's latents stop carrying information (turned off by `vat train
---enable_collapse_alarm false`).
-
-It fires on any of:
-- **a rate far below its target**: the KL under 10% of `model.loss.target_kl`, or of free
-  bits x latent dimensions when `model.loss.free_bits` > 0 (a held rate stays within tens of
-  percent of its target, a squeeze is orders of magnitude below it: RESULTS.md);
-- **a KL near 0 in a run without a target**: under 0.05 nats per token;
-- **active units halving**: fewer than half of the previous validation's (Burda et al. 2016,
-  counted from the posterior means the validation steps compute anyway).
-
-`val/kl` is read at each validation's end and `train/kl` at each logging step, never between
-them (no host synchronisation per step); each signal keeps its own state, and the first
-`warmup_steps` are not judged. It says so once per episode, and `cleared` when every signal
-is back (a KL at least twice its threshold). `alarm/collapse` is 0 or 1 at every reading; a
-non-finite KL is no reading. The active units are counted on rank zero's validation shard.
-"""
+"""A posterior-collapse alarm: one `vat:` warning, an `alarm/collapse` scalar and a text entry
+when the KL falls far below its target (or near 0) or the active units halve."""
 
 from __future__ import annotations
 
@@ -35,13 +19,11 @@ from vat.geometry.collapse import ACTIVE_UNIT_THRESHOLD
 from vat.train.step_logging import logs_now
 
 WARN = logging.WARNING
-RECOVERY_FACTOR = 2.0
-"""A low KL reading clears only at this multiple of its alarm threshold."""
+RECOVERY_FACTOR = 2.0  # a low KL reading clears only at this multiple of its threshold
 
 
 def rate_target(target_kl: float | None, free_bits: float, latent_dims: int) -> float | None:
-    """The rate a run holds (nats per token): target_kl, else free bits x latent dimensions,
-    else None (a run without a target)."""
+    """The rate a run holds: target_kl, else free bits x latent dimensions, else None."""
     if target_kl is not None:
         return float(target_kl)
     if free_bits > 0:
@@ -50,18 +32,15 @@ def rate_target(target_kl: float | None, free_bits: float, latent_dims: int) -> 
 
 
 def kl_threshold(target: float | None, below_target: float, min_kl: float) -> float:
-    """The KL below which a reading is a collapse: a fraction of the target, or min_kl."""
     return below_target * target if target is not None else min_kl
 
 
 def kl_is_low(kl: float, threshold: float, was_low: bool) -> bool:
-    """A KL reading against its threshold, with hysteresis: low below it; once low, clear only
-    at RECOVERY_FACTOR times it."""
+    """Low below the threshold; once low, clear only at RECOVERY_FACTOR times it."""
     return kl < (threshold * RECOVERY_FACTOR if was_low else threshold)
 
 
 def units_dropped(now: int, before: int | None, fraction: float) -> bool:
-    """Fewer active units than `fraction` of the previous validation's count."""
     return before is not None and before > 0 and now < fraction * before
 
 
@@ -69,8 +48,7 @@ def mu_moment_sums(
     mu: torch.Tensor,  # (B, T, d)
     mask: torch.Tensor,  # (B, T) bool: real tokens
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """sum mu, sum mu^2 over the real tokens (each (d,)) and their count (0-d), in float64
-    (float32 on MPS, which has none)."""
+    """sum mu, sum mu^2 over the real tokens and their count, in float64 (float32 on MPS)."""
     dtype = torch.float32 if mu.device.type == "mps" else torch.float64
     m = mask.to(dtype)[..., None]  # (B, T, 1)
     x = mu.detach().to(dtype)  # (B, T, d)
@@ -78,14 +56,12 @@ def mu_moment_sums(
 
 
 def variances_from_sums(s1: torch.Tensor, s2: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """Unbiased variance per dimension, (d,), from the sums of mu_moment_sums."""
     n = n.clamp_min(2.0)
     return ((s2 - s1 * s1 / n) / (n - 1)).clamp_min(0.0)
 
 
 def _finite(value: Any) -> float | None:
-    """A logged KL as a float, or None when missing or not finite (a NaN would clear the
-    alarm; a diverged run is vat.train.non_finite's business)."""
+    """A logged KL as a float, or None when missing or not finite (a NaN would clear the alarm)."""
     if value is None:
         return None
     value = float(value)
@@ -94,14 +70,15 @@ def _finite(value: Any) -> float | None:
 
 @rank_zero_only
 def _say(text: str, level: int = logging.INFO) -> None:
-    """A line on Lightning's logger with the training bar cleared around it; a warning too, so
-    that Python's warning filters cannot hide it."""
+    """A line on Lightning's logger (not warnings.warn, which filters can hide), bar cleared."""
     with tqdm.external_write_mode(file=sys.stderr):
         logging.getLogger("lightning.pytorch.utilities.rank_zero").log(level, text)
 
 
 class CollapseAlarm(Callback):
-    """The alarm above; reads the target from the VAT system (`loss_cfg`, `arch`) at setup.
+    """Reads the target from the VAT system (`loss_cfg`, `arch`) at setup. It judges `train/kl`
+    at logging steps and `val/kl` and the active units (Burda et al. 2016) at validation ends,
+    each signal on its own, says so once per episode and `cleared` when all are back.
 
     Args:
         below_target: A rate under this fraction of its target is a collapse (0.1).
@@ -121,8 +98,7 @@ class CollapseAlarm(Callback):
         self.units_fraction, self.warmup_steps = units_fraction, warmup_steps
         self.target: float | None = None
         self.target_name = ""
-        self.previous_units: int | None = None
-        """Active units at the last validation (kept in checkpoints: a drop across a resume)."""
+        self.previous_units: int | None = None  # in checkpoints: a drop across a resume
         self._low = {"train KL": False, "val KL": False, "units": False}
         self._alarm_step: int | None = None  # the step the episode under way began
         self._sums: list[torch.Tensor] | None = None
@@ -232,9 +208,8 @@ class CollapseAlarm(Callback):
         self._remove_hook()
 
     def _judge(self, trainer: Trainer, signal: str, kl: float | None, drop: str | None) -> None:
-        """One reading of `signal` (train KL, or val KL with the units' `drop`): the alarm
-        starts, holds or clears. Each signal keeps its own state: the train KL, with dropout
-        on, reads several times the val KL near a collapse, so one must not clear the other."""
+        """One reading of `signal`: the alarm starts, holds or clears. The train KL (dropout on)
+        reads several times the val KL near a collapse, so one must not clear the other."""
         reading = "" if kl is None else f"{signal} {kl:.4g} nats/token"
         reasons = []
         if kl is not None:

@@ -1,18 +1,4 @@
-"""Watch the latent space during training: geometry metrics and a projector snapshot.
-
-Two independent callbacks; list either under `trainer.callbacks` to switch it on:
-
-    trainer:
-      callbacks:
-        - class_path: vat.callbacks.GeometryMetrics      # geometry/* scalars + KL histogram
-          init_args: {senteval_dir: ../shared/data/senteval, every_n_validations: 1}
-        - class_path: vat.callbacks.LatentProjector      # token mu vectors in the projector
-          init_args: {senteval_dir: ../shared/data/senteval, max_tokens: 2000}
-
-Each encodes a fixed probe set (`vat.geometry.probes`) with the run's tokenizer and uses the
-posterior means mu. Images and histograms go to the first TensorBoardLogger; without one
-GeometryMetrics logs only scalars and LatentProjector warns once.
-"""
+"""Latent-space geometry metrics and a projector snapshot during training, on a probe set."""
 
 from __future__ import annotations
 
@@ -35,14 +21,14 @@ from vat.tokenizer import VATTokenizer
 
 
 def projector_label(text: str) -> str:
-    """A token's text as one TSV cell: tabs/newlines escaped, blank text shown as repr."""
+    """A token's text as one TSV cell; blank text shown as repr."""
     label = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
     label = label.replace("\r", "\\r")
     return label if label.strip() else repr(text)
 
 
 class _ProbeCallback(EveryNValidations):
-    """Reads its probe set once, at setup, so that a bad path fails before training."""
+    """Reads its probe set at setup, so that a bad path fails before training."""
 
     def __init__(
         self,
@@ -76,11 +62,7 @@ class _ProbeCallback(EveryNValidations):
 
 
 class GeometryMetrics(_ProbeCallback):
-    """Log every `vat.geometry.metrics.METRICS` value of the probe's token means under
-    `geometry/`, with `geometry/seconds`; in TensorBoard also the histograms
-    `geometry/kl_per_dim` and `geometry/mu_variance_per_dim`, and (with matplotlib) the
-    images `geometry/plots/{spectrum,kl_per_dim,active_units}` that `vat geometry --plot-dir`
-    writes."""
+    """Log the probe's `geometry/*` metrics, histograms and `vat geometry --plot-dir` figures."""
 
     def __init__(
         self,
@@ -95,11 +77,9 @@ class GeometryMetrics(_ProbeCallback):
         Args:
             every_n_validations: Run after every n-th validation run.
             probe_file: Text file of probe sentences (one a line; tab-separated fields split).
-            senteval_dir: SentEval data/downstream folder; its STS12 sentences are the probe
-                (the paper's choice). Default when neither is given: $VAT_SENTEVAL_DIR or
-                ../shared/data/senteval.
-            max_sentences: Use only the first n probe sentences (None: all; STS12 has 4,946
-                distinct).
+            senteval_dir: SentEval folder whose STS12 sentences are the probe (the paper's);
+                default when neither is given: $VAT_SENTEVAL_DIR or ../shared/data/senteval.
+            max_sentences: Use only the first n probe sentences (None: all).
             min_count: Occurrences a token type needs to count in self-similarity.
             batch_size: Sentences per encoder batch.
         """
@@ -136,7 +116,6 @@ class GeometryMetrics(_ProbeCallback):
             self._log_figures(writer, mu, report, step)
 
     def _log_figures(self, writer: Any, mu: torch.Tensor, report: Any, step: int) -> None:
-        """vat geometry's --plot-dir figures as TensorBoard images (skipped without matplotlib)."""
         try:
             figures = geometry_figures(
                 covariance_eigenvalues(mu), report.kl_per_dim, report.active_unit_variances
@@ -157,8 +136,7 @@ class GeometryMetrics(_ProbeCallback):
 
 
 class LatentProjector(_ProbeCallback):
-    """Snapshot the probe's first `max_tokens` token mu vectors into TensorBoard's embedding
-    projector (`geometry/token_mu`), labelled with their text and sentence index."""
+    """Snapshot the probe's first `max_tokens` token mu vectors into TensorBoard's projector."""
 
     def __init__(
         self,
@@ -172,8 +150,7 @@ class LatentProjector(_ProbeCallback):
         Args:
             every_n_validations: Run after every n-th validation run.
             probe_file: Text file of probe sentences (one a line; tab-separated fields split).
-            senteval_dir: SentEval folder whose STS12 sentences are the probe (default
-                $VAT_SENTEVAL_DIR or ../shared/data/senteval when neither is given).
+            senteval_dir: SentEval folder whose STS12 sentences are the probe.
             max_tokens: Most token vectors per snapshot (the projector slows beyond ~10k).
             batch_size: Sentences per encoder batch.
         """

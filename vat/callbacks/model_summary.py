@@ -1,9 +1,4 @@
-"""The model summary `vat train` prints when a fit starts: Lightning's plain table, logged to
-stderr like its other info lines, without the FLOPs it did not measure.
-
-Lightning counts FLOPs only by running the module's `example_input_array`, which VATSystem
-has none of, so its FLOPs column and total read 0: they are left out when all zero.
-"""
+"""Lightning's model summary without the FLOPs column it did not measure."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ from lightning.pytorch.utilities.model_summary.model_summary import _format_summ
 
 
 class ModelSummary(LightningModelSummary):
-    """Lightning's ModelSummary without the FLOPs it did not measure."""
+    """Lightning counts FLOPs only through `example_input_array`, which VATSystem lacks."""
 
     @staticmethod
     def summarize(

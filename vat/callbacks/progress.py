@@ -1,11 +1,5 @@
-"""Training progress counted in optimizer steps of max_steps.
-
-vat budgets runs in steps with max_epochs = -1, for which Lightning's bar reads "Epoch 0/-2"
-and restarts at every pass over the data. This bar counts `trainer.global_step` towards
-max_steps across epochs (one bar for the whole run); with no step budget it is Lightning's.
-Validation and the sanity check draw no bar (their results show in the postfix). Every bar
-goes to stderr, like every other bar of vat: stdout carries only results.
-"""
+"""A progress bar counting optimizer steps towards max_steps across epochs, on stderr
+(Lightning's reads "Epoch 0/-2" for step-budgeted runs)."""
 
 from __future__ import annotations
 
@@ -21,24 +15,20 @@ class StepProgressBar(TQDMProgressBar):
     """`training: 120/2000 [01:02<16:12, 1.9step/s, loss=5.12, kl=3.41 nats/tok, tok/s=9,870]`."""
 
     def init_train_tqdm(self) -> Tqdm:
-        """Created with its step budget, so its first line is already the final layout."""
         total = self._budget(self.trainer) if self._trainer is not None else None
         if total is None:  # no step budget: Lightning's epoch bar
             return self._stderr_bar(self.train_description, smoothing=0)
         return self._stderr_bar("training", total=total, unit="step", smoothing=0)
 
-    def init_sanity_tqdm(self):
-        return Tqdm(disable=True)  # draws nothing; Lightning still updates and closes it
-
-    def init_validation_tqdm(self):
+    def init_sanity_tqdm(self):  # validation draws no bar: its results show in the postfix
         return Tqdm(disable=True)
 
+    init_validation_tqdm = init_sanity_tqdm
+
     def init_test_tqdm(self) -> Tqdm:
-        """`vat train test`: Lightning's bar, on stderr."""
         return self._stderr_bar("Testing")
 
     def _stderr_bar(self, desc: str, **kwargs: Any) -> Tqdm:
-        """Lightning's bar of the same name (its init_*_tqdm), on stderr instead of stdout."""
         return Tqdm(
             desc=desc,
             position=(2 * self.process_position),
@@ -51,7 +41,6 @@ class StepProgressBar(TQDMProgressBar):
         )
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict:
-        """loss, KL nats per token and tokens/s (the last logged values)."""
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         logged = trainer.callback_metrics

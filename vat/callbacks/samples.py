@@ -1,16 +1,4 @@
-"""Reconstruction BLEU and text samples in TensorBoard while a VAT trains.
-
-Every `every_n_validations` validation runs (`vat.callbacks.base.EveryNValidations`) the
-callback mu-decodes a fixed set of sentences and logs their corpus BLEU as `val/recon_bleu`
-(0-100, sacrebleu's 13a tokenizer) and the fraction reproduced exactly as
-`val/recon_exact_match`; TensorBoard also gets text: reconstructions, variational samples
-(z = mu + tau sigma eps) and one interpolation between the first two sentences.
-
-    trainer:
-      callbacks:
-        - class_path: vat.callbacks.samples.SamplesCallback
-          init_args: {sentences_file: data/demo_val.txt, num_sentences: 64, every_n_validations: 1}
-"""
+"""Reconstruction BLEU and text samples (reconstructions, samples, interpolation) in TensorBoard."""
 
 from __future__ import annotations
 
@@ -31,7 +19,7 @@ __all__ = ["SamplesCallback"]
 
 
 class SamplesCallback(EveryNValidations):
-    """Log `val/recon_bleu` and reconstruction / sampling / interpolation text samples."""
+    """Log `val/recon_bleu` (sacrebleu 13a, mu-decoded), `val/recon_exact_match` and text."""
 
     def __init__(
         self,
@@ -49,12 +37,12 @@ class SamplesCallback(EveryNValidations):
     ) -> None:
         """
         Args:
-            sentences: The fixed set itself (its first `num_sentences`); overrides the others.
-            sentences_file: Text file whose first `num_sentences` non-empty lines are the fixed
-                set; None takes the first `num_sentences` validation sentences instead.
+            sentences: The fixed set itself; overrides `sentences_file`.
+            sentences_file: Text file whose first non-empty lines are the fixed set; None: the
+                first validation sentences.
             num_sentences: Size of the fixed set that `val/recon_bleu` is computed on.
             every_n_validations: Run on every n-th validation run (sanity checks do not count).
-            num_show: How many reconstructions (and sentences with samples) go to the text.
+            num_show: How many sentences' reconstructions and samples go to the text.
             num_samples: Variational samples per shown sentence.
             tau: Noise scale of the variational samples, z = mu + tau * sigma * eps.
             alphas: Interpolation weights between the first two sentences.
@@ -88,8 +76,7 @@ class SamplesCallback(EveryNValidations):
             self._sentences = [x for x in sentences if x.strip()][:num_sentences]
 
     def _from_val_data(self, trainer: pl.Trainer, tokenizer: VATTokenizer) -> list[str]:
-        """The first validation sentences, decoded back to text from their token ids (the
-        byte-level tokenizer is lossless), in file order where the datamodule keeps it."""
+        """The first validation sentences, decoded from their ids (the tokenizer is lossless)."""
         split = getattr(getattr(trainer, "datamodule", None), "splits", {}).get("val")
         if split is not None and hasattr(split, "ids"):
             return [tokenizer.decode(ids) for ids in split.ids[: self.num_sentences]]
@@ -103,7 +90,6 @@ class SamplesCallback(EveryNValidations):
         return out
 
     def sentences(self, trainer: pl.Trainer, tokenizer: VATTokenizer) -> list[str]:
-        """The fixed sentence set, chosen once so BLEU is comparable across runs."""
         if self._sentences is None:
             self._sentences = [s for s in self._from_val_data(trainer, tokenizer) if s.strip()]
         return self._sentences

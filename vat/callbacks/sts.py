@@ -1,19 +1,5 @@
-"""Select checkpoints on sentence similarity: `val/stsb_spearman` at every validation.
-
-    trainer:
-      callbacks:
-        - class_path: vat.callbacks.sts.STSBSpearman
-          init_args: {senteval_dir: ../shared/data/senteval}
-        - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-          init_args: {monitor: val/stsb_spearman, mode: max, filename: best-stsb}
-
-`val/stsb_spearman` is the Spearman correlation (x1, in [-1, 1]) between the cosine of the
-two sentence vectors and the gold score on the STS-B dev split, with the harness's own loader
-and scoring: the number `vat evaluate --tasks STSBenchmark` reports as
-`STSBenchmark-cosine.dev.spearman` for the same weights. `val/stsb_seconds` is the time it
-took (docs/evaluate.md). It runs on every rank and is averaged over ranks, so that a
-ModelCheckpoint monitoring it takes the same decision on all ranks under DDP.
-"""
+"""`val/stsb_spearman`: the STS-B dev Spearman `vat evaluate --tasks STSBenchmark` reports,
+synced over ranks so checkpoint selection agrees under DDP."""
 
 from __future__ import annotations
 
@@ -35,10 +21,10 @@ METRIC = "val/stsb_spearman"
 
 
 class STSBSpearman(EveryNValidations):
-    """Log `val/stsb_spearman` (and `val/stsb_seconds`) at validation runs 1, 1 + n, 1 + 2n, ..."""
+    """Log `val/stsb_spearman` and `val/stsb_seconds` at validation runs 1, 1 + n, ..."""
 
     starts_at_first_validation = True
-    rank_zero_only = False  # every rank scores and the value is synced (see the module doc)
+    rank_zero_only = False  # every rank scores and the value is synced
 
     def __init__(
         self,
@@ -49,12 +35,9 @@ class STSBSpearman(EveryNValidations):
     ) -> None:
         """
         Args:
-            senteval_dir: SentEval data/downstream folder holding STS/STSBenchmark/sts-dev.csv.
-                Default: $VAT_SENTEVAL_DIR (../shared/data/senteval).
-            every_n_validations: Score at the first validation run and every n-th after it.
-                With n > 1 a ModelCheckpoint monitoring the metric sees the last computed
-                value at the validations in between (a tie, so save_top_k=1 keeps the
-                checkpoint where it was measured); keep n = 1 when selecting on it.
+            senteval_dir: SentEval data/downstream folder (default: $VAT_SENTEVAL_DIR).
+            every_n_validations: Score at the first validation run and every n-th after it
+                (keep 1 when a ModelCheckpoint selects on it: in between it sees a stale tie).
             pooling: mean (the paper's VAT-mean; the default), sum, start or precision.
             batch_size: Sentences per encoder batch.
         """
@@ -71,7 +54,7 @@ class STSBSpearman(EveryNValidations):
         self.pairs: Pairs | None = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Read the dev split now, so a missing or broken file fails before training."""
+        # read now: a missing or broken file fails before training
         if self.pairs is not None:
             return
         if self.senteval_dir is None:
@@ -94,8 +77,7 @@ class STSBSpearman(EveryNValidations):
 def stsb_dev_spearman(
     model, tokenizer, pairs: Pairs, pooling: Pooling = "mean", batch_size: int = 128
 ) -> float:
-    """Spearman (x1) of pooled-mu cosines against gold on `pairs`, by the harness's scoring;
-    NaN (constant cosines: a collapsed encoder) is the worst value to a ModelCheckpoint."""
+    """Spearman of pooled-mu cosines against gold on `pairs` (NaN for a collapsed encoder)."""
 
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(

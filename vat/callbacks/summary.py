@@ -1,19 +1,4 @@
-"""What `vat train` prints when a fit ends: where the checkpoints are, how it did, what next.
-
-    vat: 2000 steps in 3:05 (10.8 steps/s, 41,236 tokens/s)
-    vat: best checkpoint runs/demo/checkpoints/best-step0002000.ckpt (val/loss 3.1234)
-    vat: last checkpoint runs/demo/checkpoints/last.ckpt
-    vat: final validation: NLL given z 2.9012 nats/token (reconstruction perplexity 18.19),
-         KL 11.2340 nats/token, BLEU 71.20                                      (one line)
-    vat: note: the posterior is nearly deterministic: ... (only when it is; vat.generate.variation)
-    next:
-      vat evaluate --model runs/demo --tasks sts
-      vat generate reconstruct --model runs/demo "A man is playing a guitar."
-      vat export runs/demo my-vat --evaluate STS12,STSBenchmark
-
-The NLL and perplexity are of x given a latent z from its own posterior q(z | x): how well
-the decoder reconstructs, not a language model's perplexity (`vat score` estimates that).
-"""
+"""What `vat train` prints when a fit ends: checkpoints, final validation, what next."""
 
 from __future__ import annotations
 
@@ -32,7 +17,7 @@ from vat.generate.variation import SampleAgreement, deterministic_note, measure_
 
 
 class TrainingSummary(pl.Callback):
-    """Prints the summary above at the end of `fit` (rank 0; not after an exception)."""
+    """Prints the summary at the end of `fit` (rank 0; not after an exception)."""
 
     def __init__(self) -> None:
         self._start: tuple[float, int] | None = None
@@ -51,8 +36,7 @@ class TrainingSummary(pl.Callback):
 def posterior_agreement(
     trainer: pl.Trainer, pl_module: pl.LightningModule, sentences: int = 32, samples: int = 4
 ) -> SampleAgreement | None:
-    """`measure_agreement` of the trained model on the first `sentences` validation sentences
-    (a second or two), or None without a VAT system or validation data."""
+    """`measure_agreement` on the first validation sentences, or None without them."""
     model, tokenizer = getattr(pl_module, "model", None), getattr(pl_module, "tokenizer", None)
     loaders = trainer.val_dataloaders
     if model is None or tokenizer is None or not loaders:

@@ -1,21 +1,5 @@
-"""Where a fit's wall time goes, so that a launch in a time-limited GPU allocation shows what
-its time went to (`vat train` registers `TimeSplit` for every fit).
-
-It says, through Lightning's logger like vat's other `vat:` lines:
-
-    vat: first optimizer step (step 1) 12.4 s after the process started: set-up 11.2 s, ...
-    vat: time split of 0:58 since the process started: set-up 11.2 s (19%), compile 0.0 s
-         (0%), training steps 40.3 s (69%), validation 3.9 s (7%), checkpoint saving 0.8 s
-         (1%), other 2.1 s (4%); written to runs/demo/time_split.json            (one line)
-
-and writes the same seconds to RUN_DIR/time_split.json (the GPU suite reads it) and to
-TensorBoard (`time/setup_s`, ..., `time/total_s`, `time/first_step_s`). The parts are
-exclusive and add up to the total: set-up (to the first training batch), compile (dynamo's
-own seconds, wherever they fell), training steps, validation (the sanity check included),
-checkpoint saving (every `trainer.save_checkpoint`) and other (after the training loop). A
-fit stopped by a signal or failed writes the JSON and the scalars but no line, so that the
-stop's or the error's lines stay the last said. On CUDA each boundary waits for the device.
-"""
+"""Where a fit's wall time goes (set-up, compile, training, validation, checkpoint saving,
+other): one `vat:` line, RUN_DIR/time_split.json and `time/*` scalars."""
 
 from __future__ import annotations
 
@@ -38,7 +22,6 @@ from vat.errors import VatError, one_line
 from vat.io import write_json_atomic
 
 PARTS = ("setup", "compile", "training", "validation", "checkpoint", "other")
-"""The parts of the split, in the order of a run."""
 WORDS = dict(
     zip(PARTS, ("set-up", "compile", "training steps", "validation", "checkpoint saving", "other"))
 )
@@ -47,11 +30,7 @@ _STARTED = {"process start": "process started", "command start": "command starte
 
 
 def process_seconds(stat: str = "/proc/self/stat") -> float | None:
-    """Seconds since this process (or the one whose /proc/PID/stat is `stat`) started, or
-    None where the kernel does not say.
-
-    The start (field 22, clock ticks since boot) against CLOCK_BOOTTIME counts the
-    interpreter's start and every import before vat's first line ran, to the tick."""
+    """Seconds since this process started (imports included), or None where /proc is silent."""
     try:
         with open(stat, "rb") as f:
             text = f.read()
@@ -64,8 +43,7 @@ def process_seconds(stat: str = "/proc/self/stat") -> float | None:
 
 
 def compile_seconds() -> float:
-    """Seconds torch._dynamo has spent compiling in this process, forward and backward graphs
-    (zeroed by `torch._dynamo.reset()`); 0.0 where torch offers no such count."""
+    """Seconds torch._dynamo has spent compiling in this process (0.0 where torch lacks it)."""
     try:
         from torch._dynamo.utils import calculate_time_spent
 
@@ -75,10 +53,8 @@ def compile_seconds() -> float:
 
 
 class Ledger:
-    """Wall seconds charged to the part under way at each boundary, with the compile seconds
-    inside the interval moved to `compile`. Parts nest (a save inside a validation is a save)
-    around a base phase (setup, training, other); every charge adds exactly the interval since
-    the last, so the parts add up to the last boundary's time less `origin`."""
+    """Seconds charged to the part under way at each boundary (compile's to `compile`); parts
+    nest around a base phase and add up exactly."""
 
     def __init__(self, origin: float, compiled: float) -> None:
         self.seconds = dict.fromkeys(PARTS, 0.0)
@@ -91,8 +67,7 @@ class Ledger:
         return self._stack[-1]
 
     def charge(self, now: float, compiled: float) -> None:
-        """The time since the last boundary to the part under way, less the compile seconds
-        counted since (a count lower than the last one was reset to 0 in between)."""
+        # a compile count lower than the last one was reset to 0 in between
         elapsed = max(now - self._last, 0.0)
         new_compile = compiled - self._compiled if compiled >= self._compiled else compiled
         new_compile = min(max(new_compile, 0.0), elapsed)
@@ -110,7 +85,6 @@ class Ledger:
             self._stack.pop()
 
     def become(self, base: str, now: float, compiled: float) -> None:
-        """The phase outside every nested part changes (setup -> training -> other)."""
         self.charge(now, compiled)
         self._stack[0] = base
 
@@ -119,7 +93,6 @@ class Ledger:
 
 
 def split_line(record: dict[str, Any], where: str | None) -> str:
-    """The one line the end of a finished fit prints."""
     total = record["total_s"]
     parts = ", ".join(
         f"{WORDS[p]} {record[f'{p}_s']:.1f} s ({record[f'{p}_s'] / total:.0%})" for p in PARTS
@@ -129,13 +102,11 @@ def split_line(record: dict[str, Any], where: str | None) -> str:
     return f"vat: time split of {clock_text(total)} since the {since}: {parts}{written}"
 
 
-_clock_started: list[str] = []
-"""What the clock of each TimeSplit made in this process started from (the first: the
-process; later ones, as in a sweep run in-process or a test, their command)."""
+_clock_started: list[str] = []  # only the first TimeSplit of a process counts from its start
 
 
 class TimeSplit(Callback):
-    """The split above; time_split.json goes to `run_dir` (None: not written)."""
+    """Times a fit; time_split.json goes to `run_dir` (None: not written)."""
 
     def __init__(self, run_dir: str | os.PathLike | None = None) -> None:
         self.run_dir = None if run_dir is None else Path(run_dir)
@@ -151,8 +122,7 @@ class TimeSplit(Callback):
         self._saver: Callable[..., Any] | None = None
 
     def _at(self, trainer: Trainer, boundary: Callable[..., None], *args: str) -> None:
-        """A boundary of the ledger's (enter, leave, become, charge), once the device is done:
-        CUDA runs behind the host."""
+        """A ledger boundary, once the device is done (CUDA runs behind the host)."""
         device = trainer.lightning_module.device
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -215,15 +185,13 @@ class TimeSplit(Callback):
         self._at(trainer, self._ledger.become, "other")
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """The end of a fit that finished: after every on_fit_end, before the loggers close."""
+        # after every on_fit_end, before the loggers close
         if stage == "fit":
             self._finish(trainer, pl_module, "finished")
 
     def on_exception(
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
-        """A fit stopped by a signal (vat.train.interrupt's SIGTERMException, after its save of
-        last.ckpt) or one that failed: its seconds were spent too."""
         ended = "stopped" if isinstance(exception, SIGTERMException) else "failed"
         # a NaN step ran but did not train: the steps done are those before it
         done = getattr(exception, "steps_done", None)  # (vat.train.non_finite)
@@ -280,8 +248,7 @@ class TimeSplit(Callback):
 
 
 def read_split(run_dir: str | os.PathLike, since: float | None = None) -> dict[str, Any] | None:
-    """RUN_DIR/time_split.json as a fit wrote it, or None: missing, unreadable, not a split,
-    or written before `since` (a time.time() value: an earlier launch's)."""
+    """RUN_DIR/time_split.json, or None: missing, unreadable, or older than `since`."""
     path = Path(run_dir) / FILE_NAME
     try:
         if since is not None and path.stat().st_mtime < since:

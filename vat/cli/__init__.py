@@ -1,9 +1,5 @@
-"""`vat COMMAND ...`: the one command line of vat, one module per command (`COMMANDS`).
-
-`--model` (alias `--ckpt`) takes a .ckpt, an exported folder, a run folder, a shipped model's
-name or a Hub id (vat.share.resolve). Every command prints errors as one line (`error: ...`)
-with exit code 2 (130 on Ctrl-C); `--debug` shows the traceback instead.
-"""
+"""`vat COMMAND ...`: the one command line of vat, one module per command (`COMMANDS`); errors
+are one line, exit 2 (130 on Ctrl-C), and `--debug` shows the traceback instead."""
 
 from __future__ import annotations
 
@@ -81,9 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def one_line_warnings(enabled: bool = True):
-    """vat's own warnings (raised from a file of the vat package) print as one line,
-    `warning: MESSAGE`, instead of Python's file, line, category and source line; other
-    packages' warnings, and every warning under `--debug`, keep Python's form."""
+    """vat's own warnings print as one line, `warning: MESSAGE`, without Python's file, line and
+    source (other packages' warnings keep Python's form)."""
     previous = warnings.showwarning
     package = str(Path(__file__).resolve().parents[1]) + os.sep
 

@@ -1,7 +1,5 @@
-"""What every `vat` command shares: the one-line-error parser, its options and types, and
-input reading. Option names are one vocabulary (docs/cli.md); an older spelling users already
-type stays as a renamed option (`add_renamed`): it works, with one warning line on stderr.
-"""
+"""What every `vat` command shares: the one-line-error parser, its options (one vocabulary,
+docs/cli.md) and types, and input reading."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import math
 import re
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Literal, NoReturn
 
 from vat.data.corpus import (
@@ -39,8 +37,7 @@ class Parser(argparse.ArgumentParser):
         raise VatError(f"{message}{self._did_you_mean(message)} (see {self.prog} --help)")
 
     def _did_you_mean(self, message: str) -> str:
-        # argparse's own wording (3.11-3.13): "invalid choice: 'x' (choose from 'a', 'b')" and
-        # "unrecognized arguments: --x 1 ..."
+        # argparse's own wording (3.11-3.13)
         choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
         if choice:
             return did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
@@ -82,8 +79,8 @@ def warn_renamed(prog: str, old: str | None, new: str) -> None:
 
 
 def add_renamed(p, old: str, option: argparse.Action) -> None:
-    """`old` as an older spelling of `option` (what `add_argument` returned, in the same parser
-    or group `p`): same value and dest, hidden from --help, one warning line when used."""
+    """`old` as a hidden older spelling of `option` (in the same parser or group `p`) that warns
+    in one line when used."""
     p.add_argument(
         old,
         action=_Renamed,
@@ -155,8 +152,7 @@ def add_batch_size(p, default: int) -> None:
 
 
 def add_train_data_dir(p) -> None:
-    """`--train-data-dir DIR`, on the commands whose output leaves this machine (`vat export`,
-    scripts/add_pretrained.py); not `--data-dir`, which names SentEval's folder."""
+    """`--train-data-dir DIR`, for outputs that leave this machine (not SentEval's --data-dir)."""
     p.add_argument(
         "--train-data-dir",
         metavar="DIR",
@@ -204,8 +200,7 @@ def finite(minimum: float | None = None, *, positive: bool = False) -> Callable[
 
 
 def number_list(kind: type[int] | type[float]) -> Callable[[str], list]:
-    """argparse type for "1,3" or "0,0.5,1" (finite values). Comma lists, not nargs="+", so
-    that a list option never swallows the positional sentences after it."""
+    """argparse type for "1,3" or "0,0.5,1": not nargs="+", which would swallow the sentences."""
 
     one = finite() if kind is float else int
 
@@ -224,33 +219,20 @@ def number_list(kind: type[int] | type[float]) -> Callable[[str], list]:
     return parse
 
 
-def check_utf8_arguments(values: Sequence[str], what: str = "argument") -> None:
-    """Refuse command-line bytes that are not UTF-8 (Python's lone surrogates) in one line."""
-    for i, value in enumerate(values, 1):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise VatError(f"{what} {i} is not valid UTF-8 text") from None
-
-
-def iter_text_lines(
-    source: str, option: str = "--input", max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes) of each line of a text file, plain or .gz, or of stdin for '-',
-    read as they arrive (a caller that stops early never waits for the rest of a pipe), each
-    cut to `max_line_bytes` by the text rule of every reader (vat.data.corpus.bounded_lines)."""
+def iter_text_lines(source: str, option: str = "--input") -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line of a text file, plain or .gz, or of stdin for '-', read
+    as they arrive and cut to MAX_LINE_BYTES (vat.data.corpus.bounded_lines)."""
     if source == "-":
         where = "stdin"
         stream = contextlib.nullcontext(sys.stdin.buffer)  # vat does not close its stdin
     else:
-        # a regular file, or a shell's pipe such as <(head -500 file); never a named FIFO
-        # (it blocks until a writer appears), a folder or a device (/dev/zero never ends)
+        # a file or a shell's <(pipe); never a FIFO (it blocks) or a device (/dev/zero never ends)
         path = regular_file(source, option, allow_pipe=True)
         where = f"{option} {path}"
         stream = open_sentence_file(path)
     try:
         with stream as f:
-            yield from bounded_lines(f, max_line_bytes, where)
+            yield from bounded_lines(f, MAX_LINE_BYTES, where)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise VatError(f"{where} is a truncated or corrupt gzip file ({e})") from None
 
@@ -262,9 +244,8 @@ def read_text_lines(
     on_bad_bytes: Literal["error", "skip"] = "error",
     hint: str = "expected UTF-8 text",
 ) -> list[str]:
-    """The lines of `iter_text_lines(source)` as text, up to the `limit`-th non-empty one. A
-    line that is not UTF-8 is a one-line error naming FILE:LINE and `hint`, or skipped and
-    counted on stderr (`decode_each`, `warn_skipped`)."""
+    """The lines of `iter_text_lines(source)` as text, up to the `limit`-th non-empty one; a line
+    that is not UTF-8 is an error naming FILE:LINE and `hint`, or skipped and counted."""
     where = "stdin" if source == "-" else source
     lines, kept, bad = [], 0, 0
     with contextlib.closing(iter_text_lines(source, option)) as numbered:  # closed at --limit

@@ -1,8 +1,5 @@
-"""`vat config [NAME]`: the configs that ship inside the package (vat/configs/*.yaml).
-
-They are package data, so they are there after `pip install vat` too; `vat train -c NAME`
-accepts a packaged name wherever a path is expected (a file of that name wins).
-"""
+"""`vat config [NAME]`: the configs that ship inside the package (vat/configs/*.yaml), which
+`-c NAME` accepts wherever a path is expected (a file of that name wins)."""
 
 from __future__ import annotations
 
@@ -28,10 +25,8 @@ def find_config(name: str) -> Path | None:
 
 
 def resolve_config_args(argv: Sequence[str], kind: str | None = "train") -> list[str]:
-    """Replace the value of each `-c` / `--config` that is not a file by the packaged config
-    of that name, so that `vat train -c demo` works from any folder. A value that is neither
-    is one line listing the packaged configs of `kind` with the nearest name (`existing`);
-    kind None leaves it to the command, which checks its usage first (vat sweep)."""
+    """Each `-c` / `--config` value that is not a file replaced by the packaged config of that
+    name; one that is neither is an error (`existing`), or with kind None left to the command."""
     out = list(argv)
     for i, arg in enumerate(out):
         flag, eq, value = arg.partition("=")
@@ -50,31 +45,20 @@ def resolve_config_args(argv: Sequence[str], kind: str | None = "train") -> list
             from vat.io import regular_file
 
             regular_file(value, flag)  # a FIFO would block the parser, /dev/zero fill memory
-        elif kind is not None and not _is_inline_config(value):
+        # jsonargparse also takes a config's text as the -c value (`-c '{"seed_everything": 1}'`)
+        elif kind is not None and not (
+            "\n" in value.strip() or ": " in value or value.lstrip().startswith(("{", "["))
+        ):
             existing(value, kind, flag)
     return out
 
 
 def existing(value: str, kind: str, flag: str = "-c") -> str:
-    """`value` when it is a file (or a link to check later), else one line naming `flag`:
-    no such config, the packaged ones of `kind` ("train", or "sweep": those under sweeps/)
-    and the nearest name."""
+    """`value` when it is a file (or a link to check later), else an error naming the packaged
+    configs of `kind` ("train" or "sweep") and the nearest one."""
     if Path(value).exists() or Path(value).is_symlink():
         return value
-    raise OptionError(flag, _no_config(value, kind))
-
-
-def _is_inline_config(value: str) -> bool:
-    """jsonargparse also takes a config's text as the -c value (`-c '{"seed_everything": 1}'`)."""
-    text = value.strip()
-    return "\n" in text or text.startswith(("{", "[")) or ": " in text
-
-
-def _no_config(value: str, kind: str) -> str:
-    """Why `value` is no config: the packaged ones of `kind` and the one nearest to it (by
-    its packaged name, "demo" for demoo.yaml, or a YAML file beside the one named)."""
-    sweeps = kind == "sweep"
-    names = [n for n in packaged_configs() if n.startswith("sweeps/") == sweeps]
+    names = [n for n in packaged_configs() if n.startswith("sweeps/") == (kind == "sweep")]
     # a sweep may be named without its folder: "sweep" is nearest to sweeps/sweep
     spellings = {**{n.rsplit("/", 1)[-1]: n for n in names}, **{n: n for n in names}}
     key = value.removesuffix(".yaml").removeprefix("configs/")
@@ -85,9 +69,10 @@ def _no_config(value: str, kind: str) -> str:
         beside = [str(p) for p in sorted(parent.glob("*.y*ml"))[:200]]
         hint = did_you_mean(value, beside)
     listed = ", ".join(names) or "none"
-    return (
+    raise OptionError(
+        flag,
         f"{value} is no file and no packaged config{hint}; the packaged {kind} configs: "
-        f"{listed} (vat config shows them)"
+        f"{listed} (vat config shows them)",
     )
 
 

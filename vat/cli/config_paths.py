@@ -1,7 +1,5 @@
-"""The input files a `vat train` config names, checked before anything starts. A config's
-relative paths are read from the folder `vat train` runs in (LightningCLI's rule), so a missing
-one says so, and where the file is if it lies beside the config or in vat's checkout.
-"""
+"""The input files a `vat train` config names, checked before anything starts (a relative path
+is read from the folder vat runs in, LightningCLI's rule, not the config's)."""
 
 from __future__ import annotations
 
@@ -28,17 +26,16 @@ def input_paths(cfg) -> Iterator[tuple[str, str]]:
     """(how the config names it, path) of every input path of a parsed `vat train` config."""
     data = cfg.get("data") or {}
     for key in INPUT_KEYS:
-        for value in _strings(data.get(key) if hasattr(data, "get") else None):
+        for value in _strings(data.get(key)):
             yield f"data.{key}", value
-    trainer = cfg.get("trainer") or {}
-    callbacks = trainer.get("callbacks") if hasattr(trainer, "get") else None
+    callbacks = (cfg.get("trainer") or {}).get("callbacks")
     for cb in callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []:
         if not hasattr(cb, "get"):
             continue  # an instance given in Python, not from the config
         name = str(cb.get("class_path", "")).rsplit(".", 1)[-1]
         args = cb.get("init_args") or {}
         for key in INPUT_KEYS:
-            for value in _strings(args.get(key) if hasattr(args, "get") else None):
+            for value in _strings(args.get(key)):
                 yield f"{name}: {key}", value
 
 
@@ -51,8 +48,8 @@ def _strings(value) -> list[str]:
 
 
 def check_input_paths(cfg, config_files: list[Path], checkout: Path | None) -> None:
-    """One line for the first relative input path of `cfg` that is not there (a glob is the
-    data module's to expand), naming where it was looked for and where it was found."""
+    """One line for the first relative input path of `cfg` that is not there (globs are the data
+    module's), naming where it was looked for and where it is."""
     cwd = Path.cwd()
     for label, value in input_paths(cfg):
         p = Path(value)
@@ -67,7 +64,6 @@ def check_input_paths(cfg, config_files: list[Path], checkout: Path | None) -> N
 
 
 def checkout_root() -> Path | None:
-    """The folder of vat's source checkout when vat runs from one (an editable install), whose
-    data/ the packaged configs name; None for an installed package."""
+    """The folder of vat's source checkout (whose data/ the packaged configs name), or None."""
     root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() and (root / "vat").is_dir() else None

@@ -1,13 +1,5 @@
-"""`vat evaluate`: SentEval-style evaluation of a vat checkpoint or any encoder.
-
-    vat evaluate --model runs/demo/checkpoints/last.ckpt --pooling mean \\
-        --tasks sts,MR,TREC --data-dir data/downstream --output results.json
-    vat evaluate --encoder ../shared/oracle/hashbow.py:encode --tasks all --skip-missing ...
-    vat evaluate --hf-model /path/to/all-MiniLM-L6-v2 --pooling mean --tasks sts ...
-    vat evaluate --model last.ckpt --finetune --tasks MR,SST2 --output finetune.json
-
-Results are JSON in SentEval's layout (docs/evaluate.md), written atomically.
-"""
+"""`vat evaluate`: SentEval-style evaluation of a vat model or any encoder; results are JSON in
+SentEval's layout (docs/evaluate.md)."""
 
 from __future__ import annotations
 
@@ -142,24 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _clean(x: object) -> object:
+def json_safe(x: object) -> object:
     """JSON-safe: NaN/inf -> null, numpy scalars -> Python."""
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     if hasattr(x, "item") and not isinstance(x, str):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
-
-
-def write_results(obj: dict, path: Path, overwrite: bool) -> None:
-    """Atomic write (vat.io): a failure or kill leaves no partial file and an old file untouched."""
-    if path.exists() and not overwrite:
-        raise VatError(f"--output {path} already exists; pass --overwrite to replace it")
-    write_json_atomic(path, _clean(obj))
 
 
 def _pct(x: object) -> str:
@@ -169,31 +154,25 @@ def _pct(x: object) -> str:
 def format_table(results: dict) -> str:
     """Paper-style tables (Tables 4 and 5): Spearman x 100 for STS, accuracy for transfer."""
     lines: list[str] = []
-    sts_cols, mean_row, concat_row = [], [], []
-    for t in ("STS12", "STS13", "STS14", "STS15", "STS16"):
-        if t in results:
-            sts_cols.append(t)
-            mean_row.append(results[t]["all"]["spearman"]["mean"])
-            concat_row.append(results[t]["all"]["spearman"].get("all"))
+    sts = {  # column: (mean of sets, concatenated)
+        t: (results[t]["all"]["spearman"]["mean"], results[t]["all"]["spearman"].get("all"))
+        for t in ("STS12", "STS13", "STS14", "STS15", "STS16")
+        if t in results
+    }
     for t, label in (("STSBenchmark", "STS-B"), ("SICKRelatedness", "SICK-R")):
         if f"{t}-cosine" in results:
-            sts_cols.append(label)
-            value = results[f"{t}-cosine"]["test"]["spearman"]
+            sts[label] = (results[f"{t}-cosine"]["test"]["spearman"],) * 2
         elif t in results:
-            sts_cols.append(label + " (reg)")
-            value = results[t]["spearman"]
-        else:
-            continue
-        mean_row.append(value)
-        concat_row.append(value)
-    if sts_cols:
-        width = max(8, *(len(c) + 1 for c in sts_cols))
+            sts[label + " (reg)"] = (results[t]["spearman"],) * 2
+    if sts:
+        width = max(8, *(len(c) + 1 for c in sts))
         lines.append(
             "STS, Spearman x 100 (cosine similarity; "
             "STS12-16: SentEval all.spearman.mean / concatenated 'all')"
         )
-        lines.append(f"{'':14}" + "".join(f"{c:>{width}}" for c in sts_cols) + f"{'Avg.':>{width}}")
-        for name, row in (("mean of sets", mean_row), ("concatenated", concat_row)):
+        lines.append(f"{'':14}" + "".join(f"{c:>{width}}" for c in sts) + f"{'Avg.':>{width}}")
+        for i, name in enumerate(("mean of sets", "concatenated")):
+            row = [pair[i] for pair in sts.values()]
             vals = [v for v in row if v is not None and math.isfinite(v)]
             avg = sum(vals) / len(vals) if vals else None
             cells = [*map(_pct, row), _pct(avg)]
@@ -247,9 +226,8 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str], device: st
 
 
 def _tasks_to_run(choice: TaskChoice, data_dir: str, skip_missing: bool) -> list[str]:
-    """A group's members present, and the tasks named on their own: those missing fail as they
-    load (naming --skip-missing), or with it are skipped, as are tasks whose files do not load.
-    What is left out is said in warning lines naming the tasks and the folder looked in."""
+    """A group's members present, and the tasks named on their own (those missing fail as they
+    load, or with --skip-missing are skipped with a warning line, as are tasks that do not load)."""
     if choice.named_absent and not skip_missing:
         return choice.tasks
     skipped = choice.absent + choice.named_absent
@@ -323,12 +301,18 @@ def _main(argv: Sequence[str] | None) -> int:
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
     if "features" in meta:  # the table's title names the vectors it scored
         print(f"{meta['encoder']}: features {meta['features']} ({meta['features_why']})")
-    print(format_table(results) if not args.finetune else _format_finetune(results))
+    if args.finetune:
+        print("Fine-tuning (encoder + dense layer), accuracy %")
+        print(f"{'task':16}{'dev':>8}{'test':>8}")
+        for t, r in results.items():
+            print(f"{t:16}{r['devacc']:>8.2f}{r['acc']:>8.2f}")
+    else:
+        print(format_table(results))
     if out is not None:
         from vat.eval.task_scores import task_scores  # one unit (percent), the requested names
 
         scores = task_scores(results, tasks)
-        write_results({**results, "_scores": scores, "_meta": meta}, out, args.overwrite)
+        write_json_atomic(out, json_safe({**results, "_scores": scores, "_meta": meta}))
         if not args.quiet:
             print(f"wrote {out}", file=sys.stderr)
     if plot is not None:
@@ -418,13 +402,5 @@ def _report_degenerate(results: dict, strict: bool) -> int:
     return 0
 
 
-def _format_finetune(results: dict) -> str:
-    lines = ["Fine-tuning (encoder + dense layer), accuracy %", f"{'task':16}{'dev':>8}{'test':>8}"]
-    for t, r in results.items():
-        lines.append(f"{t:16}{r['devacc']:>8.2f}{r['acc']:>8.2f}")
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat evaluate ...`."""
     return run_cli(_main, argv)

@@ -1,11 +1,5 @@
-"""`vat explore`: the latent space of one model in the browser (docs/explore.md).
-
-    vat explore --model demo-wordnet-d64 --corpus data/demo_val.txt
-    vat explore --model runs/demo --port 8000
-
-A local web page (gradio) whose views are the methods of `vat.explore.Explorer`. It binds to
-127.0.0.1 and sends nothing off the machine unless asked (`--share`, `--analytics`).
-"""
+"""`vat explore`: the latent space of one model on a local gradio page (docs/explore.md) that
+sends nothing off the machine unless asked (`--share`, `--analytics`)."""
 
 from __future__ import annotations
 
@@ -64,9 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_port(host: str, port: int) -> int:
-    """The port to serve on: `port`, refused in one line when it cannot be bound, or a free
-    one for 0. Checked before the model is read, so a busy port costs no load time. The
-    host's own address family is bound (IPv6 for `::1` or `::`), as the server will."""
+    """`port` (a free one for 0), refused in one line before the model loads when it cannot be
+    bound in the host's own address family, as the server will bind it."""
     try:
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -96,8 +89,7 @@ def _hostport(host: str, port: int) -> str:
 
 
 def reachable_from_elsewhere(host: str) -> bool:
-    """True when a page bound to `host` answers other machines: every address it names that
-    is not a loopback one (0.0.0.0 and :: are every interface)."""
+    """True when a page bound to `host` answers other machines (a non-loopback address)."""
     import ipaddress
 
     try:
@@ -108,8 +100,7 @@ def reachable_from_elsewhere(host: str) -> bool:
 
 
 def served_url(host: str, port: int) -> str:
-    """The address the page is bound to, as a URL; for every interface (0.0.0.0, ::) also the
-    one to open on this machine."""
+    """The page's URL; for every interface (0.0.0.0, ::) also the one to open on this machine."""
     url = f"http://{_hostport(host, port)}/"
     if host in ("0.0.0.0", "::", ""):
         local = _hostport("127.0.0.1" if host != "::" else "::1", port)
@@ -118,9 +109,8 @@ def served_url(host: str, port: int) -> str:
 
 
 def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None]:
-    """(lines, name, note): --corpus FILE's first --corpus-limit lines, else the first
-    --corpus-limit sentences of a training checkpoint's fitting sample (held in the
-    checkpoint, so no file is read), else None with a note saying why."""
+    """(lines, name, note): --corpus FILE's first --corpus-limit lines, else those of a training
+    checkpoint's fitting sample, else None with a note saying why."""
     if args.corpus is None:
         if loaded.fit_sample is None:
             note = (
@@ -196,5 +186,4 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat explore ...`."""
     return run_cli(_main, argv)

@@ -1,13 +1,5 @@
-"""`vat export MODEL DIR`: a model as a shareable folder (no trainer state; docs/sharing.md).
-
-    vat export runs/demo my-vat                          # a run folder: its best checkpoint
-    vat export runs/vat/checkpoints/last.ckpt my-vat --push-to-hub user/my-vat
-    vat export my-vat --push-to-hub user/my-vat          # push a folder already exported
-    vat export runs/demo my-vat --evaluate STS12,STSBenchmark --license mit
-
-The command is `vat.load(MODEL).save_pretrained(DIR, ...)`, then an upload; with --evaluate
-it prints the scores it recorded (`scores_table`).
-"""
+"""`vat export MODEL DIR`: `vat.load(MODEL).save_pretrained(DIR, ...)`, a shareable folder
+(docs/sharing.md), then an optional upload to the Hub."""
 
 from __future__ import annotations
 
@@ -87,8 +79,7 @@ def build_parser() -> Parser:
 
 
 def scores_table(folder: Path) -> str:
-    """The scores an export recorded in config.json ("evaluation"), one row per task, percent,
-    under the feature spec they scored."""
+    """The scores an export recorded in config.json ("evaluation"), one row per task."""
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     scores = config.get("evaluation") or []
     specs = ", ".join(dict.fromkeys(str(s.get("features", "?")) for s in scores))

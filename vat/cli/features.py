@@ -1,12 +1,5 @@
-"""Feature-spec options of `vat evaluate`, and `vat features compare`.
-
-    vat evaluate --ckpt last.ckpt --tasks sts --features firstlast/sif/pc1
-    vat features compare --ckpt last.ckpt --output-dir feature-compare [--classification]
-
-`compare` scores every source x weighting x post-processing on the STS tasks present and
-writes `compare.csv`, `compare.md` and `compare.png`, printing the table of `compare.md` on
-stdout (notes and bars go to stderr). The experiment is vat.features.compare.
-"""
+"""Feature-spec options of `vat evaluate`, and `vat features compare` (every spec scored on the
+STS tasks present: vat.features.compare)."""
 
 from __future__ import annotations
 
@@ -69,8 +62,7 @@ def add_feature_options(p: argparse.ArgumentParser) -> None:
 
 
 def fit_options(args: argparse.Namespace, tasks: Sequence[str]) -> tuple[FitOptions, bool]:
-    """What `vat evaluate --features` fits on, and whether the fit is stored beside the model;
-    fitting files inside --data-dir are refused without --fit-transductive."""
+    """What `vat evaluate --features` fits on, and whether the fit is stored beside the model."""
     from vat.features.fitting import FitOptions, check_not_evaluation_data
 
     common = {"n_fit": args.fit_sentences, "count_files": args.count_files or None}
@@ -166,7 +158,3 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(_main, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,5 @@
-"""`vat generate COMMAND`: text from a checkpoint's latent space (see docs/generate.md).
-
-Results go to stdout, one line per input line in input order (or JSON Lines with --json);
-notes, warnings and progress bars go to stderr. Only \\n and \\r\\n end an input line.
-"""
+"""`vat generate COMMAND`: text from a model's latent space (docs/generate.md), one stdout line
+per input line (or JSON Lines); notes go to stderr. Only \\n and \\r\\n end an input line."""
 
 from __future__ import annotations
 
@@ -20,7 +17,6 @@ from vat.cli.common import (
     add_common,
     add_model_option,
     add_output,
-    check_utf8_arguments,
     finite,
     number_list,
     show_progress,
@@ -189,7 +185,11 @@ def _options(args: argparse.Namespace) -> DecodeOptions:
 
 
 def _main(argv: Sequence[str]) -> int:
-    check_utf8_arguments(argv)
+    for i, value in enumerate(argv, 1):
+        try:
+            value.encode("utf-8")  # a lone surrogate: bytes that are not UTF-8
+        except UnicodeEncodeError:
+            raise VatError(f"argument {i} is not valid UTF-8 text") from None
     args = _parser().parse_args(argv)  # counts and scales refused here, before the model loads
     opts = _options(args)
     output = check_output_file(args.output, args.overwrite, "--output", "text file")
@@ -216,5 +216,4 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat generate ...`."""
     return run_cli(_main, argv)

@@ -122,9 +122,8 @@ def _note_if_deterministic(
     results: Sequence[Sequence[str]],
     labels: Sequence[str],
 ) -> None:
-    """One stderr note when the samples repeat the mu-decoding (vat.generate.variation): n
-    copies of the input would otherwise pass for n samples. Not for token sampling (its
-    variation is not the latent's), tau 0 (z = mu) or latents from the prior."""
+    """One stderr note when latent samples repeat the mu-decoding (vat.generate.variation): n
+    copies of the input would otherwise pass for n samples."""
     prior = getattr(args, "source", "") == "prior"
     if args.quiet or opts.strategy == "sample" or args.tau == 0 or prior:
         return

@@ -1,14 +1,5 @@
-"""`vat geometry`: latent geometry of a vat checkpoint or a Hugging Face encoder.
-
-    vat geometry --model runs/vat/checkpoints/last.ckpt --output geometry.json \\
-        --plot-dir geometry-plots    # + spectrum.png, kl_per_dim.png, active_units.png
-    vat geometry --hf-model DIR --layer 3 --data-dir ../shared/data/senteval \\
-        --output minilm_layer3.json
-
-Encodes the probe (`vat.geometry.probes`; default: SentEval's STS12), computes every metric of
-`vat.geometry.metrics` on the token vectors (a VAT's posterior means mu; a Hugging Face model's
-hidden states at --layer, special tokens excluded), prints a table and writes JSON atomically.
-"""
+"""`vat geometry`: every metric of `vat.geometry.metrics` on the token vectors of a probe (a
+VAT's posterior means mu, or a Hugging Face model's hidden states at --layer)."""
 
 from __future__ import annotations
 
@@ -93,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _PlotFile(argparse.Action):
-    """`--plot` names one PNG file in every vat command; geometry draws three. So `--plot X.png`
-    is a one-line error naming --plot-dir, and `--plot DIR` an older spelling of --plot-dir."""
+    """`--plot X.png` (one PNG in every other command) is an error naming --plot-dir, and
+    `--plot DIR` an older spelling of --plot-dir."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if Path(values).suffix.lower() == ".png":
@@ -192,8 +183,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _encode(args: argparse.Namespace, loaded, sentences: list[str]):
-    """(model info, token vectors, prior_std | None, token_text) of the loaded VAT, else of
-    --hf-model."""
+    """(model info, token vectors, prior_std | None, token_text) of the VAT or --hf-model."""
     if loaded is not None:
         from vat.features import token_vectors
 
@@ -249,5 +239,4 @@ def _types(items, token_text) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat geometry ...`."""
     return run_cli(_main, argv)

@@ -1,7 +1,4 @@
-"""`vat mteb --model DIR`: MTEB's English STS tasks on a VAT (`vat.integrations.mteb`).
-
-mteb is optional (`pip install "vat[integrations]"`), so it is imported when the command runs.
-"""
+"""`vat mteb --model DIR`: MTEB's English STS tasks on a VAT (`vat.integrations.mteb`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""`vat pretrained`: the models that ship with vat, loadable by name with no network.
-
-    vat pretrained                  list them: name, shape, rate, data, scores, size
-    vat pretrained show NAME        print one model's card
-
-Adding one is a maintainer's step in a checkout: scripts/add_pretrained.py DIR --name NAME.
-`--model NAME` and `vat.load(NAME)` load a shipped model (vat.share.resolve).
-"""
+"""`vat pretrained [show NAME]`: the models that ship with vat, loadable by name with no
+network (adding one: scripts/add_pretrained.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""`vat score`: the table text-VAE papers report, for one model on one text file.
-
-    vat score --model demo-wordnet-d64 data/demo_val.txt --samples 100
-    vat score --model runs/corpus_cpu newstest2019.de-en.en --limit 500 --output score.json
-
-docs/score.md gives every formula; the library function is `vat.score.table.score_table`, and
-`vat.load(MODEL).score(lines, samples=K)` gives the same numbers.
-"""
+"""`vat score`: the table text-VAE papers report, for one model on one text file
+(`vat.score.table.score_table`; formulas in docs/score.md)."""
 
 from __future__ import annotations
 
@@ -94,8 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(source: str, on_bad_bytes: Literal["error", "skip"], limit: int | None) -> list[str]:
-    """The first `limit` (all without one) non-empty stripped lines of FILE or stdin, read
-    lazily (`yes | vat score - --limit 3` ends)."""
+    """The first `limit` non-empty stripped lines of FILE or stdin, read lazily."""
     hint = "--on-bad-bytes skip skips such lines"
     lines = read_text_lines(source, "FILE", limit, on_bad_bytes, hint)
     return [s.strip() for s in lines if s.strip()]
@@ -143,5 +136,4 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat score ...`."""
     return run_cli(_main, argv)

@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -16,9 +16,6 @@ from vat.cli.common import Parser, add_renamed
 from vat.cli.config import existing, resolve_config_args
 from vat.errors import VatError, run_cli
 from vat.io import folder
-
-if TYPE_CHECKING:
-    from vat.experiments.sweep import Runner
 
 
 def _values(text: str) -> list[Any]:
@@ -66,9 +63,11 @@ def _main(argv: Sequence[str] | None) -> int:
     # torch and Lightning are imported once the arguments are parsed: --help answers at once
     from tqdm import tqdm
 
+    from vat.cli.train import check_args, prepare_data
+    from vat.cli.train import main as train_main
     from vat.experiments.config import SweepConfig
     from vat.experiments.frontier import FAILED, markdown_table
-    from vat.experiments.sweep import run_sweep
+    from vat.experiments.sweep import Runner, run_sweep
     from vat.runs.run_dir import MANIFEST_NAME, check_place
     from vat.runtime import apply_cpu_threads
 
@@ -105,8 +104,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if not args.quiet:
             tqdm.write(f"[sweep] {message}", file=sys.stderr)
 
+    run = Runner(train_main, check_args, prepare_data, (sys.executable, "-m", "vat", "sweep"))
     records = run_sweep(
-        _runner(),
+        run,
         cfg,
         log=log,
         config_path=args.config,
@@ -127,18 +127,8 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def _runner() -> Runner:
-    from vat.cli.train import check_args, prepare_data
-    from vat.cli.train import main as train_main
-    from vat.experiments.sweep import Runner
-
-    return Runner(train_main, check_args, prepare_data, (sys.executable, "-m", "vat", "sweep"))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """`vat sweep`: 0 on success, 2 on a user error. `-c NAME` is resolved first, so that a
-    packaged config (`vat config`) works by name; a -c that is a FIFO, a device, a folder or a
-    symlink loop is a one-line error too."""
+    """`vat sweep`, with `-c NAME` resolved first (a packaged config by name)."""
 
     def run(args: Sequence[str] | None) -> int:
         return _main(None if args is None else resolve_config_args(list(args), kind=None))

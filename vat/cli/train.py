@@ -1,17 +1,10 @@
-"""`vat train -c configs/<name>.yaml` (= `vat train fit ...`): LightningCLI over vat.
-
-One run is one directory, `--run_dir` (default runs/vat): TensorBoard events, config.yaml,
-tokenizer.json and checkpoints/ (last.ckpt, the best on `--best_monitor`, and
-on_exception.ckpt). Resume a killed run with the same command plus `--ckpt_path last`; the
-rules for run directories (no silent resume, --overwrite, the lock, what a resume may
-change) live in vat/runs/run_dir.py.
-"""
+"""`vat train -c configs/<name>.yaml` (= `vat train fit ...`): LightningCLI over vat, one run
+per `--run_dir` (its rules: vat/runs/run_dir.py)."""
 
 from __future__ import annotations
 
 import copy
 import errno
-import functools
 import logging
 import re
 import sys
@@ -32,6 +25,7 @@ from vat.callbacks.progress import StepProgressBar
 from vat.callbacks.summary import TrainingSummary
 from vat.callbacks.time_split import TimeSplit
 from vat.cli import trainer_settings as settings
+from vat.cli.common import option_strings
 from vat.cli.config_paths import check_input_paths, checkout_root
 from vat.cli.whole_numbers import read_whole_numbers_as_int
 from vat.data.datamodule import VATDataModule
@@ -64,61 +58,38 @@ class _OneLineErrorParser(LightningArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str, ex: Exception | None = None):  # noqa: D401
+    def error(self, message: str, ex: Exception | None = None):
         lines = [ln.strip(" -") for ln in str(message).splitlines() if ln.strip(" -")]
         self.exit(2, f"error: {'; '.join(lines[:3])}{self._did_you_mean(str(message))}\n")
 
     def _did_you_mean(self, message: str) -> str:
-        """` (did you mean --trainer.max_steps?)` for the first unknown option or config key
-        of jsonargparse's message that is near a real one."""
+        """` (did you mean --trainer.max_steps?)` for the first unknown option or config key."""
         flag = "unrecognized arguments:" in message  # else a config file's key
         unknown = (
             re.findall(r"(?:^|\s)--([\w.]+)", message.split("unrecognized arguments:")[-1])
             if flag
             else re.findall(r"does not accept option '([\w.]+)'", message)
         )
-        near = nearest(unknown[0], sorted(_option_names(self))) if unknown else None
+        names = sorted(o[2:] for o in option_strings(self))
+        near = nearest(unknown[0], names) if unknown else None
         return f" (did you mean {'--' if flag else ''}{near}?)" if near else ""
 
 
-def _option_names(parser) -> set[str]:
-    """Every option of `parser` and of its subcommands' parsers, without the leading --."""
-    names: set[str] = set()
-    for action in parser._actions:
-        names.update(o.lstrip("-") for o in action.option_strings if o.startswith("--"))
-        for sub in (getattr(action, "choices", None) or {}).values():
-            if hasattr(sub, "_actions"):
-                names |= _option_names(sub)
-    return names
-
-
 class VATCLI(LightningCLI):
-    """LightningCLI as vat's option parser: the constructor reads the config files and the
-    command line and builds nothing; `check_run_folder`, `build`, `begin` and `fit` below are
-    the steps that follow, and train.py shows them in order."""
+    """LightningCLI as vat's option parser only: it reads the configs and the command line
+    and builds nothing; train.py shows the steps that follow."""
 
     def __init__(self, *args, **kwargs) -> None:
-        # taken from the command line alone, never from a config file (a run folder's own
-        # config.yaml could say it): it lets the run folder's compile cache run as code
+        # from the command line alone, never a config file: it lets a cache run as code
         kwargs["args"], self.trust_compile_cache = _trust_option(kwargs.get("args"))
         super().__init__(*args, **kwargs)
 
-    # Four of LightningCLI's constructor steps are left to vat's own steps. Without these
-    # overrides the constructor would torch.load --ckpt_path itself before vat resolves `last`
-    # and checks the file (a damaged checkpoint would be a traceback, not one line), log the
-    # seed before a refusal (two lines, not one), build the data, system and trainer before
-    # the run folder is checked, and run the stage.
-    def _parse_ckpt_path(self) -> None:
-        """Nothing here: `check_run_folder` merges the checkpoint's hyperparameters."""
+    def _skip(self, *args) -> None:
+        pass
 
-    def _set_seed(self) -> None:
-        """Nothing here: `build` seeds, once the checks have passed."""
-
-    def instantiate_classes(self) -> None:
-        """Nothing here: `build` builds the data, system and trainer."""
-
-    def _run_subcommand(self, subcommand: str) -> None:
-        """Nothing here: `fit` and `run_stage` run the stage."""
+    # Left to vat's steps, so that a damaged --ckpt_path is one line, no seed is logged before
+    # a refusal and nothing is built before the run folder is checked.
+    _parse_ckpt_path = _set_seed = instantiate_classes = _run_subcommand = _skip
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -151,12 +122,9 @@ class VATCLI(LightningCLI):
             "--compile-cache",
             type=bool,
             default=True,
-            help="With model.compile: keep the compiled training step in RUN_DIR/"
-            "compile_cache.bin, signed with your own key, and load it at the next launch on "
-            "the same torch and device (vat/train/compile_cache.py); false: compile afresh "
-            "each launch. The cache is code that torch runs: one you did not save (a copied "
-            "run folder) is loaded only with --trust-compile-cache, which vat takes from the "
-            "command line alone.",
+            help="With model.compile: keep the compiled step in RUN_DIR/compile_cache.bin, "
+            "signed with your key, for the next launch on the same torch and device; false: "
+            "compile afresh. A cache you did not save runs only with --trust-compile-cache.",
         )
         parser.add_argument(
             "--init_from",
@@ -195,9 +163,7 @@ class VATCLI(LightningCLI):
 
 @dataclass
 class Start:
-    """What `check_run_folder` decided: the config file this start writes, the fresh run that
-    `begin` starts (None: a resume, or not the run folder's owner), the model --init-from
-    continues, and the thread line `begin` says."""
+    """What `check_run_folder` decided, for `build` and `begin` (fresh None: nothing to start)."""
 
     config_file: str = "config.yaml"
     fresh: rd.FreshStart | None = None
@@ -206,11 +172,8 @@ class Start:
 
 
 def parse(args: list[str], stages: tuple[str, ...] = ("fit",)) -> tuple[VATCLI, str | None]:
-    """`vat train STAGE ARGS` read by LightningCLI's parser, nothing built. vat's own options
-    first: `--threads N` (the CPU thread rule, vat.runtime.cpu_threads, applied at once,
-    before torch works), and `--no-progress` and `--quiet` (no progress bars, and quiet, no
-    model summary or thread line either). Returns the CLI and the thread line to say once
-    training starts."""
+    """`vat train STAGE ARGS` parsed, nothing built, after vat's own `--threads N` (applied at
+    once), `--no-progress` and `--quiet`; returns the CLI and the thread line to say later."""
     args, threads = _threads_option(args)
     quiet, note = "--quiet" in args, None
     if quiet or "--no-progress" in args:
@@ -235,19 +198,17 @@ def _cfg(cli: VATCLI):
 
 
 def check_run_folder(cli: VATCLI, threads_note: str | None = None) -> Start:
-    """The settings, devices and folders checked before any file exists; for fit, the run
-    folder locked and judged (a fresh run, a resume of the same model and data, or
-    --overwrite: vat.runs.run_dir) and --init-from resolved; then the checkpoint's
-    hyperparameters taken into the config, from the command's one read of it."""
+    """Settings, devices and folders checked before any file exists; for fit, the run folder
+    locked and judged (vat.runs.run_dir); --init-from resolved; the checkpoint's hparams taken."""
     sub, cfg = cli.subcommand, _cfg(cli)
-    start = Start(f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml")
-    start.threads_note = threads_note
+    config_file = f"config-{sub}.yaml" if sub in ("validate", "test") else "config.yaml"
+    start = Start(config_file, threads_note=threads_note)
     settings.check_settings(cfg.trainer, sub)
     settings.check_devices(cfg.trainer.accelerator, cfg.trainer.devices)
     rd.check_folders(cfg)
     given = [Path(str(c)) for c in (cfg.get("config") or [])]
     check_input_paths(cfg, given, checkout_root())
-    read = _checkpoint_io(cli).read
+    read = cli.trainer_defaults["plugins"][0].read  # the AtomicCheckpointIO of trainer_defaults
     if cfg.get("init_from") is not None:
         if sub != "fit":
             raise VatError(
@@ -264,14 +225,17 @@ def check_run_folder(cli: VATCLI, threads_note: str | None = None) -> Start:
 
 
 def _take_checkpoint_hparams(cli: VATCLI, ckpt: dict) -> None:
-    """The checkpoint's model hyperparameters into the config (LightningCLI's own step), but for
-    those a resume may change (vat.runs.run_dir.RESUME_MAY_CHANGE), where this command's win."""
+    """The checkpoint's model hparams into the config (LightningCLI's step), but for those a
+    resume may change (rd.RESUME_MAY_CHANGE), where this command's win."""
     hparams = copy.deepcopy(ckpt.get("hyper_parameters") or {})
     hparams.pop("_instantiator", None)
     for key in rd.RESUME_MAY_CHANGE:
-        section, _, rest = key.partition(".")
-        if section == "model":
-            _drop(hparams, rest)
+        section, *path, last = key.split(".")
+        tree = hparams if section == "model" else {}
+        for part in path:
+            tree = tree.get(part) if isinstance(tree, dict) else None
+        if isinstance(tree, dict):
+            tree.pop(last, None)
     if not hparams:
         return
     if "_class_path" in hparams:
@@ -283,14 +247,9 @@ def _take_checkpoint_hparams(cli: VATCLI, ckpt: dict) -> None:
         raise
 
 
-def _checkpoint_io(cli: VATCLI) -> AtomicCheckpointIO:
-    return next(p for p in cli.trainer_defaults["plugins"] if isinstance(p, AtomicCheckpointIO))
-
-
 def _continue_from(cli: VATCLI, cfg, read) -> init_from.Source:
-    """--init-from MODEL: the run's config given the model's shape (vat.train.init_from).
-    A resume of the continued run takes it from its own checkpoint instead, and a
-    checkpoint of this very run is resumed, not continued."""
+    """--init-from MODEL: the run's config given the model's shape (vat.train.init_from); a
+    resume takes it from its own checkpoint, and a checkpoint of this run is resumed."""
     from vat.share.resolve import load_model, resolve_model
 
     defaults = cli._subcommand_parsers["fit"].get_defaults()
@@ -323,22 +282,16 @@ def _continue_from(cli: VATCLI, cfg, read) -> init_from.Source:
 
 
 def build(cli: VATCLI, start: Start | None = None) -> tuple[VATDataModule, VATSystem, Trainer]:
-    """The data module, the system and the trainer, with vat's logger (a fixed folder, so a
-    resume continues the same TensorBoard run) and callbacks."""
+    """The data module, system and trainer, with vat's callbacks and logger (a fixed folder: a
+    resume continues the same TensorBoard run)."""
     start = start or Start()
     cfg, callbacks = _cfg(cli), cli.trainer_defaults["callbacks"]
     run_dir = cfg.run_dir
     if cfg.trainer.logger in (None, True):
-        cfg.trainer.logger = {
-            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-            # no hp_metric = -1 in TensorBoard's hparams tab: vat logs no such metric
-            "init_args": {
-                "save_dir": run_dir,
-                "name": "",
-                "version": "",
-                "default_hp_metric": False,
-            },
-        }
+        # no hp_metric = -1 in TensorBoard's hparams tab: vat logs no such metric
+        init = {"save_dir": run_dir, "name": "", "version": "", "default_hp_metric": False}
+        logger = "lightning.pytorch.loggers.TensorBoardLogger"
+        cfg.trainer.logger = {"class_path": logger, "init_args": init}
     if cfg.checkpoint.dirpath is None:
         cfg.checkpoint.dirpath = str(Path(run_dir) / "checkpoints")
     callbacks.append(ExceptionCheckpoint(cfg.checkpoint.dirpath))  # what a crash interrupted
@@ -369,9 +322,8 @@ def build(cli: VATCLI, start: Start | None = None) -> tuple[VATDataModule, VATSy
 
 
 def begin(cli: VATCLI, start: Start) -> None:
-    """The run begins: --init-from's tokenizer (and weights, when fresh) taken, the trainer
-    settings checked against the data, and a fresh run's old files replaced and its record
-    written. A start refused before here leaves an earlier run whole and writes nothing."""
+    """--init-from's tokenizer (and weights) taken, the settings checked against the data, and a
+    fresh run's record written: a start refused before here writes nothing."""
     cfg, data, trainer = cli.config.fit, cli.datamodule, cli.trainer
     init = start.init
     if init is not None:
@@ -399,8 +351,7 @@ def begin(cli: VATCLI, start: Start) -> None:
 
 
 def _no_best_checkpoint(cli: VATCLI, cfg, no_val_data: bool) -> None:
-    """Without validation nothing is logged to --best_monitor: the best checkpoint is
-    dropped with a note (not Lightning's warning about a missing key at every save)."""
+    """Without validation the best checkpoint is dropped with a note, not a warning per save."""
     why = (
         "the data holds no validation sentences"
         if no_val_data
@@ -413,8 +364,7 @@ def _no_best_checkpoint(cli: VATCLI, cfg, no_val_data: bool) -> None:
 
 
 def fit(trainer: Trainer, system: VATSystem, data: VATDataModule, ckpt_path: str | None) -> int:
-    """trainer.fit; returns the exit code: 0, or 130 / 143 for a run that Ctrl-C or SIGTERM
-    stopped at a whole step with last.ckpt saved (vat.train.interrupt)."""
+    """trainer.fit; the exit code is 130 / 143 after Ctrl-C / SIGTERM (vat.train.interrupt)."""
     stop = next(c for c in trainer.callbacks if isinstance(c, StopOnSignal))
     try:
         trainer.fit(system, datamodule=data, ckpt_path=ckpt_path)
@@ -434,8 +384,7 @@ def train(args: list[str]) -> int:
 
 
 def run_stage(args: list[str]) -> int:
-    """`vat train fit|validate|test ARGS`: fit is `train`; validate and test measure the
-    checkpoint's model on the data."""
+    """`vat train fit|validate|test ARGS`: fit is `train`; validate and test measure a model."""
     if not args or args[0] == "fit":
         return train(args)
     cli, _ = parse(args, stages=("validate", "test"))
@@ -452,15 +401,6 @@ def run_stage(args: list[str]) -> int:
     return 0
 
 
-def _drop(tree: dict, dotted: str) -> None:
-    """Remove the key `a.b.c` from nested dicts, if there."""
-    *path, last = dotted.split(".")
-    for part in path:
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    if isinstance(tree, dict):
-        tree.pop(last, None)
-
-
 def trainer_defaults() -> dict:
     return {
         "callbacks": [LearningRateMonitor(logging_interval="step")],
@@ -473,9 +413,9 @@ def trainer_defaults() -> dict:
 
 
 def _quiet_warnings() -> None:
-    # config.yaml cannot record the AtomicCheckpointIO instance from trainer_defaults; it is
-    # not a user setting, so jsonargparse's warning about it is noise. The sweep calls main()
-    # with explicit args while its own sys.argv holds the sweep's options: intended here.
+    # Noise the user cannot act on: the AtomicCheckpointIO that config.yaml cannot record, the
+    # args a sweep passes, a full checkpoints/ on a resume (a fresh run needs an empty one),
+    # Lightning's own _pytree use and its advertising tips.
     warnings.filterwarnings(
         "ignore",
         message=r"\s*Unable to serialize instance <vat\.train\.checkpointing\.AtomicCheckpointIO",
@@ -483,11 +423,7 @@ def _quiet_warnings() -> None:
     warnings.filterwarnings(
         "ignore", message=r"LightningCLI's args parameter is intended to run from within Python"
     )
-    # vat.runs.run_dir lets a fresh run start only in a directory without checkpoints, so this
-    # warning only ever fires on a resume, where a full checkpoints/ is expected.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    # Noise the user cannot act on: Lightning's own _pytree use (torch deprecation) and its
-    # advertising tips.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logger = logging.getLogger(name)
@@ -496,8 +432,7 @@ def _quiet_warnings() -> None:
 
 
 class _NoTips(logging.Filter):
-    """Drops Lightning's "💡 Tip: ..." messages (litlogger, litmodels), and its note that
-    vat's own model summary replaces the default one (vat.callbacks.model_summary)."""
+    """Drops Lightning's "💡 Tip: ..." lines and its note that vat's summary replaces its own."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = str(record.msg)
@@ -505,11 +440,7 @@ class _NoTips(logging.Filter):
 
 
 def main(args: list[str] | None = None) -> int:
-    """Entry point; `args` defaults to sys.argv[1:]. `--debug` shows tracebacks of user errors.
-
-    DDP re-launches the script with its original sys.argv, so each rank re-enters here.
-    """
-    _quiet_warnings()
+    """Entry point (`args` default sys.argv[1:]); DDP re-launches each rank into it."""
     return _run(run_stage, args)
 
 
@@ -535,11 +466,9 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _run(fn, args: list[str] | None) -> int:
-    """Run fn(args) through the one error wrapper (vat.errors.run_cli). A full disk is one
-    line too. The first Ctrl-C or SIGTERM during training stops it at the end of a step, saves
-    last.ckpt and exits with 130 or 143 (vat.train.interrupt says so in one line); one before
-    training or a second one is "error: interrupted", exit 130. The run directory's lock is
-    released on return."""
+    """fn(args) through vat.errors.run_cli, a full disk and known outside failures one line too;
+    a Ctrl-C that Lightning turned into SystemExit is "error: interrupted", and the run folder's
+    lock is released on return."""
 
     def call(argv: list[str]) -> int:
         reset_state()
@@ -553,79 +482,52 @@ def _run(fn, args: list[str] | None) -> int:
                 raise
             raise KeyboardInterrupt from None
         except OSError as e:
-            if isinstance(e, VatError) or e.errno not in _DISK_FULL:
+            if e.errno not in _DISK_FULL:
                 raise
             raise VatError(f"cannot write {e.filename or 'a file'}: {e.strerror}") from e
-        except Exception as e:  # outside failures with a known way out (vat.cli.outside_failures)
-            from vat.cli.outside_failures import outside_failure
+        except Exception as e:
+            from vat.cli.outside_failures import causes, outside_failure
 
-            ours = _vat_error_inside(e)
-            if ours is not None:  # jsonargparse wraps a callback's own error in a ValueError
-                raise ours from e
-            one_line = outside_failure(e)
+            # jsonargparse wraps a callback's own VatError ("Does not validate against any of
+            # the Union subtypes"); other known outside failures have a way out
+            ours = next((c for c in causes(e) if c is not e and isinstance(c, VatError)), None)
+            one_line = ours or outside_failure(e)
             if one_line is None:
                 raise
             raise one_line from e
         finally:
             rd.release_locks(failed=not ok)  # a start refused before it began leaves no folder
 
+    _quiet_warnings()
     return run_cli(call, args, extra_errors=TRAIN_ERRORS)
 
 
-def _vat_error_inside(e: BaseException) -> VatError | None:
-    """The VatError a library wrapped on its way out (jsonargparse turns an error raised while
-    it instantiates a callback from the config into "Does not validate against any of the
-    Union subtypes" with the VatError as its cause), or None."""
-    seen: set[int] = set()
-    cause: BaseException | None = e.__cause__ or e.__context__
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, VatError):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
 def prepare_data(args: list[str]) -> int:
-    """Build the tokenizer and tokenized-data cache of a train config without training.
-
-    `args` are `vat train`'s arguments without the subcommand (e.g. ["-c", "configs/x.yaml"]).
-    Used before starting several trainings on the same data at once (the parallel sweep),
-    so that they read one cache instead of each building its own.
-    """
-    _quiet_warnings()
+    """The tokenizer and token cache of `vat train` args (no subcommand) built, no training: a
+    parallel sweep's runs then share one cache."""
     return _run(lambda a: build(_build_cli(a, run=False))[0].prepare_data(), args)
 
 
 def check_args(args: list[str]) -> int:
-    """Build the config, model, data module and trainer of a train config (their constructors
-    check every value's range) without reading data or training: nothing is written.
-    `args` as for `prepare_data`; `vat sweep` checks every point this way before any trains."""
-    _quiet_warnings()
+    """Everything of `vat train` args built (the constructors check each value), nothing read or
+    written: `vat sweep` checks every point this way before any trains."""
     return _run(lambda a: build(_build_cli(a, run=False)), args)
 
 
-def _raise(e: BaseException, _args) -> None:
-    raise e
-
-
 def _threads_option(args: list[str]) -> tuple[list[str], int | None]:
-    """`--threads N` / `--threads=N` taken out of the arguments (vat's option, not
-    LightningCLI's): (the other arguments, N or None)."""
-    rest, value, i = [], None, 0
-    while i < len(args):
-        a = args[i]
-        if a == "--threads" or a.startswith("--threads="):
-            if a == "--threads":
-                if i + 1 >= len(args):
-                    raise VatError("--threads needs a value, a whole number >= 1")
-                text, i = args[i + 1], i + 2
-            else:
-                text, i = a.split("=", 1)[1], i + 1
-            value = thread_count(text, "--threads")
+    """`--threads N` / `--threads=N` (vat's, not LightningCLI's) taken out: (the rest, N)."""
+    rest, value, given = [], None, iter(args)
+    for a in given:
+        if a == "--threads":
+            text = next(given, None)
+            if text is None:
+                raise VatError("--threads needs a value, a whole number >= 1")
+        elif a.startswith("--threads="):
+            text = a.split("=", 1)[1]
+        else:
+            rest.append(a)
             continue
-        rest.append(a)
-        i += 1
+        value = thread_count(text, "--threads")
     return rest, value
 
 
@@ -636,42 +538,25 @@ def _trust_option(args: list[str] | None) -> tuple[list[str] | None, bool]:
     """`--trust-compile-cache` taken out of the arguments: (the other arguments, given)."""
     if args is None:
         return None, False
-    return [a for a in args if a not in TRUST_COMPILE_CACHE], any(
-        a in TRUST_COMPILE_CACHE for a in args
-    )
-
-
-def _underscored(arg: str) -> str:
-    """`--init-from` (vat's spelling, as every other command's options) is LightningCLI's
-    `--init_from`, whose options are spelled with underscores (--run_dir, --ckpt_path)."""
-    if arg == "--init-from" or arg.startswith("--init-from="):
-        return "--init_from" + arg[len("--init-from") :]
-    return arg
+    rest = [a for a in args if a not in TRUST_COMPILE_CACHE]
+    return rest, len(rest) < len(args)
 
 
 def vat_train(argv: list[str]) -> int:
-    """`vat train ARGS` = `vat train fit ARGS` (`vat train validate|test ...` also work).
-
-    `-c NAME` may name a packaged config (`vat config`); `--threads N` sets the CPU threads
-    (default: vat.runtime.cpu_threads's rule); `--no-progress` and `--quiet` are the
-    options every vat command shares: no progress bars (training's, and the data module's
-    while it tokenizes) and, quiet, no model summary either.
-    """
+    """`vat train ARGS` = `vat train fit ARGS` (`vat train validate|test ...` also work)."""
     return run_training(run_stage, argv)
 
 
 def run_training(fn, argv: list[str]) -> int:
-    """fn(args) for `vat train ARGV` and train.py: packaged config names resolved (with `fit`
-    when no subcommand is named), then vat's one error wrapper, Ctrl-C handling and exit
-    codes (`_run`)."""
+    """fn(args) for `vat train ARGV` and train.py: packaged configs resolved, `fit` added when
+    no subcommand is named, then `_run`."""
     from vat.cli.config import resolve_config_args
 
-    try:
-        args = resolve_config_args(argv)
-    except VatError as e:  # a -c that is a FIFO, a device, a folder or a symlink loop
-        return run_cli(functools.partial(_raise, e), argv)
-    args = [_underscored(a) for a in args]
-    if not args or args[0] not in VATCLI.subcommands():
-        args = ["fit", *args]
-    _quiet_warnings()
-    return _run(fn, args)
+    def call(args: list[str]) -> int:
+        # vat's spelling --init-from, as LightningCLI spells its options (--run_dir, --ckpt_path)
+        args = [re.sub(r"^--init-from(?=$|=)", "--init_from", a) for a in resolve_config_args(args)]
+        if not args or args[0] not in VATCLI.subcommands():
+            args = ["fit", *args]
+        return fn(args)
+
+    return _run(call, argv)

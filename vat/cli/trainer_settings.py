@@ -1,13 +1,5 @@
-"""Trainer settings that Lightning accepts but cannot run, checked before a run starts.
-
-Lightning refuses most bad settings itself, in one line, when the Trainer is built
-(`limit_*_batches` 2.5, `max_steps -5`). These it accepts: `val_check_interval 0` and
-`check_val_every_n_epoch 0` divide by zero at the first batch; `limit_train_batches 0` and
-`max_steps 0` "train" without a step and exit 0; against the data (Lightning 2.6's
-`_FitLoop.setup_data`), `val_check_interval` beyond an epoch is a traceback after the run
-folder was written, and `accumulate_grad_batches` beyond it silently steps on fewer batches.
-A GPU asked for where there is none is said in vat's option names, before anything is built.
-"""
+"""Trainer settings that Lightning accepts but cannot run (a division by zero at the first
+batch, a fit without a step, a traceback after the run folder was written), refused before."""
 
 from __future__ import annotations
 
@@ -98,18 +90,16 @@ def check_against_data(trainer, size: EpochSize) -> None:
 
 
 def epoch_size(datamodule, trainer) -> EpochSize:
-    """The batches of one epoch per process, from the data module set up for `fit` (its setup
-    is idempotent: Lightning's fit then reuses what this read). Attaches the trainer, as fit
-    would, so that the sampler shards the batches over `trainer.world_size` processes."""
+    """The batches of one epoch per process, from the data module set up for `fit` (idempotent)
+    with the trainer attached, so that the sampler shards them as fit will."""
     datamodule.trainer = trainer
     datamodule.setup("fit")
     return EpochSize(len(datamodule.train_dataloader()), len(datamodule.val_dataloader()))
 
 
 def check_devices(accelerator, devices) -> None:
-    """A GPU asked for where there is none, or more than there are: one line about what was
-    asked, before anything is built (Lightning says it 13 s later, blaming --trainer.devices).
-    Several processes on the CPU: one line saying what that does."""
+    """A GPU asked for where there is none, or more than there are, refused before anything is
+    built; several processes on the CPU said in one line."""
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())

@@ -1,14 +1,6 @@
-"""`vat train` reads a whole number as the int the user wrote, whatever was imported first.
-
-Lightning declares `limit_val_batches: Optional[Union[int, float]]` (also limit_train/test/
-predict_batches and gradient_clip_val): an int counts batches, a float is a fraction of the
-epoch. jsonargparse tries a union's types in the order of its `__args__`, but typing caches
-unions and `Union[int, float] == Union[float, int]`, so that order is whichever spelling was
-built first, which depends on what was imported and evicted (lightning_fabric builds it
-float-first, and then `8` is read as `8.0` and refused). So once the parser is built, every
-union holding both tries int first: `8` stays batches and `0.5` or `1.0` a fraction, as
-Lightning documents.
-"""
+"""`vat train` reads `--trainer.limit_val_batches 8` as 8 batches, not 8.0: typing caches
+`Union[int, float] == Union[float, int]` in whichever order was built first, and jsonargparse
+tries a union's types in that order."""
 
 from __future__ import annotations
 
@@ -18,11 +10,8 @@ from typing import Any, Union
 
 
 def int_before_float(typehint: Any) -> Any:
-    """`typehint` with int moved before float when it is a union holding both, float first;
-    any other type hint unchanged (the same object).
-
-    The union is rebuilt from its flat subtypes: typing's cache is keyed on that tuple, and
-    tuples of plain types compare in order, so the result keeps the order given here."""
+    """`typehint` with int moved before float in a union holding both, else the same object
+    (rebuilt from a tuple, the key of typing's cache, which keeps this order)."""
     origin = typing.get_origin(typehint)
     if origin is not Union and origin is not types.UnionType:
         return typehint
@@ -35,12 +24,8 @@ def int_before_float(typehint: Any) -> Any:
 
 
 def read_whole_numbers_as_int(parser) -> None:
-    """Apply `int_before_float` to every typed argument of a jsonargparse parser (built by
-    LightningCLI).
-
-    jsonargparse keeps an argument's type on its action as `_typehint` (private, but the one
-    place the order lives; tests/test_whole_numbers.py parses through it in a subprocess that
-    imports what a plain install imports, so a change in jsonargparse fails a test)."""
+    """`int_before_float` on every typed argument of a jsonargparse parser (its private
+    `_typehint`, the one place the order lives; tests/test_whole_numbers.py guards it)."""
     for action in parser._actions:
         hint = getattr(action, "_typehint", None)
         if hint is not None:

@@ -1,17 +1,6 @@
-"""Data: text files (or a `datasets` dataset) to batches of token ids.
+"""Data: text files (or a `datasets` dataset) to batches of token ids."""
 
-- `datamodule.py`   VATDataModule: sources -> tokenizer -> token cache -> batches
-- `corpus.py`       reading text files (plain, .gz) or a `datasets` dataset, streamed
-- `token_cache.py`  the tokenized cache: its format (flat token array + offsets,
-                    memory-mapped, verified) and its writer; the cache folder's checks
-- `options.py`      the data options' checks (one-line errors naming data.X)
-- `sampler.py`      length-bucketed batches (sentences or a token budget), resumable,
-                    DDP-aware; collation as one numpy gather; the padding multiple
-- `paths.py`        where the SentEval folder is when no command names it ($VAT_SENTEVAL_DIR)
-"""
-
-# The DataModule pulls in Lightning (seconds): loaded on first use, so that `vat.load` and the
-# feature encoder, which only read text files (`vat.data.corpus`), stay light.
+# loaded on first use: Lightning takes seconds to import, and `vat.load` only reads text files
 _LAZY = {
     "VATDataModule": "vat.data.datamodule",
     "TokenizedDataset": "vat.data.token_cache",

@@ -1,12 +1,5 @@
-"""Reading sentences: text files (plain or .gz by name) or a `datasets` dataset, streamed
-in chunks of a few thousand lines, so memory holds one chunk whatever the corpus size.
-
-One rule decodes text for every reader (docs/cli.md, "How vat reads text"): UTF-8; only
-`\\n` (or `\\r\\n`) ends a line; a UTF-8 byte-order mark at the start is dropped, a UTF-16
-or UTF-32 one refused naming the encoding; a NUL in the first 8 KB means a binary file; a
-line that is not UTF-8 is an error naming FILE:LINE or, where a reader samples a corpus,
-skipped and counted in one warning (`warn_skipped`).
-"""
+"""Reading sentences from text files (plain or .gz) or a `datasets` dataset, in chunks, by one
+decoding rule (docs/cli.md, "How vat reads text")."""
 
 from __future__ import annotations
 
@@ -61,9 +54,7 @@ def open_sentence_file(path: Path):
     return gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")
 
 
-MAX_LINE_BYTES = 1 << 20
-"""The most bytes of one line `bounded_lines` keeps (1 MiB), far more than any model reads
-(`VATTokenizer.clip`), so a line without an end costs at most this much memory."""
+MAX_LINE_BYTES = 1 << 20  # far more than any model reads: a line without an end is bounded
 
 _READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
 
@@ -71,10 +62,9 @@ _READ_BYTES = 1 << 16  # what one read of a file or a pipe asks for
 def bounded_lines(
     f, max_line_bytes: int = MAX_LINE_BYTES, where: str | None = None
 ) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes without the line end) of each line of the binary file `f`, read as
-    they arrive: a line longer than `max_line_bytes` is cut there (at a character's start),
-    handed on at once and the rest skipped. The first bytes are checked (`check_text`, its
-    errors naming `where`, else the file's name)."""
+    """(line number, bytes without the line end) of each line of the binary file `f`, as they
+    arrive; a longer line than `max_line_bytes` is cut at a character's start, the rest
+    skipped. The first bytes go through `check_text`."""
     # read1 returns what has arrived (at most one read of the pipe) instead of waiting for
     # a whole buffer, so a slow writer's first lines are scored without waiting for more
     read = getattr(f, "read1", f.read)
@@ -108,8 +98,7 @@ def bounded_lines(
 
 
 def _text_bytes(line: bytearray, number: int) -> bytes:
-    """A whole line's bytes as text: without the `\\r` of a `\\r\\n` end, and the first line
-    without a UTF-8 byte-order mark (an editor's mark, not part of the sentence)."""
+    """A line without the `\\r` of a `\\r\\n` end, the first without a UTF-8 byte-order mark."""
     if line.endswith(b"\r"):
         del line[-1]
     if number == 1 and line.startswith(codecs.BOM_UTF8):
@@ -118,7 +107,7 @@ def _text_bytes(line: bytearray, number: int) -> bytes:
 
 
 def _whole_characters(data: bytes) -> bytes:
-    """`data` without a UTF-8 character cut at its end (the bytes of its start only)."""
+    """`data` without a UTF-8 character cut at its end."""
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
         if byte & 0xC0 != 0x80:  # not a continuation byte: ASCII or a character's start
@@ -141,8 +130,7 @@ _OTHER_BOMS = (
 
 
 def check_text(head: bytes, where: object, start: bool = True) -> None:
-    """The first bytes (`head`, up to 8 KB; `start`: they begin the file) of a text: a UTF-16
-    or UTF-32 byte-order mark, or a NUL (a binary file), is one VatError naming `where`."""
+    """A UTF-16/32 byte-order mark or a NUL in the first 8 KB is a VatError naming `where`."""
     for bom, encoding in _OTHER_BOMS if start else ():
         if head.startswith(bom):
             raise VatError(
@@ -157,12 +145,10 @@ def check_text(head: bytes, where: object, start: bool = True) -> None:
 
 
 def warn_skipped(where: object, bad: int) -> None:
-    """The one warning for lines skipped because they are not UTF-8, on stderr from the first
-    process only. Printed, not warnings.warn, which says it once per place in a process."""
+    """The one warning for skipped lines: printed (warnings.warn says it once per place)."""
     if not bad:
         return
-    # Lightning (seconds to import) only when there is something to warn about: the feature
-    # encoder and vat.load read text files through this module too
+    # Lightning takes seconds to import: only when there is something to say
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     if getattr(rank_zero_only, "rank", 0) == 0:
@@ -180,8 +166,7 @@ def decode_each(
     on_bad_bytes: Literal["skip", "error"],
     skip_hint: str = TRAINING_SKIP_HINT,
 ) -> tuple[list[str], int]:
-    """`raw` lines decoded one by one: (the UTF-8 ones, how many were not). A line that is
-    not UTF-8 is skipped ("skip") or an error naming `where`:LINE and `skip_hint` ("error")."""
+    """(the UTF-8 lines of `raw`, how many were not); "error": a VatError naming `where`:LINE."""
     out, bad = [], 0
     for i, line in enumerate(raw, first_line):
         try:
@@ -194,8 +179,7 @@ def decode_each(
 
 
 class LineReader:
-    """Chunks of non-empty stripped lines of one UTF-8 text file (plain or gzip); a line that
-    is not UTF-8 is skipped and counted in `bad`, or an error (`decode_each`)."""
+    """Chunks of non-empty stripped lines of one text file; bad lines counted in `bad`."""
 
     def __init__(self, path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> None:
         self.path = path
@@ -228,8 +212,7 @@ class LineReader:
 def read_lines(
     path: Path, on_bad_bytes: Literal["skip", "error"] = "skip"
 ) -> tuple[list[str], int]:
-    """All non-empty stripped lines of a small file and the number skipped for bytes that are
-    not UTF-8 (corpora stream through `iter_files`)."""
+    """All non-empty stripped lines of a small file and how many were skipped as not UTF-8."""
     reader = LineReader(Path(path), on_bad_bytes)
     lines = [s for chunk in reader for s in chunk]
     return lines, reader.bad
@@ -251,8 +234,7 @@ def iter_files(
 
 
 def iter_hub(name: str, config: str | None, split: str, text_field: str) -> Iterator[list[str]]:
-    """Chunks of sentences of a `datasets` split (memory-mapped Arrow), HUB_CHUNK rows at a
-    time; `text_field` may be dotted, e.g. "translation.en" for WMT19 de-en."""
+    """Chunks of sentences of a `datasets` split; `text_field` may be dotted ("translation.en")."""
     import datasets
 
     try:
@@ -279,7 +261,6 @@ def iter_hub(name: str, config: str | None, split: str, text_field: str) -> Iter
 
 
 def limit_lines(chunks: Iterator[list[str]], limit: int | None) -> Iterator[list[str]]:
-    """The first `limit` sentences of a chunk stream (all of them when limit is None)."""
     if limit is None:
         yield from chunks
         return
@@ -292,8 +273,7 @@ def limit_lines(chunks: Iterator[list[str]], limit: int | None) -> Iterator[list
 
 
 def held_out_indices(n: int, fraction: float, seed: int) -> np.ndarray:
-    """Sorted indices of the `fraction` of n lines held out for validation (at least one),
-    in memory proportional to the held-out set (`Generator.choice` without replacement)."""
+    """Sorted indices of the `fraction` of n lines held out for validation (at least one)."""
     import numpy as np
 
     n_val = min(n - 1, max(1, int(round(fraction * n))))

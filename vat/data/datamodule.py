@@ -1,16 +1,12 @@
-"""Data: text files or a Hugging Face dataset -> tokenizer -> tokenized cache -> buckets.
-
-`VATDataModule` reads text files or a hub dataset (`vat.data.corpus`) in chunks, trains the
-tokenizer once (or loads one), and tokenizes once into a memory-mapped cache keyed by the
-tokenizer and the input (`vat.data.token_cache`), so a second run starts at once. Batches
-come from `vat.data.sampler.BucketBatchSampler`. Under DDP, `prepare_data` (local rank 0)
-writes every cache file atomically; `setup` on every rank only reads and checks them.
-"""
+"""`VATDataModule`: sources -> tokenizer -> tokenized cache -> length-bucketed batches. Under
+DDP `prepare_data` (local rank 0) writes the caches; `setup` on every rank reads them."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -31,13 +27,10 @@ from vat.data.corpus import (  # noqa: F401 (read_lines, expand_files: public AP
     split_held_out,
 )
 from vat.data.file_digest import file_digest
-from vat.data.options import validate_data_options
 from vat.data.sampler import PAD_MULTIPLE, BucketBatchSampler, ResumableDataLoader, passthrough
 from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     CacheDamaged,
-    CacheSettings,
     TokenizedDataset,
-    check_cache_dir,
     hash16,
     read_cached_tokenizer,
     remove_damaged,
@@ -47,8 +40,8 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
 )
 from vat.data.token_counts import fit_sample, train_token_counts
 from vat.errors import VatError
-from vat.io import regular_file
-from vat.tokenizer import VATTokenizer
+from vat.io import regular_file, remove_stale_temps
+from vat.tokenizer import SPECIAL_TOKENS, VATTokenizer
 
 
 class VATDataModule(L.LightningDataModule):
@@ -88,37 +81,26 @@ class VATDataModule(L.LightningDataModule):
             train_files: Training text files or globs (plain or .gz, one sentence per line).
             val_files: Validation files. If unset, `val_fraction` of the training lines is held out.
             test_files: Test files for `vat train test`.
-            hf_dataset: A `datasets` hub name (or local dataset folder) used instead of files,
-                e.g. "wmt19" with hf_config "de-en" and hf_text_field "translation.en".
+            hf_dataset: A `datasets` hub name (or local folder) used instead of files.
             hf_config: The hub dataset's configuration name.
             hf_text_field: Column holding the sentence; dotted for nested fields.
             hf_train_split: Hub split for training.
             hf_val_split: Hub split for validation (None: use val_fraction).
             hf_test_split: Hub split for testing (None: no test set).
-            val_fraction: Fraction of training lines held out for validation when no
-                validation files/split are given (chosen with `seed`).
+            val_fraction: Fraction of training lines held out when no validation set is given.
             max_train_lines: Use only the first N training lines (quick experiments).
-            tokenizer_path: A tokenizers JSON to load. If unset, byte-level BPE is trained on
-                the training split (at most `tokenizer_train_lines` lines) and cached.
-            vocab_size: Vocabulary size of the trained tokenizer; the model's vocabulary
-                (linked to model.arch.vocab_size). Paper: 32,768.
+            tokenizer_path: A tokenizers JSON to load; unset: byte-level BPE trained and cached.
+            vocab_size: The (trained) tokenizer's and the model's vocabulary. Paper: 32,768.
             tokenizer_train_lines: Cap on lines used to train the tokenizer.
-            max_len: Longest sequence in tokens, counting the final </s> (linked to
-                model.arch.max_len).
+            max_len: Longest sequence in tokens, counting the final </s>.
             overlength: "truncate" cuts longer sentences to max_len; "filter" drops them.
-                Either way the number of affected lines is logged.
-            on_bad_bytes: Lines that are not valid UTF-8 are skipped and counted ("skip")
-                or stop the run with the file and line number ("error").
-            batch_size: Sentences per batch, per process (paper: 128). Ignored when
-                max_tokens is set.
-            max_tokens: Padded tokens per batch, per process (batch size x padded length,
-                like fairseq's --max-tokens). When set it governs the batch size instead of
-                batch_size, and sequence lengths are padded to a multiple of 8. At least max_len.
-            pool_batches: Bucketing pool size, in batches: sentences are length-sorted within
-                pools of pool_batches batches' worth of random sentences.
+            on_bad_bytes: Lines that are not UTF-8 are skipped and counted, or an "error".
+            batch_size: Sentences per batch, per process (paper: 128); unused with max_tokens.
+            max_tokens: Padded tokens per batch, per process (fairseq's --max-tokens), instead of
+                batch_size; lengths are then padded to a multiple of 8. At least max_len.
+            pool_batches: Sentences are length-sorted within pools of this many batches.
             num_workers: DataLoader worker processes (0: load in the training process).
-            num_proc: Processes for tokenizing. 1 tokenizes in this process, where the
-                tokenizers library already uses every core; more uses a process pool.
+            num_proc: Processes for tokenizing (1 already uses every core).
             cache_dir: Where the tokenizer and tokenized data are cached.
             seed: Seed for the held-out split and the batch order.
             progress: Progress bars for tokenizer training and corpus tokenizing (rank 0 only).
@@ -139,7 +121,6 @@ class VATDataModule(L.LightningDataModule):
                 "(data.batch_size is not used)"
             )
 
-    # -- sources --------------------------------------------------------------------------
     def _source_files(self) -> dict[str, list[Path]]:
         h = self.hparams
         names = ["train", *(split for split in ("val", "test") if h[f"{split}_files"])]
@@ -148,8 +129,7 @@ class VATDataModule(L.LightningDataModule):
         }
 
     def _source_key(self) -> str:
-        """Identifies the raw data: file paths and a digest of their bytes (an edit that keeps
-        size and mtime is still seen), or the hub dataset."""
+        """Identifies the raw data: file paths and a digest of their bytes, or the hub dataset."""
         h = self.hparams
         if h.hf_dataset:
             hub = ("dataset", "config", "text_field", "train_split", "val_split", "test_split")
@@ -163,14 +143,12 @@ class VATDataModule(L.LightningDataModule):
         return hash16(json.dumps(desc, sort_keys=True, default=str))
 
     def _other_sources(self) -> list[str]:
-        """The splits besides train that have a source of their own (val, test)."""
         h = self.hparams
         if h.hf_dataset:
             return [n for n, s in (("val", h.hf_val_split), ("test", h.hf_test_split)) if s]
         return [n for n in self._source_files() if n != "train"]
 
     def _chunks(self, split: str) -> Iterator[list[str]]:
-        """Chunks of raw sentences of one source split (the training split before holding out)."""
         h = self.hparams
         if h.hf_dataset:
             chunks = iter_hub(h.hf_dataset, h.hf_config, h[f"hf_{split}_split"], h.hf_text_field)
@@ -179,8 +157,7 @@ class VATDataModule(L.LightningDataModule):
         return limit_lines(chunks, h.max_train_lines) if split == "train" else chunks
 
     def _train_val_chunks(self) -> Iterator[tuple[list[str], list[str]]]:
-        """(train, held-out val) parts of each training chunk; val is empty unless
-        val_fraction holds lines out (chosen after a counting pass, see held_out_indices)."""
+        """(train, held-out val) parts of each training chunk (val chosen after a counting pass)."""
         h = self.hparams
         if not self._val_is_held_out():
             return ((c, []) for c in self._chunks("train"))
@@ -192,13 +169,29 @@ class VATDataModule(L.LightningDataModule):
         has_source = bool(h.val_files) or (bool(h.hf_dataset) and h.hf_val_split is not None)
         return not has_source and h.val_fraction > 0
 
-    # -- caches ---------------------------------------------------------------------------
     def _cache(self) -> Path:
         return Path(self.hparams.cache_dir)
 
     def _check_cache_dir(self, write: bool) -> None:
         """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
-        check_cache_dir(self._cache(), write)
+        d = self._cache()
+        try:
+            os.stat(d)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise VatError(f"data.cache_dir: cannot use {d}: {e.strerror}") from None
+        if not write:
+            return
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=d):
+                pass
+        except OSError as e:
+            raise VatError(
+                f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})"
+            ) from None
+        remove_stale_temps(d)
 
     def _progress(self) -> bool:
         return bool(self.hparams.progress) and rank_zero_only.rank == 0
@@ -217,8 +210,7 @@ class VATDataModule(L.LightningDataModule):
         return self._cache() / f"data-{key}"
 
     def use_tokenizer(self, tokenizer: VATTokenizer) -> None:
-        """Tokenize with this tokenizer (a model's own, `vat train --init-from`) instead of
-        loading data.tokenizer_path or training one; the cache is keyed by it as by any."""
+        """Tokenize with a model's own tokenizer (`vat train --init-from`)."""
         self._given_tokenizer = tokenizer
 
     def _load_or_train_tokenizer(self) -> VATTokenizer:
@@ -256,7 +248,6 @@ class VATDataModule(L.LightningDataModule):
         return tok
 
     def _verified_cache(self, cache: Path) -> dict | None:
-        """done.json of the intact cache, or None (a damaged one is removed, with a warning)."""
         if cache in self._verified:
             return self._verified[cache]
         if not cache.exists():
@@ -285,7 +276,10 @@ class VATDataModule(L.LightningDataModule):
             tok,
             self._train_val_chunks(),
             {name: self._chunks(name) for name in self._other_sources()},
-            CacheSettings(h.max_len, h.overlength, h.num_proc, self._progress()),
+            max_len=h.max_len,
+            overlength=h.overlength,
+            num_proc=h.num_proc,
+            progress=self._progress(),
             held_out_val=self._val_is_held_out(),
         )
 
@@ -319,7 +313,6 @@ class VATDataModule(L.LightningDataModule):
         self.fit_sample = fit_sample(self.splits["train"])
         self.overlength_stats = info["stats"]
 
-    # -- loaders ----------------------------------------------------------------------------
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         h = self.hparams
         ds = self.splits[split]
@@ -352,7 +345,6 @@ class VATDataModule(L.LightningDataModule):
         return DataLoader(ds, batch_sampler=sampler, **kwargs)
 
     def _pin_memory(self) -> bool:
-        """Page-locked batches when training on CUDA, for asynchronous host-to-device copies."""
         try:
             return self.trainer.strategy.root_device.type == "cuda"
         except (AttributeError, RuntimeError):
@@ -373,8 +365,60 @@ class VATDataModule(L.LightningDataModule):
 
 
 def ignore_ctrl_c(worker_id: int) -> None:
-    """A data loader worker ignores Ctrl-C: a terminal's Ctrl-C reaches every process of the
-    group, and a worker that died of it fails the training process at once (torch's SIGCHLD
-    check), while the first Ctrl-C means "finish this step and save" (vat.train.interrupt).
-    SIGTERM stays: torch ends its workers with it when the loader shuts down."""
+    """A terminal's Ctrl-C reaches every worker: one that died of it would fail training."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def validate_data_options(args: dict) -> None:
+
+    def fail(name: str, expected: str) -> None:
+        raise VatError(f"data.{name} must be {expected}, got {args[name]!r}")
+
+    def is_int(v) -> bool:
+        return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+    if not args["train_files"] and not args["hf_dataset"]:
+        raise VatError(
+            "data: set data.train_files (text files) or data.hf_dataset (a datasets hub name)"
+        )
+    for name in ("train_files", "val_files", "test_files"):
+        v = args[name]
+        if v is not None and (isinstance(v, str) or not all(isinstance(p, str) and p for p in v)):
+            fail(name, "a list of file paths or globs")
+    minimum = {
+        "vocab_size": len(SPECIAL_TOKENS) + 1,
+        "tokenizer_train_lines": 1,
+        "max_len": 2,
+        "batch_size": 1,
+        "pool_batches": 1,
+        "num_workers": 0,
+        "num_proc": 1,
+    }
+    for name, low in minimum.items():
+        if not is_int(args[name]) or args[name] < low:
+            fail(name, f"an integer >= {low}")
+    if not is_int(args["seed"]):
+        fail("seed", "an integer")
+    v = args["max_train_lines"]
+    if v is not None and (not is_int(v) or v < 1):
+        fail("max_train_lines", "an integer >= 1 or null")
+    v = args["max_tokens"]
+    if v is not None and (not is_int(v) or v < args["max_len"]):
+        fail(
+            "max_tokens",
+            f"null or an integer >= data.max_len ({args['max_len']}), so the longest sentence fits",
+        )
+    v = args["val_fraction"]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
+        fail("val_fraction", "a number in [0, 1)")
+    if args["overlength"] not in ("truncate", "filter"):
+        fail("overlength", "'truncate' or 'filter'")
+    if args["on_bad_bytes"] not in ("skip", "error"):
+        fail("on_bad_bytes", "'skip' or 'error'")
+    if not isinstance(args["cache_dir"], str | os.PathLike) or not str(args["cache_dir"]):
+        fail("cache_dir", "a folder path")
+    if not isinstance(args["progress"], bool):
+        fail("progress", "true or false")
+    for name in ("hf_text_field", "hf_train_split"):
+        if not isinstance(args[name], str) or not args[name]:
+            fail(name, "a non-empty string")

@@ -1,8 +1,5 @@
-"""A fast digest of a file's bytes, which the tokenized cache is keyed on: size and mtime
-would miss edits that keep both (`touch -r`, a checkout). Within one process a file is
-hashed once, remembered under its inode, size, mtime and ctime (an edit always changes the
-ctime). Its cost: BENCHMARKS.md, "The tokenized cache keyed on content".
-"""
+"""A digest of a file's bytes for the cache key (size and mtime miss `touch -r` edits),
+computed once per process per file state."""
 
 from __future__ import annotations
 

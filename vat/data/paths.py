@@ -1,5 +1,4 @@
-"""Where the SentEval data/downstream folder is when a command is not told (`vat evaluate`,
-`vat score`'s STS-B pairs, the geometry probes, `vat export --evaluate`)."""
+"""Where the SentEval data/downstream folder is when a command is not told."""
 
 from __future__ import annotations
 
@@ -7,9 +6,7 @@ import os
 from pathlib import Path
 
 SENTEVAL_ENV = "VAT_SENTEVAL_DIR"
-"""The one environment variable naming the SentEval data/downstream folder."""
 SENTEVAL_DEFAULT = Path("..", "shared", "data", "senteval")
-"""The folder used when $VAT_SENTEVAL_DIR is unset, relative to the working directory."""
 
 
 def default_senteval_dir() -> Path:

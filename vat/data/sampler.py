@@ -1,9 +1,4 @@
-"""Batches: length-bucketed samplers (sentence or token budgets), resumable loading, collation.
-
-`BucketBatchSampler` cuts each epoch into global batches the same way on every rank, of
-`batch_size` sentences or of at most `max_tokens` padded tokens per rank (fairseq's
-`--max-tokens`). `collate_ids` pads a batch out of the flat token array with one gather.
-"""
+"""Length-bucketed, resumable, DDP-sharded batches and their collation."""
 
 from __future__ import annotations
 
@@ -15,23 +10,18 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-# Padded lengths are rounded up to a multiple of this: token-budget batches and
-# compiled steps (a bounded number of shapes; vat.train.objective) both use it.
-PAD_MULTIPLE = 8
+PAD_MULTIPLE = 8  # padded lengths for token budgets and compiled steps: few shapes
 
 
 def padded_length(lengths: np.ndarray, multiple: int, max_len: int) -> np.ndarray:
-    """Padded length of sequences `lengths` long (counting </s>): rounded up to a multiple of
-    `multiple` (few distinct shapes), never beyond max_len (the model's positions)."""
+    """`lengths` rounded up to a multiple of `multiple`, never beyond max_len."""
     return np.minimum(-(-lengths // multiple) * multiple, max_len)
 
 
 def collate_ids(
     tokens: np.ndarray, offsets: np.ndarray, index: Sequence[int], max_len: int, multiple: int = 1
 ) -> dict[str, torch.Tensor]:
-    """The batch of sentences `index` (offsets: (N + 1,) starts in the flat `tokens`) in the
-    layout of `vat.tokenizer.make_batch`: src = w_1..w_n </s>, tgt_in = <s> w_1..w_n,
-    tgt_out = src; all (B, T) int64, T the longest length rounded up to `multiple`."""
+    """The batch of sentences `index` as `vat.tokenizer.make_batch` lays it out, (B, T) int64."""
     index = np.asarray(index, dtype=np.int64)
     starts = offsets[index]
     lengths = np.minimum(offsets[index + 1] - starts, max_len - 1)  # (B,) subwords, no </s>
@@ -52,13 +42,9 @@ def collate_ids(
 def cut_token_batches(
     lengths: np.ndarray, max_tokens: int, num_replicas: int, multiple: int, max_len: int
 ) -> list[tuple[int, int]]:
-    """Cut ascending `lengths` (with </s>) into [i, j) global batches whose per-rank share,
-    ceil((j - i) / num_replicas) sentences padded to the longest, fits in max_tokens.
-
-    Batch [i, j) fits iff j - i <= R * cap[j - 1], cap = max_tokens // padded length. As
-    h[j] = j - R * cap[j - 1] increases strictly with j, the longest batch starting at i
-    ends at the number of j with h[j] <= i: one searchsorted per batch, no loop per sentence.
-    """
+    """Cut ascending `lengths` into [i, j) global batches whose per-rank share fits max_tokens.
+    [i, j) fits iff h[j] = j - R * cap[j - 1] <= i (cap = max_tokens // padded length), and h
+    increases strictly: one searchsorted per batch."""
     cap = max_tokens // padded_length(lengths, multiple, max_len)
     h = np.arange(1, len(lengths) + 1) - num_replicas * cap
     cuts = []
@@ -71,16 +57,10 @@ def cut_token_batches(
 
 
 class BucketBatchSampler(Sampler[list[int]]):
-    """Length-bucketed batches that shuffle, resume mid-epoch, and shard under DDP.
-
-    Each epoch: shuffle all indices by (seed, epoch); cut them into pools of `pool_batches`
-    global batches; sort each pool by length and cut it into global batches of
-    `batch_size * num_replicas` sentences, or (with `max_tokens`) of as many as keep each
-    rank's padded batch within max_tokens; shuffle the batch order. Every rank builds the
-    same list and takes its interleaved share of each global batch, so 1 process with batch
-    8 sees exactly what 2 with batch 4 see together, and every rank runs the same number of
-    steps (a remainder is filled up by repetition). `lengths` count the </s>.
-    """
+    """Length-bucketed batches that shuffle, resume mid-epoch, and shard under DDP: every rank
+    builds the same global batches (length-sorted within shuffled pools) and takes its
+    interleaved share, so 1 process with batch 8 sees what 2 with batch 4 see together.
+    `lengths` count the </s>."""
 
     def __init__(
         self,
@@ -108,8 +88,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     @property
     def sampler(self) -> BucketBatchSampler:
-        # Lightning calls `dataloader.batch_sampler.sampler.set_epoch(epoch)` at each epoch
-        # start; exposing ourselves here is how a batch sampler receives that call.
+        # how a batch sampler receives Lightning's `batch_sampler.sampler.set_epoch(epoch)`
         return self
 
     def set_epoch(self, epoch: int) -> None:
@@ -135,7 +114,6 @@ class BucketBatchSampler(Sampler[list[int]]):
             yield order[start:]
 
     def global_batches(self) -> list[np.ndarray]:
-        """This epoch's global batches (index arrays), before sharding."""
         if self._memo is not None and self._memo[0] == self.epoch:
             return self._memo[1]
         n = len(self.lengths)
@@ -165,21 +143,16 @@ class BucketBatchSampler(Sampler[list[int]]):
         for b in self.global_batches()[self.start_batch :]:
             if len(b) % self.num_replicas:
                 b = np.resize(b, len(b) + self.num_replicas - len(b) % self.num_replicas)
-            # Interleaved shares of the length-sorted global batch: every rank gets sentences
-            # of all lengths, so the ranks carry equal token counts (no rank waits for one
-            # holding all the long sentences, and per-rank mean losses weigh alike).
+            # interleaved shares: every rank gets all lengths, so ranks carry equal tokens
             yield b[self.rank :: self.num_replicas].tolist()
 
     def __len__(self) -> int:
-        # The whole epoch's length even when resuming mid-epoch: Lightning's own batch counter
-        # resumes at `start_batch` and stops at this length.
+        # the whole epoch even mid-epoch: Lightning's counter resumes at `start_batch`
         return len(self.global_batches())
 
 
 class ResumableDataLoader(DataLoader):
-    """A DataLoader whose position Lightning checkpoints (state_dict/load_state_dict), so a
-    run killed mid-epoch resumes at the next unseen batch. It has a length, so Lightning's
-    fetcher does not pre-fetch: every batch handed out is trained on before a checkpoint."""
+    """A DataLoader whose position Lightning checkpoints, so a killed run resumes mid-epoch."""
 
     def __init__(self, dataset: Dataset, batch_sampler: BucketBatchSampler, **kwargs) -> None:
         super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)

@@ -1,16 +1,5 @@
-"""The tokenized cache: its format (one flat token array + offsets per split, memory-mapped,
-verified) and its writer (`write_token_cache`, atomic, one-line errors naming data.cache_dir).
-
-Layout of a cache folder `data-<key>/` (written under a temp name and renamed when complete):
-
-    done.json          format, dtype, per-split stats, and size + CRC-32 of every file
-    <split>/tokens.bin all token ids of the split, concatenated (uint16, or uint32 for > 65,536)
-    <split>/offsets.bin int64, N + 1: sentence i is tokens[offsets[i]:offsets[i + 1]]
-
-A batch is one numpy gather out of the flat array (`vat.data.sampler.collate_ids`), and
-DataLoader workers share the page cache. Loading checks sizes, CRC-32s and the offsets, so a
-damaged cache is found and rebuilt before training instead of failing later.
-"""
+"""The tokenized cache (per split a flat token array and offsets, memory-mapped, checked by
+size and CRC-32) and its atomic writer."""
 
 from __future__ import annotations
 
@@ -20,11 +9,9 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +19,7 @@ from torch.utils.data import Dataset
 
 from vat.data.sampler import collate_ids
 from vat.errors import VatError
-from vat.io import remove_stale_temps, temp_path
+from vat.io import temp_path
 from vat.tokenizer import VATTokenizer
 
 FORMAT = "vat-tokens-v2"
@@ -126,8 +113,7 @@ def _crc32(path: Path) -> int:
 
 
 def _check_layout(info: dict) -> None:
-    """done.json records exactly two files per split, each split a plain name: it is a file,
-    not the user, so a name leading out of the folder or a bad record is damage, never read."""
+    """A split name leading out of the folder or a bad file record is damage, never read."""
     stats, files = info.get("stats"), info["files"]
     if not isinstance(stats, dict) or not isinstance(files, dict) or "train" not in stats:
         raise CacheDamaged("done.json does not list the splits and their files")
@@ -144,8 +130,7 @@ def _check_layout(info: dict) -> None:
 
 
 def verify(folder: Path, max_len: int) -> dict:
-    """done.json of a complete, intact cache folder (one sequential read of its files and
-    vectorised checks of the offsets); `CacheDamaged` saying what is wrong."""
+    """done.json of a complete, intact cache folder; `CacheDamaged` saying what is wrong."""
     done = folder / "done.json"
     if not done.is_file():
         raise CacheDamaged("done.json is missing (an interrupted or older write)")
@@ -169,19 +154,13 @@ def verify(folder: Path, max_len: int) -> dict:
         offsets = np.fromfile(folder / split / "offsets.bin", dtype=np.int64)
         n_tokens = (folder / split / "tokens.bin").stat().st_size // dtype.itemsize
         steps = np.diff(offsets)
-        if (
-            offsets[0] != 0
-            or offsets[-1] != n_tokens
-            or (steps < 0).any()
-            or (steps > max_len - 1).any()
-        ):
+        if offsets[0] != 0 or offsets[-1] != n_tokens or ((steps < 0) | (steps >= max_len)).any():
             raise CacheDamaged(f"{split}/offsets.bin is inconsistent with tokens.bin")
     return info
 
 
 def remove_damaged(cache: Path, why: object) -> None:
-    """Remove a damaged cache folder before it is rebuilt; a link or file under its name is
-    the user's, named in one line and left alone."""
+    """Remove a damaged cache folder; a link or file under its name is the user's: refused."""
     if cache.is_symlink() or not cache.is_dir():
         kind = "a symbolic link" if cache.is_symlink() else "not a folder"
         raise VatError(
@@ -199,9 +178,8 @@ def remove(path: Path) -> None:
 
 
 class TokenizedDataset(Dataset):
-    """One split of the cache. `__getitems__` returns a whole padded batch (the DataLoader's
-    fetcher calls it with the batch's indices), so collation has no loop over sentences. The
-    arrays are opened lazily and not pickled: each DataLoader worker maps the files itself."""
+    """One split of the cache; `__getitems__` returns a whole padded batch. The arrays are not
+    pickled: each worker maps its own."""
 
     def __init__(self, folder: Path, dtype: str, max_len: int, pad_multiple: int = 1) -> None:
         self.folder, self.dtype, self.max_len = Path(folder), dtype, max_len
@@ -254,7 +232,6 @@ _WORKER_TOKENIZER = None
 
 
 def init_worker(tokenizer_json: str) -> None:
-    """Process-pool initializer for tokenizing with data.num_proc > 1."""
     global _WORKER_TOKENIZER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     _WORKER_TOKENIZER = VATTokenizer.from_str(tokenizer_json)
@@ -267,8 +244,7 @@ def encode_in_worker(chunk: list[str]) -> list[list[int]]:
 def encode_chunks(
     chunks: Iterator[list[str]], tok, num_proc: int
 ) -> Iterator[tuple[list[str], list[list[int]]]]:
-    """(chunk, ids) for each chunk of sentences, in order. With num_proc > 1 a process pool
-    with a bounded window of chunks in flight (Pool.imap would read the whole corpus ahead)."""
+    """(chunk, ids) for each chunk, in order, a bounded window in flight (not Pool.imap)."""
     if num_proc <= 1:  # the tokenizers library already encodes a batch on every core
         for chunk in chunks:
             yield chunk, tok.encode_batch(chunk)
@@ -291,9 +267,7 @@ def encode_chunks(
             yield c, fut.result()
 
 
-# -- writing the cache (and the tokenizer beside it) ------------------------------------------
 def hash16(text: str) -> str:
-    """The first 16 hex digits of text's SHA-256 (the cache keys)."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -313,29 +287,7 @@ def read_cached_tokenizer(path: Path) -> VATTokenizer | None:
         return None
 
 
-def check_cache_dir(d: Path, write: bool) -> None:
-    """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
-    try:
-        os.stat(d)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise VatError(f"data.cache_dir: cannot use {d}: {e.strerror}") from None
-    if not write:
-        return
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=d):
-            pass
-    except OSError as e:
-        raise VatError(
-            f"data.cache_dir: {d} is not a writable folder ({e.strerror or e})"
-        ) from None
-    remove_stale_temps(d)
-
-
 def save_tokenizer(tok: VATTokenizer, path: Path) -> None:
-    """Write the trained tokenizer to the cache file `path`, atomically."""
     tmp = temp_path(path)
     try:
         tok.save(tmp)
@@ -346,38 +298,25 @@ def save_tokenizer(tok: VATTokenizer, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def progress_bar(name: str, enabled: bool):
-    """The tqdm bar of tokenizing split `name` (disabled unless `enabled`)."""
-    from tqdm.auto import tqdm
-
-    desc = f"vat: tokenizing {name}"
-    return tqdm(desc=desc, unit=" lines", unit_scale=True, disable=not enabled, leave=False)
-
-
-@dataclass(frozen=True)
-class CacheSettings:
-    """How the cache is written (the data.* options of the same names)."""
-
-    max_len: int
-    overlength: str
-    num_proc: int
-    progress: bool
-
-
 def write_token_cache(
     cache: Path,
     tok: VATTokenizer,
     train_chunks: Iterable[tuple[list[str], list[str]]],
     other_chunks: Mapping[str, Iterable[list[str]]],
-    settings: CacheSettings,
     *,
+    max_len: int,
+    overlength: str,
+    num_proc: int,
+    progress: bool,
     held_out_val: bool,
 ) -> None:
     """Tokenize every split into the cache folder `cache`, atomically. `train_chunks` yields
-    the (train, held-out val) parts of each training chunk (the val split when
-    `held_out_val`, else empty); `other_chunks` maps every other split to its chunks."""
+    the (train, held-out val) parts of each training chunk; `other_chunks` maps every other
+    split to its chunks."""
+    from tqdm.auto import tqdm
+
+    bar_args = {"unit": " lines", "unit_scale": True, "disable": not progress, "leave": False}
     names = ["train", *(["val"] if held_out_val else []), *other_chunks]
-    max_len, overlength, progress = settings.max_len, settings.overlength, settings.progress
     tmp = temp_path(cache)
     remove(tmp)
     dtype = token_dtype(tok.vocab_size)
@@ -393,8 +332,8 @@ def write_token_cache(
 
         for name, chunks in {"train": train_parts(), **other_chunks}.items():
             shown = "train + val" if name == "train" and held_out_val else name
-            with progress_bar(shown, progress) as bar:
-                for chunk, ids in encode_chunks(chunks, tok, settings.num_proc):
+            with tqdm(desc=f"vat: tokenizing {shown}", **bar_args) as bar:
+                for chunk, ids in encode_chunks(chunks, tok, num_proc):
                     k = n_train.popleft() if name == "train" else len(ids)
                     writers[name].add(ids[:k])
                     if k < len(ids):  # the held-out val lines of a training chunk

@@ -1,27 +1,5 @@
-"""SentEval's logistic regression and MLP, trained as one batched model.
-
-SentEval (senteval/tools/classifier.py) trains one small PyTorch model per (regularisation
-value, fold), each a Python loop over mini-batches. Here every model of a grid is a slice
-of one batched model and all of them step together (`fit_batched`); the validation schemes
-that build the grids are in `vat.eval.classifier`.
-
-What is replicated, per model (SentEval's `PyTorchClassifier.fit` with `MLP`):
-- initialisation: `torch.manual_seed(seed)` then `nn.Linear(d, C)` (or Linear-Dropout-
-  Sigmoid-Linear for nhid > 0), so all models start from SentEval's weights;
-- data order: `np.random.seed(seed)` at construction, one `np.random.permutation` per pass
-  over the training set (and first one for the 5% `validation_split`, if any);
-- loss: cross-entropy averaged over the batch (SentEval sets `size_average = False` after
-  construction, which PyTorch >= 0.4.1 ignores, so the mean is what actually runs);
-- optimiser: RMSprop (lr 0.01, alpha 0.99, eps 1e-8) or Adam (lr 1e-3), with the l2reg as
-  `weight_decay`;
-- early stopping: dev accuracy after every `epoch_size` passes; stop after `tenacity` + 1
-  checks without improvement, or past `max_epoch` passes; keep the best model.
-
-Known differences: float32 sums in a batched matmul can round differently from SentEval's
-per-model matmuls, so a trajectory could drift through a tie in accuracy (on the oracle's
-features every accuracy still comes out identical to SentEval's; the conformance test
-allows 1.5 points). Dropout in the MLP (SentEval's `dropout`, default 0) is not supported.
-"""
+"""SentEval's logistic regression and MLP (tools/classifier.py), every model of a grid a slice of
+one batched model; batched float32 sums may round apart from SentEval's; no MLP dropout."""
 
 from __future__ import annotations
 
@@ -36,12 +14,12 @@ class ClassifierConfig:
     """SentEval's `params.classifier` plus `kfold`."""
 
     nhid: int = 0
-    """Hidden units; 0 = logistic regression (SentEval's MLP with nhid=0)."""
+    """Hidden units; 0 = logistic regression."""
     optim: str = "rmsprop"
-    """'rmsprop' (torch defaults, lr 0.01) or 'adam' (lr 1e-3), as SentEval's get_optimizer."""
+    """'rmsprop' (lr 0.01) or 'adam' (lr 1e-3), as SentEval's get_optimizer."""
     batch_size: int = 128
     tenacity: int = 3
-    """Dev checks without improvement tolerated before stopping (stops at tenacity + 1)."""
+    """Dev checks without improvement tolerated before stopping."""
     epoch_size: int = 2
     """Passes over the training set between two dev checks."""
     max_epoch: int = 200
@@ -50,8 +28,7 @@ class ClassifierConfig:
 
 @dataclass
 class Group:
-    """Models that see the same data in the same order: same train/dev rows, same seed.
-    With `validation_split`, dev is carved from `train` as SentEval's prepare_split does."""
+    """Models seeing the same rows in the same order; `validation_split` carves dev from train."""
 
     train: np.ndarray  # row indices into X
     dev: np.ndarray | None = None
@@ -60,13 +37,9 @@ class Group:
 
 @dataclass
 class Fitted:
-    """Best (early-stopped) parameters of G x R models and their dev accuracies.
-
-    Parameters carry the bias as an extra input row (inputs get a constant-1 column), so
-    weight decay reaches the bias too, as in SentEval (weight_decay on all parameters):
-    - nhid = 0: W (G, d+1, R, C);
-    - nhid > 0: W1 (G, d+1, R, H) and W2 (G, R, H+1, C).
-    """
+    """Best (early-stopped) parameters of G x R models and their dev accuracies. The bias is
+    an extra input row, so weight decay reaches it as in SentEval: W (G, d+1, R, C) for
+    nhid = 0, else W1 (G, d+1, R, H) and W2 (G, R, H+1, C)."""
 
     params: list[torch.Tensor]
     dev_correct: np.ndarray  # (G, R) int
@@ -116,10 +89,7 @@ def _softmax(z: torch.Tensor) -> torch.Tensor:
 def _gradients(
     params: list[torch.Tensor], xa: torch.Tensor, onehot: torch.Tensor, w: torch.Tensor, nhid: int
 ) -> list[torch.Tensor]:
-    """Gradients of sum over models of the batch-mean cross-entropy (closed form: softmax
-    minus one-hot, backpropagated by hand; autograd's overhead dominated these tiny steps).
-
-    xa (G, B, d+1), onehot (G, B, C) labels, w (G, B) per-row weight 1/n_real (0 for padding)."""
+    """Summed batch-mean cross-entropy gradients, by hand: autograd's overhead dominated."""
     G, B, D = xa.shape
     logits, ha = _forward(params, xa, nhid)
     C = logits.shape[-1]
@@ -199,13 +169,9 @@ def fit_batched(
     cfg: ClassifierConfig,
     seed: int,
 ) -> Fitted:
-    """Train G x R SentEval classifiers at once: group g's data, regs[g, r] as l2reg.
-
-    X (N, d) float32 and y (N,) int64 live on the target device; groups index into them.
-    A model that has stopped early keeps stepping with its group (its best weights are
-    already saved and nothing reads it again); a group whose models have all stopped is
-    dropped from the batch.
-    """
+    """Train G x R SentEval classifiers at once: group g's rows of X (N, d), regs[g, r] as
+    l2reg. A stopped model keeps stepping with its group (its best weights are saved); a
+    group whose models have all stopped leaves the batch."""
     device = X.device
     Xa = _augment(X)  # (N, d+1)
     G, R = regs.shape
@@ -251,8 +217,7 @@ def fit_batched(
             w = pmask / n_in.clamp_min(1).repeat_interleave(bs, 1)[:, :L]
             pidx, w = pidx.to(device), w.to(device)
             yp = torch.nn.functional.one_hot(y[pidx], nclasses).to(Xa.dtype)  # (Gc, L, C)
-            # one group: gather the pass once (saves an op per step); many groups: gather per
-            # batch, so the (Gc, B, d+1) rows are still in cache for both matmuls
+            # one group: gather the pass once; many: per batch, still in cache for both matmuls
             Xp = Xa[pidx] if Gc == 1 else None  # (1, L, d+1)
             for j in range(int(nb_cur.max())):
                 sl = slice(j * bs, (j + 1) * bs)
@@ -265,16 +230,8 @@ def fit_batched(
                 if cfg.optim == "adam":  # per-model step counts, for Adam's bias corrections
                     steps.add_(1.0 if act is None else act.float())
                 for k, (p, g) in enumerate(zip(params, grads)):
-                    _optimizer_update(
-                        p,
-                        g,
-                        sq[k],
-                        mom[k],
-                        _per_model(steps, k),
-                        wdv[k],
-                        None if act is None else _per_model(act, k),
-                        cfg.optim,
-                    )
+                    a = None if act is None else _per_model(act, k)
+                    _step(p, g, sq[k], mom[k], _per_model(steps, k), wdv[k], a, cfg.optim)
         nepoch += cfg.epoch_size
         correct = _correct(params, Xa, y, dev_idx[cur], dev_mask[cur], cfg.nhid)  # (Gc, R)
         curt = torch.as_tensor(cur, device=device)
@@ -294,13 +251,12 @@ def fit_batched(
 
 
 def _per_model(t: torch.Tensor, k: int) -> torch.Tensor:
-    """A per-model (G, R) tensor shaped to broadcast against parameter k: W / W1 are
-    (G, d+1, R, X), W2 is (G, R, H+1, C)."""
+    """(G, R) shaped to broadcast against parameter k: W / W1 (G, d+1, R, X), W2 (G, R, H+1, C)."""
     G, R = t.shape
     return t.view(G, 1, R, 1) if k == 0 else t.view(G, R, 1, 1)
 
 
-def _optimizer_update(
+def _step(
     p: torch.Tensor,
     g: torch.Tensor,
     sq: torch.Tensor,
@@ -310,22 +266,18 @@ def _optimizer_update(
     act: torch.Tensor | None,
     optim: str,
 ) -> None:
-    """One torch.optim.RMSprop / Adam step (default hyper-parameters; weight_decay = l2reg
-    added to the gradient), with torch's operation order. With `act`, only active models
-    move; the others keep parameters and optimiser state. t, wd, act broadcast against p."""
+    """One torch RMSprop / Adam step in torch's operation order; `act`: the models that move."""
     g = g.addcmul_(wd, p)  # weight decay, added to the gradient as torch does
     old = None if act is None else (p.clone(), sq.clone(), m.clone())
     if optim == "rmsprop":
         sq.mul_(0.99).addcmul_(g, g, value=0.01)
         p.addcdiv_(g, sq.sqrt().add_(1e-8), value=-0.01)
-    elif optim == "adam":
+    else:  # adam
         m.lerp_(g, 0.1)
         sq.mul_(0.999).addcmul_(g, g, value=0.001)
         t = t.clamp_min(1)
         denom = (sq.sqrt() / (1 - 0.999**t).sqrt()).add_(1e-8)
         p.sub_((1e-3 / (1 - 0.9**t)) * m / denom)
-    else:
-        raise ValueError(f"optim must be 'rmsprop' or 'adam', got {optim!r}")
     if old is not None:
         for new, prev in zip((p, sq, m), old):
             new.copy_(torch.where(act, new, prev))

@@ -1,11 +1,5 @@
-"""SentEval's validation schemes (senteval/tools/validation.py) around the batched classifier.
-
-The models and their training are in `vat.eval.batched_classifier`. Model selection: l2reg in
-{1e-5, 1e-4, 1e-3, 1e-2} (SentEval's grid when usepytorch=True), scores rounded to 2
-decimals before the argmax (ties go to the smaller reg). `stratified_kfold` reimplements
-scikit-learn's StratifiedKFold(shuffle=True) (>= 0.22), which SentEval uses; the tests check
-it against scikit-learn when it is installed.
-"""
+"""SentEval's validation schemes (senteval/tools/validation.py) around the batched classifier:
+l2reg chosen from SentEval's pytorch grid on scores rounded to 2 decimals (ties: the smaller)."""
 
 from __future__ import annotations
 
@@ -23,9 +17,7 @@ PYTORCH_REGS = np.array([1e-5, 1e-4, 1e-3, 1e-2])  # SentEval: [10**t for t in r
 
 PRESETS: dict[str, ClassifierConfig] = {
     # SentEval README: "prototyping" and "default config (best performance)"
-    "prototyping": ClassifierConfig(
-        optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2, kfold=5
-    ),
+    "prototyping": ClassifierConfig(),  # rmsprop, batch 128, tenacity 3, epoch_size 2, kfold 5
     "full": ClassifierConfig(optim="adam", batch_size=64, tenacity=5, epoch_size=4, kfold=10),
 }
 
@@ -33,25 +25,20 @@ PRESETS: dict[str, ClassifierConfig] = {
 def make_config(
     preset: str = "prototyping", classifier: str = "logreg", nhid: int = 50
 ) -> ClassifierConfig:
-    """Preset + classifier kind. 'mlp' is one hidden sigmoid layer of `nhid` units trained
-    with Adam (the paper's "single dense layer with nonlinear activation")."""
+    """'mlp' is one hidden sigmoid layer of `nhid` units trained with Adam (the paper's)."""
     cfg = PRESETS[preset]
     return replace(cfg, nhid=nhid, optim="adam") if classifier == "mlp" else cfg
 
 
 @contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """Run tiny-op loops on `n` intra-op threads: with small matmuls, thread hand-offs cost
-    more than they save (BENCHMARKS.md, "Where the speed comes from")."""
+    """Run on `n` intra-op threads: with tiny matmuls, thread hand-offs cost more than they save."""
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(old)
-
-
-# ----------------------------------------------------------------------------- splits
 
 
 class FoldError(ValueError):
@@ -61,8 +48,7 @@ class FoldError(ValueError):
 def stratified_kfold(
     y: np.ndarray, n_splits: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train_idx, test_idx) of sklearn's StratifiedKFold(n_splits, shuffle=True,
-    random_state=seed).split(X, y), scikit-learn >= 0.22 algorithm."""
+    """scikit-learn's (>= 0.22) StratifiedKFold(shuffle=True) splits, which SentEval uses."""
     rng = np.random.RandomState(seed)
     y = np.asarray(y)
     _, y_idx, y_inv = np.unique(y, return_index=True, return_inverse=True)
@@ -87,11 +73,8 @@ def stratified_kfold(
     return [(idx[test_folds != i], idx[test_folds == i]) for i in range(n_splits)]
 
 
-# ----------------------------------------------------------------------------- protocols
-
-
 def _select(scores: np.ndarray) -> tuple[int, float]:
-    """SentEval: scores are rounded 100 * accuracies; argmax keeps the first maximum."""
+    """SentEval's choice: the first maximum of the rounded scores."""
     i = int(np.argmax(scores))
     return i, float(scores[i])
 
@@ -108,7 +91,6 @@ def _tensors(
 def _accuracy_and_pred(
     fitted: Fitted, X: torch.Tensor, y: torch.Tensor
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(G, R) accuracy and (G, R, N) predictions of every model on (X, y)."""
     with torch.no_grad():
         pred = torch.cat([fitted.logits(x).argmax(-1) for x in X.split(8192)], -1)  # (G, R, N)
         acc = (pred == y).float().mean(-1)
@@ -123,9 +105,7 @@ def inner_kfold(
     seed: int,
     device: torch.device,
 ) -> tuple[float, float]:
-    """SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA): outer k-fold for test accuracy,
-    inner k-fold on each outer train part to pick l2reg. Returns (devacc, testacc) in %.
-    The fold splits use random_state=1111 whatever the seed, as in SentEval."""
+    """SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA), folds seeded 1111 as SentEval's."""
     Xt, yt = _tensors(X, y, device)
     fit = partial(fit_batched, Xt, yt, nclasses=nclasses, cfg=cfg, seed=seed)
     outer = stratified_kfold(y, cfg.kfold, 1111)
@@ -168,8 +148,7 @@ def kfold(
     seed: int,
     device: torch.device,
 ) -> tuple[float, float, np.ndarray]:
-    """SentEval's KFoldClassifier (TREC, MRPC): k-fold on train picks l2reg, then a model on
-    all of train (5% carved out for early stopping) is tested. Returns (devacc, testacc, yhat)."""
+    """SentEval's KFoldClassifier (TREC, MRPC): (devacc, testacc, yhat)."""
     Xt, yt = _tensors(train_X, train_y, device)
     fit = partial(fit_batched, Xt, yt, nclasses=nclasses, cfg=cfg, seed=seed)
     folds = stratified_kfold(train_y, cfg.kfold, seed)
@@ -192,9 +171,8 @@ def split_classifier(
     seed: int,
     device: torch.device,
 ) -> tuple[float, float]:
-    """SentEval's SplitClassifier (SST2, SST5, SICKEntailment): pick l2reg on dev, report
-    test accuracy of that model. SentEval retrains the chosen reg from scratch; with the
-    same seed and data that run is identical to the grid's, so the grid model is reused."""
+    """SentEval's SplitClassifier (SST2, SST5, SICKEntailment): (devacc, testacc). SentEval
+    retrains the chosen reg, which with the same seed and data is the grid's model, reused."""
     ntr, ndv = len(y["train"]), len(y["dev"])
     Xt, yt = _tensors(
         np.concatenate([X["train"], X["dev"]]), np.concatenate([y["train"], y["dev"]]), device

@@ -1,20 +1,10 @@
-"""Scores that say the encoder is degenerate: an encoder that returns the same
-vector for every sentence (or NaN/inf vectors, which SentEval's cosine turns into zeros)
-gives every pair the same similarity, so every STS correlation is undefined (NaN, written
-as null and shown as "—"). `vat evaluate` says so on stderr, naming the task and the reason,
-and fails under `--strict`.
-"""
+"""Scores that say the encoder is degenerate: one vector for every sentence (or non-finite
+vectors) makes every STS correlation undefined; `vat evaluate` says so, and fails under --strict."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
-
-_CORRELATIONS = ("spearman", "pearson")
-
-
-def _undefined(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and not math.isfinite(x))
 
 
 def _walk(obj: Any, path: str) -> list[str]:
@@ -22,7 +12,8 @@ def _walk(obj: Any, path: str) -> list[str]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             sub = f"{path}.{k}" if path else str(k)
-            if k in _CORRELATIONS and not isinstance(v, dict) and _undefined(v):
+            undefined = v is None or (isinstance(v, float) and not math.isfinite(v))
+            if k in ("spearman", "pearson") and undefined:
                 found.append(sub)
             else:
                 found += _walk(v, sub)

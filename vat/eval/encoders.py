@@ -1,9 +1,5 @@
-"""Sentence encoders for the harness: loaded VATs, any Python callable, HF directories.
-
-Every encoder is a plain `f(list[str]) -> np.ndarray (n, d)`, in the spirit of SentEval's
-`batcher(params, batch)`. `senteval_batcher` goes the other way: it wraps a loaded VAT as a
-batcher for people who run the original SentEval toolkit.
-"""
+"""Sentence encoders for the harness, each a plain `f(list[str]) -> np.ndarray (n, d)`: loaded
+VATs, `file.py:function` callables, HF directories; and a SentEval batcher of a loaded VAT."""
 
 from __future__ import annotations
 
@@ -19,12 +15,11 @@ from vat.errors import OptionError, VatError, check_count, did_you_mean
 from vat.eval.engine import SentenceEncoder
 from vat.eval.hf_encoders import hf_sentence_features, load_hf_encoder
 from vat.feature_spec import FeatureSpec, FittedFeatures
-from vat.features import sentence_features
+from vat.features import POOLINGS, sentence_features
 from vat.features.choice import ChosenFeatures, check_pooling, features_for
 from vat.features.encoder import FeatureEncoder
 from vat.share.loaded import LoadedVAT, takes_loaded
 
-VAT_POOLINGS = ("mean", "sum", "start", "precision")  # = vat.features.POOLINGS
 HF_POOLINGS = ("mean", "cls")
 
 
@@ -37,22 +32,14 @@ def vat_encoder(
     *,
     quiet: bool = False,
 ) -> SentenceEncoder:
-    """The sentence vectors of a loaded VAT. By default the model's own
-    (`vat.features.choice.features_for`, the one rule of every loader), so its scores
-    are those of the vectors vat.load, AutoModel, sentence-transformers and MTEB give. A
-    `pooling` of the token means mu (the paper's VAT-mean, VAT-sum, VAT-start, or
-    `precision`: mu weighted by exp(-logvar), see vat.features.pool), or fitted `features`
-    replace it: those of a feature spec (vat.feature_spec), found or fitted by
-    `vat.features.choice.features_for(loaded, spec, fit)`, which the caller composes.
-
-    The encoder names what it gives: `.features` (the spec, e.g. "layer0/sif/none"; pooling
-    P of mu is "mu/P/none") and `.why` (how it was chosen), for every table and results file.
-    """
-    if pooling is not None and pooling not in VAT_POOLINGS:
+    """The sentence vectors of a loaded VAT: the model's own (`features_for`, the rule every
+    loader shares), a `pooling` of mu, or fitted `features`. The encoder's `.features` (the
+    spec) and `.why` name what it gives, for tables and results files."""
+    if pooling is not None and pooling not in POOLINGS:
         raise OptionError(  # a command shows --pooling
             "pooling",
-            f"for a vat model must be one of {', '.join(VAT_POOLINGS)}, got {pooling!r}"
-            + did_you_mean(pooling, VAT_POOLINGS),
+            f"for a vat model must be one of {', '.join(POOLINGS)}, got {pooling!r}"
+            + did_you_mean(pooling, POOLINGS),
         )
     check_count(batch_size, "batch_size")
     check_pooling(pooling, features)
@@ -65,7 +52,7 @@ def vat_encoder(
             f"{str(features)[:80]!r}: vat.features.choice.features_for(loaded, spec) finds "
             "or fits a spec's statistics",
         )
-    # features_for's body: the model was checked as vat_encoder took it (@takes_loaded)
+    # features_for's body: @takes_loaded already checked the model
     chosen = features_for.__wrapped__(loaded, features, quiet=quiet)
     encoder = FeatureEncoder(loaded, chosen.fitted)
 
@@ -80,8 +67,6 @@ def vat_encoder(
 
 
 def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> SentenceEncoder:
-    """`pooling` of the token means mu (vat.features.sentence_features)."""
-
     def encode(sentences: list[str]) -> np.ndarray:
         return sentence_features(
             loaded.model, loaded.tokenizer, sentences, pooling=pooling, batch_size=batch_size
@@ -94,9 +79,7 @@ def _mu_encoder(loaded: LoadedVAT, pooling: str, batch_size: int) -> SentenceEnc
 
 
 def callable_encoder(spec: str) -> SentenceEncoder:
-    """`path/to/file.py:function`: the function takes a list of strings and returns an
-    (n, d) array. The file is imported as a module (its folder goes on sys.path, so it can
-    import its neighbours)."""
+    """The function of `path/to/file.py:function`, imported with its folder on sys.path."""
     path_s, sep, func = spec.rpartition(":")
     if not sep or not path_s or not func:
         raise VatError(f"--encoder must look like path/to/file.py:function, got {spec!r}")
@@ -118,14 +101,8 @@ def callable_encoder(spec: str) -> SentenceEncoder:
     fn = getattr(module, func, None)
     if not callable(fn):
         raise VatError(f"--encoder: {path} has no function {func!r}")
-    return _one_line_failures(fn, spec)
 
-
-def _one_line_failures(fn: SentenceEncoder, spec: str) -> SentenceEncoder:
-    """The user's function, whose exceptions become one line naming it; under
-    `--debug` the traceback shows the original exception as the cause."""
-
-    def encode(sentences):
+    def encode(sentences):  # its exceptions become one line naming it (--debug: the cause)
         try:
             return fn(sentences)
         except Exception as e:
@@ -146,9 +123,7 @@ def hf_encoder(
     *,
     name: str = "model_dir",
 ) -> SentenceEncoder:
-    """A local Hugging Face encoder directory (needs the `transformers` extra), mean or CLS
-    pooling of the last layer, via vat.eval.hf_encoders. A bad directory is an OptionError
-    naming `name` (`vat evaluate` passes hf_model, shown as --hf-model)."""
+    """Mean or CLS pooling of the last layer of a local Hugging Face encoder directory."""
     if pooling not in HF_POOLINGS:
         raise OptionError(
             "pooling",
@@ -171,20 +146,8 @@ def hf_encoder(
 def senteval_batcher(
     loaded: LoadedVAT, pooling: str | None = None, batch_size: int = 128
 ) -> Callable[[object, list], np.ndarray]:
-    """A SentEval `batcher(params, batch)` for a loaded VAT: its own vectors (`vat_encoder`),
-    or `pooling` of mu.
-
-    SentEval passes each batch as a list of token lists (sometimes strings); an empty
-    sentence becomes '.', as in SentEval's own examples. Use it with the original toolkit:
-
-        import senteval
-        import vat
-        from vat.eval.encoders import senteval_batcher
-        model = vat.load("last.ckpt")
-        se = senteval.engine.SE({"task_path": "data", "usepytorch": True, "kfold": 5},
-                                senteval_batcher(model.loaded))
-        se.eval(["STS12", "MR"])
-    """
+    """A `batcher(params, batch)` for the original SentEval toolkit (docs/evaluate.md): batches
+    of token lists (or strings), an empty sentence passed as '.', as in SentEval's examples."""
     encode = vat_encoder(loaded, pooling, batch_size)
 
     def batcher(params: object, batch: list) -> np.ndarray:

@@ -1,23 +1,12 @@
-"""Run SentEval tasks on any sentence encoder: encode once, then score or train.
-
-`evaluate(encoder, tasks, data_dir, ...)` returns SentEval's result dictionary, task by task
-(the same keys SentEval's `SE.eval` returns), plus:
-- `STSBenchmark-cosine` / `SICKRelatedness-cosine`: the no-training cosine protocol (dev and
-  test correlations), the default for those two tasks;
-- `STSBenchmark` / `SICKRelatedness`: SentEval's trained regressor, when asked for;
-- `STS1x.all.{pearson,spearman}.all`: the correlation over all subsets concatenated.
-
-An encoder is any `f(list[str]) -> array (n, d)`. Every distinct sentence is encoded once
-per run (tasks share a cache), in length-sorted batches. As in SentEval's example batchers,
-an empty sentence is passed to the encoder as ".".
-"""
+"""Run SentEval tasks on any sentence encoder `f(list[str]) -> (n, d)`, encoding each distinct
+sentence once, into SentEval's result layout (plus the cosine protocol of STS-B and SICK-R)."""
 
 from __future__ import annotations
 
 import operator
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,20 +17,12 @@ from tqdm.auto import tqdm
 from vat.errors import OptionError, VatError, check_choice, check_count, check_path
 from vat.eval import classifier as clf
 from vat.eval.batched_classifier import ClassifierConfig
-from vat.eval.sts import (
-    RelatednessRegressor,
-    correlations,
-    cosine_scores,
-    cosine_split_results,
-    sts_results,
-)
+from vat.eval.sts import RelatednessRegressor, correlations, cosine_scores, sts_results
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import choose_tasks, load_task
 from vat.runtime import resolve_device
 
-# What the harness scores: sentences -> (n, d) vectors (SentEval's batcher). Not the model's
-# Transformer encoder (vat.model) nor a FeatureEncoder (how a loaded VAT makes its vectors,
-# vat.features.encoder), though vat_encoder wraps one as a SentenceEncoder.
+# What the harness scores (SentEval's batcher); vat_encoder wraps a FeatureEncoder as one.
 SentenceEncoder = Callable[[list[str]], np.ndarray]
 RELATEDNESS_MODES = ("cosine", "regressor", "both")
 
@@ -51,25 +32,22 @@ class EvalSettings:
     """What SentEval calls `params`, minus the task path."""
 
     preset: str = "prototyping"
-    """'prototyping' (kfold 5, rmsprop, batch 128, tenacity 3, epoch_size 2) or 'full'
-    (kfold 10, adam, batch 64, tenacity 5, epoch_size 4)."""
+    """'prototyping' or 'full' (SentEval README's configs, `vat.eval.classifier.PRESETS`)."""
     classifier: str = "logreg"
-    """'logreg' (SentEval nhid=0) or 'mlp' (one sigmoid hidden layer, Adam)."""
+    """'logreg' or 'mlp' (one sigmoid hidden layer of `nhid` units, Adam)."""
     nhid: int = 50
-    """Hidden units of the 'mlp' classifier."""
     seed: int = 1111
-    """SentEval's seed (classifier init and data order); SentEval's default is 1111."""
+    """SentEval's seed (classifier init and data order)."""
     relatedness: str = "cosine"
     """STSBenchmark / SICKRelatedness protocol: 'cosine', 'regressor' (SentEval's) or 'both'."""
     batch_size: int = 128
     """Sentences per encoder call."""
     device: str = "cpu"
-    """Where classifiers train: 'cpu', 'cuda' or 'auto'."""
+    """Where classifiers train."""
     progress: bool = True
 
     def __post_init__(self) -> None:
-        # checked when made, so a bad value is one line before any task runs; numpy's legacy
-        # seeding, which SentEval's protocol uses, takes 32-bit seeds
+        # numpy's legacy seeding, which SentEval's protocol uses, takes 32-bit seeds
         try:
             seed = operator.index(self.seed)
         except TypeError:
@@ -93,18 +71,15 @@ class EvalSettings:
         return torch.device(resolve_device(self.device))
 
 
+@dataclass
 class FeatureCache:
     """Encodes each distinct sentence once and checks what the encoder returns."""
 
-    def __init__(
-        self, encoder: SentenceEncoder, batch_size: int = 128, progress: bool = True
-    ) -> None:
-        self.encoder = encoder
-        self.batch_size = batch_size
-        self.progress = progress
-        self.cache: dict[str, np.ndarray] = {}
-        self.dim: int | None = None
-        self.dtype: np.dtype | None = None
+    encoder: SentenceEncoder
+    batch_size: int = 128
+    progress: bool = True
+    cache: dict[str, np.ndarray] = field(default_factory=dict)
+    dim: int | None = None
 
     def encode_new(self, sentences: Sequence[str], task: str) -> None:
         todo = sorted(
@@ -122,8 +97,7 @@ class FeatureCache:
         for i in range(0, len(todo), self.batch_size):
             batch = todo[i : i + self.batch_size]
             # SentEval's example batchers turn an empty sentence into '.'
-            out = self.encoder([s if s else "." for s in batch])
-            self._store(batch, out, task)
+            self._store(batch, self.encoder([s if s else "." for s in batch]), task)
             bar.update(len(batch))
         bar.close()
 
@@ -163,9 +137,7 @@ class FeatureCache:
             self.cache[s] = v
 
     def __call__(self, sentences: Sequence[str]) -> np.ndarray:
-        """(n, d) features of sentences (already encoded) in order."""
-        if not sentences:
-            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        """(n, d) features of sentences (already encoded; the loaders refuse empty splits)."""
         return np.stack([self.cache[s] for s in sentences])
 
 
@@ -177,9 +149,7 @@ def pair_cosines(pairs: Pairs, feats: FeatureCache) -> np.ndarray:
 def cosine_correlations(
     encoder: SentenceEncoder, pairs: Pairs, batch_size: int = 128, name: str = "pairs"
 ) -> dict:
-    """{'pearson', 'spearman', 'nsamples'} of the no-training cosine protocol on one split of
-    pairs: what `evaluate` reports for it (e.g. `STSBenchmark-cosine.dev`), without loading or
-    encoding the task's other splits. Each distinct sentence is encoded once."""
+    """The cosine protocol's correlations on one split of pairs, as `evaluate` reports them."""
     feats = FeatureCache(encoder, batch_size, progress=False)
     feats.encode_new(pairs.a + pairs.b, name)
     return correlations(pair_cosines(pairs, feats), pairs.y)
@@ -194,21 +164,20 @@ def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dic
     if data.kind == "sts":
         per = {k: (pair_cosines(p, feats), p.y) for k, p in data.splits.items()}
         return {name: sts_results(per)}
+    X = {k: _features(v, feats) for k, v in data.splits.items()}
+    y = {k: v.y for k, v in data.splits.items()}
     if data.kind == "relatedness":
         out: dict[str, dict] = {}
         if settings.relatedness in ("cosine", "both"):
             per = {k: (pair_cosines(p, feats), p.y) for k, p in data.splits.items() if k != "train"}
-            out[f"{name}-cosine"] = cosine_split_results(per)
+            out[f"{name}-cosine"] = {k: correlations(s, g) for k, (s, g) in per.items()}
         if settings.relatedness in ("regressor", "both"):
-            out[name] = _relatedness_regressor(data, feats, seed, device)
+            out[name] = _relatedness_regressor(X, y, seed)
         return out
     if data.kind == "kfold":
-        s = data.splits["all"]
-        assert isinstance(s, Singles)
-        devacc, acc = clf.inner_kfold(feats(s.x), s.y, data.nclasses, cfg, seed, device)
-        return {name: {"devacc": devacc, "acc": acc, "ndev": len(s), "ntest": len(s)}}
-    X = {k: _features(v, feats) for k, v in data.splits.items()}
-    y = {k: v.y for k, v in data.splits.items()}
+        devacc, acc = clf.inner_kfold(X["all"], y["all"], data.nclasses, cfg, seed, device)
+        n = len(y["all"])
+        return {name: {"devacc": devacc, "acc": acc, "ndev": n, "ntest": n}}
     if data.kind == "traintest":
         devacc, acc, yhat = clf.kfold(
             X["train"], y["train"], X["test"], y["test"], data.nclasses, cfg, seed, device
@@ -217,12 +186,8 @@ def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dic
         if name == "MRPC":
             res["f1"] = clf.f1_binary(y["test"], yhat)
         return {name: {**res, "ndev": len(y["train"]), "ntest": len(y["test"])}}
-    if data.kind == "split":
-        devacc, acc = clf.split_classifier(X, y, data.nclasses, cfg, seed, device)
-        return {
-            name: {"devacc": devacc, "acc": acc, "ndev": len(y["dev"]), "ntest": len(y["test"])}
-        }
-    raise ValueError(f"unknown task kind {data.kind!r}")
+    devacc, acc = clf.split_classifier(X, y, data.nclasses, cfg, seed, device)  # "split"
+    return {name: {"devacc": devacc, "acc": acc, "ndev": len(y["dev"]), "ntest": len(y["test"])}}
 
 
 def _features(split: Pairs | Singles, feats: FeatureCache) -> np.ndarray:
@@ -233,12 +198,8 @@ def _features(split: Pairs | Singles, feats: FeatureCache) -> np.ndarray:
     return feats(split.x)
 
 
-def _relatedness_regressor(
-    data: TaskData, feats: FeatureCache, seed: int, device: torch.device
-) -> dict:
+def _relatedness_regressor(X: dict, y: dict, seed: int) -> dict:
     """SentEval's SICKRelatednessEval.run / STSBenchmarkEval: regressor on pair features."""
-    X = {k: _features(v, feats) for k, v in data.splits.items()}
-    y = {k: v.y for k, v in data.splits.items()}
     devpr, yhat = RelatednessRegressor(seed=seed).fit_predict(
         X["train"], y["train"], X["dev"], y["dev"], X["test"]
     )
@@ -261,13 +222,9 @@ def evaluate(
     settings: EvalSettings | None = None,
     on_result: Callable[[str, dict, float], None] | None = None,
 ) -> tuple[dict, dict[str, dict[str, float]]]:
-    """Evaluate `encoder` on SentEval tasks (names or groups 'sts', 'transfer', 'all').
-
-    A group runs its members whose folder is under `data_dir` (`choose_tasks`); a task named
-    on its own must be there. Every task's data is loaded (and checked) before any encoding
-    starts, so a missing file fails fast.
-    Returns (results in SentEval's layout, {task: {"encode": s, "total": s}}).
-    """
+    """(results in SentEval's layout, {task: {"encode": s, "total": s}}) of `encoder` on
+    SentEval tasks or groups (`choose_tasks`); every task is loaded before any encoding, so a
+    missing file fails fast."""
     settings = EvalSettings() if settings is None else settings  # checked when made
     if not isinstance(settings, EvalSettings):
         raise OptionError("settings", f"expected an EvalSettings, got {type(settings).__name__}")

@@ -1,17 +1,5 @@
-"""Fine-tuning mode (the paper's Table 5, bottom): vat encoder + one dense layer, end to end.
-
-For each classification task the loaded encoder is copied afresh, a linear layer is
-put on the pooled token means mu (mean / sum / start), and both are trained with Adam and
-cross-entropy for `epochs` epochs (5 by default). After every epoch the dev accuracy is
-measured; the epoch with the best dev accuracy gives the reported dev and test accuracy.
-
-Sentence pairs (MRPC, SICKEntailment) are one input, A </s> B, as in the paper ("concatenated
-with a separator"). Splits:
-- SST2, SST5, SICKEntailment: the official train/dev/test;
-- TREC, MRPC: the official test; dev is a seeded 10% of train;
-- MR, CR, SUBJ, MPQA (no official split; SentEval cross-validates, which would mean 10
-  fine-tuning runs): one seeded 80/10/10 train/dev/test split.
-"""
+"""Fine-tuning mode (the paper's Table 5, bottom): a fresh copy of the encoder and a linear layer on
+pooled mu, trained per task; pairs are one input, A </s> B; `task_splits` says the splits."""
 
 from __future__ import annotations
 
@@ -24,20 +12,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vat.errors import (
-    OptionError,
-    VatError,
-    check_count,
-    check_non_negative_finite,
-    did_you_mean,
-)
+from vat.errors import OptionError, VatError, check_count, check_number, did_you_mean
 from vat.eval.tasks.files import Pairs, Singles, TaskData
-from vat.eval.tasks.registry import choose_tasks, load_task
+from vat.eval.tasks.registry import TRANSFER_TASKS, choose_tasks, load_task
 from vat.features import POOLINGS, pool
 from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.tokenizer import EOS_ID, make_batch
-
-FINETUNE_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment")
 
 
 @dataclass(frozen=True)
@@ -52,7 +32,6 @@ class FinetuneSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        # checked when made: a bad value is one line naming it before any model is copied
         if self.pooling not in POOLINGS:
             raise OptionError(  # a command shows --pooling
                 "pooling",
@@ -61,7 +40,7 @@ class FinetuneSettings:
             )
         check_count(self.epochs, "epochs")
         check_count(self.batch_size, "batch_size")
-        check_non_negative_finite(self.lr, "lr", positive=True)
+        check_number(self.lr, "lr", low=0, low_open=True)
 
 
 def _split_ids(n: int, fractions: tuple[float, ...], seed: int) -> list[np.ndarray]:
@@ -81,7 +60,7 @@ def _examples(split: Pairs | Singles, tokenizer, max_len: int) -> list[list[int]
 
 
 def task_splits(data: TaskData, seed: int) -> dict[str, Pairs | Singles]:
-    """train/dev/test for fine-tuning (see module docstring)."""
+    """train/dev/test for fine-tuning."""
     if data.kind == "split":
         return dict(data.splits)
     if data.kind == "traintest":
@@ -92,13 +71,9 @@ def task_splits(data: TaskData, seed: int) -> dict[str, Pairs | Singles]:
             "dev": _subset(tr, dev_i),
             "test": data.splits["test"],
         }
-    if data.kind == "kfold":
-        s = data.splits["all"]
-        train_i, dev_i, test_i = _split_ids(len(s), (0.8, 0.1, 0.1), seed)
-        return {"train": _subset(s, train_i), "dev": _subset(s, dev_i), "test": _subset(s, test_i)}
-    raise VatError(
-        f"{data.name} is not a classification task; fine-tuning covers {', '.join(FINETUNE_TASKS)}"
-    )
+    s = data.splits["all"]  # "kfold": finetune_tasks refuses the tasks that are not classification
+    train_i, dev_i, test_i = _split_ids(len(s), (0.8, 0.1, 0.1), seed)
+    return {"train": _subset(s, train_i), "dev": _subset(s, dev_i), "test": _subset(s, test_i)}
 
 
 def _subset(s: Pairs | Singles, idx: np.ndarray) -> Pairs | Singles:
@@ -135,8 +110,7 @@ def _accuracy(net: _Classifier, ids: list[list[int]], y: np.ndarray, batch_size:
 
 
 def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings) -> dict:
-    """Fine-tune a copy of `loaded`'s model on one task (the loaded weights stay as they
-    were); {'devacc', 'acc', 'ndev', 'ntest', 'best_epoch', 'epochs'}."""
+    """Fine-tune a copy of `loaded`'s model on one task (the loaded weights stay as they were)."""
     torch.manual_seed(settings.seed)
     model = copy.deepcopy(loaded.model).to(settings.device)
     splits = task_splits(data, settings.seed)
@@ -188,9 +162,9 @@ def finetune_tasks(
 ) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
     names = choose_tasks(tasks, data_dir).tasks  # a group: its members present
-    bad = [t for t in names if t not in FINETUNE_TASKS]
+    bad = [t for t in names if t not in TRANSFER_TASKS]
     if bad:
-        raise VatError(f"fine-tuning covers {', '.join(FINETUNE_TASKS)}; not {', '.join(bad)}")
+        raise VatError(f"fine-tuning covers {', '.join(TRANSFER_TASKS)}; not {', '.join(bad)}")
     task_data = [load_task(data_dir, t) for t in names]
     results, seconds = {}, {}
     for data in task_data:

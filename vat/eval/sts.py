@@ -1,41 +1,24 @@
-"""Semantic textual similarity: cosine scoring, correlations, and SentEval's trained regressor.
-
-- `sts_results` replicates SentEval's STSEval.run (senteval/sts.py): per subset Pearson and
-  Spearman (scipy.stats, as SentEval) of the cosine of the two sentence vectors against gold,
-  then `all` with the plain (`mean`) and size-weighted (`wmean`) averages over subsets.
-  It adds `all.{pearson,spearman}.all`: the correlation over the *concatenation* of all
-  subsets, the "all" setting that SimCSE and MTEB report (same key as SimCSE's SentEval
-  fork). It is a different number from `mean`/`wmean`; say which one a table shows.
-- `cosine_split_results` is the no-training "cosine" protocol for STSBenchmark and
-  SICKRelatedness: the same correlations on their dev and test splits.
-- `RelatednessRegressor` replicates SentEval's RelatednessPytorch (tools/relatedness.py):
-  a softmax regression on [|u - v|, u * v] to the Tai et al. (2015) 5-class soft labels,
-  Adam, batch 64, 50 passes between dev checks, early stop on dev Pearson (tenacity 3).
-"""
+"""Semantic textual similarity as SentEval scores it: cosines, correlations (plus `all`, over all
+subsets concatenated, as SimCSE and MTEB report), and the trained relatedness regressor."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.stats import pearsonr, spearmanr
 
 TIE_TOL = 1e-12
-"""Cosines closer than this (times max(1, |score|)) are ties for Spearman ranking. Float64
-rounding of a d-term dot product in any summation order stays below ~3 d eps64 (7e-14 for
-d = 256; 1e-12 covers d up to ~3,000), while distinct cosines of float32 features lie
-orders of magnitude further apart."""
+"""Cosines closer than this (times max(1, |score|)) tie for Spearman ranking: float64 rounding of
+a d-term dot product stays below ~3 d eps64 (1e-12 covers d up to ~3,000)."""
 
 
 def cosine_scores(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Row-wise cosine (N,) of two (N, d) arrays, in float64, the same on every machine.
-
-    SentEval scores `np.nan_to_num(cosine(np.nan_to_num(u), np.nan_to_num(v)))` pair by pair
-    with a BLAS dot in the features' dtype. That is machine-dependent: pairs of
-    identical sentences score cos = 1 +- 1 float32 ulp, the OpenBLAS kernel's summation
-    order (SkylakeX, Haswell, Sandybridge) breaks those ties, and Spearman ranks them, which
-    moves STS12's scores (docs/evaluate.md). Here products are taken in float64 (exact for
-    float32 features) and summed by NumPy's own fixed-order pairwise summation, never BLAS;
-    `correlations` then treats cosines within TIE_TOL as ties. A zero vector scores 0."""
+    """Row-wise cosine (N,) of two (N, d) arrays, the same on every machine: SentEval's BLAS dot
+    breaks the ties of identical sentences by the OpenBLAS kernel's summation order, which moves
+    STS12's Spearman (docs/evaluate.md); float64 products summed by NumPy's fixed-order pairwise
+    summation do not. A zero vector scores 0."""
     u = np.nan_to_num(np.asarray(u, dtype=np.float64))
     v = np.nan_to_num(np.asarray(v, dtype=np.float64))
     uv = (u * v).sum(1)  # (N,) elementwise multiply + add.reduce: no BLAS kernel involved
@@ -68,8 +51,8 @@ def _corr(fn, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def correlations(sys: np.ndarray, gold: np.ndarray) -> dict[str, float | int]:
-    """{'pearson', 'spearman', 'nsamples'} of system scores against gold (scipy.stats).
-    Spearman ranks the scores after `merge_ties`, so it is the same on every machine."""
+    """{'pearson', 'spearman', 'nsamples'} of system scores against gold; Spearman ranks after
+    `merge_ties`, so it is the same on every machine."""
     return {
         "pearson": _corr(pearsonr, sys, gold),
         "spearman": _corr(spearmanr, merge_ties(sys), gold),
@@ -93,17 +76,8 @@ def sts_results(per_subset: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
     return results
 
 
-def cosine_split_results(per_split: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
-    """{'dev': {...}, 'test': {...}} correlations of cosine scores, no training."""
-    return {name: correlations(s, g) for name, (s, g) in per_split.items()}
-
-
-# ----------------------------------------------------------------------------- regressor
-
-
 def encode_labels(scores: np.ndarray, nclass: int = 5) -> np.ndarray:
-    """Tai, Socher & Manning (2015) soft labels, as SentEval's `encode_labels`: a score y in
-    [1, 5] puts mass y - floor(y) on class floor(y) + 1 and floor(y) - y + 1 on floor(y)."""
+    """Tai, Socher & Manning (2015) soft labels of scores in [1, 5], as SentEval's."""
     y = np.asarray(scores, dtype=np.float64)
     out = np.zeros((len(y), nclass), dtype=np.float32)
     fl = np.floor(y)
@@ -113,33 +87,17 @@ def encode_labels(scores: np.ndarray, nclass: int = 5) -> np.ndarray:
     return out
 
 
+@dataclass
 class RelatednessRegressor:
-    """SentEval's RelatednessPytorch, replicated step for step.
+    """SentEval's RelatednessPytorch (softmax regression to soft labels, MSE, Adam, early stop on
+    dev Pearson), replicated step for step in float32 NumPy with a closed-form gradient:
+    thousands of tiny sequential steps make per-operation overhead dominate."""
 
-    Same seed use (np.random.seed / torch.manual_seed at construction, one numpy permutation
-    per pass), same model (Linear + Softmax, torch's seeded initialisation), loss (MSELoss,
-    mean reduction: SentEval sets `size_average = False` after construction, which current
-    PyTorch ignores), optimiser (Adam, lr 1e-3, no weight decay, torch's operation order),
-    batch 64, 50 passes per dev check, early stopping after 4 checks without a better dev
-    Pearson, at most 1000 passes.
-
-    It runs in float32 NumPy on the CPU whatever the device, with the softmax + MSE gradient
-    in closed form: thousands of tiny sequential steps make per-operation overhead dominate.
-    """
-
-    def __init__(
-        self,
-        seed: int = 1111,
-        batch_size: int = 64,
-        passes_per_check: int = 50,
-        max_epoch: int = 1000,
-        tenacity: int = 3,
-    ) -> None:
-        self.seed = seed
-        self.batch_size = batch_size
-        self.passes_per_check = passes_per_check
-        self.max_epoch = max_epoch
-        self.tenacity = tenacity
+    seed: int = 1111
+    batch_size: int = 64
+    passes_per_check: int = 50
+    max_epoch: int = 1000
+    tenacity: int = 3
 
     def fit_predict(
         self,
@@ -149,8 +107,7 @@ class RelatednessRegressor:
         dev_scores: np.ndarray,
         test_x: np.ndarray,
     ) -> tuple[float, np.ndarray]:
-        """Train on train, early-stop on dev Pearson; return (best dev Pearson, test
-        predictions)."""
+        """(best dev Pearson, test predictions)."""
         rng = np.random.RandomState(self.seed)
         torch.manual_seed(self.seed)
         lin = torch.nn.Linear(train_x.shape[1], 5)  # initialised exactly as SentEval's model

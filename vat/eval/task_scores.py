@@ -1,14 +1,5 @@
-"""One headline score per requested task, in one unit, under the name the user asked for.
-
-SentEval's result layout (what `vat evaluate --output` writes, kept for the conformance
-tests) mixes units and names: STS correlations are fractions (0.334) under
-`STS12.all.spearman.mean`, accuracies are percentages (55.4) under `MR.acc`, and the cosine
-protocol of STS-B is stored as `STSBenchmark-cosine`. `task_scores` reads that layout and
-gives, for each task asked for, one score in percent (correlations x 100), with the task
-type, metric, split and the SentEval field it came from. `vat evaluate` writes it as the
-`scores` entry of its JSON, the export's model card takes its model-index from it, and the
-comparison chart draws it.
-"""
+"""One headline score per task, in percent, read from SentEval's result layout (which mixes
+fractions and percentages): the `scores` of `vat evaluate`'s JSON, the model card's, the chart's."""
 
 from __future__ import annotations
 
@@ -18,32 +9,23 @@ from typing import Any
 
 from vat.eval.tasks.registry import ALL_TASKS
 
-CLASSIFICATION = "text-classification"
-SIMILARITY = "sentence-similarity"
-
 
 def task_score(task: str, results: Mapping) -> dict[str, Any] | None:
-    """The headline score of `task` in SentEval-layout `results`; None when absent or not
-    finite. Percent for every task: STS12-16 all.spearman.mean (mean over the subsets),
-    STS-B / SICK-R the cosine protocol's test Spearman (the trained regressor's when only it
-    ran), classification the test accuracy."""
+    """The headline score of `task` (None when absent or not finite): STS12-16 all.spearman.mean,
+    STS-B / SICK-R the cosine protocol's test Spearman (else the regressor's), else accuracy."""
+    kind, metric, scale = "sentence-similarity", "spearman", 100  # correlations are fractions
     if task.startswith("STS1") and task in results:
-        source, field = task, "all.spearman.mean"
-        value = results[task]["all"]["spearman"]["mean"]
+        field, value = f"{task}.all.spearman.mean", results[task]["all"]["spearman"]["mean"]
     elif f"{task}-cosine" in results:
-        source, field = f"{task}-cosine", "test.spearman"
-        value = results[source]["test"]["spearman"]
+        field, value = f"{task}-cosine.test.spearman", results[f"{task}-cosine"]["test"]["spearman"]
     elif task in ("STSBenchmark", "SICKRelatedness") and task in results:
-        source, field, value = task, "spearman", results[task]["spearman"]
+        field, value = f"{task}.spearman", results[task]["spearman"]
     elif task in results and "acc" in results[task]:
-        return _score(results[task]["acc"], task, CLASSIFICATION, "accuracy", f"{task}.acc")
+        kind, metric, scale = "text-classification", "accuracy", 1
+        field, value = f"{task}.acc", results[task]["acc"]
     else:
         return None
-    return _score(100 * float(value), task, SIMILARITY, "spearman", f"{source}.{field}")
-
-
-def _score(value, task, kind, metric, field) -> dict[str, Any] | None:
-    value = float(value)
+    value = float(value) * scale
     if not math.isfinite(value):
         return None
     return {

@@ -1,7 +1,5 @@
-"""The sweep YAML (docs/sweep.md): a train config, one key and its values (two for a grid) or
-a list of points each setting any keys, and what to measure. Each point is one run, trained
-with the same train config, seed, data and budget plus `--<key> <value>` for each key it sets.
-"""
+"""The sweep YAML (docs/sweep.md): a train config, one key's values (two for a grid) or a list
+of points, and what to measure; each point is one run with `--<key> <value>` for its keys."""
 
 from __future__ import annotations
 
@@ -18,14 +16,9 @@ from vat.errors import VatError, did_you_mean, one_line
 from vat.features.fitting import DEFAULT_FIT_SENTENCES
 from vat.io import regular_file
 
-Point = dict[str, Any]
-"""One run of a sweep: {dotted key: value}, in the order the keys are declared."""
-
-DEFAULTS_RUN = "defaults"
-"""Run name and label of the empty point of a list sweep: the train config as it is."""
-
+Point = dict[str, Any]  # one run: {dotted key: value}, in declared order
+DEFAULTS_RUN = "defaults"  # name of the empty point: the train config as it is
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-"""The similarity tasks a sweep can measure (cosine Spearman, no training)."""
 
 _STS_NAMES = {t.lower(): t for t in STS_TASKS}
 _STS_NAMES |= {"sts-b": "STSBenchmark", "sick-r": "SICKRelatedness"}  # as tables print them
@@ -38,39 +31,23 @@ _NOT_SWEEPABLE = {"run_dir", "ckpt_path", "config", "seed_everything"}
 class SweepConfig:
     """The sweep YAML (plain YAML, not a LightningCLI config)."""
 
-    train_config: str
-    """A `vat train` YAML; every run uses it unchanged but for the swept key(s) and extra_args."""
+    train_config: str  # every run uses it but for the swept key(s) and extra_args
+    # {dotted train key: [values]} for one key or a grid over two; or a list of points
     sweep: dict[str, list[Any]] | list[Point] = field(default_factory=dict)
-    """{dotted train key: [values]} for one key or a grid over two; or a list of points."""
     out_dir: str = "runs/sweep"
-    """Where the runs (<leaf>_<value>/), the table, the plots and hparams/ go."""
-    extra_args: list[str] = field(default_factory=list)
-    """`vat train` overrides applied to every run, e.g. ["--trainer.max_steps", "1500"]."""
-    probe: str | None = None
-    """Geometry probe: a SentEval folder (its STS12 sentences) or a text file, a sentence a line."""
+    extra_args: list[str] = field(default_factory=list)  # `vat train` overrides for every run
+    probe: str | None = None  # a SentEval folder (its STS12 sentences) or a text file
     probe_max_sentences: int | None = None
-    """Use at most this many (distinct) probe sentences; None = all."""
-    min_count: int = 5
-    """Self-similarity averages over word types with at least this many occurrences in the probe."""
-    senteval_dir: str | None = None
-    """SentEval folder for the STS tasks (mean pooling, cosine); None = skip them."""
+    min_count: int = 5  # self-similarity's word types occur at least this often in the probe
+    senteval_dir: str | None = None  # for the STS tasks; None skips them
     sts_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
-    """Similarity tasks measured in senteval_dir, each a `<task>_spearman` column."""
-    bleu_file: str | None = None
-    """Text file whose lines are reconstructed from mu for BLEU; None = skip."""
+    bleu_file: str | None = None  # lines reconstructed from mu for BLEU; None skips it
     bleu_lines: int = 500
-    """Number of (non-empty) lines of bleu_file to use."""
-    device: str = "auto"
-    """Where the measurements run: "auto" (CUDA when available, else CPU), "cpu", "cuda:1"."""
-    jobs: int = 1
-    """Runs trained at the same time, each in its own process (use max_steps, not max_time)."""
-    feature_compare: bool = False
-    """Score every feature spec of each run on STS12 + STS-B in senteval_dir (`vat features
-    compare`), writing <run>/feature_compare/ and select_* fields into the record."""
-    fit_files: list[str] | None = None
-    """Text files (outside senteval_dir) the comparison fits on; None = each run's sample."""
+    device: str = "auto"  # where the measurements run
+    jobs: int = 1  # runs trained at the same time, each in its own process
+    feature_compare: bool = False  # `vat features compare` on each run (needs senteval_dir)
+    fit_files: list[str] | None = None  # the comparison's fitting files; None: each run's sample
     fit_sentences: int = DEFAULT_FIT_SENTENCES
-    """Sentences sampled from the fitting files for the comparison's post-processing."""
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
@@ -254,20 +231,17 @@ class SweepConfig:
 
     @property
     def is_point_list(self) -> bool:
-        """True for `sweep:` as a list of points, False for the mapping form (key or grid)."""
         return isinstance(self.sweep, list)
 
     @property
     def keys(self) -> list[str]:
-        """The swept keys: the mapping's, or every key some listed point sets, first-seen
-        order."""
+        """The swept keys, in first-seen order."""
         if isinstance(self.sweep, list):
             return list(dict.fromkeys(k for point in self.sweep for k in point))
         return list(self.sweep)
 
     def points(self) -> list[Point]:
-        """The listed points as given, or every combination of the swept values (the first
-        key varies slowest)."""
+        """The listed points, or every combination of the swept values (first key slowest)."""
         if isinstance(self.sweep, list):
             return [dict(point) for point in self.sweep]
         return [dict(zip(self.sweep, combo)) for combo in itertools.product(*self.sweep.values())]
@@ -292,22 +266,18 @@ _NUMBER = re.compile(r"[-+]?(\d[\d_]*)?(\.\d*)?([eE][-+]?\d+)?")
 
 
 def as_number(value: Any) -> Any:
-    """A string that spells a number (1e-1, 1E3, +2) as that number; anything else as is.
-    Sweep values are then compared, named and passed on as the numbers they are."""
-    if not isinstance(value, str) or not any(c.isdigit() for c in value):
-        return value
-    text = value.strip()
-    if not _NUMBER.fullmatch(text):
+    """A string that spells a number (1e-1, 1E3, +2) as that number; anything else as is."""
+    m = _NUMBER.fullmatch(value.strip()) if isinstance(value, str) else None
+    if m is None or not any(c.isdigit() for c in value):
         return value
     try:
-        return int(text) if _NUMBER.fullmatch(text).group(2, 3) == (None, None) else float(text)
+        return int(m[0]) if m.group(2, 3) == (None, None) else float(m[0])
     except ValueError:
         return value
 
 
 def _same_key(value: Any) -> tuple[str, Any]:
-    """What makes two parsed sweep values the same value: 1 and 1.0 are (a float option reads
-    both as 1.0), True and 1 are not."""
+    """1 and 1.0 are the same sweep value (a float option reads both as 1.0), True and 1 not."""
     if isinstance(value, bool) or value is None:
         return ("literal", value)
     if isinstance(value, int | float):
@@ -316,9 +286,7 @@ def _same_key(value: Any) -> tuple[str, Any]:
 
 
 def _refuse_repeats(where: str, key: str, given: list[Any], parsed: list[Any]) -> None:
-    """Two spellings of one value ([0.1, 1e-1]) would train the same run twice: refused, not
-    deduplicated, since a repeat in a hand-written list is most likely a typo for another
-    value (1e-2?) that the user means to see on the frontier."""
+    """Refuse two spellings of one value ([0.1, 1e-1]): most likely a typo for another value."""
     first: dict[tuple[str, Any], Any] = {}
     for raw, value in zip(given, parsed):
         k = _same_key(value)
@@ -333,7 +301,6 @@ def _refuse_repeats(where: str, key: str, given: list[Any], parsed: list[Any]) -
 
 
 def leaf(key: str) -> str:
-    """The last part of a dotted key: model.loss.free_bits -> free_bits."""
     return key.rsplit(".", 1)[-1]
 
 
@@ -347,8 +314,7 @@ def cli_value(value: Any) -> str:
 
 
 def run_name(point: Point) -> str:
-    """Directory name of a point's run: free_bits_0.05, or free_bits_0.1-beta_0.5 for a grid;
-    `defaults` for the empty point (the train config as it is)."""
+    """Run folder name: free_bits_0.05, free_bits_0.1-beta_0.5 for a grid, or `defaults`."""
     if not point:
         return DEFAULTS_RUN
     name = "-".join(f"{leaf(k)}_{cli_value(v)}" for k, v in point.items())
@@ -356,13 +322,11 @@ def run_name(point: Point) -> str:
 
 
 def point_args(point: Point) -> list[str]:
-    """`vat train` overrides for a point: ["--model.loss.free_bits", "0.05", ...]."""
     return [a for k, v in point.items() for a in (f"--{k}", cli_value(v))]
 
 
 def point_label(point: Point) -> str:
-    """Short label for plots: free_bits=0.05 (grid: free_bits=0.1, beta=0.5); `defaults` for
-    the empty point."""
+    """Label for plots: free_bits=0.05, or free_bits=0.1, beta=0.5 for a grid."""
     if not point:
         return DEFAULTS_RUN
     return ", ".join(f"{leaf(k)}={cli_value(v)}" for k, v in point.items())

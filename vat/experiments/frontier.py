@@ -1,19 +1,16 @@
-"""The sweep's outputs (docs/sweep.md, "Outputs"): sweep.csv, sweep.json and sweep.md, the
-frontier and other plots, and a TensorBoard hparams view (`tensorboard --logdir hparams`).
-"""
+"""The sweep's outputs (docs/sweep.md): sweep.csv/.json/.md, the plots, a TensorBoard view."""
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vat.errors import VatError
+from vat.errors import VatError, finite
 from vat.experiments.config import cli_value, leaf, point_label
 from vat.experiments.measure import FEATURE_COMPARE_FIELDS, GEOMETRY_FIELDS, VAL_TAGS, sts_column
 from vat.feature_spec import DEFAULT_EXPORT_SPEC
@@ -24,8 +21,7 @@ Record = dict[str, Any]
 
 
 def table_columns(records: Sequence[Record], keys: Sequence[str] = ()) -> list[str]:
-    """CSV columns: the swept keys first (a point may not set them), then every other record
-    key but the curves and the settings, in first-seen order."""
+    """The swept keys first, then every other record key but the curves and the settings."""
     skip = ("curves", "train_settings", "measure_settings")
     cols: list[str] = list(keys)
     for r in records:
@@ -34,7 +30,6 @@ def table_columns(records: Sequence[Record], keys: Sequence[str] = ()) -> list[s
 
 
 def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> str:
-    """sweep.csv, sweep.json and sweep.md in `out`, each written atomically."""
     cols = table_columns(records, keys)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
@@ -48,22 +43,17 @@ def write_table(records: Sequence[Record], keys: Sequence[str], out: Path) -> st
     return table
 
 
-FAILED = "failed"
-"""The record field of a point that failed: its one-line reason, and nothing measured."""
-
-UNSET = "-"
-"""The cell of a key a point does not set: the run has the train config's value."""
-
-TEXT = "text"
-"""The format of a column shown as it is (a feature spec)."""
+FAILED = "failed"  # a failed point's record field: its one-line reason
+UNSET = "-"  # the cell of a key a point does not set
+TEXT = "text"  # the format of a column shown as it is
 
 STS_LABELS = {
     "STSBenchmark": "STS-B",
     **{f"STS1{i}": f"STS1{i}" for i in range(2, 7)},
     "SICKRelatedness": "SICK-R",
 }
-"""The STS tasks a record may hold, in the order of the table and the plots."""
 
+# record field, header, format, scale (STS is stored as a fraction, select_* x 100 already)
 HEADLINE = (
     ("step", "steps", "{:d}", 1),
     ("val_kl", "val KL (nats/token)", "{:.2f}", 1),
@@ -80,26 +70,22 @@ HEADLINE = (
     ("stsb_test_best", "STS-B test (best spec)", "{:.2f}", 1),
     (FAILED, FAILED, TEXT, 1),
 )
-"""The columns compared across a sweep: record field, header, format, scale (STS is stored as
-a fraction, the feature comparison's scores x 100 already)."""
 
 
 def _cell(value: Any, fmt: str, scale: float) -> str:
     if fmt == TEXT:  # a reason may hold a "|", which would end the cell
         return value.replace("|", "\\|") if isinstance(value, str) and value else "-"
-    if not _number(value):
+    if not finite(value):
         return "-"
     return fmt.format(int(value) if fmt == "{:d}" else value * scale)
 
 
 def _headline_columns(records: Sequence[Record]) -> list[tuple[str, str, str, float]]:
-    """HEADLINE's columns that some record measured (an STS task not asked for is left out)."""
     return [c for c in HEADLINE if any(r.get(c[0]) is not None for r in records)]
 
 
 def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
-    """One row per run: the swept key(s) and the `HEADLINE` columns measured; "-" where a
-    value was not measured or a point does not set a key."""
+    """One row per run: the swept key(s) and the `HEADLINE` columns measured."""
     cols = _headline_columns(records)
     header = [*keys, *(c[1] for c in cols)]
     lines = [
@@ -114,8 +100,7 @@ def markdown_table(records: Sequence[Record], keys: Sequence[str]) -> str:
 
 
 def headline(record: Record) -> str:
-    """A run's measurements on one line: `val KL 1.06 nats/token, val NLL 4.875, BLEU 0.0,
-    STS-B 12.34`; of the feature comparison, only the winner's selection score."""
+    """`val KL 1.06 nats/token, val NLL 4.875, BLEU 0.0, STS-B 12.34`: a run on one line."""
     parts = []
     for field, label, fmt, scale in _headline_columns([record]):
         if field in ("step", "geometry_active_units") or (
@@ -128,9 +113,7 @@ def headline(record: Record) -> str:
     return ", ".join(parts)
 
 
-# -- plots --------------------------------------------------------------------------------
 def _subplots(figsize: tuple[float, float]):
-    """A figure and its axes on matplotlib's Agg canvas (`vat.io.figure_class`)."""
     fig = figure_class()(figsize=figsize)
     return fig, fig.subplots()
 
@@ -139,14 +122,10 @@ def _save(fig, path: Path) -> None:
     save_png(fig, path, dpi=100, bbox_inches="tight")
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
     """Reconstruction BLEU and STS against the validation KL, one labelled marker per run."""
-    pts = sorted((r for r in records if _number(r.get("val_kl"))), key=lambda r: r["val_kl"])
-    sts_cols = [c for c in _sts_columns(records) if any(_number(r.get(c)) for r in pts)]
+    pts = sorted((r for r in records if finite(r.get("val_kl"))), key=lambda r: r["val_kl"])
+    sts_cols = [c for c in _sts_columns(records) if any(finite(r.get(c)) for r in pts)]
     fig, ax = _subplots((7, 4.5))
     bleu = _xy(pts, "bleu")
     if bleu[0]:
@@ -166,7 +145,7 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
     for r in pts:
         ax.annotate(
             record_label(r, keys),
-            (r["val_kl"], r.get("bleu") if _number(r.get("bleu")) else 0),
+            (r["val_kl"], r.get("bleu") if finite(r.get("bleu")) else 0),
             textcoords="offset points",
             xytext=(4, 6),
             fontsize=7,
@@ -178,22 +157,19 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
 
 
 def record_label(record: Record, keys: Sequence[str]) -> str:
-    """A run's label in plots: the keys its point sets (`point_label`)."""
     return point_label({k: record[k] for k in keys if k in record})
 
 
+# the feature comparison's specs in bleu_vs_select.png: field, legend, marker, colour
 SELECT_SERIES = (
     ("select_mu_mean", BASELINE, "o", "tab:blue"),
     ("select_layer0_sif", DEFAULT_EXPORT_SPEC, "s", "tab:green"),
     ("select_best_contextual", "best contextual spec", "^", "tab:red"),
 )
-"""The feature comparison's three specs in bleu_vs_select.png: field, legend, marker, colour."""
 
 
 def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Path) -> None:
-    """Reconstruction BLEU (x) against the selection score (y) of `SELECT_SERIES`' specs, each
-    run's joined by a line and numbered, its name in a key beside the plot (names of runs
-    close in BLEU would overlap)."""
+    """BLEU against selection scores; runs are numbered, their names in a key beside the plot."""
     import textwrap
 
     fig, ax = _subplots((10, 5))
@@ -230,9 +206,8 @@ def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Pa
 
 
 def _select_scores(records: Sequence[Record]) -> list[tuple[Record, list[float]]]:
-    """The runs with a BLEU and some selection score, with those scores."""
-    scored = [(r, [r[f] for f, *_ in SELECT_SERIES if _number(r.get(f))]) for r in records]
-    return [(r, ys) for r, ys in scored if ys and _number(r.get("bleu"))]
+    scored = [(r, [r[f] for f, *_ in SELECT_SERIES if finite(r.get(f))]) for r in records]
+    return [(r, ys) for r, ys in scored if ys and finite(r.get("bleu"))]
 
 
 def _sts_columns(records: Sequence[Record]) -> list[str]:
@@ -240,13 +215,12 @@ def _sts_columns(records: Sequence[Record]) -> list[str]:
 
 
 def _xy(records: Sequence[Record], key: str, x: str = "val_kl") -> tuple[list, list]:
-    pts = [(r[x], r[key]) for r in records if _number(r.get(key)) and _number(r.get(x))]
+    pts = [(r[x], r[key]) for r in records if finite(r.get(key)) and finite(r.get(x))]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tuple[float, float]:
-    """The two runs of Figure 2: for the prior std, the paper's 1.0 and 0.4 when both ran;
-    otherwise the largest and smallest value."""
+    """Figure 2's two runs: the paper's prior stds 1.0 and 0.4 if both ran, else the extremes."""
     if (
         leaf(key) == "prior_std"
         and any(abs(s - 1.0) < 1e-9 for s in values)
@@ -256,6 +230,7 @@ def curve_pair(values: Sequence[float], key: str = "model.loss.prior_std") -> tu
     return max(values), min(values)
 
 
+# the paper's Figure 3 against a numeric swept key: file, y label, title, series
 AGAINST_KEY = (
     (
         "fig3a_similarities.png",
@@ -278,18 +253,15 @@ AGAINST_KEY = (
         ],
     ),
 )
-"""The paper's Figure 3 plots against a numeric swept key: file, y label, title, series."""
 
 
 def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
-    """frontier.png; bleu_vs_select.png with the comparison and a BLEU; the plots against the
-    key and the curves when one numeric key is swept. Returns the paths written."""
     written = [out / "frontier.png"]
     plot_frontier(records, keys, written[0])
     if _select_scores(records):
         written.append(out / "bleu_vs_select.png")
         plot_bleu_vs_select(records, keys, written[-1])
-    if len(keys) != 1 or not all(_number(r.get(keys[0])) for r in records):
+    if len(keys) != 1 or not all(finite(r.get(keys[0])) for r in records):
         return written
     key = keys[0]
     for name, ylabel, title, series in AGAINST_KEY:
@@ -322,7 +294,6 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
     return written
 
 
-# -- TensorBoard hparams ------------------------------------------------------------------
 HPARAM_METRICS = (
     "val_kl",
     "bleu",
@@ -343,15 +314,14 @@ def _hparam(record: Record, key: str, as_text: bool) -> bool | int | float | str
 
 
 def _folder_name(run: object) -> str:
-    """A run's name (read back from a record.json) as one folder name inside the view."""
+    """A run's name read back from a record.json, as one safe folder name."""
     name = re.sub(r"[^\w.+-]", "_", str(run))
     return "_" if name in ("", ".", "..") else name
 
 
 def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> Path:
-    """`out/hparams/<run>/`: one `add_hparams` entry per point for TensorBoard's HPARAMS tab,
-    written to a fresh temporary folder and swapped in (a rerun replaces the view, a failed
-    write leaves the previous one, and a link left at a fixed name is never written through)."""
+    """`out/hparams/<run>/` for TensorBoard's HPARAMS tab, written to a temporary folder and
+    swapped in: a failed write leaves the previous view, and no link is written through."""
     from torch.utils.tensorboard import SummaryWriter
 
     final = out / "hparams"
@@ -369,7 +339,7 @@ def write_hparams(records: Sequence[Record], keys: Sequence[str], out: Path) -> 
         with SummaryWriter(log_dir=str(tmp)) as w:
             for r in records:
                 hparams = {k: _hparam(r, k, as_text=k in as_text) for k in (*keys, "checkpoint")}
-                values = {f"hparam/{m}": float(r[m]) for m in metrics if _number(r.get(m))}
+                values = {f"hparam/{m}": float(r[m]) for m in metrics if finite(r.get(m))}
                 w.add_hparams(
                     hparams, values, run_name=_folder_name(r["run"]), global_step=r.get("step")
                 )

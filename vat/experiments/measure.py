@@ -4,11 +4,11 @@ asked) the feature-spec comparison, all from one read of its checkpoint."""
 from __future__ import annotations
 
 import itertools
-import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from vat.errors import VatError
+from vat.errors import VatError, finite
 from vat.eval.engine import EvalSettings, evaluate
 from vat.experiments.config import Point, SweepConfig, run_name
 from vat.feature_spec import DEFAULT_EXPORT_SPEC
@@ -20,14 +20,15 @@ from vat.geometry.probes import iter_lines, load_probe_sentences
 from vat.runtime import resolve_device
 from vat.share.resolve import load_model
 
+# record field -> TensorBoard scalar (the last value logged is the final one)
 VAL_TAGS = {
     "val_nll": "val/nll",
     "val_kl": "val/kl",
     "val_kl_weighted": "val/kl_weighted",
     "val_loss": "val/loss",
 }
-"""Record field -> TensorBoard scalar (the last value logged is the final one)."""
 
+# GeometryReport fields copied into each record (prefixed with `geometry_`)
 GEOMETRY_FIELDS = (
     "anisotropy",
     "self_similarity",
@@ -38,13 +39,10 @@ GEOMETRY_FIELDS = (
     "active_units",
     "kl_per_token",
 )
-"""GeometryReport fields copied into each record (prefixed with `geometry_`)."""
-
 CURVE_TAGS = ("train/loss", "val/loss")
-
 FEATURE_COMPARE_DIR = "feature_compare"
-"""The comparison's set (compare.csv, compare.md, compare.png) inside a run's folder."""
-
+# select_* is the selection score (mean of STS12's sets and STS-B dev), *_best the winner's
+# scores; all Spearman x 100 already
 FEATURE_COMPARE_FIELDS = (
     "select_mu_mean",
     "select_layer0_sif",
@@ -56,11 +54,7 @@ FEATURE_COMPARE_FIELDS = (
     "stsb_dev_best",
     "stsb_test_best",
 )
-"""Record fields of the feature comparison. select_* is the selection score (mean of STS12's
-sets and STS-B dev), the *_best fields the winner's scores; all Spearman x 100 already."""
-
 STS_COLUMNS = {"STSBenchmark": "stsb_spearman", "SICKRelatedness": "sickr_spearman"}
-"""Record column of each STS task; STS12-16 become sts12_spearman ... sts16_spearman."""
 
 
 def sts_column(task: str) -> str:
@@ -77,7 +71,6 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def measure_run(cfg: SweepConfig, point: Point, run_dir: Path) -> dict[str, Any]:
-    """The record of one trained run: its point, losses, geometry, STS and BLEU."""
     ckpt_path = run_dir / "checkpoints" / "last.ckpt"
     loaded = load_model(ckpt_path, resolve_device(cfg.device))  # the only read of it
     record: dict[str, Any] = {
@@ -129,9 +122,7 @@ def _sts(cfg: SweepConfig, loaded) -> dict[str, float | None]:
     if cfg.senteval_dir is None or not cfg.sts_tasks:
         return dict.fromkeys(columns.values())
 
-    def encode(sentences: list[str]):
-        return sentence_features(loaded.model, loaded.tokenizer, sentences, pooling="mean")
-
+    encode = partial(sentence_features, loaded.model, loaded.tokenizer, pooling="mean")
     results, _ = evaluate(
         encode, cfg.sts_tasks, cfg.senteval_dir, EvalSettings(relatedness="cosine", progress=False)
     )
@@ -155,8 +146,7 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
 
 
 def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
-    """`vat features compare` on the run's model: its set in <run_dir>/feature_compare/
-    (replaced whole), the headline specs' scores into the record (`compare_fields`)."""
+    """`vat features compare` on the run's model into <run_dir>/feature_compare/; its fields."""
     from vat.features.compare import (
         CompareSettings,
         check_output_set,
@@ -179,14 +169,13 @@ def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
 
 
 def compare_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `FEATURE_COMPARE_FIELDS` of a comparison's rows (best first): mean of mu, the export
-    default, the best contextual spec (a layer above the embeddings, or firstlast), the best."""
+    """The `FEATURE_COMPARE_FIELDS` of a comparison's rows (best first)."""
     from vat.feature_spec import FeatureSpec
     from vat.features.compare import SELECT
 
     def score(row: dict[str, Any] | None, column: str = SELECT) -> float | None:
         value = None if row is None else row.get(column)
-        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+        return float(value) if finite(value) else None
 
     def contextual(spec: str) -> bool:
         source = FeatureSpec.parse(spec).source

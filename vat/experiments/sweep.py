@@ -1,13 +1,6 @@
-"""Sweep any train-config key: train one run per point, measure each, chart the frontier
-(`vat sweep`, docs/sweep.md; the command line is `vat.cli.sweep`).
-
-Each point trains in-process through the `Runner`'s `vat train` entry point (or, with
-`jobs > 1`, in a child process each, logging to its run's `sweep.log`), then is measured into
-`record.json` (`vat.experiments.measure`); the table, plots and TensorBoard view come last
-(`vat.experiments.frontier`). A point that fails does not stop the others. Resume: a run with
-a current record is skipped, one with `last.ckpt` but no `.trained` marker continues with
-`--ckpt_path last`, a trained run without a current record is only measured again.
-"""
+"""`vat sweep`: train one run per point (in-process, or `jobs` child processes), measure
+each into record.json, chart the frontier; a failed point does not stop the others, and a
+second call resumes (a current record is skipped, a `.trained` run only measured again)."""
 
 from __future__ import annotations
 
@@ -37,24 +30,19 @@ from vat.experiments.measure import FEATURE_COMPARE_FIELDS, measure_run
 from vat.io import write_json_atomic
 from vat.train.interrupt import EXIT_CODES
 
-TRAINED_MARKER = ".trained"
-"""Written into a run directory once its training has finished."""
+TRAINED_MARKER = ".trained"  # written into a run directory once its training has finished
 
 Log = Callable[[str], None]
 
 
 def train_args(cfg: SweepConfig, point: Point, run_dir: Path) -> list[str]:
-    """`vat train` arguments of one point's run: the train config, extra_args, then the point."""
     base = ["fit", "-c", cfg.train_config, "--run_dir", str(run_dir)]
     return [*base, *cfg.extra_args, *point_args(point)]
 
 
 @dataclass(frozen=True)
 class Runner:
-    """How a sweep trains, given by `vat sweep` (the library never imports the CLI): `vat
-    train`'s entry point, its check (parse and build, no fit) and its data preparation (the
-    last two without the subcommand), each returning an exit code, and the command that runs
-    one point in a child process."""
+    """`vat train`'s entry points and child command, handed in by the CLI (never imported)."""
 
     train: Callable[[list[str]], int]
     check: Callable[[list[str]], int]
@@ -70,8 +58,7 @@ def _exit_code(entry: Callable[[list[str]], int], args: list[str]) -> int:
 
 
 def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
-    """`vat train`'s own checks of a point's arguments (its parser and constructors), before
-    anything trains."""
+    """`vat train`'s own checks of a point's arguments, before anything trains."""
     args = train_args(cfg, point, Path(cfg.out_dir) / run_name(point))[1:]  # no subcommand
     err = io.StringIO()
     with quiet_training(), contextlib.redirect_stderr(err):
@@ -86,8 +73,7 @@ def check_point(runner: Runner, cfg: SweepConfig, point: Point) -> None:
 
 @contextlib.contextmanager
 def quiet_training():
-    """A run without `vat train`'s stdout (summary, `next:` hints) or Lightning's info lines;
-    warnings, errors and progress bars (stderr) still show."""
+    """No `vat train` stdout or Lightning info lines; stderr (warnings, bars) still shows."""
     loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -117,7 +103,6 @@ class _LastError:
 
 
 def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> None:
-    """Train (or finish training) the model of one point in run_dir (`quiet_training`)."""
     if (run_dir / TRAINED_MARKER).exists():
         return
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -140,7 +125,6 @@ def train_run(runner: Runner, cfg: SweepConfig, point: Point, run_dir: Path) -> 
 
 
 def train_settings(cfg: SweepConfig, point: Point) -> dict[str, Any]:
-    """What defines a point's trained model: the train config's digest and its arguments."""
     return {
         "train_config_digest": file_digest(cfg.train_config),
         "train_args": [*cfg.extra_args, *point_args(point)],
@@ -151,16 +135,14 @@ COMPARE_SETTINGS = ("feature_compare", "fit_files", "fit_sentences")
 
 
 def measure_settings(cfg: SweepConfig) -> dict[str, Any]:
-    """What defines a run's measurements (a change re-measures, it does not retrain); the
-    comparison's settings only when it runs, so a sweep without it keeps a record's."""
+    """What defines a run's measurements (a change re-measures, it does not retrain)."""
     names = ["probe", "probe_max_sentences", "min_count", "senteval_dir", "sts_tasks"]
     names += ["bleu_file", "bleu_lines", *(COMPARE_SETTINGS if cfg.feature_compare else ())]
     return {k: getattr(cfg, k) for k in names}
 
 
 def _recorded_train_settings(run_dir: Path) -> dict[str, Any] | None:
-    """The train settings a finished run recorded (record.json or the .trained marker);
-    {} for a run of an older vat that recorded none; None when the run is not finished."""
+    """A finished run's recorded train settings ({} if none), else None."""
     for path in (run_dir / "record.json", run_dir / TRAINED_MARKER):
         if path.is_file():
             with contextlib.suppress(ValueError, RecursionError):  # empty, or not JSON
@@ -196,7 +178,6 @@ def _check_sts_data(cfg: SweepConfig) -> None:
     """Fail before training, not after it, when an STS task's files are missing."""
     if cfg.senteval_dir is None:
         return
-
     for task in cfg.sts_tasks:
         load_task(cfg.senteval_dir, task)
     if cfg.feature_compare:  # STS12 or STS-B: the comparison needs one of them
@@ -205,7 +186,6 @@ def _check_sts_data(cfg: SweepConfig) -> None:
         load_sts_tasks(cfg.senteval_dir)
 
 
-# -- the sweep ----------------------------------------------------------------------------
 def run_sweep(
     runner: Runner,
     cfg: SweepConfig,
@@ -215,9 +195,7 @@ def run_sweep(
     only: Sequence[str] | None = None,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Train and measure every point (or the runs named in `only`), skipping finished runs,
-    then write the outputs; a failed point is the record `{point, run, failed: reason}`.
-    `config_path` (the sweep YAML) starts the children when cfg.jobs > 1."""
+    """Train and measure every point (or those in `only`), then write the outputs."""
     out = Path(cfg.out_dir)
     points = cfg.points()
     if only is not None:
@@ -288,8 +266,7 @@ def run_sweep(
 
 
 def _keep_comparison(cfg: SweepConfig, record: dict[str, Any], rec_path: Path) -> None:
-    """A run measured again without the comparison keeps the one its record holds (the same
-    trained model, `check_not_stale`)."""
+    """A run measured again without the comparison keeps the one its record holds."""
     if cfg.feature_compare or not rec_path.is_file():
         return
     old = _load_json(rec_path)
@@ -300,7 +277,6 @@ def _keep_comparison(cfg: SweepConfig, record: dict[str, Any], rec_path: Path) -
 
 
 def _steps(record: dict[str, Any]) -> str:
-    """`600 steps, val KL 1.06 nats/token, ...`: a finished run's line."""
     return ", ".join(x for x in (f"{record.get('step')} steps", headline(record)) if x)
 
 
@@ -322,8 +298,7 @@ def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:
 
 
 def check_log(path: Path) -> None:
-    """A run's sweep.log is appended to only when it is a regular file (or absent): never
-    through a link, nor into a FIFO or a device."""
+    """A run's sweep.log must be a regular file (or absent): never a link, FIFO or device."""
     with contextlib.suppress(FileNotFoundError):
         mode = path.lstat().st_mode
         if not stat.S_ISREG(mode):
@@ -352,8 +327,7 @@ def run_parallel(
     log: Log = print,
     poll_s: float = 1.0,
 ) -> dict[str, str]:
-    """Train and measure `points` in up to cfg.jobs child processes (this command with
-    `--run NAME`), each logging to its run's sweep.log; returns the failed runs' reasons."""
+    """Train and measure `points` in up to cfg.jobs child processes; the failed runs' reasons."""
     out = Path(cfg.out_dir)
     for point in points:  # before any child starts, not when the first ones are running
         check_log(out / run_name(point) / "sweep.log")
@@ -400,8 +374,7 @@ def run_parallel(
 
 
 def _child_failure(path: Path, start: int, name: str, code: int) -> str:
-    """Why a child failed: its `[sweep] NAME: failed: ...` line in its log from `start` on,
-    else its last line, then where the log is."""
+    """Why a child failed: its `failed:` line in its log from `start` on, else its last line."""
     with open(path, "rb") as f:
         f.seek(max(start, os.fstat(f.fileno()).st_size - (64 << 10)))  # the end says it
         lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
@@ -413,7 +386,6 @@ def _child_failure(path: Path, start: int, name: str, code: int) -> str:
 
 
 def _measured(cfg: SweepConfig, run_dir: Path) -> bool:
-    """record.json exists and was measured with this sweep's measurement settings."""
     path = run_dir / "record.json"
     if not path.is_file():
         return False

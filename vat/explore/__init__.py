@@ -1,12 +1,5 @@
-"""`vat explore`: the latent space of one model in the browser.
-
-- `explorer.py`   Explorer: every view as plain Python (inputs checked, results as dataclasses)
-- `wording.py`    which words of a decoding changed against a reference
-- `neighbours.py` a cosine index over a corpus's sentence features
-- `page.py`       the gradio page over an Explorer (optional extra: `[explore]`)
-(`vat.share.space` writes the files that make an exported folder a Hugging Face Space with
-this page.)
-"""
+"""`vat explore`: one model's latent space in the browser; `Explorer` holds every view as plain
+Python, `page` the gradio page over it (the optional `[explore]` extra)."""
 
 from vat.explore.explorer import Explorer
 

@@ -1,7 +1,5 @@
-"""What each view of `vat explore` shows, as plain Python (docs/explore.md, "The same from
-Python"): the page is a thin layer over this. Every input a page can send is checked here,
-and a bad one raises `vat.errors.OptionError` naming the field.
-"""
+"""Every view of `vat explore` as plain Python, the page a thin layer over it; every input a
+page can send is checked here (an OptionError naming the field)."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ from vat.generate.decoding import GREEDY
 from vat.generate.generator import DecodeOptions, TruncationWarning
 from vat.generate.latents import token_statistics
 
-MAX_CHARS = 2000
-"""Longest sentence a view takes: the model reads tens of words, so more is a paste gone wrong."""
+MAX_CHARS = 2000  # the model reads tens of words, so more is a paste gone wrong
 MAX_SAMPLES = 20  # decodings one view shows (resample, sample, prior)
 MAX_STEPS = 21  # points on an interpolation path, ends included
 MAX_BEAM = 8
@@ -34,7 +31,6 @@ ALLOWED_CONTROLS = "\t\n\r"  # whitespace a pasted sentence may carry: it become
 
 @contextmanager
 def quiet_truncation() -> Iterator[None]:
-    """No TruncationWarning on the terminal: a view says itself when a sentence was cut."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncationWarning)
         yield
@@ -44,15 +40,11 @@ def quiet_truncation() -> Iterator[None]:
 class TokenRow:
     """One latent z_t of a sentence: its subword and what its posterior carries."""
 
-    position: int
-    """0-based latent position (the last is the </s> latent)."""
+    position: int  # 0-based; the last is the </s> latent
     subword: str
-    kl: float
-    """KL(q(z_t | x) || N(0, s^2 I)) in nats: the token's rate."""
-    sigma: float
-    """Mean posterior standard deviation over the d dimensions."""
+    kl: float  # KL(q(z_t | x) || N(0, s^2 I)) in nats: the token's rate
+    sigma: float  # mean posterior standard deviation over the d dimensions
     mu_norm: float
-    """|mu_t|, the length of the posterior mean."""
 
 
 @dataclass(frozen=True)
@@ -62,14 +54,11 @@ class Encoding:
     text: str
     reconstruction: str
     rows: tuple[TokenRow, ...]
-    subwords: int
-    """Subwords the model read (the </s> latent not counted)."""
-    cut_from: int | None
-    """The sentence's subword count when it was cut to the model's max_len, else None."""
+    subwords: int  # read by the model, the </s> latent not counted
+    cut_from: int | None  # the subword count of a sentence cut to the model's max_len
 
     @property
     def rate(self) -> float:
-        """The sentence's total KL in nats."""
         return float(sum(r.kl for r in self.rows))
 
 
@@ -77,29 +66,24 @@ class Encoding:
 class Resampling:
     reconstruction: str
     subword: str
-    decodings: tuple[MarkedText, ...]
-    """Marked against the reconstruction."""
+    decodings: tuple[MarkedText, ...]  # marked against the reconstruction
 
 
 @dataclass(frozen=True)
 class PathPoint:
     alpha: float
-    decoding: MarkedText
-    """Marked against the point before it."""
-    new: bool
-    """True where this wording first appears on the path."""
+    decoding: MarkedText  # marked against the point before it
+    new: bool  # this wording's first appearance on the path
 
 
 @dataclass(frozen=True)
 class ModelFacts:
     rows: tuple[tuple[str, str], ...]
-    scores: tuple[tuple[str, str, str, float], ...]
-    """(task, split, metric, value) recorded with the model for its feature spec."""
+    scores: tuple[tuple[str, str, str, float], ...]  # (task, split, metric, value)
 
 
 def check_sentence(text: object, name: str = "sentence") -> str:
-    """The sentence a view works on: a non-empty string of at most MAX_CHARS characters with
-    no control characters (tabs and line breaks become spaces), stripped."""
+    """A non-empty string of at most MAX_CHARS characters without control characters."""
     if not isinstance(text, str):
         raise OptionError(name, f"expected text, got {type(text).__name__}")
     for i, ch in enumerate(text):
@@ -128,8 +112,7 @@ def _is_number(value: object) -> bool:
 
 
 def check_whole(value: object, name: str, low: int, high: int) -> int:
-    """A whole number in [low, high] (a float with no fraction, as a page's number box sends,
-    is accepted)."""
+    """A whole number in [low, high] (or a float without fraction, as a number box sends)."""
     fraction = isinstance(value, float | np.floating) and not (
         math.isfinite(value) and value == int(value)
     )
@@ -147,8 +130,7 @@ def check_tau(value: object, name: str = "tau") -> float:
 
 
 class Explorer:
-    """The views of `vat explore` over one loaded model (`vat.load(...)`), with an optional
-    corpus of sentences encoded once for the neighbours view."""
+    """The views over one loaded model, with an optional corpus for the neighbours view."""
 
     def __init__(
         self,
@@ -180,12 +162,10 @@ class Explorer:
 
     @property
     def feature_spec(self) -> str:
-        """The spec the neighbours view compares sentences with (what `encode` gives)."""
-        return str(self.model.default_features.spec)  # the one rule of every loader
+        return str(self.model.default_features.spec)
 
     def subwords(self, text: str) -> list[str]:
-        """The labels of a sentence's latents as the model reads it ("</s>" last); [] for text
-        a view would refuse. For a page's token picker: cheap, no model call."""
+        """The labels of a sentence's latents ("</s>" last), [] for text a view would refuse."""
         try:
             text = check_sentence(text)
         except OptionError:
@@ -193,12 +173,10 @@ class Explorer:
         return self._labels(self.model.tokenizer.encode(text))
 
     def _labels(self, ids: list[int]) -> list[str]:
-        """The latents' labels for a sentence's subword ids, cut as the model cuts them."""
         return [self.model.tokenizer.token_text(i) for i in ids[: self.max_len - 1]] + ["</s>"]
 
     def encode(self, text: str, beam: int = 1) -> Encoding:
-        """The reconstruction (greedy, or beam search of width `beam`) and one TokenRow per
-        latent; a sentence longer than max_len - 1 subwords is cut (`cut_from` says so)."""
+        """The reconstruction and one TokenRow per latent."""
         text = check_sentence(text)
         beam = check_whole(beam, "beam", 1, MAX_BEAM)
         ids = self.model.tokenizer.encode(text)
@@ -225,9 +203,7 @@ class Explorer:
         source: str = "posterior",
         seed: int = 0,
     ) -> Resampling:
-        """num_samples greedy decodings in which only the latent at `position` is drawn again,
-        from its posterior at temperature tau or from the prior (`source`); each is marked
-        against the reconstruction."""
+        """Greedy decodings redrawing only the latent at `position`."""
         text = check_sentence(text)
         labels = self.subwords(text)
         position = check_whole(position, "position", 0, len(labels) - 1)
@@ -246,9 +222,7 @@ class Explorer:
     def interpolate(
         self, a: str, b: str, steps: int = 7, method: str = "linear"
     ) -> list[PathPoint]:
-        """The greedy decodings of `steps` evenly spaced points (ends included) between the two
-        sentences' token means, linear or spherical (`method`), each marked against the point
-        before it."""
+        """Greedy decodings of `steps` evenly spaced points between two sentences' token means."""
         a, b = check_sentence(a, "sentence"), check_sentence(b, "other_sentence")
         steps = check_whole(steps, "steps", 2, MAX_STEPS)
         if method not in ("linear", "slerp"):
@@ -261,8 +235,7 @@ class Explorer:
     def sample(
         self, text: str, num_samples: int = 5, tau: float = 1.0, seed: int = 0
     ) -> tuple[str, list[MarkedText]]:
-        """The reconstruction and num_samples variational samples (every z_t = mu_t + tau
-        sigma_t eps), each marked against it."""
+        """The reconstruction and variational samples marked against it."""
         text = check_sentence(text)
         n = check_whole(num_samples, "num_samples", 1, MAX_SAMPLES)
         tau = check_tau(tau)
@@ -275,8 +248,7 @@ class Explorer:
     def prior(
         self, num_samples: int = 5, length: int | None = None, seed: int = 0
     ) -> list[tuple[int, str]]:
-        """num_samples decodings of Z ~ N(0, s^2 I) with `length` latents (None or 0: lengths
-        drawn from the training length histogram); (latent length, text) pairs."""
+        """(T, text) decodings of Z ~ N(0, s^2 I); `length` None or 0 draws T."""
         n = check_whole(num_samples, "num_samples", 1, MAX_SAMPLES)
         if length is not None:
             length = check_whole(length, "length", 0, self.max_len) or None
@@ -284,8 +256,7 @@ class Explorer:
         return self.model.prior(num_samples=n, length=length, seed=seed)
 
     def neighbours(self, text: str, k: int = 5) -> list[Neighbour]:
-        """The k corpus sentences nearest to `text` by cosine of the model's sentence features
-        (`feature_spec`)."""
+        """The k corpus sentences nearest to `text` by cosine of `feature_spec` features."""
         text = check_sentence(text)
         k = check_whole(k, "k", 1, MAX_NEIGHBOURS)
         if self.index is None:
@@ -295,8 +266,7 @@ class Explorer:
         return self.index.search(query, k)
 
     def facts(self) -> ModelFacts:
-        """What the model card says of the model: where it came from, its shape, prior, rate,
-        training, feature spec, and the scores stored with it."""
+        """What the model card says of the model, and the scores stored with it."""
         loaded = self.model.loaded
         cfg, training = loaded.config, _mapping(loaded.training)
         metrics = _mapping(training.get("metrics"))
@@ -341,6 +311,5 @@ class Explorer:
 
 
 def _mapping(value: object) -> dict:
-    """A record's section as a dict: what a hand-edited config.json holds there otherwise
-    (a string, a list) shows nothing rather than failing the Model view."""
+    """A record's section as a dict; a hand-edited non-dict shows nothing rather than failing."""
     return value if isinstance(value, dict) else {}

@@ -1,9 +1,5 @@
-"""Nearest sentences by cosine of sentence features: `vat explore`'s neighbours view.
-
-A brute-force index: one (N, d) matrix of unit vectors and a matrix-vector product per query,
-exact and fast enough for the corpus a page encodes at start-up; an approximate index (faiss,
-annoy) would add a dependency for nothing.
-"""
+"""Nearest sentences by cosine: brute force, exact and fast enough for a page's corpus, so no
+approximate index (faiss) dependency."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ from vat.errors import OptionError, check_count
 class Neighbour(NamedTuple):
     cosine: float
     sentence: str
-    line: int
-    """1-based position of the sentence among the indexed lines."""
+    line: int  # 1-based, among the indexed lines
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
@@ -47,8 +42,7 @@ class NeighbourIndex:
         return len(self.sentences)
 
     def search(self, query: np.ndarray, k: int = 5) -> list[Neighbour]:
-        """The k indexed sentences most cosine-similar to `query` (d,), best first (ties in
-        line order)."""
+        """The k sentences most cosine-similar to `query` (d,), best first, ties in line order."""
         k = min(check_count(k, "k"), len(self.sentences))
         q = unit_rows(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]  # (d,)
         if q.shape[0] != self.unit.shape[1]:

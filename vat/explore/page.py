@@ -1,14 +1,7 @@
-"""The `vat explore` page: gradio components over an `Explorer`, and nothing else.
+"""The `vat explore` page: gradio components over an `Explorer`, each view one method as HTML.
 
-Each view calls one Explorer method and renders its result as HTML; an input the Explorer
-refuses is one line in the view, and the server keeps serving. Every view gets the values a
-request sends as they are (`preprocess=False`), so that no gradio component converts or
-checks them first (its failures print tracebacks); the Explorer checks each one. gradio is an
-optional extra (`[explore]`), imported only by `build_page`, `launch` and the Space's app.py.
-
-Nothing leaves the machine: gradio's analytics, share links and server-side rendering are off
-unless asked for, and its theme's fonts are served locally. The page takes no uploads (a limit
-of 0 bytes), and gradio's upload folder is a private one removed when the page stops.
+Views take raw values (`preprocess=False`: gradio's own checks print tracebacks) and the
+Explorer checks them. Nothing leaves the machine: no analytics, share link or uploads.
 """
 
 from __future__ import annotations
@@ -54,7 +47,6 @@ mark { background: #fde68a; color: inherit; padding: 0 2px; border-radius: 3px; 
 """
 
 
-# every text from the model or the user is escaped
 def _e(text: object) -> str:
     return html.escape(str(text))
 
@@ -72,13 +64,12 @@ def error_html(message: str) -> str:
 
 
 def marked_html(m: MarkedText) -> str:
-    """A decoding with its changed words in <mark>."""
     words = [f"<mark>{_e(w)}</mark>" if changed else _e(w) for w, changed in m.words]
     return " ".join(words) or '<span class="vat-note">(empty)</span>'
 
 
 def _heat(kl: float, low: float, high: float) -> str:
-    """A token's colour: from pale (the sentence's least KL) to deep orange (its most)."""
+    """From pale (the sentence's least KL) to deep orange (its most)."""
     alpha = 0.5 if high <= low else (kl - low) / (high - low)
     return f"background: rgba(234, 88, 12, {0.06 + 0.74 * alpha:.3f})"
 
@@ -234,7 +225,6 @@ def facts_html(explorer: Explorer) -> str:
 
 
 def token_choices(explorer: Explorer, text: str) -> list[str]:
-    """The resample view's token picker: "position: subword" per latent."""
     return [f"{t}: {s.strip() or repr(s)}" for t, s in enumerate(explorer.subwords(text))]
 
 
@@ -251,9 +241,7 @@ def token_position(choice: Any) -> int:
 
 
 def guarded(view: Callable[..., str]) -> Callable[..., str]:
-    """A view that answers a bad input with its message in the page, and any other failure
-    with one line in the page and one on the terminal: never a traceback, never a dead
-    server."""
+    """A view that answers any failure with one line: never a traceback, never a dead server."""
 
     def run(*args: Any) -> str:
         try:
@@ -270,8 +258,6 @@ def guarded(view: Callable[..., str]) -> Callable[..., str]:
 
 
 def draw_controls(gr, view: str, what: str):
-    """The (count, tau, seed) row of a view that draws latents, with elem_ids VIEW-n, -tau,
-    -seed."""
     with gr.Row():
         n = gr.Number(5, label=f"{what} (1-{MAX_SAMPLES})", precision=0, elem_id=f"{view}-n")
         tau = gr.Number(1.0, label=f"tau (0-{MAX_TAU:g})", elem_id=f"{view}-tau")
@@ -287,8 +273,7 @@ def build_page(explorer: Explorer, *, analytics: bool = False):
 
     class Page(gr.Blocks):
         async def preprocess_data(self, block_fn, *args, **kwargs):
-            """A request gradio refuses before a view runs (too few values, a file it was
-            not sent) is one line for its sender, not a traceback on the server's terminal."""
+            """A request gradio refuses before a view runs is one line, not a traceback."""
             try:
                 return await super().preprocess_data(block_fn, *args, **kwargs)
             except gr.Error:
@@ -404,9 +389,8 @@ def launch(
     share: bool = False,
     block: bool = True,
 ):
-    """Serve the page on host:port (gradio's share link only with `share`); returns gradio's
-    (app, local URL, share URL). With `block`, the call waits until Ctrl-C. What gradio's
-    upload route still writes goes to a private folder (not the shared /tmp/gradio)."""
+    """Serve the page on host:port; returns gradio's (app, local URL, share URL). gradio's
+    upload route writes to a private folder, not the shared /tmp/gradio."""
     uploads = tempfile.mkdtemp(prefix="vat-explore-")
     page.vat_upload_dir = uploads
     atexit.register(shutil.rmtree, uploads, True)
@@ -428,7 +412,6 @@ def launch(
 
 
 def stop(page) -> None:
-    """Close a launched page and remove its private upload folder (`launch`)."""
     page.close(verbose=False)
     uploads = getattr(page, "vat_upload_dir", None)
     if uploads:

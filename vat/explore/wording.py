@@ -1,10 +1,5 @@
-"""Which words changed: the marks `vat explore` puts on resamples, samples and paths.
-
-Words are whitespace-separated, as the page shows them. A word of a decoding is "changed"
-when it lies outside the longest matching blocks of words between it and a reference
-(difflib's Ratcliff/Obershelp matching: the same alignment `diff` users read), so an insertion
-marks only the inserted words and a shifted word is not marked twice.
-"""
+"""Which words of a decoding changed against a reference: those outside difflib's matching
+blocks, so an insertion marks only the inserted words."""
 
 from __future__ import annotations
 
@@ -18,17 +13,14 @@ class MarkedText(NamedTuple):
 
     text: str
     words: tuple[tuple[str, bool], ...]
-    dropped: int = 0
-    """Reference words not matched here (replaced or deleted: a deletion has no word to mark)."""
+    dropped: int = 0  # reference words not matched (a deletion has no word to mark)
 
     @property
     def changed(self) -> list[str]:
-        """The marked words, in order."""
         return [w for w, marked in self.words if marked]
 
     @property
     def same(self) -> bool:
-        """True when no word is marked and no reference word was dropped."""
         return not self.changed and not self.dropped
 
 
@@ -47,8 +39,7 @@ def mark_changes(reference: str, text: str) -> MarkedText:
 
 
 def path_changes(texts: Sequence[str]) -> list[tuple[MarkedText, bool]]:
-    """An interpolation path's decodings, each marked against the wording before it, and
-    True where that wording first appears on the path (the first decoding always does)."""
+    """Each decoding marked against the one before it, and whether its wording is new."""
     out: list[tuple[MarkedText, bool]] = []
     seen: set[str] = set()
     for i, text in enumerate(texts):

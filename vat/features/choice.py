@@ -1,8 +1,5 @@
-"""Which vectors a model gives, and the statistics behind them: `features_for`, the one
-entry (docs/features.md, "Which vectors a model gives"). A named spec's statistics are the
-model's own, those an earlier fit stored beside it, or fitted (vat.features.fitting) and
-stored there.
-"""
+"""Which vectors a model gives, and the statistics behind them: `features_for`, the one entry
+(docs/features.md, "Which vectors a model gives")."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from vat.share.loaded import LoadedVAT, takes_loaded
 
 def check_pooling(pooling: str | None, features: object) -> None:
     """A feature spec names its own weighting, so `pooling` with `features` is refused, never
-    silently ignored; "mean" passes (the old default, which old folders hold beside a spec)."""
+    ignored; "mean" passes (the old default, which old folders hold beside a spec)."""
     if features is not None and pooling not in (None, "mean"):
         raise OptionError(
             "pooling",
@@ -39,9 +36,9 @@ class ChosenFeatures:
 
     fitted: FittedFeatures
     why: str
-    """Why this spec, in a few words (for tables, results files and warnings)."""
+    """Why this spec, for tables, results files and warnings."""
     fallback: bool = False
-    """True when the default rule's spec could not be had and the vectors are the mean of mu."""
+    """The default rule's spec could not be had: the vectors are the mean of mu."""
 
     @property
     def spec(self) -> FeatureSpec:
@@ -49,11 +46,9 @@ class ChosenFeatures:
 
 
 def _own_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
-    """The rule of every loader for which vectors a model gives by default; it never fits
-    from text and never writes. An exported folder's own spec, with the statistics it holds
-    (or an earlier fit stored in it); else (a run or checkpoint) DEFAULT_EXPORT_SPEC, the
-    spec its export gets, with SIF weights from the recorded token counts, so a model and
-    its export give the same vectors; else the mean of mu, said on stderr unless `quiet`."""
+    """Every loader's rule for a model's default vectors; it never reads text nor writes. An
+    exported folder's own spec; else DEFAULT_EXPORT_SPEC, the spec its export gets, so a model
+    and its export give the same vectors; else the mean of mu, said on stderr unless `quiet`."""
     own = loaded.own_features
     if own is not None:
         return ChosenFeatures(own, "the folder's own spec")
@@ -85,8 +80,7 @@ def _own_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
 
 
 def parse_spec(features: object, name: str = "features") -> FeatureSpec:
-    """A feature spec a caller named: a FeatureSpec, or its text ("mu/sif/pc1"). A bad or
-    empty one is an OptionError naming `name` (a command shows its flag, --features)."""
+    """A FeatureSpec, or its text ("mu/sif/pc1"); a bad or empty one is an OptionError."""
     if isinstance(features, FeatureSpec):
         return features
     if not isinstance(features, str):
@@ -104,8 +98,7 @@ def parse_spec(features: object, name: str = "features") -> FeatureSpec:
 
 
 def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
-    """Where vat keeps the statistics of `spec` fitted for a model: beside a checkpoint, or
-    inside an exported folder by slug (its `features.safetensors` is the folder's own)."""
+    """Where vat keeps the statistics of `spec` fitted for a model: beside it, or in its folder."""
     p = Path(home)
     if p.is_dir():
         return p / f"features-{spec.slug}.safetensors"
@@ -113,8 +106,7 @@ def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
 
 
 def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
-    """Statistics of `spec` the model already has: an exported folder's own, or those an
-    earlier fit stored beside the model (`stats_path_for`)."""
+    """Statistics of `spec` the model already has: a folder's own, or an earlier fit's."""
     stats = loaded.feature_stats
     if stats is not None and stats.spec == spec:
         return stats
@@ -133,9 +125,8 @@ def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
 
 
 def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
-    """Keep fitted statistics beside the model (`stats_path_for`); nothing for a model vat
-    never writes into (a Hub download, a shipped model), and a warning, never an error, when
-    the write fails: the statistics are in hand."""
+    """Keep fitted statistics beside the model, unless vat never writes there (a Hub download,
+    a shipped model); a failed write is a warning, as the statistics are in hand."""
     home = loaded.source.writable_home
     if home is None:
         return
@@ -156,8 +147,7 @@ def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
 def _fit(
     loaded: LoadedVAT, spec: FeatureSpec, options: FitOptions, batch_size: int
 ) -> FittedFeatures:
-    """A fresh fit of what `spec` needs for `loaded`: SIF counts from `count_files`, else the
-    model's record; its record says where the counts and sentences came from (for the card)."""
+    """A fresh fit of what `spec` needs, recording where its counts and sentences came from."""
     counts = loaded.token_counts if spec.weighting == "sif" else None
     if spec.weighting == "sif" and options.count_files:
         counts = count_tokens(loaded.tokenizer, options.count_files, loaded.config.vocab_size)
@@ -191,17 +181,10 @@ def features_for(
     batch_size: int = 128,
     quiet: bool = False,
 ) -> ChosenFeatures:
-    """The features of this model, given an optional spec (`features`) and optional data to
-    fit on (`fit`), and why: vat's one entry for them.
-
-    - fitted features (ChosenFeatures, FittedFeatures) are taken as they are;
-    - no spec and no data named: the model's own vectors (`_own_features`);
-    - no spec, but data named: the model's own spec fitted on it;
-    - a spec: as it is when it needs nothing fitted; else the statistics the model already
-      has (unless `fit` names data: that always fits anew); else a fit on what `fit` names,
-      by default a training checkpoint's fitting sample, stored beside the model unless
-      `save` is off.
-    """
+    """The features of this model for an optional spec and data to fit on, and why. Without a
+    spec: the model's own vectors, or its own spec fitted on the data named. A spec needing a
+    fit: the statistics the model has (unless `fit` names data, which always fits anew), else
+    a fit, stored beside the model unless `save` is off."""
     if isinstance(features, ChosenFeatures):
         return features
     if isinstance(features, FittedFeatures):

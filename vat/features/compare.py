@@ -1,21 +1,5 @@
-"""The feature-spec comparison (`vat features compare`): one model's sentence vectors under
-every source x weighting x post-processing, scored on the STS tasks present.
-
-    comparison = compare_sts(loaded, load_sts_tasks(data_dir), None, CompareSettings())
-    add_classification(comparison, loaded, data_dir)        # optional, minutes more
-    write_compare_set(check_output_set("feature-compare", overwrite=False), comparison)
-
-Each row is one spec with its Spearman x 100 (cosine protocol) on STS12's five sets, their
-mean, STS-B dev and test, and the selection score (STS12's five sets and STS-B dev; STS-B
-test never chooses), by which the rows are sorted. Post-processing is fitted on the
-checkpoint's fitting sample or on a sample of --fit-files, never the evaluation sentences.
-Each sentence is encoded once for all source x weighting pairs, so the table costs two
-encoding passes, not one per spec.
-
-The set (`compare.csv`, `compare.md`, `compare.png`) is written into a temporary folder that
-then replaces the output folder whole, so an interrupted run leaves the old set or the new
-one; an output folder holding anything else is refused before any work.
-"""
+"""The feature-spec comparison (`vat features compare`): one model's sentence vectors under every
+source x weighting x post-processing, scored on the STS tasks present, fitted never on them."""
 
 from __future__ import annotations
 
@@ -28,18 +12,26 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vat.errors import OptionError, VatError, check_count
-from vat.features.fitting import DEFAULT_FIT_SENTENCES
+from vat.eval.engine import EvalSettings, evaluate
+from vat.eval.sts import correlations, cosine_scores
+from vat.eval.tasks.registry import load_task
+from vat.feature_spec import WEIGHTINGS, FeatureSpec
+from vat.features.encoder import apply_post, pooled_features, pooled_ids
+from vat.features.fitting import (
+    DEFAULT_FIT_SENTENCES,
+    FitOptions,
+    count_tokens,
+    fit_ids_for,
+    fit_post,
+    sif_weights_for,
+)
 from vat.io import atomic_write, figure_class, folder, remove_stale_temps, save_png, temp_path
+from vat.share.loaded import LoadedVAT
 
-if TYPE_CHECKING:
-    from vat.share.loaded import LoadedVAT
-
-WEIGHTINGS = ("mean", "sum", "start", "precision", "sif")
 POSTS = ("none", "pc1", "whiten", "whiten-half")
 OUTPUT_NAMES = ("compare.csv", "compare.md", "compare.png")
 STS_TASKS = ("STS12", "STSBenchmark")
@@ -57,8 +49,7 @@ class CompareSettings:
     fit_sentences: int = DEFAULT_FIT_SENTENCES
     """Sentences sampled for fitting every post-processing (at least 2)."""
     count_files: Sequence[str] | None = None
-    """Text files to count token frequencies in for sif weighting (default: the counts the
-    model stores; without either, sif is left out)."""
+    """Text files to count tokens in for sif (default: the model's counts; neither: no sif)."""
     batch_size: int = 128
     seed: int = 0
     """Seed of the fitting sample."""
@@ -71,22 +62,18 @@ class CompareSettings:
 
 @dataclass
 class Comparison:
-    """The table and how it was made. `fit_x` (the pooled fitting sentences per source x
-    weighting) and `sif` let `add_classification` fit on the same sample without encoding
-    it again."""
+    """The table and how it was made; `fit_x` (the pooled fitting sentences per source x
+    weighting) and `sif` let `add_classification` fit without encoding them again."""
 
     rows: list[dict]
     """One row per spec, best first (by SELECT)."""
     meta: dict
-    """model, fit_from, fit_files, fit_sentences, read_s, fit_encode_s, combos_encoded, date."""
     fit_x: dict[tuple[str, str], np.ndarray]
     sif: np.ndarray | None
 
 
-# -- the specs and their scores: pure functions ----------------------------------------------
 def combos_of(n_layers: int, sif: bool) -> list[tuple[str, str]]:
-    """The source x weighting pairs: precision weights only mu (it is mu's posterior
-    precision), sif only where token counts are known."""
+    """The source x weighting pairs: precision weights only mu, sif needs token counts."""
     sources = ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
     return [
         (s, w)
@@ -98,7 +85,6 @@ def combos_of(n_layers: int, sif: bool) -> list[tuple[str, str]]:
 
 def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
     """{column: Spearman x 100} of the cosine protocol, vectors keyed by sentence."""
-    from vat.eval.sts import correlations, cosine_scores
 
     def spearman(pairs) -> float:
         a = np.stack([vectors[s] for s in pairs.a])
@@ -121,18 +107,12 @@ def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
 def selection_score(row: dict) -> float:
     """The mean of STS12's five sets and STS-B dev: the rule that chose the default spec of
     exported models (vat.feature_spec.DEFAULT_EXPORT_SPEC), blind to STS-B test."""
-    cols = [k for k in row if k.startswith("STS12.")] + (
-        ["STS-B dev"] if "STS-B dev" in row else []
-    )
+    cols = [k for k in row if k.startswith("STS12.")] + [k for k in row if k == "STS-B dev"]
     return float(np.mean([row[c] for c in cols])) if cols else float("nan")
 
 
-# -- the comparison ----------------------------------------------------------------------------
 def load_sts_tasks(data_dir: str | os.PathLike) -> dict:
-    """The STS tasks of STS_TASKS found under `data_dir` (a missing one is a warning); a
-    VatError when there is none."""
-    from vat.eval.tasks.registry import load_task
-
+    """The STS_TASKS found under `data_dir` (a missing one is a warning)."""
     tasks = {}
     for t in STS_TASKS:
         try:
@@ -151,30 +131,18 @@ def compare_sts(
     settings: CompareSettings,
     name: str = "",
 ) -> Comparison:
-    """Score every spec of `loaded` on the STS `tasks` (`load_sts_tasks`), post-processing
-    fitted on a sample of `fit_files` (the caller keeps them clear of the evaluation data),
-    else on the checkpoint's fitting sample. `name` names the model in the table's heading."""
-    from vat.feature_spec import FeatureSpec
-    from vat.features.encoder import apply_post, pooled_features, pooled_ids
-    from vat.features.fitting import (
-        FitOptions,
-        count_tokens,
-        fit_ids_for,
-        fit_post,
-        sif_weights_for,
-    )
-
+    """Score every spec of `loaded` on the STS `tasks`, post-processing fitted on a sample of
+    `fit_files` (kept clear of the evaluation data by the caller), else on the checkpoint's
+    fitting sample."""
     model, tok = loaded.model, loaded.tokenizer
     n_layers, d, vocab = len(model.encoder), model.config.d_model, model.config.vocab_size
     t0 = time.perf_counter()
     fit = FitOptions(fit_files=fit_files, n_fit=settings.fit_sentences, seed=settings.seed)
     fit_sents, fit_info = fit_ids_for(loaded, fit)
     t_read = time.perf_counter() - t0
-    counts = (
-        count_tokens(tok, settings.count_files, vocab)
-        if settings.count_files
-        else loaded.token_counts
-    )
+    counts = loaded.token_counts
+    if settings.count_files:
+        counts = count_tokens(tok, settings.count_files, vocab)
     if counts is None:
         print(
             "warning: no token frequencies stored in the checkpoint and no --count-files: "
@@ -227,15 +195,8 @@ def compare_sts(
 def add_classification(
     comparison: Comparison, loaded: LoadedVAT, data_dir: str | os.PathLike, batch_size: int = 128
 ) -> None:
-    """Add the classification accuracy (SentEval logreg, prototyping preset) of the tasks
-    present to the rows of mean-of-mu and the three best specs, each fitted as in the STS
-    table; the tasks' sentences are encoded once for every source x weighting needed."""
-    from vat.eval.engine import EvalSettings, evaluate
-    from vat.eval.tasks.registry import load_task
-    from vat.feature_spec import FeatureSpec
-    from vat.features.encoder import apply_post, pooled_features
-    from vat.features.fitting import fit_post
-
+    """Add the SentEval accuracy (logreg, prototyping) of the classification tasks present to
+    the rows of mean-of-mu and the three best specs, each fitted as in the STS table."""
     rows, fit_x = comparison.rows, comparison.fit_x
     tasks = []
     for t in CLASSIFICATION_TASKS:
@@ -277,15 +238,13 @@ def add_classification(
             row[t] = res[t]["acc"]
 
 
-# -- the table and the plot --------------------------------------------------------------------
 def _columns(rows: list[dict]) -> list[str]:
     """Every key of the rows, in first-seen order."""
     return list(dict.fromkeys(k for r in rows for k in r))
 
 
 def compare_markdown(rows: list[dict], meta: dict) -> str:
-    """compare.md: a sentence on how it was measured, then one row per spec, best first
-    (STS12's five sets are in compare.csv only)."""
+    """compare.md: how it was measured, then one row per spec (STS12's sets: compare.csv only)."""
     show = [c for c in _columns(rows) if not c.startswith("STS12.")]
     fit_source = ", ".join(meta.get("fit_files") or []) or meta.get(
         "fit_from", "the fitting sample"
@@ -301,24 +260,18 @@ def compare_markdown(rows: list[dict], meta: dict) -> str:
         "|" + "|".join("---" if c == "spec" else "---:" for c in show) + "|",
     ]
     for r in rows:
-        cells = [
-            (f"{r[c]:.2f}" if isinstance(r.get(c), float) else str(r.get(c, ""))) for c in show
-        ]
+        cells = [f"{r[c]:.2f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in show]
         md.append("| " + " | ".join(cells) + " |")
     return "\n".join(md)
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    """compare.png: the selection score of every source x weighting, one bar per
-    post-processing, mean-of-mu dashed. Drawn without pyplot, so a caller's matplotlib
-    backend is left as it was."""
+    """compare.png: the selection score of every spec, one bar per post-processing."""
     posts = ["none", "pc", "whiten", "whiten-half"]
 
-    def post_of(spec: str) -> str:
+    def post_of(spec: str) -> str:  # POSTS, with whiten-half's dimension and pc's count
         p = spec.split("/")[2]
-        if p.startswith("pc"):
-            return "pc"
-        return "whiten" if p == "whiten" else ("whiten-half" if p.startswith("whiten") else "none")
+        return "pc" if p.startswith("pc") else p if p in posts else "whiten-half"
 
     score = {("/".join(r["spec"].split("/")[:2]), post_of(r["spec"])): r[SELECT] for r in rows}
     pairs = sorted({sw for sw, _ in score})
@@ -351,12 +304,8 @@ def _write(rows: list[dict], meta: dict, where: Path) -> None:
     _plot(rows, where / OUTPUT_NAMES[2])
 
 
-# -- the output folder: written whole -------------------------------------------------------
 def check_output_set(directory: str, overwrite: bool) -> Path:
-    """The absolute --output-dir, refused before any work when it cannot be replaced whole:
-    not a folder (vat replaces links, never writes through them), the current folder or one
-    containing it, a folder holding anything but the compare files, or earlier compare files
-    without --overwrite."""
+    """The absolute --output-dir, refused before any work when it cannot be replaced whole."""
     if not str(directory).strip():
         raise OptionError("output_dir", "is empty; name a folder for the compare files")
     shown = Path(directory)
@@ -398,9 +347,8 @@ def _check_own_files(out: Path, shown: Path) -> None:
 
 
 def write_compare_set(out: Path, comparison: Comparison) -> None:
-    """compare.csv, compare.md and compare.png of `comparison`, written into a fresh temporary
-    folder and swapped in whole for `out` (from `check_output_set`); the temporary folder
-    never outlives the call, and one left by a killed run is removed by the next."""
+    """The compare set, written into a temporary folder that then replaces `out` whole, so an
+    interrupted run leaves the old set or the new one."""
     from vat.share.folder import replace_dir
 
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,5 @@
-"""Sentence vectors by a feature spec (vat.feature_spec): sources, weightings and fitted
-post-processing. One code path makes the vectors for `vat evaluate`, `vat.load(...).encode`,
-sentence-transformers and MTEB: `pool_batch` (source and weighting of one padded batch),
-then `apply_post` (the fitted post-processing, in float64 numpy).
-"""
+"""Sentence vectors by a feature spec (vat.feature_spec), the one code path of `vat evaluate`,
+`vat.load(...).encode`, sentence-transformers and MTEB: `pool_batch`, then `apply_post`."""
 
 from __future__ import annotations
 
@@ -23,14 +20,12 @@ from vat.tokenizer import VATTokenizer
 Combo = tuple[str, str]  # (source, weighting)
 
 
-# -- sources -----------------------------------------------------------------------------------
 @torch.no_grad()
 def encoder_states(
     model: VAT, src_ids: torch.Tensor, layers: Iterable[int] = ()
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """({layer: (B, T, d)}, mu, logvar, mask) of one batch, in one encoder pass. Layer 0 is
-    the embeddings plus positions, layer k encoder layer k's output; the last layer is taken
-    after the final norm (pre-LN), the heads' input. mu and logvar are `VAT.encode`'s."""
+    """({layer: (B, T, d)}, mu, logvar, mask) of one batch in one encoder pass. Layer 0 is the
+    embeddings; the last layer is taken after the final norm (pre-LN), the heads' input."""
     want = set(layers)
     n = len(model.encoder)
     mask = src_ids != model.config.pad_id  # (B, T)
@@ -61,7 +56,6 @@ def _layers_of(sources: Iterable[str], n_layers: int) -> set[int]:
     return out
 
 
-# -- weighting ---------------------------------------------------------------------------------
 def weighted_pool(
     x: torch.Tensor,
     lengths: torch.Tensor,
@@ -69,9 +63,8 @@ def weighted_pool(
     logvar: torch.Tensor | None = None,
     token_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(B, d) pooled x (B, T, d) over the first `lengths` subwords. `sif` is the mean of
-    token_weights (B, T) times x (Arora et al.'s (1/|s|) sum a / (a + p(w)) v_w); the other
-    weightings are `vat.features.pool`'s."""
+    """(B, d) pooled x (B, T, d) over the first `lengths` subwords; `sif` is the mean of
+    token_weights (B, T) times x, the others `vat.features.pool`'s."""
     if weighting != "sif":
         return pool(x, lengths, weighting, logvar)  # type: ignore[arg-type]
     n = lengths.clamp_min(1)
@@ -88,14 +81,12 @@ def pool_batch(
     combos: Sequence[Combo],
     sif: torch.Tensor | None = None,
 ) -> dict[Combo, torch.Tensor]:
-    """{(source, weighting): (B, d) float32} for one padded batch, from one encoder pass.
-    `sif` (V,) holds a / (a + p(w)) for every token id (needed by `sif` weighting)."""
+    """{(source, weighting): (B, d) float32} of one padded batch, in one encoder pass."""
     n_layers = len(model.encoder)
     states, mu, logvar, _ = encoder_states(
         model, src_ids, _layers_of({s for s, _ in combos}, n_layers)
     )
-    sif_combo = any(w == "sif" for _, w in combos)
-    tw = sif.to(src_ids.device)[src_ids] if sif_combo else None  # (B, T)
+    tw = sif.to(src_ids.device)[src_ids] if any(w == "sif" for _, w in combos) else None  # (B, T)
     out = {}
     for source, weighting in combos:
         if source == "mu":
@@ -122,8 +113,7 @@ def pooled_features(
     batch_size: int = 128,
     progress: bool = False,
 ) -> dict[Combo, np.ndarray]:
-    """{(source, weighting): (N, d) float32} in input order, before post-processing; with
-    `progress` a bar over the batches on stderr (as `vat.features.sentence_features`)."""
+    """{(source, weighting): (N, d) float32} in input order, before post-processing."""
     ids = tokenize(tokenizer, sentences, model.config.max_len)
     return pooled_ids(model, ids, combos, sif, batch_size, progress)
 
@@ -146,7 +136,6 @@ def pooled_ids(
     return out
 
 
-# -- post-processing (fitted by vat.features.fitting.fit_post) ---------------------------
 def apply_post(spec: FeatureSpec, arrays: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     if spec.pcs:
         return apply_pc_removal(x, arrays["mean"], arrays["components"])
@@ -162,8 +151,7 @@ class FeatureEncoder:
         model = loaded.model
         if not isinstance(fitted, FittedFeatures):
             raise OptionError("features", f"expected a FittedFeatures, got {type(fitted).__name__}")
-        # Every path to vectors passes here: the statistics are checked against this model's
-        # sizes as its weights were (finite, shapes, dtype, SIF range).
+        # every path to vectors passes here: the statistics are checked as the weights were
         fitted.check(model_config=model.config)
         self.model, self.tokenizer, self.fitted = model, loaded.tokenizer, fitted
         fitted.spec.layer(len(model.encoder))  # a layerK beyond the encoder fails here

@@ -1,11 +1,5 @@
-"""Fitting a feature spec's statistics on unlabeled text: SIF weights from token counts,
-post-processing (top-PC removal, whitening) on sentences. A fit reads only what it is given:
-by default the training counts and fitting sample a training checkpoint holds
-(vat.data.token_counts), else files the user names; never a file a model's records name.
-
-`vat.features.choice.features_for` composes the steps: `FitOptions` (what to read, checked
-once), `fit_ids_for` (sentences as subword ids), `fit_features`.
-"""
+"""Fitting a feature spec's statistics (SIF weights, post-processing) on unlabeled text: only what
+it is given, by default a training checkpoint's counts and fitting sample."""
 
 from __future__ import annotations
 
@@ -31,12 +25,11 @@ DEFAULT_FIT_SENTENCES = 20_000
 
 @dataclass(frozen=True)
 class FitOptions:
-    """What a fit reads, checked when it is made: each bad value is one OptionError naming
-    its argument. One path alone is one file; a bare string is never a list of sentences."""
+    """What a fit reads, checked when made. One path alone is one file; a bare string is never
+    a list of sentences."""
 
     fit_files: Sequence[str] | str | os.PathLike | None = None
-    """Text files to sample up to n_fit fitting sentences from (default: a training
-    checkpoint's fitting sample)."""
+    """Text files to sample the fitting sentences from (default: a checkpoint's fitting sample)."""
     fit_sentences: Sequence[str] | None = None
     """The fitting sentences themselves (instead of files)."""
     count_files: Sequence[str] | str | os.PathLike | None = None
@@ -63,9 +56,8 @@ class FitOptions:
 
 
 def fit_ids_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[list[int]], dict]:
-    """The sentences a post-processing fit reads, as subword ids, and what the fit's record
-    says of them: `fit_sentences`, else up to n_fit lines sampled from `fit_files`, else up
-    to n_fit of a training checkpoint's fitting sample; else an OptionError naming fit_files."""
+    """The sentences a post-processing fit reads, as subword ids, and the fit's record of them:
+    `fit_sentences`, else a sample of `fit_files`, else of a checkpoint's fitting sample."""
     info: dict = {"seed": options.seed}
     if options.fit_sentences is not None:
         sentences = list(options.fit_sentences)
@@ -89,8 +81,7 @@ def fit_ids_for(loaded: LoadedVAT, options: FitOptions) -> tuple[list[list[int]]
 
 
 def text_files(value: object, name: str) -> list[str] | None:
-    """`value` (fit_files, count_files) as a list of paths; None passes through. One path is
-    one file, never its characters (as `open` and datasets' data_files read it)."""
+    """`value` as a list of paths (None passes through); one path is one file."""
     if value is None:
         return None
     if isinstance(value, str | os.PathLike):
@@ -109,8 +100,7 @@ def text_files(value: object, name: str) -> list[str] | None:
 
 
 def sentence_list(value: object, name: str) -> list[str] | None:
-    """`value` (fit_sentences) as a list of at least 2 str; None passes through. A bare
-    string is refused, not read as its characters."""
+    """`value` as a list of at least 2 str (None passes through); a bare string is refused."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -138,8 +128,7 @@ def _kind(x: object) -> str:
 
 
 def _chunks_of(files: object, name: str) -> Iterator[list[str]]:
-    """Chunks of the lines of text files named by the argument `name`; reading errors are
-    OptionErrors naming it (the readers in vat.data.corpus prefix messages with it)."""
+    """Chunks of the lines of text files; reading errors are OptionErrors naming `name`."""
     try:
         yield from iter_files(expand_files(text_files(files, name) or [], name), "skip", name)
     except OptionError:
@@ -160,10 +149,8 @@ def count_tokens(
 
 
 def reservoir_sample(chunks: Iterable[Sequence[str]], n: int, seed: int = 0) -> list[str]:
-    """Up to n lines drawn uniformly without replacement from a stream of chunks of lines,
-    returned in stream order, holding n lines and one chunk at a time (Vitter's Algorithm R:
-    line i, counted from 0, replaces a uniform slot j of [0, i] when j < n, so after N lines
-    each is kept with probability n / N). The same seed gives the same sample."""
+    """Up to n lines drawn uniformly without replacement from a stream of chunks, in stream
+    order, holding n lines and one chunk at a time (Vitter's Algorithm R)."""
     rng = np.random.default_rng(seed)
     kept: list[tuple[int, str]] = []  # (line index, line), at most n
     seen = 0
@@ -185,8 +172,7 @@ def reservoir_sample(chunks: Iterable[Sequence[str]], n: int, seed: int = 0) -> 
 def sample_lines(
     files: Sequence[str | os.PathLike] | str | os.PathLike, n: int, seed: int = 0
 ) -> list[str]:
-    """Up to n lines drawn uniformly without replacement (in file order) from text files, in
-    one pass holding n lines and one chunk (`reservoir_sample`). Errors name fit_files."""
+    """Up to n lines drawn uniformly (in file order) from text files, in one pass."""
     check_count(n, "n_fit", minimum=1)
     check_count(seed, "seed", minimum=0)
     return reservoir_sample(_chunks_of(files, "fit_files"), int(n), int(seed))
@@ -198,9 +184,8 @@ def check_not_evaluation_data(
     option: str,
     remedy: str = "fitting on the evaluation sentences needs --fit-transductive",
 ) -> None:
-    """Refuse fitting files that lie in the evaluation data folder `data_dir` (a VatError
-    naming `option` and saying `remedy`): a post-processing fitted on the sentences it is
-    scored on would score better than it should."""
+    """Refuse fitting files inside the evaluation data folder: a post-processing fitted on the
+    sentences it is scored on would score better than it should."""
     folder = Path(data_dir).resolve()
     for f in expand_files([str(x) for x in files], option):
         if f.resolve().is_relative_to(folder):
@@ -236,8 +221,7 @@ def fit_features(
     batch_size: int = 128,
     info: dict | None = None,
 ) -> FittedFeatures:
-    """Fit what `spec` needs: SIF weights from `token_counts`, post-processing on sentences
-    given as subword ids (`fit_ids_for`)."""
+    """Fit what `spec` needs: SIF weights from `token_counts`, post-processing on `ids`."""
     t0 = time.perf_counter()
     arrays: dict[str, np.ndarray] = {}
     if spec.weighting == "sif":  # features_for has the counts or refused, naming count_files

@@ -1,9 +1,5 @@
-"""Run a VAT encoder over raw sentences: token means, token vectors, pooled features.
-
-Features use mu (no sampling), as the paper prescribes. The subwords w_1..w_n are the
-"tokens"; the final </s> latent is left out of pooling (a position marker, not a word),
-except for an empty sentence, whose only latent is </s>.
-"""
+"""Run a VAT encoder over raw sentences: token means (mu, no sampling, as the paper prescribes),
+token vectors and pooled features; pooling leaves out </s> except for an empty sentence."""
 
 from __future__ import annotations
 
@@ -42,8 +38,7 @@ def length_sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[in
 def padded_batches(
     model: VAT, ids: Sequence[Sequence[int]], batch_size: int, progress: bool
 ) -> Iterator[tuple[list[int], list[list[int]], torch.Tensor]]:
-    """(index, ids, src (B, T) on the model's device) of length-sorted batches, in eval mode;
-    `progress` shows a bar on stderr."""
+    """(index, ids, src (B, T) on the model's device) of length-sorted batches, in eval mode."""
     device = next(model.parameters()).device
     batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
     with eval_mode(model):
@@ -57,8 +52,7 @@ def padded_batches(
 def iter_encoded_ids(
     model: VAT, ids: Sequence[list[int]], batch_size: int = 128, progress: bool = False
 ) -> Iterator[EncodedBatch]:
-    """Encode subword id lists (already cut to max_len - 1) in length-sorted batches, in eval
-    mode without autograd."""
+    """Encode subword id lists (cut to max_len - 1) in length-sorted batches, in eval mode."""
     for index, batch_ids, src in padded_batches(model, ids, batch_size, progress):
         post = model.encode(src)  # mu, logvar (B, T, d)
         yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
@@ -71,8 +65,7 @@ def iter_encoded(
     batch_size: int = 128,
     progress: bool = False,
 ) -> Iterator[EncodedBatch]:
-    """Encode sentences (cut to the model's max_len) in length-sorted batches; a single
-    string is one sentence (vat.errors.check_sentences)."""
+    """Encode sentences (cut to the model's max_len) in length-sorted batches."""
     sentences, _ = check_sentences(sentences)
     max_len = model.config.max_len
     ids = tokenizer.encode_batch(list(sentences), max_tokens=max_len - 1)  # </s> takes one
@@ -82,11 +75,9 @@ def iter_encoded(
 def pool(
     mu: torch.Tensor, lengths: torch.Tensor, pooling: Pooling, logvar: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row
-    (a row of length 0 pools its </s> latent). mean / sum / start are the paper's VAT-mean,
-    VAT-sum and VAT-start; precision (needs logvar (B, T, d)) is the mean of the product of
-    the token Gaussians: sum_t mu_ti exp(-logvar_ti) / sum_t exp(-logvar_ti).
-    """
+    """Pool token means mu (B, T, d) over the first `lengths` (B,) subwords of each row: the
+    paper's VAT-mean, VAT-sum, VAT-start, or precision, the mean of the product of the token
+    Gaussians, sum_t mu_ti exp(-logvar_ti) / sum_t exp(-logvar_ti)."""
     B, T, _ = mu.shape
     n = lengths.clamp_min(1)  # (B,)
     keep = torch.arange(T, device=mu.device)[None, :] < n[:, None]  # (B, T)
@@ -116,8 +107,7 @@ def sentence_features(
     batch_size: int = 128,
     progress: bool = False,
 ) -> np.ndarray:
-    """(N, d) float32 pooled token means, in input order (`progress`: a bar on stderr). A
-    single string is one sentence and gives its vector (d,) (vat.errors.check_sentences)."""
+    """(N, d) float32 pooled token means in input order; a single string gives its (d,)."""
     sentences, single = check_sentences(sentences)
     check_choice(pooling, "pooling", POOLINGS)
     out = np.zeros((len(sentences), model.config.d_model), dtype=np.float32)

@@ -1,19 +1,5 @@
-"""Training-free post-processing of sentence vectors, fitted on unlabeled sentences.
-
-Pure numpy, no model: each `fit_*` takes an (N, d) matrix of sentence vectors and returns
-the small arrays its `apply_*` needs, so the fitted statistics can be stored beside a
-checkpoint (vat.feature_spec) and applied to any later batch.
-
-- SIF weights (Arora et al. 2017): a / (a + p(w)) per token, p(w) the token's unigram
-  probability in the training corpus.
-- Removing the top k principal components (Mu & Viswanath 2018, "All-but-the-Top"):
-  subtract the mean, then the projection on the k leading directions of the centred data.
-  With k = 1 after SIF weighting this is Arora et al.'s common-component removal (they do
-  not centre; the mean is removed here, as All-but-the-Top does).
-- Whitening (Su et al. 2021): y = (x - mean) W with W = U diag(1 / sqrt(s)), from the SVD
-  of the covariance, cut to the first `dim` columns for an optional lower output dimension.
-  The whitened training vectors have mean 0 and identity covariance.
-"""
+"""Training-free post-processing of sentence vectors in numpy, fitted then applied: SIF weights
+(Arora et al. 2017), top-PC removal (Mu & Viswanath 2018, centred), whitening (Su et al. 2021)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Decoding text from any latent sequence Z (B, T, d) with its mask (B, T).
-
-Every point of a VAT's latent space decodes to text (the paper, "Generation").
-`greedy_decode`, `beam_search` and `sample_decode` share one step function and sit behind
-`decode_latents(model, z, z_mask, options)`. Each step feeds only the newest token and reuses
-cached keys and values; `use_cache=False` re-runs the prefix (the baseline of the tests).
-Sequences are subword ids without <s>, cut at the first </s> (whose log-probability counts
-in the score). Callers put the model in eval mode (`vat.runtime.eval_mode`).
-"""
+"""Greedy, beam and sampled decoding of any latent sequence Z (B, T, d) with its mask (B, T),
+over one cached step function; outputs are subword ids without <s>, cut at the first </s>."""
 
 from __future__ import annotations
 
@@ -28,28 +21,17 @@ Strategy = Literal["greedy", "beam", "sample"]
 class DecodeOptions:
     """How to turn a latent sequence into tokens."""
 
-    strategy: Strategy = "greedy"
-    """greedy (argmax), beam (beam search) or sample (ancestral sampling, top-k / top-p)."""
-    beam_size: int = 5
-    """Beams per sentence for strategy=beam (the paper decodes with beam 5)."""
-    length_penalty: float = 1.0
-    """Beam score = sum of log-probs / length**length_penalty (length counts </s>); 0 ranks by
-    total log-probability, 1 by mean log-probability per token."""
+    strategy: Strategy = "greedy"  # greedy (argmax), beam, or sample (ancestral)
+    beam_size: int = 5  # the paper decodes with beam 5
+    length_penalty: float = 1.0  # beam score = log-prob / length**length_penalty (</s> counts)
     temperature: float = 1.0
-    """Sampling temperature: log-probs are divided by it before top-k / top-p."""
-    top_k: int = 0
-    """Sample only among the k most probable tokens (0 = no limit)."""
-    top_p: float = 1.0
-    """Nucleus sampling: sample among the smallest set of tokens whose probability reaches p."""
-    max_len: int | None = None
-    """Most tokens to generate, </s> included (None = the model's max_len)."""
-    min_len: int = 0
-    """</s> is forbidden before this many tokens; min_len = max_len forces fixed lengths."""
-    use_cache: bool = True
-    """Reuse cached self-attention keys/values (O(T) per step); False re-runs the prefix."""
+    top_k: int = 0  # sample among the k most probable tokens (0 = no limit)
+    top_p: float = 1.0  # sample among the smallest set of tokens whose probability reaches p
+    max_len: int | None = None  # most tokens to generate, </s> included (None: the model's)
+    min_len: int = 0  # </s> is forbidden before this many tokens
+    use_cache: bool = True  # reuse cached self-attention keys/values (O(T) per step)
 
     def __post_init__(self) -> None:
-        """Every field checked, named as users pass it (beam_size is `beam` there)."""
         checked = {
             "strategy": check_choice(self.strategy, "strategy", ("greedy", "beam", "sample")),
             "beam_size": check_count(self.beam_size, "beam"),
@@ -72,7 +54,6 @@ class DecodeOptions:
 
 
 GREEDY = DecodeOptions()
-"""The default: argmax decoding up to the model's max_len."""
 
 
 class Hypothesis(NamedTuple):
@@ -83,8 +64,7 @@ class Hypothesis(NamedTuple):
 
 
 class _Stepper:
-    """Runs the decoder one position at a time and returns next-token log-probabilities;
-    with the cache each step costs O(T), without it O(T^2) (the whole prefix again)."""
+    """Next-token log-probabilities, one position at a time (O(T) a step with the cache)."""
 
     def __init__(
         self, model: nn.Module, z: torch.Tensor, z_mask: torch.Tensor, use_cache: bool
@@ -110,8 +90,7 @@ class _Stepper:
                 layer[key] = value.index_select(0, rows)  # (A', H, L, hs)
 
     def reorder(self, rows: torch.Tensor) -> None:
-        """Row i continues row rows[i] (beam search). Only the self-attention cache moves:
-        the rows of a sentence share one Z, so its cross-attention keys/values stay valid."""
+        """Row i continues row rows[i]; a sentence's beams share Z, so only self-attention moves."""
         for layer in self.cache or []:
             for key in ("self_k", "self_v"):
                 if key in layer:
@@ -119,7 +98,6 @@ class _Stepper:
 
 
 def _check_latents(z: torch.Tensor, z_mask: torch.Tensor) -> None:
-    """Latents (B, T, d) of floats and a boolean mask (B, T), else an OptionError."""
     if not (torch.is_tensor(z) and z.dim() == 3 and z.is_floating_point()):
         what = f"a {z.dim()}-D {z.dtype} tensor" if torch.is_tensor(z) else type(z).__name__
         raise OptionError("z", f"expected latents as a float tensor (B, T, d), got {what}")
@@ -169,9 +147,7 @@ def _autoregress(
     o: DecodeOptions,
     choose: Callable[[torch.Tensor], torch.Tensor],
 ) -> list[Hypothesis]:
-    """Greedy or sampled decoding: `choose` maps log-probs (A, V) to next tokens (A,).
-    Rows that emit </s> leave the batch (with their cache rows), so one long row does not
-    keep a whole batch of finished ones decoding."""
+    """`choose` maps log-probs (A, V) to next tokens (A,); finished rows leave the batch."""
     B = z.shape[0]
     stepper = _Stepper(model, z, z_mask, o.use_cache)
     tokens = torch.full((B, 1), BOS_ID, dtype=torch.long, device=z.device)  # (A, L)
@@ -208,7 +184,6 @@ def _argmax(logp: torch.Tensor) -> torch.Tensor:  # (A, V) -> (A,)
 
 
 def _sampler(o: DecodeOptions, generator: torch.Generator | None):
-    """`choose` of ancestral sampling with `o`'s temperature, top-k and top-p."""
 
     def choose(logp: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
         probs = filter_logits(logp / o.temperature, o.top_k, o.top_p).softmax(-1)  # (B, V)
@@ -228,8 +203,7 @@ def greedy_decode(
 ) -> list[list[int]]:
     """Argmax decoding of latents z (B, T, d) with mask (B, T): subword ids per row."""
     o = DecodeOptions(max_len=max_len, min_len=min_len, use_cache=use_cache)  # checked
-    _check_latents(z, z_mask)
-    return [h.ids for h in _autoregress(model, z, z_mask, o, _argmax)]
+    return [h.ids for (h,) in decode_latents(model, z, z_mask, o)]
 
 
 def sample_decode(
@@ -245,8 +219,7 @@ def sample_decode(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
 ) -> list[Hypothesis]:
-    """Ancestral sampling with temperature, top-k and top-p. Scores are the model's own
-    (temperature 1) log-probabilities of the sampled tokens."""
+    """Ancestral sampling; scores are the model's own (temperature 1) log-probabilities."""
     o = DecodeOptions(
         "sample",
         temperature=temperature,
@@ -256,8 +229,7 @@ def sample_decode(
         min_len=min_len,
         use_cache=use_cache,
     )  # checked
-    _check_latents(z, z_mask)
-    return _autoregress(model, z, z_mask, o, _sampler(o, generator))
+    return [h for (h,) in decode_latents(model, z, z_mask, o, generator)]
 
 
 def beam_search(
@@ -272,15 +244,9 @@ def beam_search(
     use_cache: bool = True,
     n_best: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search from latents z (B, T, d); per row the n_best hypotheses, best first.
-
-    A hypothesis scores logprob / length**length_penalty, length counting </s>. Each step
-    keeps the best `beam_size` continuations that do not end, and sets aside those ending in
-    </s> that rank within the top `beam_size`. A row stops once it holds `beam_size` finished
-    hypotheses and its best live beam, scored at its current length, is no better than the
-    worst of them: exact for length_penalty = 0, the usual heuristic above (as in Hugging
-    Face transformers). Rows that never finish return their live beams (finished=False).
-    """
+    """Per row the n_best hypotheses, best first. A row stops once it holds beam_size finished
+    hypotheses and its best live beam is no better than their worst (Hugging Face's rule: exact
+    for length_penalty = 0); rows that never finish return their live beams."""
     o = DecodeOptions(
         "beam",
         beam_size=beam_size,
@@ -369,8 +335,7 @@ def decode_latents(
     options: DecodeOptions = GREEDY,
     generator: torch.Generator | None = None,
 ) -> list[list[Hypothesis]]:
-    """Decode latents z (B, T, d) with mask (B, T) by `options`: per row a list of hypotheses,
-    best first (one for greedy and sample, beam_size for beam)."""
+    """Per row a list of hypotheses, best first (one for greedy and sample)."""
     if not isinstance(options, DecodeOptions):
         raise OptionError(
             "options", f"expected a DecodeOptions, got {type(options).__name__} {options!r:.60}"

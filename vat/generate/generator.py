@@ -1,11 +1,5 @@
-"""Text in, text out: `VATGenerator` over `decoding` and `latents` (this package).
-
-The paper's "Generation": reconstruct a sentence from its token means mu, sample variants
-by drawing every z_t (Table 1) or chosen ones (Table 2) from the posterior, decode the prior
-N(0, s^2 I), and interpolate between two sentences (Table 3). Sentences follow vat's one rule
-(`vat.errors.check_sentences`): a single string is ONE sentence, whose result comes back
-alone. The command line is `vat generate` (vat/cli/generate.py).
-"""
+"""`VATGenerator`: the paper's reconstruction, sampling (Tables 1-2), prior decoding and
+interpolation (Table 3), on text; a single string is one sentence, its result comes back alone."""
 
 from __future__ import annotations
 
@@ -22,7 +16,6 @@ from vat.errors import (
     OptionError,
     check_choice,
     check_count,
-    check_non_negative_finite,
     check_number,
     check_seed,
     check_sentence,
@@ -57,9 +50,7 @@ class ReconstructionScore(NamedTuple):
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus BLEU (0-100) with sacrebleu's "13a" tokenizer (torchmetrics' SacreBLEUScore),
-    so figures compare with WMT tables. Unsmoothed: where an n-gram order has no match in
-    the whole corpus this gives 0 where sacrebleu's default smoothing gives a little more."""
+    """Unsmoothed corpus BLEU (0-100) with sacrebleu's "13a" tokenizer, comparable to WMT tables."""
     from torchmetrics.text import SacreBLEUScore
 
     hypotheses, references = _paired(hypotheses, references)
@@ -79,7 +70,7 @@ def reconstruction_score(
 
 
 def _paired(hypotheses, references) -> tuple[list[str], list[str]]:
-    """Hypotheses and references as lists of equal length (zip would drop the extra ones)."""
+    """Equal-length lists (zip would silently drop the extra ones)."""
     hyps, _ = check_sentences(hypotheses, "hypotheses")
     refs, _ = check_sentences(references, "references")
     if len(hyps) != len(refs):
@@ -87,16 +78,6 @@ def _paired(hypotheses, references) -> tuple[list[str], list[str]]:
             "references", f"has {len(refs)} sentences for {len(hyps)} hypotheses; give one each"
         )
     return hyps, refs
-
-
-def _labels(labels: Sequence[str] | None, n: int) -> list[str] | None:
-    """`labels` (one name per sentence, for warnings) checked against the n sentences."""
-    if labels is None:
-        return None
-    names, _ = check_sentences(labels, "labels")
-    if len(names) != n:
-        raise OptionError("labels", f"has {len(names)} names for {n} sentences")
-    return names
 
 
 def _listed(value, name: str, what: str, check) -> list:
@@ -107,14 +88,11 @@ def _listed(value, name: str, what: str, check) -> list:
 
 
 def _positions(positions: int | Sequence[int]) -> list[int]:
-    """Token positions: whole numbers >= 0 (a single one is one position)."""
     return _listed(positions, "positions", "token positions", partial(check_count, minimum=0))
 
 
 class VATGenerator:
-    """Reconstruct, sample, resample tokens, interpolate and sample the prior, on text, in
-    length-sorted batches of `batch_size`. `labels` (e.g. "line 7") name sentences in
-    warnings."""
+    """Generation on text in length-sorted batches; `labels` name sentences in warnings."""
 
     def __init__(
         self,
@@ -134,7 +112,6 @@ class VATGenerator:
 
     @classmethod
     def from_loaded(cls, loaded: LoadedVAT, batch_size: int = 64) -> VATGenerator:
-        """A generator for a loaded model, with its prior scale and length histogram."""
         check_loaded(loaded, "VATGenerator.from_loaded")
         return cls(
             loaded.model,
@@ -152,15 +129,15 @@ class VATGenerator:
     def max_len(self) -> int:
         return int(self.model.config.max_len)
 
-    # -- encoding / decoding --------------------------------------------------------------
     def tokenize(
         self, sentences: str | Sequence[str], labels: Sequence[str] | None = None
     ) -> list[list[int]]:
-        """Subword ids, cut to max_len - 1 subwords (the </s> takes the last place) with one
-        TruncationWarning per call, naming the cut sentence or the first few of them. A
-        sentence is read only as far as its kept subwords reach (`VATTokenizer.clip`)."""
+        """Subword ids cut to max_len - 1 (room for </s>), with one TruncationWarning per call."""
         texts, single = check_sentences(sentences)
-        labels = _labels(labels, len(texts))
+        if labels is not None:
+            labels, _ = check_sentences(labels, "labels")
+            if len(labels) != len(texts):
+                raise OptionError("labels", f"has {len(labels)} names for {len(texts)} sentences")
         keep = self.max_len - 1
         clipped = [self.tokenizer.clip(t, keep) for t in texts]
         ids = self.tokenizer.encode_batch(clipped)
@@ -186,8 +163,7 @@ class VATGenerator:
     def posteriors(
         self, sentences: Sequence[str], labels: Sequence[str] | None = None
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1
-        (a single string: its pair alone)."""
+        """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1."""
         texts, single = check_sentences(sentences)
         ids = self.tokenize(texts, labels)
         out: list[tuple[torch.Tensor, torch.Tensor]] = [None] * len(ids)  # type: ignore[list-item]
@@ -200,7 +176,7 @@ class VATGenerator:
     def decode(
         self, zs: Sequence[torch.Tensor], options: DecodeOptions = GREEDY, seed: int | None = None
     ) -> list[list[Hypothesis]]:
-        """Decode latent sequences zs[i] (T_i, d), batched; hypotheses per item, best first."""
+        """Decode latent sequences zs[i] (T_i, d); hypotheses per item, best first."""
         if not isinstance(options, DecodeOptions):
             raise OptionError("options", f"expected a DecodeOptions, got {type(options).__name__}")
         seed = check_seed(seed)
@@ -233,13 +209,11 @@ class VATGenerator:
         return out
 
     def _generator(self, seed: int | None, device: torch.device | None = None):
-        """A torch.Generator seeded with `seed` (None: the global RNG)."""
         if seed is None:
             return None
         return torch.Generator(device=self.device if device is None else device).manual_seed(seed)
 
     def text(self, hyp: Hypothesis) -> str:
-        """The text of one hypothesis (from `decode` or `reconstruct_hypotheses`)."""
         if not isinstance(hyp, Hypothesis):
             raise OptionError("hyp", f"expected a Hypothesis, got {type(hyp).__name__}")
         return self.tokenizer.decode(hyp.ids)
@@ -249,15 +223,13 @@ class VATGenerator:
     ) -> list[str]:
         return [self.text(h[0]) for h in self.decode(zs, options, seed)]
 
-    # -- the five operations -----------------------------------------------------------------
     def reconstruct_hypotheses(
         self,
         sentences: Sequence[str],
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Decode each sentence's token means mu (the paper: z_t = mu_t at test time); a
-        single string gives its hypotheses alone."""
+        """Decode each sentence's token means mu (the paper: z_t = mu_t at test time)."""
         texts, single = check_sentences(sentences)
         hyps = self.decode([mu for mu, _ in self.posteriors(texts, labels)], options)
         return hyps[0] if single else hyps
@@ -268,7 +240,7 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[str]:
-        """The best decoding of each sentence's token means (a single string: one string)."""
+        """The best decoding of each sentence's token means."""
         texts, single = check_sentences(sentences)
         out = [self.text(h[0]) for h in self.reconstruct_hypotheses(texts, options, labels)]
         return out[0] if single else out
@@ -284,14 +256,11 @@ class VATGenerator:
         labels: Sequence[str] | None = None,
         source: ResampleSource = "posterior",
     ) -> list[list[str]]:
-        """num_samples variational samples per sentence: z_t = mu_t + tau * sigma_t * eps for
-        every token (Table 1), or only at subword `positions` (0-based; position n_i is the </s>
-        latent) with z_t = mu_t elsewhere (Table 2, `resample_token`). With source="prior"
-        the chosen latents are drawn from N(0, s^2 I) instead (tau is not used). A single
-        string gives its num_samples texts alone."""
+        """z_t = mu_t + tau * sigma_t * eps at every token (Table 1) or only at `positions`
+        (Table 2; n_i is the </s> latent); source="prior" draws them from N(0, s^2 I)."""
         sentences, single = check_sentences(sentences)
         n = check_count(num_samples, "num_samples")
-        tau = check_non_negative_finite(tau, "tau")
+        tau = check_number(tau, "tau", low=0)
         seed = check_seed(seed)
         source = check_choice(source, "source", ("posterior", "prior"))
         if positions is not None:
@@ -338,9 +307,7 @@ class VATGenerator:
         labels: Sequence[str] | None = None,
         source: ResampleSource = "posterior",
     ) -> list[list[str]]:
-        """num_samples samples per sentence that redraw only the latents at `positions`
-        (0-based; a single int is one position): from the posterior at temperature tau, or
-        from the prior (`source`). A single string gives its num_samples texts alone."""
+        """`sample` redrawing only the latents at `positions` (a single int is one)."""
         positions = _positions(positions)
         if not positions:
             raise OptionError("positions", "needs at least one token position")
@@ -355,9 +322,7 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[str]:
-        """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of the two sentences' token means for
-        each alpha (a single number is one alpha); see `interpolate_latents` for how unequal
-        lengths are padded. `a` and `b` are one sentence each."""
+        """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of two sentences' token means."""
         a, b = check_sentence(a, "a"), check_sentence(b, "b")
         alphas = _listed(alphas, "alphas", "numbers", check_number)
         if not alphas:
@@ -374,13 +339,11 @@ class VATGenerator:
         seed: int | None = 0,
         prior_std: float | None = None,
     ) -> list[tuple[int, str]]:
-        """num_samples decodings of z ~ N(0, s^2 I) (s = the model's prior_std unless given),
-        with latent lengths T drawn from the training length histogram unless `length` fixes
-        T. Returns (T, text) pairs."""
+        """(T, text) decodings of z ~ N(0, s^2 I), T drawn from training lengths unless given."""
         n = check_count(num_samples, "num_samples")
         seed = check_seed(seed)
         if prior_std is not None:
-            prior_std = check_non_negative_finite(prior_std, "prior_std", positive=True)
+            prior_std = check_number(prior_std, "prior_std", low=0, low_open=True)
         cfg = self.model.config
         check_allocation(4.0 * n * cfg.max_len * cfg.d_model, "num_samples", self.device)
         generator = self._generator(seed, torch.device("cpu"))
@@ -402,6 +365,6 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> ReconstructionScore:
-        """mu-decoding reconstruction quality: corpus BLEU and exact match against the inputs."""
+        """Corpus BLEU and exact match of mu-decodings against the inputs."""
         texts, _ = check_sentences(sentences)
         return reconstruction_score(self.reconstruct(texts, options, labels), texts)

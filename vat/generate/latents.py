@@ -22,8 +22,8 @@ def perturb_latents(
     positions: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """z_t = mu_t + tau * exp(logvar_t / 2) * eps_t for mu, logvar (..., T, d), at every
-    token (Table 1) or where `positions` (..., T) is True (Table 2; z_t = mu_t elsewhere)."""
+    """z_t = mu_t + tau * sigma_t * eps_t for mu, logvar (..., T, d), where `positions` (..., T)
+    is True (default everywhere) and z_t = mu_t elsewhere."""
     z = mu + tau * torch.exp(0.5 * logvar) * torch.randn(
         mu.shape, generator=generator, device=mu.device, dtype=mu.dtype
     )
@@ -38,8 +38,7 @@ def prior_at_positions(
     prior_std: float,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """z_t ~ N(0, prior_std^2 I) where `positions` (..., T) is True, z_t = mu_t elsewhere:
-    at those positions the decoder reads a latent that carries nothing of x."""
+    """z_t ~ N(0, prior_std^2 I) where `positions` (..., T) is True, z_t = mu_t elsewhere."""
     drawn = prior_std * torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
     return torch.where(positions[..., None], drawn, mu)  # (..., T, d)
 
@@ -47,8 +46,7 @@ def prior_at_positions(
 def token_statistics(
     mu: torch.Tensor, logvar: torch.Tensor, prior_std: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per token of one posterior, mu and logvar (T, d): its KL to N(0, s^2 I) in nats (the
-    token's rate, the paper's eq. 6), its mean sigma over dimensions, and |mu_t|. Each (T,)."""
+    """Per token of one posterior (T, d): KL to N(0, s^2 I) in nats (eq. 6), mean sigma, |mu_t|."""
     kl = gaussian_kl(mu, logvar, prior_std).sum(-1)  # (T,)
     return kl, torch.exp(0.5 * logvar).mean(-1), mu.norm(dim=-1)
 
@@ -56,8 +54,7 @@ def token_statistics(
 def sample_lengths(
     histogram: Sequence[int], n: int, max_len: int, generator: torch.Generator | None = None
 ) -> list[int]:
-    """n latent lengths T (</s> included) drawn with probability histogram[T] / sum, never
-    0 nor above the model's max_len."""
+    """n latent lengths T in 1..max_len (</s> included) drawn from histogram[T]."""
     counts = torch.tensor([float(c) for c in histogram[: max_len + 1]], dtype=torch.float64)
     if counts.numel():
         counts[0] = 0.0
@@ -77,8 +74,8 @@ def prior_latents(
 
 
 def slerp(a: torch.Tensor, b: torch.Tensor, alpha: float, eps: float = 1e-7) -> torch.Tensor:
-    """Spherical interpolation of each row vector of a, b (..., d) (White 2016): linear
-    where the angle is undefined or ~0 (a zero padding vector, parallel vectors)."""
+    """Spherical interpolation of rows of a, b (..., d) (White 2016); linear where the angle
+    is undefined or ~0 (a zero padding vector, parallel vectors)."""
     na, nb = a.norm(dim=-1, keepdim=True), b.norm(dim=-1, keepdim=True)  # (..., 1)
     cos = ((a * b).sum(-1, keepdim=True) / (na * nb).clamp_min(eps)).clamp(-1.0, 1.0)  # (..., 1)
     omega = torch.acos(cos)
@@ -95,12 +92,8 @@ def interpolate_latents(
     alphas: Sequence[float],
     method: InterpolationMethod = "linear",
 ) -> list[torch.Tensor]:
-    """Latent sequences between z1 (T1, d) and z2 (T2, d): one (T_a, d) tensor per alpha.
-
-    The shorter sequence is padded with zero vectors (the prior's mean) and the mixture
-    (1 - a) Z1 + a Z2 (or slerp) taken over max(T1, T2) positions; the decoder sees its first
-    T_a = round((1 - a) T1 + a T2), so a = 0 and a = 1 decode exactly the two sentences.
-    """
+    """One (T_a, d) mix of z1 (T1, d) and z2 (T2, d) per alpha, the shorter zero-padded (the
+    prior's mean); T_a = round((1 - a) T1 + a T2), so a = 0 and 1 give exactly the two inputs."""
     if method not in ("linear", "slerp"):
         raise OptionError("method", f"must be linear or slerp, got {method!r}")
     T1, T2 = z1.shape[0], z2.shape[0]

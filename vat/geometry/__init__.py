@@ -1,14 +1,5 @@
-"""Latent geometry: isotropy, context-specificity and posterior-collapse diagnostics.
-
-- `metrics.py`   the metrics as pure functions (Ethayarajh 2019, IsoScore, effective rank),
-                 GeometryReport and geometry_report
-- `collapse.py`  active units, KL per latent dimension, the mutual-information estimate
-- `_checks.py`   input checks shared by the two (private to this package)
-- `plots.py`     the figures (spectrum, KL per dimension, active units)
-- `probes.py`    which sentences geometry is measured on (STS12 from $VAT_SENTEVAL_DIR)
-
-`from vat import geometry` gives the metric functions: `geometry.anisotropy(vectors)`.
-"""
+"""Latent geometry: isotropy and context-specificity (`metrics`), posterior collapse
+(`collapse`), figures (`plots`) and probe sentences (`probes`)."""
 
 from vat.geometry.collapse import (
     ACTIVE_UNIT_THRESHOLD,

@@ -1,19 +1,43 @@
-"""Posterior-collapse diagnostics of a Gaussian posterior over token latents: active units,
-KL per latent dimension and the mutual-information estimate. `mu` and `logvar` are (N, d)
-tensors or arrays, one row per token, computed in float64 with torch on the input's device.
-"""
+"""Posterior-collapse diagnostics (active units, KL per dimension, mutual information), and
+the input checks of every geometry metric: (N, d) float64 on the input's device, or ValueError."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from vat.geometry._checks import ArrayLike, as_matrix, need_two
+ArrayLike = np.ndarray | torch.Tensor | Sequence
 
-ACTIVE_UNIT_THRESHOLD = 0.01
-"""Burda et al. (2016): a latent dimension is active when Var_x(E_q[z | x]) > 0.01."""
+
+def as_matrix(vectors: ArrayLike, name: str = "vectors") -> torch.Tensor:
+    """(N, d) float64 tensor on the input's device; rejects non-finite input."""
+    if isinstance(vectors, torch.Tensor):
+        x = vectors.detach().to(torch.float64)
+    else:
+        x = torch.from_numpy(np.asarray(vectors, dtype=np.float64))
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (N, d) array, got shape {tuple(x.shape)}")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name} has zero columns (d = 0)")
+    if not torch.isfinite(x.sum()):  # one reduction; NaN/inf anywhere makes the sum non-finite
+        bad = int((~torch.isfinite(x).all(1)).sum())
+        raise ValueError(
+            f"{name} contains NaN or infinite values ({bad} rows)"
+            if bad
+            else f"{name}: values overflow"
+        )
+    return x
+
+
+def need_two(n: int, what: str = "tokens") -> None:
+    if n < 2:
+        raise ValueError(f"need at least 2 {what} for a pairwise similarity, got {n}")
+
+
+ACTIVE_UNIT_THRESHOLD = 0.01  # Burda et al. (2016): active when Var_x(E_q[z | x]) > 0.01
 
 
 def active_unit_variances(mu: ArrayLike) -> np.ndarray:
@@ -24,11 +48,7 @@ def active_unit_variances(mu: ArrayLike) -> np.ndarray:
 
 
 def active_units(mu: ArrayLike, threshold: float = ACTIVE_UNIT_THRESHOLD) -> int:
-    """Number of active latent dimensions (Burda, Grosse & Salakhutdinov 2016, IWAE, sec. 5.2).
-
-    A_u = Cov_x(E_{u ~ q(u|x)}[u]); dimension u is active when A_u > threshold (0.01). With a
-    Gaussian posterior, E_q[u | x] = mu_u(x), so A_u is the variance of mu_u across tokens.
-    """
+    """Dimensions whose posterior mean varies by more than `threshold` (Burda et al. 2016)."""
     return int((active_unit_variances(mu) > threshold).sum())
 
 
@@ -43,12 +63,8 @@ def _mu_logvar(mu: ArrayLike, logvar: ArrayLike) -> tuple[torch.Tensor, torch.Te
 
 
 def kl_per_dimension(mu: ArrayLike, logvar: ArrayLike, prior_std: float) -> np.ndarray:
-    """Mean over tokens of KL(N(mu, exp(logvar)) || N(0, s^2)) per latent dimension: (d,) nats.
-
-    KL_i = log s - logvar_i / 2 + (exp(logvar_i) + mu_i^2) / (2 s^2) - 1/2 (the paper, eq. 6,
-    per dimension; the same closed form as `vat.train.losses.gaussian_kl`). The sum over
-    dimensions is the mean KL per token; a dimension near 0 carries no information.
-    """
+    """Mean over tokens of KL(N(mu, exp(logvar)) || N(0, s^2)) per latent dimension: (d,) nats
+    (the paper's eq. 6 per dimension; its sum is the mean KL per token)."""
     m, lv = _mu_logvar(mu, logvar)
     if len(m) == 0:
         raise ValueError("need at least 1 token for KL per dimension, got 0")
@@ -72,27 +88,10 @@ def mutual_information(
     max_tokens: int | None = 4096,
     seed: int = 0,
 ) -> float:
-    """Monte-Carlo estimate of I(x; z) under q (He et al. 2019, "Lagging Inference Networks",
-    `calc_mi`; also Optimus, Li et al. 2020), in nats, with tokens as the data points x.
-
-    Within a batch of B tokens, with q(z) approximated by the batch aggregate
-    q(z) = (1/B) sum_j q(z | x_j) and one sample z_i ~ q(z | x_i) per token:
-
-        I = E_i[ log q(z_i | x_i) ] - E_i[ log q(z_i) ]
-        log q(z_i) = logsumexp_j log N(z_i; mu_j, diag(exp(logvar_j))) - log B
-
-    `calc_mi` takes the first term's expectation in closed form, -H(q(z | x_i)); here it is
-    taken at the same draw z_i as the second (the same expectation). That makes the
-    estimate exact at both ends, where calc_mi's carries sampling noise of about
-    sqrt(d / 2 n): 0 for every draw when q(z | x) does not depend on x, and never above
-    log B, which it reaches when the posteriors do not overlap (docs/score.md).
-
-    Batches are averaged weighted by size, as in `calc_mi` over a data loader. Tokens are
-    shuffled with `seed` (neighbouring tokens of one sentence would share a batch
-    otherwise) and at most `max_tokens` are used (None: all), so the estimate is
-    deterministic for a given input (the noise is drawn on the CPU, whatever the device).
-    It is bounded above by log B: compare values only at the same batch size. Cost O(B d)
-    per token.
+    """Monte-Carlo I(x; z) in nats over tokens (He et al. 2019's `calc_mi`, q(z) the batch
+    aggregate), with log q(z_i | x_i) taken at the same draw z_i, so the estimate is exactly 0
+    when q(z | x) ignores x and at most log B (docs/score.md): compare at equal batch sizes.
+    Tokens are shuffled with `seed` (and cut to `max_tokens`), so the result is deterministic.
     """
     m, lv = _mu_logvar(mu, logvar)
     need_two(len(m), "tokens for the mutual-information estimate")

@@ -1,19 +1,5 @@
-"""Latent geometry of token representations: isotropy, context-specificity, collapse.
-
-Pure functions over token vectors: `vectors` is an (N, d) torch tensor or numpy array, one
-row per token; `word_ids` / `sentence_ids` are length-N integer sequences. Every cosine
-statistic is exact, not sampled: the mean cosine over all pairs of n unit vectors is
-
-    (1 / (n (n - 1))) sum_{i != j} u_i . u_j = (||sum_i u_i||^2 - n) / (n (n - 1)),
-
-which costs O(n d) instead of O(n^2 d). Computed in float64 with torch on the input's device.
-
-Ethayarajh (2019), "How Contextual are Contextualized Word Representations?": anisotropy,
-self-similarity, intra-sentence similarity and their "adjusted" forms (value minus the
-baseline); IsoScore (Rudman et al. 2022), effective rank (Roy & Vetterli 2007); the collapse
-diagnostics live in `vat.geometry.collapse`. Bad input raises ValueError with the reason,
-never a NaN.
-"""
+"""Isotropy and context-specificity of token vectors (Ethayarajh 2019, IsoScore, effective
+rank), exact: the mean cosine over pairs of n unit vectors is (||sum u||^2 - n) / (n (n - 1))."""
 
 from __future__ import annotations
 
@@ -24,26 +10,56 @@ from typing import Any
 import numpy as np
 import torch
 
-from vat.geometry._checks import (
+from vat.geometry.collapse import (
+    ACTIVE_UNIT_THRESHOLD,
     ArrayLike,
-    Prepared,
-    as_ids,
     as_matrix,
-    group_ids,
-    group_sums,
+    kl_per_dimension,
+    mutual_information,
     need_two,
-    prepared,
 )
-from vat.geometry.collapse import ACTIVE_UNIT_THRESHOLD, kl_per_dimension, mutual_information
+
+
+def as_ids(ids: ArrayLike, n: int, name: str, device: torch.device) -> torch.Tensor:
+    """(N,) int64 tensor on `device`."""
+    a = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if len(a) != n:
+        raise ValueError(f"{name} has {len(a)} entries but vectors has {n} rows; they must match")
+    if len(a) and not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+    return torch.from_numpy(a.astype(np.int64, copy=False)).to(device)
+
+
+def group_sums(x: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Row sums of x (N, d) per group: (G, d), O(N d)."""
+    return x.new_zeros(n_groups, x.shape[1]).index_add_(0, inverse, x)
+
+
+class Prepared:
+    """Validated float64 vectors with their unit rows, shared by the metrics of one report."""
+
+    def __init__(self, vectors: ArrayLike) -> None:
+        self.x = as_matrix(vectors)  # (N, d)
+        norms = torch.linalg.vector_norm(self.x, dim=1)  # (N,)
+        if (zero := norms == 0).any():
+            raise ValueError(
+                f"vectors has {int(zero.sum())} zero vector(s) "
+                f"(first at row {int(zero.int().argmax())}); "
+                "cosine similarity is undefined for them"
+            )
+        self.u = self.x / norms[:, None]  # (N, d) unit rows
+        need_two(len(self.x))
+
+
+def prepared(vectors: ArrayLike | Prepared) -> Prepared:
+    return vectors if isinstance(vectors, Prepared) else Prepared(vectors)
 
 
 def anisotropy(vectors: ArrayLike) -> float:
-    """Mean cosine similarity over all pairs of distinct rows (Ethayarajh 2019, sec. 3.4).
-
-    The "random words" baseline: E_{i != j} cos(v_i, v_j) = (||sum_i u_i||^2 - N) / (N (N - 1))
-    with u_i = v_i / ||v_i||. 0 for an isotropic cloud (in expectation), 1 when every
-    vector points the same way.
-    """
+    """Mean cosine over all pairs of distinct rows (Ethayarajh 2019, sec. 3.4): 0 for an
+    isotropic cloud, 1 when every vector points the same way."""
     p = prepared(vectors)
     n = len(p.u)
     return float((p.u.sum(0).square().sum() - n) / (n * (n - 1.0)))
@@ -55,23 +71,15 @@ def self_similarity_by_type(
     min_count: int = 5,
     sentence_ids: ArrayLike | None = None,
 ) -> dict[int, tuple[int, float]]:
-    """Per word type: {id: (occurrences, self-similarity)} for types with >= min_count occurrences.
-
-    SelfSim(w) = mean over all pairs of distinct occurrences (i, j) of w of cos(v_i, v_j)
-    (Ethayarajh 2019, Def. 1) = (||sum_i u_i||^2 - c) / (c (c - 1)) for c occurrences.
-    Low values mean context-specific words (the paper's stopwords).
-
-    With `sentence_ids`, only pairs from *different* sentences count (Ethayarajh's "the same
-    word in different contexts"): the within-sentence pair sums sum_s (||S_{w,s}||^2 - c_{w,s})
-    are subtracted exactly, and the pair count becomes c^2 - sum_s c_{w,s}^2. Types that
-    occur in a single sentence then have no pairs and are left out.
-    """
+    """{id: (occurrences, SelfSim)} for types with >= min_count occurrences: the mean cosine
+    over pairs of a type's occurrences (Ethayarajh 2019, Def. 1). With `sentence_ids` only
+    pairs from different sentences count (the within-sentence pairs are subtracted exactly)."""
     if min_count < 2:
         raise ValueError(f"min_count must be >= 2 (a pair needs two occurrences), got {min_count}")
     p = prepared(vectors)
     u = p.u
     ids = as_ids(word_ids, len(u), "word_ids", u.device)
-    uniq, inverse, counts = group_ids(ids)
+    uniq, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
     counts = counts.to(torch.float64)
     sums = group_sums(u, inverse, len(uniq))  # (W, d)
     pair_sum = sums.square().sum(1) - counts  # sum over ordered pairs i != j of u_i . u_j, (W,)
@@ -81,7 +89,9 @@ def self_similarity_by_type(
         _, sent = torch.unique(sent, return_inverse=True)  # 0..S-1
         # Group by (type, sentence) and subtract the within-sentence pairs.
         n_sent = int(sent.max()) + 1
-        ws, ws_inv, ws_counts = group_ids(inverse * n_sent + sent)
+        ws, ws_inv, ws_counts = torch.unique(
+            inverse * n_sent + sent, return_inverse=True, return_counts=True
+        )
         ws_counts = ws_counts.to(torch.float64)
         ws_sums = group_sums(u, ws_inv, len(ws))  # (WS, d)
         ws_type = ws // n_sent  # type index of each (type, sentence) group
@@ -110,8 +120,7 @@ def self_similarity(
     min_count: int = 5,
     sentence_ids: ArrayLike | None = None,
 ) -> float:
-    """Unweighted mean of `self_similarity_by_type` over word types with >= min_count occurrences
-    (Ethayarajh 2019, Def. 1)."""
+    """Unweighted mean of `self_similarity_by_type` over word types."""
     per_type = self_similarity_by_type(vectors, word_ids, min_count, sentence_ids)
     return float(np.mean([v for _, v in per_type.values()]))
 
@@ -119,7 +128,7 @@ def self_similarity(
 def _intra_values(p: Prepared, sentence_ids: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
     """(sentence ids (S,), IntraSim per sentence (S,))."""
     sent = as_ids(sentence_ids, len(p.x), "sentence_ids", p.x.device)
-    uniq, inverse, counts = group_ids(sent)
+    uniq, inverse, counts = torch.unique(sent, return_inverse=True, return_counts=True)
     means = group_sums(p.x, inverse, len(uniq)) / counts[:, None]  # (S, d)
     mean_norm = torch.linalg.vector_norm(means, dim=1)  # (S,)
     zero = mean_norm == 0
@@ -136,19 +145,13 @@ def _intra_values(p: Prepared, sentence_ids: ArrayLike) -> tuple[torch.Tensor, t
 def intra_sentence_similarity_by_sentence(
     vectors: ArrayLike, sentence_ids: ArrayLike
 ) -> dict[int, float]:
-    """Per sentence: {id: IntraSim(s)}, with
-    IntraSim(s) = (1/n) sum_i cos(v_i, m_s) and m_s = (1/n) sum_i v_i.
-
-    Ethayarajh (2019), Def. 2. The mean m_s is of the raw (not unit) vectors, and
-    cos(v_i, m_s) = u_i . m_s / ||m_s||, so a sentence costs O(n d).
-    """
+    """{id: IntraSim(s)}: mean cosine of a sentence's vectors with their mean (Ethayarajh)."""
     uniq, values = _intra_values(prepared(vectors), sentence_ids)
     return dict(zip(uniq.tolist(), values.tolist()))
 
 
 def intra_sentence_similarity(vectors: ArrayLike, sentence_ids: ArrayLike) -> float:
-    """Unweighted mean over sentences of IntraSim(s) (Ethayarajh 2019, Def. 2); 1 means every
-    position of a sentence collapsed to one vector."""
+    """Unweighted mean over sentences of IntraSim(s); 1: a sentence's positions collapsed."""
     return float(_intra_values(prepared(vectors), sentence_ids)[1].mean())
 
 
@@ -158,8 +161,7 @@ def adjusted(value: float, baseline: float) -> float:
 
 
 def covariance_eigenvalues(vectors: ArrayLike) -> np.ndarray:
-    """Eigenvalues (descending, >= 0) of the sample covariance
-    (1/(N-1)) sum (v - mean)(v - mean)^T."""
+    """Eigenvalues (descending, >= 0) of the sample covariance."""
     return _eigenvalues(_covariance(as_matrix(vectors)))
 
 
@@ -175,18 +177,8 @@ def _eigenvalues(cov: torch.Tensor) -> np.ndarray:
 
 
 def isoscore(vectors: ArrayLike) -> float:
-    """IsoScore (Rudman, Gillman, Rayne & Eickhoff 2022, ACL Findings, Algorithm 1).
-
-    1. Rotate the centred cloud into its principal components; the variances along them
-       are the covariance eigenvalues lambda (d of them).
-    2. Normalise: lambda_hat = sqrt(d) lambda / ||lambda||  (so ||lambda_hat|| = ||1_d||).
-    3. Isotropy defect: delta = ||lambda_hat - 1_d|| / sqrt(2 (d - sqrt(d))), in [0, 1].
-    4. Dimensions used: k = (d - delta^2 (d - sqrt(d)))^2 / d.
-    5. IsoScore = (k - 1) / (d - 1) = ((d - delta^2 (d - sqrt(d)))^2 - d) / (d (d - 1)).
-
-    1 for an isotropic cloud (all variances equal), 0 when all variance lies on one axis.
-    Unlike the cosine baseline it ignores the mean and is invariant to rotation and scale.
-    """
+    """IsoScore (Rudman et al. 2022, Algorithm 1): 1 when all principal variances are equal,
+    0 when all variance lies on one axis; blind to the mean, rotation and scale."""
     return spectrum_isoscore(covariance_eigenvalues(vectors))
 
 
@@ -205,12 +197,7 @@ def spectrum_isoscore(variances: ArrayLike) -> float:
 
 
 def effective_rank(vectors: ArrayLike) -> float:
-    """Effective rank of the token-vector covariance (Roy & Vetterli 2007, EUSIPCO, Def. 1).
-
-    erank = exp(H(p)), H(p) = -sum_k p_k log p_k, p_k = sigma_k / sum_j sigma_j, where sigma_k
-    are the singular values of the (PSD) covariance, i.e. its eigenvalues; 0 log 0 = 0.
-    Between 1 (one direction) and d (all variances equal).
-    """
+    """exp(entropy of the normalised covariance spectrum) (Roy & Vetterli 2007): 1 to d."""
     return spectrum_effective_rank(covariance_eigenvalues(vectors))
 
 
@@ -226,6 +213,7 @@ def spectrum_effective_rank(singular_values: ArrayLike) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
+# the scalar metrics with labels, in the order the callback, `vat geometry` and the sweep show
 METRICS: dict[str, str] = {
     "anisotropy": "anisotropy (mean cos, random tokens)",
     "self_similarity": "self-similarity",
@@ -238,8 +226,6 @@ METRICS: dict[str, str] = {
     "kl_per_token": "KL per token (nats)",
     "mutual_information": "mutual information (nats)",
 }
-"""The scalar metrics of a GeometryReport with their labels, in display order: the one list
-the training callback logs (under geometry/), `vat geometry` prints and the sweep records."""
 
 
 @dataclass
@@ -256,19 +242,17 @@ class GeometryReport:
     intra_sentence_similarity_adjusted: float
     isoscore: float
     effective_rank: float
-    num_types: int
-    """Word types with >= min_count occurrences (those self-similarity averages over)."""
+    num_types: int  # word types self-similarity averages over (>= min_count occurrences)
     min_count: int
     active_units: int | None = None
-    kl_per_token: float | None = None
-    """Sum over dimensions of `kl_per_dim`: the mean KL per token in nats."""
+    kl_per_token: float | None = None  # sum of `kl_per_dim`: the mean KL per token in nats
     mutual_information: float | None = None
     kl_per_dim: list[float] | None = None
     active_unit_variances: list[float] | None = None
     self_similarity_by_type: dict[int, tuple[int, float]] = field(default_factory=dict, repr=False)
 
     def metrics(self) -> dict[str, float]:
-        """{name: value} of the METRICS this report has (collapse diagnostics need a logvar)."""
+        """{name: value} of the METRICS this report has."""
         return {k: float(getattr(self, k)) for k in METRICS if getattr(self, k) is not None}
 
     def scalars(self) -> dict[str, float]:
@@ -296,12 +280,8 @@ def geometry_report(
     mi_batch_size: int = 512,
     mi_max_tokens: int | None = 4096,
 ) -> GeometryReport:
-    """Compute every metric of this module on one set of token vectors.
-
-    `vectors` are the token representations (a VAT's posterior means mu). With `logvar`
-    (and `prior_std` for the KL) the collapse diagnostics are filled in too; for encoders
-    without a posterior (BERT-like models) they stay None. Runs on the device of `vectors`.
-    """
+    """Every metric on one set of token vectors; the collapse diagnostics need `logvar` (and
+    `prior_std` for the KL), so stay None for encoders without a posterior."""
     p = Prepared(vectors)
     n = len(p.x)
     as_ids(token_ids, n, "token_ids", p.x.device)

@@ -1,9 +1,5 @@
-"""Figures of a latent space's geometry: covariance spectrum, KL per dimension, active units.
-
-Pure functions from the arrays of `vat.geometry.metrics` to matplotlib Figures (no display
-needed): `vat geometry --plot-dir DIR` writes them as PNGs, `vat.callbacks.GeometryMetrics`
-logs them as TensorBoard images. Needs matplotlib (the `[plots]` extra).
-"""
+"""matplotlib Figures (no display) of the covariance spectrum, KL per dimension and active
+units, for `vat geometry --plot-dir` and the TensorBoard callback."""
 
 from __future__ import annotations
 
@@ -25,14 +21,12 @@ def _vector(values: ArrayLike, name: str) -> np.ndarray:
 
 
 def _axes():
-    """A new 6 x 4 inch figure and its axes."""
     fig = figure_class()(figsize=(6, 4), dpi=100)
     return fig, fig.add_subplot()
 
 
 def spectrum_figure(eigenvalues: ArrayLike, title: str = "covariance spectrum"):
-    """Covariance eigenvalues, largest first, on a log axis, with the cumulative share of
-    variance on a second axis: how many directions the token vectors really use."""
+    """Covariance eigenvalues and their cumulative share: how many directions are used."""
     lam = np.sort(np.clip(_vector(eigenvalues, "eigenvalues"), 0.0, None))[::-1]
     fig, ax = _axes()
     k = np.arange(1, len(lam) + 1)
@@ -85,8 +79,7 @@ def active_units_figure(
 def geometry_figures(
     eigenvalues: ArrayLike, kl_per_dim: ArrayLike | None = None, variances: ArrayLike | None = None
 ) -> dict:
-    """{name: Figure}: `spectrum` always, `kl_per_dim` and `active_units` when given (a
-    VAT's posterior; a BERT-like encoder has none)."""
+    """{name: Figure}: `spectrum` always, `kl_per_dim` and `active_units` when given."""
     figures = {"spectrum": spectrum_figure(eigenvalues)}
     if kl_per_dim is not None:
         figures["kl_per_dim"] = kl_per_dimension_figure(kl_per_dim)

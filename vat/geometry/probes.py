@@ -1,10 +1,4 @@
-"""Probe sets for the geometry measurements: which sentences, read from where.
-
-The paper (Ferner & Wegenkittl 2022), "Latent-space measurements": STS12's sentences, from a
-SentEval data/downstream folder (`$VAT_SENTEVAL_DIR`, default ../shared/data/senteval:
-vat.data.paths), or any text file. Kept apart from `vat.geometry.metrics`, which is maths
-only. Used by the geometry callbacks, `vat geometry` and the sweep.
-"""
+"""Which sentences geometry is measured on: STS12's, as in the paper, or any text file."""
 
 from __future__ import annotations
 
@@ -21,11 +15,10 @@ from vat.errors import VatError
 from vat.io import regular_file
 
 STS12_DIR = ("STS", "STS12-en-test")
-"""Where SentEval's downstream layout keeps STS12 (STS.input.*.txt: two sentences a line)."""
 
 
 def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
-    """The STS12 input files under a SentEval `data/downstream` folder, sorted by name."""
+    """The STS12 input files under a SentEval `data/downstream` folder, sorted."""
     root = Path(senteval_dir).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(errno.ENOENT, "SentEval folder does not exist", str(root))
@@ -39,10 +32,8 @@ def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
 
 
 def iter_lines(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
-    """The non-empty stripped lines of a text file (plain or .gz), read one at a time and
-    each kept to its first `max_line_bytes`: a reader that wants the first N holds N lines,
-    not the file. A line that is not UTF-8 or a damaged gzip file is one VatError naming
-    the file (and the line)."""
+    """The non-empty stripped lines of a text file (plain or .gz), read lazily, each kept to its
+    first `max_line_bytes`; bad UTF-8 or gzip is a VatError naming the file."""
     path = Path(path).expanduser()
     try:
         with open_sentence_file(path) as f:
@@ -61,9 +52,7 @@ def iter_lines(path: str | os.PathLike, max_line_bytes: int = MAX_LINE_BYTES) ->
 
 
 def iter_sentences(path: str | os.PathLike) -> Iterator[str]:
-    """Sentences of a text file (plain or .gz): one per line; a tab-separated line gives one
-    per field (so STS input files, two sentences a line, read as they are). Blank fields are
-    skipped."""
+    """Sentences of a text file: one per line, or per tab-separated field (STS input files)."""
     for line in iter_lines(path):
         yield from (f.strip() for f in line.split("\t") if f.strip())
 
@@ -82,14 +71,8 @@ def load_probe_sentences(
     max_sentences: int | None = None,
     deduplicate: bool = True,
 ) -> list[str]:
-    """The probe set the geometry is measured on: a text file, or STS12 from a SentEval folder.
-
-    The paper ("Latent-space measurements") measures on STS12's sentences, as
-    Ethayarajh (2019) does on STS 2012-2016. STS12 repeats sentences; with `deduplicate`
-    (default) each is kept once, because a deterministic encoder maps the copies to identical
-    vectors, and their pairs would inflate self-similarity with "different contexts" that are
-    the same context. Order is kept (first occurrence), so `max_sentences` takes a fixed prefix.
-    """
+    """The probe set from a text file or a SentEval folder's STS12; `deduplicate` keeps each
+    sentence once (copies would inflate self-similarity), in first-occurrence order."""
     if (probe_file is None) == (senteval_dir is None):
         raise ValueError("give exactly one of a probe file or a SentEval folder")
     if max_sentences is not None and max_sentences < 1:

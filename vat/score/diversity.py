@@ -1,10 +1,5 @@
-"""How varied generated sentences are: distinct-n (Li et al. 2016, "A Diversity-Promoting
-Objective Function for Neural Conversation Models") and self-BLEU (Zhu et al. 2018, "Texygen").
-Pure Python over strings.
-
-Both read words as sacreBLEU's "13a" tokenizer splits them, the tokenizer of vat's
-reconstruction BLEU (`vat.generate.generator.corpus_bleu`), so "mat." is two words here too.
-"""
+"""How varied generated sentences are: distinct-n (Li et al. 2016) and self-BLEU (Zhu et al. 2018,
+Texygen), over words as sacreBLEU's "13a" tokenizer splits them, as vat's reconstruction BLEU."""
 
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:
-    """Distinct n-grams over all n-grams of `texts` (Li et al. 2016): 1.0 when no n-gram
-    repeats, 1/len(texts) when every text is the same. 0.0 when there is no n-gram at all."""
+    """Distinct n-grams over all n-grams of `texts` (Li et al. 2016); 0.0 when there is none."""
     grams = [g for t in texts for g in ngrams(words(t), n)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
@@ -62,8 +56,7 @@ def sentence_bleu(hypothesis: Sequence[str], references: Sequence[Sequence[str]]
         matched = sum(min(c, most[g]) for g, c in counts.items())
         if n == 1 and matched == 0:
             return 0.0  # NLTK: no unigram in common, no smoothing
-        # NLTK's denominator is at least 1: a hypothesis shorter than n words has precision
-        # 0/1, smoothed to 0.1
+        # NLTK's denominator is at least 1: a hypothesis shorter than n words scores 0.1 / 1
         log_precision += 0.25 * math.log((matched or 0.1) / max(1, sum(counts.values())))
     h = len(hypothesis)
     r = min((len(ref) for ref in references), key=lambda n: (abs(n - h), n), default=0)

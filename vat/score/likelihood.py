@@ -1,13 +1,5 @@
-"""The likelihood columns of the text-VAE table for a VAT whose latent is every token's z_t
-(docs/score.md gives every formula): -ELBO with its parts, and the importance-weighted NLL
--L_K (Burda, Grosse & Salakhutdinov 2016), with q(Z|x) = prod_t N(z_t; mu_t, diag exp(logvar_t))
-and p(Z) = N(0, s^2 I):
-
-    L_K(x) = log (1/K) sum_k p(x|Z_k) p(Z_k) / q(Z_k|x),  Z_k ~ q(Z|x),  ELBO <= E[L_K] <= log p(x)
-
-The K draws go through the decoder in passes of at most `ROWS_PER_PASS` decoded tokens, so
-memory does not grow with K.
-"""
+"""The likelihood columns of the text-VAE table for a VAT with a latent per token (docs/score.md):
+-ELBO with its parts, and the importance-weighted NLL -L_K (Burda et al. 2016)."""
 
 from __future__ import annotations
 
@@ -29,13 +21,6 @@ decoder's widest activation (d_ff = 512) in 64 MiB of float32."""
 
 LOGIT_ELEMENTS = 1 << 24
 """Logits per output-projection chunk: 64 MiB of float32 (2,048 rows at V = 8,192)."""
-
-
-# -- pure functions ------------------------------------------------------------------------------
-def gaussian_log_density(z: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """log N(z; mu, diag(exp(logvar))), summed over the last axis: (..., d) -> (...)."""
-    d = z.shape[-1]
-    return -0.5 * (d * LOG_2PI + logvar.sum(-1) + ((z - mu).square() * torch.exp(-logvar)).sum(-1))
 
 
 def prior_log_density(z: torch.Tensor, prior_std: float) -> torch.Tensor:
@@ -68,20 +53,14 @@ def closed_form_kl(
     return (gaussian_kl(mu, logvar, prior_std).sum(-1) * mask).sum(-1)
 
 
-# -- a model's bounds -----------------------------------------------------------------------------
 class Bounds(NamedTuple):
     """Per sentence, in nats (each (B,) float64)."""
 
-    log_likelihood: torch.Tensor
-    """L_K: the importance-weighted lower bound on log p(x)."""
-    reconstruction: torch.Tensor
-    """Mean over the K draws of log p(x | Z_k): the ELBO's first term, estimated."""
-    kl: torch.Tensor
-    """KL(q(Z|x) || p(Z)) in closed form."""
-    mean_log_weight: torch.Tensor
-    """mean_k log w_k: the ELBO estimated from the same draws (<= L_K, by Jensen)."""
-    tokens: torch.Tensor
-    """Target tokens (subwords + </s>), long."""
+    log_likelihood: torch.Tensor  # L_K, the importance-weighted lower bound on log p(x)
+    reconstruction: torch.Tensor  # mean_k log p(x | Z_k), the ELBO's first term
+    kl: torch.Tensor  # KL(q(Z|x) || p(Z)) in closed form
+    mean_log_weight: torch.Tensor  # mean_k log w_k, the ELBO from the same draws (<= L_K)
+    tokens: torch.Tensor  # target tokens (subwords + </s>), long
 
 
 LogLikelihood = Callable[[torch.Tensor], torch.Tensor]
@@ -89,8 +68,7 @@ LogLikelihood = Callable[[torch.Tensor], torch.Tensor]
 
 
 def samples_per_pass(batch_rows: int, samples: int, rows: int = ROWS_PER_PASS) -> int:
-    """How many of the K draws go through the decoder together for a batch of `batch_rows`
-    (sentences x positions): as many as fit in `rows`, at least 1."""
+    """How many of the K draws fit through the decoder together (at least 1)."""
     return max(1, min(samples, rows // max(1, batch_rows)))
 
 
@@ -164,9 +142,8 @@ def decoder_log_likelihood(
 
 
 def pass_bytes(model: VAT, rows: int, length: int) -> float:
-    """The bytes one decoder pass of `rows` tokens holds at its widest, in float32 words: the
-    noise and latents (float64 draws, a float32 copy: 5 d), the hidden state, the
-    feed-forward activation, self-attention weights and one logit chunk."""
+    """The bytes one decoder pass of `rows` tokens holds at its widest: draws and latents, the
+    hidden state, the feed-forward activation, self-attention weights and one logit chunk."""
     cfg = model.config
     return 4.0 * (rows * (6 * cfg.d_model + cfg.d_ff + cfg.n_heads * length) + LOGIT_ELEMENTS)
 

@@ -1,9 +1,5 @@
-"""Alignment and uniformity of sentence features (Wang & Isola 2020, "Understanding
-Contrastive Representation Learning through Alignment and Uniformity on the Hypersphere"),
-computed as SimCSE (Gao et al. 2021, sec. 5 and its `align_loss` / `uniform_loss`) computes
-them: on L2-normalised features, alignment over positive pairs (STS pairs scored 4 or more)
-and uniformity over all sentences. Lower is better for both. Pure functions of arrays.
-"""
+"""Alignment and uniformity of sentence features (Wang & Isola 2020) as SimCSE computes them: on
+L2-normalised features, over positive STS pairs and all sentences. Lower is better for both."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from vat.errors import OptionError, check_count, check_seed
 
 DEFAULT_SAMPLES = 500
-"""K importance samples per sentence: He et al. (2019) and Li et al. (2020) report the NLL
-with 500."""
+"""K importance samples per sentence, as He et al. (2019) and Li et al. (2020) report."""
 
 
 @dataclass(frozen=True)
@@ -21,8 +20,7 @@ class ScoreSettings:
     batch_size: int = 32
     """Sentences per encoder/decoder batch (length-sorted)."""
     diversity_samples: int = 5
-    """M variational samples per sentence (tau 1, greedy decoding) for distinct-n and
-    self-BLEU; 0 skips them."""
+    """M variational samples per sentence (tau 1) for distinct-n and self-BLEU; 0 skips them."""
     prior_samples: int = 100
     """P samples from the prior N(0, s^2 I) (lengths from the training histogram); 0 skips."""
     seed: int = 0
@@ -40,6 +38,5 @@ class ScoreSettings:
                 )
         if self.seed is None:
             raise OptionError("seed", "must be a whole number in [0, 2**63), got None")
-        # torch's generators take seeds below 2**63: a larger one is refused here, before
-        # the model is read, not by manual_seed after it
+        # torch's generators take seeds below 2**63: refused before the model is read
         check_seed(self.seed)

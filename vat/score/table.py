@@ -1,8 +1,5 @@
-"""The table text-VAE papers report, for a loaded VAT on any sentences (`vat score`,
-`vat.load(...).score`; docs/score.md gives every formula and its adaptation to a latent per
-token), composed from the pure functions of `vat.score.likelihood`, `vat.geometry.collapse`,
-`vat.score.diversity` and `vat.score.representation`, and `VATGenerator`'s generation.
-"""
+"""The table text-VAE papers report, for a loaded VAT on any sentences (docs/score.md gives every
+formula and its adaptation to a latent per token)."""
 
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ from tqdm.auto import tqdm
 from vat.data.paths import default_senteval_dir
 from vat.errors import OptionError, check_sentences
 from vat.eval.encoders import vat_encoder
-from vat.eval.tasks.files import Pairs
 from vat.eval.tasks.registry import load_task
 from vat.eval.tasks.sts import read_stsb_file
 from vat.features import length_sorted_batches
@@ -33,7 +29,7 @@ from vat.io import folder as existing_folder
 from vat.io import regular_file
 from vat.runtime import check_allocation, eval_mode
 from vat.score.diversity import distinct_n, self_bleu
-from vat.score.likelihood import model_bounds
+from vat.score.likelihood import Bounds, model_bounds
 from vat.score.representation import POSITIVE_SCORE, alignment, uniformity
 from vat.score.settings import ScoreSettings
 from vat.share.loaded import LoadedVAT, takes_loaded
@@ -53,24 +49,17 @@ class RepresentationPairs:
     scores: np.ndarray
     source: str
 
-    @classmethod
-    def from_pairs(cls, pairs: Pairs, source: str) -> RepresentationPairs:
-        # SentEval's loaders keep sentences as whitespace tokens
-        def text(x):
-            return x if isinstance(x, str) else " ".join(x)
-
-        return cls([text(x) for x in pairs.a], [text(x) for x in pairs.b], pairs.y, source)
-
 
 def representation_pairs(
     sts_pairs: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None
 ) -> RepresentationPairs | str:
     """The pairs alignment and uniformity are measured on: `sts_pairs` (a file in STS-B's
     layout), else STS-B's test split under `data_dir` or the default SentEval folder; why not
-    (a string) when the default has none. A named file or folder must be there."""
+    (a string) when the default has none."""
     if sts_pairs is not None:
         path = regular_file(Path(sts_pairs), "sts_pairs")
-        return RepresentationPairs.from_pairs(read_stsb_file(path), str(path))
+        pairs = read_stsb_file(path)
+        return RepresentationPairs(pairs.a, pairs.b, pairs.y, str(path))
     folder = (
         existing_folder(data_dir, "data_dir") if data_dir is not None else default_senteval_dir()
     )
@@ -78,7 +67,7 @@ def representation_pairs(
     if data_dir is None and not test.is_file():
         return f"no STS-B test split at {test}; give sts_pairs or data_dir"
     pairs = load_task(folder, "STSBenchmark").splits["test"]
-    return RepresentationPairs.from_pairs(pairs, "STS-B test")  # type: ignore[arg-type]
+    return RepresentationPairs(pairs.a, pairs.b, pairs.y, "STS-B test")  # type: ignore[union-attr]
 
 
 @dataclass
@@ -111,8 +100,7 @@ def score_table(
     pairs: RepresentationPairs | str | None = None,
     source: str = "given sentences",
 ) -> ScoreTable:
-    """Score `sentences` with `loaded`; `pairs` adds alignment and uniformity (a string: why
-    they are left out). `source` names the sentences in the table."""
+    """Score `sentences` (named `source`); `pairs` adds alignment and uniformity."""
     settings = settings if settings is not None else ScoreSettings()
     sentences = _checked_sentences(sentences)
     if settings.prior_samples and not any(loaded.length_histogram[1 : loaded.config.max_len + 1]):
@@ -210,8 +198,7 @@ def _likelihood(
 ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
     """The likelihood columns, and every latent position's mu and logvar (for MI and AU)."""
     n, K = len(ids), settings.samples
-    bounds = {k: np.zeros(n) for k in ("ll", "recon", "kl", "mean_log_w")}
-    tokens = np.zeros(n, dtype=np.int64)
+    parts = {k: np.zeros(n) for k in Bounds._fields}  # per sentence
     mus, logvars = [], []
     device = loaded.device
     generator = torch.Generator(device=device).manual_seed(settings.seed)
@@ -226,19 +213,17 @@ def _likelihood(
         for index in length_sorted_batches([len(x) for x in ids], settings.batch_size):
             batch = make_batch([ids[i] for i in index])
             b = model_bounds(loaded.model, batch, loaded.prior_std, K, generator)
-            for key, value in zip(
-                bounds, (b.log_likelihood, b.reconstruction, b.kl, b.mean_log_weight)
-            ):
-                bounds[key][index] = value.cpu().numpy()
-            tokens[index] = b.tokens.cpu().numpy()
+            for key, value in b._asdict().items():
+                parts[key][index] = value.cpu().numpy()
             with eval_mode(loaded.model):
                 post = loaded.model.encode(batch["src"].to(device))
             mus.append(post.mu[post.mask].float().cpu())
             logvars.append(post.logvar[post.mask].float().cpu())
             bar.update(len(index) * K)
-    total = int(tokens.sum())
-    nll = -bounds["ll"].sum()
-    neg_elbo = -(bounds["recon"] - bounds["kl"]).sum()
+    total = int(parts["tokens"].sum())
+    recon, kl = parts["reconstruction"], parts["kl"]
+    nll = -parts["log_likelihood"].sum()
+    neg_elbo = -(recon - kl).sum()
     lik = {
         "nll": nll / n,
         "nll_per_token": nll / total,
@@ -246,11 +231,11 @@ def _likelihood(
         "neg_elbo": neg_elbo / n,
         "neg_elbo_per_token": neg_elbo / total,
         "ppl_elbo": _perplexity(neg_elbo / total),
-        "reconstruction": -bounds["recon"].sum() / n,
-        "reconstruction_per_token": -bounds["recon"].sum() / total,
-        "kl": bounds["kl"].sum() / n,
-        "kl_per_token": bounds["kl"].sum() / total,
-        "neg_elbo_same_draws": -bounds["mean_log_w"].sum() / n,
+        "reconstruction": -recon.sum() / n,
+        "reconstruction_per_token": -recon.sum() / total,
+        "kl": kl.sum() / n,
+        "kl_per_token": kl.sum() / total,
+        "neg_elbo_same_draws": -parts["mean_log_weight"].sum() / n,
         "target_tokens": total,
     }
     return lik, torch.cat(mus), torch.cat(logvars)
@@ -264,8 +249,7 @@ def _perplexity(nats_per_token: float) -> float:
 def _diversity(
     gen: VATGenerator, sentences: list[str], means: list[str], settings: ScoreSettings
 ) -> dict:
-    """Sample diversity; `means` are the mu-decodings of `sentences`, for the one
-    near-deterministic rule (vat.generate.variation)."""
+    """Sample diversity; `means`, the mu-decodings, serve the near-deterministic rule."""
     out: dict[str, Any] = {}
     M, P = settings.diversity_samples, settings.prior_samples
     if M:
@@ -303,7 +287,6 @@ def _representation(
     if isinstance(pairs, str):
         return {"skipped": pairs}
     encode = vat_encoder(loaded, batch_size=max(batch_size, 64))  # the model's own vectors
-    spec = encode.features  # type: ignore[attr-defined]
     positive = pairs.scores >= POSITIVE_SCORE
     if not positive.any():
         raise OptionError(
@@ -313,7 +296,7 @@ def _representation(
     fa = encode([a for a, p in zip(pairs.a, positive) if p])
     fb = encode([b for b, p in zip(pairs.b, positive) if p])
     return {
-        "features": spec,
+        "features": encode.features,  # type: ignore[attr-defined]
         "pairs": pairs.source,
         "alignment": alignment(fa, fb),
         "positive_pairs": int(positive.sum()),
@@ -322,7 +305,6 @@ def _representation(
     }
 
 
-# -- the printed table ---------------------------------------------------------------------------
 PPL_NOTE = (  # a PPL with a latent per token reads as broken to anyone who knows LM perplexities
     "note: PPL bounds the likelihood of a model with a latent per token and includes what those "
     "latents cost (the rate, KL above): it is not comparable to a language model's perplexity"

@@ -1,9 +1,5 @@
-"""Checkpoint policy: how checkpoints are written (`AtomicCheckpointIO`) and which ones a run
-keeps: last.ckpt with the final step (`FinalLastCheckpoint`), the best on `--best_monitor`
-(`best_checkpoint`), on_exception.ckpt after an error (`ExceptionCheckpoint`; a Ctrl-C or
-SIGTERM stops at a whole step instead: `vat.train.interrupt`). Nothing non-finite is saved
-(`vat.train.non_finite`, run in the system's `on_save_checkpoint`).
-"""
+"""Checkpoint policy: atomic writes, last.ckpt with the final step, the best on
+`--best_monitor`, and on_exception.ckpt after an error."""
 
 from __future__ import annotations
 
@@ -23,17 +19,13 @@ _state = {"interrupted": False}
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes each checkpoint to a temporary file renamed into place (Lightning's own writer
-    streams into the final path: a kill mid-write leaves a truncated last.ckpt), and reads a
-    resumed checkpoint once: `read` keeps it, before the Trainer exists, until
-    `load_checkpoint` hands it over."""
+    """Writes each checkpoint atomically, and reads a resumed checkpoint once."""
 
     def __init__(self) -> None:
         super().__init__()
         self._read: dict[Path, dict] = {}
 
     def read(self, path) -> dict:
-        """The checkpoint at `path`, read once and kept for the Trainer's restore."""
         key = Path(path).resolve()
         if key not in self._read:
             self._read[key] = read_checkpoint(path)
@@ -51,17 +43,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class FinalLastCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint whose last.ckpt always holds the final training step (Lightning 2.6
-    writes it at the end of fit only when none was written during the run).
-
-    A stop requested mid-epoch (`trainer.should_stop`) is saved when it is requested, with
-    the loops mid-epoch: by the end of fit Lightning counts the epoch as completed, and a
-    resume would skip the rest of its data (tests/test_resume.py).
-    """
+    """ModelCheckpoint whose last.ckpt always holds the final step. A stop requested mid-epoch
+    is saved when requested: by the end of fit Lightning counts the epoch as completed, and a
+    resume would skip the rest of its data (tests/test_resume.py)."""
 
     def name_folder_as_given(self, dirpath: str | os.PathLike) -> None:
-        """Keep the checkpoint folder as the user named it, not with links resolved as
-        Lightning does (a RUN/checkpoints linked to another disk would be named by its target)."""
+        """Keep the checkpoint folder as the user named it, links unresolved."""
         self.dirpath = os.path.normpath(os.path.expanduser(str(dirpath)))
 
     def state_dict(self) -> dict:
@@ -114,27 +101,20 @@ class FinalLastCheckpoint(ModelCheckpoint):
         self._save_final(trainer)
 
     def save_now(self, trainer) -> str:
-        """Write last.ckpt as the state is now, even when this step was saved before (a stop
-        after a validation keeps what it changed, vat.train.interrupt); returns its path."""
+        """Write last.ckpt as the state is now, even when this step was saved before."""
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         return self.last_model_path
 
 
 def _same(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Two names of one place on disk (links resolved), whether or not it exists yet."""
     return os.path.realpath(a) == os.path.realpath(b)
 
 
 class ExceptionCheckpoint(Callback):
-    """Saves DIR/on_exception.ckpt when an exception ends training after it began; not on
-    Ctrl-C or SIGTERM, which stop at a whole step instead (vat.train.interrupt).
+    """DIR/on_exception.ckpt after an error (not Lightning's, which makes a fresh fit resume)."""
 
-    Not Lightning's OnExceptionCheckpoint: with one, Lightning turns `fit(ckpt_path=None)`
-    into `ckpt_path="last"`, so a fresh run would resume an old one.
-    """
-
-    def __init__(self, dirpath: str | os.PathLike, filename: str = "on_exception") -> None:
-        self.ckpt_path = str(Path(dirpath) / f"{filename}.ckpt")
+    def __init__(self, dirpath: str | os.PathLike) -> None:
+        self.ckpt_path = str(Path(dirpath) / "on_exception.ckpt")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, NonFiniteLossError):
@@ -155,7 +135,6 @@ class ExceptionCheckpoint(Callback):
 
 
 def was_interrupted() -> bool:
-    """True once a Ctrl-C or SIGTERM ended training (Lightning then raises SystemExit)."""
     return _state["interrupted"]
 
 
@@ -164,7 +143,6 @@ def reset_state() -> None:
 
 
 def best_checkpoint(monitor: str) -> ModelCheckpoint:
-    """The best checkpoint on `monitor` (mode: max for a correlation, min for a loss)."""
     return ModelCheckpoint(
         monitor=monitor,
         mode=BEST_MONITORS[monitor],
@@ -177,8 +155,7 @@ def best_checkpoint(monitor: str) -> ModelCheckpoint:
 
 
 def check_monitor(monitor: str, callbacks: object) -> None:
-    """val/stsb_spearman is logged only by the STSBSpearman callback: demand it up front,
-    not after the first validation."""
+    """Demand the STSBSpearman callback up front for val/stsb_spearman."""
     if monitor != "val/stsb_spearman":
         return
     items = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []

@@ -1,26 +1,8 @@
-"""The compiled training step kept with the run (`CompileCache`), so that the next launch
-reads it instead of compiling again: on a short GPU allocation torch.compile can be most of
-the launch (BENCHMARKS.md, "Compile cache").
+"""The compiled training step kept in RUN_DIR/compile_cache.bin (torch's mega-cache) with a
+record signed by the user's own key, so the next launch reads it instead of compiling again.
 
-torch's portable "mega-cache" (`torch.compiler.save_cache_artifacts`, `load_cache_artifacts`)
-serialises what it compiled (AOTAutograd graphs, inductor code, Triton kernels on CUDA) as
-one blob. vat keeps it as RUN_DIR/compile_cache.bin, beside compile_cache.json: what it is
-valid for (MATCHED), its size and SHA-256, and a signature.
-
-The blob is code: torch unpickles it and runs it, and whoever supplies a folder supplies its
-record too. So every record is signed (HMAC-SHA256) with a key of the user's own, kept
-outside every folder vat writes or shares (`key_path`), and a launch loads only a blob its
-user's vat signed, unless the command line says `--trust-compile-cache`. Either way vat
-parses the blob itself, every length bounded and every key a plain file name, before torch
-sees it.
-
-A launch loads the blob before the first compile, or says in one `vat:` line why not. It
-saves after the first optimizer step, at checkpoint saves, at the end and on an error,
-whenever dynamo has compiled since, merging what it loaded with what it compiled. Both files
-are written atomically. The cache holds compiled code only: checkpoints and an exact resume
-are the same with or without it. On a CPU it holds inductor's C++ source, not built kernels.
-vat names no dynamo job (`torch.compiler.config.job_id`): the step marks its sizes dynamic
-from the first call (objective.py), so no profile of sizes passes from one run to another.
+The blob is code torch unpickles: a launch loads only a blob its user's vat signed (or one
+`--trust-compile-cache` admits), after parsing it with every length bounded.
 """
 
 from __future__ import annotations
@@ -50,18 +32,13 @@ from vat.train.objective import graphs_compiled
 
 CACHE_FILE = "compile_cache.bin"
 RECORD_FILE = "compile_cache.json"
-RECORD_MAX_BYTES = 1 << 16
-"""A record vat writes is a few hundred bytes; a larger one is not read."""
+RECORD_MAX_BYTES = 1 << 16  # a record vat writes is a few hundred bytes
 KEY_ENV = "VAT_COMPILE_CACHE_KEY"
-"""The path of the user's signing key, instead of `$XDG_CACHE_HOME/vat/compile_cache.key`."""
 MATCHED = ("torch", "cuda", "triton", "python", "device")
-"""The record's keys that must equal this machine's for the cache to be loaded."""
 
 
-# -- what a cache is valid for ----------------------------------------------------------------
 def machine_record(device: torch.device) -> dict[str, str | None]:
-    """This machine as a cache record names it (MATCHED). A CPU is named by its architecture
-    and vector instructions: inductor's C++ for AVX-512 would not run on an AVX2 machine."""
+    """This machine as a record names it (a CPU by its vector instructions)."""
     triton = name = None
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -96,7 +73,6 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# -- who wrote it -----------------------------------------------------------------------------
 def key_path() -> Path:
     """Where this user's signing key lives: outside every folder vat writes or shares."""
     if os.environ.get(KEY_ENV):
@@ -106,8 +82,7 @@ def key_path() -> Path:
 
 
 def user_key(create: bool = False) -> bytes:
-    """This user's signing key (32 random bytes), made when `create` and there is none.
-    VatError when it is missing or another user could read or replace it."""
+    """This user's signing key, made when `create`; VatError if missing or not private."""
     path = key_path()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -130,8 +105,7 @@ def user_key(create: bool = False) -> bytes:
 
 
 def _make_key(path: Path) -> None:
-    """32 random bytes at `path`, mode 0600, written to a temp file and linked into place:
-    a key another process made first is kept, never replaced."""
+    """A new key at `path`, mode 0600, linked into place: one made first is kept."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -148,7 +122,7 @@ def _make_key(path: Path) -> None:
 
 
 def signature(record: dict[str, Any], key: bytes) -> str:
-    """HMAC-SHA256 of the record (all but its signature; the blob through its SHA-256)."""
+    """HMAC-SHA256 of the record without its signature."""
     signed = {k: v for k, v in record.items() if k != "signature"}
     text = json.dumps(signed, sort_keys=True, separators=(",", ":"))
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
@@ -166,7 +140,6 @@ def signed_by_user(record: dict[str, Any]) -> str | None:
     return None
 
 
-# -- the files --------------------------------------------------------------------------------
 def read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(FOLDER/compile_cache.json, None), or (None, why it cannot be read)."""
     path = folder / RECORD_FILE
@@ -186,9 +159,7 @@ def read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
 def read_cache(
     folder: Path, here: dict[str, Any], trust: bool = False
 ) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
-    """(the blob in FOLDER/compile_cache.bin, its record, None) when its record matches
-    `here`, describes the file and is signed with the user's key (or `trust`), and the blob
-    parses; else (None, None, why not). Links are not followed."""
+    """(blob, record, None) when all checks pass, else (None, None, why not)."""
     path = folder / CACHE_FILE
     if path.is_symlink():
         return None, None, "it is a symbolic link (vat neither reads nor writes through links)"
@@ -212,27 +183,22 @@ def read_cache(
 
 
 def write_cache(folder: Path, blob: bytes, record: dict[str, Any]) -> None:
-    """The blob, then its signed record (with the blob's size and SHA-256), each atomically;
-    a kill between the two leaves a record that does not describe the blob, and the next
-    launch ignores both. VatError when the user's key cannot be made or read."""
+    """The blob, then its signed record (a kill between the two leaves a mismatch: ignored)."""
     key = user_key(create=True)  # first: no unsigned blob is left behind
     atomic_write(folder / CACHE_FILE, lambda f: f.write(blob), binary=True)
     full = {"written_by": "vat train", **record, "bytes": len(blob), "sha256": digest(blob)}
     write_json_atomic(folder / RECORD_FILE, {**full, "signature": signature(full, key)})
 
 
-# -- torch's blob -----------------------------------------------------------------------------
 # torch 2.13's format (torch.compiler._cache): a CRC32, the version (uint64 1), then per kind
 # of artifact its name, its count and each artifact's key and content; names and keys are
 # base64 text, every field a big-endian uint64 length and its bytes. Parsed here because
 # torch's reader trusts the counts: a small blob claiming a huge count would exhaust memory.
-_KEY_RE = re.compile(r"[A-Za-z0-9_+=:-][A-Za-z0-9_.+=:-]*")
-"""An artifact's key, which torch joins onto its cache folder: a plain file name."""
+_KEY_RE = re.compile(r"[A-Za-z0-9_+=:-][A-Za-z0-9_.+=:-]*")  # torch joins keys onto a folder
 
 
 def artifacts(blob: bytes) -> list[tuple[str, str, bytes]]:
-    """(kind, key, content) of each artifact in `blob`, each length checked against the
-    bytes left; ValueError says what is wrong."""
+    """(kind, key, content) of each artifact in `blob`; ValueError says what is wrong."""
     if len(blob) < 12 or zlib.crc32(blob[4:]).to_bytes(4, "big") != blob[:4]:
         raise ValueError("its checksum does not match")
     at = 4
@@ -267,8 +233,7 @@ def artifacts(blob: bytes) -> list[tuple[str, str, bytes]]:
 
 
 def blob_of(found: Iterable[tuple[str, str, bytes]]) -> tuple[bytes, dict[str, int]]:
-    """`artifacts`' inverse, one block per kind (later artifacts win on a key), and the count
-    of each kind."""
+    """`artifacts`' inverse (later artifacts win on a key) and the count of each kind."""
     kinds: dict[str, dict[str, bytes]] = {}
     for kind, key, content in found:
         kinds.setdefault(kind, {})[key] = content
@@ -286,19 +251,8 @@ def blob_of(found: Iterable[tuple[str, str, bytes]]) -> tuple[bytes, dict[str, i
 
 
 def merge(*blobs: bytes | None) -> tuple[bytes, dict[str, int]]:
-    """The artifacts of all `blobs` (later ones win on a key) as one blob and the count of
-    each kind. One block per kind: torch's own blob appends a block per kind at each save,
-    and its loader keeps only the last block of each kind."""
+    """All `blobs` as one, a block per kind (torch's loader keeps a kind's last block only)."""
     return blob_of(a for blob in blobs if blob for a in artifacts(blob))
-
-
-def _inductor_reuse() -> str:
-    """'; H of N inductor graphs read from it' for this process's cache lookups."""
-    from torch._dynamo.utils import counters
-
-    hit = int(counters["inductor"]["fxgraph_cache_hit"])
-    looked_up = hit + int(counters["inductor"]["fxgraph_cache_miss"])
-    return f"; {hit} of {looked_up} inductor graphs read from it"
 
 
 def _artifacts_text(counts: dict[str, int]) -> str:
@@ -312,8 +266,7 @@ def _say(line: str) -> None:
 
 
 def _load_into_torch(blob: bytes) -> dict[str, int]:
-    """Populate torch's local caches from a blob `read_cache` accepted; the count of each
-    kind. torch's own logging of a failure (a traceback) is kept quiet: vat says why."""
+    """Load a blob into torch's local caches, quieting torch's traceback (vat says why)."""
     log = logging.getLogger("torch.compiler._cache")
     level = log.level
     log.setLevel(logging.CRITICAL)
@@ -326,11 +279,10 @@ def _load_into_torch(blob: bytes) -> dict[str, int]:
     return {kind: len(keys) for kind, keys in info.artifacts.items()}
 
 
-# -- the callback -----------------------------------------------------------------------------
 class CompileCache(Callback):
-    """Loads RUN_DIR/compile_cache.bin before the first compile (every process: each has its
-    own inductor cache) and saves it from global rank 0 (module docstring). `trust`: load a
-    cache that is not signed with the user's key (`vat train --trust-compile-cache`)."""
+    """Loads the cache before the first compile (every process has its own inductor cache),
+    saves it from global rank 0 after the first step, at checkpoints, at the end and on an
+    error, whenever dynamo compiled since."""
 
     def __init__(self, run_dir: str | os.PathLike, trust: bool = False) -> None:
         self.run_dir = Path(run_dir)
@@ -351,8 +303,7 @@ class CompileCache(Callback):
             _say(line)
 
     def load(self) -> str:
-        """Load the run folder's cache into torch's local caches when it is for this machine
-        and signed with the user's key (or trusted); the line that says what happened."""
+        """Load the run folder's cache when it may be; the line that says what happened."""
         path = self.run_dir / CACHE_FILE
         if not (path.exists() or path.is_symlink()):
             return f"none in {self.run_dir} yet; this launch saves its compiled step there"
@@ -391,7 +342,6 @@ class CompileCache(Callback):
     on_save_checkpoint = on_exception = on_train_end
 
     def save(self, trainer) -> None:
-        """Write the cache (global rank 0) when dynamo built graphs since the last save."""
         if self._off or not trainer.is_global_zero or self._here is None:
             return
         graphs = graphs_compiled()
@@ -410,7 +360,13 @@ class CompileCache(Callback):
             _say(f"not saved ({e}); training goes on without it")
             return
         self._saves += 1
-        read = _inductor_reuse() if self._loaded else ""
+        read = ""
+        if self._loaded:
+            from torch._dynamo.utils import counters
+
+            hit = int(counters["inductor"]["fxgraph_cache_hit"])
+            looked_up = hit + int(counters["inductor"]["fxgraph_cache_miss"])
+            read = f"; {hit} of {looked_up} inductor graphs read from it"
         _say(
             f"saved {_artifacts_text(counts)}, {len(blob) / 2**20:.1f} MiB, to "
             f"{self.run_dir / CACHE_FILE} at step {trainer.global_step:,}{read}"

@@ -18,37 +18,30 @@ class LossConfig:
     prior_std: float = 0.4
     """s, the standard deviation of the scaled prior N(0, s^2 I). Paper: 0.4."""
     learn_prior_std: bool = False
-    """Learn s as a parameter (the abstract's reading), starting from `prior_std`. Off in the
-    paper's experiments."""
+    """Learn s as a parameter, starting from `prior_std` (off in the paper's experiments)."""
     kl_schedule: KLSchedule = field(default_factory=KLSchedule)
     """The KL weight w(progress) times beta. Ignored (except beta) when `target_kl` is set."""
     free_bits: float = 0.0
     """Free bits per latent dimension (Kingma et al. 2016); 0 turns them off."""
     sample_latent: bool = True
-    """Sample z = mu + sigma * eps in training and validation (the VAT). False decodes from
-    z = mu: with a zero KL weight, the paper's plain Transformer-autoencoder baseline; also
-    makes runs noise-free for comparisons."""
+    """Sample z = mu + sigma * eps in training and validation. False decodes from z = mu (with
+    a zero KL weight, the paper's plain Transformer-autoencoder baseline)."""
     fused_cross_entropy: bool = False
-    """Compute the training NLL chunk by chunk from the decoder's hidden states, never holding
-    the (tokens x vocabulary) logits (vat/train/fused_ce.py): the same loss and gradients, less
-    memory and time at large vocabularies. Validation always uses the full logits."""
+    """Compute the training NLL chunk by chunk, never holding the (tokens x vocabulary) logits:
+    the same loss and gradients, less memory and time at large vocabularies."""
     target_kl: float | None = None
-    """Hold the rate (KL in nats per token, summed over latent dimensions) at this value: a PI
-    controller (vat/train/rate.py, after ControlVAE, Shao et al. 2020) sets the KL weight each
-    step, replacing `kl_schedule`'s w (beta still multiplies). None: the schedule."""
+    """Hold the rate (KL in nats per token) at this value: a PI controller (vat/train/rate.py)
+    sets the KL weight each step instead of `kl_schedule`'s w (beta still multiplies)."""
     kl_control_kp: float = 0.0
-    """Proportional gain of the controller on log(weight), per unit of relative KL error
-    (KL - target) / target. 0 (default) is pure dual ascent; > 0 reacts faster but passes
+    """Proportional gain on log(weight). 0 is pure dual ascent; > 0 reacts faster but passes
     batch noise into the weight."""
     kl_control_ki: float = 0.01
     """Integral gain: each step moves log(weight) by ki * error (a KL 10% above the target:
     x2.7 in 1,000 steps)."""
     kl_control_error: Literal["log_ratio", "relative"] = "log_ratio"
-    """The controller's error: log(KL / target), or the earlier (KL - target) / target, which
-    far above the target drives the weight to its clamp at once (vat/train/rate.py)."""
+    """The controller's error: log(KL / target), or the earlier (KL - target) / target."""
     kl_control_max_error: float | None = 1.0
-    """Clip the error to +-this per step, so the weight changes by at most exp(ki * this) per
-    step. null: no clip (with `relative`, the earlier controller)."""
+    """Clip the error to +-this per step (null: no clip)."""
     kl_control_initial: float = 0.001
     """The controller's starting weight (small, so the decoder learns before the KL is squeezed)."""
     kl_control_min: float = 1e-5
@@ -84,48 +77,34 @@ class LossConfig:
 
 @dataclass
 class NoiseConfig:
-    """Noise on the training inputs (vat/train/noise.py), all off by default: the paper
-    trains on clean inputs. Validation, test and every evaluation always see clean inputs."""
+    """Noise on the training inputs, all off by default (validation always sees clean ones)."""
 
     decoder_word_dropout: float = 0.0
-    """Each word of the decoder's input replaced by `replace_with` with this probability, the
-    targets unchanged (Bowman et al. 2016, section 3.3): the decoder must take the words it
-    cannot read from z. 1.0 is their inputless decoder."""
+    """Each word of the decoder's input replaced by `replace_with` with this probability
+    (Bowman et al. 2016): the decoder must take the words it cannot read from z."""
     encoder_mask: float = 0.0
-    """Each word of the encoder's input replaced by `replace_with` with this probability, the
-    clean sentence reconstructed (Shen et al. 2020's masking noise)."""
+    """Each encoder input word replaced by `replace_with` with this probability (Shen et al.)."""
     encoder_delete: float = 0.0
-    """Each word of the encoder's input deleted with this probability, the clean sentence
-    reconstructed (Shen et al. 2020's deletion noise; their best setting was 0.3)."""
+    """Each encoder input word deleted with this probability (Shen et al. 2020 used 0.3)."""
     encoder_shuffle_distance: int = 0
-    """Move each word of the encoder's input at most this many places (the local shuffle of
-    Lample et al. 2018, who used 3); 0 turns it off."""
+    """Move each encoder input word at most this many places (Lample et al. 2018 used 3)."""
     replace_with: Literal["unk", "random"] = "unk"
-    """What a dropped or masked word becomes: <unk> (a token the byte-level tokenizer never
-    produces, so it learns to mean "a word is missing here") or a random word."""
+    """What a dropped or masked word becomes: <unk> ("a word is missing") or a random word."""
     seed: int = 0
-    """The noise of step k is drawn from a generator seeded with (seed, k, batch, rank): the
-    same after a resume, on any machine, and independent of the noise that samples z."""
+    """Seed of the noise, drawn per (seed, step, batch, rank): the same after a resume."""
 
     def __post_init__(self) -> None:
         o = "model.noise"
-        for name in ("decoder_word_dropout", "encoder_mask", "encoder_delete"):
-            value = getattr(self, name)
-            check(
-                finite(value) and 0 <= value <= 1, f"{o}.{name}", "a probability in [0, 1]", value
-            )
+        probability = (lambda p: finite(p) and 0 <= p <= 1, "a probability in [0, 1]")
+        rates = ("decoder_word_dropout", "encoder_mask", "encoder_delete")
+        check_fields(self, o, [(name, *probability) for name in rates])
         check_count(self.encoder_shuffle_distance, f"{o}.encoder_shuffle_distance", minimum=0)
-        check(
-            self.replace_with in ("unk", "random"),
-            f"{o}.replace_with",
-            "unk or random",
-            self.replace_with,
-        )
+        ok = self.replace_with in ("unk", "random")
+        check(ok, f"{o}.replace_with", "unk or random", self.replace_with)
         check_count(self.seed, f"{o}.seed", minimum=0)
 
     @property
     def active(self) -> bool:
-        """Whether any noise is on (off: the training step is the paper's, op for op)."""
         rates = (self.decoder_word_dropout, self.encoder_mask, self.encoder_delete)
         return any(rates) or self.encoder_shuffle_distance > 0
 
@@ -140,9 +119,8 @@ class OptimConfig:
     warmup_steps: int = 50_000
     """Noam warm-up, counted in `warmup_unit`. Paper: 50,000 steps."""
     lr_scale: float = 1.0
-    """Multiplier of the Noam curve. Its peak is lr_scale * d^-0.5 * warmup^-0.5, so with
-    warmup counted in sentences, lr_scale = sqrt(sentences per step) gives the step curve
-    (e.g. warmup 6,400,000 sentences and lr_scale 11.31 is the paper's at 128 per step)."""
+    """Multiplier of the Noam curve; with warmup in sentences, sqrt(sentences per step) gives
+    the step curve (6,400,000 sentences and 11.31 is the paper's at 128 per step)."""
     lr: float = 5e-4
     """Learning rate of the constant schedule."""
     betas: tuple[float, float] = (0.9, 0.98)
@@ -152,17 +130,12 @@ class OptimConfig:
     weight_decay: float = 0.0
     """AdamW-style decoupled weight decay (0: plain Adam)."""
     warmup_unit: Unit = "steps"
-    """What `warmup_steps` counts: optimiser steps, or sentences or non-pad tokens seen
-    (summed over DDP ranks); the lr is then set on the device every step."""
+    """What `warmup_steps` counts: optimiser steps, or sentences or non-pad tokens seen."""
 
     def __post_init__(self) -> None:
         o = "model.optim"
-        check(
-            self.schedule in ("noam", "constant"),
-            f"{o}.schedule",
-            "noam or constant",
-            self.schedule,
-        )
+        ok = self.schedule in ("noam", "constant")
+        check(ok, f"{o}.schedule", "noam or constant", self.schedule)
         check_unit(self.warmup_unit, f"{o}.warmup_unit")
         check_count(self.warmup_steps, f"{o}.warmup_steps")
         # Upper bounds: far above any useful Adam step, and low enough that Adam's float32
@@ -194,7 +167,7 @@ def _positive_or_none(x) -> bool:
 
 
 def as_config(cls, value):
-    """Accept a dataclass or a plain dict (checkpoints store plain dicts for safe loading)."""
+    """A dataclass from itself or a plain dict (as checkpoints store it)."""
     value = asdict(value) if isinstance(value, cls) else dict(value)
     if cls is LossConfig and isinstance(value.get("kl_schedule"), dict):
         value["kl_schedule"] = KLSchedule(**value["kl_schedule"])

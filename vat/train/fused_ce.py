@@ -1,19 +1,11 @@
-"""The reconstruction NLL from the decoder's last hidden states, without full logits
-(`model.loss.fused_cross_entropy`; BENCHMARKS.md, "Cross-entropy").
-
-Per chunk of rows the forward computes the logits h W^T, the loss and at once both gradients
-(softmax - onehot, as Liger Kernel's fused linear cross-entropy; Hsu et al. 2024), so memory
-holds one chunk of logits and the FLOPs are the full path's. The loss is sum_i w_i CE_i, so
-the gradients are known in the forward up to the upstream scalar; w = mask / ntokens makes it
-the masked mean of `vat.train.losses.reconstruction_nll`. torch has no fused version.
-"""
+"""The reconstruction NLL from the decoder's hidden states chunk by chunk, never holding the
+full logits (`model.loss.fused_cross_entropy`; as Liger Kernel's fused linear cross-entropy)."""
 
 from __future__ import annotations
 
 import torch
 
-# Logit elements per chunk: 2^26 (256 MiB in fp32) is 2,048 rows at V = 32,768, 8,192 at 8,192.
-CHUNK_ELEMENTS = 1 << 26
+CHUNK_ELEMENTS = 1 << 26  # logits per chunk: 256 MiB in fp32
 
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
@@ -43,8 +35,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return grad_h * grad_loss.to(grad_h.dtype), grad_w * grad_loss, None, None, None
 
 
-# Eager even inside a compiled step: the chunk loop depends on the (dynamic) row count, which
-# dynamo would specialise on, recompiling per batch shape. Its work is a few large matmuls.
+# eager even in a compiled step: dynamo would recompile the chunk loop per row count
 @torch.compiler.disable
 def fused_linear_cross_entropy(
     h: torch.Tensor,  # (B, T, d) the decoder's normalised output (the lm_head's input)

@@ -1,18 +1,5 @@
-"""`vat train --init-from MODEL`: a fresh run that starts from a trained model's weights.
-
-MODEL is any form `--model` takes (vat.share.resolve), read once before anything is built.
-It decides the architecture (every `model.arch` field but dropout; a config value that
-differs from the model's and from its default is refused naming both; `data.max_len` may be
-shorter than the model's positions, never longer), the tokenizer (the model's own), and the
-prior's s. The weights are copied in; the optimiser, schedules and rate controller start
-fresh, which the start says in one line. A checkpoint of this very run is resumed instead
-(that is `--ckpt_path`). The run validates once before its first step (`ValidateFirst`), and
-its checkpoints record where it started, so the model card counts the tokens behind it.
-
-A resume of a continued run reads its own checkpoint, not the model: an --init-from naming
-another model is refused, as is a run folder another process is training in and a recorded
-count that is not a whole number >= 0.
-"""
+"""`vat train --init-from MODEL`: a fresh run that starts from a trained model's weights,
+architecture, tokenizer and prior; the optimiser, schedules and rate controller start fresh."""
 
 from __future__ import annotations
 
@@ -32,13 +19,11 @@ from vat.tokenizer import VATTokenizer
 
 OPTION = "--init-from"
 ARCH_FROM_MODEL = tuple(f.name for f in fields(VATConfig) if f.name != "dropout")
-"""The architecture fields a continued run takes from its model (dropout may change)."""
 
 
 @dataclass(frozen=True)
 class Source:
-    """What a run continues from (`name`: as the command named it): the model's architecture,
-    tokenizer and prior, and, for a fresh start, the loaded model and its record."""
+    """What a run continues from; `loaded` and `record` only for a fresh start."""
 
     name: str
     arch: dict[str, Any]
@@ -49,8 +34,7 @@ class Source:
 
 
 def portable_name(loaded: LoadedVAT) -> str:
-    """The source's name as the record keeps it: a shipped name or Hub id as it is, a path by
-    its last parts (run/checkpoints/last.ckpt), never the machine's absolute path."""
+    """The source's name as the record keeps it: never the machine's absolute path."""
     src = loaded.source
     if src.kind in ("shipped", "hub"):
         return src.location
@@ -61,8 +45,7 @@ def portable_name(loaded: LoadedVAT) -> str:
 
 
 def from_loaded(loaded: LoadedVAT, given: str) -> Source:
-    """The source a fresh continued run starts from (weights, record and all); `given` is
-    the model as the command named it."""
+    """The source a fresh continued run starts from; `given`: as the command named it."""
     own = _count(loaded, given, "tokens_seen")
     record = {
         "model": portable_name(loaded),
@@ -83,8 +66,7 @@ def from_loaded(loaded: LoadedVAT, given: str) -> Source:
 
 
 def _count(loaded: LoadedVAT, given: str, key: str) -> int:
-    """The model's recorded training.KEY as a count (absent or null: 0); anything but a whole
-    number >= 0 is refused naming the file and the key."""
+    """The recorded training.KEY as a count (absent: 0); anything else is refused."""
     value = (loaded.training or {}).get(key)
     if value is None:
         return 0
@@ -105,7 +87,6 @@ def _count(loaded: LoadedVAT, given: str, key: str) -> int:
 
 
 def from_checkpoint(ckpt: dict, path: Path) -> Source:
-    """The source of a resumed continued run: its own checkpoint."""
     meta = ckpt.get("vat") or {}
     return Source(
         str(path),
@@ -116,7 +97,6 @@ def from_checkpoint(ckpt: dict, path: Path) -> Source:
 
 
 def same_run_checkpoint(loaded: LoadedVAT, run_dir: str, ckpt_dir: str) -> Path | None:
-    """The source's .ckpt when it lies in this run's checkpoint folder (a resume), else None."""
     if loaded.source.kind != "checkpoint":
         return None
     ckpt = Path(loaded.source.location).resolve()
@@ -124,14 +104,12 @@ def same_run_checkpoint(loaded: LoadedVAT, run_dir: str, ckpt_dir: str) -> Path 
 
 
 def _this_run(path: Path, run_dir: str, ckpt_dir: str) -> bool:
-    """`path` is this run's folder or a file in its checkpoint folder."""
     path, run = path.expanduser().resolve(), Path(run_dir).resolve()
     return path == run or path.parent in {Path(ckpt_dir).resolve(), run / "checkpoints"}
 
 
 def check_not_training(given: str, src: ModelSource) -> None:
-    """Refuse a run folder another process trains in: the checkpoint it stands for changes
-    as it trains. A file given is read as it is."""
+    """Refuse a run folder another process trains in (a file given is read as it is)."""
     pid = None if src.run_dir is None else lock_holder(Path(src.run_dir))
     if pid is not None:
         raise VatError(
@@ -143,8 +121,7 @@ def check_not_training(given: str, src: ModelSource) -> None:
 
 
 def check_resumed_start(given: str, ckpt: dict, path: Path, run_dir: str, ckpt_dir: str) -> None:
-    """Refuse an --init-from that a resume would ignore: one naming neither the model its
-    checkpoint records (portable_name) nor this run itself (the GPU suite resumes so)."""
+    """Refuse an --init-from that a resume would ignore."""
     if _this_run(Path(given), run_dir, ckpt_dir):
         return
     record = ((ckpt.get("vat") or {}).get("training") or {}).get("init_from")
@@ -162,8 +139,7 @@ def check_resumed_start(given: str, ckpt: dict, path: Path, run_dir: str, ckpt_d
 
 
 def _names(given: str, recorded: str) -> bool:
-    """Whether `given` names the model a record names: as it is, by a path's last parts, or
-    (a record of run/checkpoints/x.ckpt) by the run folder."""
+    """Whether `given` names the recorded model: as it is, by its last parts, or its run."""
     parts, ours = Path(recorded).parts, Path(given).expanduser().resolve().parts
     run_folder = len(parts) == 3 and parts[1] == "checkpoints" and ours[-1:] == parts[:1]
     return given == recorded or (bool(parts) and ours[-len(parts) :] == parts) or run_folder
@@ -183,8 +159,9 @@ def _set(ns: Any, dotted: str, value: Any) -> None:
 
 
 def apply_to_config(cfg: Any, defaults: Any, source: Source) -> None:
-    """Make the run's config the source model's shape (module docstring); a key the config
-    set against the model is one VatError naming both values."""
+    """Make the run's config the source model's shape: architecture, tokenizer and prior; a
+    key the config set against the model is refused naming both values. `data.max_len` may
+    be shorter than the model's positions, never longer."""
     arch = source.arch
 
     def refuse(option: str, ours: Any, theirs: Any, why: str = "") -> None:
@@ -234,7 +211,6 @@ def apply_to_config(cfg: Any, defaults: Any, source: Source) -> None:
 
 
 def start_line(source: Source) -> str:
-    """What a fresh continued run says when it starts: where from, and what starts fresh."""
     rec = source.record or {}
     tokens = int(rec.get("tokens_total") or 0)
     behind = f", {count(tokens)} tokens behind it" if tokens else ""
@@ -251,9 +227,7 @@ def start_line(source: Source) -> str:
 
 
 class ValidateFirst(Callback):
-    """One validation before the first training step, logged at step 0, so a continued run's
-    curves start at its model's own numbers. Lightning's sanity check drops its numbers, so
-    this runs the fit loop's own validation as Lightning does between steps, in its logger."""
+    """One logged validation before the first step (Lightning's sanity check drops its numbers)."""
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.global_step != 0 or not trainer.limit_val_batches:

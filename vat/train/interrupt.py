@@ -1,14 +1,5 @@
-"""Ctrl-C (SIGINT) and SIGTERM stop training where its state is whole, and last.ckpt keeps it.
-
-Lightning turns a Ctrl-C into a KeyboardInterrupt wherever Python happens to be (mid-forward,
-between the optimizer step and the loop's counters), and a checkpoint of that state resumes
-into a different run. Here the first signal only asks for a stop: training finishes the
-step it is in, with its validation and epoch end, and stops where Lightning stops for
-SIGTERM, before the next batch. last.ckpt is written there, the loops' counters as they
-stood when the step ended, so `--ckpt_path last` continues bitwise (tests/test_resume.py).
-A second signal stops at once and saves nothing. SIGTERM (a cluster's time limit) is handled
-like the first Ctrl-C. Under DDP the processes agree at logging steps, where they sync anyway.
-"""
+"""Ctrl-C and SIGTERM stop training after the step under way and save last.ckpt there, so
+`--ckpt_path last` continues bitwise; a second signal stops at once and saves nothing."""
 
 from __future__ import annotations
 
@@ -22,16 +13,15 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vat.train.checkpointing import FinalLastCheckpoint
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 _ANOTHER = "a signal to another process"
-EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143, _ANOTHER: 130}
-"""The exit code of a run stopped by each signal (128 + the signal, the shell's convention)."""
+EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143, _ANOTHER: 130}  # 128 + the signal
 
 
 class StopOnSignal(Callback):
-    """The first SIGINT or SIGTERM during training: stop after this step, save last.ckpt.
-    `stopped` names the signal once the stop was saved (`vat train` exits with its code)."""
+    """The first SIGINT or SIGTERM: stop after this step, save last.ckpt; `stopped` names the
+    signal once saved (`vat train` exits with its code). Under DDP the processes agree at
+    logging steps, where they sync anyway."""
 
     def __init__(self) -> None:
         self.requested: str | None = None  # "Ctrl-C" or "SIGTERM", once one arrived
@@ -41,11 +31,10 @@ class StopOnSignal(Callback):
         self._loops: tuple[dict, int] | None = None  # the fit loop's state at the stop step's end
         self._saving = False
 
-    # -- the signals --------------------------------------------------------------------------
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
-        for s in _SIGNALS:
+        for s in _NAMES:
             previous = signal.getsignal(s)
             if previous is signal.SIG_IGN:
                 continue  # ignored by whoever started us (a background job): stays ignored
@@ -59,7 +48,7 @@ class StopOnSignal(Callback):
 
     def _handle(self, signum: int, frame) -> None:
         if self.requested is None:
-            self.requested = _NAMES.get(signum, signal.Signals(signum).name)
+            self.requested = _NAMES[signum]
             print(
                 f"\nvat: {self.requested}: stopping at the end of a step, with last.ckpt saved "
                 f"there (Ctrl-C again: stop at once, without saving)",
@@ -70,7 +59,6 @@ class StopOnSignal(Callback):
         self._restore()
         raise KeyboardInterrupt  # the second signal: at once
 
-    # -- when to stop -------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         self.requested, self.stopping, self.stopped = None, False, None
         self._loops, self._saving = None, False
@@ -96,15 +84,12 @@ class StopOnSignal(Callback):
             _stop_after_this_step(trainer, True)
 
     def _agreed(self, trainer) -> bool:
-        """Whether to stop after this step: at once in one process; under DDP every process
-        decides alike, at logging steps (one small all-reduce where they sync anyway)."""
         if trainer.world_size == 1:
             return self.requested is not None
         if trainer.global_step % max(1, trainer.log_every_n_steps):
             return False
         return bool(trainer.strategy.reduce_boolean_decision(self.requested is not None, all=False))
 
-    # -- the stop -----------------------------------------------------------------------------
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._restore()
         if not (self.stopping and isinstance(exception, SIGTERMException)):
@@ -125,9 +110,7 @@ class StopOnSignal(Callback):
             print(f"vat: stopped by {self.requested} after step {step}; {where}", file=sys.stderr)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        """The stop's own save: everything as it is now, but the loops as they stood at the
-        step's end (Lightning 2.6 resumes wrongly from the loops at the stop itself: it skips
-        an epoch, or logs every later point one step late; tests/test_resume.py)."""
+        """The stop's save, the loops as at the step's end (Lightning 2.6 resumes wrongly)."""
         if self._saving and self._loops is not None:
             checkpoint["loops"]["fit_loop"], checkpoint["epoch"] = copy.deepcopy(self._loops)
 
@@ -146,15 +129,12 @@ class StopOnSignal(Callback):
 
 
 def _at_optimizer_step(trainer) -> bool:
-    """True at a batch that ended with an optimizer step: accumulated gradients are in no
-    checkpoint."""
+    """True at a batch that ended with an optimizer step (no accumulated gradients)."""
     return (
         trainer.accumulate_grad_batches == 1 or not trainer.fit_loop.epoch_loop._should_accumulate()
     )
 
 
 def _stop_after_this_step(trainer, stop: bool) -> None:
-    """Raise or lower Lightning's SIGTERM flag: raised, the loop ends the step it is in and
-    raises SIGTERMException, where `on_exception` saves. A private attribute:
-    tests/test_resume.py fails if Lightning moves it."""
+    """Raise or lower Lightning's SIGTERM flag (private: tests/test_resume.py fails if it moves)."""
     trainer._signal_connector.received_sigterm = stop

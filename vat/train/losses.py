@@ -1,9 +1,4 @@
-"""The VAT objective as pure functions: reconstruction NLL, scaled-prior KL, free bits.
-
-The paper (Ferner & Wegenkittl 2022), eq. 5-6: L = mean over non-pad tokens of
-[ CE_t + w(step) * KL_t ], with
-KL_t = KL( N(mu_t, diag(exp(logvar_t))) || N(0, s^2 I) ) summed over latent dimensions.
-"""
+"""The VAT objective (the paper's eq. 5-6) as pure functions: NLL, scaled-prior KL, free bits."""
 
 from __future__ import annotations
 
@@ -14,8 +9,7 @@ import torch.nn.functional as F
 def gaussian_kl(
     mu: torch.Tensor, logvar: torch.Tensor, prior_std: float | torch.Tensor
 ) -> torch.Tensor:
-    """KL(N(mu, diag(exp(logvar))) || N(0, s^2 I)) per latent dimension (shape of `mu`):
-    log s - logvar/2 + (exp(logvar) + mu^2) / (2 s^2) - 1/2 (the paper, Loss)."""
+    """KL(N(mu, diag(exp(logvar))) || N(0, s^2 I)) per latent dimension (shape of `mu`)."""
     prior_std = torch.as_tensor(prior_std, dtype=mu.dtype, device=mu.device)
     return (
         torch.log(prior_std)
@@ -26,7 +20,6 @@ def gaussian_kl(
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of `values` (B, T) over positions where `mask` (B, T) is True."""
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp_min(1.0)
 
@@ -35,17 +28,14 @@ def reconstruction_nll(
     logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
     """Per-token cross-entropy (B, T) of logits (B, T, V) against targets (B, T); 0 at pads."""
-    # Rows of V contiguous logits: a (B, V, T) transpose would make log-softmax run over a
-    # strided axis, much slower on CPU (BENCHMARKS.md, "Cross-entropy").
+    # rows of V contiguous logits: log-softmax over a strided axis is much slower on CPU
     V = logits.shape[-1]
     nll = F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1), reduction="none")
     return nll.view_as(targets) * mask  # (B, T)
 
 
 def free_bits_kl(kl_per_dim: torch.Tensor, mask: torch.Tensor, free_bits: float) -> torch.Tensor:
-    """KL per token (B, T) with a floor of `free_bits` nats per latent dimension (Kingma et
-    al. 2016, eq. 15, on the batch average): a dimension whose mean KL is below it contributes
-    exactly `free_bits` and no gradient."""
+    """KL per token (B, T) with a floor of `free_bits` nats per dimension (Kingma et al. 2016)."""
     if free_bits <= 0:
         return kl_per_dim.sum(-1)  # (B, T)
     m = mask.to(kl_per_dim.dtype)[..., None]  # (B, T, 1)

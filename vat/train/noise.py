@@ -1,17 +1,5 @@
-"""Noise on a training batch's inputs, off by default and never applied to evaluation:
-
-- **decoder word dropout** (Bowman et al. 2016, section 3.3): each word of the decoder's
-  input is replaced by `<unk>` (or a random word), the targets clean, so the decoder must
-  take the words it cannot read from z;
-- **encoder-input denoising** (Shen et al. 2020; the local shuffle of Lample et al. 2018):
-  words of the encoder's input are deleted, masked or moved a few places, and the clean
-  sentence is reconstructed, which maps sentences a few words apart close together.
-
-Only words are touched, never `<s>`, `</s>` or padding. Deletion keeps the batch's shape
-(kept tokens move left), so a compiled step sees its usual shapes. The functions are pure;
-the system seeds one generator per step (`step_seed`), so a resumed run draws the same noise
-with no random state to save and no draw from the global RNG (which samples z).
-"""
+"""Noise on a training batch's inputs (decoder word dropout, encoder deletion, masking and
+local shuffle), touching words only and drawn from a per-step generator so resumes are exact."""
 
 from __future__ import annotations
 
@@ -21,13 +9,11 @@ import torch
 
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
-FIRST_WORD_ID = len(SPECIAL_TOKENS)
-"""Ids below this are <pad>, <s>, </s> and <unk>; a random replacement is drawn above it."""
+FIRST_WORD_ID = len(SPECIAL_TOKENS)  # a random replacement is drawn from here up
 
 
 class NoisedBatch(NamedTuple):
-    """The batch the training step sees, and how much of it the noise changed (0-d integer
-    tensors on the device, read only at logging steps)."""
+    """The noised batch and how much the noise changed (0-d device tensors, for logging)."""
 
     batch: dict[str, torch.Tensor]
     decoder_words: torch.Tensor  # words in the decoder's input
@@ -39,8 +25,7 @@ class NoisedBatch(NamedTuple):
 
 
 def step_seed(seed: int, step: int, batch_idx: int, rank: int) -> int:
-    """A 63-bit seed for one batch of one step on one process: distinct for distinct inputs
-    (a splitmix64-style mix, so neighbouring steps get unrelated streams)."""
+    """A 63-bit seed per (seed, step, batch, rank), splitmix64-style: neighbours unrelated."""
     x = 0x243F6A8885A308D3  # pi's digits: no input maps to the all-zero state
     for part in (seed, step, batch_idx, rank):
         x = (x ^ (part & 0xFFFFFFFFFFFFFFFF)) * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF
@@ -54,7 +39,6 @@ def words_of(ids: torch.Tensor) -> torch.Tensor:
 
 
 def _drawn(ids: torch.Tensor, rate: float, generator: torch.Generator) -> torch.Tensor:
-    """True at each word, with probability `rate`."""
     return words_of(ids) & (torch.rand(ids.shape, generator=generator, device=ids.device) < rate)
 
 
@@ -65,8 +49,7 @@ def replace_words(
     replace_with: str = "unk",
     vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each word replaced with probability `rate` by <unk> or (`"random"`, needs
-    `vocab_size`) a uniformly drawn non-special id; the new ids and the replaced mask."""
+    """Each word replaced with probability `rate` by <unk> or a random non-special id."""
     hit = _drawn(ids, rate, generator)
     if replace_with == "unk":
         return ids.masked_fill(hit, UNK_ID), hit
@@ -83,8 +66,7 @@ def replace_words(
 def delete_words(
     ids: torch.Tensor, rate: float, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each word deleted with probability `rate`, the rest moved left in order and the row
-    padded at its end (same shape); the new ids and the deleted mask (input positions)."""
+    """Each word deleted with probability `rate`, the rest moved left (the same shape)."""
     deleted = _drawn(ids, rate, generator)
     T = ids.shape[1]
     pos = torch.arange(T, device=ids.device).expand_as(ids)
@@ -99,9 +81,7 @@ def delete_words(
 def shuffle_words(
     ids: torch.Tensor, distance: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The local shuffle of Lample et al. (2018, section 2.3): word i is sorted by
-    i + U(0, distance + 1), so no word moves more than `distance` places; </s> and padding
-    stay where they are. Returns the new ids and the mask of positions whose word changed."""
+    """Lample et al.'s (2018) local shuffle: word i sorted by i + U(0, distance + 1)."""
     T = ids.shape[1]
     pos = torch.arange(T, device=ids.device).expand_as(ids)
     words = words_of(ids)
@@ -122,10 +102,7 @@ def noised_batch(
     replace_with: str = "unk",
     vocab_size: int | None = None,
 ) -> NoisedBatch:
-    """The training batch with the noise applied: the decoder's input `tgt_in` gets word
-    dropout; the encoder's input `src` gets deletion, then masking, then the local shuffle
-    (Lample et al.'s order: drop, then permute); the targets `tgt_out` stay clean. A noise
-    whose rate is 0 draws nothing."""
+    """Word dropout on `tgt_in`; deletion, masking, then the shuffle on `src`; clean targets."""
     src, tgt_in = batch["src"], batch["tgt_in"]
     zero = torch.zeros((), dtype=torch.long, device=src.device)
     dropped = deleted = masked = moved = zero

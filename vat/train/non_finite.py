@@ -1,5 +1,4 @@
-"""The non-finite guard's host side: stop a run whose loss, gradient or weights are not
-finite, naming the step and the last good checkpoint (the device side: vat.train.state)."""
+"""The non-finite guard's host side: stop a run whose loss, gradient or weights are not finite."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from vat.train.state import TrainState
 
 
 class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss, gradient or weight; nothing non-finite was saved.
-    `steps_done`: the steps trained to completion before it (what the time split counts)."""
+    """A NaN/inf loss, gradient or weight; `steps_done`: the steps completed before it."""
 
     def __init__(self, message: str, steps_done: int | None = None) -> None:
         super().__init__(message)
@@ -20,7 +18,6 @@ class NonFiniteLossError(RuntimeError):
 
 
 def stop_if_non_finite(train_state: TrainState, trainer) -> None:
-    """Read the device-side guard (one sync, all ranks agree) and stop every rank."""
     step, here = train_state.read_fault()
     if step < 0:
         return
@@ -34,7 +31,6 @@ def stop_if_non_finite(train_state: TrainState, trainer) -> None:
 
 
 def check_finite_weights(state_dict: dict, step: int, trainer) -> None:
-    """Never write a checkpoint with non-finite weights (one host sync per save)."""
     weights = [t for t in state_dict.values() if t.is_floating_point()]
     if weights and not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
         raise NonFiniteLossError(
@@ -47,6 +43,5 @@ def check_finite_weights(state_dict: dict, step: int, trainer) -> None:
 def last_checkpoint(trainer) -> str | None:
     saved = [getattr(cb, "last_model_path", "") for cb in trainer.checkpoint_callbacks]
     saved += [getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
-    # last.ckpt first, else the best one; Lightning sets the path before the write that the
-    # guard refuses, so only a file that exists is a checkpoint to name
+    # Lightning sets the path before the write the guard refuses: only an existing file counts
     return next((p for p in saved if p and Path(p).is_file()), None)

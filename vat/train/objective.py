@@ -1,10 +1,5 @@
-"""One batch through the VAT to the terms of the objective (the paper's eq. 5-6), and its
-compiled form (`model.compile`).
-
-The function is free of Lightning so that `torch.compile` sees plain torch: it is compiled
-as a function that takes the model as an argument, so the model's state_dict keys never get
-the `_orig_mod.` prefix of a compiled module, and a run can resume with compile on or off.
-"""
+"""One batch through the VAT to the terms of the objective, and its compiled form; compiled
+as a function taking the model, so state_dict keys never get `_orig_mod.`."""
 
 from __future__ import annotations
 
@@ -12,15 +7,14 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from vat.data.sampler import PAD_MULTIPLE  # compiled steps pad lengths to it: few shapes
 from vat.model import VAT
 from vat.train.fused_ce import fused_linear_cross_entropy
 from vat.train.losses import free_bits_kl, gaussian_kl, masked_mean, reconstruction_nll
 
-# torch.compile backend. Tests use "aot_eager" (traces the same graphs, no C++ build: inductor
-# takes minutes on a small shared CPU); training uses inductor.
-COMPILE_BACKEND = "inductor"
+COMPILE_BACKEND = "inductor"  # tests use "aot_eager": the same graphs, no C++ build
 
 
 class Terms(NamedTuple):
@@ -46,9 +40,8 @@ def objective_terms(
 ) -> Terms:
     fused = fused_cross_entropy and not with_logits
     out = model(src, tgt_in, sample=sample, generator=generator, head=not fused)
-    # Padding counts in neither term: both means run over non-pad tokens only (the paper).
-    # The NLL runs over the targets and the KL over the latents (the encoder's tokens): the
-    # same positions on clean inputs, not once encoder-input deletion shortened a sentence.
+    # Both means run over non-pad tokens: the NLL's targets, the KL's encoder tokens (which
+    # differ once encoder-input deletion shortened a sentence).
     target = tgt_out != model.config.pad_id
     if fused:  # the same mean, without (B, T, V) logits (vat/train/fused_ce.py)
         nll = fused_linear_cross_entropy(out.hidden, model.lm_head.weight, tgt_out, target)
@@ -64,26 +57,10 @@ def objective_terms(
     return Terms(nll, kl, kl_objective, target.sum(), logits, target)
 
 
-def pad_to_multiple(
-    batch: dict[str, torch.Tensor], pad_id: int, multiple: int = PAD_MULTIPLE
-) -> dict[str, torch.Tensor]:
-    """Right-pad every (B, T) tensor to T a multiple of `multiple` (pads are masked out)."""
-    T = batch["src"].shape[1]
-    extra = -T % multiple
-    if extra == 0:
-        return batch
-    return {k: torch.nn.functional.pad(v, (0, extra), value=pad_id) for k, v in batch.items()}
-
-
 class CompiledObjective:
-    """torch.compile of `objective_terms` for training steps, and what it compiled.
-
-    Lengths are padded to multiples of 8 and the batch and length dimensions are marked
-    dynamic from the first call, so a run compiles at most 2 graphs whatever max_len (a
-    batch of one sentence gets its own: dynamo specialises size 1), twice that with
-    `fused_cross_entropy` (tests/test_training_step.py). The recompile limit is raised above
-    the number of padded lengths, so no length falls back to eager.
-    """
+    """torch.compile of `objective_terms`: lengths padded to multiples of 8 and batch and
+    length marked dynamic from the first call, so a run compiles at most 2 graphs (a batch
+    of one gets its own), twice that with `fused_cross_entropy`."""
 
     def __init__(self, max_len: int) -> None:
         lengths = math.ceil(max_len / PAD_MULTIPLE)
@@ -97,8 +74,9 @@ class CompiledObjective:
         self.shapes: set[tuple[int, int]] = set()  # (batch, padded length) seen; host ints
 
     def prepare(self, batch: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
-        """Pad the lengths to a multiple of 8 and mark the batch and length dims dynamic."""
-        batch = pad_to_multiple(batch, pad_id)
+        extra = -batch["src"].shape[1] % PAD_MULTIPLE  # right-padding: pads are masked out
+        if extra:
+            batch = {k: F.pad(v, (0, extra), value=pad_id) for k, v in batch.items()}
         for v in batch.values():
             for dim in self._dynamic_dims:
                 torch._dynamo.maybe_mark_dynamic(v, dim)
@@ -110,7 +88,6 @@ class CompiledObjective:
 
     @property
     def graphs(self) -> int:
-        """Graphs dynamo compiled since this objective was made (process-wide counter)."""
         return graphs_compiled() - self._graphs_before
 
     def summary(self) -> str:

@@ -1,20 +1,5 @@
-"""Rate control: hold the KL at a target number of nats per token (`model.loss.target_kl`).
-
-A PI controller on log(weight), after ControlVAE (Shao et al. 2020, eq. 6-7):
-
-    e_t     = clamp(log(KL_t / target), -e_max, e_max)   error (dimensionless)
-    I_t     = clamp(I_{t-1} + e_t, I_min, I_max)          integral, clamped (anti-windup)
-    log w_t = clamp(log w_init + kp * e_t + ki * I_t, log w_min, log w_max)
-
-With kp = 0 this is dual ascent on the multiplier of KL = target, w <- w * exp(ki * e); in
-log space one gain serves weights from 1e-4 to 10, and the integral's clamp is the output's
-range, so it never winds up beyond what the output can express. The error is a clipped
-log-ratio because the relative error (KL - target) / target, which it equals near the
-target, drives the weight to its clamp within steps when an untrained encoder's KL is tens
-of times the target (RESULTS.md, "The rate controller's start"); `kl_control_error:
-relative` with `kl_control_max_error: null` is that earlier controller. Everything is a
-tensor update on the device: no host sync per step.
-"""
+"""Rate control: a PI controller on log(KL weight) that holds the KL at `model.loss.target_kl`
+(after ControlVAE, Shao et al. 2020), updated on the device without a host sync."""
 
 from __future__ import annotations
 
@@ -26,7 +11,10 @@ from torch import nn
 
 
 class KLController(nn.Module):
-    """PI controller of the KL weight; its state is two 0-d float64 buffers on the device."""
+    """PI controller on log(weight): e = clamp(log(KL / target)), I += e (clamped to the
+    output's range: no windup), log w = log w_init + kp e + ki I, clamped. With kp = 0 it is
+    dual ascent; the clipped log-ratio keeps an untrained encoder's large KL from driving w
+    to its clamp (RESULTS.md, "The rate controller's start")."""
 
     def __init__(
         self,
@@ -51,7 +39,6 @@ class KLController(nn.Module):
 
     @classmethod
     def from_config(cls, loss) -> KLController:
-        """From a `vat.train.config.LossConfig` with `target_kl` set."""
         return cls(
             loss.target_kl,
             loss.kl_control_kp,
@@ -65,12 +52,10 @@ class KLController(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:
-        """The current KL weight (0-d, float64, on the device)."""
         return self.log_weight.exp()
 
     @torch.no_grad()
     def update(self, kl: torch.Tensor) -> None:
-        """Feed the measured rate (nats per token, 0-d tensor); updates the weight in place."""
         kl = kl.detach()
         if self.error_kind == "log_ratio":
             error = torch.log(kl.double() / self.target)

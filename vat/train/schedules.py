@@ -18,13 +18,11 @@ KINDS = ("logistic", "constant", "linear", "cyclical")
 
 
 def check_unit(value, option: str) -> None:
-    """`check` that `value` names a progress unit (UNITS)."""
     check(value in UNITS, option, "steps, sentences or tokens", value)
 
 
 def check_fields(config, prefix: str, rules) -> None:
-    """`check` each (field, test, expected) of `rules` on `config`, in order: the first field
-    whose value fails its test is one VatError naming PREFIX.FIELD."""
+    """The first field failing its (field, test, expected) rule is a VatError naming it."""
     for name, ok, expected in rules:
         value = getattr(config, name)
         check(ok(value), f"{prefix}.{name}", expected, value)
@@ -37,8 +35,8 @@ class KLSchedule:
     kind: ScheduleName = "logistic"
     """logistic (the paper), constant, linear, or cyclical (Fu et al. 2019)."""
     warmup_steps: int = 50_000
-    """W: progress until the weight reaches (1 - w0) (logistic) or 1 (linear), counted in
-    `unit`. Paper: 50,000 steps of 128 sentences, i.e. 6.4 million sentences."""
+    """W: progress until the weight reaches (1 - w0) (logistic) or 1 (linear). Paper: 50,000
+    steps of 128 sentences."""
     initial_weight: float = 0.00025
     """w0 = w(0) for logistic and linear; the weight of the constant schedule. Paper: 0.00025."""
     beta: float = 1.0
@@ -49,9 +47,7 @@ class KLSchedule:
     """cyclical: fraction of each cycle spent ramping linearly from 0 to 1 (then held at 1)."""
     unit: Unit = "steps"
     """What `warmup_steps` and `cycle_steps` count: optimiser steps, or sentences or non-pad
-    tokens seen (summed over DDP ranks), which keep the schedule's meaning across batch sizes.
-    A W of few updates lets the weight rise before the decoder has learned and collapses the
-    posterior; `target_kl` cannot collapse."""
+    tokens seen, which keep the schedule's meaning across batch sizes."""
 
     def __post_init__(self) -> None:
         o = "model.loss.kl_schedule"
@@ -73,8 +69,7 @@ class KLSchedule:
         return self.beta * self.weight(progress)
 
     def weight(self, progress: int | float | torch.Tensor) -> float | torch.Tensor:
-        """w(progress) before beta; `progress` in `unit`. A tensor in gives a tensor out, on
-        its device, so a schedule in sentences or tokens never reads a counter on the host."""
+        """w(progress) before beta; a tensor in gives a tensor out (no host read)."""
         tensor = isinstance(progress, torch.Tensor)
         p = progress.double() if tensor else progress
         W, w0 = self.warmup_steps, self.initial_weight
@@ -92,15 +87,13 @@ class KLSchedule:
         return w.clamp(max=1.0) if tensor else min(1.0, w)
 
     def _logistic_k(self) -> float:
-        # Our choice where the paper is silent: w(step) = 1 / (1 + exp(-k (step - W/2))), with k
-        # chosen so that w(0) = w0, i.e. k = 2 ln((1 - w0) / w0) / W; then w(W) = 1 - w0.
+        # where the paper is silent: k so that w(0) = w0, hence w(W) = 1 - w0
         w0 = self.initial_weight
         return 2.0 * math.log((1.0 - w0) / w0) / self.warmup_steps
 
 
 def noam_lr(step, d_model: int, warmup_steps: int, scale: float = 1.0):
-    """Vaswani et al. (2017) eq. 3: lr = scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5),
-    `step` from 1 (0 is taken as 1); a tensor step (progress on the device) gives a tensor."""
+    """Vaswani et al. (2017) eq. 3, `step` from 1; a tensor step gives a tensor."""
     if isinstance(step, torch.Tensor):
         step = step.double().clamp_min(1.0)
         return scale * d_model**-0.5 * torch.minimum(step.rsqrt(), step * warmup_steps**-1.5)

@@ -1,13 +1,5 @@
-"""Training progress and the non-finite guard, kept on the device (no host sync per step).
-
-Progress counts steps, sentences and non-pad tokens seen, for schedules in sentences or
-tokens and for tokens/s. Under DDP each step's counts (and the KL, for the rate controller)
-are summed over ranks by one small all_reduce (batches built by token budget differ in size
-across ranks), enqueued on the device stream like DDP's own. The guard records the first
-step whose loss or gradient norm is not finite; it is read on the host only where a sync is
-paid anyway, at logging steps and checkpoint saves, after an all_reduce so every rank stops
-at the same point. bench/bench_sync_ops.py counts the kernels each step pays for this.
-"""
+"""Training progress and the non-finite guard as device buffers, read on the host only at
+logging steps and checkpoint saves (no sync per step)."""
 
 from __future__ import annotations
 
@@ -29,15 +21,13 @@ class TrainState(nn.Module):
         self.register_buffer("fault", torch.zeros(4, dtype=torch.float64), persistent=False)
 
     def seen(self, unit: str) -> torch.Tensor:
-        """Progress in `unit` (0-d long tensor on the device)."""
         return self.progress[UNITS.index(unit)]
 
     @torch.no_grad()
     def count(
         self, mask: torch.Tensor, tokens: torch.Tensor, kl: torch.Tensor, reduce=None
     ) -> torch.Tensor:
-        """Add one step's sentences and tokens (summed over ranks by `reduce`); returns the
-        step's mean KL per token over all ranks, for the rate controller."""
+        """Add one step's sentences and tokens; the step's mean KL per token over all ranks."""
         if reduce is None:
             # one process: every row holds a sentence, and the KL is already its mean
             self.progress[0].add_(1)
@@ -54,7 +44,6 @@ class TrainState(nn.Module):
 
     @torch.no_grad()
     def record(self, nll: torch.Tensor, kl: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Keep the first step whose loss or gradient norm is not finite (on the device)."""
         # (steps, nll, kl, norm), float32: step numbers are exact up to 2**24
         row = torch.stack([self.progress[0], nll, kl, grad_norm])
         # x * 0 is 0 for every finite x and NaN for inf and NaN: one sum tests all four

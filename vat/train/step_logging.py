@@ -1,5 +1,4 @@
-"""Helpers of the training system's step logging (vat.train.system): when a step logs, the
-scalars it logs, and the token throughput between logging steps."""
+"""When a training step logs, the scalars it logs, and the token throughput."""
 
 from __future__ import annotations
 
@@ -9,12 +8,10 @@ import torch
 
 
 def logs_now(trainer, global_step: int) -> bool:
-    """Whether this training step logs (Lightning's own decision)."""
     return bool(trainer._logger_connector.should_update_logs)
 
 
 def train_scalars(out, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | float]:
-    """The per-step training scalars of a `vat.train.system.StepOutput`."""
     return {
         "train/loss": out.loss,
         "train/nll": out.nll,
@@ -27,9 +24,7 @@ def train_scalars(out, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 
 def host_scalars(scalars: dict[str, torch.Tensor | float], reduce=None) -> dict[str, torch.Tensor]:
-    """The scalars as 0-d host tensors of their own dtype (Python numbers: the default float
-    dtype, as Lightning converts them); the device ones stacked as float64 (exact), reduced
-    by `reduce` (the mean over DDP processes) and copied in one transfer, one sync for all."""
+    """The scalars as 0-d host tensors, the device ones copied in one transfer (one sync)."""
     on_device = {k: v for k, v in scalars.items() if isinstance(v, torch.Tensor)}
     host = {}
     if on_device:
@@ -43,9 +38,7 @@ def host_scalars(scalars: dict[str, torch.Tensor | float], reduce=None) -> dict[
 
 
 def matmul_flops_per_token(model: torch.nn.Module) -> float:
-    """Training FLOPs per non-pad token of the model's matmuls: 6 N (Kaplan et al. 2020), N =
-    the weights of every nn.Linear, a tied projection once. Attention's 12 d T per token and
-    layer is left out (small at sentence lengths; bench/ counts it), so MFU underestimates."""
+    """6 N training FLOPs per token (Kaplan et al. 2020), N the nn.Linear weights (no attention)."""
     weights = {
         id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
     }
@@ -60,7 +53,6 @@ class TokenRate:
         self._last: tuple[float, torch.Tensor] | None = None  # (time, tokens seen)
 
     def update(self, tokens: torch.Tensor) -> torch.Tensor | None:
-        """The rate since the previous call (None at the first), given the tokens seen."""
         now, tokens = time.perf_counter(), tokens.clone()
         rate = None
         if self._last is not None:  # logging steps wait for the device: the interval is whole

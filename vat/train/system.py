@@ -1,9 +1,4 @@
-"""The training *system*: objective, logging and optimisation around `vat.model.VAT`.
-
-Lightning's style guide separates the model (plain torch, `vat/model.py`) from the system
-(this LightningModule). Methods follow the guide's order: init, forward, training_step,
-validation_step, test_step, configure_optimizers, then hooks.
-"""
+"""The training *system*: objective, logging and optimisation around `vat.model.VAT`."""
 
 from __future__ import annotations
 
@@ -54,13 +49,9 @@ class StepOutput(NamedTuple):
 
 
 class VATSystem(L.LightningModule):
-    """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (the paper's eq. 5-6).
-
-    w is the KL schedule at the current progress, or the rate controller's weight when
-    `loss.target_kl` is set. training_step never waits for the device: scalars are copied to
-    the host at logging steps only, and counters, the controller and the non-finite guard
-    live on the device (vat/train/state.py; bench/bench_sync_ops.py counts the syncs).
-    """
+    """Trains a VAT on L = mean_t [ CE_t + beta * w * KL_t ] (the paper's eq. 5-6), w from the
+    KL schedule or the rate controller. training_step never waits for the device: scalars
+    reach the host at logging steps only (bench/bench_sync_ops.py counts the syncs)."""
 
     def __init__(
         self,
@@ -75,10 +66,9 @@ class VATSystem(L.LightningModule):
             arch: The model architecture. vocab_size and max_len are linked from the data section.
             loss: The objective: prior scale, KL schedule or target rate, free bits.
             optim: Optimiser and learning-rate schedule.
-            noise: Noise on the training inputs: decoder word dropout and encoder-input
-                deletion, masking and local shuffling (vat/train/noise.py). Off by default.
-            compile: torch.compile the training step's forward and loss (vat/train/objective.py).
-                Lengths are padded to multiples of 8; checkpoints are the same either way.
+            noise: Noise on the training inputs (off by default).
+            compile: torch.compile the training step's forward and loss (lengths padded to
+                multiples of 8); checkpoints are the same either way.
         """
         super().__init__()
         self.arch = as_config(VATConfig, arch)
@@ -122,16 +112,14 @@ class VATSystem(L.LightningModule):
         self._step_terms: tuple[torch.Tensor, torch.Tensor] | None = None  # (nll, kl)
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
         self._log_step = False
-        self.init_record: dict | None = None
-        """Where a continued run started (vat.train.init_from), kept in its checkpoints."""
+        self.init_record: dict | None = None  # where a continued run started (init_from)
 
     @classmethod
     def load_from_checkpoint(
         cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs
     ):
-        """Lightning's loader, always weights-only (an explicit weights_only=True is the one
-        setting TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD cannot override), the file checked first:
-        a corrupt one is a one-line CheckpointError."""
+        """Lightning's loader, always weights-only (explicitly: TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+        cannot undo it), a corrupt file one line."""
         if kwargs.pop("weights_only", True) is not True:
             raise VatError("VATSystem.load_from_checkpoint loads weights only (weights_only=True)")
         read_checkpoint(checkpoint_path)
@@ -165,8 +153,7 @@ class VATSystem(L.LightningModule):
     def _shared_step(
         self, batch: dict[str, torch.Tensor], stage: str, generator: torch.Generator | None = None
     ) -> StepOutput:
-        """Loss terms of one batch. Training may run compiled and keeps no logits; evaluation
-        (stage val/test) runs eagerly with a fixed noise stream and returns logits."""
+        """Loss terms of one batch: training may run compiled and keeps no logits."""
         train = stage == "train"
         objective = objective_terms
         if train and self.compile:
@@ -214,9 +201,7 @@ class VATSystem(L.LightningModule):
     def _noised_batch(
         self, batch: dict[str, torch.Tensor], batch_idx: int
     ) -> dict[str, torch.Tensor]:
-        """The batch with the configured noise, drawn from a generator seeded for this step,
-        batch and rank (vat.train.noise.step_seed): a resumed run draws what an uninterrupted
-        one drew, with no random state to save, and z's sampling stream is left alone."""
+        """Noise from a generator seeded per step, batch and rank: a resume draws the same."""
         if self._noise_generator is None or self._noise_generator.device != self.device:
             self._noise_generator = torch.Generator(device=self.device)
         n = self.noise_cfg
@@ -255,9 +240,7 @@ class VATSystem(L.LightningModule):
         reduce = None
         if self.trainer.world_size > 1:  # the logged values: the mean over processes
             reduce = lambda t: self.trainer.strategy.reduce(t, reduce_op="mean")  # noqa: E731
-        # One copy to the host for all of them (one sync; Lightning would read each device
-        # tensor on its own), and host values logged: the logger and the progress bar, which
-        # reads its values at every step, then never wait for the device.
+        # one copy to the host for all (Lightning would sync per tensor, and the bar per step)
         log = host_scalars(log, reduce)
         loss = log.pop("loss")
         self.log_dict(log, on_step=True, on_epoch=False, prog_bar=False, batch_size=bs)
@@ -335,8 +318,7 @@ class VATSystem(L.LightningModule):
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
     ) -> None:
-        """Lightning's clipping, keeping the total gradient norm for the non-finite guard
-        (clip_grad_norm_ computes it anyway; no extra pass over the gradients)."""
+        """Lightning's clipping, keeping the total gradient norm for the non-finite guard."""
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
             norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
@@ -349,7 +331,6 @@ class VATSystem(L.LightningModule):
         if self._step_terms is not None:
             self.train_state.record(*self._step_terms, norm)
 
-    # -- hooks ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is None or getattr(dm, "tokenizer", None) is None:
@@ -375,8 +356,7 @@ class VATSystem(L.LightningModule):
             atomic_write(Path(log_dir) / "tokenizer.json", lambda f: f.write(text))
 
     def on_validation_epoch_start(self) -> None:
-        # A fixed noise stream for every evaluation: comparable numbers across runs, and no
-        # draw from the global RNG, so evaluation never perturbs training's randomness.
+        # a fixed noise stream: comparable numbers, and training's RNG left alone
         self._val_generator = torch.Generator(device=self.device)
         self._val_generator.manual_seed(1234 + self.global_rank)
 
@@ -384,8 +364,7 @@ class VATSystem(L.LightningModule):
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
         if self._rng_to_restore is not None:
-            # Restored here, at the first step after loading, rather than in
-            # on_load_checkpoint, because Lightning may run code between the two.
+            # here, not in on_load_checkpoint: Lightning may run code between the two
             torch.set_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
 
@@ -421,7 +400,6 @@ class VATSystem(L.LightningModule):
         }
 
     def _training_record(self) -> dict:
-        """What the card says about training (vat.share.training_record), from this run."""
         trainer = self._trainer
         dm = getattr(trainer, "datamodule", None) if trainer is not None else None
         progress = self.train_state.progress.tolist()  # steps, sentences, tokens (a save: sync ok)

@@ -1,10 +1,4 @@
-"""SentEval's tasks read from SentEval's own file layout.
-
-- `registry.py`        task names and groups, `expand_tasks`, `choose_tasks`, `load_task`
-- `files.py`           the containers (Pairs, Singles, TaskData) and file reading helpers
-- `sts.py`             STS12-16, STSBenchmark, SICK
-- `classification.py`  MR, CR, SUBJ, MPQA, SST2/5, TREC, MRPC
-"""
+"""SentEval's tasks, read from SentEval's own file layout."""
 
 from vat.eval.tasks.files import Pairs, Singles, TaskData
 from vat.eval.tasks.registry import (

@@ -1,6 +1,5 @@
 """Loaders for SentEval's classification tasks: MR, CR, SUBJ, MPQA, SST2/5, TREC and MRPC
-(SICKEntailment is in `vat.eval.tasks.sts`). See `vat.eval.tasks.registry` for how the files are
-read."""
+(SICKEntailment: `vat.eval.tasks.sts`)."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ BINARY_FILES = {
 
 
 def load_binary(data_dir: Path, task: str) -> TaskData:
-    """MR/CR/SUBJ/MPQA: one sentence a line, Latin-1; empty lines are (empty) samples, as in
-    SentEval's BinaryClassifierEval."""
+    """MR/CR/SUBJ/MPQA: one sentence a line, Latin-1; empty lines are (empty) samples."""
     folder, pos_f, neg_f = BINARY_FILES[task]
     sides = []
     for fname in (pos_f, neg_f):
@@ -42,13 +40,31 @@ def load_binary(data_dir: Path, task: str) -> TaskData:
             raise VatError(f"{path}: no sentences; expected one {task} sentence a line")
         sides.append(lines)
     pos, neg = sides
-    return TaskData(
-        task,
-        "kfold",
-        {"all": singles(pos + neg, [1] * len(pos) + [0] * len(neg))},
-        nclasses=2,
-        path=data_dir / folder,
-    )
+    both = {"all": singles(pos + neg, [1] * len(pos) + [0] * len(neg))}
+    return TaskData(task, "kfold", both, nclasses=2, path=data_dir / folder)
+
+
+def _read_singles(path: Path, encoding: str, parse, expected: str, nclasses: int, train: bool):
+    """Labelled sentences, `parse(line) -> (sentence, label)`, one a line; blank lines skipped."""
+    x, y = [], []
+    for i, line in enumerate(iter_lines(path, encoding), 1):
+        if not line.strip():
+            continue
+        try:
+            sent, label = parse(line.strip())
+        except (ValueError, IndexError, KeyError):
+            raise bad_line(path, i, expected) from None
+        if not 0 <= label < nclasses:
+            raise bad_line(path, i, f"label in 0..{nclasses - 1}")
+        x.append(whitespace_tokens(sent))
+        y.append(label)
+    return labelled(singles(x, y), path, train)
+
+
+SST_FORMATS = {  # task: (line -> (sentence, label), the format an error names)
+    "SST2": (lambda s: (s.split("\t")[0], int(s.split("\t")[1])), "sentence<TAB>label"),
+    "SST5": (lambda s: (s.split(" ", 1)[1], int(s.split(" ", 1)[0])), "label sentence"),
+}
 
 
 def load_sst(data_dir: Path, task: str) -> TaskData:
@@ -56,32 +72,19 @@ def load_sst(data_dir: Path, task: str) -> TaskData:
     fine = task == "SST5"
     folder = data_dir / "SST" / ("fine" if fine else "binary")
     nclasses = 5 if fine else 2
+    parse, expected = SST_FORMATS[task]
     splits = {}
     for split in ("train", "dev", "test"):
         path = need_file(folder / f"sentiment-{split}", task, data_dir)
-        x, y = [], []
-        for i, line in enumerate(iter_lines(path, "utf-8"), 1):
-            if not line.strip():
-                continue
-            try:
-                if fine:
-                    label, sent = line.strip().split(" ", 1)
-                else:
-                    sent, label = line.strip().split("\t")[:2]
-                lab = int(label)
-            except ValueError:
-                raise bad_line(
-                    path, i, "label sentence" if fine else "sentence<TAB>label"
-                ) from None
-            if not 0 <= lab < nclasses:
-                raise bad_line(path, i, f"label in 0..{nclasses - 1}")
-            x.append(whitespace_tokens(sent))
-            y.append(lab)
-        splits[split] = labelled(singles(x, y), path, split == "train")
+        splits[split] = _read_singles(path, "utf-8", parse, expected, nclasses, split == "train")
     return TaskData(task, "split", splits, nclasses=nclasses, path=folder)
 
 
 _TREC_CLASSES = {"ABBR": 0, "DESC": 1, "ENTY": 2, "HUM": 3, "LOC": 4, "NUM": 5}
+TREC_FORMAT = (  # line -> (question, class), the format an error names
+    lambda s: (s.split(":", 1)[1].split(" ", 1)[1], _TREC_CLASSES[s.split(":", 1)[0]]),
+    "COARSE:fine question, COARSE in " + "/".join(_TREC_CLASSES),
+)
 
 
 def load_trec(data_dir: Path, task: str = "TREC") -> TaskData:
@@ -90,19 +93,7 @@ def load_trec(data_dir: Path, task: str = "TREC") -> TaskData:
     splits = {}
     for split, fname in (("train", "train_5500.label"), ("test", "TREC_10.label")):
         path = need_file(folder / fname, task, data_dir)
-        x, y = [], []
-        for i, line in enumerate(iter_lines(path, "latin-1"), 1):
-            if not line.strip():
-                continue
-            try:
-                target, sample = line.strip().split(":", 1)
-                x.append(whitespace_tokens(sample.split(" ", 1)[1]))
-                y.append(_TREC_CLASSES[target])
-            except (ValueError, IndexError, KeyError):
-                raise bad_line(
-                    path, i, "COARSE:fine question, COARSE in " + "/".join(_TREC_CLASSES)
-                ) from None
-        splits[split] = labelled(singles(x, y), path, split == "train")
+        splits[split] = _read_singles(path, "latin-1", *TREC_FORMAT, 6, split == "train")
     return TaskData(task, "traintest", splits, nclasses=6, path=folder)
 
 

@@ -1,9 +1,5 @@
-"""Task containers and SentEval file reading, shared by the loaders of `vat.eval.tasks.registry`.
-
-Reads files exactly as facebookresearch/SentEval (commit 5d6dc11) does (see
-`vat.eval.tasks.registry`); a missing folder or file raises `VatError` naming the path and the
-expected layout (`LAYOUT`), a malformed line a `VatError` naming the line.
-"""
+"""Task containers and SentEval's file reading (as facebookresearch/SentEval 5d6dc11 reads them);
+a missing or malformed file is a one-line VatError naming it."""
 
 from __future__ import annotations
 
@@ -28,7 +24,7 @@ STS_SUBSETS: dict[str, list[str]] = {
     "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
 }
 
-# Expected layout of each task under the data dir (shown in "missing file" errors).
+# shown in "missing file" errors
 LAYOUT: dict[str, str] = {
     **{
         t: f"STS/{t}-en-test/STS.input.<set>.txt + STS.gs.<set>.txt, sets {', '.join(s)}"
@@ -46,8 +42,6 @@ LAYOUT: dict[str, str] = {
     "TREC": "TREC/train_5500.label + TREC/TREC_10.label",
     "MRPC": "MRPC/msr_paraphrase_{train,test}.txt",
 }
-
-# ----------------------------------------------------------------------------- containers
 
 
 @dataclass
@@ -75,14 +69,8 @@ class Singles:
 
 @dataclass
 class TaskData:
-    """One task's data. `kind` says which protocol runs it:
-
-    - "sts": `splits` holds the STS subsets (Pairs of scores), no training;
-    - "relatedness": train/dev/test Pairs of scores (cosine, or SentEval's regressor);
-    - "kfold": one Singles "all" split, SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA);
-    - "traintest": train/test, SentEval's KFoldClassifier (TREC: Singles, MRPC: Pairs);
-    - "split": train/dev/test, SentEval's SplitClassifier (SST2, SST5, SICKEntailment).
-    """
+    """One task's data; `kind` names its protocol: "sts" (subsets, no training), "relatedness"
+    (train/dev/test), "kfold" (one "all" split), "traintest" or "split" (train/dev/test)."""
 
     name: str
     kind: str
@@ -98,12 +86,8 @@ class TaskData:
         return out
 
 
-# ----------------------------------------------------------------------------- file reading
-
-
 class MissingTaskData(VatError):
-    """A task's folder or file is absent from the data dir (not a malformed file): a command
-    may offer to skip the task."""
+    """A task's folder or file is absent (not malformed): a command may offer to skip the task."""
 
 
 def need_file(path: Path, task: str, data_dir: Path) -> Path:
@@ -119,10 +103,8 @@ def need_file(path: Path, task: str, data_dir: Path) -> Path:
 
 
 def _read_text(path: Path, encoding: str) -> str:
-    """Whole file, universal newlines (CRLF and CR -> LF, as SentEval's `open` reads it). A
-    UTF-8 file follows vat's rule for text (vat.data.corpus.check_text: a UTF-16/32 file or a
-    binary one refused, a UTF-8 byte-order mark dropped, bytes that are not UTF-8 named as
-    FILE:LINE); SentEval's latin-1 files are read as SentEval reads them."""
+    """Whole file with universal newlines, as SentEval's `open` reads it; a UTF-8 file follows
+    vat's rule for text (vat.data.corpus.check_text)."""
     with open(path, "rb") as f:
         data = f.read()
     if encoding == "utf-8":
@@ -160,7 +142,7 @@ def bad_line(path: Path, lineno: int, expected: str) -> VatError:
     return VatError(f"{path}: line {lineno} is not in the expected format ({expected})")
 
 
-def _read_pair_file(
+def read_pair_file(
     path: Path,
     col_a: int,
     col_b: int,
@@ -169,8 +151,7 @@ def _read_pair_file(
     expected: str,
     header: bool,
 ) -> dict[str, np.ndarray]:
-    """A tab-separated file of sentence pairs with a label per line (STS-B, SICK, MRPC):
-    blank lines skipped, a bad line is a one-line error naming it and the expected columns."""
+    """A tab-separated file of labelled sentence pairs (STS-B, SICK, MRPC); blank lines skipped."""
     lines = iter_lines(path, "utf-8")
     first = 2 if header else 1
     a, b, y = [], [], []
@@ -190,9 +171,7 @@ def _read_pair_file(
 
 
 def scored(pairs: Pairs, path: Path, train: bool = False) -> Pairs:
-    """Pairs whose gold scores can be correlated with: at least 2, not all equal, in every
-    split (`train` is read_pair_splits' argument). Otherwise every correlation would be NaN
-    (a `null` in the JSON, a dash in the table)."""
+    """Pairs whose gold scores can be correlated with: at least 2, not all equal."""
     if len(pairs) < 2:
         raise VatError(
             f"{path}: {len(pairs)} scored pair(s); a correlation needs at least 2 "
@@ -206,8 +185,7 @@ def scored(pairs: Pairs, path: Path, train: bool = False) -> Pairs:
 
 
 def labelled(split: Pairs | Singles, path: Path, train: bool) -> Pairs | Singles:
-    """A classification split that is not empty; a training split needs two classes (one
-    class scores a meaningless 100% accuracy)."""
+    """A non-empty classification split; a training split needs two classes."""
     if len(split) == 0:
         raise VatError(
             f"{path}: no examples; expected "
@@ -241,11 +219,9 @@ def read_pair_splits(
     *fmt: Any,
     header: bool,
 ) -> dict[str, Pairs | Singles]:
-    """{split: check(pairs, path, split == "train")} for each (split, file name) in `files`,
-    the pairs read by `_read_pair_file(path, *fmt, header=header)` from `need_file`ed files under
-    `folder` (STS-B, SICK, MRPC)."""
+    """{split: check(pairs, path, split == "train")} of each (split, file name) under `folder`."""
     splits = {}
     for split, fname in files:
         path = need_file(folder / fname, task, data_dir)
-        splits[split] = check(_read_pair_file(path, *fmt, header=header), path, split == "train")
+        splits[split] = check(read_pair_file(path, *fmt, header=header), path, split == "train")
     return splits

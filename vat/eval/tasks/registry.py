@@ -1,14 +1,5 @@
-"""SentEval's task names and groups, `expand_tasks`, `choose_tasks` and `load_task`.
-
-Paths are relative to a SentEval `data/downstream/` folder (the `--data-dir`). The loaders
-(`vat.eval.tasks.sts`, `vat.eval.tasks.classification`) read the files exactly as
-facebookresearch/SentEval (commit 5d6dc11) does, so an encoder sees the same token sequences:
-- sentences are split on whitespace and re-joined with single spaces (SentEval hands token
-  lists to its batchers; ours take strings);
-- MR/CR/SUBJ/MPQA and TREC are read as Latin-1, everything else as UTF-8;
-- the trained tasks keep SentEval's length-sorted sample order, because its stratified k-fold
-  splits and training permutations index into that order.
-"""
+"""SentEval's task names and groups, and `load_task`, which reads SentEval's files as SentEval
+(5d6dc11) does: whitespace tokens, Latin-1 where it uses it, its length-sorted sample order."""
 
 from __future__ import annotations
 
@@ -28,7 +19,6 @@ from vat.eval.tasks.files import LAYOUT, STS_SUBSETS, TaskData
 from vat.eval.tasks.files import Pairs as Pairs
 from vat.eval.tasks.sts import load_sick, load_sts, load_stsb
 
-# ----------------------------------------------------------------------------- task names
 STS_TASKS = list(STS_SUBSETS)
 RELATEDNESS_TASKS = ["STSBenchmark", "SICKRelatedness"]
 TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment"]
@@ -40,8 +30,7 @@ TASK_GROUPS: dict[str, list[str]] = {
 }
 
 
-# The names tables print (vat evaluate's, the paper's) for tasks whose SentEval name differs;
-# `--tasks` takes either, in any case.
+# the names tables print; `--tasks` takes either name, in any case
 TABLE_NAMES: dict[str, str] = {
     "STSBenchmark": "STS-B",
     "SICKRelatedness": "SICK-R",
@@ -52,23 +41,12 @@ _BY_LOWER: dict[str, str] = {
     **{label.lower(): t for t, label in TABLE_NAMES.items()},
 }
 
-# The folder each task's files live in, under the data dir: a task whose folder is absent has
-# no data (left out of a group); a folder with missing or broken files is an error.
-TASK_FOLDERS: dict[str, str] = {
-    **{t: f"STS/{t}-en-test" for t in STS_TASKS},
-    "STSBenchmark": "STS/STSBenchmark",
-    "SICKRelatedness": "SICK",
-    "SICKEntailment": "SICK",
-    **{t: t for t in ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC")},
-    "SST2": "SST/binary",
-    "SST5": "SST/fine",
-}
+# a task whose folder is absent is left out of a group; one with missing files is an error
+TASK_FOLDERS = {t: layout.split(" ")[0].rsplit("/", 1)[0] for t, layout in LAYOUT.items()}
 
 
 def task_name(name: str) -> str:
-    """The SentEval name of one task given in any case or as tables print it ('sts-b',
-    'STS-B', 'stsbenchmark' -> 'STSBenchmark'). An unknown name is an OptionError naming
-    `tasks` (a command shows --tasks), the nearest known name and them all."""
+    """The SentEval name of one task given in any case or as tables print it ('sts-b')."""
     found = _BY_LOWER.get(name.strip().lower())
     if found is None:
         hint = did_you_mean(name, [*ALL_TASKS, *TABLE_NAMES.values()]) or did_you_mean(
@@ -84,11 +62,9 @@ def task_name(name: str) -> str:
 
 
 def _parse(spec: str | list[str]) -> list[tuple[str, bool]]:
-    """(task, named on its own) pairs of 'sts,MR' in order, without duplicates (a task named
-    on its own and through a group counts as named on its own)."""
-    if not isinstance(spec, str):
-        spec = check_sentences(spec, "tasks")[0]  # a list of names; 3 or None is no list
-    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else spec
+    """(task, named on its own) pairs of 'sts,MR' in order, without duplicates."""
+    # a list of names; 3 or None is no list
+    names = spec.split(",") if isinstance(spec, str) else check_sentences(spec, "tasks")[0]
     out: dict[str, bool] = {}
     for name in filter(None, (str(n).strip() for n in names)):
         group = TASK_GROUPS.get(name.lower())
@@ -103,24 +79,14 @@ def _parse(spec: str | list[str]) -> list[tuple[str, bool]]:
 
 
 def expand_tasks(spec: str | list[str]) -> list[str]:
-    """'sts,MR' -> ['STS12', ..., 'SICKRelatedness', 'MR'] (groups expanded, order kept, no
-    duplicates; names in any case or as tables print them, 'STS-B'). Unknown names raise
-    VatError naming the nearest valid one and listing them all."""
+    """'sts,MR' -> ['STS12', ..., 'SICKRelatedness', 'MR']: groups expanded, order kept."""
     return [t for t, _ in _parse(spec)]
-
-
-def task_present(data_dir: str | Path, task: str) -> bool:
-    """Whether the data dir holds `task`'s folder (TASK_FOLDERS); its files are checked when
-    the task loads."""
-    return (Path(data_dir) / TASK_FOLDERS[task]).is_dir()
 
 
 @dataclass(frozen=True)
 class TaskChoice:
-    """The tasks a spec such as 'sts,MR' runs under one data dir. A group means the members
-    present: those whose folder is absent are left out (`absent`, reported by the caller). A
-    task named on its own is always run, so one whose folder is absent (`named_absent`)
-    fails when it loads, unless the caller leaves it out on purpose."""
+    """The tasks a spec such as 'sts,MR' runs under one data dir: a group's members whose folder
+    is absent are left out (`absent`); a task named on its own runs even so (`named_absent`)."""
 
     tasks: list[str]
     absent: list[str]
@@ -128,12 +94,12 @@ class TaskChoice:
 
 
 def choose_tasks(spec: str | list[str], data_dir: str | Path) -> TaskChoice:
-    """Expand `spec` (see `expand_tasks`) and split it by what `data_dir` holds. A spec whose
-    groups hold no task present, and that names no task on its own, raises VatError."""
+    """Expand `spec` (`expand_tasks`) and split it by what `data_dir` holds."""
     parsed = _parse(spec)
     _need_data_dir(data_dir, parsed[0][0])
-    absent = [t for t, named in parsed if not named and not task_present(data_dir, t)]
-    named_absent = [t for t, named in parsed if named and not task_present(data_dir, t)]
+    missing = {t for t, _ in parsed if not (Path(data_dir) / TASK_FOLDERS[t]).is_dir()}
+    absent = [t for t, named in parsed if not named and t in missing]
+    named_absent = [t for t, named in parsed if named and t in missing]
     tasks = [t for t, _ in parsed if t not in absent]
     if not tasks:
         raise VatError(

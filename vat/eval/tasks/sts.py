@@ -16,6 +16,7 @@ from vat.eval.tasks.files import (
     bad_line,
     labelled,
     need_file,
+    read_pair_file,
     read_pair_splits,
     scored,
     split_lines,
@@ -69,7 +70,6 @@ STSB_FORMAT = (
 
 
 def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
-    """STSBenchmark: tab-separated, score in column 4, sentences in 5 and 6 (0-based)."""
     folder = data_dir / "STS" / "STSBenchmark"
     files = (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv"))
     splits = read_pair_splits(folder, files, task, data_dir, scored, *STSB_FORMAT, header=False)
@@ -77,27 +77,15 @@ def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
 
 
 def read_stsb_file(path: Path) -> Pairs:
-    """One file in STSBenchmark's layout (e.g. its sts-dev.csv), read and checked as
-    `load_stsb` reads each of its splits."""
-    path = Path(path)
-    splits = read_pair_splits(
-        path.parent,
-        [("pairs", path.name)],
-        "STSBenchmark",
-        path.parent,
-        scored,
-        *STSB_FORMAT,
-        header=False,
-    )
-    return splits["pairs"]  # type: ignore[return-value]
+    """One file in STSBenchmark's layout, read and checked as `load_stsb` reads each split."""
+    return scored(read_pair_file(Path(path), *STSB_FORMAT, header=False), Path(path))
 
 
 _SICK_LABELS = {"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2}
 
 
 def load_sick(data_dir: Path, task: str) -> TaskData:
-    """SICK (SICKRelatedness: score column 3; SICKEntailment: label column 4), header skipped;
-    trial is the dev split."""
+    """SICK (relatedness: score column 3; entailment: label column 4); trial is dev."""
     folder = data_dir / "SICK"
     entail = task == "SICKEntailment"
     files = (
@@ -106,18 +94,10 @@ def load_sick(data_dir: Path, task: str) -> TaskData:
         ("test", "SICK_test_annotated.txt"),
     )
     label = (lambda c: _SICK_LABELS[c[4].strip()]) if entail else (lambda c: float(c[3]))
+    check, dtype = (labelled, np.int64) if entail else (scored, np.float64)
+    cols = "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment"
     splits = read_pair_splits(
-        folder,
-        files,
-        task,
-        data_dir,
-        labelled if entail else scored,
-        1,
-        2,
-        label,
-        np.int64 if entail else np.float64,
-        "pair_ID<TAB>sentence_A<TAB>sentence_B<TAB>relatedness_score<TAB>entailment_judgment",
-        header=True,
+        folder, files, task, data_dir, check, 1, 2, label, dtype, cols, header=True
     )
     if entail:
         return TaskData(task, "split", splits, nclasses=3, path=folder)
