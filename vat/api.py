@@ -104,9 +104,6 @@ def load(
     return PretrainedVAT(loaded, batch_size=batch_size)
 
 
-PROGRESS_BAR_MIN_SENTENCES = 1000  # encode's default bar starts at this many sentences
-
-
 class PretrainedVAT:
     """A loaded VAT (`loaded`, read once) with the methods users call."""
 
@@ -181,8 +178,8 @@ class PretrainedVAT:
         _check_features(features)
         if device is not None:
             self.to(device)
-        if show_progress_bar is None:
-            show_progress_bar = len(batch) >= PROGRESS_BAR_MIN_SENTENCES
+        if show_progress_bar is None:  # the default bar starts at 1000 sentences
+            show_progress_bar = len(batch) >= 1000
         check_pooling(pooling, features)
         if features is None and pooling is not None:  # the token means mu, pooled as asked
             out = sentence_features(
@@ -239,8 +236,7 @@ class PretrainedVAT:
             seed=seed,
         )
         if features is None and not fit.names_data:
-            features = self.default_features.fitted  # resolved once, said once
-            return FeatureEncoder(self.loaded, features)
+            return FeatureEncoder(self.loaded, self.default_features.fitted)  # resolved once
         key = (str(features), repr(fit), save)
         if key not in self._feature_encoders:
             fitted = features_for(self.loaded, features, fit, save=save).fitted
@@ -292,8 +288,7 @@ class PretrainedVAT:
         chosen = features_for(self.loaded, spec, fit, save=False, quiet=True)
         if chosen.fallback:
             print(f"warning: exporting {chosen.why}", file=sys.stderr)
-        fitted = chosen.fitted
-        evaluation = None
+        fitted, evaluation = chosen.fitted, None
         if tasks:
             encoder = vat_encoder(self.loaded, features=fitted)
             if show_progress_bar:
@@ -426,14 +421,8 @@ class PretrainedVAT:
     ) -> list[list[str]]:
         """`sample` redrawing only the latents at 0-based `positions` (Table 2)."""
         return self.generator.resample_token(
-            sentences,
-            positions,
-            num_samples,
-            tau,
-            self._options(options),
-            seed,
-            source=source,  # type: ignore[arg-type]
-        )
+            sentences, positions, num_samples, tau, self._options(options), seed, source=source
+        )  # type: ignore[arg-type]
 
     def interpolate(
         self,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vat.errors import CheckpointError, VatError, did_you_mean, finite
+from vat.errors import CheckpointError, VatError, check, did_you_mean, finite
 from vat.io import atomic_write, regular_file, writable_target
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ class FeatureSpec:
                 f"got {self.post!r}{did_you_mean(self.post, ('none', 'pc1', 'whiten'))}"
             )
         a = self.sif_a  # a / (a + p(w)) is a weight in (0, 1] only for a finite a > 0
-        if not (finite(a) and a > 0):
-            raise VatError(f"the SIF constant a must be a finite number > 0, got {a!r}")
+        check(finite(a) and a > 0, "the SIF constant a", "a finite number > 0", a)
 
     @classmethod
     def parse(cls, text: str | FeatureSpec | None) -> FeatureSpec:

@@ -78,8 +78,7 @@ class VATConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> VATConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown model config keys: {sorted(unknown)}")
         return cls(**d)
@@ -158,16 +157,10 @@ class Attention(nn.Module):
         B, Lq, d = x.shape
         q = self._heads(self.q_proj(x))  # (B, H, Lq, hs)
         k, v = kv
-        attn_mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, Lk)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=attn_mask,
-            is_causal=causal,
-            dropout_p=self.dropout if self.training else 0.0,
-        )  # (B, H, Lq, hs)
-        y = y.transpose(1, 2).reshape(B, Lq, d)  # (B, Lq, d)
+        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, Lk)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+        y = y.transpose(1, 2).reshape(B, Lq, d)  # (B, H, Lq, hs) -> (B, Lq, d)
         return self.out_proj(y)
 
 
@@ -302,9 +295,7 @@ class VAT(nn.Module):
             h = layer(h, mask)
         h = self.enc_norm(h)
         mu = self.mu_head(h)  # (B, T, d)
-        logvar = self.logvar_head(h).clamp(
-            self.config.logvar_min, self.config.logvar_max
-        )  # (B, T, d)
+        logvar = self.logvar_head(h).clamp(self.config.logvar_min, self.config.logvar_max)
         return Posterior(mu, logvar, mask)
 
     @staticmethod

@@ -93,8 +93,6 @@ class VATTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
-    pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
-
     def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
         """Subword ids of one sentence, without special tokens (the first `max_tokens`)."""
         if max_tokens is not None:
@@ -239,10 +237,8 @@ def make_batch(
     """src = tgt_out = w_1..w_n </s> and tgt_in = <s> w_1..w_n; `max_len` counts the </s>."""
     if max_len is not None:
         sequences = [list(s)[: max_len - 1] for s in sequences]
-    T = max(len(s) for s in sequences) + 1
-    B = len(sequences)
-    src = torch.full((B, T), PAD_ID, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD_ID, dtype=torch.long)
+    B, T = len(sequences), max(len(s) for s in sequences) + 1
+    src, tgt_in = (torch.full((B, T), PAD_ID, dtype=torch.long) for _ in range(2))
     for i, s in enumerate(sequences):
         n = len(s)
         ids = torch.as_tensor(list(s), dtype=torch.long)

@@ -38,8 +38,7 @@ class _ProbeCallback(EveryNValidations):
         max_sentences: int | None,
     ) -> None:
         super().__init__(every_n_validations)
-        self.probe_file = probe_file
-        self.senteval_dir = senteval_dir
+        self.probe_file, self.senteval_dir = probe_file, senteval_dir
         self.max_sentences = max_sentences
         self.sentences: list[str] = []
 
@@ -84,8 +83,7 @@ class GeometryMetrics(_ProbeCallback):
             batch_size: Sentences per encoder batch.
         """
         super().__init__(every_n_validations, probe_file, senteval_dir, max_sentences)
-        self.min_count = min_count
-        self.batch_size = batch_size
+        self.min_count, self.batch_size = min_count, batch_size
         self._plots_warned = False
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -157,8 +155,7 @@ class LatentProjector(_ProbeCallback):
         super().__init__(every_n_validations, probe_file, senteval_dir, None)
         if max_tokens < 1:
             raise VatError(f"max_tokens must be >= 1, got {max_tokens}")
-        self.max_tokens = max_tokens
-        self.batch_size = batch_size
+        self.max_tokens, self.batch_size = max_tokens, batch_size
         self._warned = False
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -67,8 +67,7 @@ class StepProgressBar(TQDMProgressBar):
             bar.refresh()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        total = self._budget(trainer)
-        if total is None:
+        if self._budget(trainer) is None:
             return super().on_train_epoch_start(trainer, *args)
         bar = self.train_progress_bar
         if bar.n != trainer.global_step:  # a later epoch (or a resume): no second line

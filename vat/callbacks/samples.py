@@ -62,9 +62,7 @@ class SamplesCallback(EveryNValidations):
         if sentences is None and sentences_file is not None:
             # read now, so that a bad file fails before training; only the lines used
             sentences = list(itertools.islice(iter_lines(sentences_file), num_sentences))
-        self.num_sentences = num_sentences
-        self.num_show = num_show
-        self.num_samples = num_samples
+        self.num_sentences, self.num_show, self.num_samples = num_sentences, num_show, num_samples
         self.tau = tau
         self.alphas = list(alphas)
         self.options = DecodeOptions(

@@ -4,15 +4,15 @@ synced over ranks so checkpoint selection agrees under DDP."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from lightning.pytorch import LightningModule, Trainer
 
 from vat.callbacks.base import EveryNValidations
 from vat.data.paths import default_senteval_dir
-from vat.errors import VatError
+from vat.errors import VatError, check
 from vat.eval.engine import cosine_correlations
 from vat.eval.tasks.registry import Pairs, load_task
 from vat.features import POOLINGS, Pooling, sentence_features
@@ -42,15 +42,12 @@ class STSBSpearman(EveryNValidations):
             batch_size: Sentences per encoder batch.
         """
         super().__init__(every_n_validations)
-        if pooling not in POOLINGS:
-            raise VatError(
-                f"STSBSpearman: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}"
-            )
+        check(
+            pooling in POOLINGS, "STSBSpearman: pooling", f"one of {', '.join(POOLINGS)}", pooling
+        )
         if batch_size < 1:
             raise VatError(f"STSBSpearman: batch_size must be >= 1, got {batch_size}")
-        self.senteval_dir = senteval_dir
-        self.pooling = pooling
-        self.batch_size = batch_size
+        self.senteval_dir, self.pooling, self.batch_size = senteval_dir, pooling, batch_size
         self.pairs: Pairs | None = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -78,11 +75,6 @@ def stsb_dev_spearman(
     model, tokenizer, pairs: Pairs, pooling: Pooling = "mean", batch_size: int = 128
 ) -> float:
     """Spearman of pooled-mu cosines against gold on `pairs` (NaN for a collapsed encoder)."""
-
-    def encode(sentences: list[str]) -> np.ndarray:
-        return sentence_features(
-            model, tokenizer, sentences, pooling=pooling, batch_size=batch_size
-        )
-
+    encode = partial(sentence_features, model, tokenizer, pooling=pooling, batch_size=batch_size)
     scores = cosine_correlations(encode, pairs, batch_size, name="STSBenchmark dev")
     return float(scores["spearman"])

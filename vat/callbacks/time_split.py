@@ -62,17 +62,13 @@ class Ledger:
         self._last = origin
         self._compiled = compiled
 
-    @property
-    def part(self) -> str:
-        return self._stack[-1]
-
     def charge(self, now: float, compiled: float) -> None:
         # a compile count lower than the last one was reset to 0 in between
         elapsed = max(now - self._last, 0.0)
         new_compile = compiled - self._compiled if compiled >= self._compiled else compiled
         new_compile = min(max(new_compile, 0.0), elapsed)
         self.seconds["compile"] += new_compile
-        self.seconds[self.part] += elapsed - new_compile
+        self.seconds[self._stack[-1]] += elapsed - new_compile
         self._last, self._compiled = now, compiled
 
     def enter(self, part: str, now: float, compiled: float) -> None:
@@ -170,11 +166,8 @@ class TimeSplit(Callback):
         self._at(trainer, self._ledger.charge)  # once: the first step, finished on the device
         self._stepped = True
         self._first_step_s = self._ledger.total()
-        so_far = ", ".join(
-            f"{WORDS[p]} {self._ledger.seconds[p]:.1f} s"
-            for p in PARTS
-            if self._ledger.seconds[p] >= 0.05
-        )
+        s = self._ledger.seconds
+        so_far = ", ".join(f"{WORDS[p]} {s[p]:.1f} s" for p in PARTS if s[p] >= 0.05)
         with tqdm.external_write_mode(file=sys.stderr):  # not glued to the bar's line
             rank_zero_info(
                 f"vat: first optimizer step (step {trainer.global_step:,}) "

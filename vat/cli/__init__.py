@@ -77,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def one_line_warnings(enabled: bool = True):
-    """vat's own warnings print as one line, `warning: MESSAGE`, without Python's file, line and
-    source (other packages' warnings keep Python's form)."""
+    """vat's own warnings as one line, `warning: MESSAGE` (other packages' keep Python's form)."""
     previous = warnings.showwarning
     package = str(Path(__file__).resolve().parents[1]) + os.sep
 

@@ -26,8 +26,7 @@ from vat.io import regular_file
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line (`error: ...`, exit 2) naming the nearest valid
-    choice or option, with no prefix matching (`--num-sample` is not `--num-samples`)."""
+    """argparse with one-line usage errors (exit 2) naming the nearest choice, and no prefixes."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -79,8 +78,7 @@ def warn_renamed(prog: str, old: str | None, new: str) -> None:
 
 
 def add_renamed(p, old: str, option: argparse.Action) -> None:
-    """`old` as a hidden older spelling of `option` (in the same parser or group `p`) that warns
-    in one line when used."""
+    """`old` as a hidden older spelling of `option` (in parser or group `p`), warning when used."""
     p.add_argument(
         old,
         action=_Renamed,
@@ -96,18 +94,10 @@ def add_renamed(p, old: str, option: argparse.Action) -> None:
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """--device, --debug, --no-progress and --quiet."""
-    p.add_argument(
-        "--device",
-        default="auto",
-        help="cpu, cuda, cuda:1, ... (default auto: cuda if available, else cpu)",
-    )
+    p.add_argument("--device", default="auto", help="auto (cuda if any, else cpu), cpu, cuda:N")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bars and no notes on stderr (errors still show)",
-    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars and no notes on stderr")
 
 
 MODEL_HELP = (
@@ -141,14 +131,8 @@ def add_data_dir(p, what: str = "") -> argparse.Action:
 
 
 def add_batch_size(p, default: int) -> None:
-    """`--batch-size N`: sentences per model call."""
-    p.add_argument(
-        "--batch-size",
-        type=whole(1),
-        default=default,
-        metavar="N",
-        help=f"sentences per model call (default {default})",
-    )
+    text = f"sentences per model call (default {default})"
+    p.add_argument("--batch-size", type=whole(1), default=default, metavar="N", help=text)
 
 
 def add_train_data_dir(p) -> None:
@@ -220,8 +204,7 @@ def number_list(kind: type[int] | type[float]) -> Callable[[str], list]:
 
 
 def iter_text_lines(source: str, option: str = "--input") -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes) of each line of a text file, plain or .gz, or of stdin for '-', read
-    as they arrive and cut to MAX_LINE_BYTES (vat.data.corpus.bounded_lines)."""
+    """(number, bytes) of each line of a text file (or .gz, '-': stdin), cut to MAX_LINE_BYTES."""
     if source == "-":
         where = "stdin"
         stream = contextlib.nullcontext(sys.stdin.buffer)  # vat does not close its stdin

@@ -25,8 +25,7 @@ def find_config(name: str) -> Path | None:
 
 
 def resolve_config_args(argv: Sequence[str], kind: str | None = "train") -> list[str]:
-    """Each `-c` / `--config` value that is not a file replaced by the packaged config of that
-    name; one that is neither is an error (`existing`), or with kind None left to the command."""
+    """`-c`/`--config` values that are no file replaced by the packaged config of that name."""
     out = list(argv)
     for i, arg in enumerate(out):
         flag, eq, value = arg.partition("=")
@@ -54,8 +53,7 @@ def resolve_config_args(argv: Sequence[str], kind: str | None = "train") -> list
 
 
 def existing(value: str, kind: str, flag: str = "-c") -> str:
-    """`value` when it is a file (or a link to check later), else an error naming the packaged
-    configs of `kind` ("train" or "sweep") and the nearest one."""
+    """`value` if it is a file (or link), else an error naming the nearest packaged config."""
     if Path(value).exists() or Path(value).is_symlink():
         return value
     names = [n for n in packaged_configs() if n.startswith("sweeps/") == (kind == "sweep")]
@@ -89,8 +87,7 @@ def _summary(path: Path) -> str:
 def _main(argv: list[str]) -> int:
     p = Parser(
         prog="vat config",
-        description="List the packaged configs, or print one "
-        "(then edit a copy: vat config demo > my.yaml; vat train -c my.yaml).",
+        description="List the packaged configs, or print one (vat config demo > my.yaml).",
     )
     p.add_argument("name", nargs="?", help="config to print, e.g. demo or sweeps/sweep")
     p.add_argument("--path", action="store_true", help="print the file's path instead")

@@ -48,88 +48,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="Python file and function: f(list[str]) -> array (n, d). The file is "
         "imported, i.e. EXECUTED as Python code: only pass files you trust",
     )
-    enc.add_argument(
-        "--hf-model",
-        metavar="DIR",
-        help="local Hugging Face encoder directory (needs transformers)",
-    )
+    enc.add_argument("--hf-model", metavar="DIR", help="local Hugging Face encoder (transformers)")
     p.add_argument(
         "--tasks",
         default="all",
-        help="comma-separated task names (any case; STS-B, SICK-R, SICK-E as the tables print "
-        "them) and/or groups sts, transfer, all. A group runs its tasks present under "
-        "--data-dir and names the missing ones on stderr; a task named on its own must be "
-        "there (see --skip-missing)",
+        help="comma-separated task names (any case, or as the tables print them) and/or groups "
+        "sts, transfer, all; a group runs those present, a named task must be there",
     )
     add_data_dir(p)
     add_output(p, "JSON results file (written atomically)")
     p.add_argument(
         "--pooling",
-        help="vat: pool the token means mu: mean | sum | start (the paper's VAT-mean/-sum/-start) "
-        "| precision (mu weighted by exp(-logvar)); default: the model's own vectors (its "
-        "feature spec, docs/features.md). HF: mean (default) | cls",
+        help="vat: pool mu by mean | sum | start | precision (default: the model's own vectors, "
+        "docs/features.md); HF: mean (default) | cls",
     )
     p.add_argument(
         "--preset",
         choices=["prototyping", "full"],
         default="prototyping",
-        help="SentEval classifier preset: prototyping (kfold 5, rmsprop, batch 128, tenacity 3, "
-        "epoch_size 2) or full (kfold 10, adam, batch 64, tenacity 5, epoch_size 4)",
+        help="SentEval classifier preset: prototyping (kfold 5, rmsprop) or full (kfold 10, adam)",
     )
     p.add_argument(
-        "--classifier",
-        choices=["logreg", "mlp"],
-        default="logreg",
-        help="logreg (SentEval nhid=0) or mlp (one sigmoid hidden layer, Adam)",
+        "--classifier", choices=["logreg", "mlp"], default="logreg", help="mlp: one hidden layer"
     )
     p.add_argument("--nhid", type=whole(1), default=50, help="hidden units of --classifier mlp")
     p.add_argument(
         "--relatedness",
         choices=["cosine", "regressor", "both"],
         default="cosine",
-        help="STSBenchmark/SICKRelatedness: cosine (no training, default), SentEval's trained "
-        "regressor, or both",
+        help="STS-B/SICK-R: cosine (default), SentEval's trained regressor, or both",
     )
-    p.add_argument(  # numpy's seeds
-        "--seed", type=whole(0, 2**32 - 1), default=1111, help="SentEval seed (default 1111)"
-    )
+    p.add_argument("--seed", type=whole(0, 2**32 - 1), default=1111, help="(default 1111)")
     add_batch_size(p, 128)
-    p.add_argument(
-        "--skip-missing",
-        action="store_true",
-        help="also skip tasks named on their own whose data is missing or unreadable (one "
-        "warning line) instead of failing",
-    )
-    p.add_argument(
-        "--finetune",
-        action="store_true",
-        help="fine-tune the vat encoder + one dense layer per classification task (--model only)",
-    )
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="exit 1 when a score says the encoder is degenerate (an undefined correlation: "
-        "constant or non-finite vectors); without it, a warning on stderr",
-    )
+    p.add_argument("--skip-missing", action="store_true", help="skip named tasks lacking data")
+    p.add_argument("--finetune", action="store_true", help="fine-tune encoder + a dense layer")
+    p.add_argument("--strict", action="store_true", help="exit 1 on a degenerate encoder, not warn")
     p.add_argument("--epochs", type=whole(1), default=5, help="fine-tuning epochs")
-    p.add_argument(
-        "--lr", type=finite(positive=True), default=1e-4, help="fine-tuning learning rate (Adam)"
-    )
+    p.add_argument("--lr", type=finite(positive=True), default=1e-4, help="fine-tuning Adam lr")
     add_common(p)
     add_feature_options(p)
-    plot = p.add_argument(
-        "--plot",
-        metavar="PNG",
-        help="write a bar chart of the scores per task (with --compare: beside earlier runs) "
-        "to this PNG file, atomically; needs matplotlib",
-    )
+    plot = p.add_argument("--plot", metavar="PNG", help="write a bar chart of the scores")
     add_renamed(p, "--plots", plot)  # an older spelling (docs/cli.md)
     p.add_argument(
-        "--compare",
-        nargs="+",
-        metavar="JSON",
-        default=[],
-        help="results files of earlier runs (--output) to plot beside this one (needs --plot)",
+        "--compare", nargs="+", metavar="JSON", default=[], help="--output files to plot too"
     )
     return p
 
@@ -226,8 +187,7 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str], device: st
 
 
 def _tasks_to_run(choice: TaskChoice, data_dir: str, skip_missing: bool) -> list[str]:
-    """A group's members present, and the tasks named on their own (those missing fail as they
-    load, or with --skip-missing are skipped with a warning line, as are tasks that do not load)."""
+    """A group's tasks present, and those named (with --skip-missing: those that load)."""
     if choice.named_absent and not skip_missing:
         return choice.tasks
     skipped = choice.absent + choice.named_absent
@@ -325,7 +285,18 @@ def _main(argv: Sequence[str] | None) -> int:
         plot_comparison(runs, plot)
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
-    return _report_degenerate(results, args.strict)
+    from vat.eval.degenerate import degenerate_tasks, warning_lines
+
+    found = degenerate_tasks(results)
+    for line in warning_lines(found):
+        print(line, file=sys.stderr)
+    if found and args.strict:
+        print(
+            f"error: --strict: degenerate encoder on {', '.join(found)} (see the warnings above)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 def _finetune(args: argparse.Namespace, loaded, tasks: list[str], device: str, meta: dict):
@@ -384,22 +355,6 @@ def _evaluate(args: argparse.Namespace, loaded, tasks: list[str], device: str, m
         relatedness=args.relatedness,
     )
     return results, seconds
-
-
-def _report_degenerate(results: dict, strict: bool) -> int:
-    """A warning per task whose correlation is undefined; exit 1 under --strict."""
-    from vat.eval.degenerate import degenerate_tasks, warning_lines
-
-    found = degenerate_tasks(results)
-    for line in warning_lines(found):
-        print(line, file=sys.stderr)
-    if found and strict:
-        print(
-            f"error: --strict: degenerate encoder on {', '.join(found)} (see the warnings above)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

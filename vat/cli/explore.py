@@ -15,51 +15,34 @@ from vat.data.corpus import LineReader, warn_skipped
 from vat.errors import OptionError, VatError, run_cli
 from vat.io import regular_file
 
-DEFAULT_PORT = 7860  # gradio's own default
-DEFAULT_CORPUS_LIMIT = 10_000
 EXTRA = 'pip install "variational-auto-transformer[explore]"'
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vat explore",
-        description="The latent space of one model in the browser: reconstruct with per-token "
-        "KL, resample a token, interpolate, sample, neighbours, the model's facts. See "
-        "docs/explore.md.",
+        description="The latent space of one model in the browser (docs/explore.md).",
     )
     add_model_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument(
-        "--port",
-        type=whole(0, 65535),
-        default=DEFAULT_PORT,
-        help=f"port to bind (default {DEFAULT_PORT}; 0 = any free port)",
-    )
+    # 7860: gradio's own default
+    p.add_argument("--port", type=whole(0, 65535), default=7860, help="default 7860; 0: any free")
     p.add_argument(
         "--corpus",
         metavar="FILE",
-        help="text file (plain or .gz, one sentence per line) for the neighbours view "
-        "(default: the model's training text where it is recorded and readable)",
+        help="text file (plain or .gz) for the neighbours view (default: the model's own sample)",
     )
     p.add_argument(
-        "--corpus-limit",
-        type=whole(1),
-        default=DEFAULT_CORPUS_LIMIT,
-        help=f"encode at most the first N lines of the corpus (default {DEFAULT_CORPUS_LIMIT:,})",
+        "--corpus-limit", type=whole(1), default=10_000, help="use its first N lines (10,000)"
     )
-    p.add_argument(
-        "--share", action="store_true", help="also open a public gradio share link (off by default)"
-    )
-    p.add_argument(
-        "--analytics", action="store_true", help="allow gradio's usage analytics (off by default)"
-    )
+    p.add_argument("--share", action="store_true", help="also open a public gradio share link")
+    p.add_argument("--analytics", action="store_true", help="allow gradio's usage analytics")
     add_common(p)
     return p
 
 
 def check_port(host: str, port: int) -> int:
-    """`port` (a free one for 0), refused in one line before the model loads when it cannot be
-    bound in the host's own address family, as the server will bind it."""
+    """`port` (a free one for 0), or one line before the model loads if it cannot be bound."""
     try:
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -109,8 +92,7 @@ def served_url(host: str, port: int) -> str:
 
 
 def corpus_lines(args, loaded) -> tuple[list[str] | None, str | None, str | None]:
-    """(lines, name, note): --corpus FILE's first --corpus-limit lines, else those of a training
-    checkpoint's fitting sample, else None with a note saying why."""
+    """(lines, name, note) of --corpus, else of a checkpoint's fitting sample, else a note."""
     if args.corpus is None:
         if loaded.fit_sample is None:
             note = (

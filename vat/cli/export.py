@@ -24,16 +24,15 @@ def build_parser() -> Parser:
     p = Parser(
         prog="vat export",
         usage="vat export MODEL [DIR] [options]",
-        description="Export a vat model (a training checkpoint, a run folder, an exported "
-        "folder or a Hub id) to a model folder that vat.load, sentence-transformers and the "
-        "Hugging Face Hub read; trainer state is dropped.",
+        description="Export a vat model to a folder that vat.load, sentence-transformers and "
+        "the Hugging Face Hub read (trainer state dropped).",
     )
     p.add_argument(
         "paths",
         nargs="*",
         metavar="MODEL DIR",
-        help="MODEL, " + MODEL_HELP + "; DIR: the folder to write (must not exist, or be "
-        "empty). Without DIR, an exported folder MODEL is pushed as it is (--push-to-hub)",
+        help=f"MODEL, {MODEL_HELP}; DIR: the new or empty folder to write (without it, "
+        "--push-to-hub pushes an exported MODEL as it is)",
     )
     p.add_argument("--model", "--ckpt", dest="model", help="MODEL as an option")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in DIR")
@@ -43,43 +42,33 @@ def build_parser() -> Parser:
         help="also upload the folder to this Hub model repo (needs a login or HF_TOKEN)",
     )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: a private repo")
-    p.add_argument(
-        "--license",
-        help=f"the model card's license, a Hub license id (default {DEFAULT_LICENSE}, or an "
-        "exported MODEL's)",
-    )
-    p.add_argument(
-        "--language",
-        help=f"the model card's language (default {DEFAULT_LANGUAGE}, or an exported MODEL's)",
-    )
+    p.add_argument("--license", help=f"the card's license (default: MODEL's or {DEFAULT_LICENSE})")
+    p.add_argument("--language", help=f"card language (default: MODEL's or {DEFAULT_LANGUAGE})")
     p.add_argument(
         "--evaluate",
         metavar="TASKS",
-        help="run `vat evaluate` on these tasks (e.g. STS12,STSBenchmark or sts) and record "
-        "the scores in config.json and the card's model-index",
+        help="record `vat evaluate`'s scores on these tasks (e.g. sts) in config.json and card",
     )
     add_data_dir(p, " for --evaluate")
     p.add_argument(
         "--features",
         metavar="SPEC",
-        help="the folder's sentence-feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; "
-        "default: an exported MODEL's own, else vat.feature_spec.DEFAULT_EXPORT_SPEC); "
-        "post-processing is fitted on a training checkpoint's fitting sample or --fit-files",
+        help="the folder's feature spec SOURCE/WEIGHTING/POST (default: MODEL's own, else "
+        "vat.feature_spec.DEFAULT_EXPORT_SPEC)",
     )
     p.add_argument(
         "--space",
         action="store_true",
-        help="also write app.py and requirements.txt, so that DIR runs as a Hugging Face "
-        "Space with the page of `vat explore` (`python DIR/app.py` serves it locally)",
+        help="also write app.py and requirements.txt: DIR runs `vat explore` as a Hub Space",
     )
     add_fit_options(p, sentences=False)
     add_train_data_dir(p)
-    add_common(p)  # --device (where --evaluate runs), --debug, --no-progress, --quiet
+    add_common(p)
     return p
 
 
 def scores_table(folder: Path) -> str:
-    """The scores an export recorded in config.json ("evaluation"), one row per task."""
+    """The scores an export recorded in config.json, one row per task."""
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     scores = config.get("evaluation") or []
     specs = ", ".join(dict.fromkeys(str(s.get("features", "?")) for s in scores))

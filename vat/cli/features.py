@@ -22,42 +22,33 @@ def add_fit_options(p, *, sentences: bool = True) -> None:
         "--fit-files",
         nargs="+",
         metavar="FILE",
-        help="fit the post-processing on these text files (one sentence a line) instead of "
-        "the checkpoint's fitting sample of its training sentences",
+        help="fit the post-processing on these text files, not the checkpoint's fitting sample",
     )
     if sentences:
         p.add_argument(
-            "--fit-sentences",
-            type=whole(2),
-            default=20_000,
-            metavar="N",
-            help="sentences sampled for fitting (default 20000)",
+            "--fit-sentences", type=whole(2), default=20_000, metavar="N", help="sampled (20000)"
         )
     p.add_argument(
         "--count-files",
         nargs="+",
         metavar="FILE",
-        help="count token frequencies for sif weighting in these text files (for checkpoints "
-        "that store none)",
+        help="count sif's token frequencies in these text files (if the checkpoint has none)",
     )
 
 
 def add_feature_options(p: argparse.ArgumentParser) -> None:
-    """vat evaluate's feature-spec options."""
     g = p.add_argument_group("feature spec (vat checkpoints; see vat.feature_spec)")
     g.add_argument(
         "--features",
         metavar="SPEC",
-        help="SOURCE/WEIGHTING/POST, e.g. mu/sif/pc1 or firstlast/mean/whiten64; replaces "
-        "--pooling. Post-processing is fitted on unlabeled sentences: by default the "
-        "checkpoint's fitting sample of its training sentences, stored beside the checkpoint",
+        help="SOURCE/WEIGHTING/POST, e.g. mu/sif/pc1 or firstlast/mean/whiten64 (replaces "
+        "--pooling); post-processing is fitted on the checkpoint's fitting sample",
     )
     add_fit_options(g)
     g.add_argument(
         "--fit-transductive",
         action="store_true",
-        help="allow fitting on the evaluation data: on --fit-files inside --data-dir, or, "
-        "without --fit-files, on the sentences of the tasks being evaluated (not stored)",
+        help="allow fitting on the evaluation data (--fit-files in --data-dir, else the tasks')",
     )
 
 
@@ -92,7 +83,6 @@ def check_fitted(fitted, args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """vat features compare's options."""
     p = Parser(
         prog="vat features compare",
         description="Score every feature spec (source x weighting x post-processing) of one "
@@ -104,9 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     add_data_dir(p)
     p.add_argument(
-        "--classification",
-        action="store_true",
-        help="also run MR, CR, SUBJ, MPQA, SST2, TREC, MRPC for mean-of-mu and the best three",
+        "--classification", action="store_true", help="transfer tasks for mean-of-mu and best 3 too"
     )
     add_fit_options(p)
     add_batch_size(p, 128)

@@ -44,51 +44,34 @@ def _parser() -> argparse.ArgumentParser:
     g = common.add_argument_group("checkpoint and output")
     add_model_option(g)
     add_batch_size(g, 64)
-    g.add_argument(
-        "--json", action="store_true", help="one JSON object per input (JSON Lines) instead of text"
-    )
+    g.add_argument("--json", action="store_true", help="one JSON object per input (JSON Lines)")
     add_output(g, "write the results to FILE (atomically, once all are done) instead of stdout")
-    g.add_argument(
-        "--seed", type=int, default=0, help="seed of latent and token sampling (default 0)"
-    )
+    g.add_argument("--seed", type=int, default=0, help="seed of all sampling (default 0)")
     add_common(g)
     d = common.add_argument_group("decoding")
-    d.add_argument(
-        "--sampling",
-        action="store_true",
-        help="sample tokens (top-k/top-p/temperature) instead of argmax",
-    )
+    d.add_argument("--sampling", action="store_true", help="sample tokens instead of argmax")
     for flag, kind, default, help in DECODING:
         d.add_argument(flag, type=kind, default=default, help=help)
 
     inputs = Parser(add_help=False)
     inputs.add_argument("sentences", nargs="*", help="sentences to process (or use --input)")
-    inputs.add_argument(
-        "--input", help="text file, one sentence per line (plain or .gz; '-' = stdin)"
-    )
+    inputs.add_argument("--input", help="text file, one sentence a line (plain, .gz; '-': stdin)")
 
     variational = Parser(add_help=False)
     variational.add_argument(
         "-n", "--num-samples", type=whole(1), default=5, help="samples per sentence (default 5)"
     )
     variational.add_argument(
-        "--tau",
-        type=finite(0),
-        default=1.0,
-        help="noise scale: z = mu + tau * sigma * eps (default 1)",
+        "--tau", type=finite(0), default=1.0, help="noise: z = mu + tau * sigma * eps (default 1)"
     )
 
     p = Parser(
         prog="vat generate",
-        description="Generate text from a vat checkpoint's latent space. Results go to stdout, "
-        "one per line in input order (or --json); notes and warnings go to stderr.",
+        description="Generate text from a vat checkpoint's latent space: results on stdout, "
+        "notes on stderr.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser(
-        "reconstruct",
-        parents=[common, inputs],
-        help="decode each sentence's token means (one line per input line)",
-    )
+    sub.add_parser("reconstruct", parents=[common, inputs], help="decode each sentence's mu")
     sub.add_parser(
         "sample",
         parents=[common, inputs, variational],
@@ -103,26 +86,19 @@ def _parser() -> argparse.ArgumentParser:
         "--positions",
         type=number_list(int),
         required=True,
-        help="comma-separated 0-based subword positions to resample, e.g. 1,3 "
-        "(position = number of subwords is the </s> latent)",
+        help="comma-separated 0-based subword positions, e.g. 1,3 (the number of subwords: </s>)",
     )
     r.add_argument(
         "--source",
         choices=("posterior", "prior"),
         default="posterior",
-        help="draw the chosen latents from their posterior at --tau (default) or from the "
-        "prior N(0, s^2 I)",
+        help="draw them from the posterior at --tau (default) or the prior N(0, s^2 I)",
     )
-    i = sub.add_parser(
-        "interpolate",
-        parents=[common],
-        help="decode (1-a) Z1 + a Z2 for each alpha (one line per alpha)",
-    )
+    i = sub.add_parser("interpolate", parents=[common], help="decode (1-a) Z1 + a Z2 per alpha")
     i.add_argument("sentences", nargs="*", help="two sentences (or use --input)")
     i.add_argument(
         "--input",
-        help="file of sentence pairs, one pair per line separated by a tab (plain or .gz; "
-        "'-' = stdin)",
+        help="file of tab-separated sentence pairs, one a line (plain or .gz; '-' = stdin)",
     )
     i.add_argument(
         "--alphas",
@@ -130,26 +106,18 @@ def _parser() -> argparse.ArgumentParser:
         default=[0.0, 0.25, 0.5, 0.75, 1.0],
         help="comma-separated interpolation weights (default 0,0.25,0.5,0.75,1)",
     )
-    i.add_argument(
-        "--slerp",
-        action="store_true",
-        help="spherical instead of linear interpolation, per position",
-    )
+    i.add_argument("--slerp", action="store_true", help="spherical, not linear, per position")
     pr = sub.add_parser(
         "prior", parents=[common], help="decode latents drawn from the prior N(0, s^2 I) (n lines)"
     )
-    pr.add_argument(
-        "-n", "--num-samples", type=whole(1), default=10, help="number of samples (default 10)"
-    )
+    pr.add_argument("-n", "--num-samples", type=whole(1), default=10, help="samples (default 10)")
     pr.add_argument(
         "--length",
         type=whole(1),
-        help="latent length T (subwords + 1); default: drawn from the training length histogram",
+        help="latent length T (subwords + 1); default: drawn from the training lengths",
     )
     pr.add_argument(
-        "--prior-std",
-        type=finite(positive=True),
-        help="s of the prior (default: the checkpoint's)",
+        "--prior-std", type=finite(positive=True), help="s of the prior (default: the checkpoint's)"
     )
     b = sub.add_parser(
         "bleu",
@@ -161,8 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         "--long-over",
         type=whole(1),
         metavar="N",
-        help="also score the lines of more than N subwords, and the others, separately "
-        "(e.g. 63: what a max_len 64 model truncates)",
+        help="also score lines over N subwords and the rest apart (e.g. 63 for max_len 64)",
     )
     return p
 

@@ -3,10 +3,10 @@ writes one output line per input line (or JSON Lines)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
+from argparse import Namespace
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -19,7 +19,7 @@ from vat.generate.variation import deterministic_note, sample_agreement
 from vat.tokenizer import EOS_ID
 
 
-def _read_lines(args: argparse.Namespace, limit: int | None = None) -> list[str]:
+def _read_lines(args: Namespace, limit: int | None = None) -> list[str]:
     if args.input is not None and args.sentences:
         raise VatError("give sentences as arguments or --input FILE, not both")
     if args.input is None:
@@ -47,7 +47,7 @@ def _non_empty(lines: Sequence[str], quiet: bool = False) -> list[int]:
     return keep
 
 
-def _labels(args: argparse.Namespace, keep: Sequence[int]) -> list[str]:
+def _labels(args: Namespace, keep: Sequence[int]) -> list[str]:
     """How warnings name input i: its line in --input, else its position among the arguments."""
     what = "line" if args.input is not None else "argument"
     return [f"{what} {i + 1}" for i in keep]
@@ -61,9 +61,7 @@ def _emit(out: TextIO, as_json: bool, record: dict, lines: Sequence[str]) -> Non
             out.write(line.replace("\n", " ") + "\n")
 
 
-def _run_reconstruct(
-    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
-) -> None:
+def _run_reconstruct(gen: VATGenerator, args: Namespace, opts: DecodeOptions, out: TextIO) -> None:
     lines = _read_lines(args)
     keep = _non_empty(lines, quiet=args.quiet)
     hyps = gen.reconstruct_hypotheses([lines[i] for i in keep], opts, labels=_labels(args, keep))
@@ -81,9 +79,7 @@ def _run_reconstruct(
         _emit(out, args.json, record, [best])
 
 
-def _run_sample(
-    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
-) -> None:
+def _run_sample(gen: VATGenerator, args: Namespace, opts: DecodeOptions, out: TextIO) -> None:
     lines = _read_lines(args)
     keep = _non_empty(lines, quiet=args.quiet)
     labels = _labels(args, keep)
@@ -96,7 +92,15 @@ def _run_sample(
         results = gen.resample_token(
             texts, positions, n, args.tau, opts, args.seed, labels=labels, source=args.source
         )
-    _note_if_deterministic(gen, args, opts, texts, results, labels)
+    # one note when latent samples repeat the mu-decoding: n copies of the input are no n samples
+    prior = getattr(args, "source", "") == "prior"
+    if not (args.quiet or opts.strategy == "sample" or args.tau == 0 or prior):
+        with warnings.catch_warnings():  # the sampling call already warned about cut sentences
+            warnings.simplefilter("ignore", TruncationWarning)
+            means = gen.reconstruct(texts, opts, labels=labels)
+        agreement = sample_agreement(results, means, texts)
+        if agreement.nearly_deterministic:
+            print(f"note: {deterministic_note(agreement, args.tau)}", file=sys.stderr)
     by_line = dict(zip(keep, results))
     for i, src in enumerate(lines):
         samples = by_line.get(i)
@@ -114,30 +118,7 @@ def _run_sample(
         _emit(out, args.json, record, samples)
 
 
-def _note_if_deterministic(
-    gen: VATGenerator,
-    args: argparse.Namespace,
-    opts: DecodeOptions,
-    texts: Sequence[str],
-    results: Sequence[Sequence[str]],
-    labels: Sequence[str],
-) -> None:
-    """One stderr note when latent samples repeat the mu-decoding (vat.generate.variation): n
-    copies of the input would otherwise pass for n samples."""
-    prior = getattr(args, "source", "") == "prior"
-    if args.quiet or opts.strategy == "sample" or args.tau == 0 or prior:
-        return
-    with warnings.catch_warnings():  # the sampling call already warned about cut sentences
-        warnings.simplefilter("ignore", TruncationWarning)
-        means = gen.reconstruct(list(texts), opts, labels=labels)
-    agreement = sample_agreement(results, means, texts)
-    if agreement.nearly_deterministic:
-        print(f"note: {deterministic_note(agreement, args.tau)}", file=sys.stderr)
-
-
-def _run_interpolate(
-    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
-) -> None:
+def _run_interpolate(gen: VATGenerator, args: Namespace, opts: DecodeOptions, out: TextIO) -> None:
     if args.input is None and len(args.sentences) != 2:
         raise VatError(
             "interpolate needs exactly two sentences (or --input FILE of tab-separated "
@@ -165,16 +146,12 @@ def _run_interpolate(
         _emit(out, args.json, record, texts)
 
 
-def _run_prior(
-    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
-) -> None:
+def _run_prior(gen: VATGenerator, args: Namespace, opts: DecodeOptions, out: TextIO) -> None:
     for T, text in gen.prior(args.num_samples, args.length, opts, args.seed, args.prior_std):
         _emit(out, args.json, {"length": T, "output": text}, [text])
 
 
-def _run_bleu(
-    gen: VATGenerator, args: argparse.Namespace, opts: DecodeOptions, out: TextIO
-) -> None:
+def _run_bleu(gen: VATGenerator, args: Namespace, opts: DecodeOptions, out: TextIO) -> None:
     lines = _read_lines(args, args.limit)
     keep = _non_empty(lines, quiet=args.quiet)
     if args.limit is not None:

@@ -32,51 +32,31 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vat geometry",
-        description="Isotropy, self-similarity, intra-sentence similarity and collapse "
-        "diagnostics (Ethayarajh 2019; see vat.geometry.metrics) of a vat checkpoint or a "
-        "local Hugging Face encoder.",
+        description="Isotropy, self-similarity and collapse diagnostics (Ethayarajh 2019; "
+        "vat.geometry.metrics) of a vat checkpoint or a local Hugging Face encoder.",
     )
     model = p.add_mutually_exclusive_group(required=True)
     add_model_option(model, required=False)  # a VAT's token vectors: its posterior means mu
-    model.add_argument(
-        "--hf-model", help="local Hugging Face model directory (needs the transformers extra)"
-    )
-    p.add_argument(
-        "--layer",
-        type=int,
-        help="--hf-model only: hidden layer, 0 = embeddings, -1 = last (default -1)",
-    )
+    model.add_argument("--hf-model", help="local Hugging Face model folder (needs transformers)")
+    p.add_argument("--layer", type=int, help="--hf-model's hidden layer, 0 = embeddings, -1 = last")
     probe = p.add_mutually_exclusive_group()
-    probe.add_argument(
-        "--probe", help="text file of probe sentences (one a line; tab-separated fields split)"
-    )
+    probe.add_argument("--probe", help="text file of probe sentences (tab-separated fields split)")
     add_renamed(probe, "--senteval-dir", add_data_dir(probe, "; its STS12 sentences are the probe"))
     p.add_argument("--max-sentences", type=whole(1), help="use only the first N probe sentences")
+    p.add_argument("--keep-duplicates", action="store_true", help="keep repeated probe sentences")
     p.add_argument(
-        "--keep-duplicates",
-        action="store_true",
-        help="keep repeated probe sentences (default: each distinct sentence once)",
-    )
-    p.add_argument(
-        "--min-count",
-        type=whole(2),
-        default=5,
-        help="occurrences a token type needs for self-similarity",
+        "--min-count", type=whole(2), default=5, help="count a type needs for self-similarity"
     )
     add_batch_size(p, 64)
     p.add_argument(
-        "--top-types",
-        type=whole(0),
-        default=10,
-        help="print this many most and least self-similar token types (0: none)",
+        "--top-types", type=whole(0), default=10, help="most and least self-similar types to print"
     )
     add_output(p, "JSON file to write (default: only print the table)")
     add_common(p)
     plot_dir = p.add_argument(
         "--plot-dir",
         metavar="DIR",
-        help="also write PNGs (spectrum.png, kl_per_dim.png, active_units.png: covariance "
-        "spectrum, KL per dimension, active units) into the folder DIR",
+        help="also write spectrum.png, kl_per_dim.png and active_units.png into DIR",
     )
     add_renamed(p, "--plots", plot_dir)
     p.add_argument("--plot", action=_PlotFile, help=argparse.SUPPRESS)
@@ -84,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _PlotFile(argparse.Action):
-    """`--plot X.png` (one PNG in every other command) is an error naming --plot-dir, and
-    `--plot DIR` an older spelling of --plot-dir."""
+    """`--plot X.png` is an error naming --plot-dir; `--plot DIR` an older spelling of it."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if Path(values).suffix.lower() == ".png":

@@ -18,25 +18,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Run MTEB's English STS tasks on a VAT (task data from the HF Hub).",
     )
     add_model_option(p)
-    p.add_argument(
-        "--tasks",
-        help="comma-separated MTEB task names (default: the STS tasks of MTEB(eng, v2))",
-    )
-    p.add_argument(
-        "--pooling",
-        help="pool the token means mu: mean | sum | start | precision (default: the model's "
-        "own vectors, docs/features.md)",
-    )
-    p.add_argument(
-        "--features",
-        help="feature spec SOURCE/WEIGHTING/POST (vat.feature_spec; default: the model's own, "
-        "docs/features.md)",
-    )
+    p.add_argument("--tasks", help="comma-separated MTEB tasks (default: MTEB(eng, v2)'s STS)")
+    p.add_argument("--pooling", help="pool mu by mean | sum | start | precision")
+    p.add_argument("--features", help="feature spec SOURCE/WEIGHTING/POST (default: the model's)")
     add_batch_size(p, 64)
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default auto)")
-    output_dir = p.add_argument(
-        "--output-dir", default="mteb-results", help="folder for MTEB's result files"
-    )
+    output_dir = p.add_argument("--output-dir", default="mteb-results", help="MTEB's result folder")
     add_renamed(p, "--output", output_dir)  # an older spelling (docs/cli.md)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p

@@ -14,15 +14,12 @@ def build_parser() -> Parser:
     p = Parser(
         prog="vat pretrained",
         usage="vat pretrained [list | show NAME] [options]",
-        description="The models that ship with vat: list them, or show one's card. Load one "
-        "with --model NAME or vat.load(NAME).",
+        description="The models that ship with vat (load one with --model NAME or vat.load(NAME)).",
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     sub.add_parser("list", prog="vat pretrained list", help="list the shipped models (default)")
-    show = sub.add_parser(
-        "show", prog="vat pretrained show", help="print a shipped model's card (README.md)"
-    )
+    show = sub.add_parser("show", prog="vat pretrained show", help="print a shipped model's card")
     show.add_argument("name", metavar="NAME")
     return p
 

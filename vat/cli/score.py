@@ -30,22 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ScoreSettings()
     p = Parser(
         prog="vat score",
-        description="The text-VAE table (NLL by importance sampling, PPL, -ELBO, KL, MI, AU, "
-        "reconstruction BLEU, sample diversity, alignment and uniformity) of a model on a "
-        "text file, one sentence per line. See docs/score.md.",
+        description="The text-VAE table (NLL, PPL, -ELBO, KL, MI, AU, BLEU, diversity, "
+        "alignment, uniformity) of a model on a text file. See docs/score.md.",
     )
     add_model_option(p)
     p.add_argument(
-        "file",
-        metavar="FILE",
-        help="text file, one sentence per line (plain or .gz; '-' = stdin); empty lines skipped",
+        "file", metavar="FILE", help="text file, one sentence a line (or .gz; '-': stdin)"
     )
     p.add_argument(
         "--samples",
         type=int,
         default=DEFAULT_SAMPLES,
-        help=f"K importance samples per sentence for the NLL (default {DEFAULT_SAMPLES}, as He "
-        "et al. 2019); costs K decoder passes per sentence",
+        help=f"K importance samples (decoder passes) per sentence for the NLL (default "
+        f"{DEFAULT_SAMPLES})",
     )
     p.add_argument("--limit", type=whole(1), help="score only the first N sentences")
     add_batch_size(p, defaults.batch_size)
@@ -53,34 +50,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--diversity-samples",
         type=int,
         default=defaults.diversity_samples,
-        help="variational samples per sentence (tau 1) for distinct-n and self-BLEU "
-        f"(default {defaults.diversity_samples}; 0 skips)",
+        help=f"samples per sentence for diversity (default {defaults.diversity_samples}; 0 skips)",
     )
     p.add_argument(
         "--prior-samples",
         type=int,
         default=defaults.prior_samples,
-        help=f"samples from the prior for distinct-n and self-BLEU (default "
-        f"{defaults.prior_samples}; 0 skips)",
+        help=f"prior samples for diversity (default {defaults.prior_samples}; 0 skips)",
     )
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of every draw (default 0)")
     rep = p.add_mutually_exclusive_group()
     rep.add_argument(
         "--sts-pairs",
         metavar="FILE",
-        help="sentence pairs in STS-B's layout for alignment and uniformity (default: STS-B "
-        "test under --data-dir)",
+        help="STS-B-layout pairs for alignment and uniformity (default: --data-dir's STS-B)",
     )
     add_data_dir(rep, " whose STS-B test split gives the pairs (skipped if it has none)")
-    rep.add_argument(
-        "--no-representation", action="store_true", help="leave out alignment and uniformity"
-    )
+    rep.add_argument("--no-representation", action="store_true", help="no alignment, uniformity")
     p.add_argument(
         "--on-bad-bytes",
         choices=("error", "skip"),
         default="error",
-        help="a line that is not UTF-8: an error naming it (default), or skip it and say how "
-        "many were skipped",
+        help="a line that is not UTF-8: an error (default), or skipped and counted",
     )
     add_output(p, "also write the table as JSON to FILE")
     add_common(p)
@@ -88,7 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(source: str, on_bad_bytes: Literal["error", "skip"], limit: int | None) -> list[str]:
-    """The first `limit` non-empty stripped lines of FILE or stdin, read lazily."""
     hint = "--on-bad-bytes skip skips such lines"
     lines = read_text_lines(source, "FILE", limit, on_bad_bytes, hint)
     return [s.strip() for s in lines if s.strip()]

@@ -33,25 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", required=True, help="sweep YAML (see configs/sweeps/)")
     output_dir = p.add_argument("--output-dir", help="output folder (overrides out_dir)")
     add_renamed(p, "--output", output_dir)  # an older spelling (docs/cli.md)
-    p.add_argument(
-        "--values",
-        type=_values,
-        help="comma-separated values of the (one) swept key, overriding the YAML's (not for a "
-        "list of points)",
-    )
-    p.add_argument(
-        "--jobs", type=int, help="runs trained at the same time, one process each (overrides jobs)"
-    )
-    p.add_argument(
-        "--device", help="where measurements run: auto, cpu, cuda or cuda:N (overrides device)"
-    )
+    p.add_argument("--values", type=_values, help="comma-separated values of the one swept key")
+    p.add_argument("--jobs", type=int, help="runs trained at once, a process each (overrides jobs)")
+    p.add_argument("--device", help="where runs are measured: auto, cpu, cuda, cuda:N")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar over the runs")
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar and no [sweep] log lines (the results table still prints)",
-    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no [sweep] lines")
     # the child processes' options: the point each runs, and no table of its own
     p.add_argument("--run", action="append", help=argparse.SUPPRESS)
     p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)

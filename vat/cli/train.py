@@ -303,10 +303,14 @@ def build(cli: VATCLI, start: Start | None = None) -> tuple[VATDataModule, VATSy
     if cfg.trainer.enable_model_summary is not False:  # on stderr, no unmeasured "FLOPs 0"
         callbacks.append(ModelSummary())
     if cli.subcommand == "fit":
-        callbacks.append(TrainingSummary())  # the checkpoints, final numbers, next commands
-        callbacks.append(StopOnSignal())  # Ctrl-C / SIGTERM: stop at a whole step, saved
-        callbacks.append(rd.MarkTrained(run_dir))
-        callbacks.append(TimeSplit(run_dir))  # where the fit's seconds went
+        # the checkpoints, final numbers and next commands; Ctrl-C / SIGTERM stops at a whole
+        # step, saved; the record's "trained"; where the fit's seconds went
+        callbacks += [
+            TrainingSummary(),
+            StopOnSignal(),
+            rd.MarkTrained(run_dir),
+            TimeSplit(run_dir),
+        ]
         if cfg.get("enable_collapse_alarm", True):
             callbacks.append(CollapseAlarm())
         if start.init is not None and cfg.ckpt_path is None:
@@ -352,11 +356,8 @@ def begin(cli: VATCLI, start: Start) -> None:
 
 def _no_best_checkpoint(cli: VATCLI, cfg, no_val_data: bool) -> None:
     """Without validation the best checkpoint is dropped with a note, not a warning per save."""
-    why = (
-        "the data holds no validation sentences"
-        if no_val_data
-        else "--trainer.limit_val_batches 0 turns validation off"
-    )
+    why = "--trainer.limit_val_batches 0 turns validation off"
+    why = "the data holds no validation sentences" if no_val_data else why
     if cfg.best_monitor == "val/stsb_spearman":
         raise VatError(f"--best_monitor val/stsb_spearman needs validation, but {why}")
     cli.trainer.callbacks[:] = [c for c in cli.trainer.callbacks if c is not cli.best]
@@ -460,8 +461,7 @@ def _build_cli(args: list[str] | None, **kwargs) -> VATCLI:
     )
 
 
-TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)
-"""Beyond vat.errors.USER_ERRORS, what ends a training command in one line."""
+TRAIN_ERRORS = (NonFiniteLossError, MisconfigurationException)  # one line, as USER_ERRORS
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
@@ -531,15 +531,10 @@ def _threads_option(args: list[str]) -> tuple[list[str], int | None]:
     return rest, value
 
 
-TRUST_COMPILE_CACHE = ("--trust-compile-cache", "--trust_compile_cache")
-
-
 def _trust_option(args: list[str] | None) -> tuple[list[str] | None, bool]:
     """`--trust-compile-cache` taken out of the arguments: (the other arguments, given)."""
-    if args is None:
-        return None, False
-    rest = [a for a in args if a not in TRUST_COMPILE_CACHE]
-    return rest, len(rest) < len(args)
+    rest = [a for a in args or () if a not in ("--trust-compile-cache", "--trust_compile_cache")]
+    return (None, False) if args is None else (rest, len(rest) < len(args))
 
 
 def vat_train(argv: list[str]) -> int:

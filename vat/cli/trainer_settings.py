@@ -104,11 +104,8 @@ def check_devices(accelerator, devices) -> None:
         devices = int(devices)
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        build = (
-            "a CPU-only build"
-            if torch.version.cuda is None
-            else f"built for CUDA {torch.version.cuda}"
-        )
+        cuda = torch.version.cuda
+        build = "a CPU-only build" if cuda is None else f"built for CUDA {cuda}"
         raise VatError(
             f"--trainer.accelerator {accelerator}: no GPU is visible to torch {torch.__version__} "
             f"({build}); use --trainer.accelerator cpu, or auto to take a GPU when there is one"

@@ -116,9 +116,6 @@ def _whole_characters(data: bytes) -> bytes:
     return data
 
 
-TRAINING_SKIP_HINT = "set data.on_bad_bytes: skip to skip such lines"
-
-
 # byte-order marks of the encodings vat does not read (UTF-32's first: FF FE 00 00 starts
 # with UTF-16's FF FE)
 _OTHER_BOMS = (
@@ -164,7 +161,7 @@ def decode_each(
     first_line: int,
     where: object,
     on_bad_bytes: Literal["skip", "error"],
-    skip_hint: str = TRAINING_SKIP_HINT,
+    skip_hint: str = "set data.on_bad_bytes: skip to skip such lines",
 ) -> tuple[list[str], int]:
     """(the UTF-8 lines of `raw`, how many were not); "error": a VatError naming `where`:LINE."""
     out, bad = [], 0
@@ -182,9 +179,7 @@ class LineReader:
     """Chunks of non-empty stripped lines of one text file; bad lines counted in `bad`."""
 
     def __init__(self, path: Path, on_bad_bytes: Literal["skip", "error"] = "skip") -> None:
-        self.path = path
-        self.on_bad_bytes = on_bad_bytes
-        self.bad = 0
+        self.path, self.on_bad_bytes, self.bad = path, on_bad_bytes, 0
 
     def __iter__(self) -> Iterator[list[str]]:
         path = self.path

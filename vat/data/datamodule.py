@@ -39,7 +39,7 @@ from vat.data.token_cache import (  # noqa: F401 (TokenizedDataset: public API)
     write_token_cache,
 )
 from vat.data.token_counts import fit_sample, train_token_counts
-from vat.errors import VatError
+from vat.errors import VatError, check
 from vat.io import regular_file, remove_stale_temps
 from vat.tokenizer import SPECIAL_TOKENS, VATTokenizer
 
@@ -169,12 +169,9 @@ class VATDataModule(L.LightningDataModule):
         has_source = bool(h.val_files) or (bool(h.hf_dataset) and h.hf_val_split is not None)
         return not has_source and h.val_fraction > 0
 
-    def _cache(self) -> Path:
-        return Path(self.hparams.cache_dir)
-
     def _check_cache_dir(self, write: bool) -> None:
         """One-line errors for an unusable data.cache_dir (read-only, a symlink loop, a file)."""
-        d = self._cache()
+        d = Path(self.hparams.cache_dir)
         try:
             os.stat(d)
         except FileNotFoundError:
@@ -201,13 +198,13 @@ class VATDataModule(L.LightningDataModule):
         key = hash16(
             f"{self._source_key()}|{h.vocab_size}|{h.tokenizer_train_lines}|bpe-bytelevel-v2"
         )
-        return self._cache() / f"tokenizer-{key}.json"
+        return Path(h.cache_dir) / f"tokenizer-{key}.json"
 
     def _data_cache_path(self, tokenizer: VATTokenizer) -> Path:
         h = self.hparams
         tok_hash = hash16(tokenizer.to_str())
         key = hash16(f"{self._source_key()}|{tok_hash}|{h.max_len}|{h.overlength}|tokens-v2")
-        return self._cache() / f"data-{key}"
+        return Path(h.cache_dir) / f"data-{key}"
 
     def use_tokenizer(self, tokenizer: VATTokenizer) -> None:
         """Tokenize with a model's own tokenizer (`vat train --init-from`)."""
@@ -370,9 +367,8 @@ def ignore_ctrl_c(worker_id: int) -> None:
 
 
 def validate_data_options(args: dict) -> None:
-
-    def fail(name: str, expected: str) -> None:
-        raise VatError(f"data.{name} must be {expected}, got {args[name]!r}")
+    def need(name: str, ok: bool, expected: str) -> None:
+        check(ok, f"data.{name}", expected, args[name])
 
     def is_int(v) -> bool:
         return isinstance(v, int | np.integer) and not isinstance(v, bool)
@@ -383,8 +379,8 @@ def validate_data_options(args: dict) -> None:
         )
     for name in ("train_files", "val_files", "test_files"):
         v = args[name]
-        if v is not None and (isinstance(v, str) or not all(isinstance(p, str) and p for p in v)):
-            fail(name, "a list of file paths or globs")
+        bad = v is not None and (isinstance(v, str) or not all(isinstance(p, str) and p for p in v))
+        need(name, not bad, "a list of file paths or globs")
     minimum = {
         "vocab_size": len(SPECIAL_TOKENS) + 1,
         "tokenizer_train_lines": 1,
@@ -395,30 +391,23 @@ def validate_data_options(args: dict) -> None:
         "num_proc": 1,
     }
     for name, low in minimum.items():
-        if not is_int(args[name]) or args[name] < low:
-            fail(name, f"an integer >= {low}")
-    if not is_int(args["seed"]):
-        fail("seed", "an integer")
+        need(name, is_int(args[name]) and args[name] >= low, f"an integer >= {low}")
+    need("seed", is_int(args["seed"]), "an integer")
     v = args["max_train_lines"]
-    if v is not None and (not is_int(v) or v < 1):
-        fail("max_train_lines", "an integer >= 1 or null")
-    v = args["max_tokens"]
-    if v is not None and (not is_int(v) or v < args["max_len"]):
-        fail(
-            "max_tokens",
-            f"null or an integer >= data.max_len ({args['max_len']}), so the longest sentence fits",
-        )
+    need("max_train_lines", v is None or (is_int(v) and v >= 1), "an integer >= 1 or null")
+    v, max_len = args["max_tokens"], args["max_len"]
+    need(
+        "max_tokens",
+        v is None or (is_int(v) and v >= max_len),
+        f"null or an integer >= data.max_len ({max_len}), so the longest sentence fits",
+    )
     v = args["val_fraction"]
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
-        fail("val_fraction", "a number in [0, 1)")
-    if args["overlength"] not in ("truncate", "filter"):
-        fail("overlength", "'truncate' or 'filter'")
-    if args["on_bad_bytes"] not in ("skip", "error"):
-        fail("on_bad_bytes", "'skip' or 'error'")
-    if not isinstance(args["cache_dir"], str | os.PathLike) or not str(args["cache_dir"]):
-        fail("cache_dir", "a folder path")
-    if not isinstance(args["progress"], bool):
-        fail("progress", "true or false")
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and 0.0 <= v < 1.0
+    need("val_fraction", ok, "a number in [0, 1)")
+    need("overlength", args["overlength"] in ("truncate", "filter"), "'truncate' or 'filter'")
+    need("on_bad_bytes", args["on_bad_bytes"] in ("skip", "error"), "'skip' or 'error'")
+    v = args["cache_dir"]
+    need("cache_dir", isinstance(v, str | os.PathLike) and bool(str(v)), "a folder path")
+    need("progress", isinstance(args["progress"], bool), "true or false")
     for name in ("hf_text_field", "hf_train_split"):
-        if not isinstance(args[name], str) or not args[name]:
-            fail(name, "a non-empty string")
+        need(name, isinstance(args[name], str) and bool(args[name]), "a non-empty string")

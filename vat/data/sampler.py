@@ -126,12 +126,9 @@ class BucketBatchSampler(Sampler[list[int]]):
             if self.max_tokens is None:
                 batches.extend(chunk[i : i + size] for i in range(0, len(chunk), size))
             else:
+                lengths = self.lengths[chunk]
                 cuts = cut_token_batches(
-                    self.lengths[chunk],
-                    self.max_tokens,
-                    self.num_replicas,
-                    self.pad_multiple,
-                    self.max_len,
+                    lengths, self.max_tokens, self.num_replicas, self.pad_multiple, self.max_len
                 )
                 batches.extend(chunk[i:j] for i, j in cuts)
         if self.shuffle:

@@ -44,8 +44,7 @@ class SplitWriter:
         self.folder, self.dtype, self.cap, self.overlength = folder, dtype, max_len - 1, overlength
         self._files = {name: open(folder / name, "wb") for name in self.FILES}
         self.crc = dict.fromkeys(self._files, 0)
-        self.total = 0
-        self.lines = self.over = self.kept = 0
+        self.total = self.lines = self.over = self.kept = 0
         self._write("offsets.bin", np.zeros(1, np.int64))
 
     def _write(self, name: str, array: np.ndarray) -> None:

@@ -8,8 +8,6 @@ import torch
 
 from vat.data.token_cache import TokenizedDataset
 
-FIT_SAMPLE_SIZE = 20_000
-
 
 def train_token_counts(dataset: TokenizedDataset, vocab_size: int) -> list[int]:
     tokens = dataset._open()[0]  # the split's flat token array (memory-mapped)
@@ -22,7 +20,7 @@ def train_token_counts(dataset: TokenizedDataset, vocab_size: int) -> list[int]:
 
 
 def fit_sample(
-    dataset: TokenizedDataset, n: int = FIT_SAMPLE_SIZE, seed: int = 0
+    dataset: TokenizedDataset, n: int = 20_000, seed: int = 0
 ) -> dict[str, torch.Tensor]:
     """Up to n sentences of a split, drawn by a fixed seed, in corpus order."""
     tokens, offsets = dataset._open()

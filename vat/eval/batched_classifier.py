@@ -13,15 +13,11 @@ import torch
 class ClassifierConfig:
     """SentEval's `params.classifier` plus `kfold`."""
 
-    nhid: int = 0
-    """Hidden units; 0 = logistic regression."""
-    optim: str = "rmsprop"
-    """'rmsprop' (lr 0.01) or 'adam' (lr 1e-3), as SentEval's get_optimizer."""
+    nhid: int = 0  # hidden units; 0 = logistic regression
+    optim: str = "rmsprop"  # or 'adam' (lr 0.01 / 1e-3, as SentEval's get_optimizer)
     batch_size: int = 128
-    tenacity: int = 3
-    """Dev checks without improvement tolerated before stopping."""
-    epoch_size: int = 2
-    """Passes over the training set between two dev checks."""
+    tenacity: int = 3  # dev checks without improvement tolerated before stopping
+    epoch_size: int = 2  # passes over the training set between two dev checks
     max_epoch: int = 200
     kfold: int = 5
 
@@ -63,9 +59,7 @@ def _augment(x: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(params: list[torch.Tensor], xa: torch.Tensor, nhid: int):
-    """xa (G, B, d+1) -> logits, plus what the backward pass needs.
-
-    nhid = 0: logits (G, B, R, C). nhid > 0: logits (G, R, B, C) and hidden (G, R, B, H+1)."""
+    """xa (G, B, d+1) -> logits (nhid 0: (G, B, R, C); else (G, R, B, C), hidden (G, R, B, H+1))."""
     G, B, D = xa.shape
     if nhid == 0:
         (W,) = params
@@ -73,10 +67,8 @@ def _forward(params: list[torch.Tensor], xa: torch.Tensor, nhid: int):
         return torch.bmm(xa, W.view(G, D, R * C)).view(G, B, R, C), None
     W1, W2 = params
     R, H = W1.shape[2:]
-    h = torch.sigmoid(torch.bmm(xa, W1.view(G, D, R * H)).view(G, B, R, H)).transpose(
-        1, 2
-    )  # (G, R, B, H)
-    ha = _augment(h)  # (G, R, B, H+1)
+    h = torch.sigmoid(torch.bmm(xa, W1.view(G, D, R * H)).view(G, B, R, H))  # (G, B, R, H)
+    ha = _augment(h.transpose(1, 2))  # (G, R, B, H+1)
     return torch.matmul(ha, W2), ha  # (G, R, B, C)
 
 
@@ -112,17 +104,11 @@ def _init_params(
 ) -> list[torch.Tensor]:
     """SentEval's initial weights (seeded torch init of its nn.Sequential), copied G x R times."""
     torch.manual_seed(seed)
-    if cfg.nhid == 0:
-        lin = torch.nn.Linear(d, nclasses)
-        Wa = torch.cat([lin.weight.detach().T, lin.bias.detach()[None]])  # (d+1, C)
-        return [Wa.to(device)[None, :, None, :].expand(G, -1, R, -1).contiguous()]
-    lin1, lin2 = torch.nn.Linear(d, cfg.nhid), torch.nn.Linear(cfg.nhid, nclasses)
-    W1 = torch.cat([lin1.weight.detach().T, lin1.bias.detach()[None]])  # (d+1, H)
-    W2 = torch.cat([lin2.weight.detach().T, lin2.bias.detach()[None]])  # (H+1, C)
-    return [
-        W1.to(device)[None, :, None, :].expand(G, -1, R, -1).contiguous(),
-        W2.to(device)[None, None].expand(G, R, -1, -1).contiguous(),
-    ]
+    sizes = [d, nclasses] if cfg.nhid == 0 else [d, cfg.nhid, nclasses]
+    lins = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]  # in SentEval's order
+    Ws = [torch.cat([w.weight.detach().T, w.bias.detach()[None]]).to(device) for w in lins]
+    first = Ws[0][None, :, None, :].expand(G, -1, R, -1).contiguous()  # (G, d+1, R, H or C)
+    return [first] + [W[None, None].expand(G, R, -1, -1).contiguous() for W in Ws[1:]]
 
 
 def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,12 +130,11 @@ def _correct(
     idx: torch.Tensor,
     mask: torch.Tensor,
     nhid: int,
-    chunk: int = 4096,
 ) -> torch.Tensor:
     """(G, R) number of correct argmax predictions on each group's rows idx (G, L)."""
     total = None
-    for s in range(0, idx.shape[1], chunk):
-        i, m = idx[:, s : s + chunk], mask[:, s : s + chunk]
+    for s in range(0, idx.shape[1], 4096):
+        i, m = idx[:, s : s + 4096], mask[:, s : s + 4096]
         logits, _ = _forward(params, Xa[i], nhid)
         if nhid == 0:
             logits = logits.transpose(1, 2)  # (G, R, L, C)
@@ -201,15 +186,12 @@ def fit_batched(
     wd = torch.as_tensor(regs, dtype=torch.float32, device=device)  # (G, R)
     bad = torch.zeros(G, R, dtype=torch.long, device=device)
     stopped = torch.zeros(G, R, dtype=torch.bool, device=device)
-    bs = cfg.batch_size
-    nepoch = 0
+    bs, nepoch = cfg.batch_size, 0
     while len(cur) and nepoch <= cfg.max_epoch:
         Gc = len(cur)
         wdv = [_per_model(wd, k) for k in range(len(params))]
         for _ in range(cfg.epoch_size):
-            pidx, pmask = _pad(
-                [trains[g][rngs[g].permutation(len(trains[g]))] for g in cur]
-            )  # (Gc, L)
+            pidx, pmask = _pad([trains[g][rngs[g].permutation(len(trains[g]))] for g in cur])
             L = pidx.shape[1]
             nb_cur = nbatches[cur]
             # per-row weight 1 / (real rows in its batch): the batch-mean loss of each model

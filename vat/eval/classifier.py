@@ -82,10 +82,8 @@ def _select(scores: np.ndarray) -> tuple[int, float]:
 def _tensors(
     X: np.ndarray, y: np.ndarray, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return (
-        torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(device),
-        torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device),
-    )
+    Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    return Xt.to(device), torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device)
 
 
 def _accuracy_and_pred(
@@ -133,9 +131,8 @@ def inner_kfold(
 
 
 def _slice(f: Fitted, g: int) -> Fitted:
-    return Fitted(
-        [p[g : g + 1] for p in f.params], f.dev_correct[g : g + 1], f.dev_size[g : g + 1], f.nhid
-    )
+    s = slice(g, g + 1)
+    return Fitted([p[s] for p in f.params], f.dev_correct[s], f.dev_size[s], f.nhid)
 
 
 def kfold(

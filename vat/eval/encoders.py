@@ -32,9 +32,8 @@ def vat_encoder(
     *,
     quiet: bool = False,
 ) -> SentenceEncoder:
-    """The sentence vectors of a loaded VAT: the model's own (`features_for`, the rule every
-    loader shares), a `pooling` of mu, or fitted `features`. The encoder's `.features` (the
-    spec) and `.why` name what it gives, for tables and results files."""
+    """The sentence vectors of a loaded VAT: the model's own (`features_for`), a `pooling` of mu,
+    or fitted `features`; the encoder's `.features` (the spec) and `.why` name what it gives."""
     if pooling is not None and pooling not in POOLINGS:
         raise OptionError(  # a command shows --pooling
             "pooling",

@@ -31,19 +31,13 @@ RELATEDNESS_MODES = ("cosine", "regressor", "both")
 class EvalSettings:
     """What SentEval calls `params`, minus the task path."""
 
-    preset: str = "prototyping"
-    """'prototyping' or 'full' (SentEval README's configs, `vat.eval.classifier.PRESETS`)."""
-    classifier: str = "logreg"
-    """'logreg' or 'mlp' (one sigmoid hidden layer of `nhid` units, Adam)."""
+    preset: str = "prototyping"  # or 'full' (SentEval README's configs, classifier.PRESETS)
+    classifier: str = "logreg"  # or 'mlp' (one sigmoid hidden layer of `nhid` units, Adam)
     nhid: int = 50
-    seed: int = 1111
-    """SentEval's seed (classifier init and data order)."""
-    relatedness: str = "cosine"
-    """STSBenchmark / SICKRelatedness protocol: 'cosine', 'regressor' (SentEval's) or 'both'."""
-    batch_size: int = 128
-    """Sentences per encoder call."""
-    device: str = "cpu"
-    """Where classifiers train."""
+    seed: int = 1111  # SentEval's seed (classifier init and data order)
+    relatedness: str = "cosine"  # STS-B / SICK-R protocol: 'cosine', 'regressor' or 'both'
+    batch_size: int = 128  # sentences per encoder call
+    device: str = "cpu"  # where classifiers train
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -87,13 +81,8 @@ class FeatureCache:
         )
         if not todo:
             return
-        bar = tqdm(
-            total=len(todo),
-            desc=f"encode {task}",
-            unit="sent",
-            disable=not self.progress,
-            leave=False,
-        )
+        quiet = not self.progress
+        bar = tqdm(total=len(todo), desc=f"encode {task}", unit="sent", disable=quiet, leave=False)
         for i in range(0, len(todo), self.batch_size):
             batch = todo[i : i + self.batch_size]
             # SentEval's example batchers turn an empty sentence into '.'
@@ -133,8 +122,7 @@ class FeatureCache:
             )
         # keep float64 if the encoder gives it; SentEval computes in the encoder's dtype
         arr = arr.astype(np.float64 if arr.dtype == np.float64 else np.float32, copy=False)
-        for s, v in zip(batch, arr):
-            self.cache[s] = v
+        self.cache.update(zip(batch, arr))
 
     def __call__(self, sentences: Sequence[str]) -> np.ndarray:
         """(n, d) features of sentences (already encoded; the loaders refuse empty splits)."""
@@ -157,10 +145,8 @@ def cosine_correlations(
 
 def run_task(data: TaskData, feats: FeatureCache, settings: EvalSettings) -> dict[str, dict]:
     """Results of one loaded task (features already in the cache), keyed by result name."""
-    cfg = settings.classifier_config()
-    device = settings.torch_device()
-    seed = settings.seed
-    name = data.name
+    cfg, device = settings.classifier_config(), settings.torch_device()
+    seed, name = settings.seed, data.name
     if data.kind == "sts":
         per = {k: (pair_cosines(p, feats), p.y) for k, p in data.splits.items()}
         return {name: sts_results(per)}
@@ -222,9 +208,8 @@ def evaluate(
     settings: EvalSettings | None = None,
     on_result: Callable[[str, dict, float], None] | None = None,
 ) -> tuple[dict, dict[str, dict[str, float]]]:
-    """(results in SentEval's layout, {task: {"encode": s, "total": s}}) of `encoder` on
-    SentEval tasks or groups (`choose_tasks`); every task is loaded before any encoding, so a
-    missing file fails fast."""
+    """(results in SentEval's layout, {task: {"encode": s, "total": s}}) of `encoder` on SentEval
+    tasks or groups; every task is loaded before any encoding, so a missing file fails fast."""
     settings = EvalSettings() if settings is None else settings  # checked when made
     if not isinstance(settings, EvalSettings):
         raise OptionError("settings", f"expected an EvalSettings, got {type(settings).__name__}")

@@ -23,8 +23,7 @@ from vat.tokenizer import EOS_ID, make_batch
 @dataclass(frozen=True)
 class FinetuneSettings:
     epochs: int = 5
-    lr: float = 1e-4
-    """Adam learning rate for encoder and head."""
+    lr: float = 1e-4  # Adam learning rate for encoder and head
     batch_size: int = 32
     pooling: str = "mean"
     seed: int = 1111
@@ -87,8 +86,7 @@ class _Classifier(torch.nn.Module):
 
     def __init__(self, model, nclasses: int, pooling: str) -> None:
         super().__init__()
-        self.model = model
-        self.pooling = pooling
+        self.model, self.pooling = model, pooling
         self.head = torch.nn.Linear(model.config.d_model, nclasses)
 
     def forward(self, ids: list[list[int]]) -> torch.Tensor:
@@ -114,23 +112,18 @@ def finetune_task(loaded: LoadedVAT, data: TaskData, settings: FinetuneSettings)
     torch.manual_seed(settings.seed)
     model = copy.deepcopy(loaded.model).to(settings.device)
     splits = task_splits(data, settings.seed)
-    max_len = model.config.max_len
-    ids = {k: _examples(v, loaded.tokenizer, max_len) for k, v in splits.items()}
+    ids = {k: _examples(v, loaded.tokenizer, model.config.max_len) for k, v in splits.items()}
     ys = {k: np.asarray(v.y) for k, v in splits.items()}
     net = _Classifier(model, data.nclasses, settings.pooling).to(settings.device)
     opt = torch.optim.Adam(net.parameters(), lr=settings.lr)
     rng = np.random.RandomState(settings.seed)
     best = (-1.0, 0.0, 0)  # dev acc, test acc, epoch
     n = len(ids["train"])
+    steps, quiet = range(0, n, settings.batch_size), not settings.progress
     for epoch in range(1, settings.epochs + 1):
         net.train()
         perm = rng.permutation(n)
-        bar = tqdm(
-            range(0, n, settings.batch_size),
-            desc=f"finetune {data.name} epoch {epoch}",
-            disable=not settings.progress,
-            leave=False,
-        )
+        bar = tqdm(steps, desc=f"finetune {data.name} epoch {epoch}", disable=quiet, leave=False)
         for i in bar:
             idx = perm[i : i + settings.batch_size]
             logits = net([ids["train"][j] for j in idx])
@@ -162,8 +155,7 @@ def finetune_tasks(
 ) -> tuple[dict, dict[str, float]]:
     """Fine-tune on each classification task; STS tasks are refused (nothing to train)."""
     names = choose_tasks(tasks, data_dir).tasks  # a group: its members present
-    bad = [t for t in names if t not in TRANSFER_TASKS]
-    if bad:
+    if bad := [t for t in names if t not in TRANSFER_TASKS]:
         raise VatError(f"fine-tuning covers {', '.join(TRANSFER_TASKS)}; not {', '.join(bad)}")
     task_data = [load_task(data_dir, t) for t in names]
     results, seconds = {}, {}

@@ -88,16 +88,14 @@ def load_hf_encoder(
             folder(p, name)  # a symlink loop, named as one
         except VatError as e:
             raise OptionError(name, str(e).removeprefix(f"{name} ")) from None
+    shown = shown_path(p)
     if not p.exists():
-        raise OptionError(name, f"{shown_path(p)}: directory does not exist")
+        raise OptionError(name, f"{shown}: directory does not exist")
     if not p.is_dir():
-        raise OptionError(
-            name, f"{shown_path(p)}: expected a Hugging Face model directory, got a file"
-        )
+        raise OptionError(name, f"{shown}: expected a Hugging Face model directory, got a file")
     if not (p / "config.json").is_file():
         raise OptionError(
-            name,
-            f"{shown_path(p)}: no config.json (expected a directory written by save_pretrained)",
+            name, f"{shown}: no config.json (expected a directory written by save_pretrained)"
         )
     return _load_cached(str(p.resolve()), str(device or resolve_device("auto")))
 
@@ -176,9 +174,8 @@ def hf_sentence_features(
     batch_size: int = 64,
     device: str | torch.device | None = None,
 ) -> np.ndarray:
-    """(N, d) float32 sentence features from `layer`, in input order: `mean` over every non-pad
-    position including [CLS] and [SEP], as sentence-transformers' mean pooling does, or `cls`,
-    position 0 (the paper's "BERT-base-CLS")."""
+    """(N, d) float32 features from `layer`, in input order: `mean` over every non-pad position
+    with [CLS] and [SEP] (sentence-transformers'), or `cls`, position 0 ("BERT-base-CLS")."""
     sentences = check_sentences(sentences)[0]
     check_choice(pooling, "pooling", ("mean", "cls"))
     encoder = load_hf_encoder(model_dir, device)

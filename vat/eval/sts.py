@@ -143,9 +143,7 @@ class RelatednessRegressor:
             if pr > best_pr:
                 best_pr, best = pr, W.copy()
             else:
-                if bad >= self.tenacity:
-                    stop = True
-                bad += 1
+                stop, bad = bad >= self.tenacity, bad + 1
         return float(best_pr), _predict(Xt, best)
 
 

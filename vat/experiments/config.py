@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from vat.errors import VatError, did_you_mean, one_line
+from vat.errors import VatError, check, did_you_mean, one_line
 from vat.features.fitting import DEFAULT_FIT_SENTENCES
 from vat.io import regular_file
 
@@ -79,12 +79,9 @@ class SweepConfig:
 
     def validate(self, where: str = "sweep config") -> None:
         self._validate_sweep(where)
-        if not isinstance(self.extra_args, list) or not all(
-            isinstance(a, str | int | float) for a in self.extra_args
-        ):
-            raise VatError(
-                f"{where}: extra_args must be a list of strings, got {self.extra_args!r}"
-            )
+        args = self.extra_args
+        ok = isinstance(args, list) and all(isinstance(a, str | int | float) for a in args)
+        check(ok, f"{where}: extra_args", "a list of strings", args)
         self.extra_args = [str(a) for a in self.extra_args]
         if not Path(self.train_config).is_file():
             raise VatError(f"{where}: train_config {self.train_config} does not exist")
@@ -106,30 +103,20 @@ class SweepConfig:
             )
         if self.senteval_dir is not None and not Path(self.senteval_dir).is_dir():
             raise VatError(f"{where}: senteval_dir {self.senteval_dir} is not a folder")
-        if not isinstance(self.device, str) or not (
-            self.device in ("auto", "cpu") or self.device.startswith("cuda")
-        ):
-            raise VatError(
-                f"{where}: device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
-            )
+        d = self.device
+        ok = isinstance(d, str) and (d in ("auto", "cpu") or d.startswith("cuda"))
+        check(ok, f"{where}: device", "auto, cpu, cuda or cuda:N", d)
         _check_whole(where, "jobs", self.jobs, 1)
         self._validate_feature_compare(where)
 
     def _validate_feature_compare(self, where: str) -> None:
-        if not isinstance(self.feature_compare, bool):
-            raise VatError(
-                f"{where}: feature_compare must be true or false, got {self.feature_compare!r}"
-            )
+        compare = self.feature_compare
+        check(isinstance(compare, bool), f"{where}: feature_compare", "true or false", compare)
         _check_whole(where, "fit_sentences", self.fit_sentences, 2)  # a fit needs two rows
-        if self.fit_files is not None and (
-            not isinstance(self.fit_files, list)
-            or not self.fit_files
-            or not all(isinstance(f, str) and f.strip() for f in self.fit_files)
-        ):
-            raise VatError(
-                f"{where}: fit_files must be a non-empty list of text files (paths), "
-                f"got {self.fit_files!r}"
-            )
+        files = self.fit_files
+        ok = isinstance(files, list) and all(isinstance(f, str) and f.strip() for f in files)
+        expected = "a non-empty list of text files (paths)"
+        check(files is None or (ok and bool(files)), f"{where}: fit_files", expected, files)
         if not self.feature_compare:
             return
         if self.senteval_dir is None:
@@ -183,10 +170,8 @@ class SweepConfig:
             )
         for key, values in self.sweep.items():
             _check_key(where, key)
-            if not isinstance(values, list) or not values:
-                raise VatError(
-                    f"{where}: sweep values of {key} must be a non-empty list, got {values!r}"
-                )
+            ok = isinstance(values, list) and bool(values)
+            check(ok, f"{where}: sweep values of {key}", "a non-empty list", values)
             if any(isinstance(v, dict | list) for v in values):
                 raise VatError(
                     f"{where}: sweep values of {key} must be numbers, strings or booleans, "

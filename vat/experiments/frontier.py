@@ -143,12 +143,9 @@ def plot_frontier(records: Sequence[Record], keys: Sequence[str], path: Path) ->
         ax2.plot(x, [100 * v for v in y], style, color="tab:red", label=f"{col} x 100")
     ax2.set_ylabel("STS, cosine Spearman x 100 (mean pooling)", color="tab:red")
     for r in pts:
+        xy = (r["val_kl"], r.get("bleu") if finite(r.get("bleu")) else 0)
         ax.annotate(
-            record_label(r, keys),
-            (r["val_kl"], r.get("bleu") if finite(r.get("bleu")) else 0),
-            textcoords="offset points",
-            xytext=(4, 6),
-            fontsize=7,
+            record_label(r, keys), xy, textcoords="offset points", xytext=(4, 6), fontsize=7
         )
     handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
     if handles:
@@ -279,13 +276,9 @@ def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[
         for tag, style in (("train/loss", "-"), ("val/loss", "--")):
             pts = by_value[v].get("curves", {}).get(tag) or []
             if pts:
-                ax.plot(
-                    *zip(*pts),
-                    style,
-                    color=color,
-                    marker="o" if len(pts) < 3 else None,
-                    label=f"{leaf(key)}={v:g} {tag.split('/')[0]}",
-                )
+                label = f"{leaf(key)}={v:g} {tag.split('/')[0]}"
+                marker = "o" if len(pts) < 3 else None
+                ax.plot(*zip(*pts), style, color=color, marker=marker, label=label)
     ax.set(xlabel="step", ylabel="loss", title="Training curves (Figure 2)")
     ax.legend()
     ax.grid(alpha=0.3)

@@ -21,12 +21,7 @@ from vat.runtime import resolve_device
 from vat.share.resolve import load_model
 
 # record field -> TensorBoard scalar (the last value logged is the final one)
-VAL_TAGS = {
-    "val_nll": "val/nll",
-    "val_kl": "val/kl",
-    "val_kl_weighted": "val/kl_weighted",
-    "val_loss": "val/loss",
-}
+VAL_TAGS = {f"val_{k}": f"val/{k}" for k in ("nll", "kl", "kl_weighted", "loss")}
 
 # GeometryReport fields copied into each record (prefixed with `geometry_`)
 GEOMETRY_FIELDS = (
@@ -103,12 +98,7 @@ def _geometry(cfg: SweepConfig, loaded) -> dict[str, Any]:
     tv = token_vectors(loaded.model, loaded.tokenizer, sentences)
     try:
         rep = geometry_report(
-            tv.vectors,
-            tv.token_ids,
-            tv.sentence_ids,
-            logvar=tv.logvar,
-            prior_std=loaded.prior_std,
-            min_count=cfg.min_count,
+            tv.vectors, tv.token_ids, tv.sentence_ids, tv.logvar, loaded.prior_std, cfg.min_count
         )
     except ValueError as e:
         raise VatError(f"geometry on probe {cfg.probe} failed: {e}") from None
@@ -147,24 +137,18 @@ def _bleu(cfg: SweepConfig, loaded) -> float | None:
 
 def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
     """`vat features compare` on the run's model into <run_dir>/feature_compare/; its fields."""
-    from vat.features.compare import (
-        CompareSettings,
-        check_output_set,
-        compare_sts,
-        load_sts_tasks,
-        write_compare_set,
-    )
+    from vat.features import compare
 
-    out = check_output_set(str(run_dir / FEATURE_COMPARE_DIR), overwrite=True)
-    tasks = load_sts_tasks(cfg.senteval_dir)
-    comparison = compare_sts(
+    out = compare.check_output_set(str(run_dir / FEATURE_COMPARE_DIR), overwrite=True)
+    tasks = compare.load_sts_tasks(cfg.senteval_dir)
+    comparison = compare.compare_sts(
         loaded,
         tasks,
         cfg.fit_files,  # checked against senteval_dir with the config; None: the run's sample
-        CompareSettings(fit_sentences=cfg.fit_sentences),
+        compare.CompareSettings(fit_sentences=cfg.fit_sentences),
         name=str(run_dir / "checkpoints" / "last.ckpt"),
     )
-    write_compare_set(out, comparison)
+    compare.write_compare_set(out, comparison)
     return compare_fields(comparison.rows)
 
 

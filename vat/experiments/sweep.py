@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from vat.callbacks.base import clock_text
 from vat.data.file_digest import file_digest
 from vat.errors import USER_ERRORS, VatError, one_line
 from vat.eval.tasks.registry import load_task
@@ -251,7 +252,7 @@ def run_sweep(
         _keep_comparison(cfg, record, rec_path)
         write_json_atomic(rec_path, record)
         records.append(record)
-        log(f"{name}: finished in {_clock(time.perf_counter() - t0)}: {_steps(record)}")
+        log(f"{name}: finished in {clock_text(time.perf_counter() - t0)}: {_steps(record)}")
     if summary:
         write_table(records, cfg.keys, out)
         measured = [r for r in records if FAILED not in r]  # the plots show measurements
@@ -278,12 +279,6 @@ def _keep_comparison(cfg: SweepConfig, record: dict[str, Any], rec_path: Path) -
 
 def _steps(record: dict[str, Any]) -> str:
     return ", ".join(x for x in (f"{record.get('step')} steps", headline(record)) if x)
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def prepare_data(runner: Runner, cfg: SweepConfig, out: Path) -> None:

@@ -1,5 +1,4 @@
-"""`vat explore`: one model's latent space in the browser; `Explorer` holds every view as plain
-Python, `page` the gradio page over it (the optional `[explore]` extra)."""
+"""`vat explore`: a model's latent space in the browser (`Explorer`: the views; `page`: gradio)."""
 
 from vat.explore.explorer import Explorer
 

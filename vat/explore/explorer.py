@@ -143,13 +143,10 @@ class Explorer:
         from vat.api import require_loaded
 
         require_loaded(model, "Explorer")
-        self.model = model
-        self.generator = model.generator
-        self.corpus_name = corpus_name
+        self.model, self.generator, self.corpus_name = model, model.generator, corpus_name
         self.index: NeighbourIndex | None = None
         if corpus is not None:
-            lines = [" ".join(s.split()) for s in corpus]
-            lines = [s for s in lines if s]
+            lines = [s for s in (" ".join(x.split()) for x in corpus) if s]
             if not lines:
                 raise OptionError("corpus", "holds no non-empty line")
             with quiet_truncation():  # long corpus lines are cut like every input
@@ -281,8 +278,7 @@ class Explorer:
             ("prior", f"N(0, s² I), s = {loaded.prior_std:g}"),
         ]
         for key, label in (("val/kl", "rate (validation)"), ("train/kl", "rate (training)")):
-            value = metrics.get(key)
-            if _is_number(value) and math.isfinite(value):
+            if _is_number(value := metrics.get(key)) and math.isfinite(value):
                 rows.append((label, f"{metrics[key]:.2f} nats per token"))
         for key, label in (
             ("tokens_seen", "training tokens"),

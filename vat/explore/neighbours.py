@@ -1,5 +1,4 @@
-"""Nearest sentences by cosine: brute force, exact and fast enough for a page's corpus, so no
-approximate index (faiss) dependency."""
+"""Nearest sentences by cosine, brute force: exact and fast enough for a page's corpus, no faiss."""
 
 from __future__ import annotations
 

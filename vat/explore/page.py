@@ -1,12 +1,11 @@
 """The `vat explore` page: gradio components over an `Explorer`, each view one method as HTML.
-
-Views take raw values (`preprocess=False`: gradio's own checks print tracebacks) and the
-Explorer checks them. Nothing leaves the machine: no analytics, share link or uploads.
-"""
+Views take raw values (`preprocess=False`: gradio's own checks print tracebacks), the Explorer
+checks them. Nothing leaves the machine: no analytics, share link or uploads."""
 
 from __future__ import annotations
 
 import atexit
+import functools
 import html
 import math
 import os
@@ -17,14 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vat.errors import VatError, one_line
-from vat.explore.explorer import (
-    MAX_BEAM,
-    MAX_NEIGHBOURS,
-    MAX_SAMPLES,
-    MAX_STEPS,
-    MAX_TAU,
-    Explorer,
-)
+from vat.explore.explorer import MAX_BEAM, MAX_NEIGHBOURS, MAX_SAMPLES, MAX_STEPS, MAX_TAU, Explorer
 from vat.explore.wording import MarkedText
 
 EXAMPLE = "A man is playing a guitar in the park."
@@ -130,21 +122,17 @@ def resample_html(
 ) -> str:
     position = token_position(token)
     r = explorer.resample(text, position, num_samples=n, tau=tau, source=source, seed=seed)
-    how = (
-        f"its posterior at tau {float(tau):g}" if source == "posterior" else "the prior N(0, s² I)"
+    posterior = source == "posterior"
+    how = f"its posterior at tau {float(tau):g}" if posterior else "the prior N(0, s² I)"
+    parts = (
+        f'<div class="vat-note">Latent {position} ({_e(r.subword.strip() or r.subword)}) '
+        f"drawn again from {how}, seed {int(seed)}; every other latent is its mean. "
+        "Words that differ from the reconstruction are marked.</div>",
+        f'<div class="vat-note">Reconstruction: <span id="resample-reconstruction">'
+        f"{_e(r.reconstruction)}</span></div>",
+        _decodings_html("resample-decodings", list(r.decodings), tau if posterior else 0),
     )
-    return "\n".join(
-        [
-            f'<div class="vat-note">Latent {position} ({_e(r.subword.strip() or r.subword)}) '
-            f"drawn again from {how}, seed {int(seed)}; every other latent is its mean. "
-            "Words that differ from the reconstruction are marked.</div>",
-            f'<div class="vat-note">Reconstruction: <span id="resample-reconstruction">'
-            f"{_e(r.reconstruction)}</span></div>",
-            _decodings_html(
-                "resample-decodings", list(r.decodings), tau if source == "posterior" else 0
-            ),
-        ]
-    )
+    return "\n".join(parts)
 
 
 def interpolate_html(explorer: Explorer, a: str, b: str, steps: Any, method: str) -> str:
@@ -177,11 +165,9 @@ def sample_html(explorer: Explorer, text: str, n: Any, tau: Any, seed: Any) -> s
 def prior_html(explorer: Explorer, n: Any, length: Any, seed: Any) -> str:
     pairs = explorer.prior(num_samples=n, length=length, seed=seed)
     s = explorer.model.prior_std
-    lengths = (
-        f"{int(length)} latents each"
-        if length
-        else "lengths drawn from the training length histogram"
-    )
+    lengths = "lengths drawn from the training length histogram"
+    if length:
+        lengths = f"{int(length)} latents each"
     items = "".join(
         f'<li><span class="vat-note">{t} latents:</span> {_e(text)}</li>' for t, text in pairs
     )
@@ -300,13 +286,10 @@ def build_page(explorer: Explorer, *, analytics: bool = False):
             with gr.Tab("Resample a token", id="resample"):
                 choices = token_choices(explorer, EXAMPLE)
                 with gr.Row():
-                    token = gr.Dropdown(  # a typed position is taken too ("3")
-                        choices=choices,
-                        value=choices[min(1, len(choices) - 1)],
-                        allow_custom_value=True,
-                        label="Token",
-                        elem_id="resample-token",
-                    )
+                    # a typed position is taken too ("3")
+                    token = gr.Dropdown(choices=choices, value=choices[min(1, len(choices) - 1)],
+                                        allow_custom_value=True, label="Token",
+                                        elem_id="resample-token")  # fmt: skip
                     source = gr.Radio(["posterior", "prior"], value="posterior",
                                       label="Draw it from", elem_id="resample-source")  # fmt: skip
                 r_n, r_tau, r_seed = draw_controls(gr, "resample", "Decodings")
@@ -351,11 +334,7 @@ def build_page(explorer: Explorer, *, analytics: bool = False):
                 gr.HTML(guarded(facts_html)(explorer), elem_id="model-out")
 
         def bind(view: Callable[..., str]) -> Callable[..., str]:
-            def call(*args: Any) -> str:
-                return view(explorer, *args)
-
-            call.__name__ = view.__name__
-            return guarded(call)
+            return guarded(functools.wraps(view)(functools.partial(view, explorer)))
 
         def pick(text: str):
             options = token_choices(explorer, text)
@@ -382,12 +361,7 @@ def build_page(explorer: Explorer, *, analytics: bool = False):
 
 
 def launch(
-    page,
-    host: str = "127.0.0.1",
-    port: int = 7860,
-    *,
-    share: bool = False,
-    block: bool = True,
+    page, host: str = "127.0.0.1", port: int = 7860, *, share: bool = False, block: bool = True
 ):
     """Serve the page on host:port; returns gradio's (app, local URL, share URL). gradio's
     upload route writes to a private folder, not the shared /tmp/gradio."""
@@ -396,19 +370,12 @@ def launch(
     atexit.register(shutil.rmtree, uploads, True)
     # gradio reads its upload folder from the environment when the server's app is made
     os.environ["GRADIO_TEMP_DIR"] = uploads
-    return page.launch(
-        max_file_size=0,
-        server_name=f"[{host}]" if ":" in host else host,  # gradio's spelling of IPv6 hosts
-        server_port=port,
-        share=share,
-        prevent_thread_lock=not block,
-        quiet=True,
-        show_error=False,  # tracebacks never reach the browser: views are `guarded`
-        ssr_mode=False,  # no Node process
-        mcp_server=False,
-        pwa=False,
-        css=CSS,
-    )
+    # [host] is gradio's spelling of IPv6 hosts; tracebacks never reach the browser (views are
+    # `guarded`); no Node process (ssr_mode)
+    return page.launch(max_file_size=0, server_name=f"[{host}]" if ":" in host else host,
+                       server_port=port, share=share, prevent_thread_lock=not block, quiet=True,
+                       show_error=False, ssr_mode=False, mcp_server=False, pwa=False,
+                       css=CSS)  # fmt: skip
 
 
 def stop(page) -> None:

@@ -27,23 +27,15 @@ class MarkedText(NamedTuple):
 def mark_changes(reference: str, text: str) -> MarkedText:
     """`text`'s words, each marked where it is not matched in `reference`."""
     ref, out = reference.split(), text.split()
-    matcher = difflib.SequenceMatcher(a=ref, b=out, autojunk=False)
-    kept = [False] * len(out)
-    matched = 0
-    for block in matcher.get_matching_blocks():
-        matched += block.size
-        for j in range(block.b, block.b + block.size):
-            kept[j] = True
-    words = tuple((w, not k) for w, k in zip(out, kept))
-    return MarkedText(text, words, len(ref) - matched)
+    blocks = difflib.SequenceMatcher(a=ref, b=out, autojunk=False).get_matching_blocks()
+    kept = {j for block in blocks for j in range(block.b, block.b + block.size)}
+    words = tuple((w, j not in kept) for j, w in enumerate(out))
+    return MarkedText(text, words, len(ref) - sum(block.size for block in blocks))
 
 
 def path_changes(texts: Sequence[str]) -> list[tuple[MarkedText, bool]]:
     """Each decoding marked against the one before it, and whether its wording is new."""
-    out: list[tuple[MarkedText, bool]] = []
-    seen: set[str] = set()
-    for i, text in enumerate(texts):
-        previous = texts[i - 1] if i else text
-        out.append((mark_changes(previous, text), text not in seen))
-        seen.add(text)
-    return out
+    return [
+        (mark_changes(texts[i - 1] if i else text, text), text not in texts[:i])
+        for i, text in enumerate(texts)
+    ]

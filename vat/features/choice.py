@@ -1,5 +1,4 @@
-"""Which vectors a model gives, and the statistics behind them: `features_for`, the one entry
-(docs/features.md, "Which vectors a model gives")."""
+"""Which vectors a model gives, and the statistics behind them: `features_for`, the one entry."""
 
 from __future__ import annotations
 
@@ -35,10 +34,8 @@ class ChosenFeatures:
     """The fitted features a caller gets, and why (`features_for`)."""
 
     fitted: FittedFeatures
-    why: str
-    """Why this spec, for tables, results files and warnings."""
-    fallback: bool = False
-    """The default rule's spec could not be had: the vectors are the mean of mu."""
+    why: str  # why this spec, for tables, results files and warnings
+    fallback: bool = False  # the default rule's spec could not be had: the mean of mu
 
     @property
     def spec(self) -> FeatureSpec:
@@ -49,8 +46,7 @@ def _own_features(loaded: LoadedVAT, quiet: bool = False) -> ChosenFeatures:
     """Every loader's rule for a model's default vectors; it never reads text nor writes. An
     exported folder's own spec; else DEFAULT_EXPORT_SPEC, the spec its export gets, so a model
     and its export give the same vectors; else the mean of mu, said on stderr unless `quiet`."""
-    own = loaded.own_features
-    if own is not None:
+    if (own := loaded.own_features) is not None:
         return ChosenFeatures(own, "the folder's own spec")
     spec = loaded.feature_spec or FeatureSpec.parse(DEFAULT_EXPORT_SPEC)
     stored = _stored(loaded, spec)  # an earlier fit's (on count_files, say)
@@ -107,14 +103,11 @@ def stats_path_for(home: str | os.PathLike, spec: FeatureSpec) -> Path:
 
 def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
     """Statistics of `spec` the model already has: a folder's own, or an earlier fit's."""
-    stats = loaded.feature_stats
-    if stats is not None and stats.spec == spec:
+    if (stats := loaded.feature_stats) is not None and stats.spec == spec:
         return stats
     home = loaded.source.writable_home
-    if home is None:
-        return None
-    path = stats_path_for(home, spec)
-    if not (path.exists() or path.is_symlink()):
+    path = None if home is None else stats_path_for(home, spec)
+    if path is None or not (path.exists() or path.is_symlink()):
         return None
     try:  # a FIFO or folder there is named, never skipped as "no file" (nor read: it blocks)
         regular_file(path, "feature statistics file")
@@ -127,8 +120,7 @@ def _stored(loaded: LoadedVAT, spec: FeatureSpec) -> FittedFeatures | None:
 def _store(loaded: LoadedVAT, fitted: FittedFeatures, quiet: bool) -> None:
     """Keep fitted statistics beside the model, unless vat never writes there (a Hub download,
     a shipped model); a failed write is a warning, as the statistics are in hand."""
-    home = loaded.source.writable_home
-    if home is None:
+    if (home := loaded.source.writable_home) is None:
         return
     out = stats_path_for(home, fitted.spec)
     try:
@@ -203,10 +195,8 @@ def features_for(
         raise OptionError("features", str(e)) from None
     if not spec.needs_fit:
         return ChosenFeatures(FittedFeatures(spec), why)
-    if not fit.names_data:
-        found = _stored(loaded, spec)
-        if found is not None:
-            return ChosenFeatures(found, why)
+    if not fit.names_data and (found := _stored(loaded, spec)) is not None:
+        return ChosenFeatures(found, why)
     fitted = _fit(loaded, spec, fit, batch_size)
     if save:
         _store(loaded, fitted, quiet)

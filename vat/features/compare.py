@@ -36,23 +36,18 @@ POSTS = ("none", "pc1", "whiten", "whiten-half")
 OUTPUT_NAMES = ("compare.csv", "compare.md", "compare.png")
 STS_TASKS = ("STS12", "STSBenchmark")
 CLASSIFICATION_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-SELECT = "select (STS12 sets + STS-B dev)"
-"""The column the rows are sorted by (`selection_score`)."""
-BASELINE = "mu/mean/none"
-"""The plain mean of mu: always among the classified specs, the dashed line of the plot."""
+SELECT = "select (STS12 sets + STS-B dev)"  # the column the rows are sorted by
+BASELINE = "mu/mean/none"  # always among the classified specs, the dashed line of the plot
 
 
 @dataclass(frozen=True)
 class CompareSettings:
     """How the comparison fits and encodes; a bad value is an OptionError naming its field."""
 
-    fit_sentences: int = DEFAULT_FIT_SENTENCES
-    """Sentences sampled for fitting every post-processing (at least 2)."""
-    count_files: Sequence[str] | None = None
-    """Text files to count tokens in for sif (default: the model's counts; neither: no sif)."""
+    fit_sentences: int = DEFAULT_FIT_SENTENCES  # sampled for fitting every post-processing
+    count_files: Sequence[str] | None = None  # to count sif's tokens in (default: the model's)
     batch_size: int = 128
-    seed: int = 0
-    """Seed of the fitting sample."""
+    seed: int = 0  # of the fitting sample
 
     def __post_init__(self) -> None:
         check_count(self.fit_sentences, "fit_sentences", minimum=2)
@@ -65,22 +60,10 @@ class Comparison:
     """The table and how it was made; `fit_x` (the pooled fitting sentences per source x
     weighting) and `sif` let `add_classification` fit without encoding them again."""
 
-    rows: list[dict]
-    """One row per spec, best first (by SELECT)."""
+    rows: list[dict]  # one row per spec, best first (by SELECT)
     meta: dict
     fit_x: dict[tuple[str, str], np.ndarray]
     sif: np.ndarray | None
-
-
-def combos_of(n_layers: int, sif: bool) -> list[tuple[str, str]]:
-    """The source x weighting pairs: precision weights only mu, sif needs token counts."""
-    sources = ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
-    return [
-        (s, w)
-        for s in sources
-        for w in WEIGHTINGS
-        if not (w == "precision" and s != "mu") and not (w == "sif" and not sif)
-    ]
 
 
 def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
@@ -98,9 +81,7 @@ def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
             out.update({f"{name}.{subset}": r for subset, r in zip(data.splits, per)})
             out[name] = float(np.mean(per))
         else:  # STSBenchmark: dev and test
-            out.update(
-                {f"STS-B {split}": spearman(data.splits[split]) for split in ("dev", "test")}
-            )
+            out.update({f"STS-B {s}": spearman(data.splits[s]) for s in ("dev", "test")})
     return out
 
 
@@ -132,8 +113,7 @@ def compare_sts(
     name: str = "",
 ) -> Comparison:
     """Score every spec of `loaded` on the STS `tasks`, post-processing fitted on a sample of
-    `fit_files` (kept clear of the evaluation data by the caller), else on the checkpoint's
-    fitting sample."""
+    `fit_files` (kept clear of the evaluation data by the caller), else the checkpoint's."""
     model, tok = loaded.model, loaded.tokenizer
     n_layers, d, vocab = len(model.encoder), model.config.d_model, model.config.vocab_size
     t0 = time.perf_counter()
@@ -150,15 +130,17 @@ def compare_sts(
             file=sys.stderr,
         )
     sif = None if counts is None else sif_weights_for(counts, vocab)
-    combos = combos_of(n_layers, sif is not None)
+    # every source x weighting pair: precision weights only mu, sif needs token counts
+    sources = ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
+    combos = [(s, w) for s in sources for w in WEIGHTINGS if w != "precision" or s == "mu"]
+    combos = [(s, w) for s, w in combos if w != "sif" or sif is not None]
     eval_sents = sorted({s for data in tasks.values() for s in data.sentences()})
     t0 = time.perf_counter()
     fit_x = pooled_ids(model, fit_sents, combos, sif, settings.batch_size)
-    t_fit_encode = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t1 = time.perf_counter()
     eval_in = [s or "." for s in eval_sents]
     eval_x = pooled_features(model, tok, eval_in, combos, sif, settings.batch_size)
-    t_eval_encode = time.perf_counter() - t0
+    t_fit_encode, t_eval_encode = t1 - t0, time.perf_counter() - t1
     print(
         f"vat: encoded {len(fit_sents)} fitting sentences ({t_fit_encode:.1f} s, "
         f"{len(combos)} source x weighting at once) and {len(eval_sents)} evaluation sentences "
@@ -213,15 +195,13 @@ def add_classification(
     combos = sorted({(s.source, s.weighting) for s in specs})
     sents = sorted({s for data in tasks for s in data.sentences()})
     t0 = time.perf_counter()
-    sents_in = [s or "." for s in sents]
-    x = pooled_features(
-        loaded.model, loaded.tokenizer, sents_in, combos, comparison.sif, batch_size
-    )
+    texts = [s or "." for s in sents]
+    x = pooled_features(loaded.model, loaded.tokenizer, texts, combos, comparison.sif, batch_size)
     print(
         f"vat: encoded {len(sents)} classification sentences in {time.perf_counter() - t0:.1f} s",
         file=sys.stderr,
     )
-    names = [d.name for d in tasks]
+    names, settings = [d.name for d in tasks], EvalSettings(progress=False, batch_size=4096)
     for row, spec in zip(chosen, specs):
         pair = (spec.source, spec.weighting)
         vecs = apply_post(spec, fit_post(spec, fit_x[pair]), x[pair])
@@ -229,13 +209,9 @@ def add_classification(
         if "" in lookup:  # the harness passes an empty sentence as ".", which encoded it
             lookup.setdefault(".", lookup[""])
         res, _ = evaluate(
-            lambda batch, lookup=lookup: np.stack([lookup[s] for s in batch]),
-            names,
-            data_dir,
-            EvalSettings(progress=False, batch_size=4096),
+            lambda b, lookup=lookup: np.stack([lookup[s] for s in b]), names, data_dir, settings
         )
-        for t in names:
-            row[t] = res[t]["acc"]
+        row.update({t: res[t]["acc"] for t in names})
 
 
 def _columns(rows: list[dict]) -> list[str]:
@@ -296,8 +272,7 @@ def _write(rows: list[dict], meta: dict, where: Path) -> None:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=_columns(rows), lineterminator="\n")
     w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
+    w.writerows({k: f"{v:.2f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
     atomic_write(where / OUTPUT_NAMES[0], lambda f: f.write(buf.getvalue()))
     md = compare_markdown(rows, meta)
     atomic_write(where / OUTPUT_NAMES[1], lambda f: f.write(md + "\n"))
@@ -331,11 +306,9 @@ def check_output_set(directory: str, overwrite: bool) -> Path:
 
 def _check_own_files(out: Path, shown: Path) -> None:
     """`out` holds nothing but plain compare files (what this command writes)."""
-    if not out.is_dir():
-        return
     foreign = sorted(
         p.name
-        for p in out.iterdir()
+        for p in (out.iterdir() if out.is_dir() else ())
         if p.name not in OUTPUT_NAMES or p.is_symlink() or not p.is_file()
     )
     if foreign:

@@ -26,13 +26,10 @@ def encoder_states(
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
     """({layer: (B, T, d)}, mu, logvar, mask) of one batch in one encoder pass. Layer 0 is the
     embeddings; the last layer is taken after the final norm (pre-LN), the heads' input."""
-    want = set(layers)
-    n = len(model.encoder)
+    want, n = set(layers), len(model.encoder)
     mask = src_ids != model.config.pad_id  # (B, T)
     h = model._embed(src_ids)  # (B, T, d)
-    states: dict[int, torch.Tensor] = {}
-    if 0 in want:
-        states[0] = h
+    states: dict[int, torch.Tensor] = {0: h} if 0 in want else {}
     for k, layer in enumerate(model.encoder, start=1):
         h = layer(h, mask)
         if k in want and k < n:

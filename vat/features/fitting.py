@@ -25,27 +25,21 @@ DEFAULT_FIT_SENTENCES = 20_000
 
 @dataclass(frozen=True)
 class FitOptions:
-    """What a fit reads, checked when made. One path alone is one file; a bare string is never
-    a list of sentences."""
+    """What a fit reads, checked when made: one path is one file, a bare string never sentences."""
 
+    # text files to sample the fitting sentences from (default: a checkpoint's fitting sample)
     fit_files: Sequence[str] | str | os.PathLike | None = None
-    """Text files to sample the fitting sentences from (default: a checkpoint's fitting sample)."""
-    fit_sentences: Sequence[str] | None = None
-    """The fitting sentences themselves (instead of files)."""
+    fit_sentences: Sequence[str] | None = None  # the fitting sentences themselves (not files)
+    # text files to count subwords in for SIF weights (default: the model's recorded counts)
     count_files: Sequence[str] | str | os.PathLike | None = None
-    """Text files to count subwords in for SIF weights (default: the model's recorded counts)."""
     n_fit: int = DEFAULT_FIT_SENTENCES
-    seed: int = 0
-    """The seed of the sample of fit_files."""
-    info: dict = field(default_factory=dict)
-    """Extra facts kept in the fit's record (FittedFeatures.fit)."""
+    seed: int = 0  # the seed of the sample of fit_files
+    info: dict = field(default_factory=dict)  # extra facts for the fit's record
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fit_files", text_files(self.fit_files, "fit_files"))
-        object.__setattr__(self, "count_files", text_files(self.count_files, "count_files"))
-        object.__setattr__(
-            self, "fit_sentences", sentence_list(self.fit_sentences, "fit_sentences")
-        )
+        for name in ("fit_files", "count_files", "fit_sentences"):
+            check = sentence_list if name == "fit_sentences" else text_files
+            object.__setattr__(self, name, check(getattr(self, name), name))
         check_count(self.n_fit, "n_fit", minimum=2)  # a fit needs two rows
         check_count(self.seed, "seed", minimum=0)  # numpy's seeds are non-negative
 

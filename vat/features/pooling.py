@@ -41,10 +41,9 @@ def padded_batches(
     """(index, ids, src (B, T) on the model's device) of length-sorted batches, in eval mode."""
     device = next(model.parameters()).device
     batches = list(length_sorted_batches([len(x) for x in ids], batch_size))
+    bar = tqdm(batches, desc="encoding", unit="batch", disable=not progress, leave=False)
     with eval_mode(model):
-        for index in tqdm(
-            batches, desc="encoding", unit="batch", disable=not progress, leave=False
-        ):
+        for index in bar:
             batch_ids = [list(ids[i]) for i in index]
             yield index, batch_ids, make_batch(batch_ids)["src"].to(device)
 
@@ -67,8 +66,7 @@ def iter_encoded(
 ) -> Iterator[EncodedBatch]:
     """Encode sentences (cut to the model's max_len) in length-sorted batches."""
     sentences, _ = check_sentences(sentences)
-    max_len = model.config.max_len
-    ids = tokenizer.encode_batch(list(sentences), max_tokens=max_len - 1)  # </s> takes one
+    ids = tokenizer.encode_batch(list(sentences), max_tokens=model.config.max_len - 1)  # + </s>
     yield from iter_encoded_ids(model, ids, batch_size, progress)
 
 
@@ -140,13 +138,8 @@ def token_posteriors(
         sent.extend(i for i, ids in zip(b.index, b.ids) for _ in ids)
     sentence_ids = torch.tensor(sent, dtype=torch.long)
     order = torch.argsort(sentence_ids, stable=True)  # (N,) back to input order
-    device_order = order.to(mus[0].device)
-    return (
-        torch.cat(mus)[device_order],
-        torch.cat(logvars)[device_order],
-        torch.tensor(tok, dtype=torch.long)[order],
-        sentence_ids[order],
-    )
+    mu, logvar = (torch.cat(t)[order.to(t[0].device)] for t in (mus, logvars))
+    return mu, logvar, torch.tensor(tok, dtype=torch.long)[order], sentence_ids[order]
 
 
 class TokenVectors(NamedTuple):

@@ -1,5 +1,4 @@
-"""Generation, text in and text out: decoding (`decoding`), latent maths (`latents`), the
-VATGenerator (`generator`) and whether samples vary (`variation`)."""
+"""Generation, text in and text out: `decoding`, `latents` maths, the VATGenerator, `variation`."""
 
 from vat.generate.generator import (
     DecodeOptions,

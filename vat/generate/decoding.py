@@ -76,10 +76,8 @@ class _Stepper:
         if self.cache is None:
             logits = self.model.decode(tokens, self.z, self.z_mask)  # (N, L, V)
         else:
-            offset = tokens.shape[1] - 1
-            logits = self.model.decode(
-                tokens[:, -1:], self.z, self.z_mask, cache=self.cache, offset=offset
-            )  # (N, 1, V)
+            last, offset = tokens[:, -1:], tokens.shape[1] - 1
+            logits = self.model.decode(last, self.z, self.z_mask, cache=self.cache, offset=offset)
         return logits[:, -1].float().log_softmax(-1)  # (N, V)
 
     def select(self, rows: torch.Tensor) -> None:
@@ -115,8 +113,7 @@ def _resolve_max_len(model: nn.Module, max_len: int | None) -> int:
 
 def _mask_specials(logp: torch.Tensor, step: int, min_len: int) -> torch.Tensor:
     """<pad> and <s> are never outputs; </s> waits for min_len tokens. In place, (N, V)."""
-    logp[:, PAD_ID] = -math.inf
-    logp[:, BOS_ID] = -math.inf
+    logp[:, [PAD_ID, BOS_ID]] = -math.inf
     if step < min_len:
         logp[:, EOS_ID] = -math.inf
     return logp
@@ -173,23 +170,8 @@ def _autoregress(
     else:  # max_len reached: the rows still active stop unfinished
         for row, ids in zip(active.tolist(), tokens[:, 1:].tolist()):
             generated[row] = ids
-    return [
-        Hypothesis(ids, lp, lp, fin)
-        for ids, lp, fin in zip(generated, logprob.tolist(), finished.tolist())
-    ]
-
-
-def _argmax(logp: torch.Tensor) -> torch.Tensor:  # (A, V) -> (A,)
-    return logp.argmax(-1)
-
-
-def _sampler(o: DecodeOptions, generator: torch.Generator | None):
-
-    def choose(logp: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
-        probs = filter_logits(logp / o.temperature, o.top_k, o.top_p).softmax(-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-    return choose
+    lps = logprob.tolist()
+    return list(map(Hypothesis, generated, lps, lps, finished.tolist()))
 
 
 def greedy_decode(
@@ -266,9 +248,7 @@ def _beam(
 ) -> list[list[Hypothesis]]:
     B, K, dev = z.shape[0], o.beam_size, z.device
     # Every beam of a sentence decodes the same Z: row b * K + k is beam k of sentence b.
-    stepper = _Stepper(
-        model, z.repeat_interleave(K, 0), z_mask.repeat_interleave(K, 0), o.use_cache
-    )  # (B*K, T, d)
+    stepper = _Stepper(model, *(t.repeat_interleave(K, 0) for t in (z, z_mask)), o.use_cache)
     tokens = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)  # (B*K, 1)
     scores = torch.full((B, K), -math.inf, device=dev)  # (B, K) summed log-probs of live beams
     scores[:, 0] = 0.0  # the K beams start identical; keep one so the first step is not K copies
@@ -289,9 +269,7 @@ def _beam(
         beam, tok = top_i // V, top_i % V  # (B, 2K) source beam and token of each candidate
         is_eos = tok == EOS_ID  # (B, 2K)
         # A beam has one </s> continuation, so 2K candidates always hold K that go on.
-        ended = (
-            is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & top_s.isfinite()
-        )  # (B, 2K)
+        ended = is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & top_s.isfinite()
         ended_at = ended.nonzero().tolist()
         if ended_at:  # one host transfer per step, not one per hypothesis
             beam_l, top_l = beam.tolist(), top_s.tolist()
@@ -319,8 +297,7 @@ def _beam(
         hyps = list(finished[b])
         if len(hyps) < n_best:  # ran out of steps: the live beams are the best there is
             for k in range(K):
-                lp = float(scores[b, k])
-                if math.isfinite(lp):
+                if math.isfinite(lp := float(scores[b, k])):
                     hyps.append(
                         Hypothesis(tokens[b * K + k].tolist()[1:], norm(lp, length), lp, False)
                     )
@@ -343,5 +320,11 @@ def decode_latents(
     _check_latents(z, z_mask)
     if options.strategy == "beam":
         return _beam(model, z, z_mask, options, options.beam_size)
-    choose = _argmax if options.strategy == "greedy" else _sampler(options, generator)
+
+    def choose(logp: torch.Tensor) -> torch.Tensor:  # (A, V) -> (A,)
+        if options.strategy == "greedy":
+            return logp.argmax(-1)
+        probs = filter_logits(logp / options.temperature, options.top_k, options.top_p).softmax(-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
     return [[h] for h in _autoregress(model, z, z_mask, options, choose)]

@@ -156,8 +156,7 @@ class VATGenerator:
             )
         if cut:
             warnings.warn(msg, TruncationWarning, stacklevel=3)
-        for i in cut:
-            ids[i] = ids[i][:keep]
+        ids = [x[:keep] for x in ids]
         return ids[0] if single else ids
 
     def posteriors(
@@ -197,9 +196,8 @@ class VATGenerator:
         if options.strategy == "beam":
             size = max(1, size // options.beam_size)
         dtype = next(self.model.parameters()).dtype
-        bar = tqdm(
-            total=len(zs), desc="decoding", unit="sent", disable=not self.progress, leave=False
-        )
+        quiet = not self.progress
+        bar = tqdm(total=len(zs), desc="decoding", unit="sent", disable=quiet, leave=False)
         with eval_mode(self.model), bar:
             for index in length_sorted_batches([z.shape[0] for z in zs], size):
                 z, mask = pad_latents([zs[i].to(self.device, dtype) for i in index])  # (B, T, d)

@@ -24,12 +24,9 @@ def perturb_latents(
 ) -> torch.Tensor:
     """z_t = mu_t + tau * sigma_t * eps_t for mu, logvar (..., T, d), where `positions` (..., T)
     is True (default everywhere) and z_t = mu_t elsewhere."""
-    z = mu + tau * torch.exp(0.5 * logvar) * torch.randn(
-        mu.shape, generator=generator, device=mu.device, dtype=mu.dtype
-    )
-    if positions is None:
-        return z
-    return torch.where(positions[..., None], z, mu)  # (..., T, d)
+    eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+    z = mu + tau * torch.exp(0.5 * logvar) * eps
+    return z if positions is None else torch.where(positions[..., None], z, mu)  # (..., T, d)
 
 
 def prior_at_positions(
@@ -56,9 +53,8 @@ def sample_lengths(
 ) -> list[int]:
     """n latent lengths T in 1..max_len (</s> included) drawn from histogram[T]."""
     counts = torch.tensor([float(c) for c in histogram[: max_len + 1]], dtype=torch.float64)
-    if counts.numel():
-        counts[0] = 0.0
-    if counts.numel() == 0 or counts.sum() <= 0:
+    counts[:1] = 0.0  # length 0 is never drawn
+    if counts.sum() <= 0:
         raise VatError(
             "the checkpoint has no length histogram to draw prior lengths from; give the "
             "length yourself (vat generate prior --length N; length=N in Python)"

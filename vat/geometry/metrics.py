@@ -76,8 +76,7 @@ def self_similarity_by_type(
     pairs from different sentences count (the within-sentence pairs are subtracted exactly)."""
     if min_count < 2:
         raise ValueError(f"min_count must be >= 2 (a pair needs two occurrences), got {min_count}")
-    p = prepared(vectors)
-    u = p.u
+    u = prepared(vectors).u
     ids = as_ids(word_ids, len(u), "word_ids", u.device)
     uniq, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
     counts = counts.to(torch.float64)

@@ -14,15 +14,13 @@ from vat.data.corpus import MAX_LINE_BYTES, bounded_lines, open_sentence_file
 from vat.errors import VatError
 from vat.io import regular_file
 
-STS12_DIR = ("STS", "STS12-en-test")
-
 
 def sts12_files(senteval_dir: str | os.PathLike) -> list[Path]:
     """The STS12 input files under a SentEval `data/downstream` folder, sorted."""
     root = Path(senteval_dir).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(errno.ENOENT, "SentEval folder does not exist", str(root))
-    folder = root.joinpath(*STS12_DIR)
+    folder = root / "STS" / "STS12-en-test"
     files = sorted(folder.glob("STS.input.*.txt"))
     if not files:
         raise FileNotFoundError(

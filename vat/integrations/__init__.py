@@ -1,5 +1,2 @@
-"""Use a trained VAT from other libraries: sentence-transformers and MTEB.
-
-Each submodule imports its library, so install the extra first:
-`pip install "variational-auto-transformer[integrations]"`.
-"""
+"""A trained VAT in sentence-transformers, MTEB and transformers; each submodule imports its
+library (`pip install "variational-auto-transformer[integrations]"`)."""

@@ -1,11 +1,5 @@
-"""A VAT as an MTEB encoder, and `vat mteb`'s run of MTEB's English STS tasks
-(docs/sharing.md, "MTEB").
-
-`VATMTEBEncoder` implements mteb's `EncoderProtocol` (mteb >= 2) with `vat.load(model).encode`'s
-features and cosine similarity; `register_model(vat.load(DIR))` puts a vat folder in mteb's
-model registry; `evaluate` asks the Hub once first and runs offline at once when it cannot be
-reached.
-"""
+"""A VAT as an MTEB (>= 2) encoder, mteb registry entry and `vat mteb`'s run of MTEB's English
+STS tasks (docs/sharing.md, "MTEB")."""
 
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ class VATMTEBEncoder(AbsEncoder):
         features: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """`model` is the loaded VAT (from `vat.load`, or a registered ModelMeta's); without
-        it, `model_name` is loaded here, as mteb's loaders do (the one read)."""
+        """`model` is the loaded VAT; without it, `model_name` is loaded here, as mteb's do."""
         check_count(batch_size, "batch_size")
         if pooling is not None:
             check_choice(pooling, "pooling", POOLINGS)
@@ -85,14 +78,7 @@ class VATMTEBEncoder(AbsEncoder):
         )
 
     def encode(
-        self,
-        inputs,
-        *,
-        task_metadata,
-        hf_split: str,
-        hf_subset: str,
-        prompt_type=None,
-        **kwargs: Any,
+        self, inputs, *, task_metadata, hf_split: str, hf_subset: str, prompt_type=None, **kwargs
     ) -> np.ndarray:
         """(N, d) features of the DataLoader's texts, in order (a VAT takes no prompts)."""
         texts = [text for batch in inputs for text in batch["text"]]
@@ -106,7 +92,6 @@ class VATMTEBEncoder(AbsEncoder):
 
 
 def _meta(model: PretrainedVAT, **fields: Any) -> ModelMeta:
-    """mteb's ModelMeta of a loaded VAT: what every vat model shares, and `fields`."""
     return ModelMeta.create_empty(
         {
             "max_tokens": int(model.model.config.max_len),
@@ -121,8 +106,7 @@ def _meta(model: PretrainedVAT, **fields: Any) -> ModelMeta:
 
 
 def model_meta(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
-    """The mteb ModelMeta of a loaded vat folder (local or a Hub id), whose loader is a
-    VATMTEBEncoder around that same model (`meta.load_model()` reads nothing again)."""
+    """mteb's ModelMeta of a loaded vat folder, loading a VATMTEBEncoder around the same model."""
     require_loaded(model, "model_meta")
     check_optional_text(name, "name")
     source = model.loaded.source
@@ -145,8 +129,7 @@ def model_meta(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
 
 
 def register_model(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
-    """Add a loaded vat folder to mteb's model registry under its ModelMeta's name and under
-    the path or id it was loaded from (`mteb.get_model(...)` then takes either)."""
+    """Put a loaded vat folder in mteb's registry under its meta's name and its path or id."""
     from mteb.models.model_implementations import MODEL_REGISTRY
 
     meta = model_meta(model, name)
@@ -155,21 +138,16 @@ def register_model(model: PretrainedVAT, name: str | None = None) -> ModelMeta:
     return meta
 
 
-ENGLISH_BENCHMARK = "MTEB(eng, v2)"
-
-
 def english_sts_tasks() -> list:
-    """The STS tasks of MTEB's English benchmark, MTEB(eng, v2): BIOSSES, SICK-R, STS12-15,
-    STSBenchmark, STS17 (en-en) and STS22.v2 (en)."""
+    """The STS tasks of MTEB's English benchmark, MTEB(eng, v2)."""
     import mteb
 
-    return [t for t in mteb.get_benchmark(ENGLISH_BENCHMARK).tasks if t.metadata.type == "STS"]
+    return [t for t in mteb.get_benchmark("MTEB(eng, v2)").tasks if t.metadata.type == "STS"]
 
 
 def select_tasks(tasks: str | Sequence[str] | None = None) -> list:
-    """The MTEB tasks to run: None for `english_sts_tasks()`, else names (a list, or one
-    comma-separated string); none named (mteb would read that as every task), a blank or an
-    unknown name is an OptionError naming `tasks`."""
+    """None: `english_sts_tasks()`, else names (a list or one comma-separated string); none
+    named (to mteb: every task), a blank or an unknown name is an OptionError."""
     import mteb
 
     if tasks is None:
@@ -192,10 +170,8 @@ def select_tasks(tasks: str | Sequence[str] | None = None) -> list:
         raise OptionError("tasks", one_line(e).strip("'\"")[:300]) from None
 
 
-# -- running tasks: the Hub asked once, offline at once when it cannot be reached ----------
 def hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the Hugging Face Hub cannot be reached now (offline mode, or the error of one HEAD
-    request of at most `timeout` seconds); None when it answers at all."""
+    """Why the Hub cannot be reached now (offline mode, or one HEAD request's error), or None."""
     from huggingface_hub import constants, get_session
 
     check_number(timeout, "timeout", low=0, low_open=True)
@@ -210,8 +186,7 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
 
 @contextlib.contextmanager
 def _hub_offline() -> Iterator[None]:
-    """huggingface_hub and datasets offline for the block, as HF_HUB_OFFLINE=1 at start-up
-    would make them (datasets reads the variable once, at import, so its config is set too)."""
+    """The Hub offline for the block (datasets reads HF_HUB_OFFLINE at import: its config too)."""
     import datasets.config
     from huggingface_hub import constants
 
@@ -226,8 +201,7 @@ def _hub_offline() -> Iterator[None]:
 
 
 def check_no_links(output_dir: str | os.PathLike) -> None:
-    """Refuse an `output_dir` with a symbolic link under `results/`, where MTEB writes its
-    result files with plain opens (which follow links into what vat did not create)."""
+    """Refuse a link under `output_dir/results/`: MTEB's plain opens would write through it."""
     check_path(output_dir, "output_dir")
     results = Path(output_dir) / "results"
     inside = () if results.is_symlink() else results.rglob("*")  # rglob follows no link
@@ -242,9 +216,8 @@ def check_no_links(output_dir: str | os.PathLike) -> None:
 
 
 def evaluate(encoder: Any, tasks: str | Sequence, output_dir: str | os.PathLike) -> Any:
-    """`mteb.evaluate(encoder, tasks)` with its result files in `output_dir` (replaced);
-    `tasks` are mteb tasks, or what `select_tasks` takes. When the Hub cannot be reached the
-    tasks run offline: cached data works, and missing data is one VatError at once."""
+    """`mteb.evaluate` writing into `output_dir`; tasks or `select_tasks`' names. An unreachable
+    Hub runs offline at once: cached data works, missing data is one VatError."""
     import datasets.config
     import mteb
     from mteb.cache import ResultCache

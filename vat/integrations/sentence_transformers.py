@@ -1,13 +1,6 @@
-"""A VAT as a sentence-transformers model (docs/sharing.md, "sentence-transformers").
-
-    st = to_sentence_transformer(vat.load("exported_dir"))  # or a Hub id, a .ckpt
-
-builds the module from the installed class around what `vat.load` read and runs no code from
-the folder. An exported folder's `modules.json` names `VATSentenceEncoder`, so
-`SentenceTransformer(DIR, trust_remote_code=True)` loads it too; that flag runs the code the
-folder's modules.json names, so pass it only for folders you trust. Embeddings are
-`vat.load(path).encode(...)`'s.
-"""
+"""A VAT as a sentence-transformers model (docs/sharing.md): `to_sentence_transformer(vat.load(
+DIR))` runs no code from the folder; `SentenceTransformer(DIR, trust_remote_code=True)` runs the
+code its modules.json names (`VATSentenceEncoder`): only for folders you trust."""
 
 from __future__ import annotations
 
@@ -45,13 +38,9 @@ class VATSentenceEncoder(InputModule):
         pooling: str | None = None,
         features: str | FittedFeatures | None = None,
     ) -> None:
-        """`features`: a FittedFeatures or a spec; `pooling`: that pooling of the token means
-        mu; neither: the model's own vectors (`features_for`, as vat.load(...).encode)."""
+        """`features` (a FittedFeatures or a spec), else `pooling` of mu, else the model's own."""
         check_loaded(loaded, "VATSentenceEncoder")
-        if pooling is not None:
-            check_choice(pooling, "pooling", POOLINGS)
-        _check_features(features)
-        check_pooling(pooling, features)
+        _check_options(pooling, features)
         super().__init__()
         self.vat = loaded.model
         self.tokenizer = loaded.tokenizer.tokenizer  # a tokenizers.Tokenizer (InputModule)
@@ -96,8 +85,7 @@ class VATSentenceEncoder(InputModule):
             return self.feature_encoder.dim
         return int(self.vat.config.d_model)
 
-    def get_sentence_embedding_dimension(self) -> int:
-        return self.get_embedding_dimension()
+    get_sentence_embedding_dimension = get_embedding_dimension
 
     def save(
         self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any
@@ -140,10 +128,7 @@ def to_sentence_transformer(
     """A SentenceTransformer around a loaded VAT, built here (no trust_remote_code): it gives
     `model.encode`'s vectors, the model's own or those of `features` or `pooling` of mu."""
     require_loaded(model, "to_sentence_transformer")
-    if pooling is not None:
-        check_choice(pooling, "pooling", POOLINGS)
-    _check_features(features)
-    check_pooling(pooling, features)
+    _check_options(pooling, features)
     device = None if device is None else resolve_device(device, "device")
     pooled = features is None and pooling is not None  # pooling of mu, as named
     fitted = None if pooled else model.feature_encoder(features).fitted
@@ -154,10 +139,13 @@ def to_sentence_transformer(
     )
 
 
-def _check_features(features: object) -> None:
-    """None, a feature spec string such as "mu/sif/pc1", a FeatureSpec or a FittedFeatures."""
+def _check_options(pooling: str | None, features: object) -> None:
+    """A pooling of POOLINGS, and a spec string, FeatureSpec or FittedFeatures, that agree."""
+    if pooling is not None:
+        check_choice(pooling, "pooling", POOLINGS)
     if features is not None and not isinstance(features, str | FeatureSpec | FittedFeatures):
         raise OptionError(
             "features",
             f"expected a feature spec such as 'mu/sif/pc1', got {type(features).__name__}",
         )
+    check_pooling(pooling, features)

@@ -1,11 +1,5 @@
-"""transformers' Auto classes for exported vat folders, without remote code (docs/sharing.md,
-"transformers"): `AutoModel.from_pretrained("my-vat")` is a VATTransformersModel whose forward
-gives the token means mu and whose `encode` gives `vat.load(...).encode`'s vectors.
-
-`import vat` registers `model_type: vat` with AutoConfig and AutoModel: at once when
-transformers is imported, otherwise when it is (an import hook: `import vat` never imports
-transformers, which is heavy and optional).
-"""
+"""transformers' AutoModel for exported vat folders, without remote code (docs/sharing.md);
+`import vat` registers it when transformers is imported (a hook: never imports it itself)."""
 
 from __future__ import annotations
 
@@ -56,9 +50,7 @@ def _classes() -> tuple[type, type]:
             super().__init__(**kw)
 
     class VATTransformersModel(PreTrainedModel):
-        """A vat folder as a transformers model: `.vat` is the plain-torch VAT, `.tokenizer`
-        its VATTokenizer, and forward(input_ids) gives the posterior means mu of every
-        token as `last_hidden_state` (B, T, d)."""
+        """`.vat` (the VAT) and `.tokenizer`; forward gives the token means mu (B, T, d)."""
 
         config_class = VATTransformersConfig
         base_model_prefix = "vat"
@@ -74,9 +66,7 @@ def _classes() -> tuple[type, type]:
 
         @classmethod
         def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-            """Reads the folder (or Hub repo) once through vat.share.resolve; `revision`,
-            `token` and `cache_dir` go to a Hub download; `config`, `device_map`,
-            `trust_remote_code` and other transformers keywords are accepted and unused."""
+            """Reads the folder or Hub repo once; other transformers keywords are unused."""
             config = kwargs.get("config")
             loaded = load_model(
                 pretrained_model_name_or_path,
@@ -96,8 +86,7 @@ def _classes() -> tuple[type, type]:
             return BaseModelOutput(last_hidden_state=post.mu)
 
         def encode(self, sentences: list[str], pooling: str | None = None):
-            """(N, k) sentence features, as vat.load(...).encode gives them: the model's own
-            (`features_for`), or that `pooling` of the token means mu; a string gives one."""
+            """vat.load(...).encode's features: the model's own, or `pooling` of mu."""
             texts, single = check_sentences(sentences)
             if pooling is not None:
                 check_choice(pooling, "pooling", POOLINGS)

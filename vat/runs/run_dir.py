@@ -152,12 +152,9 @@ def run_files(run_dir: Path, dirs: dict[str, Path]) -> tuple[list[Path], list[Pa
     foreign: list[Path] = []
     for option, d in dirs.items():
         same = d.resolve() == run_dir.resolve()
-        inside = d.resolve() == (run_dir / "checkpoints").resolve()  # one of run_dir's files
-        if (
-            inside
-            or not d.is_dir()
-            or (same and option not in ("--run_dir", "--checkpoint.dirpath"))
-        ):
+        skip = same and option not in ("--run_dir", "--checkpoint.dirpath")
+        # run_dir/checkpoints is itself one of run_dir's files
+        if skip or not d.is_dir() or d.resolve() == (run_dir / "checkpoints").resolve():
             continue
         for p in sorted(d.iterdir()):
             if option == "--run_dir":
@@ -227,9 +224,8 @@ def check_place(path: Path, what: str, own_run: Path | None = None) -> None:
 def check_folders(cfg) -> None:
     """Refuse an empty folder option (Path("") is a folder the user did not name) and a link
     where Lightning opens a file itself."""
-    for option, value in zip(
-        ("--run_dir", "--checkpoint.dirpath"), (cfg.run_dir, cfg.checkpoint.dirpath)
-    ):
+    named = {"--run_dir": cfg.run_dir, "--checkpoint.dirpath": cfg.checkpoint.dirpath}
+    for option, value in named.items():
         if value is not None and not str(value).strip():
             raise VatError(f"{option} is empty: name a folder (. for the current one)")
     for option, d in write_dirs(cfg, Path(cfg.run_dir)).items():
@@ -259,8 +255,7 @@ def find_last(ckpt_dir: Path) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
 
-def _plain(x: object) -> object:
-    """Plain JSON-like values, so a YAML/CLI value compares equal to a checkpoint's."""
+def _plain(x: object) -> object:  # so a YAML/CLI value compares equal to a checkpoint's
     return json.loads(json.dumps(x, default=str))
 
 
@@ -296,8 +291,7 @@ def check_resume(cfg, ckpt_path: Path, ckpt: dict) -> None:
             )
 
 
-def _resumes(run_dir: Path) -> list[int]:
-    """N of each config-resume-N.yaml."""
+def _resumes(run_dir: Path) -> list[int]:  # N of each config-resume-N.yaml
     return [int(p.stem.rsplit("-", 1)[1]) for p in run_dir.glob("config-resume-*.yaml")]
 
 
@@ -322,8 +316,7 @@ def warn_trainer_changes(cfg, run_dir: Path) -> None:
 
 @dataclass
 class FreshStart:
-    """A fresh run checked by prepare_fit; begin_fresh deletes what it replaces only once the
-    data is ready, so a refused start leaves the earlier run whole."""
+    """A fresh run that begin_fresh starts once the data is ready (a refused start: no change)."""
 
     run_dir: Path
     dirs: dict[str, Path]

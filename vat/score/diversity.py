@@ -65,9 +65,8 @@ def sentence_bleu(hypothesis: Sequence[str], references: Sequence[Sequence[str]]
 
 
 def self_bleu(texts: Sequence[str]) -> float:
-    """Self-BLEU-4 (Zhu et al. 2018, Texygen), 0-100: each text's `sentence_bleu` against all
-    the others as references, averaged. 100 when every text is the same; lower is more
-    varied. Needs at least two texts."""
+    """Self-BLEU-4 (Zhu et al. 2018, Texygen), 0-100: the mean `sentence_bleu` of each text against
+    all the others; 100 when every text is the same, lower is more varied."""
     if len(texts) < 2:
         raise ValueError(f"self-BLEU needs at least 2 texts, got {len(texts)}")
     toks = [words(t) for t in texts]

@@ -15,12 +15,9 @@ from vat.train.losses import gaussian_kl
 
 LOG_2PI = math.log(2 * math.pi)
 
+# decoded (sample x sentence x position) rows per decoder pass: d_ff = 512 in 64 MiB of float32
 ROWS_PER_PASS = 1 << 15
-"""Decoded tokens (sample x sentence x position rows) per decoder pass: 32,768 rows hold the
-decoder's widest activation (d_ff = 512) in 64 MiB of float32."""
-
-LOGIT_ELEMENTS = 1 << 24
-"""Logits per output-projection chunk: 64 MiB of float32 (2,048 rows at V = 8,192)."""
+LOGIT_ELEMENTS = 1 << 24  # logits per output-projection chunk: 64 MiB of float32
 
 
 def prior_log_density(z: torch.Tensor, prior_std: float) -> torch.Tensor:
@@ -63,8 +60,8 @@ class Bounds(NamedTuple):
     tokens: torch.Tensor  # target tokens (subwords + </s>), long
 
 
+# z (N, T, d) -> log p(x | z) (N,) for N = draws x sentences, rows draw-major
 LogLikelihood = Callable[[torch.Tensor], torch.Tensor]
-"""z (N, T, d) -> log p(x | z) (N,) for N = draws x sentences, rows draw-major."""
 
 
 def samples_per_pass(batch_rows: int, samples: int, rows: int = ROWS_PER_PASS) -> int:
@@ -89,28 +86,19 @@ def importance_weighted_bounds(
     lse = torch.full((B,), -math.inf, dtype=torch.float64, device=mu.device)
     recon = torch.zeros(B, dtype=torch.float64, device=mu.device)
     mean_log_w = torch.zeros_like(recon)
+    draw = {"generator": generator, "device": mu.device, "dtype": torch.float32}
     for start in range(0, samples, per_pass):
         k = min(per_pass, samples - start)
-        # one draw per call, so the draws (and the bounds) do not depend on `per_pass`
-        eps = torch.stack(
-            [
-                torch.randn(mu.shape, generator=generator, device=mu.device, dtype=torch.float32)
-                for _ in range(k)
-            ]
-        ).double()  # (k, B, T, d)
+        # (k, B, T, d), one draw per call: the draws (and the bounds) do not depend on `per_pass`
+        eps = torch.stack([torch.randn(mu.shape, **draw) for _ in range(k)]).double()
         z = mu + torch.exp(0.5 * logvar) * eps  # (k, B, T, d)
         log_px = log_likelihood(z.flatten(0, 1).float()).double().view(k, B)  # (k, B)
         log_w = log_importance_weights(log_px, eps, mu, logvar, mask, prior_std)  # (k, B)
         lse = torch.logaddexp(lse, torch.logsumexp(log_w, 0))
         recon += log_px.sum(0)
         mean_log_w += log_w.sum(0)
-    return Bounds(
-        lse - math.log(samples),
-        recon / samples,
-        closed_form_kl(mu, logvar, mask, prior_std),
-        mean_log_w / samples,
-        mask.sum(-1),
-    )
+    kl = closed_form_kl(mu, logvar, mask, prior_std)
+    return Bounds(lse - math.log(samples), recon / samples, kl, mean_log_w / samples, mask.sum(-1))
 
 
 def decoder_log_likelihood(
@@ -119,9 +107,8 @@ def decoder_log_likelihood(
     tgt_out: torch.Tensor,  # (B, T)
     mask: torch.Tensor,  # (B, T) bool
 ) -> LogLikelihood:
-    """z (N, T, d), N = draws x B rows draw-major -> log p(x | z) (N,) under the decoder,
-    teacher-forced, summed over the real target tokens. The output projection runs in
-    chunks of LOGIT_ELEMENTS: (N, T, V) logits never exist at once."""
+    """A LogLikelihood under the teacher-forced decoder, summed over the real target tokens; the
+    output projection runs in chunks of LOGIT_ELEMENTS, so (N, T, V) logits never exist at once."""
     V = model.config.vocab_size
 
     def log_likelihood(z: torch.Tensor) -> torch.Tensor:
@@ -141,13 +128,6 @@ def decoder_log_likelihood(
     return log_likelihood
 
 
-def pass_bytes(model: VAT, rows: int, length: int) -> float:
-    """The bytes one decoder pass of `rows` tokens holds at its widest: draws and latents, the
-    hidden state, the feed-forward activation, self-attention weights and one logit chunk."""
-    cfg = model.config
-    return 4.0 * (rows * (6 * cfg.d_model + cfg.d_ff + cfg.n_heads * length) + LOGIT_ELEMENTS)
-
-
 def model_bounds(
     model: VAT,
     batch: dict[str, torch.Tensor],
@@ -161,17 +141,14 @@ def model_bounds(
     device = next(model.parameters()).device
     src, tgt_in, tgt_out = (batch[k].to(device) for k in ("src", "tgt_in", "tgt_out"))
     B, T = src.shape
-    per_pass = samples_per_pass(B * T, samples, rows)
-    check_allocation(pass_bytes(model, per_pass * B * T, T), "samples", device)
+    per_pass, cfg = samples_per_pass(B * T, samples, rows), model.config
+    # a pass at its widest: draws, latents, hidden state, feed-forward, attention, a logit chunk
+    widest = per_pass * B * T * (6 * cfg.d_model + cfg.d_ff + cfg.n_heads * T) + LOGIT_ELEMENTS
+    check_allocation(4.0 * widest, "samples", device)
     with eval_mode(model):
         post = model.encode(src)  # mu, logvar (B, T, d)
+        log_px = decoder_log_likelihood(model, tgt_in, tgt_out, post.mask)
+        mu, logvar, mask = post.mu.float(), post.logvar.float(), post.mask
         return importance_weighted_bounds(
-            decoder_log_likelihood(model, tgt_in, tgt_out, post.mask),
-            post.mu.float(),
-            post.logvar.float(),
-            post.mask,
-            prior_std,
-            samples,
-            per_pass,
-            generator,
+            log_px, mu, logvar, mask, prior_std, samples, per_pass, generator
         )

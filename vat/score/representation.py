@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-POSITIVE_SCORE = 4.0
-"""SimCSE's positive pairs: STS-B pairs with a gold score of 4 or more (of 5)."""
+POSITIVE_SCORE = 4.0  # SimCSE's positive pairs: STS-B pairs scored 4 or more (of 5)
 
 
 def _normalized(x: np.ndarray | torch.Tensor, what: str) -> torch.Tensor:
@@ -32,8 +31,7 @@ def alignment(
 
 def uniformity(features: np.ndarray | torch.Tensor, t: float = 2) -> float:
     """log E over pairs i < j of exp(-t ||f(x_i) - f(x_j)||^2), f = L2-normalised (SimCSE's
-    `uniform_loss`, t = 2, over torch.pdist's pairs): 0 when every feature is the same point,
-    about -4 for features spread evenly over a high-dimensional sphere."""
+    `uniform_loss`, t = 2): 0 when every feature is one point, about -4 spread over a sphere."""
     x = _normalized(features, "features")
     if len(x) < 2:
         raise ValueError(f"uniformity needs at least 2 features, got {len(x)}")

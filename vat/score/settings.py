@@ -7,24 +7,18 @@ from dataclasses import dataclass
 
 from vat.errors import OptionError, check_count, check_seed
 
-DEFAULT_SAMPLES = 500
-"""K importance samples per sentence, as He et al. (2019) and Li et al. (2020) report."""
+DEFAULT_SAMPLES = 500  # K importance samples per sentence, as He et al. (2019) report
 
 
 @dataclass(frozen=True)
 class ScoreSettings:
     """How `score_table` scores (the Python names of `vat score`'s options)."""
 
-    samples: int = DEFAULT_SAMPLES
-    """K importance samples per sentence for the NLL (K decoder passes per sentence)."""
-    batch_size: int = 32
-    """Sentences per encoder/decoder batch (length-sorted)."""
-    diversity_samples: int = 5
-    """M variational samples per sentence (tau 1) for distinct-n and self-BLEU; 0 skips them."""
-    prior_samples: int = 100
-    """P samples from the prior N(0, s^2 I) (lengths from the training histogram); 0 skips."""
-    seed: int = 0
-    """Seeds every draw: the same inputs and settings on the same device give the same table."""
+    samples: int = DEFAULT_SAMPLES  # K importance samples (decoder passes) per sentence
+    batch_size: int = 32  # sentences per encoder/decoder batch (length-sorted)
+    diversity_samples: int = 5  # M samples per sentence (tau 1) for distinct-n, self-BLEU; 0 skips
+    prior_samples: int = 100  # P samples from the prior (training lengths); 0 skips
+    seed: int = 0  # seeds every draw: same inputs, settings and device give the same table
     progress: bool = False
 
     def __post_init__(self) -> None:

@@ -1,5 +1,4 @@
-"""The table text-VAE papers report, for a loaded VAT on any sentences (docs/score.md gives every
-formula and its adaptation to a latent per token)."""
+"""The table text-VAE papers report, for a loaded VAT on any sentences (formulas: docs/score.md)."""
 
 from __future__ import annotations
 
@@ -35,9 +34,8 @@ from vat.score.settings import ScoreSettings
 from vat.share.loaded import LoadedVAT, takes_loaded
 from vat.tokenizer import make_batch
 
+# tokens per MI batch, whose q(z) is the batch's: MI <= log(512) = 6.24 nats, so compare alike
 MI_BATCH = 512
-"""Tokens per batch of the MI estimate, whose aggregate posterior q(z) is the batch's: MI is
-at most log(MI_BATCH) = 6.24 nats; compare MI only at the same batch size."""
 
 
 @dataclass
@@ -53,9 +51,8 @@ class RepresentationPairs:
 def representation_pairs(
     sts_pairs: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None
 ) -> RepresentationPairs | str:
-    """The pairs alignment and uniformity are measured on: `sts_pairs` (a file in STS-B's
-    layout), else STS-B's test split under `data_dir` or the default SentEval folder; why not
-    (a string) when the default has none."""
+    """The pairs alignment and uniformity are measured on: `sts_pairs` (STS-B's layout), else STS-B
+    test under `data_dir` or the default SentEval folder; why not (a string) if that has none."""
     if sts_pairs is not None:
         path = regular_file(Path(sts_pairs), "sts_pairs")
         pairs = read_stsb_file(path)
@@ -112,10 +109,8 @@ def score_table(
         )
     cfg = loaded.config  # the samples' latents, refused before any work if they cannot fit
     latents = 4.0 * cfg.max_len * cfg.d_model
-    check_allocation(
-        latents * settings.diversity_samples * len(sentences), "diversity_samples", loaded.device
-    )
-    check_allocation(latents * settings.prior_samples, "prior_samples", loaded.device)
+    for name, per in (("diversity_samples", len(sentences)), ("prior_samples", 1)):
+        check_allocation(latents * getattr(settings, name) * per, name, loaded.device)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     ids, truncated = _subwords(loaded, sentences)
@@ -202,13 +197,8 @@ def _likelihood(
     mus, logvars = [], []
     device = loaded.device
     generator = torch.Generator(device=device).manual_seed(settings.seed)
-    bar = tqdm(
-        total=n * K,
-        desc=f"scoring (K={K})",
-        unit="sample",
-        disable=not settings.progress,
-        leave=False,
-    )
+    quiet = not settings.progress
+    bar = tqdm(total=n * K, desc=f"scoring (K={K})", unit="sample", disable=quiet, leave=False)
     with bar:
         for index in length_sorted_batches([len(x) for x in ids], settings.batch_size):
             batch = make_batch([ids[i] for i in index])
@@ -334,17 +324,13 @@ def format_table(t: ScoreTable) -> str:
         _row("reconstruction BLEU (greedy from mu)", None, t.reconstruction["bleu"]),
     ]
     v, p = t.samples.get("variational"), t.samples.get("prior")
-    if v or p:
+    named = [(f"  variational (M={v['per_sentence']} each, tau 1)", v)] if v else []
+    named += [(f"  prior N(0, {s['prior_std']:g}^2 I) (P={p['samples']})", p)] if p else []
+    if named:
         rows.append(f"{'samples':<44}{'distinct-1':>14}{'distinct-2':>12}{'self-BLEU':>11}")
-    if v:
-        name = f"  variational (M={v['per_sentence']} each, tau 1)"
+    for name, x in named:
         rows.append(
-            f"{name:<44}{v['distinct_1']:>14.3f}{v['distinct_2']:>12.3f}{v['self_bleu']:>11.1f}"
-        )
-    if p:
-        name = f"  prior N(0, {s['prior_std']:g}^2 I) (P={p['samples']})"
-        rows.append(
-            f"{name:<44}{p['distinct_1']:>14.3f}{p['distinct_2']:>12.3f}{p['self_bleu']:>11.1f}"
+            f"{name:<44}{x['distinct_1']:>14.3f}{x['distinct_2']:>12.3f}{x['self_bleu']:>11.1f}"
         )
     r = t.representation
     if r.get("skipped"):

@@ -1,18 +1,7 @@
-"""A trained model on disk: what a model argument names, reading it once, writing folders.
+"""A trained model on disk: resolving, reading (LoadedVAT), writing and sharing it; nothing here
+fits features, evaluates or generates."""
 
-- `resolve.py`          resolve_model / load_model: tells a .ckpt, a run folder, an exported
-                        folder, a Hub id and a shipped name apart, and reads it once
-- `loaded.py`           LoadedVAT (everything read) and ModelSource (where it came from)
-- `checkpoint.py`       the .ckpt format; `folder.py` the exported folder format
-- `hub.py`              the Hugging Face Hub; `pretrained.py` the models that ship with vat
-- `export.py`           a loaded model into an exported folder; `model_card.py` its README.md
-- `training_record.py`  what a checkpoint records of its own training (provenance)
-
-Nothing here fits features, evaluates or generates: those take a LoadedVAT, one floor up.
-"""
-
-# The names of an exported folder's files, here and not in folder.py (which imports torch) so
-# that `vat pretrained` lists the shipped models without loading a deep-learning framework.
+# an exported folder's file names, here so that `vat pretrained` lists models without torch
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_NAME = "tokenizer.json"

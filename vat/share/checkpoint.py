@@ -1,7 +1,5 @@
-"""The .ckpt format: a vat checkpoint read without Lightning and without executing pickled code.
-
-A vat checkpoint is a Lightning checkpoint whose `state_dict` holds the model under the
-prefix `model.` and whose `vat` entry carries everything needed to use it alone:
+"""The .ckpt format, read without Lightning or pickled code: a Lightning checkpoint whose
+`state_dict` holds the model under `model.` and whose `vat` entry is all it needs alone:
 
     checkpoint["vat"] = {
         "format_version": 1,
@@ -10,8 +8,7 @@ prefix `model.` and whose `vat` entry carries everything needed to use it alone:
         "tokenizer": str,               # the tokenizers JSON
         "length_histogram": [int, ...], # counts of training sequence lengths (with </s>)
         "token_counts": [int, ...],     # optional: training subword counts (SIF weighting)
-        "fit_sample": {"ids": int32 tensor, "lengths": int32 tensor},
-                                        # optional: training sentences to fit features on
+        "fit_sample": {"ids": int32 tensor, "lengths": int32 tensor},  # optional
     }
 """
 
@@ -38,16 +35,12 @@ from vat.tokenizer import VATTokenizer
 
 FORMAT_VERSION = 1
 
+# the largest position table a config may ask for beyond its weights' size: far past any sentence
 POSITION_TABLE_BYTES = 1 << 28
-"""The largest position table (max_len + 1 rows of d_model floats) a model's config may ask
-for when its weights are smaller: 256 MiB, a max_len of about a million tokens at d_model 64
-or 65,000 at d_model 1024, beyond any sentence a VAT reads."""
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
-    """torch.load with weights_only=True (no pickled code runs) and one-line errors. It is
-    passed explicitly, so TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD (which only overrides an unset
-    argument) cannot turn it off."""
+    """torch.load with weights_only=True passed explicitly (no env var can turn it off)."""
     p = Path(path)
     try:
         os.stat(p)
@@ -58,18 +51,11 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     regular_file(p, "checkpoint")  # a folder; a FIFO would block torch.load, /dev/zero fill memory
     try:
         with warnings.catch_warnings():
-            # a file that is no zip archive (a plain pickle) makes torch warn about its pickle
-            # protocol before it fails: the one-line error below says what the file is
+            # a plain pickle makes torch warn before it fails; the error below says it all
             warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
             ckpt = torch.load(p, map_location=map_location, weights_only=True)
-    except (
-        RuntimeError,
-        pickle.UnpicklingError,
-        zipfile.BadZipFile,
-        EOFError,
-        OSError,
-        ValueError,
-    ) as e:
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, OSError,
+            ValueError) as e:  # fmt: skip
         raise CheckpointError(_load_failure(p, e)) from None
     if not isinstance(ckpt, dict) or "vat" not in ckpt or "state_dict" not in ckpt:
         raise CheckpointError(
@@ -79,8 +65,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def _load_failure(p: Path, e: BaseException) -> str:
-    """One line for a failed torch.load. torch's own text advises re-running with
-    weights_only=False, i.e. executing whatever the file holds: never pass that on."""
+    """One line for a failed torch.load, never passing on torch's advice of weights_only=False."""
     text = str(e)
     found = re.search(r"GLOBAL ([\w.]+)", text)
     if "Weights only load failed" in text and found:  # a pickled global (code) weights_only refused
@@ -96,11 +81,8 @@ def _load_failure(p: Path, e: BaseException) -> str:
 
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "format_version": int,
-    "model_config": dict,
-    "prior_std": (int, float),
-    "tokenizer": str,
-}
+    "format_version": int, "model_config": dict, "prior_std": (int, float), "tokenizer": str
+}  # fmt: skip
 
 
 def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
@@ -132,10 +114,8 @@ def _check_metadata(path: str | os.PathLike, meta: object) -> dict:
 def check_prior_and_lengths(
     prefix: str, prior_std: object, hist: object
 ) -> tuple[float, list[int]]:
-    """A recorded prior scale and length histogram (a checkpoint's `vat` entry, a folder's
-    config.json), or one line naming the key after `prefix`."""
-    problem = prior_std_problem(prior_std)
-    if problem is not None:
+    """A recorded prior scale and length histogram, or one line naming the key after `prefix`."""
+    if (problem := prior_std_problem(prior_std)) is not None:
         raise CheckpointError(f"{prefix}prior_std' {problem}")
     if not isinstance(hist, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in hist
@@ -145,8 +125,7 @@ def check_prior_and_lengths(
 
 
 def check_finite(path: str | os.PathLike, state: dict) -> None:
-    """Refuse stored weights that are not floating point (load_state_dict would cast an int32
-    tensor to float without a word) or hold NaN or inf (the model could only give garbage)."""
+    """Refuse weights that are not floating point (load_state_dict casts silently) or not finite."""
     tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
     for k, v in tensors.items():
         if not v.is_floating_point():
@@ -165,23 +144,18 @@ def check_finite(path: str | os.PathLike, state: dict) -> None:
 def check_weight_shapes(
     path: str | os.PathLike, config: VATConfig, shapes: dict[str, tuple[int, ...]]
 ) -> None:
-    """Before a model is built: the sizes its config records must be those of the stored
-    weights (`shapes`: name -> shape), so a tampered size (`n_encoder_layers: 1000000`) is
-    refused before anything is allocated; max_len, which no weight records, must give a
-    position table that fits in memory."""
+    """Refuse, before allocating, a config whose sizes disagree with `shapes` (name -> shape)."""
     layers = {"encoder": config.n_encoder_layers, "decoder": config.n_decoder_layers}
     stored = {part: 0 for part in layers}
     for name in shapes:
-        m = re.match(r"(encoder|decoder)\.(\d+)\.", name)
-        if m:
+        if m := re.match(r"(encoder|decoder)\.(\d+)\.", name):
             stored[m[1]] = max(stored[m[1]], int(m[2]) + 1)
     for part, n in layers.items():
         if stored[part] != n:
             raise CheckpointError(
                 f"{path}: its config says {n} {part} layers, its weights hold {stored[part]}"
             )
-    # One layer of each stack, built on the meta device (no memory), gives every shape the
-    # config implies; layer i of a stack has layer 0's shapes.
+    # one layer of each stack on the meta device (no memory) gives every shape the config implies
     one = VATConfig.from_dict({**config.to_dict(), "n_encoder_layers": 1, "n_decoder_layers": 1})
     with torch.device("meta"):
         small = VAT(dataclasses.replace(one, max_len=2)).state_dict()
@@ -203,9 +177,7 @@ def check_weight_shapes(
     unknown = sorted(set(shapes) - set(expected))
     if unknown:
         raise CheckpointError(f"{path}: its weights hold {unknown[0]}, which its config lacks")
-    # Building the table takes about twice its size at once, and a real model's positions cost
-    # a fraction of its weights: a table beyond both the weights' size and POSITION_TABLE_BYTES
-    # is a tampered or mistyped max_len, refused before it is built.
+    # a real model's positions cost a fraction of its weights: more is a tampered max_len
     table = 4.0 * (config.max_len + 1) * config.d_model  # float32 sinusoid table
     weights = 4.0 * sum(math.prod(shape) for shape in shapes.values())
     if table > max(weights, POSITION_TABLE_BYTES):
@@ -216,8 +188,7 @@ def check_weight_shapes(
 
 
 def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> LoadedVAT:
-    """The model a training checkpoint holds, with what it records (one read of the file, onto
-    the CPU: only the model is moved); damage is a one-line CheckpointError naming the file."""
+    """The model a training checkpoint holds, with what it records, read once onto the CPU."""
     path = source.location
     ckpt = read_checkpoint(path)
     meta = _check_metadata(path, ckpt["vat"])
@@ -238,20 +209,14 @@ def load_checkpoint(source: ModelSource, device: str | torch.device = "cpu") -> 
     counts = check_token_counts(meta.get("token_counts"), f"checkpoint {path}", model.config)
     training = training_facts(ckpt, path)
     return LoadedVAT(
-        model.to(device).eval(),
-        tokenizer,
-        float(meta["prior_std"]),
-        list(meta.get("length_histogram", [])),
-        source,
-        training=training,
-        token_counts=counts,
+        model.to(device).eval(), tokenizer, float(meta["prior_std"]),
+        list(meta.get("length_histogram", [])), source, training=training, token_counts=counts,
         fit_sample=_fit_sample(path, meta.get("fit_sample"), model.config.vocab_size),
-    )
+    )  # fmt: skip
 
 
 def _fit_sample(path: str | os.PathLike, sample: object, vocab_size: int) -> list[list[int]] | None:
-    """The checkpoint's fitting sample (vat.data.token_counts.fit_sample) as one list of
-    subword ids per sentence; None when it has none (saved before vat kept one)."""
+    """The checkpoint's fitting sample as one list of subword ids per sentence, or None."""
     if sample is None:
         return None
     ids = sample.get("ids") if isinstance(sample, dict) else None
@@ -337,15 +302,11 @@ def save_vat(
     length_histogram: list[int] | None = None,
 ) -> None:
     """Write a minimal vat checkpoint (no trainer state) atomically: temp file, then rename."""
+    meta = vat_metadata(model, tokenizer, prior_std, length_histogram or [])
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    ckpt = {
-        "state_dict": state,
-        "vat": vat_metadata(model, tokenizer, prior_std, length_histogram or []),
-    }
-    atomic_torch_save(ckpt, path)
+    atomic_torch_save({"state_dict": state, "vat": meta}, path)
 
 
 def atomic_torch_save(obj: object, path: str | os.PathLike) -> None:
-    """torch.save through `vat.io.atomic_write`: a killed write never leaves a truncated
-    checkpoint at `path`, and an existing one stays intact until the rename."""
+    """torch.save through `vat.io.atomic_write`, so a killed write never truncates `path`."""
     atomic_write(path, lambda f: torch.save(obj, f), binary=True)

@@ -1,6 +1,4 @@
-"""Export: a loaded model into an exported folder, with its card (files only). Fitting the
-folder's feature spec and evaluating it are done above this floor
-(`vat.api.PretrainedVAT.save_pretrained`, which `vat export` calls)."""
+"""Export: a loaded model into an exported folder with its card (files only)."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from vat.share.training_record import check_portable, portable_fit, portable_tra
 
 
 def same_vectors(loaded: LoadedVAT, features: FittedFeatures | None) -> bool:
-    """True when `features` gives the vectors an exported source gives: its own spec with its
-    own statistics (a spec refitted on other sentences gives other vectors)."""
+    """True when `features` is an exported source's own spec with its own statistics."""
     if features is None or features.spec != loaded.feature_spec:
         return False
     if not features.spec.needs_fit:
@@ -48,17 +45,12 @@ def export_model(
     space: bool = False,
     train_data_dir: str | os.PathLike | None = None,
 ) -> Path:
-    """Write `loaded` as an exported folder at `output_dir` (vat.share.folder.save_folder).
-    Scores (`evaluation`, else an exported source's while `features` gives its vectors) each
-    record the spec they measured. With `repo_id` the folder is for the Hub: its training
-    record is `portable_training`'s (paths inside the data folder `train_data_dir`, else
-    names), and what would still name a place on this machine is refused before writing."""
+    """Write `loaded` as an exported folder; with `repo_id`, for the Hub (portable records)."""
     spec = str(features.spec if features is not None else FeatureSpec())
     if evaluation is None:
         kept = loaded.evaluation if same_vectors(loaded, features) else []
         evaluation = [s for s in kept if scored_spec(s, loaded.feature_spec) == spec]
-    # each score names the spec it measured, so a card rendered after the folder's spec is
-    # changed (vat.share.folder.record_measurements) says which vectors they describe
+    # each score names the spec it measured, so a later card still says which vectors they are
     evaluation = [{**s, "features": s.get("features") or spec} for s in evaluation]
     card = {  # the arguments, else an exported source's own, else the defaults
         **loaded.card,
@@ -80,12 +72,5 @@ def export_model(
         check_portable(
             {"config.json": config, "features.safetensors": fit}, f"cannot export for {repo_id}"
         )
-    return save_folder(
-        output_dir,
-        loaded,
-        features=features,
-        card=card,
-        evaluation=evaluation,
-        overwrite=overwrite,
-        space=space,
-    )
+    return save_folder(output_dir, loaded, features=features, card=card, evaluation=evaluation,
+                       overwrite=overwrite, space=space)  # fmt: skip

@@ -1,19 +1,14 @@
-"""The exported folder: what `vat export` writes and every `--model` reads, Hugging Face style.
+"""The exported folder, Hugging Face style: what `vat export` writes, atomically, and every
+`--model` reads, with no pickled code (weights in safetensors, metadata in JSON).
 
     config.json                 VATConfig, prior_std, length histogram, format version, the
                                 training facts, the card settings and recorded scores
-    model.safetensors           the weights (safetensors; the tied embedding / lm_head once)
+    model.safetensors           the weights (the tied embedding / lm_head once)
     tokenizer.json              the tokenizers JSON (vat's special-token layout)
     README.md                   the model card (vat.share.model_card)
-    modules.json, sentence_vat_config.json, config_sentence_transformers.json
-                                what sentence-transformers reads; sentence_vat_config.json
-                                names the folder's feature spec (vat.feature_spec), the
-                                one thing it says: {"features": "layer0/sif/none"}
+    modules.json, sentence_vat_config.json ({"features": SPEC}), config_sentence_transformers.json
+                                what sentence-transformers reads
     features.safetensors        that spec's fitted statistics, when it needs any
-
-Nothing here runs pickled code: the weights are safetensors and the metadata JSON. A folder is
-written into a temp folder beside its destination and renamed into place; it is read once,
-by `load_folder`, into a `vat.share.loaded.LoadedVAT`.
 """
 
 from __future__ import annotations
@@ -53,20 +48,12 @@ ST_MODULES_NAME = "modules.json"
 ST_MODULE_CONFIG_NAME = "sentence_vat_config.json"
 ST_CONFIG_NAME = "config_sentence_transformers.json"
 ST_MODULE_TYPE = "vat.integrations.sentence_transformers.VATSentenceEncoder"
-FILES = (
-    CONFIG_NAME,
-    WEIGHTS_NAME,
-    TOKENIZER_NAME,
-    CARD_NAME,
-    ST_MODULES_NAME,
-    ST_MODULE_CONFIG_NAME,
-    ST_CONFIG_NAME,
-)
+ST_FILES = (ST_MODULES_NAME, ST_MODULE_CONFIG_NAME, ST_CONFIG_NAME)
+FILES = (CONFIG_NAME, WEIGHTS_NAME, TOKENIZER_NAME, CARD_NAME, *ST_FILES)
 FEATURES_NAME = FOLDER_STATS_NAME  # present when the folder's feature spec needs statistics
 ALL_FILES = (*FILES, FEATURES_NAME, *SPACE_FILES)  # what the Hub upload and download carry
 
 
-# -- writing ---------------------------------------------------------------------------------
 def save_folder(
     directory: str | os.PathLike,
     loaded: LoadedVAT,
@@ -77,10 +64,7 @@ def save_folder(
     overwrite: bool = False,
     space: bool = False,
 ) -> Path:
-    """Write `loaded` as an exported folder at `directory`, atomically (`check_output_dir`
-    says what may be replaced). `features` is its feature spec and statistics; `card`
-    ({license, language, name, repo_id}) and `evaluation` (`vat.eval.task_scores` entries) go
-    into config.json and the card; with `space` it is also a Hugging Face Space."""
+    """Write `loaded` as an exported folder at `directory`, atomically (with `space`, a Space)."""
     with _atomic_dir(directory, overwrite) as tmp:
         extra = {"card": card, "evaluation": evaluation, "space": space and space_settings()}
         config = write_model_files(tmp, loaded, {k: v for k, v in extra.items() if v})
@@ -96,8 +80,7 @@ def save_folder(
 def write_model_files(
     folder: Path, loaded: LoadedVAT, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """config.json, model.safetensors and tokenizer.json in `folder`; returns config.json's
-    contents. `extra` adds top-level config.json entries ("card", "evaluation")."""
+    """config.json (with `extra` entries), model.safetensors and tokenizer.json; the config."""
     from safetensors.torch import save_model
 
     config = {
@@ -111,33 +94,27 @@ def write_model_files(
         **(extra or {}),
     }
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    # save_model (not save_file) finds tensors that share storage, here the tied
-    # embed.weight / lm_head.weight, and stores one of them; load_model re-ties them.
+    # save_model (not save_file) stores the tied embed.weight / lm_head.weight once
     save_model(loaded.model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-    # safetensors writes through a private temp file (0600); give the weights the mode of
-    # the other files, so colleagues on a shared filesystem can read them.
+    # safetensors writes a private (0600) file; give it the other files' mode for shared disks
     os.chmod(folder / WEIGHTS_NAME, 0o666 & ~_umask())
     loaded.tokenizer.save(folder / TOKENIZER_NAME)
     return config
 
 
 def write_sentence_transformers_files(folder: Path, features: FittedFeatures | None) -> None:
-    """What `SentenceTransformer(folder, trust_remote_code=True)` reads: modules.json (vat's
-    VATSentenceEncoder), its settings (the feature spec alone: a `pooling` beside it could
-    only contradict it), config_sentence_transformers.json and the spec's statistics."""
-    modules = [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE_TYPE}]
-    st_config = {
-        "model_type": "SentenceTransformer",
-        "similarity_fn_name": "cosine",
-        "prompts": {},
-        "default_prompt_name": None,
+    """What sentence-transformers reads; the settings name the feature spec and nothing else."""
+    files = {
+        ST_MODULES_NAME: [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE_TYPE}],
+        ST_MODULE_CONFIG_NAME: {"features": str(features.spec)} if features is not None else {},
+        ST_CONFIG_NAME: {
+            "model_type": "SentenceTransformer",
+            "similarity_fn_name": "cosine",
+            "prompts": {},
+            "default_prompt_name": None,
+        },
     }
-    module_config = {"features": str(features.spec)} if features is not None else {}
-    for name, obj in (
-        (ST_MODULES_NAME, modules),
-        (ST_MODULE_CONFIG_NAME, module_config),
-        (ST_CONFIG_NAME, st_config),
-    ):
+    for name, obj in files.items():
         (folder / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
     write_feature_stats(folder, features)
 
@@ -150,8 +127,7 @@ def write_feature_stats(folder: Path, features: FittedFeatures | None) -> None:
 
 @contextmanager
 def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
-    """Yield an empty temp folder beside `directory`; on success it replaces `directory`
-    by a rename, so a failed write never leaves a half-written or half-replaced folder."""
+    """A temp folder beside `directory` that replaces it on success, so no write is half done."""
     out = check_output_dir(directory, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
@@ -170,9 +146,7 @@ def _atomic_dir(directory: str | os.PathLike, overwrite: bool) -> Iterator[Path]
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished folder `tmp` to `out` (a sibling), replacing an old `out`. Replacing
-    a folder takes two renames (POSIX has no portable directory swap): move the old one
-    aside, move the new one in, and put the old one back if that fails."""
+    """Move `tmp` to its sibling `out`; an old `out` is moved aside, and back if that fails."""
     if not out.exists():
         os.replace(tmp, out)
         return
@@ -188,8 +162,7 @@ def replace_dir(tmp: Path, out: Path) -> None:
 
 
 def _check_earlier_export(out: Path) -> None:
-    """overwrite replaces an earlier export and nothing else: every entry of `out`
-    must be a plain file vat's export writes, and its config.json must say it is one."""
+    """overwrite replaces an earlier export only: plain export files and a vat config.json."""
     foreign = sorted(p.name for p in out.iterdir() if not is_export_file(p))
     try:
         config = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
@@ -205,9 +178,7 @@ def _check_earlier_export(out: Path) -> None:
 
 
 def is_export_file(p: Path) -> bool:
-    """A plain file an export wrote: one of ALL_FILES, or statistics vat fitted for another
-    spec and stored in the folder (`stats_path_for`: features-<spec>.safetensors, when
-    `vat.load(folder).encode(features=...)` fitted them)."""
+    """A plain file an export wrote: one of ALL_FILES, or a features-<spec>.safetensors."""
     if p.is_symlink() or not p.is_file():
         return False
     if p.name in ALL_FILES:
@@ -216,16 +187,14 @@ def is_export_file(p: Path) -> bool:
 
 
 def check_output_dir(directory: str | os.PathLike, overwrite: bool) -> Path:
-    """The folder to export into, refused before any work: a file, a non-empty folder
-    without `overwrite`, or (with it) a folder that is not an earlier export."""
+    """The folder to export into, refused before any work if it cannot be (re)placed."""
     out = Path(directory)
     if str(directory) == "":
         raise OptionError("directory", "is empty; name the folder to export into")
     if out.exists() and not out.is_dir():
         raise VatError(f"output {out} exists and is not a directory")
     if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
-        # replacing it would pull the folder out from under this process (and the shell that
-        # started it): `.`, `..`, the current folder by its absolute path, or an ancestor
+        # replacing it would pull the folder out from under this process and its shell
         raise VatError(
             f"output {out} is the current folder or contains it; export into a new folder, "
             f"e.g. {Path(directory) / 'model'}"
@@ -249,9 +218,7 @@ def _umask() -> int:
 def record_measurements(
     folder: str | os.PathLike, title: str, text: str, rows: list[tuple[str, str]]
 ) -> None:
-    """Add measurements made outside `vat export` (e.g. the GPU suite's BLEU) to an exported
-    folder's config.json (one entry per `title`, replaced when given again) and its card,
-    rendered again, so that every later copy of the folder keeps them."""
+    """Add (or replace, by `title`) measurements to an exported folder's config.json and card."""
     folder = Path(folder)
     config = read_config(folder)
     entry = {"title": str(title), "text": str(text), "rows": [[str(a), str(b)] for a, b in rows]}
@@ -268,7 +235,6 @@ def record_measurements(
     atomic_write(folder / CARD_NAME, lambda f: f.write(card))
 
 
-# -- reading ---------------------------------------------------------------------------------
 def is_model_folder(path: str | os.PathLike) -> bool:
     """True for a folder holding a config.json (what `vat.share.resolve` calls a folder)."""
     p = Path(path)
@@ -276,8 +242,7 @@ def is_model_folder(path: str | os.PathLike) -> bool:
 
 
 def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> LoadedVAT:
-    """The model an exported folder (local, or a Hub repo's download) holds, with what it
-    records: every file read once, checked as a .ckpt is (finite weights, prior, tokenizer)."""
+    """The model an exported folder holds, with what it records, every file read once."""
     folder = source.path
     config = read_config(folder)
     for name in (TOKENIZER_NAME, WEIGHTS_NAME):  # a FIFO would block its read
@@ -305,18 +270,10 @@ def load_folder(source: ModelSource, device: str | torch.device = "cpu") -> Load
     if stats_file.exists() or stats_file.is_symlink():  # a FIFO or folder is named, not skipped
         stats = FittedFeatures.load(stats_file, model_config=model_config)  # checked as weights
     return LoadedVAT(
-        model.to(device).eval(),
-        tokenizer,
-        prior_std,
-        hist,
-        source,
-        training=training,
-        token_counts=counts,
-        feature_spec=spec,
-        feature_stats=stats,
-        card=dict(config.get("card") or {}),
-        evaluation=_check_evaluation(folder, config),
-    )
+        model.to(device).eval(), tokenizer, prior_std, hist, source, training=training,
+        token_counts=counts, feature_spec=spec, feature_stats=stats,
+        card=dict(config.get("card") or {}), evaluation=_check_evaluation(folder, config),
+    )  # fmt: skip
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -334,10 +291,7 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _folder_spec(folder: Path) -> FeatureSpec | None:
-    """The feature spec sentence_vat_config.json names (an older file's `pooling` P other than
-    "mean": mu/P/none); None for a folder from before specs, whose vectors are mu/mean. A file
-    that cannot say, or statistics no spec names, is one line naming it: read as "no spec" it
-    would silently give other vectors and ignore features.safetensors."""
+    """The spec sentence_vat_config.json names, None before specs; stray statistics refused."""
     path = folder / ST_MODULE_CONFIG_NAME
     stats = folder / FEATURES_NAME
     has_stats = stats.exists() or stats.is_symlink()
@@ -376,8 +330,7 @@ def _folder_spec(folder: Path) -> FeatureSpec | None:
 
 
 def _check_training_data(folder: Path, training: dict[str, Any]) -> None:
-    """config.json's training.data, which the card and the listing show: an object whose
-    train_files, when present, is a list of names."""
+    """config.json's training.data: an object whose train_files is a list of names."""
     data = training.get("data")
     if data is not None and not isinstance(data, dict):
         raise CheckpointError(
@@ -392,9 +345,7 @@ def _check_training_data(folder: Path, training: dict[str, Any]) -> None:
 
 
 def _check_evaluation(folder: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """config.json's recorded scores, checked at load as the card, `vat pretrained` and
-    `vat explore` read them (text task, split and metric; optional text type and features; a
-    finite number as value), not a failure in whichever reader meets a hand-edited one first."""
+    """config.json's recorded scores, checked once at load as every reader expects them."""
     scores = config.get("evaluation")
     path = folder / CONFIG_NAME
     if scores is None:
@@ -444,9 +395,7 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def _load_weights(config: VATConfig, path: Path) -> VAT:
-    """The model of `config` with the weights of `path`, one read of the file. config.json's
-    sizes are trusted only once the safetensors header agrees with them
-    (`check_weight_shapes`), so a tampered size is refused before the model is built."""
+    """The model of `config` with the weights of `path`, its header checked before building."""
     from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
@@ -459,9 +408,7 @@ def _load_weights(config: VATConfig, path: Path) -> VAT:
             state = {k: f.get_tensor(k) for k in f.keys()}
         check_finite(path, state)  # the same checks as a .ckpt's weights, as stored
         model = VAT(config)
-        # Tied embeddings are stored under one of their two names (safetensors' save_model);
-        # both names are one Parameter, so loading either fills both. check_weight_shapes has
-        # made sure that nothing else is missing or extra.
+        # tied embeddings are stored under one name; check_weight_shapes vetted the rest
         model.load_state_dict(state, strict=False)
     except CheckpointError:  # check_weight_shapes' and check_finite's own refusals say why
         raise

@@ -1,5 +1,4 @@
-"""The Hugging Face Hub: an exported folder downloaded by its repo id, or uploaded to one,
-carrying the folder's files only (`vat.share.folder.ALL_FILES`)."""
+"""The Hugging Face Hub: an exported folder's files (ALL_FILES) downloaded or uploaded."""
 
 from __future__ import annotations
 
@@ -34,13 +33,8 @@ def download(
     from huggingface_hub import snapshot_download
 
     try:
-        folder = snapshot_download(
-            repo_id,
-            revision=revision,
-            token=token,
-            cache_dir=cache_dir,
-            allow_patterns=list(ALL_FILES),
-        )
+        folder = snapshot_download(repo_id, revision=revision, token=token, cache_dir=cache_dir,
+                                   allow_patterns=list(ALL_FILES))  # fmt: skip
     except (OSError, ValueError) as e:  # network, offline mode, missing repo, a malformed id
         raise VatError(
             f"cannot download {repo_id} from the Hugging Face Hub ({_download_failure(e)})"
@@ -49,8 +43,7 @@ def download(
 
 
 def _download_failure(e: BaseException) -> str:
-    """Why a download failed, in a few words: offline mode, an unreachable Hub (the network
-    error huggingface_hub wraps), a missing repo, else the error's first line."""
+    """Why a download failed, in a few words."""
     from huggingface_hub import constants
     from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError
 
@@ -66,8 +59,7 @@ def _download_failure(e: BaseException) -> str:
 
 
 def check_pushable(folder: str | os.PathLike, repo_id: str) -> None:
-    """One line naming the file and key when config.json or the statistics' fit record names
-    a place on this machine (an export made without a repo id keeps the absolute paths)."""
+    """Refuse a folder whose config.json or statistics' fit record names a place on this machine."""
     folder = Path(folder)
     values: dict[str, Any] = {CONFIG_NAME: read_config(folder)}
     if (folder / FEATURES_NAME).is_file():
@@ -89,22 +81,16 @@ def upload(
     commit_message: str = "Upload VAT",
     api: Any = None,
 ) -> Any:
-    """Upload an exported folder to the Hub repo `repo_id` (created if missing), once
-    `check_pushable` passes; returns the `huggingface_hub.CommitInfo`."""
+    """Upload an exported folder to the Hub repo `repo_id` (created if missing)."""
     from huggingface_hub import HfApi
 
     check_pushable(folder, repo_id)
     api = api if api is not None else HfApi(token=token)
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=str(folder),
-            repo_type="model",
-            revision=revision,
-            commit_message=commit_message,
-            allow_patterns=list(ALL_FILES),
-        )
+        return api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model",
+                                 revision=revision, commit_message=commit_message,
+                                 allow_patterns=list(ALL_FILES))  # fmt: skip
     except Exception as e:  # no network (httpx/requests errors), offline mode, no login
         raise VatError(
             f"cannot push to the Hugging Face Hub repo {repo_id} ({one_line(e)[:200]})"

@@ -1,5 +1,4 @@
-"""A model read from disk, once (`vat.share.resolve.load_model`): everything downstream code
-asks of a model, in one object that travels instead of a path."""
+"""A model read from disk once (`vat.share.resolve.load_model`), to pass instead of a path."""
 
 from __future__ import annotations
 
@@ -25,13 +24,9 @@ class ModelSource:
     """Where a model came from: what its model argument named, resolved once."""
 
     kind: Kind
-    location: str
-    """The .ckpt file, the exported folder, the Hub repo id, or the shipped model's name."""
-    run_dir: str | None = None
-    """The run folder the checkpoint was chosen from (its best, else last.ckpt), if any."""
-    folder: str | None = None
-    """The local folder holding an exported model (a Hub repo's download in the Hub cache, a
-    shipped model's folder in the package)."""
+    location: str  # the .ckpt file, exported folder, Hub repo id or shipped model's name
+    run_dir: str | None = None  # the run folder the checkpoint was chosen from
+    folder: str | None = None  # the local folder of an exported model (a Hub download too)
 
     @property
     def path(self) -> Path:
@@ -40,17 +35,14 @@ class ModelSource:
 
     @property
     def name(self) -> str:
-        """A short name for tables and reports: the run folder's, the file's or the folder's
-        name, the Hub id or the shipped name."""
+        """A short name for tables: the run folder's or file's name, the Hub id or shipped name."""
         if self.kind in ("hub", "shipped"):
             return self.location
         return Path(self.run_dir or self.location).name
 
     @property
     def writable_home(self) -> Path | None:
-        """Where statistics fitted for this model may be stored: beside a checkpoint, inside
-        an exported folder; None for a Hub download or a shipped model (vat never writes into
-        the Hub cache or its own package)."""
+        """Where fitted statistics may be stored; never the Hub cache or vat's own package."""
         return None if self.kind in ("hub", "shipped") else Path(self.location)
 
 
@@ -58,31 +50,19 @@ class ModelSource:
 class LoadedVAT:
     """A VAT with everything its files record, read once (`vat.share.resolve.load_model`)."""
 
-    model: VAT
-    """The model, in eval mode, on the device it was loaded to."""
+    model: VAT  # in eval mode, on the device it was loaded to
     tokenizer: VATTokenizer
-    prior_std: float
-    """s of the prior N(0, s^2 I) (the paper)."""
-    length_histogram: list[int]
-    """Counts of training sequence lengths (</s> included), for prior samples' lengths."""
+    prior_std: float  # s of the prior N(0, s^2 I)
+    length_histogram: list[int]  # training sequence lengths (</s> included), for prior samples
     source: ModelSource
-    training: dict[str, Any] = field(default_factory=dict)
-    """What the model records of its training (`vat.share.training_record.training_facts`
-    for a checkpoint, config.json's `training` for a folder): steps, tokens, data, metrics."""
-    token_counts: np.ndarray | None = None
-    """Subword counts of the training split (SIF weights), when recorded."""
-    fit_sample: list[list[int]] | None = None
-    """A training checkpoint's sample of its training sentences as subword ids, which
-    features are fitted on (vat.data.token_counts.fit_sample); an exported folder carries
-    no training text."""
+    training: dict[str, Any] = field(default_factory=dict)  # steps, tokens, data, metrics
+    token_counts: np.ndarray | None = None  # training subword counts (SIF weights)
+    fit_sample: list[list[int]] | None = None  # a checkpoint's training sentences to fit on
+    # an exported folder's own feature spec, stored statistics, card settings and scores
     feature_spec: FeatureSpec | None = None
-    """An exported folder's own feature spec (what its users' vectors are), else None."""
     feature_stats: FittedFeatures | None = None
-    """The statistics stored with an exported folder (features.safetensors), else None."""
     card: dict[str, Any] = field(default_factory=dict)
-    """An exported folder's card settings (license, language, name, repo_id)."""
     evaluation: list[dict[str, Any]] = field(default_factory=list)
-    """An exported folder's recorded scores (`vat.eval.task_scores` entries) for its own spec."""
 
     @property
     def config(self) -> VATConfig:
@@ -94,7 +74,7 @@ class LoadedVAT:
 
     @property
     def path(self) -> Path:
-        """The local file or folder the model was read from (ModelSource.path)."""
+        """The local file or folder the model was read from."""
         return self.source.path
 
     @property
@@ -103,15 +83,11 @@ class LoadedVAT:
 
     @property
     def own_features(self) -> FittedFeatures | None:
-        """The folder's own spec with its stored statistics, when they are complete (a spec
-        that needs nothing is complete without a file); None otherwise."""
-        spec = self.feature_spec
-        if spec is None:
-            return None
-        if not spec.needs_fit:
+        """The folder's own spec with its stored statistics when they are complete, else None."""
+        spec, stats = self.feature_spec, self.feature_stats
+        if spec is not None and not spec.needs_fit:
             return FittedFeatures(spec)
-        stats = self.feature_stats
-        return stats if stats is not None and stats.spec == spec else None
+        return stats if spec is not None and stats is not None and stats.spec == spec else None
 
 
 def check_loaded(model: object, function: str) -> LoadedVAT:
@@ -130,8 +106,7 @@ R = TypeVar("R")
 
 
 def takes_loaded(entry: Callable[P, R]) -> Callable[P, R]:
-    """A public entry whose first argument is a loaded model (`check_loaded` before the body
-    runs, so the body and everything it calls take the model as it is)."""
+    """A public entry whose first argument is checked to be a loaded model (`check_loaded`)."""
 
     @functools.wraps(entry)
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:

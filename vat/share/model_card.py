@@ -9,8 +9,7 @@ from typing import Any
 
 from vat.feature_spec import DEFAULT_EXPORT_SPEC, FOLDER_STATS_NAME, FeatureSpec, FittedFeatures
 
-DISTRIBUTION = "variational-auto-transformer"
-"""vat's name on PyPI (PyPI's "vat" is an unrelated package); it installs `import vat`."""
+DISTRIBUTION = "variational-auto-transformer"  # PyPI's "vat" is an unrelated package
 INSTALL = f'pip install "{DISTRIBUTION}[integrations]"'
 DEFAULT_LICENSE = "apache-2.0"
 DEFAULT_LANGUAGE = "en"
@@ -24,15 +23,11 @@ METRIC_NOTES = {
     "`vat score` estimates",
     "val/kl": "nats per token, KL(q(z | x) || p(z)): the rate",
     "val/recon_bleu": "BLEU of the reconstructions decoded from the posterior means mu",
-}
-"""What a metric means, said on the card: text-VAE readers take "ppl" for the model's own
-perplexity (which `vat score` estimates); the key stays `val/ppl`, as monitors name it."""
+}  # text-VAE readers take "ppl" for the model's own perplexity, which `vat score` estimates
 
 
 def card_data(config: dict[str, Any], spec: FeatureSpec | None = None) -> Any:
-    """The Hub metadata (huggingface_hub.ModelCardData) of a folder's config.json: license,
-    language, datasets (Hub ids only), tags, and a model-index of the recorded scores that
-    measured the vectors of `spec`, the folder's feature spec (those the model gives now)."""
+    """The Hub metadata of a folder's config.json, its model-index the scores of `spec`."""
     from huggingface_hub import EvalResult, ModelCardData
 
     card = config.get("card") or {}
@@ -71,10 +66,8 @@ def model_card(
     features: FittedFeatures | FeatureSpec | None = None,
     shipped: dict[str, Any] | None = None,
 ) -> str:
-    """README.md of an exported folder (huggingface_hub.ModelCard), every sentence made from
-    config.json, `features` (`folder_features`: the spec with its statistics, a bare spec
-    whose statistics the folder lacks, or None for a folder from before specs) and, for a
-    model that ships with vat, `shipped` (its shipped.json record)."""
+    """README.md of an exported folder, every sentence made from config.json, `features`
+    (`folder_features`) and, for a shipped model, its shipped.json record."""
     from huggingface_hub import ModelCard
 
     mc, training = config["model_config"], config.get("training") or {}
@@ -173,13 +166,11 @@ def model_card(
 
 
 def scored_spec(entry: dict[str, Any], spec: FeatureSpec | None) -> str:
-    """The feature spec a recorded score measured: its own "features", else (a score from
-    before that record) the folder's spec `spec`, the only one export kept scores with."""
+    """The feature spec a recorded score measured (an old score's: the folder's `spec`)."""
     return str(entry.get("features") or spec or FeatureSpec())
 
 
 def _evaluation_lines(evaluation: list[dict[str, Any]], spec: FeatureSpec | None) -> list[str]:
-    """The recorded scores, under the spec each measured (said when the folder left it)."""
     if not evaluation:
         return []
     now = str(spec or FeatureSpec())
@@ -354,8 +345,7 @@ def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
 def folder_features(
     spec: FeatureSpec | None, stats_path: str | os.PathLike
 ) -> FittedFeatures | FeatureSpec | None:
-    """What the card of a folder with the feature spec `spec` describes: the spec with the
-    statistics `stats_path` holds when they are that spec's, else the bare spec."""
+    """The spec with the statistics `stats_path` holds when they are its own, else the bare spec."""
     if spec is None:
         return None
     if not spec.needs_fit:
@@ -369,16 +359,12 @@ def folder_features(
 
 
 def _records_note(data: dict[str, Any]) -> str:
-    """What config.json holds of the files besides their names (the portable records)."""
     records = data.get("train_file_records")
     if not isinstance(records, list) or not records:
         return ""
-    sizes = [r.get("bytes") for r in records if isinstance(r, dict)]
-    total = (
-        f", {sum(sizes) / 2**20:.1f} MiB"
-        if sizes and all(isinstance(b, int) and not isinstance(b, bool) for b in sizes)
-        else ""
-    )
+    sizes = [r.get("bytes") if isinstance(r, dict) else None for r in records]
+    ok = all(isinstance(b, int) and not isinstance(b, bool) for b in sizes)
+    total = f", {sum(sizes) / 2**20:.1f} MiB" if ok else ""
     return (
         f" ({len(records)} files{total}; config.json records each by its path inside the data "
         "folder, else its name, with its size and digest)"
@@ -391,12 +377,10 @@ NOISE_LABELS = (
     ("encoder_mask", "encoder-input masking {:g}"),
     ("encoder_shuffle_distance", "encoder-input local shuffle over at most {} places"),
 )
-"""vat.train.config.NoiseConfig's rates as the card names them."""
 
 
 def _noise_lines(noise: Any) -> list[str]:
-    """The input noise of training, if any: a reader comparing cards must not take a
-    denoising autoencoder for the paper's setting."""
+    """The training's input noise: a denoising autoencoder is not the paper's setting."""
     if not isinstance(noise, dict):
         return []
     parts = [
@@ -413,8 +397,7 @@ def _noise_lines(noise: Any) -> list[str]:
 
 
 def _token_lines(training: dict[str, Any]) -> list[str]:
-    """The training tokens; for a run started from another model (`vat train --init-from`),
-    this run's plus those behind that model, the total, and where it started."""
+    """The training tokens, with those of the model an --init-from run started from."""
     seen, total = training.get("tokens_seen"), training.get("tokens_total")
     start = training.get("init_from")
     if not isinstance(seen, int):
@@ -441,14 +424,13 @@ def _token_lines(training: dict[str, Any]) -> list[str]:
 
 
 def _names(files: Any) -> str:
-    """Paths as file names: the exporting machine's folders mean nothing to a folder's users."""
+    """File names: the exporting machine's folders mean nothing to a folder's users."""
     return ", ".join(Path(str(f)).name for f in files)
 
 
 def _features_paragraph(
     features: FittedFeatures | FeatureSpec, config: dict[str, Any], dim: int
 ) -> str:
-    """Which spec the folder's vectors use, and where each of its statistics came from."""
     spec = features if isinstance(features, FeatureSpec) else features.spec
     parts = [
         f"`vat.load(...).encode`, `AutoModel.from_pretrained(...).encode`, sentence-transformers "
@@ -485,7 +467,6 @@ def _sif_source(fit: dict[str, Any]) -> str:
 
 
 def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
-    """Where a pcK / whitening fit came from: how many sentences, from where, how long."""
     what = "mean and principal components" if spec.pcs else "whitening mean and matrix"
     n = fit.get("sentences")
     count = (
@@ -495,9 +476,7 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
     )
     files, origin = fit.get("files") or [], fit.get("from")
     seed = f" (seed {fit['seed']})" if files and isinstance(fit.get("seed"), int) else ""
-    if origin == "training files":  # a fit from before checkpoints kept a fitting sample
-        where = f"sampled{seed} from the model's training files ({_names(files)})"
-    elif files:
+    if files:
         where = f"sampled{seed} from {_names(files)}"
     elif origin:
         where = f"from {origin}"
@@ -515,7 +494,6 @@ def _post_source(spec: FeatureSpec, fit: dict[str, Any]) -> str:
 
 
 def _missing_statistics(spec: FeatureSpec, config: dict[str, Any]) -> str:
-    """The sentence for a folder whose spec needs statistics it does not hold."""
     needs = []
     if spec.weighting == "sif":
         needs.append(

@@ -1,8 +1,5 @@
-"""The models that ship with vat: exported folders inside the package, vat/shipped/NAME/,
-with half-precision weights and a shipped.json (what the model is, its dtype, how far it is
-from float32, every other file's SHA-256 and size). Loading checks the sizes, the tests the
-sums; scripts/add_pretrained.py adds an entry. $VAT_SHIPPED_DIR points the registry at
-another folder (tests; a site's own models)."""
+"""The models that ship with vat: exported folders vat/shipped/NAME/ with half-precision
+weights and a shipped.json (its dtype, every other file's SHA-256 and size)."""
 
 from __future__ import annotations
 
@@ -30,7 +27,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def shipped_dir() -> Path:
-    """Where the registry is: $VAT_SHIPPED_DIR if set, else the package's vat/shipped/."""
+    """$VAT_SHIPPED_DIR if set, else the package's vat/shipped/."""
     env = os.environ.get(SHIPPED_DIR_ENV)
     return Path(env).expanduser() if env else PACKAGE_SHIPPED_DIR
 
@@ -59,16 +56,14 @@ class ShippedModel:
 
     def facts(self) -> dict[str, str]:
         """What `vat pretrained` lists: shape, rate, training data, recorded scores, size."""
-        path = self.folder / CONFIG_NAME
         try:
             return listing_facts(self.config, self.size_bytes, self.info["dtype"])
         except (OSError, ValueError, RecursionError, AttributeError, TypeError) as e:
-            why = _reason(e)
-            raise CheckpointError(f"shipped model {self.name}: {path}: {why}; {REPAIR}") from None
+            where = f"shipped model {self.name}: {self.folder / CONFIG_NAME}"
+            raise CheckpointError(f"{where}: {_reason(e)}; {REPAIR}") from None
 
     def verify(self) -> None:
-        """Every file shipped.json lists is a regular file of the folder (no link, which could
-        lead out of it) of the size it records, and the folder holds no other file."""
+        """Every listed file is a regular file (no link) of its recorded size, and no other."""
         for fname, size in sorted(self.info["bytes"].items()):
             path = self.folder / fname
             st = os.lstat(path) if path.exists() or path.is_symlink() else None
@@ -146,8 +141,7 @@ def _read_json(path: Path, limit: int) -> Any:
 
 
 def _check_record(path: Path, info: Any, name: str) -> dict[str, Any]:
-    """shipped.json's contents as vat writes them (each file a plain name inside the entry,
-    with a SHA-256 and a size), or one line naming `path` and what is wrong."""
+    """shipped.json's contents as vat writes them, or one line naming `path` and the fault."""
 
     def bad(problem: str) -> CheckpointError:
         return CheckpointError(f"{path} {problem}; {REPAIR}")
@@ -196,9 +190,7 @@ def _read_entry(folder: Path) -> ShippedModel | None:
 def shipped_models(
     registry: Path | None = None, problems: list[VatError] | None = None
 ) -> list[ShippedModel]:
-    """Every shipped model (each folder of the registry with a shipped.json), by name. A
-    damaged entry raises its one-line error, or with `problems` is left out and its error
-    appended there, so that listing and suggesting names goes on with the intact ones."""
+    """Every shipped model by name; a damaged one raises, or goes to `problems` if given."""
     root = shipped_dir() if registry is None else Path(registry)
     if not root.is_dir():
         return []
@@ -224,7 +216,7 @@ def shipped_models(
 
 
 def list_pretrained() -> list[ShippedModel]:
-    """The models that ship with vat (`vat pretrained`), by name: `vat.load(entry.name)`."""
+    """The models that ship with vat (`vat pretrained`), by name."""
     return shipped_models()
 
 

@@ -1,24 +1,6 @@
-"""What a model argument names, and reading it: the one place that resolves `--model` /
-`vat.load(...)`.
-
-Every command's `--model` (alias `--ckpt`), `vat export`'s source and `vat.load` accept
-
-    a training checkpoint      runs/demo/checkpoints/last.ckpt
-    an exported folder         my-vat/              (config.json, model.safetensors, ...)
-    a run folder               runs/demo            its best checkpoint (checkpoints/best-*.ckpt,
-                                                     on --best_monitor), else checkpoints/last.ckpt
-    a Hugging Face Hub repo id user/my-vat          downloaded into the Hub cache
-    a shipped model's name     demo-wordnet-d64     (or vat:demo-wordnet-d64) inside the
-                                                     package, offline (`vat pretrained`)
-
-How they are told apart: `vat:NAME` is always a shipped model; a path that exists is a path
-(a `pathlib.Path` that does not exist is read as its string is); a bare NAME that is a shipped
-model is that model, and one that is also a path is refused (write ./NAME or vat:NAME); a
-`user/name` that is no path is a Hub id, unless its first part is a local folder (a mistyped
-path). A name that is no model says so with the nearest model path or shipped name, and a
-text file is named for what it is, not read as a corrupt checkpoint. Errors name the Python
-argument (`model`); the command line shows its flag (vat.errors.run_cli).
-"""
+"""The one place that resolves `--model` / `vat.load(...)`: a .ckpt, an exported or run
+folder, a Hub repo id or a shipped name (`vat:NAME` is always one; a bare NAME that is also a
+path is refused; a `user/name` that is no path is a Hub id unless its first part exists)."""
 
 from __future__ import annotations
 
@@ -38,8 +20,7 @@ from vat.share.pretrained import PREFIX, named_shipped, shipped_model, shipped_m
 
 
 def run_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint a run folder stands for: its best (the newest best-*.ckpt, written on
-    --best_monitor), else last.ckpt; None when it has neither."""
+    """A run folder's newest checkpoints/best-*.ckpt, else its last.ckpt, else None."""
     ckpts = run_dir / "checkpoints"
     best = sorted(ckpts.glob("best-*.ckpt"), key=lambda p: (p.stat().st_mtime, p.name))
     if best:
@@ -56,8 +37,7 @@ def resolve_model(
     token: str | bool | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> ModelSource:
-    """Which kind of model `model` names, and where its files are (a Hub repo is downloaded
-    with `revision`, `token` and `cache_dir`); `name` is the argument named in errors."""
+    """Which kind of model `model` names and where its files are; errors name `name`."""
     text = os.fspath(model) if isinstance(model, str | os.PathLike) else model
     if not isinstance(text, str):
         raise OptionError(
@@ -72,8 +52,7 @@ def resolve_model(
     else:
         _check_path_name(p, text, name)
         exists = p.exists() or p.is_symlink()
-        # a Path that exists is that path (a Path cannot be spelled ./NAME); one that does not
-        # is read as its string is, as on the command line, which cannot tell the two apart
+        # an existing Path is that path (a Path cannot be spelled ./NAME); else read as text
         shipped = None if exists and not isinstance(model, str) else shipped_model(text)
         if shipped is not None and exists:
             raise OptionError(
@@ -91,8 +70,7 @@ def resolve_model(
         if (p / CONFIG_NAME).is_file():
             return ModelSource("folder", str(p), folder=str(p))
         if (p / "checkpoints").is_dir():
-            ckpt = run_checkpoint(p)
-            if ckpt is None:
+            if (ckpt := run_checkpoint(p)) is None:
                 raise OptionError(
                     name, f"{p} is a run folder without checkpoints/best-*.ckpt or last.ckpt"
                 )
@@ -115,24 +93,20 @@ def resolve_model(
     raise OptionError(name, f"{text} does not exist{_did_you_mean(text)}; expected {ACCEPTED}")
 
 
-ACCEPTED = (
+ACCEPTED = (  # what every error about a model argument says it accepts
     "a run folder, a .ckpt checkpoint, an exported folder, a shipped model's name "
     "(vat pretrained) or a Hub repo id user/name"
 )
-"""What a model argument accepts, as every error about one says it."""
 
 
 def _meant_as_path(text: str) -> bool:
-    """A user/name whose first part exists here is a mistyped path (runs/dmeo beside runs/),
-    never sent to the Hub: a download error would send the user looking for a network problem."""
+    """A user/name whose first part exists here is a mistyped path, not a Hub id."""
     first = Path(text).parts[0]
     return Path(first).exists() or Path(first).is_symlink()
 
 
 def _did_you_mean(text: str) -> str:
-    """The " (did you mean X?)" of whichever is nearer to `text`: the nearest model path or,
-    for a bare name, the shipped model's name (which wins a tie: `demo-wordnet` means
-    demo-wordnet-d64, not a demo-export folder in the current folder); "" when none is close."""
+    """The " (did you mean X?)" for the nearest model path or shipped name (which wins a tie)."""
     near = nearest_model_path(text)
     if "/" not in text:
         # a damaged entry is no name to offer, and no reason to lose the path's suggestion
@@ -143,14 +117,12 @@ def _did_you_mean(text: str) -> str:
 
 
 def _likeness(a: str, b: str) -> float:
-    """difflib's ratio of two names, case ignored (what `vat.errors.nearest` ranks by)."""
+    """difflib's ratio of two names, case ignored, as `vat.errors.nearest` ranks them."""
     return difflib.SequenceMatcher(None, a.lower(), Path(b).name.lower()).ratio()
 
 
 def nearest_model_path(text: str, limit: int = 2000) -> str | None:
-    """The existing model path closest to the mistyped `text` (difflib on each part that
-    does not exist, among the first `limit` entries of its folder), spelled as `text` is
-    (relative stays relative), or None."""
+    """The existing model path closest to the mistyped `text`, part by part, or None."""
     p = Path(text).expanduser()
     base = Path(p.anchor) if p.is_absolute() else Path()
     parts = p.parts[1:] if p.is_absolute() else p.parts
@@ -174,9 +146,7 @@ def nearest_model_path(text: str, limit: int = 2000) -> str | None:
         if not close:
             return None
         base = base / close[0]
-    if base == p:
-        return None
-    return f"./{base}" if text.startswith("./") else str(base)
+    return None if base == p else f"./{base}" if text.startswith("./") else str(base)
 
 
 def _is_model_path(p: Path) -> bool:
@@ -189,14 +159,12 @@ def _is_model_path(p: Path) -> bool:
         return False
 
 
-# What a torch checkpoint starts with: a zip archive (torch.save's format since 1.6) or a
-# pickle (the legacy format; protocol 2+ opens with 0x80).
+# what a torch checkpoint starts with: a zip archive or a pickle (protocol 2+)
 _CHECKPOINT_MAGIC = (b"PK\x03\x04", b"\x80")
 
 
 def _check_not_text(p: Path, name: str) -> None:
-    """A text file (a config.json, a .yaml, a Git LFS pointer) is no checkpoint: say what it
-    is, not torch.load's "Unsupported operand 123" (the byte '{')."""
+    """Name a text file (JSON, YAML, a Git LFS pointer) for what it is, not as a bad checkpoint."""
     try:
         with open(p, "rb") as f:
             head = f.read(4096)
@@ -221,9 +189,7 @@ def _text_kind(p: Path, text: str) -> str:
 
 
 def _check_path_name(path: Path, text: str, name: str) -> None:
-    """A symbolic link loop is named as one (to Path.exists() it is missing, which sends the
-    user looking for a file that is there); a name too long for the filesystem is one line,
-    not the OSError every later check of the path would raise."""
+    """One line for a symbolic link loop (Path.exists() says missing) or a too long name."""
     try:
         os.stat(path)
     except OSError as e:
@@ -250,13 +216,7 @@ def load_model(
     token: str | bool | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> LoadedVAT:
-    """Whatever `model` names, read once: the model (eval mode, on `device`), its tokenizer
-    and everything its files record (`LoadedVAT`)."""
-    src = (
-        model
-        if isinstance(model, ModelSource)
-        else resolve_model(model, name=name, revision=revision, token=token, cache_dir=cache_dir)
-    )
-    if src.kind == "checkpoint":
-        return load_checkpoint(src, device)
-    return load_folder(src, device)
+    """Whatever `model` names, read once, the model in eval mode on `device`."""
+    if not isinstance(model, ModelSource):
+        model = resolve_model(model, name=name, revision=revision, token=token, cache_dir=cache_dir)
+    return (load_checkpoint if model.kind == "checkpoint" else load_folder)(model, device)

@@ -1,10 +1,4 @@
-"""The files that make an exported folder a Hugging Face Space running `vat explore`'s page.
-
-`vat export MODEL DIR --space` (`save_pretrained(..., space=True)`) adds `app.py` and
-`requirements.txt`, and the card's metadata gains the Space settings (`sdk: gradio`,
-`app_file: app.py`), so the same folder is a model others load and, pushed to a Space repo, a
-page others open. `python app.py` in the folder serves the page locally.
-"""
+"""The files that make an exported folder a Hugging Face Space running `vat explore`'s page."""
 
 from __future__ import annotations
 
@@ -51,11 +45,9 @@ def _installed(distribution: str) -> str | None:
 
 
 def space_settings() -> dict[str, Any]:
-    """What config.json records of the Space, and the card's metadata says: the gradio
-    version the page was exported with (a Space installs that SDK)."""
-    sdk_version = _installed("gradio")
-    settings = {"sdk": "gradio", "app_file": APP_NAME}
-    return {**settings, "sdk_version": sdk_version} if sdk_version else settings
+    """The Space settings for config.json and the card, with the exporting gradio version."""
+    version = _installed("gradio")
+    return {"sdk": "gradio", "app_file": APP_NAME, **({"sdk_version": version} if version else {})}
 
 
 def requirements() -> str:

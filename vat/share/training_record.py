@@ -1,20 +1,7 @@
-"""What a checkpoint records about its own training, for the model card: provenance only,
-which no vat command opens (features fit on the checkpoint's fitting sample).
-
-`VATSystem.on_save_checkpoint` stores `training_record(...)` as checkpoint["vat"]["training"]:
-step, epoch, tokens and sentences seen, the last CARD_METRICS and the training data. Training
-files are recorded twice: `train_files` by their absolute paths on the training machine, and
-`train_file_records` each as another machine would name it (its path inside the data folder,
-$VAT_DATA_DIR, else its name) with its size and digest (`vat.data.file_digest`):
-
-    "train_files": ["/home/u/shared/data/corpus/newstest_en.201[0-7].txt.gz"],
-    "train_file_records": [{"path": "corpus/newstest_en.2010.txt.gz", "bytes": 125409,
-                            "digest": "0c5e..."}, ...]
-
-`training_facts` adds what Lightning's checkpoint says (step, scores, loss settings) for the
-card. What leaves the machine (an export for the Hub, scripts/add_pretrained.py) is
-`portable_training`'s copy, and `check_portable` refuses any string still naming a place here.
-"""
+"""What a checkpoint records about its own training, for the model card: training files both
+by absolute path (`train_files`) and as another machine names them (`train_file_records`:
+{"path": "corpus/x.txt.gz", "bytes": 125409, "digest": "0c5e..."}); what leaves the machine is
+`portable_training`'s copy, which `check_portable` vets."""
 
 from __future__ import annotations
 
@@ -32,31 +19,21 @@ import torch
 from vat.data.file_digest import file_digest
 from vat.errors import CheckpointError, VatError
 
-# Validation and training scalars worth a card (when the run logged them).
-CARD_METRICS = (
-    "val/nll",
-    "val/kl",
-    "val/loss",
-    "val/ppl",
-    "val/recon_bleu",
-    "val/stsb_spearman",
-    "train/kl",
-)
+CARD_METRICS = (  # validation and training scalars worth a card, when the run logged them
+    "val/nll", "val/kl", "val/loss", "val/ppl", "val/recon_bleu", "val/stsb_spearman", "train/kl"
+)  # fmt: skip
 DATA_KEYS = ("train_files", "hf_dataset", "hf_config", "hf_text_field", "max_len")
 RECORDS_KEY = "train_file_records"
 DATA_DIR_ENV = "VAT_DATA_DIR"
-DATA_DIR_DEFAULT = Path("..", "shared", "data")
 
 
 def default_data_dir(folder: str | os.PathLike | None = None) -> Path:
-    """The data folder: `folder`, else $VAT_DATA_DIR, else ../shared/data (relative to the
-    working folder, as $VAT_SENTEVAL_DIR's default is)."""
-    return Path(folder or os.environ.get(DATA_DIR_ENV) or DATA_DIR_DEFAULT).expanduser()
+    """The data folder: `folder`, else $VAT_DATA_DIR, else ../shared/data."""
+    return Path(folder or os.environ.get(DATA_DIR_ENV) or Path("..", "shared", "data")).expanduser()
 
 
 def _inside(path: str | os.PathLike, folder: Path) -> str | None:
-    """`path` relative to `folder` in POSIX form when it lies inside it (links resolved on both
-    sides, so a data folder reached through a link still counts), else None."""
+    """`path` relative to `folder` (links resolved) in POSIX form when inside it, else None."""
     try:
         rel = Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
     except ValueError:
@@ -71,8 +48,7 @@ def _named(path: str, data_dir: Path) -> dict[str, Any]:
 
 
 def file_record(path: str, data_dir: Path) -> dict[str, Any]:
-    """One training file as another machine names it (`_named`), with its "bytes" and
-    "digest" when it can be read."""
+    """One training file as another machine names it, with its size and digest if readable."""
     record = _named(path, data_dir)
     try:
         return {**record, "bytes": os.stat(path).st_size, "digest": file_digest(path)}
@@ -81,9 +57,7 @@ def file_record(path: str, data_dir: Path) -> dict[str, Any]:
 
 
 def file_records(patterns: Sequence[str], data_dir: Path) -> list[dict[str, Any]]:
-    """`file_record` of every file the paths or globs name (in their order, a glob's matches
-    sorted, as vat.data.corpus.expand_files reads them); a pattern matching nothing is
-    recorded by its name, so that the record still lists every source."""
+    """`file_record` of every file the paths or globs name (a match-less one by its name)."""
     out = []
     for pattern in patterns:
         pattern = os.path.expanduser(str(pattern))
@@ -94,9 +68,7 @@ def file_records(patterns: Sequence[str], data_dir: Path) -> list[dict[str, Any]
 
 
 def data_record(hparams: Any) -> dict[str, Any]:
-    """The training data of a DataModule's hyperparameters: absolute file paths (or globs), a
-    Hub id, and the files' portable records. Called in the training process, whose current
-    folder is the one the paths were typed relative to."""
+    """The training data of a DataModule's hyperparameters (in the training process)."""
     if hparams is None:
         return {}
     out: dict[str, Any] = {}
@@ -139,16 +111,12 @@ def training_record(
 
 
 def training_facts(ckpt: dict, ckpt_path: str | os.PathLike) -> dict[str, Any]:
-    """Plain facts about how a checkpoint (read by `vat.share.checkpoint.read_checkpoint`) was
-    trained: its record (`training_record`), step, epoch, ModelCheckpoint's scores and the
-    loss/optimiser hyperparameters."""
+    """Plain facts about how a checkpoint was trained, for its card."""
     facts: dict[str, Any] = {"source_checkpoint": Path(ckpt_path).name}
     recorded = (ckpt.get("vat") or {}).get("training")
     if isinstance(recorded, dict):
         facts.update(_plain(recorded))
-    for key in ("global_step", "epoch"):
-        if isinstance(ckpt.get(key), int):
-            facts[key] = ckpt[key]
+    facts.update({k: ckpt[k] for k in ("global_step", "epoch") if isinstance(ckpt.get(k), int)})
     hp = ckpt.get("hyper_parameters") or {}
     for key in ("loss", "optim", "noise"):
         if isinstance(hp.get(key), dict):
@@ -172,10 +140,8 @@ def training_facts(ckpt: dict, ckpt_path: str | os.PathLike) -> dict[str, Any]:
     return facts
 
 
-# -- what leaves the machine: portable records only -----------------------------------------
 def portable_name(path: str | os.PathLike, train_data_dir: str | os.PathLike | None = None) -> str:
-    """How a file is named in what leaves this machine: its path inside the data folder when
-    it lies there, else its name."""
+    """A file's name in what leaves this machine: its path inside the data folder, else its name."""
     path = os.path.expanduser(str(path))
     return _inside(path, default_data_dir(train_data_dir)) or Path(path).name
 
@@ -183,11 +149,7 @@ def portable_name(path: str | os.PathLike, train_data_dir: str | os.PathLike | N
 def portable_training(
     training: dict[str, Any], train_data_dir: str | os.PathLike | None = None
 ) -> dict[str, Any]:
-    """A copy of a training record (config.json's "training") that names no place on this
-    machine: `train_files` become the portable records' paths and names (an older record
-    without them gets them now, against the data folder `train_data_dir`, no file opened), and
-    a model path the run started from (init_from.model) its name. `machine_paths` finds
-    anything else."""
+    """A copy of a training record whose files and init_from.model name no place here."""
     out = copy.deepcopy(training) if isinstance(training, dict) else {}
     data = out.get("data")
     if isinstance(data, dict) and (data.get("train_files") or data.get(RECORDS_KEY)):
@@ -202,8 +164,7 @@ def portable_training(
                 f"training.data.{RECORDS_KEY} is {records!r:.80}: expected a list of "
                 '{"path": a path inside the data folder} or {"name": a file name}'
             )
-        data[RECORDS_KEY] = records
-        data["train_files"] = names
+        data[RECORDS_KEY], data["train_files"] = records, names
     start = out.get("init_from")
     if isinstance(start, dict) and isinstance(start.get("model"), str):
         if machine_path(start["model"]) is not None:
@@ -212,8 +173,7 @@ def portable_training(
 
 
 def portable_fit(fit: dict[str, Any], train_data_dir: str | os.PathLike | None = None) -> dict:
-    """A copy of feature statistics' fit record (vat.feature_spec.FittedFeatures.fit) whose
-    file lists ("files", "count_files") name each file as `portable_name` does."""
+    """A copy of a FittedFeatures.fit record whose file lists are `portable_name`s."""
     out = dict(fit)
     for key in ("files", "count_files"):
         if isinstance(out.get(key), list):
@@ -221,18 +181,13 @@ def portable_fit(fit: dict[str, Any], train_data_dir: str | os.PathLike | None =
     return out
 
 
-# An absolute POSIX path, a Windows drive or UNC path, a home folder (~, ~user/...), or a
-# path that climbs out of its folder (.., ../x, x/../y): each means something only on the
-# machine that wrote it. A word is what whitespace and "=" separate, less the punctuation that
-# wraps paths in prose ("`/x`", "(/x),", "a=/x"), so "nats/token", "28.00 / 0.770" or "</s>"
-# are not paths and a glob keeps its brackets.
+# An absolute, drive, UNC, ~home or ..-climbing path means something only where it was written.
 _WRAPPING = "`'\"()[]{},;:"
 _MACHINE = re.compile(r"^(/[^/\s]|[A-Za-z]:[\\/]|\\\\|~([\w.-]*/|$))|(^|[/\\])\.\.([/\\]|$)")
 
 
 def machine_path(text: str) -> str | None:
-    """The first word of `text` that names a place on the machine that wrote it (an
-    absolute path, a `~` home path, or a `../` escape), else None."""
+    """The first word of `text` (unwrapped) that names a place on the writing machine, or None."""
     for token in text.split():
         for word in token.split("="):
             word = word.strip(_WRAPPING)
@@ -242,8 +197,7 @@ def machine_path(text: str) -> str | None:
 
 
 def machine_paths(obj: Any, key: str = "") -> list[tuple[str, str]]:
-    """(key, string) of every string in a JSON-like value that `machine_path` flags; keys
-    read as in the file ("training.data.train_files[0]")."""
+    """(key, string), e.g. ("training.data.train_files[0]", ...), of every string flagged."""
     if isinstance(obj, str):
         return [(key, obj)] if machine_path(obj) else []
     if isinstance(obj, dict):
@@ -256,12 +210,9 @@ def machine_paths(obj: Any, key: str = "") -> list[tuple[str, str]]:
 
 
 def check_portable(values: dict[str, Any], doing: str, remedy: str = "") -> None:
-    """Refuse, in one line naming the file and key, a value of what is about to leave this
-    machine (`values`: file label -> its JSON-like contents) that names a place on it;
-    `doing` starts the message ("cannot push ..."), `remedy` ends it."""
+    """Refuse a value of `values` (file label -> JSON) that names a place on this machine."""
     for label, obj in values.items():
-        hits = machine_paths(obj)
-        if hits:
+        if hits := machine_paths(obj):
             key, text = hits[0]
             more = f" (and {len(hits) - 1} more such values)" if len(hits) > 1 else ""
             raise VatError(

@@ -285,8 +285,7 @@ class CompileCache(Callback):
     error, whenever dynamo compiled since."""
 
     def __init__(self, run_dir: str | os.PathLike, trust: bool = False) -> None:
-        self.run_dir = Path(run_dir)
-        self.trust = trust
+        self.run_dir, self.trust = Path(run_dir), trust
         self._here: dict[str, Any] | None = None
         self._loaded: bytes | None = None  # the blob this launch loaded: kept in every save
         self._saved_graphs: int | None = None  # dynamo's graph count at the last save

@@ -39,16 +39,8 @@ class KLController(nn.Module):
 
     @classmethod
     def from_config(cls, loss) -> KLController:
-        return cls(
-            loss.target_kl,
-            loss.kl_control_kp,
-            loss.kl_control_ki,
-            loss.kl_control_initial,
-            loss.kl_control_min,
-            loss.kl_control_max,
-            loss.kl_control_error,
-            loss.kl_control_max_error,
-        )
+        names = ("kp", "ki", "initial", "min", "max", "error", "max_error")  # __init__'s order
+        return cls(loss.target_kl, *(getattr(loss, f"kl_control_{n}") for n in names))
 
     @property
     def weight(self) -> torch.Tensor:

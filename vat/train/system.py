@@ -262,18 +262,9 @@ class VATSystem(L.LightningModule):
         self.val_loss.update(out.loss, n)
         self.val_ppl.update(out.logits.float(), batch["tgt_out"])
         bs = batch["src"].shape[0]
-        self.log_dict(
-            {
-                f"{stage}/nll": self.val_nll,
-                f"{stage}/kl": self.val_kl,
-                f"{stage}/kl_weighted": self.val_kl_weighted,
-                f"{stage}/loss": self.val_loss,
-                f"{stage}/ppl": self.val_ppl,
-            },
-            on_step=False,
-            on_epoch=True,
-            batch_size=bs,
-        )
+        names = ("nll", "kl", "kl_weighted", "loss", "ppl")
+        metrics = {f"{stage}/{k}": getattr(self, f"val_{k}") for k in names}
+        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=bs)
         self.log(f"{stage}/kl_weight", out.kl_weight, on_step=False, on_epoch=True, batch_size=bs)
 
     def configure_optimizers(self):

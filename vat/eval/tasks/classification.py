@@ -1,5 +1,4 @@
-"""Loaders for SentEval's classification tasks: MR, CR, SUBJ, MPQA, SST2/5, TREC and MRPC
-(SICKEntailment: `vat.eval.tasks.sts`)."""
+"""Loaders for SentEval's classification tasks MR, CR, SUBJ, MPQA, SST2/5, TREC and MRPC."""
 
 from __future__ import annotations
 
@@ -69,9 +68,8 @@ SST_FORMATS = {  # task: (line -> (sentence, label), the format an error names)
 
 def load_sst(data_dir: Path, task: str) -> TaskData:
     """SST2 ('sentence<TAB>label', binary/) and SST5 ('label sentence', fine/)."""
-    fine = task == "SST5"
-    folder = data_dir / "SST" / ("fine" if fine else "binary")
-    nclasses = 5 if fine else 2
+    subfolder, nclasses = ("fine", 5) if task == "SST5" else ("binary", 2)
+    folder = data_dir / "SST" / subfolder
     parse, expected = SST_FORMATS[task]
     splits = {}
     for split in ("train", "dev", "test"):
@@ -100,17 +98,8 @@ def load_trec(data_dir: Path, task: str = "TREC") -> TaskData:
 def load_mrpc(data_dir: Path, task: str = "MRPC") -> TaskData:
     """MRPC: header line (maybe with a BOM), then 'Quality #1_ID #2_ID #1_String #2_String'."""
     folder = data_dir / "MRPC"
-    splits = read_pair_splits(
-        folder,
-        ((split, f"msr_paraphrase_{split}.txt") for split in ("train", "test")),
-        task,
-        data_dir,
-        labelled,
-        3,
-        4,
-        lambda c: int(c[0]),
-        np.int64,
-        "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String",
-        header=True,
-    )
+    files = [(split, f"msr_paraphrase_{split}.txt") for split in ("train", "test")]
+    cols = "Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String"
+    fmt = (3, 4, lambda c: int(c[0]), np.int64, cols)
+    splits = read_pair_splits(folder, files, task, data_dir, labelled, *fmt, header=True)
     return TaskData(task, "traintest", splits, nclasses=2, path=folder)

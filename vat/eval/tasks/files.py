@@ -80,10 +80,9 @@ class TaskData:
 
     def sentences(self) -> list[str]:
         """Every sentence of the task (with repeats), for encoding."""
-        out: list[str] = []
-        for s in self.splits.values():
-            out += s.a + s.b if isinstance(s, Pairs) else s.x
-        return out
+        return [
+            x for s in self.splits.values() for x in (s.a + s.b if isinstance(s, Pairs) else s.x)
+        ]
 
 
 class MissingTaskData(VatError):
@@ -92,8 +91,7 @@ class MissingTaskData(VatError):
 
 def need_file(path: Path, task: str, data_dir: Path) -> Path:
     if not path.is_file():
-        what = "folder" if not path.parent.is_dir() else "file"
-        missing = path.parent if what == "folder" else path
+        what, missing = ("folder", path.parent) if not path.parent.is_dir() else ("file", path)
         raise MissingTaskData(
             f"{task}: missing {what} {missing} "
             f"(expected SentEval layout under {data_dir}: {LAYOUT[task]}; "
@@ -105,8 +103,7 @@ def need_file(path: Path, task: str, data_dir: Path) -> Path:
 def _read_text(path: Path, encoding: str) -> str:
     """Whole file with universal newlines, as SentEval's `open` reads it; a UTF-8 file follows
     vat's rule for text (vat.data.corpus.check_text)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = Path(path).read_bytes()
     if encoding == "utf-8":
         check_text(data[:8192], path)
         data = data.removeprefix(codecs.BOM_UTF8)
@@ -153,9 +150,8 @@ def read_pair_file(
 ) -> dict[str, np.ndarray]:
     """A tab-separated file of labelled sentence pairs (STS-B, SICK, MRPC); blank lines skipped."""
     lines = iter_lines(path, "utf-8")
-    first = 2 if header else 1
     a, b, y = [], [], []
-    for i, line in enumerate(lines[1:] if header else lines, first):
+    for i, line in enumerate(lines[1:] if header else lines, 2 if header else 1):
         if not line.strip():
             continue
         cols = line.strip().split("\t")

@@ -8,13 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vat.errors import OptionError, VatError, check_sentences, did_you_mean, shown_path
-from vat.eval.tasks.classification import (
-    BINARY_FILES,
-    load_binary,
-    load_mrpc,
-    load_sst,
-    load_trec,
-)
+from vat.eval.tasks.classification import BINARY_FILES, load_binary, load_mrpc, load_sst, load_trec
 from vat.eval.tasks.files import LAYOUT, STS_SUBSETS, TaskData
 from vat.eval.tasks.files import Pairs as Pairs
 from vat.eval.tasks.sts import load_sick, load_sts, load_stsb
@@ -28,7 +22,6 @@ TASK_GROUPS: dict[str, list[str]] = {
     "transfer": TRANSFER_TASKS,
     "all": ALL_TASKS,
 }
-
 
 # the names tables print; `--tasks` takes either name, in any case
 TABLE_NAMES: dict[str, str] = {

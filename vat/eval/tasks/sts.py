@@ -1,5 +1,4 @@
-"""Loaders for SentEval's similarity tasks: STS12-16, STSBenchmark and SICK (relatedness
-and entailment, one file layout). See `vat.eval.tasks.registry` for how the files are read."""
+"""Loaders for SentEval's STS12-16, STSBenchmark and SICK (relatedness and entailment) tasks."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def load_sts(data_dir: Path, task: str) -> TaskData:
     for subset in STS_SUBSETS[task]:
         inp = need_file(folder / f"STS.input.{subset}.txt", task, data_dir)
         gs = need_file(folder / f"STS.gs.{subset}.txt", task, data_dir)
-        pairs = split_lines(inp, "utf-8")
-        gold = split_lines(gs, "utf-8")
+        pairs, gold = split_lines(inp, "utf-8"), split_lines(gs, "utf-8")
         if len(gold) != len(pairs):
             raise VatError(
                 f"{task}: {gs} has {len(gold)} lines but {inp} has {len(pairs)}; "
@@ -59,14 +57,9 @@ def load_sts(data_dir: Path, task: str) -> TaskData:
     return TaskData(task, "sts", splits, path=folder)
 
 
-STSB_FORMAT = (
-    5,
-    6,
-    lambda c: float(c[4]),
-    np.float64,
-    "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence",
-)
-"""STSBenchmark's columns (0-based): the sentences in 5 and 6, the score (0-5) in 4."""
+# STSBenchmark's columns (0-based): the sentences in 5 and 6, the score (0-5) in 4
+STSB_COLUMNS = "genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>sentence<TAB>sentence"
+STSB_FORMAT = (5, 6, lambda c: float(c[4]), np.float64, STSB_COLUMNS)
 
 
 def load_stsb(data_dir: Path, task: str = "STSBenchmark") -> TaskData:
@@ -99,6 +92,5 @@ def load_sick(data_dir: Path, task: str) -> TaskData:
     splits = read_pair_splits(
         folder, files, task, data_dir, check, 1, 2, label, dtype, cols, header=True
     )
-    if entail:
-        return TaskData(task, "split", splits, nclasses=3, path=folder)
-    return TaskData(task, "relatedness", splits, path=folder)
+    kind, nclasses = ("split", 3) if entail else ("relatedness", 0)
+    return TaskData(task, kind, splits, nclasses=nclasses, path=folder)
