@@ -18,6 +18,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from vat.callbacks.collapse_alarm import CollapseAlarm
 from vat.callbacks.model_summary import ModelSummary
@@ -261,7 +262,7 @@ def _continue_from(cli: VATCLI, cfg, read) -> init_from.Source:
         )
     else:
         src = resolve_model(cfg.init_from, name="init_from")
-        if rd.is_global_rank_zero():  # (DDP's other ranks: rank 0 holds this run's lock)
+        if rank_zero_only.rank == 0:  # (DDP's other ranks: rank 0 holds this run's lock)
             init_from.check_not_training(str(cfg.init_from), src)
         loaded = load_model(src, "cpu")
         resume = init_from.same_run_checkpoint(loaded, cfg.run_dir, str(ckpt_dir))
@@ -270,7 +271,7 @@ def _continue_from(cli: VATCLI, cfg, read) -> init_from.Source:
             init_from.apply_to_config(cfg, defaults, source)
             return source
         cfg.ckpt_path = str(resume)
-        if rd.is_global_rank_zero():
+        if rank_zero_only.rank == 0:
             init_from.say(
                 f"vat: --init-from {cfg.init_from} is a checkpoint of this run (--run_dir "
                 f"{cfg.run_dir}): resuming it, with its optimiser, schedules and rate "
@@ -336,7 +337,7 @@ def begin(cli: VATCLI, start: Start) -> None:
             init = None  # a resume: the checkpoint holds weights, state and record
         else:
             cli.model.start_from(init.loaded.model, init.record)
-    if rd.is_global_rank_zero() and not isinstance(
+    if rank_zero_only.rank == 0 and not isinstance(
         trainer.strategy.launcher, _MultiProcessingLauncher
     ):  # (spawned processes would each get a pickled copy of the prepared data)
         size = settings.epoch_size(data, trainer)
@@ -348,9 +349,9 @@ def begin(cli: VATCLI, start: Start) -> None:
             cb.name_folder_as_given(cfg.checkpoint.dirpath)
     if start.fresh is not None:
         rd.begin_fresh(start.fresh)
-    if start.threads_note and rd.is_global_rank_zero():
+    if start.threads_note and rank_zero_only.rank == 0:
         print(start.threads_note, file=sys.stderr)  # said once the run starts, not before an error
-    if init is not None and rd.is_global_rank_zero():
+    if init is not None and rank_zero_only.rank == 0:
         init_from.say(init_from.start_line(init))
 
 

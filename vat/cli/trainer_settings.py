@@ -8,9 +8,9 @@ import sys
 from dataclasses import dataclass
 
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from vat.errors import VatError
-from vat.runs.run_dir import is_global_rank_zero
 
 
 def _get(trainer, name: str, default=None):
@@ -118,7 +118,7 @@ def check_devices(accelerator, devices) -> None:
             raise VatError(
                 f"--trainer.devices {devices} asks for more GPUs than exist ({have} found)"
             )
-    elif devices > 1 and is_global_rank_zero():
+    elif devices > 1 and rank_zero_only.rank == 0:
         print(
             f"vat: --trainer.devices {devices} on the CPU runs {devices} training processes "
             f"(DDP over gloo) that share this machine's {os.cpu_count()} cores and split "

@@ -52,11 +52,6 @@ _held_locks: list[int] = []
 _created: list[Path] = []  # folders this start made: removed if it is refused before it begins
 
 
-def is_global_rank_zero() -> bool:
-    """True in the process that owns the run folder (read before any Trainer exists)."""
-    return rank_zero_only.rank == 0
-
-
 def lock_folder(folder: Path, option: str) -> None:
     """Create FOLDER if needed and hold FOLDER/.lock until release_locks or exit."""
     try:
@@ -332,7 +327,7 @@ def prepare_fit(
     this start writes and, for a fresh run on rank 0, what begin_fresh does."""
     run_dir = Path(cfg.run_dir)
     dirs = write_dirs(cfg, run_dir)
-    rank_zero = is_global_rank_zero()
+    rank_zero = rank_zero_only.rank == 0  # the run folder's owner, known before any Trainer
     if cfg.get("overwrite") and cfg.ckpt_path:
         raise VatError("--overwrite starts a fresh run and cannot be combined with --ckpt_path")
     present = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
