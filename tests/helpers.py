@@ -149,6 +149,28 @@ def hold_lock(run: Path) -> subprocess.Popen:
     return p
 
 
+def resumes_exactly(tmp_path: Path, capsys, *args: str) -> tuple[Path, dict]:
+    """`vat train ARGS` for 8 steps straight (tmp_path/ref), and for 5, a stop and a resume to
+    8 (tmp_path/run): the same weights and optimiser state bit for bit. The resumed run's
+    folder and last checkpoint."""
+    import torch
+
+    cache, run = tmp_path / "cache", tmp_path / "run"
+    stop = ["--trainer.callbacks+=crash_callbacks.StopAtStep", "--trainer.callbacks.step=5"]
+    for folder, extra in ((tmp_path / "ref", []), (run, stop), (run, ["--ckpt_path", "last"])):
+        code, err = train_main(fit_args(folder, cache, *args, *extra), capsys)
+        assert code == 0, err
+    ref = torch.load(tmp_path / "ref" / "checkpoints" / "last.ckpt", weights_only=True)
+    got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ref["global_step"] == got["global_step"] == 8
+    for k in ref["state_dict"]:
+        assert torch.equal(ref["state_dict"][k], got["state_dict"][k]), k
+    for i, state in ref["optimizer_states"][0]["state"].items():
+        for k in state:
+            assert torch.equal(state[k], got["optimizer_states"][0]["state"][i][k]), (i, k)
+    return run, got
+
+
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every TensorBoard scalar of a run: tag -> [(step, value), ...]."""
     ea = EventAccumulator(str(run_dir))

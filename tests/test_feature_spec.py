@@ -92,8 +92,9 @@ def test_sources_are_the_encoder_pass(tiny_ckpt, tiny_sentences):
     loaded = vat.load(tiny_ckpt, device="cpu")
     m = loaded.model
     src = make_batch(loaded.tokenizer.encode_batch(tiny_sentences[:6]))["src"]
-    states, mu, logvar, mask = encoder_states(m, src, [0, 1, 2])
+    states, (mu, logvar, mask), sentence = encoder_states(m, src, [0, 1, 2])
     post = m.encode(src)
+    assert sentence is None  # a model without a sentence latent
     torch.testing.assert_close(mu, post.mu)
     torch.testing.assert_close(logvar, post.logvar)
     torch.testing.assert_close(m.mu_head(states[2]), mu)  # the last layer is the heads' input
@@ -372,3 +373,54 @@ def test_compare_refuses_bad_outputs_and_counts_before_any_work(tmp_path, capsys
     assert (tmp_path / "afile").read_text() == "mine"
     assert (tmp_path / "out" / "compare.csv").read_text() == "an earlier table"
     assert not (tmp_path / "nowhere").exists() and not (tmp_path / "new").exists()
+
+
+def _word_vector_files(root, lines: list[str], dim: int = 6):
+    """Random vectors for every token of `lines` (word2vec text) and their counts."""
+    from collections import Counter
+
+    from vat.eval.word_vectors import tokenize
+
+    counts = Counter(t for line in lines for t in tokenize(line))
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = [f"{w} " + " ".join(f"{x:.6f}" for x in rng.normal(size=dim)) for w in sorted(counts)]
+    (root / "vectors.txt").write_text(f"{len(rows)} {dim}\n" + "\n".join(rows) + "\n")
+    (root / "counts.txt").write_text("".join(f"{w}\t{c}\n" for w, c in counts.items()))
+    return root / "vectors.txt", root / "counts.txt"
+
+
+def test_compare_takes_a_word_vector_baseline_as_a_row_scored_as_evaluate_scores_it(
+    trained_files, tmp_path, capsys
+):
+    """`--word-vectors V --word-counts C` adds a row (never a spec) whose scores are what
+    `vat evaluate --word-vectors V --word-counts C` gives; the specs are the same as without."""
+    from vat.cli.evaluate import main as evaluate_main
+    from vat.cli.features import main
+
+    ckpt, _, lines, data, _ = trained_files
+    vectors, counts = _word_vector_files(tmp_path / "w2v", lines)
+    out = tmp_path / "cmp"
+    args = ["compare", "--ckpt", str(ckpt), "--output-dir", str(out), "--data-dir", str(data)]
+    assert main([*args, "--word-vectors", str(vectors), "--word-counts", str(counts)]) == 0
+    printed = capsys.readouterr().out
+    rows = list(csv.DictReader((out / "compare.csv").open()))
+    (row,) = [r for r in rows if r["spec"] == "w2v/vectors.txt (sif a=0.001)"]
+    assert row is rows[-1] and len(rows) == (5 + 4 * 4) * 4 + 1  # after every spec
+    assert "| w2v/vectors.txt (sif a=0.001) |" in printed
+    res = tmp_path / "eval.json"
+    assert evaluate_main(["--word-vectors", str(vectors), "--word-counts", str(counts),
+                          "--tasks", "STS12,STSBenchmark", "--data-dir", str(data),
+                          "--output", str(res), *FAST]) == 0  # fmt: skip
+    got = json.loads(res.read_text())
+    assert float(row["STS12"]) == pytest.approx(
+        100 * got["STS12"]["all"]["spearman"]["mean"], abs=0.01
+    )
+    assert float(row["STS-B test"]) == pytest.approx(
+        100 * got["STSBenchmark-cosine"]["test"]["spearman"], abs=0.01
+    )
+    # a second vectors file without counts: paired in order, so the counts must be one each
+    err_args = [*args, "--overwrite", "--word-vectors", str(vectors), "--word-vectors",
+                str(vectors), "--word-counts", str(counts)]  # fmt: skip
+    assert main(err_args) == 2
+    assert "--word-counts pairs with --word-vectors in order" in capsys.readouterr().err

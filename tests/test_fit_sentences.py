@@ -273,7 +273,7 @@ def test_an_interrupted_compare_leaves_the_old_set_whole(
     before = _digests(out)
     assert sorted(before) == ["compare.csv", "compare.md", "compare.png"]
 
-    def interrupted(rows, path):
+    def interrupted(rows, path, baselines=()):
         raise KeyboardInterrupt  # after compare.csv and compare.md are written
 
     monkeypatch.setattr(compare, "_plot", interrupted)

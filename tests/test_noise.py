@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 from conftest import tiny_config
-from helpers import fit_args, one_line_error, scalars, train_main
+from helpers import fit_args, one_line_error, resumes_exactly, scalars, train_main
 from torch.utils.data import DataLoader
 
 from vat.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, make_batch
@@ -282,25 +282,8 @@ def test_a_noised_run_logs_its_noise_and_resumes_exactly(tmp_path, capsys):
     """8 steps straight, and 5 steps, a stop, and a resume to 8: the same weights and
     optimiser state bit for bit (the noise of step k does not depend on the interruption),
     the noise's shares logged, its settings in the run's config and checkpoint."""
+    run, got = resumes_exactly(tmp_path, capsys, *COMMON, *NOISE_ARGS)
     cache = tmp_path / "cache"
-    code, err = train_main(fit_args(tmp_path / "ref", cache, *COMMON, *NOISE_ARGS), capsys)
-    assert code == 0, err
-    stop = ["--trainer.callbacks+=crash_callbacks.StopAtStep", "--trainer.callbacks.step=5"]
-    run = tmp_path / "run"
-    code, err = train_main(fit_args(run, cache, *COMMON, *NOISE_ARGS, *stop), capsys)
-    assert code == 0, err
-    code, err = train_main(
-        fit_args(run, cache, *COMMON, *NOISE_ARGS, "--ckpt_path", "last"), capsys
-    )
-    assert code == 0, err
-    ref = torch.load(tmp_path / "ref" / "checkpoints" / "last.ckpt", weights_only=True)
-    got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert ref["global_step"] == got["global_step"] == 8
-    for k in ref["state_dict"]:
-        assert torch.equal(ref["state_dict"][k], got["state_dict"][k]), k
-    for i, state in ref["optimizer_states"][0]["state"].items():
-        for k in state:
-            assert torch.equal(state[k], got["optimizer_states"][0]["state"][i][k]), (i, k)
     assert got["hyper_parameters"]["noise"]["encoder_delete"] == 0.2
     curves = scalars(tmp_path / "ref")
     for tag, rate in (

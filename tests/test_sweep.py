@@ -319,6 +319,7 @@ def test_every_sweep_yaml_opens_with_its_command_and_has_known_keys(path):
             "bleu_file": None,
             "feature_compare": False,  # it needs senteval_dir, left out here
             "fit_files": None,
+            "baselines": [],  # files made by `vat baseline word-vectors`, left out here
         }
     )
     cfg.validate(str(path))  # types and ranges (sweep, jobs, device)

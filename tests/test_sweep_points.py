@@ -414,3 +414,44 @@ def test_turning_the_comparison_off_keeps_what_it_recorded(
     cfg = _config(tmp_path, **same, bleu_lines=4, feature_compare=True)
     assert sweep_cli.main(["-c", str(cfg), "--no-progress"]) == 0
     assert capsys.readouterr().err.count("done, skipping") == 2
+
+
+def test_baselines_are_rows_of_the_table_and_lines_of_the_plot(tmp_path, mini_senteval, capsys):
+    """A sweep's `baselines` are scored on its STS data as `vat evaluate --word-vectors` scores
+    them, and written as rows of sweep.md/.csv, lines across bleu_vs_select.png; not in the
+    hparams view. A missing file or a bad entry is one line."""
+    from vat.cli.evaluate import main as evaluate_main
+    from vat.eval.word_vectors import tokenize
+
+    words = sorted(
+        {t for p in (mini_senteval / "STS").rglob("*.txt") for t in tokenize(p.read_text())}
+    )
+    vectors = tmp_path / "ft" / "vectors.txt"
+    vectors.parent.mkdir()
+    lines = [f"{w} {i % 7 - 3} {i % 5 - 2} {(i * i) % 11 - 5}" for i, w in enumerate(words)]
+    vectors.write_text("\n".join(lines) + "\n")  # GloVe layout: no header
+    cfg = SweepConfig.from_yaml(
+        _config(tmp_path, senteval_dir=str(mini_senteval), baselines=[{"vectors": str(vectors)}])
+    )
+    (record,) = measure.baseline_records(cfg)
+    assert record["run"] == "ft/vectors.txt (mean)" and record["baseline"] == str(vectors)
+    res = tmp_path / "eval.json"
+    args = ["--word-vectors", str(vectors), "--tasks", "STS12", "--data-dir", str(mini_senteval)]
+    assert evaluate_main([*args, "--output", str(res), "--no-progress"]) == 0
+    got, _ = json.loads(res.read_text()), capsys.readouterr()
+    assert record["sts12_best"] == pytest.approx(100 * got["STS12"]["all"]["spearman"]["mean"])
+    run = {"run": "defaults", "val_kl": 1.0, "bleu": 12.0, "select_mu_mean": 30.0}
+    out = tmp_path / "out"
+    out.mkdir()
+    table = frontier.write_table([run, record], [], out)
+    assert f"| ft/vectors.txt (mean) | {record['select_best']:.2f} |" in table
+    written = frontier.plot_all([run, record], [], out)
+    assert [p.name for p in written] == ["frontier.png", "bleu_vs_select.png"]
+    for bad, msg in [
+        ([{"vectors": str(tmp_path / "none.txt")}], "baselines: vectors"),
+        ([{"vector": str(vectors)}], "baselines must be a list of {vectors: FILE"),
+    ]:
+        err = _one_line_error(
+            capsys, ["-c", str(_config(tmp_path, senteval_dir=str(mini_senteval), baselines=bad))]
+        )
+        assert msg in err, err

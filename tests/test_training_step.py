@@ -12,6 +12,7 @@ from helpers import assert_steps_agree
 from torch.utils.data import DataLoader
 
 from vat.tokenizer import make_batch
+from vat.train.config import SentenceLatentConfig
 from vat.train.system import LossConfig, OptimConfig, VATSystem
 
 pytest_plugins = ["compile_fixtures"]  # compiled_resume
@@ -21,12 +22,13 @@ pytest_plugins = ["compile_fixtures"]  # compiled_resume
 ONE_LAYER = {"n_encoder_layers": 1, "n_decoder_layers": 1}
 
 
-def _system(tok, compile=False, arch=None, **loss):
+def _system(tok, compile=False, arch=None, sentence_latent=None, **loss):
     torch.manual_seed(0)
     system = VATSystem(
         arch=tiny_config(tok.vocab_size, **(arch or {})),
         loss=LossConfig(**loss),
         optim=OptimConfig(schedule="constant", lr=1e-3),
+        sentence_latent=sentence_latent or SentenceLatentConfig(),
         compile=compile,
     )
     system.tokenizer = tok
@@ -94,9 +96,15 @@ class _SyncCounter(L.Callback):
         self.counting = False
 
 
-@pytest.mark.parametrize("target_kl", [None, 5.0])
-def test_no_host_sync_between_logging_steps(tiny_tokenizer, tiny_sentences, tmp_path, target_kl):
-    system = _system(tiny_tokenizer, target_kl=target_kl)
+@pytest.mark.parametrize(
+    "target_kl, sentence_latent",
+    [(None, None), (5.0, None), (5.0, SentenceLatentConfig(8, 1.0, 0.5, 0.25))],
+    ids=["schedule", "controller", "sentence-latent"],
+)
+def test_no_host_sync_between_logging_steps(
+    tiny_tokenizer, tiny_sentences, tmp_path, target_kl, sentence_latent
+):
+    system = _system(tiny_tokenizer, target_kl=target_kl, sentence_latent=sentence_latent)
     system.optim_cfg.schedule = "noam"
     system.optim_cfg.warmup_unit = "tokens"
     system.kl_schedule.unit = "sentences"

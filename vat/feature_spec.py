@@ -30,16 +30,17 @@ DEFAULT_EXPORT_SPEC = "layer0/sif/none"
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    source: str = "mu"  # "mu" | "layerK" | "firstlast"
+    source: str = "mu"  # "mu" | "layerK" | "firstlast" | "sentence" (the sentence latent's mean)
     weighting: str = "mean"
     post: str = "none"  # "none" | "pcK" | "whiten" | "whitenK"
     sif_a: float = DEFAULT_SIF_A
 
     def __post_init__(self) -> None:
-        if not (self.source in ("mu", "firstlast") or re.fullmatch(r"layer\d+", self.source)):
+        named = ("mu", "firstlast", "sentence")
+        if not (self.source in named or re.fullmatch(r"layer\d+", self.source)):
             raise VatError(
-                f"feature source must be mu, layerK (K = 0..layers) or firstlast, "
-                f"got {self.source!r}{did_you_mean(self.source, ('mu', 'layer0', 'firstlast'))}"
+                f"feature source must be mu, layerK (K = 0..layers), firstlast or sentence, "
+                f"got {self.source!r}{did_you_mean(self.source, (*named, 'layer0'))}"
             )
         if self.weighting not in WEIGHTINGS:
             raise VatError(
@@ -48,6 +49,8 @@ class FeatureSpec:
             )
         if self.weighting == "precision" and self.source != "mu":
             raise VatError("precision weighting uses the variances of mu: it needs source mu")
+        if self.source == "sentence" and self.weighting != "mean":
+            raise VatError("the sentence latent is one vector per sentence: its weighting is mean")
         if not re.fullmatch(r"none|pc[1-9]\d*|whiten(?:[1-9]\d*)?", self.post):
             raise VatError(
                 f"feature post-processing must be none, pcK or whiten[K] (K >= 1), "
@@ -102,6 +105,17 @@ class FeatureSpec:
     def whiten_dim(self) -> int | None:
         """Output dimension of whitening (None: all dimensions, or no whitening)."""
         return int(self.post[6:]) if self.post.startswith("whiten") and self.post[6:] else None
+
+    def width(self, config: VATConfig) -> int:
+        """The dimension of the pooled vectors (before whitening) for a model of `config`."""
+        if self.source != "sentence":
+            return config.d_model
+        if not config.sentence_dim:
+            raise VatError(
+                "feature source sentence: this model has no sentence latent (it was trained "
+                "without model.sentence_latent.dim)"
+            )
+        return config.sentence_dim
 
     def layer(self, n_layers: int) -> int | None:
         """The layer index of a `layerK` source, checked against the encoder's depth."""
@@ -208,7 +222,7 @@ def stats_problem(
     if fit is not None and not isinstance(fit, dict):
         return f"'fit' is {type(fit).__name__}, expected a dict"
     vocab = None if model_config is None else int(model_config.vocab_size)
-    width = None if model_config is None else int(model_config.d_model)
+    width = None if model_config is None else spec.width(model_config)
     mean = arrays.get("mean")
     if width is None and isinstance(mean, np.ndarray) and mean.ndim == 1:
         width = int(mean.shape[0])  # no model: the other arrays must agree with the mean

@@ -51,19 +51,24 @@ class VATConfig:
     """Lower clamp of the log-variance (sigma 6.7e-3): it only stops a run to -inf."""
     logvar_max: float = 4.0
     """Upper clamp of the log-variance (sigma 7.4): keeps exp(logvar) finite in fp16/bf16."""
+    sentence_dim: int = 0
+    """Size of a sentence latent s beside the token latents (0: none, the paper's model); set
+    by model.sentence_latent.dim in training."""
 
     def __post_init__(self) -> None:
         sizes = ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers", "n_heads", "d_ff")
-        for name in sizes:
-            v = getattr(self, name)
-            ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
-            check(ok, f"model.arch.{name}", "a positive integer", v)
+        for name in (*sizes, "sentence_dim"):
+            v, low = getattr(self, name), int(name == "sentence_dim")
+            ok = isinstance(v, int) and not isinstance(v, bool) and v + low > 0
+            check(ok, f"model.arch.{name}", "an integer >= 0" if low else "a positive integer", v)
         lv_min, lv_max = self.logvar_min, self.logvar_max
         rules = (
             ("max_len", isinstance(self.max_len, int) and self.max_len >= 2, "an integer >= 2"),
             ("d_model", self.d_model % self.n_heads == 0,
              f"divisible by model.arch.n_heads={self.n_heads}"),
             ("dropout", finite(self.dropout) and 0 <= self.dropout < 1, "in [0, 1)"),
+            ("sentence_dim", self.sentence_dim <= self.d_model,
+             f"at most model.arch.d_model={self.d_model} (a narrow sentence channel)"),
             ("pad_id", isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size,
              f"in [0, vocab_size={self.vocab_size})"),
             ("logvar_min", finite(lv_min), "finite"),
@@ -74,7 +79,10 @@ class VATConfig:
             check(ok, f"model.arch.{name}", expected, getattr(self, name))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.sentence_dim:  # a model without one records the config it always did
+            del d["sentence_dim"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> VATConfig:
@@ -107,6 +115,13 @@ class Posterior(NamedTuple):
     mask: torch.Tensor  # (B, T) bool, True at real (non-pad) tokens
 
 
+class SentencePosterior(NamedTuple):
+    """q(s | x) = N(mu, diag(exp(logvar))) of the sentence latent."""
+
+    mu: torch.Tensor  # (B, k)
+    logvar: torch.Tensor  # (B, k)
+
+
 class VATOutput(NamedTuple):
     logits: torch.Tensor | None  # (B, S, V); None from forward(..., head=False)
     mu: torch.Tensor  # (B, T, d)
@@ -114,6 +129,9 @@ class VATOutput(NamedTuple):
     z: torch.Tensor  # (B, T, d)
     mask: torch.Tensor  # (B, T) bool
     hidden: torch.Tensor | None = None  # (B, S, d) the lm_head's input, with head=False
+    sentence_mu: torch.Tensor | None = None  # (B, k) with a sentence latent
+    sentence_logvar: torch.Tensor | None = None  # (B, k)
+    sentence: torch.Tensor | None = None  # (B, k) s as decoded: sampled, or its mean
 
 
 def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
@@ -261,6 +279,12 @@ class VAT(nn.Module):
         self.mu_head = nn.Linear(cfg.d_model, cfg.d_model)
         self.logvar_head = nn.Linear(cfg.d_model, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.sentence_dim:  # attention pooling of the last states, its own heads, one slot
+            k = cfg.sentence_dim
+            self.sentence_query = nn.Linear(cfg.d_model, 1)
+            self.sentence_mu_head = nn.Linear(cfg.d_model, k)
+            self.sentence_logvar_head = nn.Linear(cfg.d_model, k)
+            self.sentence_memory = nn.Linear(k, cfg.d_model)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
         self.apply(self._init_weights)
@@ -289,14 +313,40 @@ class VAT(nn.Module):
 
     def encode(self, src_ids: torch.Tensor) -> Posterior:
         """src_ids (B, T) -> per-token posterior mean and log-variance, and the pad mask."""
+        return self.encode_with_sentence(src_ids)[0]
+
+    def encode_with_sentence(
+        self, src_ids: torch.Tensor
+    ) -> tuple[Posterior, SentencePosterior | None]:
+        """`encode`, and the sentence latent's posterior (None for a model without one)."""
         mask = src_ids != self.config.pad_id  # (B, T)
         h = self._embed(src_ids)  # (B, T, d)
         for layer in self.encoder:
             h = layer(h, mask)
-        h = self.enc_norm(h)
-        mu = self.mu_head(h)  # (B, T, d)
-        logvar = self.logvar_head(h).clamp(self.config.logvar_min, self.config.logvar_max)
-        return Posterior(mu, logvar, mask)
+        return self.posteriors(self.enc_norm(h), mask)
+
+    def posteriors(
+        self, h: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[Posterior, SentencePosterior | None]:
+        """Both posteriors from the encoder's last states h (B, T, d)."""
+        lo, hi = self.config.logvar_min, self.config.logvar_max
+        post = Posterior(self.mu_head(h), self.logvar_head(h).clamp(lo, hi), mask)  # (B, T, d)
+        if not self.config.sentence_dim:
+            return post, None
+        scores = self.sentence_query(h).squeeze(-1).masked_fill(~mask, float("-inf"))  # (B, T)
+        pooled = (scores.softmax(-1)[..., None] * h).sum(1)  # (B, d)
+        s_logvar = self.sentence_logvar_head(pooled).clamp(lo, hi)  # (B, k)
+        return post, SentencePosterior(self.sentence_mu_head(pooled), s_logvar)
+
+    def memory(
+        self, z: torch.Tensor, z_mask: torch.Tensor, sentence: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's memory (B, T', d) and its mask: the token latents z, after the slot
+        of the sentence latent (B, k) when there is one."""
+        if sentence is None:
+            return z, z_mask
+        slot = self.sentence_memory(sentence.to(z.dtype))[:, None]  # (B, 1, d)
+        return torch.cat([slot, z], 1), F.pad(z_mask, (1, 0), value=True)  # (B, 1 + T, d)
 
     @staticmethod
     def reparameterize(
@@ -342,11 +392,18 @@ class VAT(nn.Module):
         sample: bool = True,
         generator: torch.Generator | None = None,
         head: bool = True,
+        memory_keep: torch.Tensor | None = None,
     ) -> VATOutput:
-        """Encode, sample Z (or use mu), decode; head=False gives hidden states (fused CE)."""
-        mu, logvar, mask = self.encode(src_ids)
+        """Encode, sample Z (or use mu), decode; head=False gives hidden states (fused CE).
+        `memory_keep` (B, T) bool drops token latents from the decoder's memory (the sentence
+        latent's slot always stays)."""
+        (mu, logvar, mask), sentence = self.encode_with_sentence(src_ids)
         z = self.reparameterize(mu, logvar, generator=generator) if sample else mu  # (B, T, d)
-        hidden = self.decode_hidden(tgt_in, z, mask)  # (B, S, d)
-        if not head:
-            return VATOutput(None, mu, logvar, z, mask, hidden)
-        return VATOutput(self.lm_head(hidden), mu, logvar, z, mask)  # logits (B, S, V)
+        s_mu, s_logvar = sentence or (None, None)
+        s = s_mu
+        if sentence is not None and sample:
+            s = self.reparameterize(s_mu, s_logvar, generator=generator)  # (B, k)
+        keep = mask if memory_keep is None else mask & memory_keep
+        hidden = self.decode_hidden(tgt_in, *self.memory(z, keep, s))  # (B, S, d)
+        logits = self.lm_head(hidden) if head else None  # (B, S, V)
+        return VATOutput(logits, mu, logvar, z, mask, None if head else hidden, s_mu, s_logvar, s)

@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mteb": ("vat.cli.mteb:main", "run MTEB's English STS tasks on an exported model"),
     "config": ("vat.cli.config:main", "list the packaged configs, or print one"),
     "pretrained": ("vat.cli.pretrained:main", "the models that ship with vat: list, show a card"),
+    "baseline": (
+        "vat.cli.baseline:main",
+        "train same-data word-vector baselines (fastText, word2vec)",
+    ),
 }
 """name -> ("module:function", one-line help); each function takes the command's arguments."""
 

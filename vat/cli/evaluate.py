@@ -49,11 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
         "imported, i.e. EXECUTED as Python code: only pass files you trust",
     )
     enc.add_argument("--hf-model", metavar="DIR", help="local Hugging Face encoder (transformers)")
+    enc.add_argument(
+        "--word-vectors",
+        metavar="FILE",
+        help="a bag of word vectors (GloVe/word2vec text format, header optional, plain or .gz): "
+        "each sentence is the mean of its known tokens' vectors, SIF-weighted with "
+        "--word-counts (a / (a + p(w)), a = 1e-3; no common-component removal); tokens: "
+        r"re.findall(r'\w+|[^\w\s]', text.lower()), unknown ones skipped, none known: zeros",
+    )
     p.add_argument(
         "--tasks",
         default="all",
         help="comma-separated task names (any case, or as the tables print them) and/or groups "
         "sts, transfer, all; a group runs those present, a named task must be there",
+    )
+    p.add_argument(
+        "--word-counts",
+        metavar="FILE",
+        help="with --word-vectors: `word count` lines (vat baseline word-vectors writes them); "
+        "p(w) = count / total",
     )
     add_data_dir(p)
     add_output(p, "JSON results file (written atomically)")
@@ -181,6 +195,12 @@ def _make_encoder(args: argparse.Namespace, loaded, tasks: list[str], device: st
         return encoders.vat_encoder(loaded, args.pooling, args.batch_size), f"vat:{args.model}"
     if args.encoder:
         return encoders.callable_encoder(args.encoder), f"callable:{args.encoder}"
+    if args.word_vectors:
+        from vat.eval.word_vectors import word_vector_encoder
+
+        names = ("--word-vectors", "--word-counts")
+        enc = word_vector_encoder(args.word_vectors, args.word_counts, names=names)
+        return enc, f"word-vectors:{args.word_vectors}"
     return encoders.hf_encoder(
         args.hf_model, args.pooling or "mean", args.batch_size, device, name="hf_model"
     ), f"hf:{args.hf_model}"
@@ -222,6 +242,11 @@ def _main(argv: Sequence[str] | None) -> int:
         raise VatError("--features needs --model (a vat checkpoint or exported folder)")
     if args.features and args.finetune:
         raise VatError("--features applies to frozen features; --finetune uses --pooling")
+    if args.word_counts and not args.word_vectors:
+        raise VatError("--word-counts needs --word-vectors (the counts weight those vectors)")
+    if args.word_vectors and args.pooling:
+        raise VatError("--pooling does not apply to --word-vectors (the mean, SIF-weighted with "
+                       "--word-counts)")  # fmt: skip
     if args.features:
         from vat.features.choice import check_pooling
 
@@ -261,6 +286,9 @@ def _main(argv: Sequence[str] | None) -> int:
     meta.update(seconds=seconds, total_seconds=round(time.perf_counter() - t0, 2))
     if "features" in meta:  # the table's title names the vectors it scored
         print(f"{meta['encoder']}: features {meta['features']} ({meta['features_why']})")
+    if args.word_vectors:  # so is a bag of word vectors' weighting
+        counts = f", counts {args.word_counts}" if args.word_counts else ""
+        print(f"{meta['encoder']} ({meta['pooling']}{counts})")
     if args.finetune:
         print("Fine-tuning (encoder + dense layer), accuracy %")
         print(f"{'task':16}{'dev':>8}{'test':>8}")
@@ -339,10 +367,14 @@ def _evaluate(args: argparse.Namespace, loaded, tasks: list[str], device: str, m
         progress=show_progress(args),
     )
     results, seconds = evaluate(encoder, tasks, args.data_dir, settings)
+    pooling = (args.pooling or "mean") if args.hf_model else args.model and args.pooling
+    if args.word_vectors:
+        pooling = encoder.weighting  # "mean" or "sif a=0.001"
     meta.update(
         mode="features",
         encoder=name,
-        pooling=(args.pooling or "mean") if args.hf_model else args.model and args.pooling,
+        pooling=pooling,
+        **({"word_counts": args.word_counts} if args.word_vectors else {}),
         # every vat table and results file names the vectors it scored (features.md)
         **(
             {"features": encoder.features, "features_why": encoder.why}

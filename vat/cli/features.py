@@ -97,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--classification", action="store_true", help="transfer tasks for mean-of-mu and best 3 too"
     )
     add_fit_options(p)
+    p.add_argument(
+        "--word-vectors", action="append", metavar="FILE",
+        help="a same-data baseline row: a bag of these word vectors (vat evaluate --word-vectors; "
+        "repeat for more)",
+    )  # fmt: skip
+    p.add_argument(
+        "--word-counts", action="append", metavar="FILE",
+        help="SIF counts of each --word-vectors, in order (vat baseline word-vectors writes them)",
+    )  # fmt: skip
     add_batch_size(p, 128)
     p.add_argument("--seed", type=int, default=0, help="seed of the fitting sample")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -128,11 +137,24 @@ def _main(argv: Sequence[str] | None) -> int:
         seed=args.seed,
     )
     out_dir = check_output_set(args.output_dir, args.overwrite)
+    vectors, counts = args.word_vectors or [], args.word_counts or []
+    if counts and len(counts) != len(vectors):
+        raise VatError(
+            f"--word-counts pairs with --word-vectors in order: give one per vectors file "
+            f"({len(counts)} for {len(vectors)}) or none"
+        )
+    baselines = []
+    if vectors:
+        from vat.eval.word_vectors import word_vector_baselines
+
+        baselines = word_vector_baselines(list(zip(vectors, counts or [None] * len(vectors))))
     tasks = load_sts_tasks(data_dir)
     loaded = load_model(args.model)  # read once; everything below takes the loaded model
     if args.fit_files:
         check_not_evaluation_data(args.fit_files, data_dir, "--fit-files")
-    comparison = compare_sts(loaded, tasks, args.fit_files, settings, name=str(args.model))
+    comparison = compare_sts(
+        loaded, tasks, args.fit_files, settings, name=str(args.model), baselines=baselines
+    )
     write_compare_set(out_dir, comparison)
     if args.classification:  # the STS table is on disk first: classification takes longer
         print("vat: STS table written; classification tasks next", file=sys.stderr)
@@ -140,7 +162,8 @@ def _main(argv: Sequence[str] | None) -> int:
         write_compare_set(out_dir, comparison)
     for name in OUTPUT_NAMES:
         print(f"wrote {Path(args.output_dir) / name}", file=sys.stderr)
-    print(compare_markdown(comparison.rows, comparison.meta))  # the table compare.md holds
+    # the table compare.md holds
+    print(compare_markdown([*comparison.rows, *comparison.baselines], comparison.meta))
     return 0
 
 

@@ -48,6 +48,8 @@ class SweepConfig:
     feature_compare: bool = False  # `vat features compare` on each run (needs senteval_dir)
     fit_files: list[str] | None = None  # the comparison's fitting files; None: each run's sample
     fit_sentences: int = DEFAULT_FIT_SENTENCES
+    # same-data baselines, rows of the table: [{vectors: FILE, counts: FILE (optional)}, ...]
+    baselines: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepConfig:
@@ -108,6 +110,18 @@ class SweepConfig:
         check(ok, f"{where}: device", "auto, cpu, cuda or cuda:N", d)
         _check_whole(where, "jobs", self.jobs, 1)
         self._validate_feature_compare(where)
+        ok = isinstance(self.baselines, list) and all(
+            isinstance(b, dict) and "vectors" in b and set(b) <= {"vectors", "counts"}
+            for b in self.baselines
+        )
+        expected = "a list of {vectors: FILE, counts: FILE} (counts optional)"
+        check(ok, f"{where}: baselines", expected, self.baselines)
+        if self.baselines and self.senteval_dir is None:
+            raise VatError(f"{where}: baselines needs senteval_dir (the STS data they score on)")
+        for b in self.baselines:
+            for key, path in b.items():
+                if not Path(str(path)).is_file():
+                    raise VatError(f"{where}: baselines: {key} {path} does not exist")
 
     def _validate_feature_compare(self, where: str) -> None:
         compare = self.feature_compare

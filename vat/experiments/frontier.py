@@ -65,6 +65,8 @@ HEADLINE = (
     ("select_layer0_sif", f"select {DEFAULT_EXPORT_SPEC}", "{:.2f}", 1),
     ("best_contextual_spec", "best contextual spec", TEXT, 1),
     ("select_best_contextual", "select best contextual", "{:.2f}", 1),
+    ("best_sentence_spec", "best sentence spec", TEXT, 1),
+    ("select_best_sentence", "select best sentence", "{:.2f}", 1),
     ("best_spec", "best spec", TEXT, 1),
     ("select_best", "select best", "{:.2f}", 1),
     ("stsb_test_best", "STS-B test (best spec)", "{:.2f}", 1),
@@ -162,6 +164,7 @@ SELECT_SERIES = (
     ("select_mu_mean", BASELINE, "o", "tab:blue"),
     ("select_layer0_sif", DEFAULT_EXPORT_SPEC, "s", "tab:green"),
     ("select_best_contextual", "best contextual spec", "^", "tab:red"),
+    ("select_best_sentence", "best sentence/* spec", "D", "tab:purple"),
 )
 
 
@@ -187,6 +190,8 @@ def plot_bleu_vs_select(records: Sequence[Record], keys: Sequence[str], path: Pa
         x, y = _xy(records, field, x="bleu")
         if x:
             ax.scatter(x, y, marker=marker, color=color, label=legend)
+    for r, ls in zip([r for r in records if r.get("baseline")], ("--", ":", "-.", (0, (1, 3)))):
+        ax.axhline(r["select_best"], color="0.3", lw=0.9, ls=ls, label=r["run"])
     ax.margins(x=0.06, y=0.12)
     over = ", ".join(leaf(k) for k in keys) or "the train config"
     ax.set(
@@ -253,11 +258,13 @@ AGAINST_KEY = (
 
 
 def plot_all(records: Sequence[Record], keys: Sequence[str], out: Path) -> list[Path]:
+    """Every plot of the runs; the baselines' rows are lines across bleu_vs_select.png."""
     written = [out / "frontier.png"]
+    records, everything = [r for r in records if not r.get("baseline")], records
     plot_frontier(records, keys, written[0])
     if _select_scores(records):
         written.append(out / "bleu_vs_select.png")
-        plot_bleu_vs_select(records, keys, written[-1])
+        plot_bleu_vs_select(everything, keys, written[-1])
     if len(keys) != 1 or not all(finite(r.get(keys[0])) for r in records):
         return written
     key = keys[0]

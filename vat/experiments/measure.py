@@ -43,6 +43,8 @@ FEATURE_COMPARE_FIELDS = (
     "select_layer0_sif",
     "best_contextual_spec",
     "select_best_contextual",
+    "best_sentence_spec",
+    "select_best_sentence",
     "best_spec",
     "select_best",
     "sts12_best",
@@ -152,6 +154,26 @@ def _feature_compare(cfg: SweepConfig, loaded, run_dir: Path) -> dict[str, Any]:
     return compare_fields(comparison.rows)
 
 
+def baseline_records(cfg: SweepConfig) -> list[dict[str, Any]]:
+    """A table row per same-data baseline of `cfg.baselines`, scored on the comparison's STS
+    tasks as every run's specs are (vat.features.compare.baseline_row)."""
+    if not cfg.baselines:
+        return []
+    from vat.eval.word_vectors import word_vector_baselines
+    from vat.features import compare
+
+    tasks = compare.load_sts_tasks(cfg.senteval_dir)
+    pairs = [(b["vectors"], b.get("counts")) for b in cfg.baselines]
+    records = []
+    for (vectors, _), (name, encode) in zip(pairs, word_vector_baselines(pairs)):
+        row = compare.baseline_row(name, encode, tasks)
+        best = {"select_best": compare.SELECT, "sts12_best": "STS12"}
+        best |= {"stsb_dev_best": "STS-B dev", "stsb_test_best": "STS-B test"}
+        scores = {field: row.get(column) for field, column in best.items()}
+        records.append({"run": name, "baseline": str(vectors), "best_spec": name, **scores})
+    return records
+
+
 def compare_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The `FEATURE_COMPARE_FIELDS` of a comparison's rows (best first)."""
     from vat.feature_spec import FeatureSpec
@@ -167,12 +189,15 @@ def compare_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     by_spec = {r["spec"]: r for r in rows}
     best_contextual = next((r for r in rows if contextual(r["spec"])), None)
+    best_sentence = next((r for r in rows if r["spec"].startswith("sentence/")), None)
     best = rows[0] if rows else None
     return {
         "select_mu_mean": score(by_spec.get(BASELINE)),
         "select_layer0_sif": score(by_spec.get(DEFAULT_EXPORT_SPEC)),
         "best_contextual_spec": None if best_contextual is None else best_contextual["spec"],
         "select_best_contextual": score(best_contextual),
+        "best_sentence_spec": None if best_sentence is None else best_sentence["spec"],
+        "select_best_sentence": score(best_sentence),
         "best_spec": None if best is None else best["spec"],
         "select_best": score(best),
         "sts12_best": score(best, "STS12"),

@@ -27,7 +27,7 @@ from vat.errors import USER_ERRORS, VatError, one_line
 from vat.eval.tasks.registry import load_task
 from vat.experiments.config import Point, SweepConfig, cli_value, point_args, run_name
 from vat.experiments.frontier import FAILED, headline, plot_all, write_hparams, write_table
-from vat.experiments.measure import FEATURE_COMPARE_FIELDS, measure_run
+from vat.experiments.measure import FEATURE_COMPARE_FIELDS, baseline_records, measure_run
 from vat.io import write_json_atomic
 from vat.train.interrupt import EXIT_CODES
 
@@ -254,10 +254,11 @@ def run_sweep(
         records.append(record)
         log(f"{name}: finished in {clock_text(time.perf_counter() - t0)}: {_steps(record)}")
     if summary:
+        records += baseline_records(cfg)  # rows, not runs: no BLEU, lines across the plots
         write_table(records, cfg.keys, out)
         measured = [r for r in records if FAILED not in r]  # the plots show measurements
         plots = plot_all(measured, cfg.keys, out) if measured else []
-        write_hparams(measured, cfg.keys, out)
+        write_hparams([r for r in measured if not r.get("baseline")], cfg.keys, out)
         files = [str(out / f"sweep.{ext}") for ext in ("csv", "json", "md")]
         log(
             f"wrote {', '.join(files + [p.name for p in plots])} and {out / 'hparams'} "

@@ -180,7 +180,7 @@ class Explorer:
         options = GREEDY if beam == 1 else DecodeOptions(strategy="beam", beam_size=beam)
         with quiet_truncation():  # the page says it was cut; no terminal line
             ((mu, logvar),) = self.generator.posteriors([text])  # (T, d) each
-        ((best, *_),) = self.generator.decode([mu], options)  # the reconstruction, from mu
+            ((best, *_),) = self.generator.reconstruct_hypotheses([text], options)  # from mu
         kl, sigma, norm = token_statistics(mu.float(), logvar.float(), self.model.prior_std)
         labels = self._labels(ids)
         rows = tuple(

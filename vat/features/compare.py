@@ -9,8 +9,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,7 @@ class Comparison:
     meta: dict
     fit_x: dict[tuple[str, str], np.ndarray]
     sif: np.ndarray | None
+    baselines: list[dict] = field(default_factory=list)  # rows of other encoders, never specs
 
 
 def sts_scores(vectors: dict[str, np.ndarray], tasks: dict) -> dict[str, float]:
@@ -92,6 +93,15 @@ def selection_score(row: dict) -> float:
     return float(np.mean([row[c] for c in cols])) if cols else float("nan")
 
 
+def baseline_row(name: str, encode, tasks: dict) -> dict:
+    """The row of another encoder (sentences -> (n, D) vectors, e.g. a bag of same-data word
+    vectors, vat.eval.word_vectors), scored on `tasks` exactly as the specs are."""
+    sentences = sorted({s for data in tasks.values() for s in data.sentences()})
+    row = {"spec": name, **sts_scores(dict(zip(sentences, encode(sentences))), tasks)}
+    row[SELECT] = selection_score(row)
+    return row
+
+
 def load_sts_tasks(data_dir: str | os.PathLike) -> dict:
     """The STS_TASKS found under `data_dir` (a missing one is a warning)."""
     tasks = {}
@@ -111,11 +121,13 @@ def compare_sts(
     fit_files: Sequence[str] | None,
     settings: CompareSettings,
     name: str = "",
+    baselines: Sequence[tuple[str, Callable]] = (),
 ) -> Comparison:
     """Score every spec of `loaded` on the STS `tasks`, post-processing fitted on a sample of
-    `fit_files` (kept clear of the evaluation data by the caller), else the checkpoint's."""
+    `fit_files` (kept clear of the evaluation data by the caller), else the checkpoint's; each
+    (name, encoder) of `baselines` adds a row beside them."""
     model, tok = loaded.model, loaded.tokenizer
-    n_layers, d, vocab = len(model.encoder), model.config.d_model, model.config.vocab_size
+    n_layers, vocab = len(model.encoder), model.config.vocab_size
     t0 = time.perf_counter()
     fit = FitOptions(fit_files=fit_files, n_fit=settings.fit_sentences, seed=settings.seed)
     fit_sents, fit_info = fit_ids_for(loaded, fit)
@@ -134,6 +146,8 @@ def compare_sts(
     sources = ["mu", *(f"layer{k}" for k in range(n_layers + 1)), "firstlast"]
     combos = [(s, w) for s in sources for w in WEIGHTINGS if w != "precision" or s == "mu"]
     combos = [(s, w) for s, w in combos if w != "sif" or sif is not None]
+    if model.config.sentence_dim:  # one vector per sentence: no weighting to choose
+        combos.append(("sentence", "mean"))
     eval_sents = sorted({s for data in tasks.values() for s in data.sentences()})
     t0 = time.perf_counter()
     fit_x = pooled_ids(model, fit_sents, combos, sif, settings.batch_size)
@@ -150,7 +164,8 @@ def compare_sts(
     rows = []
     for combo in combos:
         for post in POSTS:
-            spec = FeatureSpec(*combo, f"whiten{d // 2}" if post == "whiten-half" else post)
+            width = FeatureSpec(*combo).width(model.config)
+            spec = FeatureSpec(*combo, f"whiten{width // 2}" if post == "whiten-half" else post)
             t0 = time.perf_counter()
             arrays = fit_post(spec, fit_x[combo])
             t_fit = time.perf_counter() - t0
@@ -171,7 +186,8 @@ def compare_sts(
         "combos_encoded": len(combos),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
-    return Comparison(rows, meta, fit_x, sif)
+    others = [baseline_row(label, encode, tasks) for label, encode in baselines]
+    return Comparison(rows, meta, fit_x, sif, others)
 
 
 def add_classification(
@@ -241,8 +257,9 @@ def compare_markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(md)
 
 
-def _plot(rows: list[dict], path: Path) -> None:
-    """compare.png: the selection score of every spec, one bar per post-processing."""
+def _plot(rows: list[dict], path: Path, baselines: Sequence[dict] = ()) -> None:
+    """compare.png: the selection score of every spec, one bar per post-processing; the
+    baselines' as lines across."""
     posts = ["none", "pc", "whiten", "whiten-half"]
 
     def post_of(spec: str) -> str:  # POSTS, with whiten-half's dimension and pc's count
@@ -260,6 +277,8 @@ def _plot(rows: list[dict], path: Path) -> None:
     base = next((r for r in rows if r["spec"] == BASELINE), None)
     if base:
         ax.axhline(base[SELECT], color="k", lw=0.8, ls="--", label=BASELINE)
+    for row, color in zip(baselines, ("tab:red", "tab:purple", "tab:brown", "tab:gray")):
+        ax.axhline(row[SELECT], color=color, lw=0.8, ls=":", label=row["spec"])
     ax.set_xticks(np.arange(len(pairs)), pairs, rotation=70, fontsize=7)
     ax.set_ylabel("mean of STS12 sets + STS-B dev (Spearman x 100)")
     ax.legend(fontsize=7, ncol=5)
@@ -267,8 +286,9 @@ def _plot(rows: list[dict], path: Path) -> None:
     save_png(fig, path, dpi=110)
 
 
-def _write(rows: list[dict], meta: dict, where: Path) -> None:
-    """The three files of the set, into the folder `where`."""
+def _write(rows: list[dict], meta: dict, where: Path, baselines: Sequence[dict] = ()) -> None:
+    """The three files of the set, into the folder `where`; baselines after the specs."""
+    plotted, rows = rows, [*rows, *baselines]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=_columns(rows), lineterminator="\n")
     w.writeheader()
@@ -276,7 +296,7 @@ def _write(rows: list[dict], meta: dict, where: Path) -> None:
     atomic_write(where / OUTPUT_NAMES[0], lambda f: f.write(buf.getvalue()))
     md = compare_markdown(rows, meta)
     atomic_write(where / OUTPUT_NAMES[1], lambda f: f.write(md + "\n"))
-    _plot(rows, where / OUTPUT_NAMES[2])
+    _plot(plotted, where / OUTPUT_NAMES[2], baselines)
 
 
 def check_output_set(directory: str, overwrite: bool) -> Path:
@@ -330,7 +350,7 @@ def write_compare_set(out: Path, comparison: Comparison) -> None:
     tmp = temp_path(out)
     tmp.mkdir()
     try:
-        _write(comparison.rows, comparison.meta, tmp)
+        _write(comparison.rows, comparison.meta, tmp, comparison.baselines)
         replace_dir(tmp, out)
     finally:
         if tmp.exists():

@@ -12,7 +12,7 @@ from vat.errors import OptionError
 from vat.feature_spec import FeatureSpec, FittedFeatures
 from vat.features.pooling import padded_batches, pool
 from vat.features.postprocess import apply_pc_removal, apply_whitening
-from vat.model import VAT
+from vat.model import VAT, Posterior, SentencePosterior
 from vat.runtime import eval_mode
 from vat.share.loaded import LoadedVAT
 from vat.tokenizer import VATTokenizer
@@ -23,8 +23,8 @@ Combo = tuple[str, str]  # (source, weighting)
 @torch.no_grad()
 def encoder_states(
     model: VAT, src_ids: torch.Tensor, layers: Iterable[int] = ()
-) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """({layer: (B, T, d)}, mu, logvar, mask) of one batch in one encoder pass. Layer 0 is the
+) -> tuple[dict[int, torch.Tensor], Posterior, SentencePosterior | None]:
+    """({layer: (B, T, d)}, the two posteriors) of one batch in one encoder pass. Layer 0 is the
     embeddings; the last layer is taken after the final norm (pre-LN), the heads' input."""
     want, n = set(layers), len(model.encoder)
     mask = src_ids != model.config.pad_id  # (B, T)
@@ -37,9 +37,7 @@ def encoder_states(
     h = model.enc_norm(h)
     if n in want:
         states[n] = h
-    mu = model.mu_head(h)
-    logvar = model.logvar_head(h).clamp(model.config.logvar_min, model.config.logvar_max)
-    return states, mu, logvar, mask
+    return states, *model.posteriors(h, mask)
 
 
 def _layers_of(sources: Iterable[str], n_layers: int) -> set[int]:
@@ -48,7 +46,7 @@ def _layers_of(sources: Iterable[str], n_layers: int) -> set[int]:
     for s in sources:
         if s == "firstlast":
             out |= {1, n_layers}
-        elif s != "mu":
+        elif s not in ("mu", "sentence"):
             out.add(int(FeatureSpec(source=s).layer(n_layers)))
     return out
 
@@ -80,19 +78,22 @@ def pool_batch(
 ) -> dict[Combo, torch.Tensor]:
     """{(source, weighting): (B, d) float32} of one padded batch, in one encoder pass."""
     n_layers = len(model.encoder)
-    states, mu, logvar, _ = encoder_states(
-        model, src_ids, _layers_of({s for s, _ in combos}, n_layers)
-    )
+    layers = _layers_of({s for s, _ in combos}, n_layers)
+    states, post, sentence = encoder_states(model, src_ids, layers)
     tw = sif.to(src_ids.device)[src_ids] if any(w == "sif" for _, w in combos) else None  # (B, T)
     out = {}
     for source, weighting in combos:
+        if source == "sentence":  # one vector already: its mean is the feature
+            out[(source, weighting)] = sentence.mu.float()
+            continue
         if source == "mu":
-            x = mu
+            x = post.mu
         elif source == "firstlast":
             x = (states[1] + states[n_layers]) / 2
         else:
             x = states[int(source[5:])]
-        out[(source, weighting)] = weighted_pool(x.float(), lengths, weighting, logvar.float(), tw)
+        logvar = post.logvar.float()
+        out[(source, weighting)] = weighted_pool(x.float(), lengths, weighting, logvar, tw)
     return out
 
 
@@ -124,7 +125,8 @@ def pooled_ids(
     progress: bool = False,
 ) -> dict[Combo, np.ndarray]:
     """`pooled_features` of sentences already tokenized (at most max_len - 1 ids each)."""
-    out = {c: np.zeros((len(ids), model.config.d_model), dtype=np.float32) for c in combos}
+    width = {c: FeatureSpec(*c).width(model.config) for c in combos}
+    out = {c: np.zeros((len(ids), width[c]), dtype=np.float32) for c in combos}
     sif_t = None if sif is None else torch.as_tensor(np.asarray(sif), dtype=torch.float32)
     for index, batch, src in padded_batches(model, ids, batch_size, progress):
         lengths = torch.tensor([len(x) for x in batch], device=src.device)
@@ -164,7 +166,7 @@ class FeatureEncoder:
     def dim(self) -> int:
         if self.spec.post.startswith("whiten"):  # (D, K) checked in __init__
             return int(self.fitted.arrays["matrix"].shape[1])
-        return int(self.model.config.d_model)
+        return self.spec.width(self.model.config)
 
     def encode_ids(self, src_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, k) final vectors of a padded batch, on the batch's device."""

@@ -25,6 +25,7 @@ class EncodedBatch(NamedTuple):
     mu: torch.Tensor  # (B, T, d)
     logvar: torch.Tensor  # (B, T, d)
     mask: torch.Tensor  # (B, T) bool
+    sentence_mu: torch.Tensor | None  # (B, k) the sentence latent's mean, when there is one
 
 
 def length_sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[int]]:
@@ -53,8 +54,9 @@ def iter_encoded_ids(
 ) -> Iterator[EncodedBatch]:
     """Encode subword id lists (cut to max_len - 1) in length-sorted batches, in eval mode."""
     for index, batch_ids, src in padded_batches(model, ids, batch_size, progress):
-        post = model.encode(src)  # mu, logvar (B, T, d)
-        yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask)
+        post, sentence = model.encode_with_sentence(src)  # mu, logvar (B, T, d)
+        s = None if sentence is None else sentence.mu.float()
+        yield EncodedBatch(index, batch_ids, post.mu.float(), post.logvar.float(), post.mask, s)
 
 
 def iter_encoded(

@@ -164,27 +164,42 @@ class VATGenerator:
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1."""
         texts, single = check_sentences(sentences)
-        ids = self.tokenize(texts, labels)
-        out: list[tuple[torch.Tensor, torch.Tensor]] = [None] * len(ids)  # type: ignore[list-item]
-        for b in iter_encoded_ids(self.model, ids, self.batch_size, self.progress):
-            for row, i in enumerate(b.index):
-                T_i = len(ids[i]) + 1
-                out[i] = (b.mu[row, :T_i], b.logvar[row, :T_i])  # 2 x (T_i, d)
+        out = [(mu, logvar) for mu, logvar, _ in self._encoded(texts, labels)]
         return out[0] if single else out
 
+    def _encoded(self, texts: Sequence[str], labels: Sequence[str] | None):
+        """Per sentence (mu, logvar, the sentence latent's mean (k,) or None)."""
+        ids = self.tokenize(texts, labels)
+        out: list = [None] * len(ids)
+        for b in iter_encoded_ids(self.model, ids, self.batch_size, self.progress):
+            for row, i in enumerate(b.index):
+                T_i = len(ids[i]) + 1  # 2 x (T_i, d)
+                s = None if b.sentence_mu is None else b.sentence_mu[row]
+                out[i] = (b.mu[row, :T_i], b.logvar[row, :T_i], s)
+        return out
+
     def decode(
-        self, zs: Sequence[torch.Tensor], options: DecodeOptions = GREEDY, seed: int | None = None
+        self,
+        zs: Sequence[torch.Tensor],
+        options: DecodeOptions = GREEDY,
+        seed: int | None = None,
+        sentences: Sequence[torch.Tensor] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Decode latent sequences zs[i] (T_i, d); hypotheses per item, best first."""
+        """Decode latent sequences zs[i] (T_i, d), with the sentence latents sentences[i] (k,)
+        of a model that has them; hypotheses per item, best first."""
         if not isinstance(options, DecodeOptions):
             raise OptionError("options", f"expected a DecodeOptions, got {type(options).__name__}")
         seed = check_seed(seed)
         zs = list(zs)
-        d = self.model.config.d_model
+        d, k = self.model.config.d_model, self.model.config.sentence_dim
         for i, z in enumerate(zs):
             if not (torch.is_tensor(z) and z.dim() == 2 and z.shape[1] == d and z.shape[0] >= 1):
                 shape = tuple(z.shape) if torch.is_tensor(z) else type(z).__name__
                 raise OptionError("zs", f"item {i} must be a (T, {d}) tensor, T >= 1, got {shape}")
+        shapes = None if sentences is None else [tuple(getattr(s, "shape", ())) for s in sentences]
+        if (k and shapes != [(k,)] * len(zs)) or (not k and sentences is not None):
+            wanted = f"one ({k},) tensor per latent sequence" if k else "None (no sentence latent)"
+            raise OptionError("sentences", f"this model takes {wanted}, got {shapes}")
         vocab = self.model.config.vocab_size
         if options.beam_size > vocab:  # a wider beam only repeats hypotheses, at beam x cost
             raise OptionError(
@@ -201,6 +216,9 @@ class VATGenerator:
         with eval_mode(self.model), bar:
             for index in length_sorted_batches([z.shape[0] for z in zs], size):
                 z, mask = pad_latents([zs[i].to(self.device, dtype) for i in index])  # (B, T, d)
+                if k:  # the sentence latent's slot leads the memory (B, 1 + T, d)
+                    s = torch.stack([sentences[i] for i in index]).to(self.device, dtype)
+                    z, mask = self.model.memory(z, mask, s)
                 for i, hyps in zip(index, decode_latents(self.model, z, mask, options, generator)):
                     out[i] = hyps
                 bar.update(len(index))
@@ -217,9 +235,9 @@ class VATGenerator:
         return self.tokenizer.decode(hyp.ids)
 
     def _best_texts(
-        self, zs: Sequence[torch.Tensor], options: DecodeOptions, seed: int | None
+        self, zs: Sequence[torch.Tensor], options: DecodeOptions, seed: int | None, sentences=None
     ) -> list[str]:
-        return [self.text(h[0]) for h in self.decode(zs, options, seed)]
+        return [self.text(h[0]) for h in self.decode(zs, options, seed, sentences)]
 
     def reconstruct_hypotheses(
         self,
@@ -229,7 +247,9 @@ class VATGenerator:
     ) -> list[list[Hypothesis]]:
         """Decode each sentence's token means mu (the paper: z_t = mu_t at test time)."""
         texts, single = check_sentences(sentences)
-        hyps = self.decode([mu for mu, _ in self.posteriors(texts, labels)], options)
+        encoded = self._encoded(texts, labels)
+        sentences = None if encoded[0][2] is None else [s for _, _, s in encoded]
+        hyps = self.decode([mu for mu, _, _ in encoded], options, None, sentences)
         return hyps[0] if single else hyps
 
     def reconstruct(
@@ -255,7 +275,8 @@ class VATGenerator:
         source: ResampleSource = "posterior",
     ) -> list[list[str]]:
         """z_t = mu_t + tau * sigma_t * eps at every token (Table 1) or only at `positions`
-        (Table 2; n_i is the </s> latent); source="prior" draws them from N(0, s^2 I)."""
+        (Table 2; n_i is the </s> latent); source="prior" draws them from N(0, s^2 I). A
+        sentence latent stays at its mean: the samples vary the token latents."""
         sentences, single = check_sentences(sentences)
         n = check_count(num_samples, "num_samples")
         tau = check_number(tau, "tau", low=0)
@@ -269,10 +290,10 @@ class VATGenerator:
         check_allocation(
             4.0 * n * len(sentences) * cfg.max_len * cfg.d_model, "num_samples", self.device
         )
-        posts = self.posteriors(sentences, labels)
+        posts = self._encoded(sentences, labels)
         generator = self._generator(seed)
         zs = []
-        for i, (mu, logvar) in enumerate(posts):
+        for i, (mu, logvar, _) in enumerate(posts):
             where = None
             if positions is not None:
                 if bad := [p for p in positions if p >= mu.shape[0]]:
@@ -290,7 +311,8 @@ class VATGenerator:
             else:
                 z = perturb_latents(mu_n, lv_n, tau, where, generator)  # (n, T_i, d)
             zs.extend(z.unbind(0))
-        texts = self._best_texts(zs, options, None if seed is None else seed + 1)
+        kept = None if posts[0][2] is None else [s for *_, s in posts for _ in range(n)]
+        texts = self._best_texts(zs, options, None if seed is None else seed + 1, kept)
         out = [texts[i * n : (i + 1) * n] for i in range(len(posts))]
         return out[0] if single else out
 
@@ -320,14 +342,19 @@ class VATGenerator:
         options: DecodeOptions = GREEDY,
         labels: Sequence[str] | None = None,
     ) -> list[str]:
-        """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of two sentences' token means."""
+        """Decode (1 - alpha) Z_a + alpha Z_b (or slerp) of two sentences' token means (and of
+        their sentence latents' means)."""
         a, b = check_sentence(a, "a"), check_sentence(b, "b")
         alphas = _listed(alphas, "alphas", "numbers", check_number)
         if not alphas:
             raise OptionError("alphas", "needs at least one weight")
         method = check_choice(method, "method", ("linear", "slerp"))
-        (mu_a, _), (mu_b, _) = self.posteriors([a, b], labels)
-        return self._best_texts(interpolate_latents(mu_a, mu_b, alphas, method), options, None)
+        (mu_a, _, s_a), (mu_b, _, s_b) = self._encoded([a, b], labels)
+        sentences = None
+        if s_a is not None:  # (1, k) sequences of one: the same mix
+            sentences = [s[0] for s in interpolate_latents(s_a[None], s_b[None], alphas, method)]
+        zs = interpolate_latents(mu_a, mu_b, alphas, method)
+        return self._best_texts(zs, options, None, sentences)
 
     def prior(
         self,
@@ -355,7 +382,11 @@ class VATGenerator:
             )
         s = self.prior_std if prior_std is None else prior_std
         zs = prior_latents(lengths, cfg.d_model, s, generator)
-        return list(zip(lengths, self._best_texts(zs, options, None if seed is None else seed + 1)))
+        sentences = None  # drawn after the token latents: a model without one draws as before
+        if cfg.sentence_dim:
+            sentences = [x[0] for x in prior_latents([1] * n, cfg.sentence_dim, s, generator)]
+        seed = None if seed is None else seed + 1
+        return list(zip(lengths, self._best_texts(zs, options, seed, sentences)))
 
     def score(
         self,

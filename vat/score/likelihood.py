@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from vat.model import VAT
 from vat.runtime import check_allocation, eval_mode
@@ -108,14 +109,17 @@ def decoder_log_likelihood(
     mask: torch.Tensor,  # (B, T) bool
 ) -> LogLikelihood:
     """A LogLikelihood under the teacher-forced decoder, summed over the real target tokens; the
-    output projection runs in chunks of LOGIT_ELEMENTS, so (N, T, V) logits never exist at once."""
-    V = model.config.vocab_size
+    output projection runs in chunks of LOGIT_ELEMENTS, so (N, T, V) logits never exist at once.
+    With a sentence latent, z's first row holds s in its first k dimensions (`model_bounds`)."""
+    V, k = model.config.vocab_size, model.config.sentence_dim
 
     def log_likelihood(z: torch.Tensor) -> torch.Tensor:
         reps = z.shape[0] // tgt_in.shape[0]
         m = mask.repeat(reps, 1)  # (N, T)
         dtype = next(model.parameters()).dtype
-        hidden = model.decode_hidden(tgt_in.repeat(reps, 1), z.to(dtype), m)  # (N, T, d)
+        z, s = (z[:, 1:], z[:, 0, :k]) if k else (z, None)
+        memory = model.memory(z.to(dtype), m, s)
+        hidden = model.decode_hidden(tgt_in.repeat(reps, 1), *memory)  # (N, T, d)
         h, y = hidden.flatten(0, 1), tgt_out.repeat(reps, 1).flatten()  # (N T, d), (N T,)
         out = torch.empty(len(y), dtype=torch.float32, device=h.device)
         step = max(1, LOGIT_ELEMENTS // V)
@@ -146,9 +150,21 @@ def model_bounds(
     widest = per_pass * B * T * (6 * cfg.d_model + cfg.d_ff + cfg.n_heads * T) + LOGIT_ELEMENTS
     check_allocation(4.0 * widest, "samples", device)
     with eval_mode(model):
-        post = model.encode(src)  # mu, logvar (B, T, d)
+        post, sentence = model.encode_with_sentence(src)  # mu, logvar (B, T, d)
         log_px = decoder_log_likelihood(model, tgt_in, tgt_out, post.mask)
         mu, logvar, mask = post.mu.float(), post.logvar.float(), post.mask
-        return importance_weighted_bounds(
+        if sentence is not None:
+            # s as one more latent row, padded to d with q = p = N(0, s^2) in the extra
+            # dimensions: they add 0 to log w and to the KL, and the decoder never reads them
+            pad = cfg.d_model - cfg.sentence_dim
+            s_mu = F.pad(sentence.mu.float(), (0, pad))
+            s_logvar = F.pad(sentence.logvar.float(), (0, pad), value=2 * math.log(prior_std))
+            mu, logvar = (
+                torch.cat([s_mu[:, None], mu], 1),
+                torch.cat([s_logvar[:, None], logvar], 1),
+            )
+            mask = F.pad(mask, (1, 0), value=True)  # (B, 1 + T)
+        bounds = importance_weighted_bounds(
             log_px, mu, logvar, mask, prior_std, samples, per_pass, generator
         )
+        return bounds._replace(tokens=post.mask.sum(-1))

@@ -75,7 +75,10 @@ def model_card(
     data, metrics = training.get("data") or {}, training.get("metrics") or {}
     repo = shipped["name"] if shipped else card.get("repo_id") or "PATH_OR_REPO_ID"
     spec = features if isinstance(features, FeatureSpec | None) else features.spec
-    dim = (spec.whiten_dim if spec is not None else None) or int(mc["d_model"])  # whitenK: K
+    sentence = spec is not None and spec.source == "sentence"
+    dim = (spec.whiten_dim if spec is not None else None) or int(  # whitenK: K
+        mc["sentence_dim"] if sentence else mc["d_model"]
+    )
     lines = [
         "# Variational Auto-Transformer (VAT)" + (f": {shipped['name']}" if shipped else ""),
         "",
@@ -117,6 +120,7 @@ def model_card(
         lines.append(f"- data: {_names(data['train_files'])}{_records_note(data)}")
     lines += _token_lines(training)
     lines += _noise_lines(training.get("noise"))
+    lines += _sentence_lines(training.get("sentence_latent"))
     for key, label in (
         ("sentences_seen", "training sentences"),
         ("global_step", "optimizer steps"),
@@ -305,6 +309,7 @@ _SOURCES = {
     "mu": "the posterior means mu",
     "firstlast": "the average of the encoder's first and last layers",
     "layer0": "the encoder's input (subword embeddings plus positions)",
+    "sentence": "the mean of the sentence latent s (attention pooling of the encoder's last layer)",
 }
 _WEIGHTINGS = {
     "mean": "averaged over the sentence's subwords",
@@ -329,9 +334,14 @@ def describe_features(spec: FeatureSpec | None, *, named: bool = True) -> str:
         f"the encoder's hidden states after layer {spec.source[len('layer') :]}"
     )
     # vat.features.encoder.weighted_pool: (1/n) sum_t w_t x_t, not a weight-normalised mean
-    weighting = _WEIGHTINGS.get(spec.weighting) or (
-        f"each subword's vector times its SIF weight a / (a + p(w)) (p(w): the subword's "
-        f"frequency, a = {spec.sif_a:g}), averaged over the sentence's subwords"
+    weighting = (
+        "one vector per sentence"
+        if spec.source == "sentence"
+        else _WEIGHTINGS.get(spec.weighting)
+        or (
+            f"each subword's vector times its SIF weight a / (a + p(w)) (p(w): the subword's "
+            f"frequency, a = {spec.sif_a:g}), averaged over the sentence's subwords"
+        )
     )
     post = ""
     if spec.pcs:
@@ -394,6 +404,24 @@ def _noise_lines(noise: Any) -> list[str]:
     if noise.get("decoder_word_dropout") or noise.get("encoder_mask"):
         parts.append(f"a dropped or masked word became {replaced}")
     return [f"- input noise in training (validation and evaluation were clean): {'; '.join(parts)}"]
+
+
+def _sentence_lines(sentence: Any) -> list[str]:
+    """The sentence latent's training settings (its size is in the model's config)."""
+    if not isinstance(sentence, dict) or not sentence.get("dim"):
+        return []
+    parts = [f"{sentence['dim']} dimensions"] + [
+        label.format(sentence[key])
+        for key, label in (
+            ("bow_weight", "a bag-of-words loss from it, weight {:g}"),
+            ("memory_dropout", "token latents dropped from the decoder's memory with p = {:g}"),
+            ("drop_all_rate", "all of a sentence's token latents dropped in {:g} of sentences"),
+        )
+        if isinstance(sentence.get(key), int | float) and sentence[key] > 0
+    ]
+    return [
+        f"- a sentence latent beside the token latents (training only drops): {'; '.join(parts)}"
+    ]
 
 
 def _token_lines(training: dict[str, Any]) -> list[str]:

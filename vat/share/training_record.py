@@ -118,7 +118,7 @@ def training_facts(ckpt: dict, ckpt_path: str | os.PathLike) -> dict[str, Any]:
         facts.update(_plain(recorded))
     facts.update({k: ckpt[k] for k in ("global_step", "epoch") if isinstance(ckpt.get(k), int)})
     hp = ckpt.get("hyper_parameters") or {}
-    for key in ("loss", "optim", "noise"):
+    for key in ("loss", "optim", "noise", "sentence_latent"):
         if isinstance(hp.get(key), dict):
             facts[key] = _plain(hp[key])
     metrics = dict(facts.get("metrics") or {})

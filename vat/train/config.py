@@ -110,6 +110,40 @@ class NoiseConfig:
 
 
 @dataclass
+class SentenceLatentConfig:
+    """A sentence latent s beside the token latents (off with dim 0): a narrow channel the
+    decoder is made to need (docs/training.md, "A sentence latent")."""
+
+    dim: int = 0
+    """Size of s: attention pooling over the encoder's last states, its own mu/log-variance
+    heads, its KL to the same prior in the rate, one projected slot in the decoder's memory."""
+    bow_weight: float = 0.0
+    """Weight of a bag-of-words loss from s (one softmax over the vocabulary, each word weighted
+    a / (a + p(w)), a = 1e-3, by its training frequency)."""
+    memory_dropout: float = 0.0
+    """In training, each token latent is dropped from the decoder's memory with this probability."""
+    drop_all_rate: float = 0.0
+    """In training, the share of sentences whose token latents are all dropped (s alone)."""
+
+    def __post_init__(self) -> None:
+        o = "model.sentence_latent"
+        check_count(self.dim, f"{o}.dim", minimum=0)
+        rules = [
+            ("bow_weight", _at_least(0), "finite and >= 0"),
+            *((n, lambda p: finite(p) and 0 <= p <= 1, "a probability in [0, 1]")
+              for n in ("memory_dropout", "drop_all_rate")),
+        ]  # fmt: skip
+        check_fields(self, o, rules)
+        for name in ("bow_weight", "memory_dropout", "drop_all_rate"):
+            value = getattr(self, name)
+            check(self.dim or not value, f"{o}.{name}", f"0 without {o}.dim", value)
+
+    @property
+    def drops(self) -> bool:
+        return self.memory_dropout > 0 or self.drop_all_rate > 0
+
+
+@dataclass
 class OptimConfig:
     """Adam with the Noam schedule (Vaswani et al. 2017, eq. 3)."""
 

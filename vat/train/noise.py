@@ -130,3 +130,12 @@ def noised_batch(
         masked,
         moved,
     )
+
+
+def memory_keep(
+    src: torch.Tensor, rate: float, drop_all_rate: float, generator: torch.Generator
+) -> torch.Tensor:
+    """(B, T) True where a token latent stays in the decoder's memory: each is dropped with
+    `rate`, and all of a sentence's with `drop_all_rate` (the sentence latent's slot stays)."""
+    draw = lambda shape: torch.rand(shape, generator=generator, device=src.device)  # noqa: E731
+    return (draw(src.shape) >= rate) & (draw((src.shape[0], 1)) >= drop_all_rate)

@@ -19,8 +19,10 @@ COMPILE_BACKEND = "inductor"  # tests use "aot_eager": the same graphs, no C++ b
 
 class Terms(NamedTuple):
     nll: torch.Tensor  # 0-d: mean reconstruction NLL per non-pad token
-    kl: torch.Tensor  # 0-d: mean KL per non-pad token (the rate, nats per token)
+    kl: torch.Tensor  # 0-d: KL per non-pad token, the sentence latent's included (the rate)
     kl_objective: torch.Tensor  # 0-d: the KL term that is optimised (free bits applied)
+    kl_sentence: torch.Tensor | None  # 0-d: the sentence latent's mean KL per sentence
+    bow: torch.Tensor | None  # 0-d: the weighted bag-of-words NLL from s, with bow_weights
     ntokens: torch.Tensor  # 0-d: non-pad target tokens
     logits: torch.Tensor | None  # (B, T, V) when asked for
     mask: torch.Tensor  # (B, T) bool, True at non-pad target tokens
@@ -37,9 +39,11 @@ def objective_terms(
     generator: torch.Generator | None = None,
     with_logits: bool = False,
     fused_cross_entropy: bool = False,
+    memory_keep: torch.Tensor | None = None,  # (B, T) bool: token latents left in the memory
+    bow_weights: torch.Tensor | None = None,  # (V,) a word's weight in the bag-of-words loss
 ) -> Terms:
     fused = fused_cross_entropy and not with_logits
-    out = model(src, tgt_in, sample=sample, generator=generator, head=not fused)
+    out = model(src, tgt_in, sample, generator, not fused, memory_keep)
     # Both means run over non-pad tokens: the NLL's targets, the KL's encoder tokens (which
     # differ once encoder-input deletion shortened a sentence).
     target = tgt_out != model.config.pad_id
@@ -53,8 +57,17 @@ def objective_terms(
     kl_objective = kl
     if free_bits > 0:
         kl_objective = masked_mean(free_bits_kl(kl_per_dim, out.mask, free_bits), out.mask)
+    kl_sentence = bow = None
+    if out.sentence is not None:  # s's KL counts per token like the rest of the rate
+        kl_s = gaussian_kl(out.sentence_mu.float(), out.sentence_logvar.float(), prior_std).sum(-1)
+        per_token = kl_s.sum() / out.mask.sum().clamp_min(1)
+        kl, kl_objective, kl_sentence = kl + per_token, kl_objective + per_token, kl_s.mean()
+        if bow_weights is not None:  # one softmax over the vocabulary predicts every word
+            logp = model.lm_head(model.sentence_memory(out.sentence)).float().log_softmax(-1)
+            w = bow_weights[tgt_out] * target  # (B, T)
+            bow = -(logp.gather(1, tgt_out) * w).sum() / w.sum().clamp_min(1e-8)
     logits = out.logits if with_logits else None
-    return Terms(nll, kl, kl_objective, target.sum(), logits, target)
+    return Terms(nll, kl, kl_objective, kl_sentence, bow, target.sum(), logits, target)
 
 
 class CompiledObjective:

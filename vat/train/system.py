@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,14 +14,20 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.text import Perplexity
 
-from vat.errors import VatError
+from vat.errors import VatError, check
 from vat.io import atomic_write
 from vat.model import VAT, VATConfig
 from vat.share.checkpoint import check_same_model_config, read_checkpoint, vat_metadata
 from vat.share.training_record import training_record
 from vat.tokenizer import PAD_ID, VATTokenizer
-from vat.train.config import LossConfig, NoiseConfig, OptimConfig, as_config
-from vat.train.noise import NoisedBatch, noised_batch, step_seed
+from vat.train.config import (
+    LossConfig,
+    NoiseConfig,
+    OptimConfig,
+    SentenceLatentConfig,
+    as_config,
+)
+from vat.train.noise import NoisedBatch, memory_keep, noised_batch, step_seed
 from vat.train.non_finite import check_finite_weights, stop_if_non_finite
 from vat.train.objective import CompiledObjective, objective_terms
 from vat.train.rate import KLController
@@ -46,6 +52,8 @@ class StepOutput(NamedTuple):
     logits: torch.Tensor | None  # (B, T, V); None in training (not needed, not kept)
     mask: torch.Tensor  # (B, T) bool
     ntokens: torch.Tensor  # non-pad tokens
+    kl_sentence: torch.Tensor | None = None  # the sentence latent's KL per sentence
+    bow: torch.Tensor | None = None  # its bag-of-words loss
 
 
 class VATSystem(L.LightningModule):
@@ -59,6 +67,7 @@ class VATSystem(L.LightningModule):
         loss: LossConfig = LossConfig(),  # noqa: B008
         optim: OptimConfig = OptimConfig(),  # noqa: B008
         noise: NoiseConfig = NoiseConfig(),  # noqa: B008
+        sentence_latent: SentenceLatentConfig = SentenceLatentConfig(),  # noqa: B008
         compile: bool = False,
     ) -> None:
         """
@@ -67,11 +76,21 @@ class VATSystem(L.LightningModule):
             loss: The objective: prior scale, KL schedule or target rate, free bits.
             optim: Optimiser and learning-rate schedule.
             noise: Noise on the training inputs (off by default).
+            sentence_latent: A sentence latent beside the token latents (off by default).
             compile: torch.compile the training step's forward and loss (lengths padded to
                 multiples of 8); checkpoints are the same either way.
         """
         super().__init__()
-        self.arch = as_config(VATConfig, arch)
+        self.sentence_cfg = sl = as_config(SentenceLatentConfig, sentence_latent)
+        arch = as_config(VATConfig, arch)
+        dim = arch.sentence_dim
+        check(
+            dim in (0, sl.dim),
+            "model.arch.sentence_dim",
+            f"{sl.dim} (model.sentence_latent.dim)",
+            dim,
+        )
+        self.arch = replace(arch, sentence_dim=sl.dim)
         self.loss_cfg = as_config(LossConfig, loss)
         self.optim_cfg = as_config(OptimConfig, optim)
         self.noise_cfg = as_config(NoiseConfig, noise)
@@ -79,10 +98,11 @@ class VATSystem(L.LightningModule):
         # Plain dicts only, so checkpoints load with torch.load(weights_only=True).
         self.save_hyperparameters(
             {
-                "arch": self.arch.to_dict(),
+                "arch": arch.to_dict(),  # as given: a resume compares it with its options
                 "loss": asdict(self.loss_cfg),
                 "optim": asdict(self.optim_cfg),
                 "noise": asdict(self.noise_cfg),
+                "sentence_latent": asdict(sl),
                 "compile": self.compile,
             }
         )
@@ -95,6 +115,8 @@ class VATSystem(L.LightningModule):
         else:
             self.register_buffer("log_prior_std", log_s)
         self.rate = None if lc.target_kl is None else KLController.from_config(lc)
+        if sl.bow_weight:  # set from the training counts in setup (not saved: derived)
+            self.register_buffer("bow_weights", torch.ones(self.arch.vocab_size), persistent=False)
         self.train_state = TrainState()
         self.tokenizer: VATTokenizer | None = None
         self.length_histogram: list[int] = []
@@ -107,7 +129,7 @@ class VATSystem(L.LightningModule):
         self._val_generator: torch.Generator | None = None
         self._rng_to_restore: torch.Tensor | None = None
         self._compiled: CompiledObjective | None = None
-        self._noise_generator: torch.Generator | None = None
+        self._step_generator: torch.Generator | None = None
         self._noised: NoisedBatch | None = None  # the step's noise counts, for logging
         self._step_terms: tuple[torch.Tensor, torch.Tensor] | None = None  # (nll, kl)
         self._token_rate = TokenRate(matmul_flops_per_token(self.model))
@@ -172,18 +194,29 @@ class VATSystem(L.LightningModule):
             generator,
             not train,
             self.loss_cfg.fused_cross_entropy,
+            batch.get("memory_keep"),
+            getattr(self, "bow_weights", None),
         )
         weight = self.kl_weight()
         if isinstance(weight, torch.Tensor):
             weight = weight.to(terms.kl.dtype)
         loss = terms.nll + weight * terms.kl_objective
+        if terms.bow is not None:
+            loss = loss + self.sentence_cfg.bow_weight * terms.bow
         return StepOutput(
-            loss, terms.nll, terms.kl, weight, terms.logits, terms.mask, terms.ntokens
-        )
+            loss, terms.nll, terms.kl, weight, terms.logits, terms.mask, terms.ntokens,
+            terms.kl_sentence, terms.bow,
+        )  # fmt: skip
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        if self.noise_cfg.active:  # training only: validation and evaluation see clean inputs
-            batch = self._noised_batch(batch, batch_idx)
+        # training only: validation and evaluation see clean inputs and the full memory
+        sl, noise = self.sentence_cfg, self.noise_cfg.active
+        generator = self._generator(batch_idx) if noise or sl.drops else None
+        if noise:
+            batch = self._noised_batch(batch, generator)
+        if sl.drops:  # drawn after the noise, from the same generator
+            keep = memory_keep(batch["src"], sl.memory_dropout, sl.drop_all_rate, generator)
+            batch = {**batch, "memory_keep": keep}
         out = self._shared_step(batch, "train")
         reduce = None
         if self.trainer.world_size > 1:
@@ -198,19 +231,19 @@ class VATSystem(L.LightningModule):
             self._log_train(out, batch)
         return out.loss
 
+    def _generator(self, batch_idx: int) -> torch.Generator:
+        """The step's generator, seeded per step, batch and rank: a resume draws the same."""
+        if self._step_generator is None or self._step_generator.device != self.device:
+            self._step_generator = torch.Generator(device=self.device)
+        seed = step_seed(self.noise_cfg.seed, self.global_step, batch_idx, self.global_rank)
+        return self._step_generator.manual_seed(seed)
+
     def _noised_batch(
-        self, batch: dict[str, torch.Tensor], batch_idx: int
+        self, batch: dict[str, torch.Tensor], generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
-        """Noise from a generator seeded per step, batch and rank: a resume draws the same."""
-        if self._noise_generator is None or self._noise_generator.device != self.device:
-            self._noise_generator = torch.Generator(device=self.device)
-        n = self.noise_cfg
-        self._noise_generator.manual_seed(
-            step_seed(n.seed, self.global_step, batch_idx, self.global_rank)
-        )
         vocab = self.tokenizer.vocab_size if self.tokenizer is not None else self.arch.vocab_size
-        rates = {k: v for k, v in asdict(n).items() if k != "seed"}
-        self._noised = noised_batch(batch, self._noise_generator, **rates, vocab_size=vocab)
+        rates = {k: v for k, v in asdict(self.noise_cfg).items() if k != "seed"}
+        self._noised = noised_batch(batch, generator, **rates, vocab_size=vocab)
         return self._noised.batch
 
     def _log_train(self, out: StepOutput, batch: dict[str, torch.Tensor]) -> None:
@@ -230,6 +263,10 @@ class VATSystem(L.LightningModule):
         if rate is not None:  # MFU = train/model_tflops / the device's peak TFLOP/s
             log["train/tokens_per_s"] = rate
             log["train/model_tflops"] = rate * self._token_rate.flops_per_token / 1e12
+        if out.kl_sentence is not None:
+            log["train/kl_sentence"] = out.kl_sentence
+        if out.bow is not None:
+            log["train/bow"] = out.bow
         if self.loss_cfg.learn_prior_std:
             log["train/prior_std"] = self.prior_std.detach()
         if self._compiled is not None:  # a host count: recompiles show up on the curve
@@ -335,6 +372,11 @@ class VATSystem(L.LightningModule):
         self.length_histogram = list(dm.length_histogram)
         self.token_counts = list(getattr(dm, "token_counts", []) or [])
         self.fit_sample = getattr(dm, "fit_sample", None)
+        if self.sentence_cfg.bow_weight and self.token_counts:  # a / (a + p(w)), a = 1e-3
+            counts = torch.zeros(self.arch.vocab_size, dtype=torch.float64)
+            counts[: len(self.token_counts)] = torch.tensor(self.token_counts, dtype=torch.float64)
+            weights = 1e-3 / (1e-3 + counts / counts.sum().clamp_min(1))
+            self.bow_weights.copy_(weights.to(self.bow_weights.dtype))
         if stage == "fit":
             # trainer.log_dir is a collective call under DDP: every rank must ask for it.
             self._save_tokenizer(self.trainer.log_dir)
