@@ -68,7 +68,7 @@ class VATConfig:
              f"divisible by model.arch.n_heads={self.n_heads}"),
             ("dropout", finite(self.dropout) and 0 <= self.dropout < 1, "in [0, 1)"),
             ("sentence_dim", self.sentence_dim <= self.d_model,
-             f"at most model.arch.d_model={self.d_model} (a narrow sentence channel)"),
+             f"at most model.arch.d_model={self.d_model} (model.sentence_latent.dim sets it)"),
             ("pad_id", isinstance(self.pad_id, int) and 0 <= self.pad_id < self.vocab_size,
              f"in [0, vocab_size={self.vocab_size})"),
             ("logvar_min", finite(lv_min), "finite"),

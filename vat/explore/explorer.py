@@ -179,8 +179,9 @@ class Explorer:
         ids = self.model.tokenizer.encode(text)
         options = GREEDY if beam == 1 else DecodeOptions(strategy="beam", beam_size=beam)
         with quiet_truncation():  # the page says it was cut; no terminal line
-            ((mu, logvar),) = self.generator.posteriors([text])  # (T, d) each
-            ((best, *_),) = self.generator.reconstruct_hypotheses([text], options)  # from mu
+            ((mu, logvar, s),) = self.generator.latents([text])  # (T, d) each; s (k,) or None
+        # the reconstruction, from mu (and the sentence latent's mean, if the model has one)
+        ((best, *_),) = self.generator.decode([mu], options, None, None if s is None else [s])
         kl, sigma, norm = token_statistics(mu.float(), logvar.float(), self.model.prior_std)
         labels = self._labels(ids)
         rows = tuple(

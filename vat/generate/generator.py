@@ -164,11 +164,12 @@ class VATGenerator:
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per sentence, its posterior (mu, logvar), each (T_i, d) with T_i = subwords + 1."""
         texts, single = check_sentences(sentences)
-        out = [(mu, logvar) for mu, logvar, _ in self._encoded(texts, labels)]
+        out = [(mu, logvar) for mu, logvar, _ in self.latents(texts, labels)]
         return out[0] if single else out
 
-    def _encoded(self, texts: Sequence[str], labels: Sequence[str] | None):
-        """Per sentence (mu, logvar, the sentence latent's mean (k,) or None)."""
+    def latents(self, texts: Sequence[str], labels: Sequence[str] | None = None):
+        """Per sentence (mu, logvar, the sentence latent's mean (k,) or None): `posteriors` and
+        what `decode` takes as `sentences`."""
         ids = self.tokenize(texts, labels)
         out: list = [None] * len(ids)
         for b in iter_encoded_ids(self.model, ids, self.batch_size, self.progress):
@@ -247,7 +248,7 @@ class VATGenerator:
     ) -> list[list[Hypothesis]]:
         """Decode each sentence's token means mu (the paper: z_t = mu_t at test time)."""
         texts, single = check_sentences(sentences)
-        encoded = self._encoded(texts, labels)
+        encoded = self.latents(texts, labels)
         sentences = None if encoded[0][2] is None else [s for _, _, s in encoded]
         hyps = self.decode([mu for mu, _, _ in encoded], options, None, sentences)
         return hyps[0] if single else hyps
@@ -290,7 +291,7 @@ class VATGenerator:
         check_allocation(
             4.0 * n * len(sentences) * cfg.max_len * cfg.d_model, "num_samples", self.device
         )
-        posts = self._encoded(sentences, labels)
+        posts = self.latents(sentences, labels)
         generator = self._generator(seed)
         zs = []
         for i, (mu, logvar, _) in enumerate(posts):
@@ -349,7 +350,7 @@ class VATGenerator:
         if not alphas:
             raise OptionError("alphas", "needs at least one weight")
         method = check_choice(method, "method", ("linear", "slerp"))
-        (mu_a, _, s_a), (mu_b, _, s_b) = self._encoded([a, b], labels)
+        (mu_a, _, s_a), (mu_b, _, s_b) = self.latents([a, b], labels)
         sentences = None
         if s_a is not None:  # (1, k) sequences of one: the same mix
             sentences = [s[0] for s in interpolate_latents(s_a[None], s_b[None], alphas, method)]
