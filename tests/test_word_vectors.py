@@ -236,3 +236,15 @@ def test_baseline_with_no_word_over_min_count_is_one_line(tmp_path, capsys):
     code, _, err = _vat([*argv, "--dim", "8", "--epochs", "1", str(tmp_path / "out")], capsys)
     assert code == 2 and err == "error: no word occurs at least min_count=2 times in the text\n"
     assert not (tmp_path / "out" / "vectors.txt").exists()
+
+
+def test_baseline_never_writes_through_a_linked_out_dir(tmp_path, capsys):
+    """OUT_DIR a symbolic link to someone's folder: one line, exit 2, nothing written there."""
+    a = _file(tmp_path / "a.txt", TEXT_A)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (tmp_path / "link").symlink_to(theirs)
+    argv = ["baseline", "word-vectors", "--train-files", str(a), "--method", "word2vec"]
+    code, _, err = _vat([*argv, "--dim", "8", "--epochs", "1", str(tmp_path / "link")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "is a symbolic link" in err
+    assert not any(theirs.iterdir())

@@ -68,6 +68,8 @@ def build_parser() -> Parser:
 
 def _check_out_dir(out_dir: Path) -> None:
     """Nothing is overwritten: OUT_DIR may exist, but none of the outputs in it."""
+    if out_dir.is_symlink():  # files would land in a folder vat did not name
+        raise VatError(f"OUT_DIR {shown_path(out_dir)} is a symbolic link; name the folder itself")
     if out_dir.exists() and not out_dir.is_dir():
         raise VatError(f"OUT_DIR {shown_path(out_dir)} is not a folder")
     for name in OUTPUTS:
