@@ -922,6 +922,7 @@ API_CASES = {
         lambda m: m.generator.posteriors(b"a"),
         "sentences",
     ),
+    "VATGenerator.latents: sentences None": (lambda m: m.generator.latents(None), "sentences"),
     "VATGenerator.decode: options str": (
         lambda m: m.generator.decode([_z(m, 2, 32)], "greedy"),
         "options",

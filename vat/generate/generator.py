@@ -167,9 +167,10 @@ class VATGenerator:
         out = [(mu, logvar) for mu, logvar, _ in self.latents(texts, labels)]
         return out[0] if single else out
 
-    def latents(self, texts: Sequence[str], labels: Sequence[str] | None = None):
-        """Per sentence (mu, logvar, the sentence latent's mean (k,) or None): `posteriors` and
-        what `decode` takes as `sentences`."""
+    def latents(self, sentences: Sequence[str], labels: Sequence[str] | None = None) -> list:
+        """Per sentence (a list) (mu, logvar, the sentence latent's mean (k,) or None): its
+        `posteriors` and what `decode` takes as `sentences`."""
+        texts, _ = check_sentences(sentences)  # a single string is a list of one here
         ids = self.tokenize(texts, labels)
         out: list = [None] * len(ids)
         for b in iter_encoded_ids(self.model, ids, self.batch_size, self.progress):
